@@ -1,0 +1,61 @@
+package history
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheck(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	g := func(key, holder string, from, to int, token int64) Grant {
+		return Grant{Key: key, Holder: holder, Start: at(from), End: at(to), Token: token}
+	}
+	tests := []struct {
+		name   string
+		grants []Grant
+		want   string // substring of the error; "" means no violation
+	}{
+		{"empty", nil, ""},
+		{"sequential", []Grant{g("k", "a", 0, 10, 1), g("k", "b", 10, 20, 2), g("k", "c", 25, 30, 3)}, ""},
+		{"unordered input", []Grant{g("k", "c", 25, 30, 0), g("k", "a", 0, 10, 0), g("k", "b", 12, 20, 0)}, ""},
+		{"different keys may overlap", []Grant{g("k1", "a", 0, 10, 1), g("k2", "b", 5, 15, 1)}, ""},
+		{"overlap", []Grant{g("k", "a", 0, 10, 0), g("k", "b", 9, 20, 0)}, "overlap 1ms"},
+		{"contained in a long earlier grant", []Grant{g("k", "a", 0, 100, 0), g("k", "b", 10, 20, 0), g("k", "c", 50, 60, 0)}, "a held it"},
+		{"same start", []Grant{g("k", "a", 5, 10, 0), g("k", "b", 5, 10, 0)}, "overlap"},
+		{"token not increasing", []Grant{g("k", "a", 0, 10, 5), g("k", "b", 10, 20, 5)}, "fencing token 5"},
+		{"token decreasing later", []Grant{g("k", "a", 0, 10, 1), g("k", "b", 10, 20, 7), g("k", "c", 20, 30, 3)}, "does not exceed token 7"},
+		{"negative window", []Grant{g("k", "a", 10, 0, 0)}, "before it starts"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Check(tc.grants)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Check: unexpected violation: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("Check: violation %q not detected", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("Check: error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRecorder(t *testing.T) {
+	var r Recorder
+	done := make(chan struct{})
+	for i := range 8 {
+		go func() {
+			r.Record(Grant{Key: "k", Holder: string(rune('a' + i))})
+			done <- struct{}{}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	if got := len(r.Grants()); got != 8 {
+		t.Fatalf("recorded %d grants, want 8", got)
+	}
+}

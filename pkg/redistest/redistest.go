@@ -1,0 +1,334 @@
+// Package redistest runs real redis-server processes on loopback ports for
+// tests and benchmarks, and injects faults into them: SIGKILL, SIGSTOP and
+// SIGCONT, clean shutdown, and restarts on the same port with or without the
+// data directory.
+//
+// The redis-server binary is taken from $REDIS_SERVER or $PATH; on Debian,
+// hack/install-redis.sh installs it. Every server runs in its own directory
+// with its own log, bound to 127.0.0.1 only.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Persistence selects how a server persists its keys.
+type Persistence string
+
+// Persistence modes, matching the RedisMasterSet API.
+const (
+	PersistenceNone Persistence = "None"        // no RDB, no AOF: a restart loses every key
+	AOFEverySec     Persistence = "AOFEverySec" // appendonly, fsync every second
+	AOFAlways       Persistence = "AOFAlways"   // appendonly, fsync on every write
+	startTimeout                = 10 * time.Second
+	defaultLogLevel             = "warning"
+)
+
+// Options configures one server.
+type Options struct {
+	// Persistence defaults to PersistenceNone.
+	Persistence Persistence
+	// Password sets requirepass; clients from Server.Client use it.
+	Password string
+	// MaxMemory sets maxmemory ("1" makes every write fail with -OOM under
+	// the noeviction policy every server runs with).
+	MaxMemory string
+	// Args are extra "--directive value" arguments.
+	Args []string
+}
+
+// Server is one redis-server process. Its port and directory stay the same
+// across restarts.
+type Server struct {
+	bin  string
+	dir  string
+	port int
+	opts Options
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+// Binary returns the redis-server executable: $REDIS_SERVER, or redis-server
+// on $PATH.
+func Binary() (string, error) {
+	if p := os.Getenv("REDIS_SERVER"); p != "" {
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("redis-server not found: run hack/install-redis.sh (Debian package redis-server) or set REDIS_SERVER")
+	}
+	return p, nil
+}
+
+// Start starts a server in dir (created if missing) on a free loopback port
+// and waits until it answers PING.
+func Start(dir string, opts Options) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	var lastErr error
+	for range 5 { // a free port can be taken between probe and bind
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{bin: bin, dir: dir, port: port, opts: opts}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// StartN starts n servers with the same options, each in its own temporary
+// directory, and stops them all when the test ends.
+func StartN(tb testing.TB, n int, opts Options) []*Server {
+	tb.Helper()
+	servers := make([]*Server, 0, n)
+	tb.Cleanup(func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	})
+	for i := range n {
+		s, err := Start(filepath.Join(tb.TempDir(), "redis-"+strconv.Itoa(i)), opts)
+		if err != nil {
+			tb.Fatalf("start redis %d: %v", i, err)
+		}
+		servers = append(servers, s)
+	}
+	return servers
+}
+
+// Addrs returns the servers' addresses.
+func Addrs(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("redistest: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the TCP port.
+func (s *Server) Port() int { return s.port }
+
+// Dir returns the server's working directory (data and log).
+func (s *Server) Dir() string { return s.dir }
+
+// PID returns the running process's ID, or 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+func (s *Server) args() []string {
+	a := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		"--loglevel", defaultLogLevel,
+		"--daemonize", "no",
+		"--save", "",
+		"--maxmemory-policy", "noeviction",
+	}
+	switch s.opts.Persistence {
+	case AOFEverySec:
+		a = append(a, "--appendonly", "yes", "--appendfsync", "everysec")
+	case AOFAlways:
+		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
+	default:
+		a = append(a, "--appendonly", "no")
+	}
+	if s.opts.Password != "" {
+		a = append(a, "--requirepass", s.opts.Password)
+	}
+	if s.opts.MaxMemory != "" {
+		a = append(a, "--maxmemory", s.opts.MaxMemory)
+	}
+	return append(a, s.opts.Args...)
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Dir = s.dir
+	// The server dies with the test process, and signals sent to the test's
+	// process group do not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	if err := s.waitReady(exited); err != nil {
+		_ = s.Kill()
+		return err
+	}
+	return nil
+}
+
+// waitReady polls PING until the server answers or exits.
+func (s *Server) waitReady(exited <-chan struct{}) error {
+	c := s.Client()
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redistest: redis-server on port %d exited at start: %s", s.port, s.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: redis-server on port %d not ready after %v: %w", s.port, startTimeout, err)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-5):], " | ")
+}
+
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return fmt.Errorf("redistest: redis on port %d is not running", s.port)
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL and waits for the process to exit. Killing a stopped
+// server works. Killing a server that is not running is a no-op.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+	return nil
+}
+
+// Shutdown asks the server to exit cleanly (SIGTERM: with AOF it flushes the
+// file) and waits for it.
+func (s *Server) Shutdown() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped server cannot handle SIGTERM
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("redistest: shutdown port %d: %w", s.port, err)
+	}
+	<-exited
+	return nil
+}
+
+// Stop freezes the server with SIGSTOP: connections stay open, nothing is
+// answered.
+func (s *Server) Stop() error { return s.signal(syscall.SIGSTOP) }
+
+// Cont resumes a stopped server with SIGCONT.
+func (s *Server) Cont() error { return s.signal(syscall.SIGCONT) }
+
+// Restart kills the server if it runs and starts it again on the same port.
+// With keepData false the data directory is emptied first, as after losing a
+// disk; with keepData true the server reloads what it persisted.
+func (s *Server) Restart(keepData bool) error {
+	if err := s.Kill(); err != nil {
+		return err
+	}
+	if !keepData {
+		if err := s.wipe(); err != nil {
+			return err
+		}
+	}
+	return s.start()
+}
+
+// wipe removes everything in the directory but the log.
+func (s *Server) wipe() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("redistest: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() == "redis.log" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return fmt.Errorf("redistest: %w", err)
+		}
+	}
+	return nil
+}
+
+// Client returns a new go-redis client for this server, authenticated with
+// the server's password. The caller closes it.
+func (s *Server) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:            s.Addr(),
+		Password:        s.opts.Password,
+		DisableIdentity: true,
+		MaxRetries:      -1,
+	})
+}
+
+// Close kills the server. The directory is left for the caller (StartN uses
+// the test's temporary directory).
+func (s *Server) Close() error { return s.Kill() }

@@ -1,0 +1,264 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxBulkLen is Redis's default proto-max-bulk-len: the largest key or value
+// a master accepts.
+const maxBulkLen = 512 << 20
+
+// Client acquires, extends and releases locks on a fixed set of independent
+// Redis masters. It is safe for concurrent use. Close it to wait for
+// background clean-up and to close the connections.
+type Client struct {
+	cfg    config
+	nodes  []*node
+	quorum int
+
+	mu     sync.RWMutex // guards closed against bg.Add after Close
+	closed bool
+	bg     sync.WaitGroup // node requests and clean-ups still running
+}
+
+// node is one Redis master and what this client knows about its restarts.
+type node struct {
+	addr string
+	rdb  *redis.Client
+	cfg  *config
+
+	mu               sync.Mutex
+	runID            string
+	quarantinedUntil time.Time
+}
+
+// MasterStatus is a snapshot of what the client knows about one master.
+type MasterStatus struct {
+	// Addr is the master's address.
+	Addr string
+	// RunID is the run_id reported on the newest connection ("" before the
+	// first connection, or when the quarantine check is off).
+	RunID string
+	// QuarantinedUntil is when the master votes again; zero or in the past
+	// when it votes now.
+	QuarantinedUntil time.Time
+}
+
+// New returns a Client for the given master addresses ("host:port"). The
+// masters must be independent (no replication between them) and each address
+// must appear once. New does not connect; connections are made on first use.
+func New(addrs []string, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("redlock: new: %w: option %d is nil", ErrInvalidArgument, i)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("redlock: new: %w: %w", ErrInvalidArgument, err)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("redlock: new: %w: no masters", ErrInvalidArgument)
+	}
+	seen := make(map[string]bool, len(addrs))
+	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1}
+	for _, addr := range addrs {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("redlock: new: %w: master address %q: %w", ErrInvalidArgument, addr, err)
+		}
+		if seen[addr] {
+			return nil, fmt.Errorf("redlock: new: %w: master %q listed twice (it would vote twice)", ErrInvalidArgument, addr)
+		}
+		seen[addr] = true
+		c.nodes = append(c.nodes, newNode(addr, &c.cfg))
+	}
+	return c, nil
+}
+
+func newNode(addr string, cfg *config) *node {
+	n := &node{addr: addr, cfg: cfg}
+	opt := &redis.Options{
+		Addr:            addr,
+		Username:        cfg.username,
+		Password:        cfg.password,
+		TLSConfig:       cfg.tlsConfig,
+		PoolSize:        cfg.poolSize,
+		DisableIdentity: true,
+	}
+	if cfg.redisOptions != nil {
+		cfg.redisOptions(opt)
+	}
+	// Per-node timeouts come from the request context; a retry inside
+	// go-redis (of a command or of a dial) would spend the timeout on one
+	// master and could hide a restart.
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	opt.OnConnect = n.onConnect
+	n.rdb = redis.NewClient(opt)
+	return n
+}
+
+// Quorum returns how many masters must grant a lock: N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// Masters returns what the client currently knows about each master, in the
+// order given to New.
+func (c *Client) Masters() []MasterStatus {
+	out := make([]MasterStatus, len(c.nodes))
+	for i, n := range c.nodes {
+		n.mu.Lock()
+		out[i] = MasterStatus{Addr: n.addr, RunID: n.runID, QuarantinedUntil: n.quarantinedUntil}
+		n.mu.Unlock()
+	}
+	return out
+}
+
+// Close waits for outstanding requests and clean-ups (each bounded by the
+// per-node timeout), then closes every connection. Operations after Close
+// fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.bg.Wait()
+	var errs []error
+	for _, n := range c.nodes {
+		if err := n.rdb.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", n.addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// onConnect runs on every new connection to the master. A restart always
+// breaks the connections, so every restart is seen here: with a quarantine
+// window set, it reads run_id and uptime and quarantines a master that came
+// up less than a window ago.
+func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
+	window := n.cfg.quarantine
+	if window <= 0 {
+		return nil
+	}
+	info, err := cn.Info(ctx, "server").Result()
+	if err != nil {
+		// Fail closed: a master whose uptime cannot be read does not vote.
+		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
+	}
+	runID, uptime, err := parseServerInfo(info)
+	if err != nil {
+		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
+	}
+	n.apply(runID, uptime)
+	return nil
+}
+
+// apply records what a new connection found: the master's incarnation and
+// how long it has been up. A master up for less than the quarantine window
+// does not vote until the window has passed on this client's clock.
+func (n *node) apply(runID string, uptime time.Duration) {
+	now := n.cfg.now()
+	window := n.cfg.quarantine
+	n.mu.Lock()
+	restarted := n.runID != "" && n.runID != runID
+	n.runID = runID
+	var event *QuarantineEvent
+	if uptime < window {
+		until := now.Add(window - uptime)
+		if restarted || !now.Before(n.quarantinedUntil) {
+			event = &QuarantineEvent{Addr: n.addr, RunID: runID, Uptime: uptime, Until: until}
+		}
+		if until.After(n.quarantinedUntil) {
+			n.quarantinedUntil = until
+		}
+	}
+	n.mu.Unlock()
+	if event != nil {
+		n.cfg.observer.ObserveQuarantine(*event)
+	}
+}
+
+// quarantined reports whether the master must not vote now, and until when.
+func (n *node) quarantined() (bool, time.Time) {
+	now := n.cfg.now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return now.Before(n.quarantinedUntil), n.quarantinedUntil
+}
+
+// parseServerInfo extracts run_id and uptime_in_seconds from INFO server.
+func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {
+	var haveUptime bool
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "run_id":
+			runID = v
+		case "uptime_in_seconds":
+			s, perr := strconv.ParseInt(v, 10, 64)
+			if perr != nil || s < 0 {
+				return "", 0, fmt.Errorf("bad uptime_in_seconds %q", v)
+			}
+			uptime, haveUptime = time.Duration(s)*time.Second, true
+		}
+	}
+	if runID == "" || !haveUptime {
+		return "", 0, errors.New("INFO server lacks run_id or uptime_in_seconds")
+	}
+	return runID, uptime, nil
+}
+
+// nodeTimeout is the per-node timeout for an operation with this TTL.
+func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
+	if c.cfg.nodeTimeout > 0 {
+		return c.cfg.nodeTimeout
+	}
+	return min(max(ttl/100, MinNodeTimeout), MaxNodeTimeout)
+}
+
+// drift is the clock drift allowance for a TTL.
+func drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*driftFactor) + driftConst
+}
+
+// validateKey checks a key against Redis's limits.
+func validateKey(op Op, key string) error {
+	if key == "" {
+		return invalidf(op, "empty key")
+	}
+	if len(key) > maxBulkLen {
+		return invalidf(op, "key of %d bytes exceeds Redis's limit of %d", len(key), maxBulkLen)
+	}
+	return nil
+}
+
+// validateTTL checks a TTL: whole milliseconds are sent, and the drift
+// allowance must leave some validity.
+func validateTTL(op Op, ttl time.Duration) error {
+	if ttl <= 0 {
+		return invalidf(op, "ttl %v must be positive", ttl)
+	}
+	if ttl%time.Millisecond != 0 {
+		return invalidf(op, "ttl %v is not a whole number of milliseconds", ttl)
+	}
+	if ttl <= drift(ttl) {
+		return invalidf(op, "ttl %v leaves no validity after the drift allowance %v", ttl, drift(ttl))
+	}
+	return nil
+}

@@ -1,0 +1,36 @@
+// Package redlock implements the Redlock distributed lock algorithm on N
+// independent Redis masters.
+//
+// A lock is acquired by sending "SET key value NX PX ttl" to every master at
+// once, each request bounded by a short per-node timeout. The lock is held
+// when a quorum (N/2+1) of masters granted it and the remaining validity,
+//
+//	validity = ttl − elapsed − (ttl·0.01 + 2ms)
+//
+// measured on the monotonic clock from before the first request, is still
+// positive. The outcome is returned as soon as it is decided; masters that
+// have not answered yet do not delay a decided acquisition.
+//
+// When an acquisition fails (or its context is cancelled), the value is
+// removed again from every master, including the ones that did not answer,
+// once each outstanding request has answered or timed out. The clean-up runs
+// on a context that the caller's cancellation does not cut short; [Client.Close]
+// waits for it.
+//
+// Release and extension use Lua scripts that compare the stored value with the
+// lock's own random value, so a client never deletes or prolongs a lock that
+// another client holds, and an extension never re-creates a key that is gone.
+//
+// Masters that restarted recently may have lost their keys. With
+// [WithQuarantine], every new connection reads the master's run_id and
+// uptime_in_seconds; a master up for less than the quarantine window does not
+// vote until the window has passed on the client's clock. Set the window
+// longer than the longest TTL in use plus the clock drift.
+//
+// Errors are of type [*Error] and match the sentinels [ErrLockHeld],
+// [ErrQuorumUnavailable], [ErrExpired], [ErrNotHeld] and [ErrCancelled] with
+// errors.Is; invalid arguments match [ErrInvalidArgument] and send nothing.
+//
+// The package does not depend on Kubernetes: the operator builds on it, and
+// so can any Go program.
+package redlock

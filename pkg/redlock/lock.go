@@ -1,0 +1,279 @@
+package redlock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Lock is a lock acquired (or restored) by a Client. Its methods are safe
+// for concurrent use; Extend and Release on one Lock are serialised.
+type Lock struct {
+	c     *Client
+	key   string
+	value string
+	ttl   time.Duration
+
+	mu         sync.Mutex
+	validUntil time.Time // zero once released or known lost
+	extensions int
+}
+
+// Key returns the lock's Redis key.
+func (l *Lock) Key() string { return l.key }
+
+// Value returns the random value that identifies this acquisition. Persist it
+// with Key, TTL and ValidUntil to extend or release the lock from another
+// process (see Client.Restore). Anyone who knows the value can release the
+// lock: treat it as a credential.
+func (l *Lock) Value() string { return l.value }
+
+// TTL returns the time to live each acquisition or extension asks for.
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// ValidUntil returns the instant the lock's validity ends (clock drift
+// already subtracted). It is the zero time once the lock was released or is
+// known lost.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Valid reports whether the lock's validity has not yet passed.
+func (l *Lock) Valid() bool {
+	return time.Now().Before(l.ValidUntil())
+}
+
+// Extensions returns how often the lock has been extended.
+func (l *Lock) Extensions() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.extensions
+}
+
+// Acquire acquires the lock key with the given TTL on a quorum of masters,
+// retrying with a random delay up to the configured number of tries. On
+// success the lock is valid until Lock.ValidUntil. On failure it returns an
+// *Error matching ErrLockHeld, ErrQuorumUnavailable, ErrExpired or
+// ErrCancelled, and every master is cleaned of this attempt's value.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	if err := validateKey(OpAcquire, key); err != nil {
+		return nil, err
+	}
+	if err := validateTTL(OpAcquire, ttl); err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		l, err := c.acquireOnce(ctx, key, ttl, attempt)
+		if err == nil || attempt >= c.cfg.tries || !retryable(err) {
+			return l, err
+		}
+		t := time.NewTimer(c.retryDelay())
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			cancelled := &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
+			if e := (*Error)(nil); errors.As(err, &e) {
+				cancelled.Votes = e.Votes // the last attempt's votes
+			}
+			return nil, cancelled
+		}
+	}
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, ErrLockHeld) || errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrExpired)
+}
+
+func (c *Client) retryDelay() time.Duration {
+	span := c.cfg.retryMax - c.cfg.retryMin
+	if span <= 0 {
+		return c.cfg.retryMin
+	}
+	return c.cfg.retryMin + rand.N(span+1)
+}
+
+// decidedForQuorum reports whether a quorum operation's outcome is known:
+// a quorum granted, or too many masters refused for a quorum to be possible.
+func (c *Client) decidedForQuorum(t Tally) bool {
+	refused := t.Held + t.Absent + t.Error + t.Quarantined
+	return t.Granted >= c.quorum || len(c.nodes)-refused < c.quorum
+}
+
+// failureKind names why a quorum operation failed: unavailability when the
+// masters that answered usably could not form a quorum, otherwise contention.
+func (c *Client) failureKind(t Tally, contention error) error {
+	if len(c.nodes)-t.unavailable() < c.quorum {
+		return ErrQuorumUnavailable
+	}
+	return contention
+}
+
+func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration, attempt int) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: ErrCancelled, cause: err}
+	}
+	value := crand.Text()
+	ttlMillis := ttl.Milliseconds()
+	timeout := c.nodeTimeout(ttl)
+	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, n *node) (Outcome, error) {
+		return n.set(ctx, key, value, ttlMillis)
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer r.finish()
+	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
+	t := Count(votes)
+	validUntil := r.start.Add(ttl - drift(ttl))
+	now := time.Now()
+
+	e := &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, Votes: votes}
+	switch {
+	case ctxErr != nil:
+		e.kind, e.cause = ErrCancelled, ctxErr
+	case t.Granted >= c.quorum && now.Before(validUntil):
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}
+		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: votes})
+		return l, nil
+	case t.Granted >= c.quorum:
+		e.kind = ErrExpired
+	default:
+		e.kind = c.failureKind(t, ErrLockHeld)
+	}
+
+	// Failed: remove our value everywhere, each master after its SET ended.
+	released := r.releaseAll(key, value, timeout)
+	if ctxErr == nil {
+		// The masters that answered are fast: wait for them so that a retry
+		// (ours or another client's) finds them clean. Stragglers are
+		// cleaned in the background.
+		for i, v := range votes {
+			if v.Outcome != OutcomePending {
+				<-released[i]
+			}
+		}
+	}
+	c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: votes, Err: e})
+	return nil, e
+}
+
+// Extend resets the lock's TTL on every master that still holds its value.
+// It succeeds only when a quorum extended within the new validity; it never
+// re-creates a key that is gone, and it refuses a lock whose validity has
+// already passed (ErrExpired) or that was released (ErrNotHeld). When a quorum
+// reports the value gone, the lock is marked lost.
+func (l *Lock) Extend(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.c
+	switch {
+	case l.validUntil.IsZero():
+		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrNotHeld}
+	case !time.Now().Before(l.validUntil):
+		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExpired}
+	case c.cfg.maxExtensions > 0 && l.extensions >= c.cfg.maxExtensions:
+		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExtensionLimit}
+	case ctx.Err() != nil:
+		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
+	}
+	ttlMillis := l.ttl.Milliseconds()
+	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), true, func(ctx context.Context, n *node) (Outcome, error) {
+		return n.extend(ctx, l.key, l.value, ttlMillis)
+	})
+	if err != nil {
+		return err
+	}
+	defer r.finish()
+	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
+	t := Count(votes)
+	validUntil := r.start.Add(l.ttl - drift(l.ttl))
+	now := time.Now()
+
+	e := &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, Votes: votes}
+	switch {
+	case ctxErr != nil:
+		e.kind, e.cause = ErrCancelled, ctxErr
+	case t.Granted >= c.quorum && now.Before(validUntil):
+		l.validUntil = validUntil
+		l.extensions++
+		c.cfg.observer.ObserveOp(OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: now.Sub(r.start), Votes: votes})
+		return nil
+	case t.Granted >= c.quorum:
+		e.kind = ErrExpired
+	default:
+		e.kind = c.failureKind(t, ErrNotHeld)
+		if e.kind == ErrNotHeld {
+			l.validUntil = time.Time{} // a quorum says the value is gone
+		}
+	}
+	c.cfg.observer.ObserveOp(OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: now.Sub(r.start), Votes: votes, Err: e})
+	return e
+}
+
+// Release deletes the lock's value from every master that holds it, never
+// touching another client's value. The lock counts as not held from the
+// moment Release is called. It returns nil when a quorum confirmed the value
+// gone and at least one master deleted it, an error matching ErrNotHeld when
+// no master held it any more, and ErrQuorumUnavailable when too few masters
+// answered (their copies expire with the TTL). Cancelling ctx stops the wait,
+// not the requests.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.validUntil = time.Time{}
+	c := l.c
+	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), false, func(ctx context.Context, n *node) (Outcome, error) {
+		return n.release(ctx, l.key, l.value)
+	})
+	if err != nil {
+		return err
+	}
+	defer r.finish()
+	votes, ctxErr := r.collect(ctx, func(Tally) bool { return false })
+	t := Count(votes)
+	var kind error
+	switch {
+	case ctxErr != nil:
+		kind = ErrCancelled
+	case len(votes)-t.unavailable() < c.quorum:
+		kind = ErrQuorumUnavailable
+	case t.Granted == 0:
+		kind = ErrNotHeld
+	}
+	ev := OpEvent{Op: OpRelease, Key: l.key, Attempt: 1, Latency: time.Since(r.start), Votes: votes}
+	if kind == nil {
+		c.cfg.observer.ObserveOp(ev)
+		return nil
+	}
+	e := &Error{Op: OpRelease, Key: l.key, Quorum: c.quorum, Votes: votes, kind: kind, cause: ctxErr}
+	ev.Err = e
+	c.cfg.observer.ObserveOp(ev)
+	return e
+}
+
+// Restore rebuilds a lock from persisted fields (Lock.Key, Lock.Value,
+// Lock.TTL, Lock.ValidUntil), so that another process, such as a new
+// operator leader, can extend or release it. A validUntil in the past gives a
+// lock that can only be released.
+func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time) (*Lock, error) {
+	const op = Op("restore")
+	if err := validateKey(op, key); err != nil {
+		return nil, err
+	}
+	if err := validateTTL(op, ttl); err != nil {
+		return nil, err
+	}
+	if value == "" {
+		return nil, invalidf(op, "empty value")
+	}
+	if len(value) > maxBulkLen {
+		return nil, invalidf(op, "value of %d bytes exceeds Redis's limit of %d", len(value), maxBulkLen)
+	}
+	return &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}, nil
+}

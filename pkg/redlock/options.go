@@ -1,0 +1,180 @@
+package redlock
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults used when the corresponding option is not given.
+const (
+	// DefaultTries is how many acquisition attempts Acquire makes.
+	DefaultTries = 32
+	// DefaultRetryDelayMin and DefaultRetryDelayMax bound the random delay
+	// between two acquisition attempts.
+	DefaultRetryDelayMin = 50 * time.Millisecond
+	DefaultRetryDelayMax = 250 * time.Millisecond
+	// MinNodeTimeout and MaxNodeTimeout clamp the per-node timeout derived
+	// from the TTL (ttl/100) when WithNodeTimeout is not given.
+	MinNodeTimeout = 20 * time.Millisecond
+	MaxNodeTimeout = 200 * time.Millisecond
+
+	// driftFactor and driftConst make up the clock drift allowance
+	// ttl·driftFactor + driftConst subtracted from every validity.
+	driftFactor = 0.01
+	driftConst  = 2 * time.Millisecond
+)
+
+// Option configures a Client. Options return an error for invalid values,
+// which New reports.
+type Option func(*config) error
+
+type config struct {
+	nodeTimeout   time.Duration // 0: derived from each operation's TTL
+	tries         int
+	retryMin      time.Duration
+	retryMax      time.Duration
+	quarantine    time.Duration
+	maxExtensions int // 0: unlimited
+	observer      Observer
+	username      string
+	password      string
+	tlsConfig     *tls.Config
+	poolSize      int
+	redisOptions  func(*redis.Options)
+	now           func() time.Time
+}
+
+func defaultConfig() config {
+	return config{
+		tries:    DefaultTries,
+		retryMin: DefaultRetryDelayMin,
+		retryMax: DefaultRetryDelayMax,
+		observer: nopObserver{},
+		now:      time.Now,
+	}
+}
+
+// WithNodeTimeout bounds each request to a single master, connection set-up
+// included. Keep it small relative to the TTL: a master that does not answer
+// within it counts as a "no" vote. Without this option the timeout is ttl/100
+// clamped to [MinNodeTimeout, MaxNodeTimeout].
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("node timeout %v: must be positive", d)
+		}
+		c.nodeTimeout = d
+		return nil
+	}
+}
+
+// WithTries sets how many acquisition attempts Acquire makes before it gives
+// up (at least 1; 1 means no retry).
+func WithTries(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("tries %d: must be at least 1", n)
+		}
+		c.tries = n
+		return nil
+	}
+}
+
+// WithRetryDelay sets the bounds of the random delay between two acquisition
+// attempts. The jitter desynchronises clients that contend for one key.
+func WithRetryDelay(minDelay, maxDelay time.Duration) Option {
+	return func(c *config) error {
+		if minDelay < 0 || maxDelay < minDelay {
+			return fmt.Errorf("retry delay [%v, %v]: need 0 <= min <= max", minDelay, maxDelay)
+		}
+		c.retryMin, c.retryMax = minDelay, maxDelay
+		return nil
+	}
+}
+
+// WithQuarantine sets the quarantine window for restarted masters: a master
+// whose uptime is shorter than the window when a new connection to it is
+// made does not vote until the window has passed, measured on this client's
+// clock. Set it longer than the longest TTL plus the drift allowance. Zero
+// (the default) turns the check off.
+func WithQuarantine(window time.Duration) Option {
+	return func(c *config) error {
+		if window < 0 {
+			return fmt.Errorf("quarantine window %v: must not be negative", window)
+		}
+		c.quarantine = window
+		return nil
+	}
+}
+
+// WithMaxExtensions bounds how often one acquisition may be extended (the
+// Redlock liveness rule). Zero (the default) means no bound.
+func WithMaxExtensions(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("max extensions %d: must not be negative", n)
+		}
+		c.maxExtensions = n
+		return nil
+	}
+}
+
+// WithObserver receives an event for every operation attempt and every
+// quarantine decision, for metrics and logs.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return errors.New("observer: must not be nil")
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+// WithAuth sets the credentials used on every master (ACL user name may be
+// empty for the default user).
+func WithAuth(username, password string) Option {
+	return func(c *config) error {
+		c.username, c.password = username, password
+		return nil
+	}
+}
+
+// WithTLS connects to every master over TLS.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *config) error {
+		if cfg == nil {
+			return errors.New("tls config: must not be nil")
+		}
+		c.tlsConfig = cfg
+		return nil
+	}
+}
+
+// WithPoolSize sets the connection pool size per master.
+func WithPoolSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("pool size %d: must be at least 1", n)
+		}
+		c.poolSize = n
+		return nil
+	}
+}
+
+// WithRedisOptions lets the caller adjust the go-redis options of every
+// master after this package has filled them in. Fields this package relies on
+// (OnConnect, MaxRetries, ContextTimeoutEnabled) are restored afterwards.
+func WithRedisOptions(fn func(*redis.Options)) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return errors.New("redis options func: must not be nil")
+		}
+		c.redisOptions = fn
+		return nil
+	}
+}

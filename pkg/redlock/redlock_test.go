@@ -1,0 +1,864 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-operator/redlock-operator/internal/history"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// TestMain silences go-redis's own logging of refused dials: the tests
+// refuse many on purpose.
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{})
+	os.Exit(m.Run())
+}
+
+// newClient returns a client for addrs that is closed (and its clean-ups
+// awaited) when the test ends.
+func newClient(t *testing.T, addrs []string, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(addrs, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// value reads key on one server ("" when absent).
+func value(t *testing.T, s *redistest.Server, key string) string {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	v, err := c.Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("GET %s on %s: %v", key, s.Addr(), err)
+	}
+	return v
+}
+
+func set(t *testing.T, s *redistest.Server, key, val string, ttl time.Duration) {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	if err := c.Set(context.Background(), key, val, ttl).Err(); err != nil {
+		t.Fatalf("SET %s on %s: %v", key, s.Addr(), err)
+	}
+}
+
+func pttl(t *testing.T, s *redistest.Server, key string) time.Duration {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	d, err := c.PTTL(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("PTTL %s on %s: %v", key, s.Addr(), err)
+	}
+	return d
+}
+
+func flushAll(t *testing.T, servers []*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		c := s.Client()
+		if err := c.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatalf("FLUSHALL on %s: %v", s.Addr(), err)
+		}
+		c.Close()
+	}
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func countOutcome(votes []redlock.Vote, o redlock.Outcome) int {
+	n := 0
+	for _, v := range votes {
+		if v.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// complete reports whether every master's vote was in when err was decided.
+func complete(err error) bool {
+	var e *redlock.Error
+	return errors.As(err, &e) && countOutcome(e.Votes, redlock.OutcomePending) == 0
+}
+
+func votesOf(t *testing.T, err error) []redlock.Vote {
+	t.Helper()
+	var e *redlock.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v is not a *redlock.Error", err)
+	}
+	return e.Votes
+}
+
+// TestQuorumTable acquires with N = 1, 3, 5, 7 masters while d of them are
+// down (SIGKILLed) and f hold another client's value, for every d+f <= N.
+func TestQuorumTable(t *testing.T) {
+	all := redistest.StartN(t, 7, redistest.Options{})
+	for _, n := range []int{1, 3, 5, 7} {
+		servers := all[:n]
+		quorum := n/2 + 1
+		for down := 0; down <= n; down++ {
+			for foreign := 0; down+foreign <= n; foreign++ {
+				t.Run(fmt.Sprintf("N=%d/down=%d/foreign=%d", n, down, foreign), func(t *testing.T) {
+					key := fmt.Sprintf("quorum-%d-%d-%d", n, down, foreign)
+					for _, s := range servers[:down] {
+						if err := s.Kill(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					defer func() {
+						for _, s := range servers[:down] {
+							if err := s.Restart(false); err != nil {
+								t.Fatal(err)
+							}
+						}
+						flushAll(t, servers)
+					}()
+					for _, s := range servers[down : down+foreign] {
+						set(t, s, key, "foreign", time.Minute)
+					}
+					c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(2*time.Second))
+					lock, err := c.Acquire(context.Background(), key, 10*time.Second)
+					free := n - down - foreign
+					switch {
+					case free >= quorum:
+						if err != nil {
+							t.Fatalf("Acquire with %d free masters of %d: %v", free, n, err)
+						}
+						if !lock.Valid() || time.Until(lock.ValidUntil()) > 10*time.Second {
+							t.Fatalf("validity %v out of range", time.Until(lock.ValidUntil()))
+						}
+						for _, s := range servers[down+foreign:] {
+							if got := value(t, s, key); got != lock.Value() {
+								t.Errorf("free master %s holds %q, want the lock's value", s.Addr(), got)
+							}
+						}
+					case n-down < quorum && complete(err):
+						if !errors.Is(err, redlock.ErrQuorumUnavailable) {
+							t.Fatalf("Acquire with %d of %d down: err = %v, want ErrQuorumUnavailable", down, n, err)
+						}
+					case complete(err):
+						if !errors.Is(err, redlock.ErrLockHeld) {
+							t.Fatalf("Acquire with %d foreign of %d: err = %v, want ErrLockHeld", foreign, n, err)
+						}
+					default:
+						// Decided before every master answered: the reason is
+						// read from the votes received (see TestDecisionAndFailureKind).
+						if !errors.Is(err, redlock.ErrQuorumUnavailable) && !errors.Is(err, redlock.ErrLockHeld) {
+							t.Fatalf("err = %v, want ErrQuorumUnavailable or ErrLockHeld", err)
+						}
+					}
+					if err != nil {
+						// Votes decided early may still be pending; none
+						// contradicts the master's role.
+						for i, v := range votesOf(t, err) {
+							allowed := map[redlock.Outcome]bool{redlock.OutcomePending: true}
+							switch {
+							case i < down:
+								allowed[redlock.OutcomeError] = true
+							case i < down+foreign:
+								allowed[redlock.OutcomeHeld] = true
+							default:
+								allowed[redlock.OutcomeGranted] = true
+							}
+							if !allowed[v.Outcome] {
+								t.Errorf("master %d (%s) voted %v", i, v.Addr, v.Outcome)
+							}
+						}
+						// A failed acquisition leaves nothing on reachable
+						// masters (stragglers are cleaned in the background).
+						waitFor(t, 2*time.Second, "clean-up of the free masters", func() bool {
+							for _, s := range servers[down+foreign:] {
+								if value(t, s, key) != "" {
+									return false
+								}
+							}
+							return true
+						})
+					}
+					// Another holder's value is never touched.
+					for _, s := range servers[down : down+foreign] {
+						if got := value(t, s, key); got != "foreign" {
+							t.Errorf("foreign value on %s became %q", s.Addr(), got)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestBadInputSendsNothing(t *testing.T) {
+	servers := redistest.StartN(t, 1, redistest.Options{})
+	admin := servers[0].Client()
+	defer admin.Close()
+	connections := func() string {
+		info, err := admin.Info(context.Background(), "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			if strings.HasPrefix(line, "total_connections_received:") {
+				return strings.TrimSpace(line)
+			}
+		}
+		t.Fatal("no total_connections_received")
+		return ""
+	}
+	before := connections()
+	c := newClient(t, redistest.Addrs(servers))
+	ctx := context.Background()
+	huge := strings.Repeat("k", 512<<20+1)
+	for name, ttl := range map[string]time.Duration{
+		"zero ttl": 0, "negative ttl": -time.Second, "fractional ms": 1500 * time.Microsecond, "ttl eaten by drift": 2 * time.Millisecond,
+	} {
+		if _, err := c.Acquire(ctx, "k", ttl); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := c.Acquire(ctx, "", time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("empty key: err = %v", err)
+	}
+	if _, err := c.Acquire(ctx, huge, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("oversized key: err = %v", err)
+	}
+	if _, err := c.Restore("k", huge, time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("oversized value: err = %v", err)
+	}
+	if _, err := c.Restore("k", "", time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("empty value: err = %v", err)
+	}
+	for name, addrs := range map[string][]string{
+		"no masters": nil, "malformed": {"localhost"}, "duplicate": {servers[0].Addr(), servers[0].Addr()},
+	} {
+		if _, err := redlock.New(addrs); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("New %s: err = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if after := connections(); after != before {
+		t.Fatalf("bad input reached the master: %s, then %s", before, after)
+	}
+}
+
+// TestMutualExclusionUnderContention runs many contending clients on a few
+// keys and checks the recorded history: no two validity windows of one key
+// overlap. Some holders release early, some let the lock expire.
+func TestMutualExclusionUnderContention(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	addrs := redistest.Addrs(servers)
+	keys := []string{"mx-a", "mx-b", "mx-c"}
+	const workers, rounds = 12, 12
+	var rec historyRecorder
+	var wg sync.WaitGroup
+	for w := range workers {
+		// Each worker is its own client, like separate processes.
+		c := newClient(t, addrs, redlock.WithTries(20), redlock.WithRetryDelay(time.Millisecond, 15*time.Millisecond))
+		wg.Go(func() {
+			for r := range rounds {
+				key := keys[(w+r)%len(keys)]
+				lock, err := c.Acquire(context.Background(), key, 200*time.Millisecond)
+				if err != nil {
+					if !errors.Is(err, redlock.ErrLockHeld) {
+						t.Errorf("worker %d: %v", w, err)
+					}
+					continue
+				}
+				start := time.Now()
+				holder := fmt.Sprintf("w%d-r%d", w, r)
+				if r%4 == 3 {
+					// Walk away: the lock must expire before anyone else gets it.
+					rec.add(key, holder, start, lock.ValidUntil())
+					continue
+				}
+				time.Sleep(time.Duration(r%3) * 5 * time.Millisecond) // the critical section
+				end := time.Now()
+				if vu := lock.ValidUntil(); vu.Before(end) {
+					end = vu
+				}
+				rec.add(key, holder, start, end)
+				if err := lock.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rec.check(t, len(keys))
+}
+
+func TestMinorityDownStillWorks(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	for _, s := range servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, "minority", 5*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	first := lock.ValidUntil()
+	if err := lock.Extend(ctx); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if !lock.ValidUntil().After(first) {
+		t.Fatalf("Extend did not move the validity forward")
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for _, s := range servers[2:] {
+		if v := value(t, s, "minority"); v != "" {
+			t.Fatalf("released key still on %s", s.Addr())
+		}
+	}
+}
+
+func TestMajorityDownFailsFast(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	for _, s := range servers[:3] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const nodeTimeout = 30 * time.Second
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+	start := time.Now()
+	_, err := c.Acquire(context.Background(), "majority", 5*time.Second)
+	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		t.Fatalf("err = %v, want ErrQuorumUnavailable", err)
+	}
+	// Refused connections decide the outcome; nothing waits for a timeout.
+	if took := time.Since(start); took >= nodeTimeout {
+		t.Fatalf("Acquire took %v, as long as the node timeout", took)
+	}
+	if got := countOutcome(votesOf(t, err), redlock.OutcomeError); got != 3 {
+		t.Fatalf("error votes = %d, want 3", got)
+	}
+	waitFor(t, 2*time.Second, "clean-up of the live masters", func() bool {
+		return value(t, servers[3], "majority") == "" && value(t, servers[4], "majority") == ""
+	})
+}
+
+// TestStoppedMastersDoNotDelayAcquire freezes two of five masters: the
+// other three decide, long before the frozen ones' timeout.
+func TestStoppedMastersDoNotDelayAcquire(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	for _, s := range servers[:2] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range servers[:2] {
+			_ = s.Cont()
+		}
+	})
+	const nodeTimeout = 30 * time.Second
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+	for _, key := range []string{"stopped-1", "stopped-2"} {
+		start := time.Now()
+		lock, err := c.Acquire(context.Background(), key, 10*time.Second)
+		if err != nil {
+			t.Fatalf("Acquire %s: %v", key, err)
+		}
+		if took := time.Since(start); took >= nodeTimeout {
+			t.Fatalf("Acquire waited %v for the stopped masters", took)
+		}
+		if !lock.Valid() {
+			t.Fatalf("lock not valid")
+		}
+		start = time.Now()
+		if err := lock.Extend(context.Background()); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+		if took := time.Since(start); took >= nodeTimeout {
+			t.Fatalf("Extend waited %v for the stopped masters", took)
+		}
+	}
+	for _, s := range servers[:2] {
+		if err := s.Cont(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFailedAttemptOnStoppedMastersExpires: an attempt fails while two
+// masters are frozen; their buffered SETs run after SIGCONT, and the keys
+// they create are gone within the TTL.
+func TestFailedAttemptOnStoppedMastersExpires(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	const key, ttl = "stale", 1500 * time.Millisecond
+	set(t, servers[2], key, "foreign", time.Minute)
+	for _, s := range servers[:2] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(200*time.Millisecond))
+	_, err := c.Acquire(context.Background(), key, ttl)
+	if !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("err = %v, want ErrLockHeld", err)
+	}
+	for _, s := range servers[3:] {
+		if v := value(t, s, key); v != "" {
+			t.Fatalf("failed Acquire left %q on reachable %s", v, s.Addr())
+		}
+	}
+	for _, s := range servers[:2] {
+		if err := s.Cont(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed := time.Now()
+	for _, s := range servers[:2] {
+		if d := pttl(t, s, key); d > ttl {
+			t.Fatalf("stale key on %s lives %v, longer than the TTL %v", s.Addr(), d, ttl)
+		}
+	}
+	waitFor(t, ttl+time.Second, "stale keys to expire", func() bool {
+		return value(t, servers[0], key) == "" && value(t, servers[1], key) == ""
+	})
+	if took := time.Since(resumed); took > ttl+500*time.Millisecond {
+		t.Logf("stale keys lasted %v after SIGCONT", took)
+	}
+	if v := value(t, servers[2], key); v != "foreign" {
+		t.Fatalf("foreign value became %q", v)
+	}
+}
+
+// TestCancelledAcquireCleansUp cancels an acquisition that cannot decide
+// (three of five masters frozen): it returns at once, and the two masters
+// that granted are cleaned although the caller's context is gone.
+func TestCancelledAcquireCleansUp(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	for _, s := range servers[:3] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range servers[:3] {
+			_ = s.Cont()
+		}
+	})
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	granted := make(chan struct{})
+	go func() {
+		// Cancel once both live masters have stored the value.
+		waitFor(t, 5*time.Second, "live masters to grant", func() bool {
+			return value(t, servers[3], "cancel") != "" && value(t, servers[4], "cancel") != ""
+		})
+		close(granted)
+		cancel()
+	}()
+	_, err := c.Acquire(ctx, "cancel", time.Minute)
+	<-granted
+	if !errors.Is(err, redlock.ErrCancelled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want ErrCancelled and context.Canceled", err)
+	}
+	waitFor(t, 5*time.Second, "clean-up of the granted masters", func() bool {
+		return value(t, servers[3], "cancel") == "" && value(t, servers[4], "cancel") == ""
+	})
+}
+
+func TestReleaseNeverDeletesAnotherHoldersKey(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	ctx := context.Background()
+	old, err := c.Acquire(ctx, "handover", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the first lock to expire", func() bool {
+		return value(t, servers[0], "handover") == "" && value(t, servers[1], "handover") == "" && value(t, servers[2], "handover") == ""
+	})
+	current, err := c.Acquire(ctx, "handover", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("releasing the expired lock: err = %v, want ErrNotHeld", err)
+	}
+	for _, s := range servers {
+		if v := value(t, s, "handover"); v != current.Value() {
+			t.Fatalf("%s: the current holder's value became %q", s.Addr(), v)
+		}
+	}
+}
+
+func TestExtendAfterExpiryDoesNotResurrect(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, "lapsed", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := func() bool {
+		for _, s := range servers {
+			if value(t, s, "lapsed") != "" {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 2*time.Second, "keys to expire", gone)
+	if err := lock.Extend(ctx); !errors.Is(err, redlock.ErrExpired) {
+		t.Fatalf("Extend after expiry: err = %v, want ErrExpired", err)
+	}
+	// A restored lock that claims more validity than it has: the scripts see
+	// the keys gone and do not re-create them.
+	liar, err := c.Restore("lapsed", lock.Value(), time.Minute, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = liar.Extend(ctx)
+	if !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("Extend of vanished keys: err = %v, want ErrNotHeld", err)
+	}
+	if got := countOutcome(votesOf(t, err), redlock.OutcomeAbsent); got < 2 {
+		t.Fatalf("absent votes = %d, want a quorum (2)", got)
+	}
+	if !gone() {
+		t.Fatal("Extend re-created an expired key")
+	}
+	if liar.Valid() {
+		t.Fatal("a lock whose value a quorum lost still reports itself valid")
+	}
+}
+
+func TestExtendRespectsMaxExtensions(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers), redlock.WithMaxExtensions(2))
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, "bounded", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := lock.Extend(ctx); err != nil {
+			t.Fatalf("extension %d: %v", i+1, err)
+		}
+	}
+	if err := lock.Extend(ctx); !errors.Is(err, redlock.ErrExtensionLimit) {
+		t.Fatalf("third extension: err = %v, want ErrExtensionLimit", err)
+	}
+	if lock.Extensions() != 2 {
+		t.Fatalf("Extensions() = %d", lock.Extensions())
+	}
+}
+
+// TestRestoreHandsOverToAnotherClient: a second client (a new operator
+// leader) rebuilds the lock from its persisted fields, extends and releases
+// it without waiting for expiry.
+func TestRestoreHandsOverToAnotherClient(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	first := newClient(t, redistest.Addrs(servers))
+	lock, err := first.Acquire(ctx, "handover", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, val, ttl, until := lock.Key(), lock.Value(), lock.TTL(), lock.ValidUntil()
+	_ = first.Close()
+
+	second := newClient(t, redistest.Addrs(servers))
+	restored, err := second.Restore(key, val, ttl, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restored.Extend(ctx); err != nil {
+		t.Fatalf("Extend of a restored lock: %v", err)
+	}
+	if !restored.ValidUntil().After(until) {
+		t.Fatal("the restored lock's validity did not move forward")
+	}
+	if d := pttl(t, servers[0], key); d <= 0 || d > ttl {
+		t.Fatalf("PTTL after extension = %v", d)
+	}
+	if err := restored.Release(ctx); err != nil {
+		t.Fatalf("Release of a restored lock: %v", err)
+	}
+	for _, s := range servers {
+		if v := value(t, s, key); v != "" {
+			t.Fatalf("key left on %s", s.Addr())
+		}
+	}
+}
+
+// TestRestartedMasterIsQuarantined restarts a master without its data: it
+// does not vote until the window has passed, then it counts again.
+func TestRestartedMasterIsQuarantined(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const window = 2 * time.Second
+	obs := &observer{}
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithQuarantine(window), redlock.WithObserver(obs))
+	ctx := context.Background()
+	// Freshly started masters are inside the window too: wait it out.
+	waitFor(t, 2*window, "fresh masters to leave quarantine", func() bool {
+		l, err := c.Acquire(ctx, "warmup", time.Second)
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil && countOutcome(obs.lastVotes(), redlock.OutcomeGranted) == 3
+	})
+
+	// Master 0 loses its keys in a restart; master 1 goes down.
+	if err := servers[0].Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	_, err := c.Acquire(ctx, "q", time.Second)
+	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		t.Fatalf("with the restarted master quarantined: err = %v, want ErrQuorumUnavailable", err)
+	}
+	// The first request after the restart may fail on the broken pooled
+	// connection; the next one reconnects and finds the restart.
+	waitFor(t, window, "the restart to be detected", func() bool {
+		_, err := c.Acquire(ctx, "q", time.Second)
+		return err != nil && votesOf(t, err)[0].Outcome == redlock.OutcomeQuarantined
+	})
+	_, err = c.Acquire(ctx, "q", time.Second)
+	var qe *redlock.QuarantinedError
+	if v := votesOf(t, err)[0]; !errors.As(v.Err, &qe) || qe.Addr != servers[0].Addr() {
+		t.Fatalf("vote of the quarantined master = %v %v, want a *QuarantinedError", v.Outcome, v.Err)
+	}
+	if ev := obs.quarantines(); len(ev) == 0 || ev[len(ev)-1].Addr != servers[0].Addr() {
+		t.Fatalf("no quarantine event for %s: %+v", servers[0].Addr(), ev)
+	}
+	if st := c.Masters()[0]; !st.QuarantinedUntil.After(time.Now()) || st.RunID == "" {
+		t.Fatalf("Masters()[0] = %+v", st)
+	}
+	// After the window the restarted master votes again.
+	var lock *redlock.Lock
+	waitFor(t, 2*window, "the restarted master to vote again", func() bool {
+		lock, err = c.Acquire(ctx, "q", time.Second)
+		return err == nil
+	})
+	if since := time.Since(restarted); since < window-time.Second {
+		// uptime_in_seconds is whole seconds: at most 1s of the window may
+		// have passed before the restart was seen.
+		t.Fatalf("the restarted master voted again after %v, window %v", since, window)
+	}
+	if v := value(t, servers[0], "q"); v != lock.Value() {
+		t.Fatalf("restarted master does not hold the new lock")
+	}
+}
+
+// TestErrorRepliesAreNoVotes: -OOM, -NOAUTH and -READONLY masters vote no,
+// with their errors kept.
+func TestErrorRepliesAreNoVotes(t *testing.T) {
+	healthy := redistest.StartN(t, 2, redistest.Options{})
+	oom := redistest.StartN(t, 1, redistest.Options{MaxMemory: "1"})
+	auth := redistest.StartN(t, 1, redistest.Options{Password: "s3cret"})
+	primary := redistest.StartN(t, 1, redistest.Options{})
+	replica := redistest.StartN(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(primary[0].Port())}})
+	addrs := []string{oom[0].Addr(), auth[0].Addr(), replica[0].Addr(), healthy[0].Addr(), healthy[1].Addr()}
+	c := newClient(t, addrs, redlock.WithTries(1))
+	_, err := c.Acquire(context.Background(), "replies", time.Second)
+	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		t.Fatalf("err = %v, want ErrQuorumUnavailable", err)
+	}
+	votes := votesOf(t, err)
+	for i, want := range []string{"OOM", "NOAUTH", "READONLY"} {
+		if votes[i].Outcome != redlock.OutcomeError || votes[i].Err == nil || !strings.Contains(votes[i].Err.Error(), want) {
+			t.Errorf("vote of %s = %v %v, want an error with %s", votes[i].Addr, votes[i].Outcome, votes[i].Err, want)
+		}
+	}
+	if !strings.Contains(err.Error(), "OOM") {
+		t.Errorf("the error message hides the per-node errors: %v", err)
+	}
+
+	// A wrong password on every master: the quorum is unavailable.
+	authed := redistest.StartN(t, 3, redistest.Options{Password: "right"})
+	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithAuth("", "wrong"))
+	if _, err := c.Acquire(context.Background(), "replies", time.Second); !errors.Is(err, redlock.ErrQuorumUnavailable) || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("wrong password: err = %v", err)
+	}
+	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithAuth("", "right"))
+	if _, err := c.Acquire(context.Background(), "replies", time.Second); err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+}
+
+func TestRetriesUntilReleased(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	holder := newClient(t, redistest.Addrs(servers))
+	lock, err := holder.Acquire(ctx, "retry", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := newClient(t, redistest.Addrs(servers), redlock.WithTries(1000), redlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "retry", time.Second)
+		got <- err
+	}()
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter did not get the lock after release: %v", err)
+	}
+
+	// Bounded: with the lock held, a waiter gives up after its tries.
+	if _, err := holder.Acquire(ctx, "retry-bounded", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bounded := newClient(t, redistest.Addrs(servers), redlock.WithTries(3), redlock.WithRetryDelay(time.Millisecond, 2*time.Millisecond), redlock.WithObserver(&observer{}))
+	if _, err := bounded.Acquire(ctx, "retry-bounded", time.Second); !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("err = %v, want ErrLockHeld", err)
+	}
+	// Cancelled while waiting between tries.
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	slow := newClient(t, redistest.Addrs(servers), redlock.WithTries(1000), redlock.WithRetryDelay(20*time.Millisecond, 30*time.Millisecond))
+	if _, err := slow.Acquire(cctx, "retry-bounded", time.Second); !errors.Is(err, redlock.ErrCancelled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrCancelled and DeadlineExceeded", err)
+	}
+}
+
+func TestObserverSeesOperations(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	obs := &observer{}
+	c := newClient(t, redistest.Addrs(servers), redlock.WithObserver(obs))
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, "obs", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ops := obs.operations()
+	if len(ops) != 3 || ops[0].Op != redlock.OpAcquire || ops[1].Op != redlock.OpExtend || ops[2].Op != redlock.OpRelease {
+		t.Fatalf("events = %+v", ops)
+	}
+	for _, e := range ops {
+		if e.Err != nil || e.Key != "obs" || len(e.Votes) != 3 || e.Latency <= 0 {
+			t.Fatalf("event %+v", e)
+		}
+	}
+}
+
+func TestClosedClient(t *testing.T) {
+	servers := redistest.StartN(t, 1, redistest.Options{})
+	c, err := redlock.New(redistest.Addrs(servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(context.Background(), "k", time.Second); !errors.Is(err, redlock.ErrClosed) {
+		t.Fatalf("err = %v, want ErrClosed", err)
+	}
+}
+
+// observer records events for assertions.
+type observer struct {
+	mu    sync.Mutex
+	ops   []redlock.OpEvent
+	quars []redlock.QuarantineEvent
+}
+
+func (o *observer) ObserveOp(e redlock.OpEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ops = append(o.ops, e)
+}
+
+func (o *observer) ObserveQuarantine(e redlock.QuarantineEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.quars = append(o.quars, e)
+}
+
+func (o *observer) operations() []redlock.OpEvent {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]redlock.OpEvent(nil), o.ops...)
+}
+
+func (o *observer) quarantines() []redlock.QuarantineEvent {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]redlock.QuarantineEvent(nil), o.quars...)
+}
+
+func (o *observer) lastVotes() []redlock.Vote {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.ops) == 0 {
+		return nil
+	}
+	return o.ops[len(o.ops)-1].Votes
+}
+
+// historyRecorder wraps history.Recorder for the contention test.
+type historyRecorder struct{ history.Recorder }
+
+func (r *historyRecorder) add(key, holder string, start, end time.Time) {
+	r.Record(history.Grant{Key: key, Holder: holder, Start: start, End: end})
+}
+
+// check fails the test on a violation, or when some key was never granted.
+func (r *historyRecorder) check(t *testing.T, keys int) {
+	t.Helper()
+	grants := r.Grants()
+	perKey := map[string]int{}
+	for _, g := range grants {
+		perKey[g.Key]++
+	}
+	if len(perKey) != keys {
+		t.Fatalf("only %d of %d keys were ever granted: %v", len(perKey), keys, perKey)
+	}
+	if err := history.Check(grants); err != nil {
+		t.Fatalf("mutual exclusion violated: %v", err)
+	}
+	t.Logf("%d grants checked: %v", len(grants), perKey)
+}

@@ -1,0 +1,150 @@
+package redlock
+
+import (
+	"context"
+	"time"
+)
+
+// sendFunc sends one request to one master and classifies its answer.
+type sendFunc func(ctx context.Context, n *node) (Outcome, error)
+
+// round is one request sent to every master concurrently. Each master's
+// request runs on its own goroutine with its own timeout, on a context the
+// caller's cancellation does not reach, so that every request ends by
+// answering or timing out and clean-up can be ordered after it.
+type round struct {
+	c     *Client
+	votes []Vote          // votes[i] is written before done[i] is closed
+	done  []chan struct{} // closed when master i answered or timed out
+	order chan int        // indices in the order the answers arrived
+	start time.Time
+}
+
+// startRound sends to every master. The caller must call finish once it has
+// decided, after starting any clean-up.
+func (c *Client) startRound(ctx context.Context, timeout time.Duration, countQuarantine bool, send sendFunc) (*round, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	r := &round{
+		c:     c,
+		votes: make([]Vote, len(c.nodes)),
+		done:  make([]chan struct{}, len(c.nodes)),
+		order: make(chan int, len(c.nodes)),
+		start: time.Now(),
+	}
+	// One extra count, held until finish, lets clean-ups join the group
+	// while Close may already be waiting.
+	c.bg.Add(len(c.nodes) + 1)
+	base := context.WithoutCancel(ctx)
+	for i, n := range c.nodes {
+		r.done[i] = make(chan struct{})
+		go func() {
+			defer c.bg.Done()
+			nctx, cancel := context.WithTimeout(base, timeout)
+			t0 := time.Now()
+			out, err := send(nctx, n)
+			cancel()
+			v := Vote{Addr: n.addr, Outcome: out, Err: err, Latency: time.Since(t0)}
+			if countQuarantine {
+				// Checked after the answer: the answer may have come on a
+				// new connection that just found the master restarted.
+				if q, until := n.quarantined(); q {
+					v.Outcome, v.Err = OutcomeQuarantined, &QuarantinedError{Addr: n.addr, Until: until}
+				}
+			}
+			r.votes[i] = v
+			close(r.done[i])
+			r.order <- i
+		}()
+	}
+	return r, nil
+}
+
+// collect waits until decided reports a known outcome, every master has
+// answered, or ctx ends. It returns a snapshot of the votes with
+// OutcomePending for masters that had not answered, and ctx's error if ctx
+// ended first.
+func (r *round) collect(ctx context.Context, decided func(Tally) bool) ([]Vote, error) {
+	answered := make([]bool, len(r.votes))
+	var t Tally
+	var ctxErr error
+	for got := 0; got < len(r.votes); got++ {
+		if decided(t) {
+			break
+		}
+		select {
+		case i := <-r.order:
+			answered[i] = true
+			t = tallyAdd(t, r.votes[i].Outcome)
+			continue
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+		}
+		break
+	}
+	snap := make([]Vote, len(r.votes))
+	for i := range r.votes {
+		if answered[i] {
+			snap[i] = r.votes[i]
+		} else {
+			snap[i] = Vote{Addr: r.c.nodes[i].addr, Outcome: OutcomePending}
+		}
+	}
+	return snap, ctxErr
+}
+
+// releaseAll removes value from every master once that master's request in
+// this round has answered or timed out, on a context the caller cannot
+// cancel. It returns one channel per master, closed when its release ended.
+func (r *round) releaseAll(key, value string, timeout time.Duration) []chan struct{} {
+	released := make([]chan struct{}, len(r.votes))
+	r.c.bg.Add(len(r.votes))
+	for i, n := range r.c.nodes {
+		released[i] = make(chan struct{})
+		go func() {
+			defer r.c.bg.Done()
+			defer close(released[i])
+			<-r.done[i]
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_, _ = n.release(ctx, key, value) // best effort: the TTL bounds what is left
+		}()
+	}
+	return released
+}
+
+// finish drops the round's hold on the client's wait group.
+func (r *round) finish() { r.c.bg.Done() }
+
+func tallyAdd(t Tally, o Outcome) Tally {
+	switch o {
+	case OutcomeGranted:
+		t.Granted++
+	case OutcomeHeld:
+		t.Held++
+	case OutcomeAbsent:
+		t.Absent++
+	case OutcomeError:
+		t.Error++
+	case OutcomeQuarantined:
+		t.Quarantined++
+	default:
+		t.Pending++
+	}
+	return t
+}
+
+// QuarantinedError is the error of a vote from a master that restarted within
+// the quarantine window.
+type QuarantinedError struct {
+	Addr  string
+	Until time.Time
+}
+
+// Error describes the quarantine.
+func (e *QuarantinedError) Error() string {
+	return "master " + e.Addr + " restarted recently: quarantined until " + e.Until.Format(time.RFC3339Nano)
+}

@@ -1,0 +1,177 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseServerInfo(t *testing.T) {
+	tests := []struct {
+		name    string
+		info    string
+		runID   string
+		uptime  time.Duration
+		wantErr bool
+	}{
+		{"redis 7", "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n", "abc123", 42 * time.Second, false},
+		{"no run_id", "# Server\r\nuptime_in_seconds:42\r\n", "", 0, true},
+		{"no uptime", "run_id:abc\r\n", "", 0, true},
+		{"bad uptime", "run_id:abc\r\nuptime_in_seconds:x\r\n", "", 0, true},
+		{"negative uptime", "run_id:abc\r\nuptime_in_seconds:-1\r\n", "", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			runID, uptime, err := parseServerInfo(tc.info)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if runID != tc.runID || uptime != tc.uptime {
+				t.Fatalf("got (%q, %v), want (%q, %v)", runID, uptime, tc.runID, tc.uptime)
+			}
+		})
+	}
+}
+
+func TestDecisionAndFailureKind(t *testing.T) {
+	tests := []struct {
+		n       int
+		t       Tally
+		decided bool
+		kind    error // failure kind when decided without a quorum
+	}{
+		{5, Tally{Granted: 3, Pending: 2}, true, nil},
+		{5, Tally{Granted: 2, Pending: 3}, false, nil},
+		{5, Tally{Granted: 2, Held: 1, Pending: 2}, false, nil},
+		{5, Tally{Granted: 2, Held: 3}, true, ErrLockHeld},
+		{5, Tally{Granted: 2, Error: 3}, true, ErrQuorumUnavailable},
+		{5, Tally{Held: 1, Error: 1, Pending: 3}, false, nil},
+		{5, Tally{Held: 1, Error: 2, Pending: 2}, true, ErrLockHeld}, // the pending two could grant: contention
+		{5, Tally{Held: 1, Error: 2, Granted: 2}, true, ErrLockHeld}, // 3 answered usably: contention
+		{5, Tally{Quarantined: 2, Error: 1, Granted: 2}, true, ErrQuorumUnavailable},
+		{1, Tally{Granted: 1}, true, nil},
+		{1, Tally{Held: 1}, true, ErrLockHeld},
+		{3, Tally{Absent: 2, Granted: 1}, true, ErrNotHeld},
+		{7, Tally{Granted: 3, Error: 3, Pending: 1}, false, nil},
+		{7, Tally{Granted: 3, Error: 4}, true, ErrQuorumUnavailable},
+	}
+	for _, tc := range tests {
+		c := &Client{nodes: make([]*node, tc.n), quorum: tc.n/2 + 1}
+		if got := c.decidedForQuorum(tc.t); got != tc.decided {
+			t.Errorf("n=%d %+v: decided = %v, want %v", tc.n, tc.t, got, tc.decided)
+		}
+		if !tc.decided || tc.t.Granted >= c.quorum {
+			continue
+		}
+		contention := ErrLockHeld
+		if tc.t.Absent > 0 {
+			contention = ErrNotHeld
+		}
+		if got := c.failureKind(tc.t, contention); !errors.Is(got, tc.kind) {
+			t.Errorf("n=%d %+v: failure kind = %v, want %v", tc.n, tc.t, got, tc.kind)
+		}
+	}
+}
+
+func TestNodeTimeoutAndDrift(t *testing.T) {
+	c := &Client{}
+	for _, tc := range []struct{ ttl, want time.Duration }{
+		{time.Second, MinNodeTimeout},
+		{10 * time.Second, 100 * time.Millisecond},
+		{time.Minute, MaxNodeTimeout},
+	} {
+		if got := c.nodeTimeout(tc.ttl); got != tc.want {
+			t.Errorf("nodeTimeout(%v) = %v, want %v", tc.ttl, got, tc.want)
+		}
+	}
+	c.cfg.nodeTimeout = 7 * time.Millisecond
+	if got := c.nodeTimeout(time.Minute); got != 7*time.Millisecond {
+		t.Errorf("configured nodeTimeout ignored: %v", got)
+	}
+	if got, want := drift(10*time.Second), 102*time.Millisecond; got != want {
+		t.Errorf("drift(10s) = %v, want %v", got, want)
+	}
+}
+
+func TestErrorMessageAndMatching(t *testing.T) {
+	e := &Error{Op: OpAcquire, Key: "k", Quorum: 2, Votes: []Vote{
+		{Addr: "a:1", Outcome: OutcomeGranted},
+		{Addr: "b:1", Outcome: OutcomeError, Err: errors.New("OOM command not allowed")},
+		{Addr: "c:1", Outcome: OutcomePending},
+	}, kind: ErrCancelled, cause: context.Canceled}
+	msg := e.Error()
+	for _, want := range []string{`acquire "k"`, "cancelled", "1 granted", "1 errors", "1 pending", "b:1: OOM"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	if !errors.Is(e, ErrCancelled) || !errors.Is(e, context.Canceled) || errors.Is(e, ErrLockHeld) {
+		t.Errorf("errors.Is matching wrong for %v", e)
+	}
+	var target *Error
+	if !errors.As(error(e), &target) || target.Key != "k" {
+		t.Errorf("errors.As failed")
+	}
+}
+
+// TestQuarantineClock checks the window arithmetic against an injected clock:
+// a master up for 2s under a 10s window is quarantined for 8s more.
+func TestQuarantineClock(t *testing.T) {
+	now := time.Unix(5000, 0)
+	var events []QuarantineEvent
+	obs := &recordingObserver{onQuarantine: func(e QuarantineEvent) { events = append(events, e) }}
+	cfg := defaultConfig()
+	cfg.quarantine, cfg.now, cfg.observer = 10*time.Second, func() time.Time { return now }, obs
+	n := &node{addr: "x:1", cfg: &cfg}
+	n.apply("run1", 2*time.Second)
+	if q, until := n.quarantined(); !q || !until.Equal(now.Add(8*time.Second)) {
+		t.Fatalf("quarantined = %v until %v, want true until +8s", q, until)
+	}
+	if len(events) != 1 || events[0].RunID != "run1" {
+		t.Fatalf("events = %+v, want one for run1", events)
+	}
+	n.apply("run1", 2*time.Second) // another new connection, same incarnation
+	if len(events) != 1 {
+		t.Fatalf("a second connection to the same incarnation re-reported the quarantine")
+	}
+	now = now.Add(8 * time.Second)
+	if q, _ := n.quarantined(); q {
+		t.Fatalf("still quarantined after the window")
+	}
+	n.apply("run1", 20*time.Second) // long-running master: no quarantine
+	if q, _ := n.quarantined(); q {
+		t.Fatalf("quarantined a master up for longer than the window")
+	}
+	n.apply("run2", 0) // restarted
+	if q, until := n.quarantined(); !q || !until.Equal(now.Add(10*time.Second)) || len(events) != 2 {
+		t.Fatalf("restart not quarantined for the full window: %v %v %d", q, until, len(events))
+	}
+}
+
+type recordingObserver struct {
+	nopObserver
+	onQuarantine func(QuarantineEvent)
+}
+
+func (o *recordingObserver) ObserveQuarantine(e QuarantineEvent) { o.onQuarantine(e) }
+
+func TestOptionsRejectBadValues(t *testing.T) {
+	for name, opt := range map[string]Option{
+		"node timeout":   WithNodeTimeout(0),
+		"tries":          WithTries(0),
+		"retry delay":    WithRetryDelay(time.Second, time.Millisecond),
+		"quarantine":     WithQuarantine(-time.Second),
+		"max extensions": WithMaxExtensions(-1),
+		"observer":       WithObserver(nil),
+		"tls":            WithTLS(nil),
+		"pool size":      WithPoolSize(0),
+		"redis options":  WithRedisOptions(nil),
+		"nil option":     nil,
+	} {
+		if _, err := New([]string{"127.0.0.1:1"}, opt); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
