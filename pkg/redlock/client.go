@@ -28,6 +28,8 @@ type Client struct {
 	mu     sync.RWMutex // guards closed against bg.Add after Close
 	closed bool
 	bg     sync.WaitGroup // node requests and clean-ups still running
+
+	releasing sync.Map // key → *round of this client's latest release still in flight
 }
 
 // node is one Redis master and what this client knows about its restarts.

@@ -17,9 +17,27 @@ type Lock struct {
 	value string
 	ttl   time.Duration
 
+	// acquired[i] is closed once the acquisition's SET to master i has
+	// answered or timed out: later requests to master i wait for it, so a
+	// straggling SET cannot land after the release (nil for restored locks).
+	acquired []chan struct{}
+
 	mu         sync.Mutex
 	validUntil time.Time // zero once released or known lost
 	extensions int
+}
+
+// afterAcquired waits until the acquisition's request to master i has ended.
+func (l *Lock) afterAcquired(ctx context.Context, i int) error {
+	if l.acquired == nil {
+		return nil
+	}
+	select {
+	case <-l.acquired[i]:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Key returns the lock's Redis key.
@@ -86,6 +104,21 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 }
 
+// afterReleases waits until this client's latest release of key has ended
+// on master i, so that a new SET does not overtake it.
+func (c *Client) afterReleases(ctx context.Context, key string, i int) error {
+	v, ok := c.releasing.Load(key)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-v.(*round).done[i]:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func retryable(err error) bool {
 	return errors.Is(err, ErrLockHeld) || errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrExpired)
 }
@@ -121,7 +154,10 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration,
 	value := crand.Text()
 	ttlMillis := ttl.Milliseconds()
 	timeout := c.nodeTimeout(ttl)
-	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, n *node) (Outcome, error) {
+	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, i int, n *node) (Outcome, error) {
+		if err := c.afterReleases(ctx, key, i); err != nil {
+			return OutcomeError, err
+		}
 		return n.set(ctx, key, value, ttlMillis)
 	})
 	if err != nil {
@@ -138,7 +174,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration,
 	case ctxErr != nil:
 		e.kind, e.cause = ErrCancelled, ctxErr
 	case t.Granted >= c.quorum && now.Before(validUntil):
-		l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil, acquired: r.done}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: votes})
 		return l, nil
 	case t.Granted >= c.quorum:
@@ -183,7 +219,10 @@ func (l *Lock) Extend(ctx context.Context) error {
 		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
 	}
 	ttlMillis := l.ttl.Milliseconds()
-	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), true, func(ctx context.Context, n *node) (Outcome, error) {
+	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), true, func(ctx context.Context, i int, n *node) (Outcome, error) {
+		if err := l.afterAcquired(ctx, i); err != nil {
+			return OutcomeError, err
+		}
 		return n.extend(ctx, l.key, l.value, ttlMillis)
 	})
 	if err != nil {
@@ -208,7 +247,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		e.kind = ErrExpired
 	default:
 		e.kind = c.failureKind(t, ErrNotHeld)
-		if e.kind == ErrNotHeld {
+		if errors.Is(e.kind, ErrNotHeld) {
 			l.validUntil = time.Time{} // a quorum says the value is gone
 		}
 	}
@@ -218,24 +257,39 @@ func (l *Lock) Extend(ctx context.Context) error {
 
 // Release deletes the lock's value from every master that holds it, never
 // touching another client's value. The lock counts as not held from the
-// moment Release is called. It returns nil when a quorum confirmed the value
-// gone and at least one master deleted it, an error matching ErrNotHeld when
-// no master held it any more, and ErrQuorumUnavailable when too few masters
-// answered (their copies expire with the TTL). Cancelling ctx stops the wait,
-// not the requests.
+// moment Release is called. Release returns once a quorum has answered;
+// requests to slower masters go on in the background (Close waits for them),
+// and this client's next acquisition of the same key waits, master by master,
+// for them to end, so that it does not find its own released value. It
+// returns nil when a quorum confirmed the value gone and at least one of
+// them deleted it, an error matching ErrNotHeld when no master held it any
+// more, and ErrQuorumUnavailable when too few masters answered (their copies
+// expire with the TTL). Cancelling ctx stops the wait, not the requests.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.validUntil = time.Time{}
 	c := l.c
-	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), false, func(ctx context.Context, n *node) (Outcome, error) {
+	var registered sync.Mutex // orders Store before the last request's CompareAndDelete
+	registered.Lock()
+	r, err := c.startRoundThen(ctx, c.nodeTimeout(l.ttl), false, func(ctx context.Context, i int, n *node) (Outcome, error) {
+		if err := l.afterAcquired(ctx, i); err != nil {
+			return OutcomeError, err
+		}
 		return n.release(ctx, l.key, l.value)
+	}, func(r *round) {
+		registered.Lock()
+		c.releasing.CompareAndDelete(l.key, r)
 	})
 	if err != nil {
 		return err
 	}
+	c.releasing.Store(l.key, r)
+	registered.Unlock()
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, func(Tally) bool { return false })
+	votes, ctxErr := r.collect(ctx, func(t Tally) bool {
+		return t.Granted+t.Held+t.Absent >= c.quorum || len(c.nodes)-t.unavailable() < c.quorum
+	})
 	t := Count(votes)
 	var kind error
 	switch {

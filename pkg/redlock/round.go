@@ -2,11 +2,12 @@ package redlock
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
-// sendFunc sends one request to one master and classifies its answer.
-type sendFunc func(ctx context.Context, n *node) (Outcome, error)
+// sendFunc sends one request to master i and classifies its answer.
+type sendFunc func(ctx context.Context, i int, n *node) (Outcome, error)
 
 // round is one request sent to every master concurrently. Each master's
 // request runs on its own goroutine with its own timeout, on a context the
@@ -18,11 +19,19 @@ type round struct {
 	done  []chan struct{} // closed when master i answered or timed out
 	order chan int        // indices in the order the answers arrived
 	start time.Time
+
+	cancel  context.CancelFunc // ends the requests' shared deadline
+	running atomic.Int32       // requests not yet ended
 }
 
 // startRound sends to every master. The caller must call finish once it has
 // decided, after starting any clean-up.
 func (c *Client) startRound(ctx context.Context, timeout time.Duration, countQuarantine bool, send sendFunc) (*round, error) {
+	return c.startRoundThen(ctx, timeout, countQuarantine, send, nil)
+}
+
+// startRoundThen is startRound with a hook run once every request ended.
+func (c *Client) startRoundThen(ctx context.Context, timeout time.Duration, countQuarantine bool, send sendFunc, allEnded func(*round)) (*round, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -38,15 +47,22 @@ func (c *Client) startRound(ctx context.Context, timeout time.Duration, countQua
 	// One extra count, held until finish, lets clean-ups join the group
 	// while Close may already be waiting.
 	c.bg.Add(len(c.nodes) + 1)
-	base := context.WithoutCancel(ctx)
+	// One deadline for all requests of the round (they start together), on
+	// a context the caller's cancellation does not reach; the last request
+	// to end releases its timer.
+	nctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.start.Add(timeout))
+	r.cancel = cancel
+	r.running.Store(int32(len(c.nodes)))
 	for i, n := range c.nodes {
 		r.done[i] = make(chan struct{})
 		go func() {
 			defer c.bg.Done()
-			nctx, cancel := context.WithTimeout(base, timeout)
 			t0 := time.Now()
-			out, err := send(nctx, n)
-			cancel()
+			out, err := send(nctx, i, n)
+			last := r.running.Add(-1) == 0
+			if last {
+				r.cancel()
+			}
 			v := Vote{Addr: n.addr, Outcome: out, Err: err, Latency: time.Since(t0)}
 			if countQuarantine {
 				// Checked after the answer: the answer may have come on a
@@ -58,6 +74,9 @@ func (c *Client) startRound(ctx context.Context, timeout time.Duration, countQua
 			r.votes[i] = v
 			close(r.done[i])
 			r.order <- i
+			if last && allEnded != nil {
+				allEnded(r)
+			}
 		}()
 	}
 	return r, nil
