@@ -11,20 +11,22 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
-func get(t *testing.T, s *redistest.Server, key string) (string, error) {
+// get reads the test key "k".
+func get(t *testing.T, s *redistest.Server) (string, error) {
 	t.Helper()
 	c := s.Client()
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	return c.Get(ctx, key).Result()
+	return c.Get(ctx, "k").Result()
 }
 
-func put(t *testing.T, s *redistest.Server, key string) {
+// put writes the test key "k".
+func put(t *testing.T, s *redistest.Server) {
 	t.Helper()
 	c := s.Client()
 	defer c.Close()
-	if err := c.Set(context.Background(), key, "v", 0).Err(); err != nil {
+	if err := c.Set(context.Background(), "k", "v", 0).Err(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
 }
@@ -44,7 +46,7 @@ func TestRestartKeepsOrLosesData(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.StartN(t, 1, redistest.Options{Persistence: tc.persistence})[0]
-			put(t, s, "k")
+			put(t, s)
 			port := s.Port()
 			if tc.clean {
 				if err := s.Shutdown(); err != nil {
@@ -57,7 +59,7 @@ func TestRestartKeepsOrLosesData(t *testing.T) {
 			if s.Port() != port {
 				t.Fatalf("port changed from %d to %d", port, s.Port())
 			}
-			_, err := get(t, s, "k")
+			_, err := get(t, s)
 			if survived := err == nil; survived != tc.survives {
 				t.Fatalf("key survived = %v (err %v), want %v", survived, err, tc.survives)
 			}
@@ -67,17 +69,17 @@ func TestRestartKeepsOrLosesData(t *testing.T) {
 
 func TestStopContAndKill(t *testing.T) {
 	s := redistest.StartN(t, 1, redistest.Options{})[0]
-	put(t, s, "k")
+	put(t, s)
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := get(t, s, "k"); err == nil {
+	if _, err := get(t, s); err == nil {
 		t.Fatal("a stopped server answered")
 	}
 	if err := s.Cont(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := get(t, s, "k"); err != nil || v != "v" {
+	if v, err := get(t, s); err != nil || v != "v" {
 		t.Fatalf("after SIGCONT: %q, %v", v, err)
 	}
 	if err := s.Kill(); err != nil {
@@ -86,7 +88,7 @@ func TestStopContAndKill(t *testing.T) {
 	if s.PID() != 0 {
 		t.Fatal("PID of a killed server is not 0")
 	}
-	if _, err := get(t, s, "k"); err == nil {
+	if _, err := get(t, s); err == nil {
 		t.Fatal("a killed server answered")
 	}
 }
