@@ -29,7 +29,7 @@ type Client struct {
 	closed bool
 	bg     sync.WaitGroup // node requests and clean-ups still running
 
-	releasing sync.Map // key → *round of this client's latest release still in flight
+	releasing sync.Map // key → *inflight: this client's latest release of key still running
 }
 
 // node is one Redis master and what this client knows about its restarts.
@@ -42,6 +42,10 @@ type node struct {
 	runID            string
 	quarantinedUntil time.Time
 }
+
+// inflight is a release whose requests may still be running: done[i] is
+// closed when the request to master i has ended.
+type inflight struct{ done []chan struct{} }
 
 // MasterStatus is a snapshot of what the client knows about one master.
 type MasterStatus struct {

@@ -112,7 +112,7 @@ func (c *Client) afterReleases(ctx context.Context, key string, i int) error {
 		return nil
 	}
 	select {
-	case <-v.(*round).done[i]:
+	case <-v.(*inflight).done[i]:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -184,7 +184,16 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration,
 	}
 
 	// Failed: remove our value everywhere, each master after its SET ended.
+	// A retry (this client's next SET of key) is ordered after the clean-up.
 	released := r.releaseAll(key, value, timeout)
+	cleanup := &inflight{done: released}
+	c.releasing.Store(key, cleanup)
+	c.bg.Go(func() {
+		for _, d := range released {
+			<-d
+		}
+		c.releasing.CompareAndDelete(key, cleanup)
+	})
 	if ctxErr == nil {
 		// The masters that answered are fast: wait for them so that a retry
 		// (ours or another client's) finds them clean. Stragglers are
@@ -279,12 +288,13 @@ func (l *Lock) Release(ctx context.Context) error {
 		return n.release(ctx, l.key, l.value)
 	}, func(r *round) {
 		registered.Lock()
-		c.releasing.CompareAndDelete(l.key, r)
+		c.releasing.CompareAndDelete(l.key, r.inflight)
 	})
 	if err != nil {
 		return err
 	}
-	c.releasing.Store(l.key, r)
+	r.inflight = &inflight{done: r.done}
+	c.releasing.Store(l.key, r.inflight)
 	registered.Unlock()
 	defer r.finish()
 	votes, ctxErr := r.collect(ctx, func(t Tally) bool {

@@ -445,7 +445,6 @@ func TestFailedAttemptOnStoppedMastersExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	resumed := time.Now()
 	for _, s := range servers[:2] {
 		if d := pttl(t, s, key); d > ttl {
 			t.Fatalf("stale key on %s lives %v, longer than the TTL %v", s.Addr(), d, ttl)
@@ -454,9 +453,6 @@ func TestFailedAttemptOnStoppedMastersExpires(t *testing.T) {
 	waitFor(t, ttl+time.Second, "stale keys to expire", func() bool {
 		return value(t, servers[0], key) == "" && value(t, servers[1], key) == ""
 	})
-	if took := time.Since(resumed); took > ttl+500*time.Millisecond {
-		t.Logf("stale keys lasted %v after SIGCONT", took)
-	}
 	if v := value(t, servers[2], key); v != "foreign" {
 		t.Fatalf("foreign value became %q", v)
 	}

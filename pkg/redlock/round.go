@@ -20,8 +20,9 @@ type round struct {
 	order chan int        // indices in the order the answers arrived
 	start time.Time
 
-	cancel  context.CancelFunc // ends the requests' shared deadline
-	running atomic.Int32       // requests not yet ended
+	cancel   context.CancelFunc // ends the requests' shared deadline
+	running  atomic.Int32       // requests not yet ended
+	inflight *inflight          // set by Release: its entry in Client.releasing
 }
 
 // startRound sends to every master. The caller must call finish once it has
