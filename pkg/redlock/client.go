@@ -29,23 +29,24 @@ type Client struct {
 	closed bool
 	bg     sync.WaitGroup // node requests and clean-ups still running
 
-	releasing sync.Map // key → *inflight: this client's latest release of key still running
+	releases releases // this client's releases still running, per key
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // node is one Redis master and what this client knows about its restarts.
 type node struct {
-	addr string
-	rdb  *redis.Client
-	cfg  *config
+	addr  string
+	rdb   *redis.Client
+	cfg   *config
+	peers *[]*node // every node of the client, for duplicate detection
 
 	mu               sync.Mutex
 	runID            string
 	quarantinedUntil time.Time
+	duplicateOf      string // another node with the same run_id
 }
-
-// inflight is a release whose requests may still be running: done[i] is
-// closed when the request to master i has ended.
-type inflight struct{ done []chan struct{} }
 
 // MasterStatus is a snapshot of what the client knows about one master.
 type MasterStatus struct {
@@ -85,13 +86,13 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("redlock: new: %w: master %q listed twice (it would vote twice)", ErrInvalidArgument, addr)
 		}
 		seen[addr] = true
-		c.nodes = append(c.nodes, newNode(addr, &c.cfg))
+		c.nodes = append(c.nodes, newNode(addr, &c.cfg, &c.nodes))
 	}
 	return c, nil
 }
 
-func newNode(addr string, cfg *config) *node {
-	n := &node{addr: addr, cfg: cfg}
+func newNode(addr string, cfg *config, peers *[]*node) *node {
+	n := &node{addr: addr, cfg: cfg, peers: peers}
 	opt := &redis.Options{
 		Addr:            addr,
 		Username:        cfg.username,
@@ -109,6 +110,11 @@ func newNode(addr string, cfg *config) *node {
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = -1
 	opt.DialerRetries = 1
+	// go-redis dials in the background on its own context: bound it too.
+	opt.DialTimeout = MaxNodeTimeout
+	if cfg.nodeTimeout > 0 {
+		opt.DialTimeout = cfg.nodeTimeout
+	}
 	opt.OnConnect = n.onConnect
 	n.rdb = redis.NewClient(opt)
 	return n
@@ -133,21 +139,20 @@ func (c *Client) Masters() []MasterStatus {
 // per-node timeout), then closes every connection. Operations after Close
 // fail with ErrClosed.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
 		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	c.mu.Unlock()
-	c.bg.Wait()
-	var errs []error
-	for _, n := range c.nodes {
-		if err := n.rdb.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close %s: %w", n.addr, err))
+		c.bg.Wait()
+		var errs []error
+		for _, n := range c.nodes {
+			if err := n.rdb.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close %s: %w", n.addr, err))
+			}
 		}
-	}
-	return errors.Join(errs...)
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
 }
 
 // onConnect runs on every new connection to the master. A restart always
@@ -168,8 +173,30 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil {
 		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
 	}
+
 	n.apply(runID, uptime)
+	// Two addresses of one server would let it vote twice: mark both.
+	for _, p := range *n.peers {
+		if p != n && p.currentRunID() == runID {
+			n.markDuplicate(p.addr)
+			p.markDuplicate(n.addr)
+		}
+	}
 	return nil
+}
+
+func (n *node) markDuplicate(of string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.duplicateOf = of
+}
+
+// duplicate returns the address of another node found to be the same
+// server, or "".
+func (n *node) duplicate() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.duplicateOf
 }
 
 // apply records what a new connection found: the master's incarnation and
@@ -195,6 +222,12 @@ func (n *node) apply(runID string, uptime time.Duration) {
 	if event != nil {
 		n.cfg.observer.ObserveQuarantine(*event)
 	}
+}
+
+func (n *node) currentRunID() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runID
 }
 
 // quarantined reports whether the master must not vote now, and until when.
@@ -250,6 +283,17 @@ func validateKey(op Op, key string) error {
 	}
 	if len(key) > maxBulkLen {
 		return invalidf(op, "key of %d bytes exceeds Redis's limit of %d", len(key), maxBulkLen)
+	}
+	return nil
+}
+
+// validateValue checks a lock value against Redis's limits.
+func validateValue(op Op, value string) error {
+	if value == "" {
+		return invalidf(op, "empty value")
+	}
+	if len(value) > maxBulkLen {
+		return invalidf(op, "value of %d bytes exceeds Redis's limit of %d", len(value), maxBulkLen)
 	}
 	return nil
 }

@@ -27,9 +27,15 @@
 // vote until the window has passed on the client's clock. Set the window
 // longer than the longest TTL in use plus the clock drift.
 //
-// Errors are of type [*Error] and match the sentinels [ErrLockHeld],
-// [ErrQuorumUnavailable], [ErrExpired], [ErrNotHeld] and [ErrCancelled] with
-// errors.Is; invalid arguments match [ErrInvalidArgument] and send nothing.
+// Failed operations return an [*Error] with every master's vote, matching
+// the sentinels [ErrLockHeld], [ErrQuorumUnavailable], [ErrExpired],
+// [ErrNotHeld] and [ErrCancelled] with errors.Is. Invalid arguments return an
+// error matching [ErrInvalidArgument] and send nothing; a closed client
+// returns [ErrClosed].
+//
+// The quarantine check needs the INFO command: an ACL user without it cannot
+// vote while the check is on. With the check on, two addresses that reach the
+// same server (same run_id) are detected and neither votes.
 //
 // The package does not depend on Kubernetes: the operator builds on it, and
 // so can any Go program.

@@ -11,17 +11,20 @@ import (
 var (
 	// ErrInvalidArgument reports bad input; nothing was sent to any master.
 	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrLockHeld reports that the lock is held elsewhere: enough masters
-	// answered to form a quorum, but too many of them hold another value.
+	// ErrLockHeld reports that the lock is held elsewhere: masters hold
+	// another value, and the masters that failed (down, timed out, error
+	// replies, quarantined) were too few to explain the missing quorum on
+	// their own. It is read from the votes that arrived before the decision.
 	ErrLockHeld = errors.New("lock held elsewhere")
-	// ErrQuorumUnavailable reports that too few masters answered (down,
-	// timed out, error replies, or quarantined) to form a quorum.
+	// ErrQuorumUnavailable reports that the masters that failed (down, timed
+	// out, error replies, quarantined) leave fewer than a quorum.
 	ErrQuorumUnavailable = errors.New("quorum unavailable")
 	// ErrExpired reports that the lock's validity ran out, either before the
 	// operation started or while it was in flight.
 	ErrExpired = errors.New("validity expired")
-	// ErrNotHeld reports that a quorum of masters no longer stores this
-	// lock's value: it expired, was released, or was taken over.
+	// ErrNotHeld reports that the lock's value is gone: Extend found a
+	// quorum without it (the lock is then marked lost), or Release found no
+	// master holding it.
 	ErrNotHeld = errors.New("lock not held")
 	// ErrCancelled reports that the caller's context ended first. The error
 	// also matches the context's own error (context.Canceled or

@@ -73,20 +73,51 @@ func (l *Lock) Extensions() int {
 	return l.extensions
 }
 
+// AcquireOption configures one acquisition.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	value string
+}
+
+// WithValue sets the value that identifies this acquisition instead of a
+// random one. It must be unique for every acquisition of the key, across all
+// clients: a value derived from a secret and a counter (such as a fencing
+// token) lets a process that restarts recompute it. Retries of one Acquire
+// call reuse it.
+func WithValue(v string) AcquireOption {
+	return func(c *acquireConfig) { c.value = v }
+}
+
 // Acquire acquires the lock key with the given TTL on a quorum of masters,
 // retrying with a random delay up to the configured number of tries. On
 // success the lock is valid until Lock.ValidUntil. On failure it returns an
 // *Error matching ErrLockHeld, ErrQuorumUnavailable, ErrExpired or
 // ErrCancelled, and every master is cleaned of this attempt's value.
-func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := validateKey(OpAcquire, key); err != nil {
 		return nil, err
 	}
 	if err := validateTTL(OpAcquire, ttl); err != nil {
 		return nil, err
 	}
+	if w := c.cfg.quarantine; w > 0 && ttl+drift(ttl) > w {
+		return nil, invalidf(OpAcquire, "ttl %v plus drift exceeds the quarantine window %v: a restarted master could grant a lock it forgot", ttl, w)
+	}
+	var ac acquireConfig
+	for i, o := range opts {
+		if o == nil {
+			return nil, invalidf(OpAcquire, "acquire option %d is nil", i)
+		}
+		o(&ac)
+	}
+	if ac.value == "" {
+		ac.value = crand.Text()
+	} else if err := validateValue(OpAcquire, ac.value); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
-		l, err := c.acquireOnce(ctx, key, ttl, attempt)
+		l, err := c.acquireOnce(ctx, key, ac.value, ttl, attempt)
 		if err == nil || attempt >= c.cfg.tries || !retryable(err) {
 			return l, err
 		}
@@ -101,21 +132,6 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			}
 			return nil, cancelled
 		}
-	}
-}
-
-// afterReleases waits until this client's latest release of key has ended
-// on master i, so that a new SET does not overtake it.
-func (c *Client) afterReleases(ctx context.Context, key string, i int) error {
-	v, ok := c.releasing.Load(key)
-	if !ok {
-		return nil
-	}
-	select {
-	case <-v.(*inflight).done[i]:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
@@ -147,15 +163,15 @@ func (c *Client) failureKind(t Tally, contention error) error {
 	return contention
 }
 
-func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration, attempt int) (*Lock, error) {
+func (c *Client) acquireOnce(ctx context.Context, key, value string, ttl time.Duration, attempt int) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: ErrCancelled, cause: err}
 	}
-	value := crand.Text()
 	ttlMillis := ttl.Milliseconds()
 	timeout := c.nodeTimeout(ttl)
+	prior := c.releases.latest(key)
 	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, i int, n *node) (Outcome, error) {
-		if err := c.afterReleases(ctx, key, i); err != nil {
+		if err := prior.wait(ctx, i); err != nil {
 			return OutcomeError, err
 		}
 		return n.set(ctx, key, value, ttlMillis)
@@ -186,13 +202,12 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration,
 	// Failed: remove our value everywhere, each master after its SET ended.
 	// A retry (this client's next SET of key) is ordered after the clean-up.
 	released := r.releaseAll(key, value, timeout)
-	cleanup := &inflight{done: released}
-	c.releasing.Store(key, cleanup)
+	cleanup := c.releases.add(key, released)
 	c.bg.Go(func() {
 		for _, d := range released {
 			<-d
 		}
-		c.releasing.CompareAndDelete(key, cleanup)
+		c.releases.end(key, cleanup)
 	})
 	if ctxErr == nil {
 		// The masters that answered are fast: wait for them so that a retry
@@ -214,18 +229,26 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration,
 // already passed (ErrExpired) or that was released (ErrNotHeld). When a quorum
 // reports the value gone, the lock is marked lost.
 func (l *Lock) Extend(ctx context.Context) error {
+	ev, err := l.extend(ctx)
+	if ev != nil {
+		l.c.cfg.observer.ObserveOp(*ev) // outside l.mu: the observer may read the lock
+	}
+	return err
+}
+
+func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.c
 	switch {
 	case l.validUntil.IsZero():
-		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrNotHeld}
+		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrNotHeld}
 	case !time.Now().Before(l.validUntil):
-		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExpired}
+		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExpired}
 	case c.cfg.maxExtensions > 0 && l.extensions >= c.cfg.maxExtensions:
-		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExtensionLimit}
+		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExtensionLimit}
 	case ctx.Err() != nil:
-		return &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
+		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
 	}
 	ttlMillis := l.ttl.Milliseconds()
 	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), true, func(ctx context.Context, i int, n *node) (Outcome, error) {
@@ -235,7 +258,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		return n.extend(ctx, l.key, l.value, ttlMillis)
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.finish()
 	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
@@ -243,6 +266,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 	validUntil := r.start.Add(l.ttl - drift(l.ttl))
 	now := time.Now()
 
+	ev := &OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: now.Sub(r.start), Votes: votes}
 	e := &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, Votes: votes}
 	switch {
 	case ctxErr != nil:
@@ -250,18 +274,19 @@ func (l *Lock) Extend(ctx context.Context) error {
 	case t.Granted >= c.quorum && now.Before(validUntil):
 		l.validUntil = validUntil
 		l.extensions++
-		c.cfg.observer.ObserveOp(OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: now.Sub(r.start), Votes: votes})
-		return nil
+		return ev, nil
 	case t.Granted >= c.quorum:
 		e.kind = ErrExpired
+	case t.Held+t.Absent >= c.quorum:
+		// A quorum says the value is gone: the lock is lost.
+		e.kind = ErrNotHeld
+		l.validUntil = time.Time{}
 	default:
-		e.kind = c.failureKind(t, ErrNotHeld)
-		if errors.Is(e.kind, ErrNotHeld) {
-			l.validUntil = time.Time{} // a quorum says the value is gone
-		}
+		// Failures kept the quorum from answering; the old validity stands.
+		e.kind = ErrQuorumUnavailable
 	}
-	c.cfg.observer.ObserveOp(OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: now.Sub(r.start), Votes: votes, Err: e})
-	return e
+	ev.Err = e
+	return ev, e
 }
 
 // Release deletes the lock's value from every master that holds it, never
@@ -275,6 +300,14 @@ func (l *Lock) Extend(ctx context.Context) error {
 // more, and ErrQuorumUnavailable when too few masters answered (their copies
 // expire with the TTL). Cancelling ctx stops the wait, not the requests.
 func (l *Lock) Release(ctx context.Context) error {
+	ev, err := l.release(ctx)
+	if ev != nil {
+		l.c.cfg.observer.ObserveOp(*ev) // outside l.mu: the observer may read the lock
+	}
+	return err
+}
+
+func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.validUntil = time.Time{}
@@ -288,13 +321,12 @@ func (l *Lock) Release(ctx context.Context) error {
 		return n.release(ctx, l.key, l.value)
 	}, func(r *round) {
 		registered.Lock()
-		c.releasing.CompareAndDelete(l.key, r.inflight)
+		c.releases.end(l.key, r.inflight)
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.inflight = &inflight{done: r.done}
-	c.releasing.Store(l.key, r.inflight)
+	r.inflight = c.releases.add(l.key, r.done)
 	registered.Unlock()
 	defer r.finish()
 	votes, ctxErr := r.collect(ctx, func(t Tally) bool {
@@ -310,15 +342,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	case t.Granted == 0:
 		kind = ErrNotHeld
 	}
-	ev := OpEvent{Op: OpRelease, Key: l.key, Attempt: 1, Latency: time.Since(r.start), Votes: votes}
+	ev := &OpEvent{Op: OpRelease, Key: l.key, Attempt: 1, Latency: time.Since(r.start), Votes: votes}
 	if kind == nil {
-		c.cfg.observer.ObserveOp(ev)
-		return nil
+		return ev, nil
 	}
 	e := &Error{Op: OpRelease, Key: l.key, Quorum: c.quorum, Votes: votes, kind: kind, cause: ctxErr}
 	ev.Err = e
-	c.cfg.observer.ObserveOp(ev)
-	return e
+	return ev, e
 }
 
 // Restore rebuilds a lock from persisted fields (Lock.Key, Lock.Value,
@@ -333,11 +363,11 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 	if err := validateTTL(op, ttl); err != nil {
 		return nil, err
 	}
-	if value == "" {
-		return nil, invalidf(op, "empty value")
+	if err := validateValue(op, value); err != nil {
+		return nil, err
 	}
-	if len(value) > maxBulkLen {
-		return nil, invalidf(op, "value of %d bytes exceeds Redis's limit of %d", len(value), maxBulkLen)
+	if limit := time.Now().Add(ttl - drift(ttl)); validUntil.After(limit) {
+		validUntil = limit
 	}
 	return &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}, nil
 }

@@ -99,8 +99,8 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) Option {
 // WithQuarantine sets the quarantine window for restarted masters: a master
 // whose uptime is shorter than the window when a new connection to it is
 // made does not vote until the window has passed, measured on this client's
-// clock. Set it longer than the longest TTL plus the drift allowance. Zero
-// (the default) turns the check off.
+// clock. It must exceed the longest TTL plus the drift allowance: Acquire
+// refuses a longer TTL. Zero (the default) turns the check off.
 func WithQuarantine(window time.Duration) Option {
 	return func(c *config) error {
 		if window < 0 {
@@ -168,7 +168,8 @@ func WithPoolSize(n int) Option {
 
 // WithRedisOptions lets the caller adjust the go-redis options of every
 // master after this package has filled them in. Fields this package relies on
-// (OnConnect, MaxRetries, ContextTimeoutEnabled) are restored afterwards.
+// are set again afterwards: ContextTimeoutEnabled, MaxRetries, DialerRetries,
+// DialTimeout and OnConnect (a caller's OnConnect is replaced).
 func WithRedisOptions(fn func(*redis.Options)) Option {
 	return func(c *config) error {
 		if fn == nil {

@@ -261,6 +261,12 @@ func TestBadInputSendsNothing(t *testing.T) {
 	if _, err := c.Restore("k", "", time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Errorf("empty value: err = %v", err)
 	}
+	if _, err := c.Acquire(ctx, "k", time.Second, redlock.WithValue(huge)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("oversized WithValue: err = %v", err)
+	}
+	if _, err := c.Acquire(ctx, "k", time.Second, nil); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("nil acquire option: err = %v", err)
+	}
 	for name, addrs := range map[string][]string{
 		"no masters": nil, "malformed": {"localhost"}, "duplicate": {servers[0].Addr(), servers[0].Addr()},
 	} {
@@ -475,17 +481,26 @@ func TestCancelledAcquireCleansUp(t *testing.T) {
 	})
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
-	granted := make(chan struct{})
+	granted := make(chan bool, 1)
 	go func() {
-		// Cancel once both live masters have stored the value.
-		waitFor(t, 5*time.Second, "live masters to grant", func() bool {
-			return value(t, servers[3], "cancel") != "" && value(t, servers[4], "cancel") != ""
-		})
-		close(granted)
-		cancel()
+		// Cancel once both live masters have stored the value (polled with
+		// plain clients: t.Fatal is not for this goroutine).
+		defer cancel()
+		a, b := servers[3].Client(), servers[4].Client()
+		defer a.Close()
+		defer b.Close()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if a.Exists(context.Background(), "cancel").Val() == 1 && b.Exists(context.Background(), "cancel").Val() == 1 {
+				granted <- true
+				return
+			}
+		}
+		granted <- false
 	}()
 	_, err := c.Acquire(ctx, "cancel", time.Minute)
-	<-granted
+	if !<-granted {
+		t.Fatal("the live masters never stored the value")
+	}
 	if !errors.Is(err, redlock.ErrCancelled) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want ErrCancelled and context.Canceled", err)
 	}
@@ -581,6 +596,34 @@ func TestExtendRespectsMaxExtensions(t *testing.T) {
 	}
 }
 
+// TestWithValue: a caller-chosen value is what the masters store. Values must
+// be unique per acquisition: a failed acquisition cleans its value from every
+// master, so reusing a held lock's value releases that lock.
+func TestWithValue(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, "derived", time.Minute, redlock.WithValue("token-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock.Value() != "token-7" || value(t, servers[0], "derived") != "token-7" {
+		t.Fatalf("value = %q, stored %q", lock.Value(), value(t, servers[0], "derived"))
+	}
+	// The same value again: SET NX refuses, and the failed attempt's
+	// clean-up removes "token-7" everywhere.
+	if _, err := c.Acquire(ctx, "derived", time.Minute, redlock.WithValue("token-7")); !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("second acquisition: err = %v, want ErrLockHeld", err)
+	}
+	resumed, err := c.Restore("derived", "token-7", time.Minute, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resumed.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("Extend after the duplicate's clean-up: err = %v, want ErrNotHeld", err)
+	}
+}
+
 // TestRestoreHandsOverToAnotherClient: a second client (a new operator
 // leader) rebuilds the lock from its persisted fields, extends and releases
 // it without waiting for expiry.
@@ -596,6 +639,9 @@ func TestRestoreHandsOverToAnotherClient(t *testing.T) {
 	_ = first.Close()
 
 	second := newClient(t, redistest.Addrs(servers))
+	if capped, err := second.Restore(key, val, ttl, time.Now().Add(time.Hour)); err != nil || time.Until(capped.ValidUntil()) > ttl {
+		t.Fatalf("Restore did not cap a claimed validity of an hour: %v, %v", capped.ValidUntil(), err)
+	}
 	restored, err := second.Restore(key, val, ttl, until)
 	if err != nil {
 		t.Fatal(err)
@@ -684,6 +730,61 @@ func TestRestartedMasterIsQuarantined(t *testing.T) {
 	}
 	if v := value(t, servers[0], "q"); v != lock.Value() {
 		t.Fatalf("restarted master does not hold the new lock")
+	}
+}
+
+// TestQuarantineWindowMustCoverTTL: a TTL the window does not cover is
+// refused before anything is sent.
+func TestQuarantineWindowMustCoverTTL(t *testing.T) {
+	servers := redistest.StartN(t, 1, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers), redlock.WithQuarantine(10*time.Second))
+	if _, err := c.Acquire(context.Background(), "k", 10*time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("ttl 10s with a 10s window: err = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestSameServerTwiceDoesNotVote lists one server under two addresses: with
+// the quarantine check on, the run_id gives it away and neither address votes.
+func TestSameServerTwiceDoesNotVote(t *testing.T) {
+	servers := redistest.StartN(t, 2, redistest.Options{})
+	const window = 1500 * time.Millisecond
+	alias := fmt.Sprintf("localhost:%d", servers[0].Port())
+	c := newClient(t, []string{servers[0].Addr(), alias, servers[1].Addr()}, redlock.WithTries(1), redlock.WithQuarantine(window))
+	ctx := context.Background()
+	var err error
+	waitFor(t, 3*window, "the duplicate to be detected", func() bool {
+		_, err = c.Acquire(ctx, "dup", time.Second)
+		return err != nil && strings.Contains(err.Error(), "same server")
+	})
+	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		t.Fatalf("err = %v, want ErrQuorumUnavailable", err)
+	}
+}
+
+// TestExtendKeepsValidityWhenOnlyUnavailable: one master lost the key, one is
+// down — no quorum says the value is gone, so the lock keeps its validity.
+func TestExtendKeepsValidityWhenOnlyUnavailable(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, "partial", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := lock.ValidUntil()
+	admin := servers[0].Client()
+	defer admin.Close()
+	if err := admin.Del(ctx, "partial").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Extend(ctx); !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		t.Fatalf("err = %v, want ErrQuorumUnavailable", err)
+	}
+	if !lock.ValidUntil().Equal(before) || !lock.Valid() {
+		t.Fatalf("validity changed to %v (was %v)", lock.ValidUntil(), before)
 	}
 }
 

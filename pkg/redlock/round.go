@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -70,6 +71,9 @@ func (c *Client) startRoundThen(ctx context.Context, timeout time.Duration, coun
 				// new connection that just found the master restarted.
 				if q, until := n.quarantined(); q {
 					v.Outcome, v.Err = OutcomeQuarantined, &QuarantinedError{Addr: n.addr, Until: until}
+				}
+				if other := n.duplicate(); other != "" {
+					v.Outcome, v.Err = OutcomeError, fmt.Errorf("master %s is the same server as %s: its vote does not count", n.addr, other)
 				}
 			}
 			r.votes[i] = v

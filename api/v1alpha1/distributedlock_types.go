@@ -1,0 +1,175 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types of a DistributedLock.
+const (
+	// ConditionHeld is True while the lock is held in Redis by the holder in
+	// status, within its validity.
+	ConditionHeld = "Held"
+	// ConditionReady is True when the spec is valid and its master set can be
+	// used; False with a reason when the controller cannot act on the spec.
+	ConditionReady = "Ready"
+)
+
+// Reasons used in DistributedLock conditions.
+const (
+	ReasonAcquired          = "Acquired"
+	ReasonHeldElsewhere     = "HeldElsewhere"
+	ReasonQuorumUnavailable = "QuorumUnavailable"
+	ReasonValidityExpired   = "ValidityExpired"
+	ReasonNotRequested      = "NotRequested"
+	ReasonReleased          = "Released"
+	ReasonRenewFailed       = "RenewFailed"
+	ReasonLost              = "Lost"
+	ReasonValid             = "Valid"
+	ReasonMasterSetNotFound = "MasterSetNotFound"
+	ReasonMasterSetNotReady = "MasterSetNotReady"
+	ReasonTTLTooLong        = "TTLExceedsMaxLockTTL"
+	ReasonInvalidSpec       = "InvalidSpec"
+)
+
+// DistributedLockSpec is the desired state of a DistributedLock.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.key) == has(oldSelf.key) && (!has(self.key) || self.key == oldSelf.key)",message="key is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || duration(self.renewInterval) < duration(self.ttl)",message="renewInterval must be shorter than ttl"
+type DistributedLockSpec struct {
+	// MasterSet is the name of the RedisMasterSet, in this namespace, whose
+	// masters arbitrate the lock.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	MasterSet string `json:"masterSet"`
+
+	// Key is the Redis key of the lock. Locks with the same key exclude each
+	// other, also across clusters whose operators share the masters. Defaults
+	// to "redlock:<namespace>/<name>" (shown in status.key). Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Key string `json:"key,omitempty"`
+
+	// TTL is the validity of each acquisition and renewal, from 1s to 24h in
+	// whole milliseconds. It must not exceed the master set's maxLockTTL.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="ttl must be between 1s and 24h"
+	TTL metav1.Duration `json:"ttl"`
+
+	// RenewInterval is how often a held lock is renewed. Defaults to ttl/3;
+	// must be shorter than ttl.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms')",message="renewInterval must be at least 100ms"
+	RenewInterval *metav1.Duration `json:"renewInterval,omitempty"`
+
+	// HolderIdentity requests the lock for a static holder (a process or
+	// team name). Empty means no static holder: the lock is not requested.
+	// Changing it releases the lock and acquires it for the new holder.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	HolderIdentity string `json:"holderIdentity,omitempty"`
+}
+
+// LockHolder identifies who holds a lock.
+type LockHolder struct {
+	// Identity is the holder's identity.
+	Identity string `json:"identity"`
+}
+
+// MasterVote is one master's answer to the latest operation on the lock.
+type MasterVote struct {
+	// Address is the master's address.
+	Address string `json:"address"`
+	// Vote is the master's answer: Granted, Held (another value), Absent,
+	// Error, Quarantined or Pending (no answer before the decision).
+	Vote string `json:"vote"`
+	// Error is the master's error, when Vote is Error or Quarantined.
+	// +optional
+	Error string `json:"error,omitempty"`
+}
+
+// QuorumStatus summarises the votes of the latest operation.
+type QuorumStatus struct {
+	// Quorum is the number of granted votes needed (N/2+1).
+	Quorum int32 `json:"quorum"`
+	// Granted is the number of masters that granted.
+	Granted int32 `json:"granted"`
+	// Masters holds each master's vote.
+	// +optional
+	// +listType=atomic
+	Masters []MasterVote `json:"masters,omitempty"`
+}
+
+// DistributedLockStatus is the observed state of a DistributedLock.
+type DistributedLockStatus struct {
+	// ObservedGeneration is the generation of the spec last acted upon.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Key is the Redis key in use.
+	// +optional
+	Key string `json:"key,omitempty"`
+
+	// Holder is who holds the lock; empty when nobody does.
+	// +optional
+	Holder *LockHolder `json:"holder,omitempty"`
+
+	// AcquiredAt is when the current holder acquired the lock.
+	// +optional
+	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
+
+	// RenewedAt is when the lock was last renewed.
+	// +optional
+	RenewedAt *metav1.Time `json:"renewedAt,omitempty"`
+
+	// ValidUntil is when the holder's validity ends unless renewed. A holder
+	// is never shown past its validity.
+	// +optional
+	ValidUntil *metav1.Time `json:"validUntil,omitempty"`
+
+	// FencingToken grows by one on every grant and is never reused. Pass it
+	// to the resources the holder writes so they can reject stale holders.
+	// +optional
+	FencingToken int64 `json:"fencingToken,omitempty"`
+
+	// Quorum shows the masters' votes on the latest operation.
+	// +optional
+	Quorum *QuorumStatus `json:"quorum,omitempty"`
+
+	// Conditions: Held and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DistributedLock is a lock acquired with Redlock across the masters of a
+// RedisMasterSet and held for a holder.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=dlock,categories=redlock
+// +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.identity`
+// +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.conditions[?(@.type=="Held")].status`
+// +kubebuilder:printcolumn:name="Valid-Until",type=date,JSONPath=`.status.validUntil`
+// +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DistributedLock struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DistributedLockSpec   `json:"spec"`
+	Status DistributedLockStatus `json:"status,omitempty"`
+}
+
+// DistributedLockList is a list of DistributedLocks.
+//
+// +kubebuilder:object:root=true
+type DistributedLockList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DistributedLock `json:"items"`
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds the envtest control plane (kube-apiserver and etcd) from the Go module
+# proxy, once, into a cache outside the checkout, and prints the directory to
+# use as KUBEBUILDER_ASSETS. Prebuilt envtest binaries cannot be downloaded on
+# the machines this project is developed and tested on.
+#
+# A second run with the same versions is a no-op.
+#
+#   KUBE_VERSION  k8s.io/kubernetes version   (default v1.37.2)
+#   ETCD_VERSION  go.etcd.io/etcd/server/v3   (default v3.6.16)
+#   ENVTEST_CACHE cache root                  (default ${XDG_CACHE_HOME:-~/.cache}/redlock-operator/envtest)
+set -euo pipefail
+
+KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+CACHE=${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-operator/envtest}
+OUT="$CACHE/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION"
+GO=${GO:-go}
+
+if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/etcd" ] && [ -f "$OUT/.complete" ]; then
+	echo "$OUT"
+	exit 0
+fi
+
+log() { echo "build-envtest: $*" >&2; }
+mkdir -p "$OUT"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The staging modules are k8s.io/* at the matching v0 version.
+staging=${KUBE_VERSION/v1./v0.}
+
+# --- kube-apiserver -----------------------------------------------------------
+if [ ! -x "$OUT/kube-apiserver" ]; then
+	log "building kube-apiserver $KUBE_VERSION (several minutes on a cold cache)"
+	mkdir -p "$work/kube"
+	(
+		cd "$work/kube"
+		$GO mod init envtest.local/kube >/dev/null 2>&1
+		gomod=$($GO mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+		[ -n "$gomod" ] || { log "cannot download k8s.io/kubernetes@$KUBE_VERSION"; exit 1; }
+		# Every "k8s.io/x => ./staging/..." replace of kubernetes' go.mod becomes
+		# a replace by the released staging module.
+		args=(-require="k8s.io/kubernetes@$KUBE_VERSION")
+		while read -r mod; do
+			args+=(-replace="$mod=$mod@$staging")
+		done < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")
+		$GO mod edit "${args[@]}"
+		cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+		$GO mod tidy >/dev/null 2>&1 || $GO mod tidy
+		major=$(echo "$KUBE_VERSION" | sed 's/^v\([0-9]*\)\..*/\1/')
+		minor=$(echo "$KUBE_VERSION" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/')
+		pkg=k8s.io/component-base/version
+		CGO_ENABLED=0 $GO build -trimpath -o "$OUT/kube-apiserver" \
+			-ldflags "-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor" \
+			k8s.io/kubernetes/cmd/kube-apiserver
+	)
+fi
+
+# --- etcd ---------------------------------------------------------------------
+if [ ! -x "$OUT/etcd" ]; then
+	log "building etcd $ETCD_VERSION"
+	mkdir -p "$work/etcd"
+	(
+		cd "$work/etcd"
+		$GO mod init envtest.local/etcd >/dev/null 2>&1
+		args=(-require="go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+		for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+			args+=(-replace="go.etcd.io/etcd/$m=go.etcd.io/etcd/$m@$ETCD_VERSION")
+		done
+		$GO mod edit "${args[@]}"
+		cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+GO
+		$GO mod tidy >/dev/null 2>&1 || $GO mod tidy
+		CGO_ENABLED=0 $GO build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
+	)
+fi
+
+"$OUT/kube-apiserver" --version >&2
+"$OUT/etcd" --version | head -n1 >&2
+touch "$OUT/.complete"
+echo "$OUT"
