@@ -41,3 +41,6 @@ func (d *Deriver) Value(uid string, token int64) string {
 	m.Write([]byte(strconv.FormatInt(token, 10)))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
+
+// SecretKey is the data key of the Secret that holds the derivation key.
+const SecretKey = "key"

@@ -25,6 +25,15 @@ type Lock struct {
 	mu         sync.Mutex
 	validUntil time.Time // zero once released or known lost
 	extensions int
+	votes      []Vote // of the latest successful acquisition or extension
+}
+
+// Votes returns the masters' votes on the latest successful acquisition or
+// extension (OutcomePending for masters that had not answered by then).
+func (l *Lock) Votes() []Vote {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Vote(nil), l.votes...)
 }
 
 // afterAcquired waits until the acquisition's request to master i has ended.
@@ -190,7 +199,7 @@ func (c *Client) acquireOnce(ctx context.Context, key, value string, ttl time.Du
 	case ctxErr != nil:
 		e.kind, e.cause = ErrCancelled, ctxErr
 	case t.Granted >= c.quorum && now.Before(validUntil):
-		l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil, acquired: r.done}
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil, acquired: r.done, votes: votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: votes})
 		return l, nil
 	case t.Granted >= c.quorum:
@@ -274,6 +283,7 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	case t.Granted >= c.quorum && now.Before(validUntil):
 		l.validUntil = validUntil
 		l.extensions++
+		l.votes = votes
 		return ev, nil
 	case t.Granted >= c.quorum:
 		e.kind = ErrExpired

@@ -607,6 +607,9 @@ func TestWithValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if v := lock.Votes(); len(v) != 3 || countOutcome(v, redlock.OutcomeGranted) < 2 {
+		t.Fatalf("Votes() = %+v", v)
+	}
 	if lock.Value() != "token-7" || value(t, servers[0], "derived") != "token-7" {
 		t.Fatalf("value = %q, stored %q", lock.Value(), value(t, servers[0], "derived"))
 	}
@@ -983,4 +986,30 @@ func TestReleaseIsOrderedAfterStragglingSets(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestProbe(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const window = time.Minute
+	c := newClient(t, redistest.Addrs(servers), redlock.WithQuarantine(window))
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Probe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i, r := range res[:2] {
+		// Freshly started: answering, but quarantined.
+		if r.Err != nil || r.RunID == "" || r.Serving(now) || !r.QuarantinedUntil.After(now.Add(window-5*time.Second)) {
+			t.Errorf("master %d: %+v", i, r)
+		}
+	}
+	if res[2].Err == nil || res[2].Serving(now) {
+		t.Errorf("killed master: %+v", res[2])
+	}
+	if !res[0].Serving(now.Add(window + time.Second)) {
+		t.Errorf("master 0 still not serving after its window")
+	}
 }

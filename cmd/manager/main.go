@@ -1,0 +1,133 @@
+// Command manager runs redlock-operator: the DistributedLock and
+// RedisMasterSet controllers, with leader election, health probes and
+// Prometheus metrics.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/operator"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+)
+
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=redlock-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+func main() {
+	var (
+		metricsAddr, probeAddr string
+		leaderElect            bool
+		leaderNamespace        string
+		lockKeySecret          string
+		probeInterval          time.Duration
+		workers                int
+	)
+	namespace := envOr("POD_NAMESPACE", "redlock-system")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
+	flag.StringVar(&leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
+	flag.StringVar(&lockKeySecret, "lock-key-secret", namespace+"/redlock-operator-lock-key",
+		"namespace/name of the Secret holding the key lock values are derived from (created when missing).")
+	flag.DurationVar(&probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
+	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	if err := run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), config{
+		metricsAddr: metricsAddr, probeAddr: probeAddr, leaderElect: leaderElect, leaderNamespace: leaderNamespace,
+		lockKeySecret: lockKeySecret, probeInterval: probeInterval, workers: workers,
+	}); err != nil {
+		log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	leaderNamespace        string
+	lockKeySecret          string
+	probeInterval          time.Duration
+	workers                int
+}
+
+func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: cfg.metricsAddr},
+		HealthProbeBindAddress:        cfg.probeAddr,
+		LeaderElection:                cfg.leaderElect,
+		LeaderElectionID:              "redlock-operator.redlock.dev",
+		LeaderElectionNamespace:       cfg.leaderNamespace,
+		LeaderElectionReleaseOnCancel: true, // a stopping leader hands over at once
+	})
+	if err != nil {
+		return fmt.Errorf("new manager: %w", err)
+	}
+	m := metrics.New()
+	if err := m.Register(ctrlmetrics.Registry); err != nil {
+		return err
+	}
+	lockKey, err := parseRef(cfg.lockKeySecret)
+	if err != nil {
+		return err
+	}
+	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
+		LockKeySecret: lockKey,
+		ProbeInterval: cfg.probeInterval,
+		Workers:       cfg.workers,
+		Metrics:       m,
+	})
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("starting manager", "leaderElection", cfg.leaderElect)
+	return mgr.Start(ctx)
+}
+
+func parseRef(ref string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, fmt.Errorf("--lock-key-secret %q: want namespace/name", ref)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,88 @@
+package controllers
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+func TestDecideHolder(t *testing.T) {
+	now := time.Unix(1000, 0)
+	later, earlier := now.Add(time.Second), now.Add(-time.Second)
+	tests := []struct {
+		in   holderInputs
+		want holderAction
+	}{
+		{holderInputs{Now: now}, actNone},
+		{holderInputs{Requested: "a", Now: now}, actAcquire},
+		{holderInputs{Requested: "a", Holder: "a", ValidUntil: later, InMemory: true, Now: now}, actNone},
+		{holderInputs{Requested: "a", Holder: "a", ValidUntil: later, Now: now}, actAdopt},
+		{holderInputs{Requested: "a", Holder: "a", ValidUntil: earlier, Now: now}, actAcquire}, // lapsed: never adopted
+		{holderInputs{Requested: "a", Holder: "a", ValidUntil: now, Now: now}, actAcquire},     // validity ends at now
+		{holderInputs{Requested: "", Holder: "a", ValidUntil: later, Now: now}, actRelease},
+		{holderInputs{Requested: "", Holder: "a", ValidUntil: earlier, InMemory: true, Now: now}, actRelease},
+		{holderInputs{Requested: "", Holder: "a", ValidUntil: earlier, Now: now}, actNone},
+		{holderInputs{Requested: "b", Holder: "a", ValidUntil: later, Now: now}, actHandover},
+		{holderInputs{Requested: "b", Holder: "a", ValidUntil: later, InMemory: true, Now: now}, actHandover},
+		{holderInputs{Requested: "b", Holder: "a", ValidUntil: earlier, Now: now}, actAcquire},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%+v", tc.in), func(t *testing.T) {
+			if got := decideHolder(tc.in); got != tc.want {
+				t.Fatalf("decideHolder = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestHeldReason(t *testing.T) {
+	for err, want := range map[error]string{
+		redlock.ErrLockHeld:                      v1alpha1.ReasonHeldElsewhere,
+		redlock.ErrQuorumUnavailable:             v1alpha1.ReasonQuorumUnavailable,
+		redlock.ErrExpired:                       v1alpha1.ReasonValidityExpired,
+		redlock.ErrNotHeld:                       v1alpha1.ReasonLost,
+		fmt.Errorf("x: %w", redlock.ErrLockHeld): v1alpha1.ReasonHeldElsewhere,
+	} {
+		if got := heldReason(err); got != want {
+			t.Errorf("heldReason(%v) = %s, want %s", err, got, want)
+		}
+	}
+}
+
+func TestRenewalTiming(t *testing.T) {
+	spec := v1alpha1.DistributedLockSpec{TTL: metav1.Duration{Duration: 9 * time.Second}}
+	if got := renewInterval(spec); got != 3*time.Second {
+		t.Errorf("default renew interval = %v, want ttl/3", got)
+	}
+	spec.RenewInterval = &metav1.Duration{Duration: time.Second}
+	if got := renewInterval(spec); got != time.Second {
+		t.Errorf("renew interval = %v", got)
+	}
+	now := time.Unix(1000, 0)
+	valid := now.Add(9 * time.Second)
+	if got := nextRenewal(now, 3*time.Second, 0, valid, now); !got.Equal(now.Add(3 * time.Second)) {
+		t.Errorf("next renewal = %v", got.Sub(now))
+	}
+	// After a failure: retry within a second.
+	if got := nextRenewal(now, 3*time.Second, 1, valid, now.Add(4*time.Second)); !got.Equal(now.Add(4*time.Second + 750*time.Millisecond)) {
+		t.Errorf("retry after failure at %v", got.Sub(now))
+	}
+	// A renew interval too long for the validity is pulled in to 2/3 of it.
+	if got := nextRenewal(now, 8*time.Second, 0, valid, now); !got.Equal(now.Add(6 * time.Second)) {
+		t.Errorf("next renewal = %v, want 6s", got.Sub(now))
+	}
+	for range 100 {
+		d := retryDelay(10*time.Second, jitter)
+		if d < time.Second || d > 2500*time.Millisecond {
+			t.Fatalf("retry delay %v outside [1s, 2.5s]", d)
+		}
+	}
+	if d := retryDelay(time.Minute, func(time.Duration) time.Duration { return 0 }); d != 2*time.Second {
+		t.Errorf("retry delay floor for 1m = %v", d)
+	}
+}

@@ -1,0 +1,240 @@
+package controllers_test
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+var _ = Describe("DistributedLock", Ordered, func() {
+	var (
+		mgr *manager
+		ns  string
+		ms  *masterSet
+	)
+	BeforeAll(func() {
+		mgr = startManager()
+		ns = newNamespace()
+		ms = newMasters(ns, "masters", 5)
+		// Fresh masters sit out their quarantine first (maxLockTTL + drift + 1s).
+		Eventually(func(g Gomega) {
+			set := &v1alpha1.RedisMasterSet{}
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.name}, set)).To(Succeed())
+			g.Expect(set.Status.Serving).To(Equal(int32(5)))
+		}, 15*time.Second, 100*time.Millisecond).Should(Succeed())
+	})
+	AfterAll(func() { mgr.stop() })
+
+	It("acquires for a static holder, records it in status, and keeps renewing", func() {
+		lock := newLock(ms, "static", "", "team-a", 1500*time.Millisecond)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		var first *v1alpha1.DistributedLock
+		Eventually(func() bool { first = fetch(lock); return heldBy(first, "team-a") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+		Expect(first.Status.Key).To(Equal("redlock:" + ns + "/static"))
+		Expect(first.Status.FencingToken).To(Equal(int64(1)))
+		Expect(first.Status.AcquiredAt).NotTo(BeNil())
+		Expect(first.Status.Quorum.Quorum).To(Equal(int32(3)))
+		Expect(first.Status.Quorum.Granted).To(BeNumerically(">=", 3))
+		Expect(readyReason(first)).To(Equal("True/" + v1alpha1.ReasonValid))
+		Expect(first.Finalizers).To(ContainElement("redlock.dev/release"))
+
+		// The value on a quorum of masters is the one recorded for the grant.
+		Expect(countEqual(valuesOn(ms, first.Status.Key), expectedValue(first))).To(BeNumerically(">=", 3))
+
+		// validUntil keeps moving forward across renewals (renewInterval = ttl/3).
+		last := first.Status.RenewedAt.Time
+		for range 3 {
+			Eventually(func() bool {
+				cur := fetch(lock)
+				return heldBy(cur, "team-a") && cur.Status.RenewedAt.After(last)
+			}, 3*time.Second, 50*time.Millisecond).Should(BeTrue())
+			cur := fetch(lock)
+			last = cur.Status.RenewedAt.Time
+			Expect(cur.Status.FencingToken).To(Equal(int64(1)), "renewals keep the token")
+		}
+		Expect(fetch(lock).Status.ValidUntil.Time).To(BeTemporally(">", first.Status.ValidUntil.Time))
+	})
+
+	It("lets exactly one of two locks with the same key hold it, and hands over on deletion", func() {
+		a := newLock(ms, "same-a", "shared-key", "a", 1500*time.Millisecond)
+		b := newLock(ms, "same-b", "shared-key", "b", 1500*time.Millisecond)
+		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
+		Eventually(func() bool { return heldBy(fetch(a), "a") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
+		Eventually(func() string { return heldReason(fetch(b)) }, 10*time.Second, 50*time.Millisecond).Should(Equal(v1alpha1.ReasonHeldElsewhere))
+		Consistently(func() bool {
+			la, lb := fetch(a), fetch(b)
+			return heldBy(la, "a") && !heldBy(lb, "b")
+		}, 3*time.Second, 100*time.Millisecond).Should(BeTrue())
+
+		Expect(k8s.Delete(suiteCtx, a)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), a)) }, 10*time.Second).Should(BeTrue())
+		Eventually(func() bool { return heldBy(fetch(b), "b") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+		lb := fetch(b)
+		Expect(countEqual(valuesOn(ms, "shared-key"), expectedValue(lb))).To(BeNumerically(">=", 3))
+	})
+
+	It("re-acquires for a new holder with a higher fencing token and releases on no holder", func() {
+		lock := newLock(ms, "handover", "", "first", 1500*time.Millisecond)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() bool { return heldBy(fetch(lock), "first") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+		tokens := []int64{fetch(lock).Status.FencingToken}
+		for _, holder := range []string{"second", "third"} {
+			cur := fetch(lock)
+			cur.Spec.HolderIdentity = holder
+			Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+			Eventually(func() bool { return heldBy(fetch(lock), holder) }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+			tokens = append(tokens, fetch(lock).Status.FencingToken)
+		}
+		Expect(tokens).To(Equal([]int64{1, 2, 3}))
+
+		cur := fetch(lock)
+		key, value := cur.Status.Key, expectedValue(cur)
+		cur.Spec.HolderIdentity = ""
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+		Eventually(func() string { return heldReason(fetch(lock)) }, 10*time.Second, 50*time.Millisecond).Should(Equal(v1alpha1.ReasonNotRequested))
+		Expect(fetch(lock).Status.Holder).To(BeNil())
+		Expect(countEqual(valuesOn(ms, key), value)).To(Equal(0), "released in Redis")
+		Expect(fetch(lock).Status.FencingToken).To(Equal(int64(3)), "the token is never reset")
+	})
+
+	It("keeps a lock across a manager restart: same value, same holder, no lapse", func() {
+		lock := newLock(ms, "survivor", "", "keeper", 2*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() bool { return heldBy(fetch(lock), "keeper") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+		before := fetch(lock)
+		value := expectedValue(before)
+
+		mgr.stop()
+		mgr = startManager()
+
+		// The new leader adopts the grant and renews it before it lapses.
+		Eventually(func() bool {
+			cur := fetch(lock)
+			return heldBy(cur, "keeper") && cur.Status.RenewedAt.After(before.Status.RenewedAt.Time)
+		}, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+		after := fetch(lock)
+		Expect(after.Status.FencingToken).To(Equal(before.Status.FencingToken))
+		Expect(after.Status.AcquiredAt.Time).To(BeTemporally("==", before.Status.AcquiredAt.Time))
+		Expect(countEqual(valuesOn(ms, after.Status.Key), value)).To(BeNumerically(">=", 3))
+	})
+
+	It("survives a minority of dead masters, loses the lock cleanly with a majority, and regains it", func() {
+		lock := newLock(ms, "faults", "", "f", 1500*time.Millisecond)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() bool { return heldBy(fetch(lock), "f") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+
+		for _, s := range ms.servers[:2] {
+			Expect(s.Kill()).To(Succeed())
+		}
+		renewed := fetch(lock).Status.RenewedAt.Time
+		Eventually(func() bool { return fetch(lock).Status.RenewedAt.After(renewed) }, 3*time.Second, 50*time.Millisecond).Should(BeTrue())
+		Consistently(func() bool { return heldBy(fetch(lock), "f") }, 2*time.Second, 100*time.Millisecond).Should(BeTrue())
+
+		Expect(ms.servers[2].Kill()).To(Succeed())
+		killed := time.Now()
+		valid := fetch(lock).Status.ValidUntil.Time
+		Eventually(func() string { return heldReason(fetch(lock)) }, 5*time.Second, 20*time.Millisecond).
+			Should(BeElementOf(v1alpha1.ReasonValidityExpired, v1alpha1.ReasonQuorumUnavailable, v1alpha1.ReasonLost))
+		lost := time.Now()
+		// Held=False no later than the validity allows (status times are in
+		// whole seconds; allow a second for that and for polling).
+		Expect(lost).To(BeTemporally("<=", valid.Add(2*time.Second)))
+		Expect(lost.Sub(killed)).To(BeNumerically("<", 1500*time.Millisecond+2*time.Second))
+		Expect(fetch(lock).Status.Holder).To(BeNil())
+
+		for _, s := range ms.servers[:3] {
+			Expect(s.Restart(false)).To(Succeed())
+		}
+		// Back after the restarted masters' quarantine.
+		Eventually(func() bool { return heldBy(fetch(lock), "f") }, 15*time.Second, 50*time.Millisecond).Should(BeTrue())
+		Expect(fetch(lock).Status.FencingToken).To(BeNumerically(">", 1))
+	})
+
+	It("rejects bad specs at the API server", func() {
+		cases := map[string]func(l *v1alpha1.DistributedLock){
+			"zero ttl":       func(l *v1alpha1.DistributedLock) { l.Spec.TTL = metav1.Duration{} },
+			"negative ttl":   func(l *v1alpha1.DistributedLock) { l.Spec.TTL = metav1.Duration{Duration: -time.Second} },
+			"ttl over 24h":   func(l *v1alpha1.DistributedLock) { l.Spec.TTL = metav1.Duration{Duration: 25 * time.Hour} },
+			"renew over ttl": func(l *v1alpha1.DistributedLock) { l.Spec.RenewInterval = &metav1.Duration{Duration: 3 * time.Second} },
+			"no master set":  func(l *v1alpha1.DistributedLock) { l.Spec.MasterSet = "" },
+		}
+		for name, mutate := range cases {
+			l := newLock(ms, "bad-"+fmt.Sprint(len(name)), "", "x", 2*time.Second)
+			mutate(l)
+			Expect(k8s.Create(suiteCtx, l)).NotTo(Succeed(), name)
+		}
+
+		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
+		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
+		l.Spec.Key = "k2"
+		err := k8s.Update(suiteCtx, l)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("key is immutable"))
+
+		bad := &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad-address"},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				External:   &v1alpha1.ExternalMasters{Addresses: []string{"localhost"}},
+				MaxLockTTL: metav1.Duration{Duration: time.Minute},
+			},
+		}
+		Expect(k8s.Create(suiteCtx, bad)).NotTo(Succeed())
+		bad.Spec.External.Addresses = []string{"127.0.0.1:70000"}
+		Expect(k8s.Create(suiteCtx, bad)).NotTo(Succeed())
+		bad.Spec.External = nil
+		Expect(k8s.Create(suiteCtx, bad)).NotTo(Succeed())
+	})
+
+	It("reports what only the controller can check as Ready=False and writes nothing to Redis", func() {
+		tooLong := newLock(ms, "too-long", "too-long-key", "x", 3*time.Second) // maxLockTTL is 2s
+		Expect(k8s.Create(suiteCtx, tooLong)).To(Succeed())
+		Eventually(func() string { return readyReason(fetch(tooLong)) }, 10*time.Second).Should(Equal("False/" + v1alpha1.ReasonTTLTooLong))
+
+		orphan := newLock(ms, "orphan", "orphan-key", "x", time.Second)
+		orphan.Spec.MasterSet = "missing"
+		Expect(k8s.Create(suiteCtx, orphan)).To(Succeed())
+		Eventually(func() string { return readyReason(fetch(orphan)) }, 10*time.Second).Should(Equal("False/" + v1alpha1.ReasonMasterSetNotFound))
+
+		Consistently(func() []string { return append(valuesOn(ms, "too-long-key"), valuesOn(ms, "orphan-key")...) }, time.Second, 100*time.Millisecond).
+			Should(HaveEach(""))
+		Expect(fetch(tooLong).Status.Holder).To(BeNil())
+
+		// Other locks are unaffected.
+		ok := newLock(ms, "unaffected", "", "fine", time.Second)
+		Expect(k8s.Create(suiteCtx, ok)).To(Succeed())
+		Eventually(func() bool { return heldBy(fetch(ok), "fine") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+
+		// Fixing the master set's limit makes the lock usable.
+		set := &v1alpha1.RedisMasterSet{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.name}, set)).To(Succeed())
+		Expect(set.Status.Conditions).NotTo(BeEmpty())
+	})
+})
+
+var _ = Describe("Deleting a lock whose masters are unreachable", func() {
+	It("keeps the finalizer until the grant has expired, then lets the object go", func() {
+		mgr := startManager()
+		DeferCleanup(mgr.stop)
+		ns := newNamespace()
+		ms := newMasters(ns, "doomed", 3)
+		lock := newLock(ms, "doomed", "", "h", 2*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() bool { return heldBy(fetch(lock), "h") }, 15*time.Second, 50*time.Millisecond).Should(BeTrue())
+		for _, s := range ms.servers {
+			Expect(s.Kill()).To(Succeed())
+		}
+		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
+		Eventually(func() bool {
+			err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), &v1alpha1.DistributedLock{})
+			return apierrors.IsNotFound(err)
+		}, 2*time.Second+3*time.Second, 50*time.Millisecond).Should(BeTrue(), "gone once the 2s grant has expired")
+	})
+})

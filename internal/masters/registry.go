@@ -1,0 +1,193 @@
+// Package masters keeps one pkg/redlock Client per RedisMasterSet, built from
+// the set's spec and auth Secret and rebuilt when either changes.
+package masters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// QuarantineMargin is added to maxLockTTL and its drift allowance to form the
+// quarantine window of restarted masters.
+const QuarantineMargin = time.Second
+
+// ErrAuthSecret reports a missing or unusable auth Secret.
+var ErrAuthSecret = errors.New("auth secret")
+
+// QuarantineWindow is how long a restarted master of a set with this
+// maxLockTTL sits out: longer than any lock it may have forgotten.
+func QuarantineWindow(maxLockTTL time.Duration) time.Duration {
+	return maxLockTTL + time.Duration(float64(maxLockTTL)*0.01) + 2*time.Millisecond + QuarantineMargin
+}
+
+// ObserverFunc returns the observer for a master set's client.
+type ObserverFunc func(masterSet types.NamespacedName) redlock.Observer
+
+// Registry maps master sets to clients. It is safe for concurrent use.
+type Registry struct {
+	// Reader reads auth Secrets (an uncached reader keeps the operator from
+	// watching every Secret in the cluster).
+	Reader client.Reader
+	// Observer, when set, is attached to every client.
+	Observer ObserverFunc
+	// Options are appended to every client's options (tests use them).
+	Options []redlock.Option
+
+	mu      sync.Mutex
+	entries map[types.NamespacedName]*entry
+}
+
+type entry struct {
+	spec        string // generation and UID of the master set
+	fingerprint string // spec and the auth Secret's resourceVersion
+	client      *redlock.Client
+	checked     time.Time // when the auth Secret was last read
+}
+
+// Client returns the client for ms, building it when the set is new or its
+// spec changed. The auth Secret is read again when the client was built more
+// than SecretRecheck ago; a changed Secret rebuilds the client.
+func (r *Registry) Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error) {
+	return r.client(ctx, ms, false)
+}
+
+// Refresh is Client with the auth Secret read in any case.
+func (r *Registry) Refresh(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error) {
+	return r.client(ctx, ms, true)
+}
+
+// SecretRecheck is how long a client is used before its auth Secret is read
+// again.
+const SecretRecheck = 30 * time.Second
+
+func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, force bool) (*redlock.Client, error) {
+	name := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
+	spec := strconv.FormatInt(ms.Generation, 10) + "/" + string(ms.UID)
+	r.mu.Lock()
+	if e, ok := r.entries[name]; ok && e.spec == spec && !force && (ms.Spec.AuthSecretRef == nil || time.Since(e.checked) < SecretRecheck) {
+		r.mu.Unlock()
+		return e.client, nil
+	}
+	r.mu.Unlock()
+
+	user, pass, secretVersion, err := r.auth(ctx, ms)
+	if err != nil {
+		return nil, err
+	}
+	fp := spec + "/" + secretVersion
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.entries[name]; ok && e.fingerprint == fp {
+		e.checked = time.Now()
+		return e.client, nil
+	}
+	c, err := r.build(name, ms, user, pass)
+	if err != nil {
+		return nil, err
+	}
+	if r.entries == nil {
+		r.entries = map[types.NamespacedName]*entry{}
+	}
+	if old, ok := r.entries[name]; ok {
+		go func() { _ = old.client.Close() }() // waits for its in-flight requests
+	}
+	r.entries[name] = &entry{spec: spec, fingerprint: fp, client: c, checked: time.Now()}
+	return c, nil
+}
+
+// Lookup returns the current client of a master set without reading
+// anything, or nil when there is none yet.
+func (r *Registry) Lookup(name types.NamespacedName) *redlock.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.entries[name]; ok {
+		return e.client
+	}
+	return nil
+}
+
+// Forget closes and drops the client of a deleted master set.
+func (r *Registry) Forget(name types.NamespacedName) {
+	r.mu.Lock()
+	e, ok := r.entries[name]
+	delete(r.entries, name)
+	r.mu.Unlock()
+	if ok {
+		_ = e.client.Close()
+	}
+}
+
+// Close closes every client.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	entries := r.entries
+	r.entries = nil
+	r.mu.Unlock()
+	for _, e := range entries {
+		_ = e.client.Close()
+	}
+}
+
+func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet, user, pass string) (*redlock.Client, error) {
+	if ms.Spec.External == nil || len(ms.Spec.External.Addresses) == 0 {
+		return nil, errors.New("no master addresses")
+	}
+	opts := []redlock.Option{
+		redlock.WithTries(1), // the controllers retry with their own jitter
+		redlock.WithQuarantine(QuarantineWindow(ms.Spec.MaxLockTTL.Duration)),
+	}
+	if pass != "" || user != "" {
+		opts = append(opts, redlock.WithAuth(user, pass))
+	}
+	if ms.Spec.NodeTimeout != nil {
+		opts = append(opts, redlock.WithNodeTimeout(ms.Spec.NodeTimeout.Duration))
+	}
+	if r.Observer != nil {
+		opts = append(opts, redlock.WithObserver(r.Observer(name)))
+	}
+	opts = append(opts, r.Options...)
+	c, err := redlock.New(ms.Spec.External.Addresses, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("master set %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// auth reads the password (and user name) from the set's auth Secret.
+func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user, pass, version string, err error) {
+	ref := ms.Spec.AuthSecretRef
+	if ref == nil {
+		return "", "", "", nil
+	}
+	var s corev1.Secret
+	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ms.Namespace, Name: ref.Name}, &s); err != nil {
+		return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, err)
+	}
+	key := ref.Key
+	if key == "" {
+		key = "password"
+	}
+	p, ok := s.Data[key]
+	if !ok || len(p) == 0 {
+		return "", "", "", fmt.Errorf("%w %q: no key %q", ErrAuthSecret, ref.Name, key)
+	}
+	if ref.UsernameKey != "" {
+		u, ok := s.Data[ref.UsernameKey]
+		if !ok {
+			return "", "", "", fmt.Errorf("%w %q: no key %q", ErrAuthSecret, ref.Name, ref.UsernameKey)
+		}
+		user = string(u)
+	}
+	return user, string(p), s.ResourceVersion, nil
+}

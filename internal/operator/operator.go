@@ -1,0 +1,116 @@
+// Package operator wires redlock-operator's controllers into a
+// controller-runtime manager: the master-set client registry, the lock value
+// key, the DistributedLock and RedisMasterSet reconcilers. The manager binary
+// and the controller tests share it.
+package operator
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/redlock-operator/redlock-operator/controllers"
+	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
+	"github.com/redlock-operator/redlock-operator/internal/masters"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// Options configures Setup.
+type Options struct {
+	// LockKeySecret holds the key lock values are derived from; it is
+	// created with random bytes when missing.
+	LockKeySecret types.NamespacedName
+	// ProbeInterval of RedisMasterSets (default 10s).
+	ProbeInterval time.Duration
+	// Workers is the number of parallel DistributedLock reconciles.
+	Workers int
+	// Metrics receives the operator's metrics (registered by the caller).
+	Metrics *metrics.Metrics
+	// RedlockOptions are added to every master set's client (tests).
+	RedlockOptions []redlock.Option
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+}
+
+// Setup adds the controllers to mgr. The returned cleanup closes the Redis
+// clients; call it after the manager stopped.
+func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(), err error) {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New()
+	}
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, err
+	}
+	values, err := LoadLockKey(ctx, direct, o.LockKeySecret)
+	if err != nil {
+		return nil, err
+	}
+	registry := &masters.Registry{
+		Reader:   mgr.GetAPIReader(),
+		Observer: func(n types.NamespacedName) redlock.Observer { return o.Metrics.Observer(n.String()) },
+		Options:  o.RedlockOptions,
+	}
+	recorder := mgr.GetEventRecorder("redlock-operator")
+	if err := (&controllers.DistributedLockReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                recorder,
+		Masters:                 registry,
+		Values:                  values,
+		Metrics:                 o.Metrics,
+		Clock:                   o.Clock,
+		MaxConcurrentReconciles: o.Workers,
+	}).SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
+	}
+	if err := (&controllers.RedisMasterSetReconciler{
+		Client:        mgr.GetClient(),
+		Recorder:      recorder,
+		Masters:       registry,
+		Metrics:       o.Metrics,
+		Clock:         o.Clock,
+		ProbeInterval: o.ProbeInterval,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
+	}
+	return registry.Close, nil
+}
+
+// LoadLockKey reads the Secret holding the lock value key, creating it with
+// fresh random bytes when it does not exist.
+func LoadLockKey(ctx context.Context, c client.Client, key types.NamespacedName) (*lockvalue.Deriver, error) {
+	var s corev1.Secret
+	err := c.Get(ctx, key, &s)
+	if apierrors.IsNotFound(err) {
+		s = corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{"app.kubernetes.io/name": "redlock-operator"}},
+			Data:       map[string][]byte{lockvalue.SecretKey: []byte(rand.Text() + rand.Text())},
+		}
+		err = c.Create(ctx, &s)
+		if apierrors.IsAlreadyExists(err) { // another replica created it first
+			err = c.Get(ctx, key, &s)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock key secret %s: %w", key, err)
+	}
+	d, err := lockvalue.New(s.Data[lockvalue.SecretKey])
+	if err != nil {
+		return nil, fmt.Errorf("lock key secret %s: %w", key, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,106 @@
+// Package metrics defines the operator's Prometheus metrics and feeds them
+// from pkg/redlock's Observer hook, so that the lock library itself carries
+// no metrics dependency.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// Metrics holds the collectors. Register them once with Register.
+type Metrics struct {
+	OpDuration     *prometheus.HistogramVec
+	Votes          *prometheus.CounterVec
+	Quarantines    *prometheus.CounterVec
+	RenewFailures  *prometheus.CounterVec
+	LocksHeld      prometheus.Gauge
+	FencingToken   *prometheus.GaugeVec
+	RenewLateness  prometheus.Histogram
+	StatusWrites   *prometheus.CounterVec
+	MastersServing *prometheus.GaugeVec
+}
+
+// New returns unregistered collectors.
+func New() *Metrics {
+	return &Metrics{
+		OpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "redlock_operation_duration_seconds",
+			Help:    "Time until the outcome of a lock operation on the masters was decided.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"master_set", "op", "result"}),
+		Votes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_master_votes_total",
+			Help: "Votes of each master on lock operations, by outcome.",
+		}, []string{"master_set", "master", "op", "outcome"}),
+		Quarantines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_master_quarantines_total",
+			Help: "Masters found restarted within the quarantine window.",
+		}, []string{"master_set", "master"}),
+		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_lock_renew_failures_total",
+			Help: "Failed renewals of held locks, by reason.",
+		}, []string{"reason"}),
+		LocksHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_locks_held",
+			Help: "Locks this manager holds in Redis now.",
+		}),
+		FencingToken: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlock_lock_fencing_token",
+			Help: "Latest fencing token granted per lock.",
+		}, []string{"namespace", "name"}),
+		RenewLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "redlock_lock_renew_lateness_seconds",
+			Help:    "How late a renewal started relative to its schedule.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_status_writes_total",
+			Help: "Status writes to the API server, by writer.",
+		}, []string{"writer"}),
+		MastersServing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlock_master_set_serving",
+			Help: "Masters of a master set that can vote now.",
+		}, []string{"namespace", "name"}),
+	}
+}
+
+// Register registers every collector with reg.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
+		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Observer returns a redlock.Observer that records the operations of one
+// master set's client.
+func (m *Metrics) Observer(masterSet string) redlock.Observer {
+	return observer{m: m, set: masterSet}
+}
+
+type observer struct {
+	m   *Metrics
+	set string
+}
+
+func (o observer) ObserveOp(e redlock.OpEvent) {
+	result := "ok"
+	if e.Err != nil {
+		result = "error"
+	}
+	o.m.OpDuration.WithLabelValues(o.set, string(e.Op), result).Observe(e.Latency.Seconds())
+	for _, v := range e.Votes {
+		o.m.Votes.WithLabelValues(o.set, v.Addr, string(e.Op), v.Outcome.String()).Inc()
+	}
+}
+
+func (o observer) ObserveQuarantine(e redlock.QuarantineEvent) {
+	o.m.Quarantines.WithLabelValues(o.set, e.Addr).Inc()
+}
