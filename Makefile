@@ -8,6 +8,10 @@ GO ?= go
 GOTOOL := $(GO) tool -modfile=hack/tools/go.mod
 GOLANGCI_LINT := $(GOTOOL) golangci-lint
 CONTROLLER_GEN := $(GOTOOL) controller-gen
+KUSTOMIZE := $(GOTOOL) kustomize
+KUBECTL ?= kubectl
+IMG ?= redlock-operator:dev
+CONTAINER_TOOL ?= docker
 
 # The envtest control plane (kube-apiserver, etcd) is built from the Go module
 # proxy by hack/build-envtest.sh into a cache outside the checkout.
@@ -59,7 +63,9 @@ lint-fix: ## Run golangci-lint and apply its fixes.
 .PHONY: verify
 verify: manifests generate ## Fail when generated files, go.mod/go.sum or formatting are stale.
 	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files: commit them"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config | grep '^??')" || { git status --porcelain -- api config; echo "untracked generated files: commit them"; exit 1; }
+	$(KUSTOMIZE) build config/default >/dev/null
+	$(KUSTOMIZE) build config/samples >/dev/null
 	$(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
 	cd hack/bench && $(GO) mod tidy -diff
@@ -85,5 +91,37 @@ redis: ## Install redis-server from the OS packages when missing.
 ##@ Build
 
 .PHONY: build
-build: ## Build every package and binary.
+build: ## Build every package, and the manager binary into bin/.
 	$(GO) build ./...
+	$(GO) build -o bin/manager ./cmd/manager
+
+.PHONY: run
+run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
+	$(GO) run ./cmd/manager --leader-elect=false
+
+.PHONY: docker-build
+docker-build: ## Build the operator image (needs a container engine).
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the operator image.
+	$(CONTAINER_TOOL) push $(IMG)
+
+##@ Deployment
+
+.PHONY: install
+install: manifests ## Install the CRDs into the cluster in ~/.kube/config.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests ## Remove the CRDs (and every lock) from the cluster.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests ## Deploy the operator (image IMG) into the cluster.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: ## Remove the operator from the cluster.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -

@@ -75,8 +75,8 @@ type DistributedLockReconciler struct {
 	wake chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
 }
 
-// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/status,verbs=get;patch
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get

@@ -43,7 +43,7 @@ type RedisMasterSetReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -29,6 +29,7 @@ import (
 
 // +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=redlock-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=events,verbs=create;patch
 
 func main() {
 	var (
