@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +61,13 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			Expect(cur.Status.FencingToken).To(Equal(int64(1)), "renewals keep the token")
 		}
 		Expect(fetch(lock).Status.ValidUntil.Time).To(BeTemporally(">", first.Status.ValidUntil.Time))
+
+		// Events and metrics.
+		Eventually(func() []string { return eventReasons(ns, "static") }, 5*time.Second, 100*time.Millisecond).Should(ContainElement("Granted"))
+		Expect(testutil.ToFloat64(mgr.metrics.LocksHeld)).To(BeNumerically(">=", 1))
+		Expect(testutil.ToFloat64(mgr.metrics.FencingToken.WithLabelValues(ns, "static"))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(mgr.metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", 3))
+		Expect(testutil.CollectAndCount(mgr.metrics.OpDuration)).To(BeNumerically(">=", 2), "acquire and extend latencies")
 	})
 
 	It("lets exactly one of two locks with the same key hold it, and hands over on deletion", func() {
@@ -174,10 +182,23 @@ var _ = Describe("DistributedLock", Ordered, func() {
 
 		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
-		l.Spec.Key = "k2"
-		err := k8s.Update(suiteCtx, l)
-		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(ContainSubstring("key is immutable"))
+		// Retried on conflicts with the controller's own writes.
+		Eventually(func() string {
+			cur := fetch(l)
+			cur.Spec.Key = "k2"
+			if err := k8s.Update(suiteCtx, cur); err != nil {
+				return err.Error()
+			}
+			return "accepted"
+		}, 5*time.Second, 50*time.Millisecond).Should(ContainSubstring("key is immutable"))
+		Eventually(func() string {
+			cur := fetch(l)
+			cur.Spec.Key = ""
+			if err := k8s.Update(suiteCtx, cur); err != nil {
+				return err.Error()
+			}
+			return "accepted"
+		}, 5*time.Second, 50*time.Millisecond).Should(ContainSubstring("key is immutable"), "removing the key changes it too")
 
 		bad := &v1alpha1.RedisMasterSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad-address"},

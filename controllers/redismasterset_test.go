@@ -1,0 +1,151 @@
+package controllers_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+)
+
+func fetchSet(ns, name string) *v1alpha1.RedisMasterSet {
+	out := &v1alpha1.RedisMasterSet{}
+	Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: name}, out)).To(Succeed())
+	return out
+}
+
+func memberStates(set *v1alpha1.RedisMasterSet) []string {
+	out := make([]string, len(set.Status.Members))
+	for i, m := range set.Status.Members {
+		out[i] = m.State
+	}
+	return out
+}
+
+func availability(set *v1alpha1.RedisMasterSet) string {
+	if c := meta.FindStatusCondition(set.Status.Conditions, v1alpha1.ConditionAvailable); c != nil {
+		return string(c.Status) + "/" + c.Reason
+	}
+	return ""
+}
+
+// eventReasons lists the reasons of the events about an object.
+func eventReasons(ns, name string) []string {
+	var list eventsv1.EventList
+	Expect(k8s.List(suiteCtx, &list, client.InNamespace(ns))).To(Succeed())
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
+var _ = Describe("RedisMasterSet", Ordered, func() {
+	var (
+		mgr *manager
+		ns  string
+		ms  *masterSet
+	)
+	BeforeAll(func() {
+		mgr = startManager()
+		ns = newNamespace()
+		ms = newMasters(ns, "probed", 3)
+	})
+	AfterAll(func() { mgr.stop() })
+
+	It("reports fresh masters as quarantined, then serving and available", func() {
+		// A master that just started may have lost keys: it sits out first.
+		Eventually(func() []string { return memberStates(fetchSet(ns, ms.name)) }, 5*time.Second, 50*time.Millisecond).
+			Should(HaveEach(v1alpha1.MemberQuarantined))
+		set := fetchSet(ns, ms.name)
+		Expect(set.Status.Members[0].QuarantinedUntil).NotTo(BeNil())
+		Expect(set.Status.Members[0].RunID).NotTo(BeEmpty())
+		Expect(availability(set)).To(Equal("False/" + v1alpha1.ReasonQuorumLost))
+
+		Eventually(func() string { return availability(fetchSet(ns, ms.name)) }, 10*time.Second, 100*time.Millisecond).
+			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
+		set = fetchSet(ns, ms.name)
+		Expect(set.Status.Serving).To(Equal(int32(3)))
+		Expect(set.Status.Total).To(Equal(int32(3)))
+		Expect(set.Status.Quorum).To(Equal(int32(2)))
+		Expect(memberStates(set)).To(HaveEach(v1alpha1.MemberServing))
+		Expect(eventReasons(ns, ms.name)).To(ContainElements("MemberQuarantined", "MemberRejoined"))
+	})
+
+	It("marks dead members Down and loses availability with the quorum", func() {
+		for _, s := range ms.servers[:2] {
+			Expect(s.Kill()).To(Succeed())
+		}
+		Eventually(func() string { return availability(fetchSet(ns, ms.name)) }, 5*time.Second, 50*time.Millisecond).
+			Should(Equal("False/" + v1alpha1.ReasonQuorumLost))
+		set := fetchSet(ns, ms.name)
+		Expect(memberStates(set)).To(Equal([]string{v1alpha1.MemberDown, v1alpha1.MemberDown, v1alpha1.MemberServing}))
+		Expect(set.Status.Members[0].Message).NotTo(BeEmpty())
+		Expect(meta.IsStatusConditionTrue(set.Status.Conditions, v1alpha1.ConditionDegraded)).To(BeTrue())
+		Expect(eventReasons(ns, ms.name)).To(ContainElement("MemberDown"))
+		Expect(testutil.ToFloat64(mgr.metrics.MastersServing.WithLabelValues(ns, ms.name))).To(Equal(1.0))
+	})
+
+	It("counts a restart and quarantines the restarted member until its window passed", func() {
+		runID := fetchSet(ns, ms.name).Status.Members[0].RunID
+		for _, s := range ms.servers[:2] {
+			Expect(s.Restart(false)).To(Succeed())
+		}
+		Eventually(func() string { return fetchSet(ns, ms.name).Status.Members[0].State }, 5*time.Second, 50*time.Millisecond).
+			Should(Equal(v1alpha1.MemberQuarantined))
+		set := fetchSet(ns, ms.name)
+		Expect(set.Status.Members[0].RunID).NotTo(Equal(runID))
+		Expect(set.Status.Members[0].Restarts).To(Equal(int32(1)))
+		Expect(set.Status.Members[0].QuarantinedUntil.Time).To(BeTemporally(">", time.Now().Add(-time.Second)))
+		Eventually(func() string { return availability(fetchSet(ns, ms.name)) }, 10*time.Second, 100*time.Millisecond).
+			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
+	})
+
+	It("reads the password from the auth Secret and reports a missing one", func() {
+		dir := GinkgoT().TempDir()
+		var addrs []string
+		for i := range 3 {
+			s, err := redistest.Start(filepath.Join(dir, fmt.Sprint(i)), redistest.Options{Password: "s3cret"})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(s.Close)
+			addrs = append(addrs, s.Addr())
+		}
+		Expect(k8s.Create(suiteCtx, &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "authed"},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				External:      &v1alpha1.ExternalMasters{Addresses: addrs},
+				MaxLockTTL:    metav1.Duration{Duration: maxLockTTL},
+				AuthSecretRef: &v1alpha1.SecretKeyRef{Name: "redis-auth"},
+			},
+		})).To(Succeed())
+		Eventually(func() string { return availability(fetchSet(ns, "authed")) }, 5*time.Second, 50*time.Millisecond).
+			Should(Equal("False/" + v1alpha1.ReasonAuthSecretError))
+
+		Expect(k8s.Create(suiteCtx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth"},
+			StringData: map[string]string{"password": "s3cret"},
+		})).To(Succeed())
+		Eventually(func() string { return availability(fetchSet(ns, "authed")) }, 15*time.Second, 100*time.Millisecond).
+			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
+		// The password appears nowhere in status or events.
+		set := fetchSet(ns, "authed")
+		Expect(fmt.Sprintf("%+v", set.Status)).NotTo(ContainSubstring("s3cret"))
+		var list eventsv1.EventList
+		Expect(k8s.List(suiteCtx, &list, client.InNamespace(ns))).To(Succeed())
+		for _, e := range list.Items {
+			Expect(e.Note).NotTo(ContainSubstring("s3cret"))
+		}
+	})
+})
