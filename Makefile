@@ -84,6 +84,10 @@ bench: redis ## Benchmark pkg/redlock against go-redsync and the single-master f
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/redlock/
 	cd hack/bench && $(GO) run . $(BENCH_FLAGS)
 
+.PHONY: bench-locks
+bench-locks: redis envtest ## One manager holding 1000 locks (ttl 10s) on envtest + 5 masters for 2 minutes; prints a table.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchlocks $(BENCH_LOCKS_FLAGS)
+
 .PHONY: redis
 redis: ## Install redis-server from the OS packages when missing.
 	@hack/install-redis.sh >/dev/null

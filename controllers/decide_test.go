@@ -86,3 +86,22 @@ func TestRenewalTiming(t *testing.T) {
 		t.Errorf("retry delay floor for 1m = %v", d)
 	}
 }
+
+func TestNeedStatusWrite(t *testing.T) {
+	now := time.Unix(1000, 0)
+	every := 3 * time.Second
+	for _, tc := range []struct {
+		shown time.Duration // shown validity, relative to now
+		want  bool
+	}{
+		{10 * time.Second, false}, // just written
+		{6 * time.Second, false},  // survives the next renewal and its write
+		{4 * time.Second, true},   // might pass before the next renewal is written
+		{0, true},
+		{-time.Second, true},
+	} {
+		if got := needStatusWrite(now.Add(tc.shown), now, every); got != tc.want {
+			t.Errorf("shown +%v: needStatusWrite = %v, want %v", tc.shown, got, tc.want)
+		}
+	}
+}

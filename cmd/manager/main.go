@@ -39,6 +39,8 @@ func main() {
 		lockKeySecret          string
 		probeInterval          time.Duration
 		workers                int
+		qps                    float64
+		burst                  int
 	)
 	namespace := envOr("POD_NAMESPACE", "redlock-system")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -49,13 +51,17 @@ func main() {
 		"namespace/name of the Secret holding the key lock values are derived from (created when missing).")
 	flag.DurationVar(&probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
 	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
+	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second (renewals write status: about 1.5 writes/s per 10 held locks at ttl 10s).")
+	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	if err := run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), config{
+	restCfg := ctrl.GetConfigOrDie()
+	restCfg.QPS, restCfg.Burst = float32(qps), burst
+	if err := run(ctrl.SetupSignalHandler(), restCfg, config{
 		metricsAddr: metricsAddr, probeAddr: probeAddr, leaderElect: leaderElect, leaderNamespace: leaderNamespace,
 		lockKeySecret: lockKeySecret, probeInterval: probeInterval, workers: workers,
 	}); err != nil {
