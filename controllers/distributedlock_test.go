@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -68,6 +70,22 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(testutil.ToFloat64(mgr.metrics.FencingToken.WithLabelValues(ns, "static"))).To(Equal(1.0))
 		Expect(testutil.ToFloat64(mgr.metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", 3))
 		Expect(testutil.CollectAndCount(mgr.metrics.OpDuration)).To(BeNumerically(">=", 2), "acquire and extend latencies")
+	})
+
+	It("shows holder, held, valid-until, token and age as printer columns", func() {
+		crd := &unstructured.Unstructured{}
+		crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Name: "distributedlocks.coordination.redlock.dev"}, crd)).To(Succeed())
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		Expect(versions).To(HaveLen(1))
+		cols, _, _ := unstructured.NestedSlice(versions[0].(map[string]any), "additionalPrinterColumns")
+		var names []string
+		for _, c := range cols {
+			names = append(names, c.(map[string]any)["name"].(string))
+		}
+		Expect(names).To(Equal([]string{"Holder", "Held", "Valid-Until", "Token", "Age"}))
+		shortNames, _, _ := unstructured.NestedStringSlice(crd.Object, "spec", "names", "shortNames")
+		Expect(shortNames).To(ContainElement("dlock"))
 	})
 
 	It("lets exactly one of two locks with the same key hold it, and hands over on deletion", func() {

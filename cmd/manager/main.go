@@ -41,6 +41,7 @@ func main() {
 		workers                int
 		qps                    float64
 		burst                  int
+		nodeTimeout            time.Duration
 	)
 	namespace := envOr("POD_NAMESPACE", "redlock-system")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -51,6 +52,8 @@ func main() {
 		"namespace/name of the Secret holding the key lock values are derived from (created when missing).")
 	flag.DurationVar(&probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
 	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
+	flag.DurationVar(&nodeTimeout, "redis-node-timeout", 0,
+		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [20ms, 200ms]).")
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second (renewals write status: about 1.5 writes/s per 10 held locks at ttl 10s).")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
@@ -63,7 +66,7 @@ func main() {
 	restCfg.QPS, restCfg.Burst = float32(qps), burst
 	if err := run(ctrl.SetupSignalHandler(), restCfg, config{
 		metricsAddr: metricsAddr, probeAddr: probeAddr, leaderElect: leaderElect, leaderNamespace: leaderNamespace,
-		lockKeySecret: lockKeySecret, probeInterval: probeInterval, workers: workers,
+		lockKeySecret: lockKeySecret, probeInterval: probeInterval, workers: workers, nodeTimeout: nodeTimeout,
 	}); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
@@ -77,6 +80,7 @@ type config struct {
 	lockKeySecret          string
 	probeInterval          time.Duration
 	workers                int
+	nodeTimeout            time.Duration
 }
 
 func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
@@ -109,6 +113,8 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		ProbeInterval: cfg.probeInterval,
 		Workers:       cfg.workers,
 		Metrics:       m,
+
+		DefaultNodeTimeout: cfg.nodeTimeout,
 	})
 	if err != nil {
 		return err

@@ -135,7 +135,12 @@ func run() error {
 	mgrDone := make(chan error, 1)
 	mctx, stopMgr := context.WithCancel(ctx)
 	go func() { mgrDone <- mgr.Start(mctx); cleanup() }()
-	defer func() { stopMgr(); _ = <-mgrDone }()
+	defer func() {
+		stopMgr()
+		if err := <-mgrDone; err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
 
 	if err := k8s.Create(ctx, &v1alpha1.RedisMasterSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "masters"},

@@ -43,6 +43,9 @@ type Registry struct {
 	Observer ObserverFunc
 	// Options are appended to every client's options (tests use them).
 	Options []redlock.Option
+	// DefaultNodeTimeout applies to master sets without spec.nodeTimeout;
+	// zero derives it from each lock's ttl (ttl/100 in [20ms, 200ms]).
+	DefaultNodeTimeout time.Duration
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]*entry
@@ -150,8 +153,11 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 	if pass != "" || user != "" {
 		opts = append(opts, redlock.WithAuth(user, pass))
 	}
-	if ms.Spec.NodeTimeout != nil {
+	switch {
+	case ms.Spec.NodeTimeout != nil:
 		opts = append(opts, redlock.WithNodeTimeout(ms.Spec.NodeTimeout.Duration))
+	case r.DefaultNodeTimeout > 0:
+		opts = append(opts, redlock.WithNodeTimeout(r.DefaultNodeTimeout))
 	}
 	if r.Observer != nil {
 		opts = append(opts, redlock.WithObserver(r.Observer(name)))

@@ -38,6 +38,9 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// RedlockOptions are added to every master set's client (tests).
 	RedlockOptions []redlock.Option
+	// DefaultNodeTimeout is the per-master timeout of master sets that set
+	// none; zero derives it from each lock's ttl.
+	DefaultNodeTimeout time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 }
@@ -63,6 +66,8 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Reader:   mgr.GetAPIReader(),
 		Observer: func(n types.NamespacedName) redlock.Observer { return o.Metrics.Observer(n.String()) },
 		Options:  o.RedlockOptions,
+
+		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
 	recorder := mgr.GetEventRecorder("redlock-operator")
 	if err := (&controllers.DistributedLockReconciler{
