@@ -201,22 +201,18 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
 		// Retried on conflicts with the controller's own writes.
-		Eventually(func() string {
-			cur := fetch(l)
-			cur.Spec.Key = "k2"
-			if err := k8s.Update(suiteCtx, cur); err != nil {
-				return err.Error()
+		updateError := func(key string) func() string {
+			return func() string {
+				cur := fetch(l)
+				cur.Spec.Key = key
+				if err := k8s.Update(suiteCtx, cur); err != nil {
+					return err.Error()
+				}
+				return "accepted"
 			}
-			return "accepted"
-		}, 5*time.Second, 50*time.Millisecond).Should(ContainSubstring("key is immutable"))
-		Eventually(func() string {
-			cur := fetch(l)
-			cur.Spec.Key = ""
-			if err := k8s.Update(suiteCtx, cur); err != nil {
-				return err.Error()
-			}
-			return "accepted"
-		}, 5*time.Second, 50*time.Millisecond).Should(ContainSubstring("key is immutable"), "removing the key changes it too")
+		}
+		Eventually(updateError("k2"), 5*time.Second, 50*time.Millisecond).Should(ContainSubstring("key is immutable"))
+		Eventually(updateError(""), 5*time.Second, 50*time.Millisecond).Should(ContainSubstring("key is immutable"), "removing the key changes it too")
 
 		bad := &v1alpha1.RedisMasterSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad-address"},

@@ -249,10 +249,7 @@ func (s *Server) signal(sig syscall.Signal) error {
 // Kill sends SIGKILL and waits for the process to exit. Killing a stopped
 // server works. Killing a server that is not running is a no-op.
 func (s *Server) Kill() error {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
-	s.mu.Unlock()
+	cmd, exited := s.take()
 	if cmd == nil {
 		return nil
 	}
@@ -261,13 +258,19 @@ func (s *Server) Kill() error {
 	return nil
 }
 
+// take detaches the running process (nil when none) from the server.
+func (s *Server) take() (*exec.Cmd, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	return cmd, exited
+}
+
 // Shutdown asks the server to exit cleanly (SIGTERM: with AOF it flushes the
 // file) and waits for it.
 func (s *Server) Shutdown() error {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
-	s.mu.Unlock()
+	cmd, exited := s.take()
 	if cmd == nil {
 		return nil
 	}

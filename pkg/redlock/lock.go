@@ -238,9 +238,14 @@ func (c *Client) acquireOnce(ctx context.Context, key, value string, ttl time.Du
 // already passed (ErrExpired) or that was released (ErrNotHeld). When a quorum
 // reports the value gone, the lock is marked lost.
 func (l *Lock) Extend(ctx context.Context) error {
-	ev, err := l.extend(ctx)
+	return l.observed(l.extend(ctx))
+}
+
+// observed reports an operation's event, outside l.mu (the observer may read
+// the lock), and returns its error.
+func (l *Lock) observed(ev *OpEvent, err error) error {
 	if ev != nil {
-		l.c.cfg.observer.ObserveOp(*ev) // outside l.mu: the observer may read the lock
+		l.c.cfg.observer.ObserveOp(*ev)
 	}
 	return err
 }
@@ -310,11 +315,7 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 // more, and ErrQuorumUnavailable when too few masters answered (their copies
 // expire with the TTL). Cancelling ctx stops the wait, not the requests.
 func (l *Lock) Release(ctx context.Context) error {
-	ev, err := l.release(ctx)
-	if ev != nil {
-		l.c.cfg.observer.ObserveOp(*ev) // outside l.mu: the observer may read the lock
-	}
-	return err
+	return l.observed(l.release(ctx))
 }
 
 func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
