@@ -305,13 +305,16 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		// Each worker is its own client, like separate processes.
-		c := newClient(t, addrs, redlock.WithTries(20), redlock.WithRetryDelay(time.Millisecond, 15*time.Millisecond))
+		c := newClient(t, addrs, redlock.WithTries(20), redlock.WithRetryDelay(time.Millisecond, 15*time.Millisecond),
+			redlock.WithNodeTimeout(100*time.Millisecond))
 		wg.Go(func() {
 			for r := range rounds {
 				key := keys[(w+r)%len(keys)]
 				lock, err := c.Acquire(context.Background(), key, 200*time.Millisecond)
 				if err != nil {
-					if !errors.Is(err, redlock.ErrLockHeld) {
+					// Contention, or a master too slow on this loaded
+					// machine: neither may break mutual exclusion.
+					if !errors.Is(err, redlock.ErrLockHeld) && !errors.Is(err, redlock.ErrQuorumUnavailable) {
 						t.Errorf("worker %d: %v", w, err)
 					}
 					continue
