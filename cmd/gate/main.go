@@ -1,0 +1,54 @@
+// Command gate is the entrypoint of every managed Redis container: it keeps
+// a master that lost its keys out of service for longer than the longest
+// lock TTL, then supervises redis-server. See pkg/gate.
+//
+//	gate --state-dir /gate/state --restart-delay 32s --persistence None \
+//	     --admission-file /gate/podinfo/annotations -- redis-server /etc/redis/redis.conf
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/pkg/gate"
+)
+
+func main() {
+	var cfg gate.Config
+	flag.StringVar(&cfg.StateDir, "state-dir", "/gate/state", "Directory that outlives container restarts (an emptyDir) for the record of runs.")
+	flag.StringVar(&cfg.Persistence, "persistence", gate.PersistenceNone, "Persistence of the master: None, AOFEverySec or AOFAlways.")
+	flag.DurationVar(&cfg.RestartDelay, "restart-delay", 0, "How long a master that lost its keys stays out of service (longer than the longest lock TTL plus drift).")
+	flag.DurationVar(&cfg.Heartbeat, "heartbeat", time.Second, "How often the record is refreshed while Redis runs.")
+	flag.StringVar(&cfg.AdmissionFile, "admission-file", "", "Downward-API annotations file carrying "+gate.AdmissionAnnotation+".")
+	flag.DurationVar(&cfg.Poll, "poll", time.Second, "How often the admission file is read while waiting.")
+	flag.Parse()
+	cfg.Command = flag.Args()
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "gate")
+
+	switch {
+	case cfg.RestartDelay <= 0:
+		fail("--restart-delay must be positive")
+	case cfg.Persistence != gate.PersistenceNone && cfg.Persistence != gate.AOFEverySec && cfg.Persistence != gate.AOFAlways:
+		fail("--persistence must be None, AOFEverySec or AOFAlways")
+	case len(cfg.Command) == 0:
+		fail("usage: gate [flags] -- redis-server [args]")
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	code, err := gate.Run(context.Background(), cfg, sigs)
+	if err != nil {
+		cfg.Log.Error("gate failed", "error", err.Error())
+	}
+	os.Exit(code)
+}
+
+func fail(msg string) {
+	fmt.Fprintln(os.Stderr, "gate:", msg)
+	os.Exit(2)
+}

@@ -1,0 +1,196 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config configures Run.
+type Config struct {
+	// StateDir holds the record of runs; it must outlive container restarts
+	// (an emptyDir of the pod).
+	StateDir string
+	// Persistence is None, AOFEverySec or AOFAlways.
+	Persistence string
+	// RestartDelay is how long a master stays out of service after losing
+	// its keys: longer than the longest lock TTL plus drift.
+	RestartDelay time.Duration
+	// Heartbeat is how often the record is refreshed while Redis runs
+	// (default 1s); it bounds a death that could not be recorded.
+	Heartbeat time.Duration
+	// AdmissionFile is the downward-API annotations file. Empty: a first run
+	// waits RestartDelay from now, since nothing is known of earlier ones.
+	AdmissionFile string
+	// Poll is how often the admission file is read (default 1s).
+	Poll time.Duration
+	// Command is the program to run (redis-server and its arguments).
+	Command []string
+	// Log receives what the gate waits for and why.
+	Log *slog.Logger
+}
+
+// Run waits as Decide says, then runs the command, forwarding the signals
+// received on sigs, and returns the command's exit code (128+signal when a
+// signal ended it). A termination signal while waiting ends Run with code 0
+// without starting the command.
+func Run(ctx context.Context, cfg Config, sigs <-chan os.Signal) (int, error) {
+	if len(cfg.Command) == 0 {
+		return 2, errors.New("no command to run")
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return 2, fmt.Errorf("state dir: %w", err)
+	}
+	prev, err := LoadState(cfg.StateDir)
+	if err != nil {
+		return 2, err
+	}
+	if stop := wait(ctx, cfg, prev, sigs); stop {
+		return 0, nil
+	}
+	return supervise(ctx, cfg, prev, sigs)
+}
+
+// wait blocks until Redis may serve. It reports true when a termination
+// signal or ctx ended the wait.
+func wait(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Signal) bool {
+	d := Decide(prev, cfg.Persistence, cfg.RestartDelay, cfg.Heartbeat)
+	if d.NeedAdmission && cfg.AdmissionFile == "" {
+		d = Decision{Until: time.Now().Add(cfg.RestartDelay), Reason: "first run in this pod and no admission file: nothing is known of earlier runs"}
+	}
+	if d.NeedAdmission {
+		cfg.Log.Info("waiting for admission", "reason", d.Reason, "file", cfg.AdmissionFile)
+		for {
+			t, ok, err := ReadAdmission(cfg.AdmissionFile)
+			if err != nil {
+				cfg.Log.Info("unreadable admission, waiting", "error", err.Error())
+			}
+			if ok {
+				d.Until = t
+				cfg.Log.Info("admitted", "serveAfter", stamp(t))
+				break
+			}
+			if stop := sleep(ctx, cfg.Poll, sigs); stop {
+				return true
+			}
+		}
+	}
+	if wait := time.Until(d.Until); wait > 0 {
+		cfg.Log.Info("holding redis back", "reason", d.Reason, "until", stamp(d.Until), "for", wait.Round(time.Millisecond).String())
+		if stop := sleep(ctx, wait, sigs); stop {
+			return true
+		}
+	} else {
+		cfg.Log.Info("starting redis at once", "reason", d.Reason)
+	}
+	return false
+}
+
+// sleep waits d; true when a termination signal or ctx came first. Other
+// signals are ignored while nothing runs.
+func sleep(ctx context.Context, d time.Duration, sigs <-chan os.Signal) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return true
+		case s := <-sigs:
+			if s == syscall.SIGTERM || s == syscall.SIGINT || s == syscall.SIGQUIT {
+				return true
+			}
+		}
+	}
+}
+
+// supervise runs the command, keeps the record's heartbeat fresh, forwards
+// signals, and records how the run ended.
+func supervise(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Signal) (int, error) {
+	st := State{StartedAt: time.Now()}
+	if prev != nil {
+		st.Runs = prev.Runs
+	}
+	st.Runs++
+	st.AliveAt = st.StartedAt
+	if err := SaveState(cfg.StateDir, &st); err != nil {
+		return 2, err
+	}
+	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...) //nolint:gosec // the gate runs what it is told to
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Redis dies with the gate, as it does with its container.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		st.EndedAt, st.Exit = time.Now(), "failed to start: "+err.Error()
+		_ = SaveState(cfg.StateDir, &st)
+		return 127, fmt.Errorf("start %s: %w", cfg.Command[0], err)
+	}
+	cfg.Log.Info("redis started", "pid", cmd.Process.Pid, "run", st.Runs)
+
+	var mu sync.Mutex // guards st between heartbeat and exit
+	done := make(chan struct{})
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	go func() {
+		t := time.NewTicker(cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				mu.Lock()
+				st.AliveAt = now
+				if err := SaveState(cfg.StateDir, &st); err != nil {
+					cfg.Log.Info("heartbeat not recorded", "error", err.Error())
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			ctx = context.Background() // forward once, then wait for the exit
+		case err := <-exited:
+			close(done)
+			mu.Lock()
+			defer mu.Unlock()
+			st.EndedAt = time.Now()
+			st.Exit = cmd.ProcessState.String()
+			st.Clean = err == nil && cmd.ProcessState.ExitCode() == 0
+			if serr := SaveState(cfg.StateDir, &st); serr != nil {
+				return 2, serr
+			}
+			cfg.Log.Info("redis ended", "exit", st.Exit, "clean", st.Clean)
+			return exitCode(cmd.ProcessState), nil
+		}
+	}
+}
+
+// exitCode maps a process state to a shell-style exit code.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
