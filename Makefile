@@ -98,6 +98,7 @@ redis: ## Install redis-server from the OS packages when missing.
 build: ## Build every package, and the manager binary into bin/.
 	$(GO) build ./...
 	$(GO) build -o bin/manager ./cmd/manager
+	$(GO) build -o bin/gate ./cmd/gate
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.

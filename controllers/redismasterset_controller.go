@@ -66,6 +66,13 @@ func (r *RedisMasterSetReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	now := r.Clock.Now()
 	next := interval
 
+	if ms.Spec.Managed != nil {
+		// Rendering exists (internal/managed); applying it does not yet.
+		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonUnsupportedSpec,
+			"managed masters are not run by this operator version yet: use spec.external")
+		ms.Status.ObservedGeneration = ms.Generation
+		return ctrl.Result{}, client.IgnoreNotFound(r.Status().Patch(ctx, ms, client.MergeFrom(base)))
+	}
 	c, err := r.Masters.Refresh(ctx, ms)
 	if err != nil {
 		reason := v1alpha1.ReasonUnsupportedSpec

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -47,6 +49,103 @@ type ExternalMasters struct {
 	Addresses []string `json:"addresses"`
 }
 
+// Persistence modes of managed masters.
+const (
+	PersistenceNone        = "None"
+	PersistenceAOFEverySec = "AOFEverySec"
+	PersistenceAOFAlways   = "AOFAlways"
+)
+
+// Spread policies of managed masters across nodes.
+const (
+	SpreadPreferred = "Preferred"
+	SpreadStrict    = "Strict"
+)
+
+// ManagedMasters describes masters the operator runs as a StatefulSet of
+// independent redis-server instances (no replication).
+type ManagedMasters struct {
+	// Replicas is the number of masters: odd, 1 to 15. Immutable: changing
+	// N while locks are held breaks quorum intersection. To migrate, create
+	// a new set and move the locks to it (see the README).
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=15
+	// +kubebuilder:validation:XValidation:rule="self % 2 == 1",message="replicas must be odd"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="replicas is immutable: create a new RedisMasterSet and move the locks"
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Image of redis-server (Redis 7).
+	// +optional
+	// +kubebuilder:default="redis:7.2"
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image,omitempty"`
+
+	// Port Redis listens on. With hostNetwork, member i listens on port+i.
+	// +optional
+	// +kubebuilder:default=6379
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// Persistence: None (a restart loses every key: the member waits out
+	// restartDelay), AOFEverySec, or AOFAlways (every write fsynced: no
+	// wait). AOF modes keep the data on a PersistentVolumeClaim.
+	// +optional
+	// +kubebuilder:default=None
+	// +kubebuilder:validation:Enum=None;AOFEverySec;AOFAlways
+	Persistence string `json:"persistence,omitempty"`
+
+	// Storage of the AOF modes.
+	// +optional
+	Storage *StorageSpec `json:"storage,omitempty"`
+
+	// RestartDelay is how long a member that may have lost its keys stays
+	// out of service. Defaults to maxLockTTL + 1% + 2ms + 1s; must exceed
+	// maxLockTTL unless persistence is AOFAlways.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	RestartDelay *metav1.Duration `json:"restartDelay,omitempty"`
+
+	// Spread of the members across nodes by hostname: Preferred (default)
+	// or Strict (a member stays Pending rather than share a node).
+	// +optional
+	// +kubebuilder:default=Preferred
+	// +kubebuilder:validation:Enum=Preferred;Strict
+	Spread string `json:"spread,omitempty"`
+
+	// HostNetwork runs the members in the host's network namespace, member
+	// i on port+i: for clusters without a pod network.
+	// +optional
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+
+	// Resources of the Redis container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// NodeSelector of the members.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the members.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity of the members.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+}
+
+// StorageSpec sizes the PersistentVolumeClaim of each member.
+type StorageSpec struct {
+	// Size of each member's volume.
+	// +kubebuilder:default="1Gi"
+	Size resource.Quantity `json:"size"`
+	// StorageClassName of the claims; empty uses the cluster's default.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
 // SecretKeyRef names a key of a Secret in the master set's namespace.
 type SecretKeyRef struct {
 	// Name of the Secret.
@@ -65,15 +164,22 @@ type SecretKeyRef struct {
 }
 
 // RedisMasterSetSpec is the desired state of a RedisMasterSet. Exactly one
-// mode is set: external (masters run elsewhere, monitored) or, in a later
-// version, managed (masters run by the operator).
+// mode is set: external (masters run elsewhere, monitored) or managed
+// (masters run by the operator).
 //
-// +kubebuilder:validation:XValidation:rule="has(self.external)",message="spec.external is required (managed masters are not available yet)"
+// +kubebuilder:validation:XValidation:rule="has(self.external) != has(self.managed)",message="set exactly one of external and managed"
+// +kubebuilder:validation:XValidation:rule="!has(self.managed) || !has(self.managed.restartDelay) || self.managed.persistence == 'AOFAlways' || duration(self.managed.restartDelay) > duration(self.maxLockTTL)",message="managed.restartDelay must exceed maxLockTTL unless persistence is AOFAlways"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.managed) || has(self.managed)",message="a managed set cannot become external"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.external) || has(self.external)",message="an external set cannot become managed"
 // +kubebuilder:validation:XValidation:rule="!has(self.nodeTimeout) || duration(self.nodeTimeout).getMilliseconds() * 10 <= duration(self.maxLockTTL).getMilliseconds()",message="nodeTimeout must be at most a tenth of maxLockTTL"
 type RedisMasterSetSpec struct {
 	// External lists masters run outside the operator.
 	// +optional
 	External *ExternalMasters `json:"external,omitempty"`
+
+	// Managed masters run by the operator as a StatefulSet.
+	// +optional
+	Managed *ManagedMasters `json:"managed,omitempty"`
 
 	// MaxLockTTL is the longest TTL a lock on these masters may use. A master
 	// that restarted less than maxLockTTL (plus drift and a margin) ago does
@@ -83,7 +189,8 @@ type RedisMasterSetSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="maxLockTTL must be between 1s and 24h"
 	MaxLockTTL metav1.Duration `json:"maxLockTTL"`
 
-	// AuthSecretRef names the Secret holding the masters' password.
+	// AuthSecretRef names the Secret holding the masters' password. For
+	// managed masters a Secret is generated when it is not given.
 	// +optional
 	AuthSecretRef *SecretKeyRef `json:"authSecretRef,omitempty"`
 
@@ -113,6 +220,10 @@ type MemberStatus struct {
 	// QuarantinedUntil is when a restarted master votes again.
 	// +optional
 	QuarantinedUntil *metav1.Time `json:"quarantinedUntil,omitempty"`
+	// LastServingAt is when the member was last seen serving (managed
+	// masters: the admission of a replacement pod is computed from it).
+	// +optional
+	LastServingAt *metav1.Time `json:"lastServingAt,omitempty"`
 	// Message explains a Down state.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -20,15 +21,41 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "install": // gate install DEST: copy this binary (init container)
+			if len(os.Args) != 3 {
+				fail("usage: gate install DEST")
+			}
+			if err := gate.Install(os.Args[2]); err != nil {
+				fail(err.Error())
+			}
+			return
+		case "probe": // gate probe --port N [--ordinal-env VAR]: is Redis accepting connections?
+			probe(os.Args[2:])
+			return
+		}
+	}
 	var cfg gate.Config
+	var portBase int
+	var ordinalEnv string
 	flag.StringVar(&cfg.StateDir, "state-dir", "/gate/state", "Directory that outlives container restarts (an emptyDir) for the record of runs.")
 	flag.StringVar(&cfg.Persistence, "persistence", gate.PersistenceNone, "Persistence of the master: None, AOFEverySec or AOFAlways.")
 	flag.DurationVar(&cfg.RestartDelay, "restart-delay", 0, "How long a master that lost its keys stays out of service (longer than the longest lock TTL plus drift).")
 	flag.DurationVar(&cfg.Heartbeat, "heartbeat", time.Second, "How often the record is refreshed while Redis runs.")
 	flag.StringVar(&cfg.AdmissionFile, "admission-file", "", "Downward-API annotations file carrying "+gate.AdmissionAnnotation+".")
 	flag.DurationVar(&cfg.Poll, "poll", time.Second, "How often the admission file is read while waiting.")
+	flag.IntVar(&portBase, "port-base", 0, "With --ordinal-env: append --port BASE+ORDINAL to the command (members on one host network).")
+	flag.StringVar(&ordinalEnv, "ordinal-env", "", "Environment variable holding the member's ordinal.")
 	flag.Parse()
 	cfg.Command = flag.Args()
+	if portBase > 0 {
+		port, err := gate.MemberPort(portBase, ordinalEnv)
+		if err != nil {
+			fail(err.Error())
+		}
+		cfg.Command = append(cfg.Command, "--port", strconv.Itoa(port))
+	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "gate")
 
 	switch {
@@ -46,6 +73,21 @@ func main() {
 		cfg.Log.Error("gate failed", "error", err.Error())
 	}
 	os.Exit(code)
+}
+
+func probe(args []string) {
+	fs := flag.NewFlagSet("probe", flag.ExitOnError)
+	port := fs.Int("port", 6379, "Redis port (the base port with --ordinal-env).")
+	ordinalEnv := fs.String("ordinal-env", "", "Environment variable holding the member's ordinal, added to --port.")
+	timeout := fs.Duration("timeout", time.Second, "Dial timeout.")
+	_ = fs.Parse(args)
+	p, err := gate.MemberPort(*port, *ordinalEnv)
+	if err != nil {
+		fail(err.Error())
+	}
+	if err := gate.Probe(fmt.Sprintf("127.0.0.1:%d", p), *timeout); err != nil {
+		fail(err.Error())
+	}
 }
 
 func fail(msg string) {

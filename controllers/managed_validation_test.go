@@ -1,0 +1,72 @@
+package controllers_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+var _ = Describe("Managed RedisMasterSet validation", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	managed := func(name string, mutate func(*v1alpha1.RedisMasterSet)) *v1alpha1.RedisMasterSet {
+		ms := &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				MaxLockTTL: metav1.Duration{Duration: 30 * time.Second},
+				Managed:    &v1alpha1.ManagedMasters{},
+			},
+		}
+		if mutate != nil {
+			mutate(ms)
+		}
+		return ms
+	}
+
+	It("defaults replicas 5, persistence None, spread Preferred, port 6379", func() {
+		ms := managed("defaults", nil)
+		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
+		m := ms.Spec.Managed
+		Expect(m.Replicas).To(Equal(int32(5)))
+		Expect(m.Persistence).To(Equal(v1alpha1.PersistenceNone))
+		Expect(m.Spread).To(Equal(v1alpha1.SpreadPreferred))
+		Expect(m.Port).To(Equal(int32(6379)))
+		Expect(m.Image).NotTo(BeEmpty())
+	})
+
+	It("rejects bad managed specs", func() {
+		for name, mutate := range map[string]func(*v1alpha1.RedisMasterSet){
+			"even replicas": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Replicas = 4 },
+			"zero replicas": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Replicas = -1 },
+			"both modes": func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"a:1"}}
+			},
+			"no mode": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed = nil },
+			"short delay": func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.Managed.RestartDelay = &metav1.Duration{Duration: 10 * time.Second}
+			},
+			"bad persistence": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Persistence = "RDB" },
+		} {
+			Expect(k8s.Create(suiteCtx, managed("bad", mutate))).NotTo(Succeed(), name)
+		}
+		// A short restart delay is fine when every write is fsynced.
+		Expect(k8s.Create(suiteCtx, managed("fsynced", func(ms *v1alpha1.RedisMasterSet) {
+			ms.Spec.Managed.Persistence = v1alpha1.PersistenceAOFAlways
+			ms.Spec.Managed.RestartDelay = &metav1.Duration{Duration: time.Second}
+		}))).To(Succeed())
+	})
+
+	It("keeps replicas immutable", func() {
+		ms := managed("fixed", func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Replicas = 3 })
+		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
+		ms.Spec.Managed.Replicas = 5
+		err := k8s.Update(suiteCtx, ms)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("replicas is immutable"))
+	})
+})

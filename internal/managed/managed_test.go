@@ -1,0 +1,177 @@
+package managed
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+func set(mutate func(*v1alpha1.ManagedMasters)) *v1alpha1.RedisMasterSet {
+	ms := &v1alpha1.RedisMasterSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "locks"},
+		Spec: v1alpha1.RedisMasterSetSpec{
+			MaxLockTTL: metav1.Duration{Duration: 30 * time.Second},
+			Managed: &v1alpha1.ManagedMasters{
+				Replicas: 5, Image: "redis:7.2", Port: 6379, Persistence: v1alpha1.PersistenceNone, Spread: v1alpha1.SpreadPreferred,
+			},
+		},
+	}
+	if mutate != nil {
+		mutate(ms.Spec.Managed)
+	}
+	return ms
+}
+
+func TestRestartDelayDefault(t *testing.T) {
+	if got, want := RestartDelay(set(nil)), 30*time.Second+300*time.Millisecond+2*time.Millisecond+time.Second; got != want {
+		t.Fatalf("default restart delay %v, want %v", got, want)
+	}
+	ms := set(func(m *v1alpha1.ManagedMasters) { m.RestartDelay = &metav1.Duration{Duration: time.Minute} })
+	if RestartDelay(ms) != time.Minute {
+		t.Fatal("spec restartDelay ignored")
+	}
+}
+
+func TestRenderPerPersistence(t *testing.T) {
+	for _, tc := range []struct {
+		persistence string
+		conf        []string
+		claim       bool
+	}{
+		{v1alpha1.PersistenceNone, []string{"appendonly no"}, false},
+		{v1alpha1.PersistenceAOFEverySec, []string{"appendonly yes", "appendfsync everysec"}, true},
+		{v1alpha1.PersistenceAOFAlways, []string{"appendonly yes", "appendfsync always"}, true},
+	} {
+		t.Run(tc.persistence, func(t *testing.T) {
+			ms := set(func(m *v1alpha1.ManagedMasters) {
+				m.Persistence = tc.persistence
+				m.Storage = &v1alpha1.StorageSpec{Size: resource.MustParse("2Gi")}
+			})
+			conf := ConfigMap(ms).Data["redis.conf"]
+			for _, want := range append(tc.conf, "maxmemory-policy noeviction", "protected-mode yes", "save \"\"", "bind 0.0.0.0") {
+				if !strings.Contains(conf, want+"\n") {
+					t.Errorf("redis.conf lacks %q:\n%s", want, conf)
+				}
+			}
+			sts := StatefulSet(ms, Options{GateImage: "op:1"})
+			if got := len(sts.Spec.VolumeClaimTemplates) == 1; got != tc.claim {
+				t.Errorf("claim template = %v, want %v", got, tc.claim)
+			}
+			if tc.claim && sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String() != "2Gi" {
+				t.Errorf("claim size %v", sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage())
+			}
+			args := strings.Join(sts.Spec.Template.Spec.Containers[0].Args, " ")
+			if !strings.Contains(args, "--persistence="+tc.persistence) || !strings.Contains(args, "--restart-delay=31.302s") {
+				t.Errorf("gate args %q", args)
+			}
+		})
+	}
+}
+
+func TestRenderStatefulSet(t *testing.T) {
+	ms := set(func(m *v1alpha1.ManagedMasters) {
+		m.NodeSelector = map[string]string{"disk": "ssd"}
+		m.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+	})
+	sts := StatefulSet(ms, Options{GateImage: "op:1"})
+	spec := sts.Spec
+	if *spec.Replicas != 5 || spec.PodManagementPolicy != "Parallel" || spec.ServiceName != "locks" {
+		t.Errorf("replicas %d, policy %s, service %s", *spec.Replicas, spec.PodManagementPolicy, spec.ServiceName)
+	}
+	pod := spec.Template.Spec
+	if pod.InitContainers[0].Image != "op:1" || pod.InitContainers[0].Command[1] != "install" {
+		t.Errorf("init container %+v", pod.InitContainers[0])
+	}
+	c := pod.Containers[0]
+	if c.Command[0] != "/gate-bin/gate" || !strings.Contains(strings.Join(c.Args, " "), "-- redis-server /etc/redis/redis.conf --requirepass $(REDIS_PASSWORD)") {
+		t.Errorf("command %v %v", c.Command, c.Args)
+	}
+	if c.Env[0].ValueFrom.SecretKeyRef.Name != "locks-auth" || c.Env[0].ValueFrom.SecretKeyRef.Key != "password" {
+		t.Errorf("password env %+v", c.Env[0])
+	}
+	// The startup probe tolerates the whole restart delay plus slack.
+	sp := c.StartupProbe
+	if allowed := time.Duration(sp.PeriodSeconds*sp.FailureThreshold) * time.Second; allowed < RestartDelay(ms)+time.Minute {
+		t.Errorf("startup probe allows %v, less than the restart delay %v", allowed, RestartDelay(ms))
+	}
+	if pod.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.ScheduleAnyway || pod.TopologySpreadConstraints[0].TopologyKey != corev1.LabelHostname {
+		t.Errorf("spread %+v", pod.TopologySpreadConstraints[0])
+	}
+	if pod.NodeSelector["disk"] != "ssd" || pod.Tolerations[0].Key != "dedicated" {
+		t.Error("scheduling knobs not passed through")
+	}
+	if spec.Template.Annotations[AnnotationConfig] != ConfigHash(ms) {
+		t.Error("config hash annotation missing")
+	}
+	strict := StatefulSet(set(func(m *v1alpha1.ManagedMasters) { m.Spread = v1alpha1.SpreadStrict }), Options{})
+	if strict.Spec.Template.Spec.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.DoNotSchedule {
+		t.Error("strict spread does not refuse to share nodes")
+	}
+}
+
+func TestRenderHostNetwork(t *testing.T) {
+	ms := set(func(m *v1alpha1.ManagedMasters) { m.HostNetwork = true; m.Port = 7000; m.Replicas = 3 })
+	sts := StatefulSet(ms, Options{})
+	pod := sts.Spec.Template.Spec
+	args := strings.Join(pod.Containers[0].Args, " ")
+	if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet || !strings.Contains(args, "--port-base=7000 --ordinal-env=POD_INDEX") {
+		t.Errorf("host network pod: %v %v %q", pod.HostNetwork, pod.DNSPolicy, args)
+	}
+	if !strings.Contains(ConfigMap(ms).Data["redis.conf"], "bind 127.0.0.1\n") {
+		t.Error("a host-network member binds beyond loopback")
+	}
+	got := Addresses(ms, []string{"127.0.0.1", "", "127.0.0.1"})
+	if want := []string{"127.0.0.1:7000", "", "127.0.0.1:7002"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("addresses %v, want %v", got, want)
+	}
+	if got := Addresses(set(nil), nil); got[4] != "locks-4.locks.ns.svc:6379" {
+		t.Errorf("DNS address %v", got[4])
+	}
+}
+
+func TestRenderServicePDBSecret(t *testing.T) {
+	ms := set(nil)
+	svc := Service(ms)
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("service %+v", svc.Spec)
+	}
+	pdb := PodDisruptionBudget(ms)
+	if pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PDB maxUnavailable %v", pdb.Spec.MaxUnavailable)
+	}
+	if s := Secret(ms, "pw"); s.Name != "locks-auth" || string(s.Data["password"]) != "pw" {
+		t.Errorf("secret %+v", s)
+	}
+	ms.Spec.AuthSecretRef = &v1alpha1.SecretKeyRef{Name: "mine", Key: "pass"}
+	if SecretName(ms) != "mine" || SecretKey(ms) != "pass" {
+		t.Error("the given auth Secret is not used")
+	}
+}
+
+func TestAdmitAt(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	delay := 31 * time.Second
+	served := func(ago time.Duration) *v1alpha1.MemberStatus {
+		return &v1alpha1.MemberStatus{LastServingAt: &metav1.Time{Time: now.Add(-ago)}}
+	}
+	for _, tc := range []struct {
+		name   string
+		member *v1alpha1.MemberStatus
+		want   time.Time
+	}{
+		{"unknown member: a full delay", nil, now.Add(delay)},
+		{"never served: at once", &v1alpha1.MemberStatus{}, now},
+		{"served 10s ago", served(10 * time.Second), now.Add(21 * time.Second)},
+		{"served long ago", served(time.Hour), now},
+	} {
+		if got := AdmitAt(tc.member, delay, now); !got.Equal(tc.want) {
+			t.Errorf("%s: AdmitAt = %v, want %v", tc.name, got.Sub(now), tc.want.Sub(now))
+		}
+	}
+}

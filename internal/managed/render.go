@@ -1,0 +1,216 @@
+package managed
+
+import (
+	"fmt"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// Options are the operator-wide inputs of rendering.
+type Options struct {
+	// GateImage is the operator's image, which carries the gate binary.
+	GateImage string
+}
+
+func meta(ms *v1alpha1.RedisMasterSet, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: ms.Namespace, Labels: Labels(ms)}
+}
+
+// ConfigMap holds redis.conf.
+func ConfigMap(ms *v1alpha1.RedisMasterSet) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: meta(ms, NamesOf(ms).Config),
+		Data:       map[string]string{"redis.conf": Config(ms)},
+	}
+}
+
+// Service is the headless Service whose DNS names address the members. It
+// publishes members that are not ready: quarantine is the client's call.
+func Service(ms *v1alpha1.RedisMasterSet) *corev1.Service {
+	m := ms.Spec.Managed
+	return &corev1.Service{
+		ObjectMeta: meta(ms, NamesOf(ms).Service),
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector:                 Labels(ms),
+			Ports:                    []corev1.ServicePort{{Name: "redis", Port: m.Port, TargetPort: intstr.FromInt32(m.Port)}},
+		},
+	}
+}
+
+// PodDisruptionBudget lets a voluntary disruption take down at most one
+// member at a time.
+func PodDisruptionBudget(ms *v1alpha1.RedisMasterSet) *policyv1.PodDisruptionBudget {
+	one := intstr.FromInt32(1)
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: meta(ms, NamesOf(ms).PDB),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: &one,
+			Selector:       &metav1.LabelSelector{MatchLabels: Labels(ms)},
+		},
+	}
+}
+
+// Secret is the generated auth Secret (used when spec.authSecretRef is not
+// given); password must be fresh random text.
+func Secret(ms *v1alpha1.RedisMasterSet, password string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: meta(ms, NamesOf(ms).Secret),
+		Data:       map[string][]byte{PasswordKey: []byte(password)},
+	}
+}
+
+// StatefulSet runs the members: independent masters (no replication),
+// started in parallel, each behind the gate, updated one at a time.
+func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
+	m := ms.Spec.Managed
+	n := NamesOf(ms)
+	delay := RestartDelay(ms)
+	labels := Labels(ms)
+	replicas := m.Replicas
+
+	gateArgs := []string{
+		"--state-dir=" + GateStateDir,
+		"--restart-delay=" + delay.String(),
+		"--persistence=" + m.Persistence,
+		"--admission-file=" + AnnotationsFile,
+	}
+	probe := []string{GateBinDir + "/gate", "probe", "--port=" + strconv.Itoa(int(m.Port))}
+	if m.HostNetwork {
+		// Member i listens on port+i: the gate adds the ordinal.
+		gateArgs = append(gateArgs, "--port-base="+strconv.Itoa(int(m.Port)), "--ordinal-env=POD_INDEX")
+		probe = append(probe, "--ordinal-env=POD_INDEX")
+	}
+	args := append(gateArgs, "--", "redis-server", ConfigDir+"/redis.conf", "--requirepass", "$(REDIS_PASSWORD)")
+
+	execProbe := func(period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: probe}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   2,
+			FailureThreshold: failures,
+		}
+	}
+	// The startup probe lets a member wait out its restart delay (and an
+	// admission) without being killed: readiness stays false meanwhile.
+	startupFailures := int32((delay+startupSlack).Seconds()/probePeriodSecond) + 1
+
+	volumes := []corev1.Volume{
+		{Name: "gate-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "gate-state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}},
+		}}},
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: n.Config},
+		}}},
+	}
+	var claims []corev1.PersistentVolumeClaim
+	if m.Persistence == v1alpha1.PersistenceNone {
+		volumes = append(volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	} else {
+		size := resource.MustParse("1Gi")
+		var class *string
+		if m.Storage != nil {
+			size, class = m.Storage.Size, m.Storage.StorageClassName
+		}
+		claims = []corev1.PersistentVolumeClaim{{
+			ObjectMeta: metav1.ObjectMeta{Name: "data", Labels: labels},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: class,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			},
+		}}
+	}
+
+	whenUnsatisfiable := corev1.ScheduleAnyway
+	if m.Spread == v1alpha1.SpreadStrict {
+		whenUnsatisfiable = corev1.DoNotSchedule
+	}
+	dnsPolicy := corev1.DNSClusterFirst
+	if m.HostNetwork {
+		dnsPolicy = corev1.DNSClusterFirstWithHostNet
+	}
+	grace := int64(30)
+	port := corev1.ContainerPort{Name: "redis", ContainerPort: m.Port}
+	if m.HostNetwork {
+		port.HostPort = m.Port // member 0; the others listen on port+i
+	}
+
+	return &appsv1.StatefulSet{
+		ObjectMeta: meta(ms, n.StatefulSet),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            &replicas,
+			ServiceName:         n.Service,
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			Selector:            &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      labels,
+					Annotations: map[string]string{AnnotationConfig: ConfigHash(ms)},
+				},
+				Spec: corev1.PodSpec{
+					HostNetwork:                   m.HostNetwork,
+					DNSPolicy:                     dnsPolicy,
+					TerminationGracePeriodSeconds: &grace,
+					NodeSelector:                  m.NodeSelector,
+					Tolerations:                   m.Tolerations,
+					Affinity:                      m.Affinity,
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew:           1,
+						TopologyKey:       corev1.LabelHostname,
+						WhenUnsatisfiable: whenUnsatisfiable,
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: labels},
+					}},
+					InitContainers: []corev1.Container{{
+						Name:            "install-gate",
+						Image:           o.GateImage,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:         []string{"/gate", "install", GateBinDir + "/gate"},
+						VolumeMounts:    []corev1.VolumeMount{{Name: "gate-bin", MountPath: GateBinDir}},
+					}},
+					Containers: []corev1.Container{{
+						Name:            "redis",
+						Image:           m.Image,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:         []string{GateBinDir + "/gate"},
+						Args:            args,
+						Env: []corev1.EnvVar{
+							{Name: "REDIS_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+								LocalObjectReference: corev1.LocalObjectReference{Name: SecretName(ms)}, Key: SecretKey(ms),
+							}}},
+							{Name: "POD_INDEX", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+								FieldPath: fmt.Sprintf("metadata.labels['%s']", PodIndexLabel),
+							}}},
+						},
+						Ports:          []corev1.ContainerPort{port},
+						Resources:      m.Resources,
+						StartupProbe:   execProbe(probePeriodSecond, startupFailures),
+						ReadinessProbe: execProbe(2, 1),
+						LivenessProbe:  execProbe(10, 3),
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "gate-bin", MountPath: GateBinDir, ReadOnly: true},
+							{Name: "gate-state", MountPath: GateStateDir},
+							{Name: "podinfo", MountPath: PodInfoDir, ReadOnly: true},
+							{Name: "config", MountPath: ConfigDir, ReadOnly: true},
+							{Name: "data", MountPath: DataDir},
+						},
+					}},
+					Volumes: volumes,
+				},
+			},
+			VolumeClaimTemplates: claims,
+		},
+	}
+}

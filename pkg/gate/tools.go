@@ -1,0 +1,75 @@
+package gate
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Install copies the running gate binary to dest (an init container puts it
+// into a volume the Redis container runs it from).
+func Install(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil { //nolint:gosec // a binary others execute
+		return fmt.Errorf("install: %w", err)
+	}
+	out, err := os.OpenFile(dest, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755) //nolint:gosec // an executable
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("install: %w", err)
+	}
+	return out.Close()
+}
+
+// MemberPort is base plus the ordinal in the environment variable env (none
+// when env is empty).
+func MemberPort(base int, env string) (int, error) {
+	if env == "" {
+		return base, nil
+	}
+	v := os.Getenv(env)
+	ord, err := strconv.Atoi(v)
+	if err != nil || ord < 0 {
+		return 0, fmt.Errorf("ordinal %s=%q: not a non-negative number", env, v)
+	}
+	return base + ord, nil
+}
+
+// Probe reports whether Redis at addr accepts a connection and answers (any
+// reply, an authentication error included: the process serves).
+func Probe(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return fmt.Errorf("probe %s: %w", addr, err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", addr, err)
+	}
+	if !strings.HasPrefix(line, "+") && !strings.HasPrefix(line, "-") {
+		return fmt.Errorf("probe %s: unexpected reply %q", addr, line)
+	}
+	return nil
+}

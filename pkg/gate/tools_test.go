@@ -1,0 +1,67 @@
+package gate_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/pkg/gate"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+)
+
+func TestProbe(t *testing.T) {
+	s := redistest.StartN(t, 1, redistest.Options{Password: "pw"})[0]
+	// An authentication error is an answer: the member serves.
+	if err := gate.Probe(s.Addr(), time.Second); err != nil {
+		t.Fatalf("probe of a serving master: %v", err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gate.Probe(s.Addr(), 200*time.Millisecond); err == nil {
+		t.Fatal("probe of a dead master succeeded")
+	}
+	// Something that is not Redis.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			fmt.Fprint(c, "HTTP/1.1 400 Bad Request\r\n")
+			c.Close()
+		}
+	}()
+	if err := gate.Probe(l.Addr().String(), time.Second); err == nil {
+		t.Fatal("probe accepted a non-Redis reply")
+	}
+}
+
+func TestMemberPort(t *testing.T) {
+	t.Setenv("ORD", "3")
+	if p, err := gate.MemberPort(7000, "ORD"); err != nil || p != 7003 {
+		t.Fatalf("MemberPort = %d, %v", p, err)
+	}
+	if p, _ := gate.MemberPort(7000, ""); p != 7000 {
+		t.Fatalf("no ordinal: %d", p)
+	}
+	t.Setenv("ORD", "x")
+	if _, err := gate.MemberPort(7000, "ORD"); err == nil {
+		t.Fatal("a bad ordinal was accepted")
+	}
+}
+
+func TestInstall(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "bin", "gate")
+	if err := gate.Install(dest); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dest)
+	if err != nil || fi.Mode()&0o111 == 0 || fi.Size() == 0 {
+		t.Fatalf("installed binary: %v %v", fi, err)
+	}
+}
