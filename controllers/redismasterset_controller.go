@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +16,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -40,6 +43,9 @@ type RedisMasterSetReconciler struct {
 	Clock    clock.PassiveClock
 	// ProbeInterval is how often the masters are probed (default 10s).
 	ProbeInterval time.Duration
+	// GateImage is the operator's own image, which carries the gate that
+	// managed Redis pods run.
+	GateImage string
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
@@ -67,11 +73,10 @@ func (r *RedisMasterSetReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	next := interval
 
 	if ms.Spec.Managed != nil {
-		// Rendering exists (internal/managed); applying it does not yet.
-		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonUnsupportedSpec,
-			"managed masters are not run by this operator version yet: use spec.external")
-		ms.Status.ObservedGeneration = ms.Generation
-		return ctrl.Result{}, client.IgnoreNotFound(r.Status().Patch(ctx, ms, client.MergeFrom(base)))
+		if err := r.reconcileManaged(ctx, ms, now); err != nil {
+			_ = r.Status().Patch(ctx, ms, client.MergeFrom(base)) // keep new member records
+			return ctrl.Result{}, err
+		}
 	}
 	c, err := r.Masters.Refresh(ctx, ms)
 	if err != nil {
@@ -108,7 +113,10 @@ func (r *RedisMasterSetReconciler) applyProbe(ms *v1alpha1.RedisMasterSet, resul
 	for _, res := range results {
 		old, seen := prev[res.Addr]
 		m := memberState(res, now)
-		m.Restarts = old.Restarts
+		m.Restarts, m.LastServingAt, m.NeverServed = old.Restarts, old.LastServingAt, old.NeverServed
+		if m.State == v1alpha1.MemberServing {
+			m.LastServingAt, m.NeverServed = &metav1.Time{Time: now}, false
+		}
 		if seen && old.RunID != "" && m.RunID != "" && m.RunID != old.RunID {
 			m.Restarts++
 		}
@@ -184,6 +192,12 @@ func (r *RedisMasterSetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Spec changes only: the status writes of probes must not trigger
 		// probes. Probes run on RequeueAfter.
 		For(&v1alpha1.RedisMasterSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.StatefulSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// New member pods need their admission at once.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(setsOfPod), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
 		Named("redismasterset").
 		Complete(r)
 }

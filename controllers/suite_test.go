@@ -119,6 +119,7 @@ func startManager() *manager {
 		RetryPeriod:                   ptr(200 * time.Millisecond),
 		// Several managers run in this process, one after another.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
+		Cache:      operator.CacheOptions(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(suiteCtx)
@@ -128,6 +129,7 @@ func startManager() *manager {
 		ProbeInterval: 500 * time.Millisecond,
 		Workers:       4,
 		Metrics:       m.metrics,
+		GateImage:     "redlock-operator:test",
 	})
 	Expect(err).NotTo(HaveOccurred())
 	go func() {

@@ -224,6 +224,12 @@ type MemberStatus struct {
 	// masters: the admission of a replacement pod is computed from it).
 	// +optional
 	LastServingAt *metav1.Time `json:"lastServingAt,omitempty"`
+	// NeverServed marks a member of a new managed set that has not served
+	// yet: its first pod is admitted at once. Without it and without
+	// lastServingAt, nothing is known of the member and a new pod waits a
+	// full restart delay.
+	// +optional
+	NeverServed bool `json:"neverServed,omitempty"`
 	// Message explains a Down state.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -42,6 +42,7 @@ func main() {
 		qps                    float64
 		burst                  int
 		nodeTimeout            time.Duration
+		gateImage              string
 	)
 	namespace := envOr("POD_NAMESPACE", "redlock-system")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -54,6 +55,8 @@ func main() {
 	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
 	flag.DurationVar(&nodeTimeout, "redis-node-timeout", 0,
 		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [20ms, 200ms]).")
+	flag.StringVar(&gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
+		"Image that managed Redis pods copy the gate from: the operator's own image.")
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second (renewals write status: about 1.5 writes/s per 10 held locks at ttl 10s).")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
@@ -66,7 +69,7 @@ func main() {
 	restCfg.QPS, restCfg.Burst = float32(qps), burst
 	if err := run(ctrl.SetupSignalHandler(), restCfg, config{
 		metricsAddr: metricsAddr, probeAddr: probeAddr, leaderElect: leaderElect, leaderNamespace: leaderNamespace,
-		lockKeySecret: lockKeySecret, probeInterval: probeInterval, workers: workers, nodeTimeout: nodeTimeout,
+		lockKeySecret: lockKeySecret, probeInterval: probeInterval, workers: workers, nodeTimeout: nodeTimeout, gateImage: gateImage,
 	}); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
@@ -81,6 +84,7 @@ type config struct {
 	probeInterval          time.Duration
 	workers                int
 	nodeTimeout            time.Duration
+	gateImage              string
 }
 
 func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
@@ -96,6 +100,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		LeaderElectionID:              "redlock-operator.redlock.dev",
 		LeaderElectionNamespace:       cfg.leaderNamespace,
 		LeaderElectionReleaseOnCancel: true, // a stopping leader hands over at once
+		Cache:                         operator.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
@@ -115,6 +120,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		Metrics:       m,
 
 		DefaultNodeTimeout: cfg.nodeTimeout,
+		GateImage:          cfg.gateImage,
 	})
 	if err != nil {
 		return err

@@ -144,10 +144,10 @@ func Labels(ms *v1alpha1.RedisMasterSet) map[string]string {
 // redlock.dev/serve-after annotation): a member that never served may serve
 // now; one last seen serving at T may serve at T + restartDelay (its keys are
 // gone, locks granted on them are valid until then); when nothing is known
-// of the member (no record), now + restartDelay.
+// of the member, now + restartDelay.
 func AdmitAt(member *v1alpha1.MemberStatus, restartDelay time.Duration, now time.Time) time.Time {
 	switch {
-	case member == nil:
+	case member == nil || (member.LastServingAt == nil && !member.NeverServed):
 		return now.Add(restartDelay)
 	case member.LastServingAt == nil:
 		return now

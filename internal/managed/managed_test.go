@@ -166,7 +166,8 @@ func TestAdmitAt(t *testing.T) {
 		want   time.Time
 	}{
 		{"unknown member: a full delay", nil, now.Add(delay)},
-		{"never served: at once", &v1alpha1.MemberStatus{}, now},
+		{"never served: at once", &v1alpha1.MemberStatus{NeverServed: true}, now},
+		{"a record without history: a full delay", &v1alpha1.MemberStatus{}, now.Add(delay)},
 		{"served 10s ago", served(10 * time.Second), now.Add(21 * time.Second)},
 		{"served long ago", served(time.Hour), now},
 	} {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -76,7 +78,11 @@ const SecretRecheck = 30 * time.Second
 
 func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, force bool) (*redlock.Client, error) {
 	name := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
-	spec := strconv.FormatInt(ms.Generation, 10) + "/" + string(ms.UID)
+	addrs, err := Addresses(ms)
+	if err != nil {
+		return nil, err
+	}
+	spec := strconv.FormatInt(ms.Generation, 10) + "/" + string(ms.UID) + "/" + strings.Join(addrs, ",")
 	r.mu.Lock()
 	if e, ok := r.entries[name]; ok && e.spec == spec && !force && (ms.Spec.AuthSecretRef == nil || time.Since(e.checked) < SecretRecheck) {
 		r.mu.Unlock()
@@ -95,7 +101,7 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 		e.checked = time.Now()
 		return e.client, nil
 	}
-	c, err := r.build(name, ms, user, pass)
+	c, err := r.build(name, ms, addrs, user, pass)
 	if err != nil {
 		return nil, err
 	}
@@ -142,13 +148,10 @@ func (r *Registry) Close() {
 	}
 }
 
-func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet, user, pass string) (*redlock.Client, error) {
-	if ms.Spec.External == nil || len(ms.Spec.External.Addresses) == 0 {
-		return nil, errors.New("no master addresses")
-	}
+func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet, addrs []string, user, pass string) (*redlock.Client, error) {
 	opts := []redlock.Option{
 		redlock.WithTries(1), // the controllers retry with their own jitter
-		redlock.WithQuarantine(QuarantineWindow(ms.Spec.MaxLockTTL.Duration)),
+		redlock.WithQuarantine(Quarantine(ms)),
 	}
 	if pass != "" || user != "" {
 		opts = append(opts, redlock.WithAuth(user, pass))
@@ -163,16 +166,64 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 		opts = append(opts, redlock.WithObserver(r.Observer(name)))
 	}
 	opts = append(opts, r.Options...)
-	c, err := redlock.New(ms.Spec.External.Addresses, opts...)
+	c, err := redlock.New(addrs, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("master set %s: %w", name, err)
 	}
 	return c, nil
 }
 
-// auth reads the password (and user name) from the set's auth Secret.
+// Addresses returns the masters' addresses: the external list, or the
+// managed members' (DNS names; with hostNetwork, the addresses recorded in
+// status once every member's pod has a host).
+func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
+	switch {
+	case ms.Spec.External != nil && len(ms.Spec.External.Addresses) > 0:
+		return ms.Spec.External.Addresses, nil
+	case ms.Spec.Managed != nil && !ms.Spec.Managed.HostNetwork:
+		return managed.Addresses(ms, nil), nil
+	case ms.Spec.Managed != nil:
+		addrs := make([]string, 0, ms.Spec.Managed.Replicas)
+		for _, m := range ms.Status.Members {
+			if m.Address == "" {
+				break
+			}
+			addrs = append(addrs, m.Address)
+		}
+		if len(addrs) != int(ms.Spec.Managed.Replicas) {
+			return nil, errors.New("not every member has a host yet")
+		}
+		return addrs, nil
+	default:
+		return nil, errors.New("no master addresses")
+	}
+}
+
+// Quarantine is the client-side quarantine window of a set's restarted
+// masters: the managed restart delay, or maxLockTTL + drift + a margin for
+// external masters. A managed AOFAlways set whose restart delay does not
+// cover the longest TTL keeps every acknowledged write across restarts and
+// is not quarantined.
+func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
+	window := QuarantineWindow(ms.Spec.MaxLockTTL.Duration)
+	if ms.Spec.Managed == nil {
+		return window
+	}
+	delay := managed.RestartDelay(ms)
+	ttl := ms.Spec.MaxLockTTL.Duration
+	if delay <= ttl+time.Duration(float64(ttl)*0.01)+2*time.Millisecond {
+		return 0
+	}
+	return delay
+}
+
+// auth reads the password (and user name) from the set's auth Secret (for
+// managed sets without one, the generated Secret).
 func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user, pass, version string, err error) {
 	ref := ms.Spec.AuthSecretRef
+	if ref == nil && ms.Spec.Managed != nil {
+		ref = &v1alpha1.SecretKeyRef{Name: managed.SecretName(ms)}
+	}
 	if ref == nil {
 		return "", "", "", nil
 	}

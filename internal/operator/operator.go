@@ -13,13 +13,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/redlock-operator/redlock-operator/controllers"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
+	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -43,6 +46,19 @@ type Options struct {
 	DefaultNodeTimeout time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
+	// GateImage is the operator's image, which managed Redis pods copy the
+	// gate from.
+	GateImage string
+}
+
+// CacheOptions limits the manager's cache of Pods to the members of managed
+// master sets: the operator watches no other Pod.
+func CacheOptions() cache.Options {
+	sel, err := labels.Parse(managed.LabelSet)
+	if err != nil {
+		panic(err) // a constant label key
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sel}}}
 }
 
 // Setup adds the controllers to mgr. The returned cleanup closes the Redis
@@ -89,6 +105,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Metrics:       o.Metrics,
 		Clock:         o.Clock,
 		ProbeInterval: o.ProbeInterval,
+		GateImage:     o.GateImage,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
 	}

@@ -1,0 +1,141 @@
+package controllers_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/managed"
+)
+
+// envtest runs no kube-controller-manager: the StatefulSet creates no pods
+// here, so the tests create member pods themselves, as the StatefulSet
+// controller would.
+func memberPod(ms *v1alpha1.RedisMasterSet, ordinal string) *corev1.Pod {
+	labels := managed.Labels(ms)
+	labels[managed.PodIndexLabel] = ordinal
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ms.Namespace, Name: ms.Name + "-" + ordinal, Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "redis", Image: "redis:7.2"}}},
+	}
+}
+
+func admission(pod *corev1.Pod) func() time.Time {
+	return func() time.Time {
+		cur := &corev1.Pod{}
+		if err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(pod), cur); err != nil {
+			return time.Time{}
+		}
+		at, err := time.Parse(time.RFC3339Nano, cur.Annotations[managed.ServeAfter])
+		if err != nil {
+			return time.Time{}
+		}
+		return at
+	}
+}
+
+var _ = Describe("Managed RedisMasterSet", Ordered, func() {
+	var (
+		mgr *manager
+		ns  string
+		ms  *v1alpha1.RedisMasterSet
+	)
+	BeforeAll(func() {
+		mgr = startManager()
+		ns = newNamespace()
+		ms = &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "locks"},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				MaxLockTTL: metav1.Duration{Duration: 20 * time.Second},
+				Managed:    &v1alpha1.ManagedMasters{Replicas: 3, Persistence: v1alpha1.PersistenceAOFEverySec},
+			},
+		}
+		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
+	})
+	AfterAll(func() { mgr.stop() })
+
+	It("creates the StatefulSet, Service, config, PDB and a generated Secret, owned by the set", func() {
+		key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+		sts := &appsv1.StatefulSet{}
+		Eventually(func() error { return k8s.Get(suiteCtx, key("locks"), sts) }, 10*time.Second).Should(Succeed())
+		Expect(*sts.Spec.Replicas).To(Equal(int32(3)))
+		Expect(sts.Spec.PodManagementPolicy).To(Equal(appsv1.ParallelPodManagement))
+		Expect(sts.Spec.VolumeClaimTemplates).To(HaveLen(1))
+		Expect(sts.Spec.Template.Spec.InitContainers[0].Image).To(Equal("redlock-operator:test"))
+		Expect(sts.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--persistence=AOFEverySec", "--restart-delay=21.202s"))
+		Expect(metav1.IsControlledBy(sts, fetchSet(ns, "locks"))).To(BeTrue())
+
+		svc := &corev1.Service{}
+		Expect(k8s.Get(suiteCtx, key("locks"), svc)).To(Succeed())
+		Expect(svc.Spec.ClusterIP).To(Equal(corev1.ClusterIPNone))
+		cm := &corev1.ConfigMap{}
+		Expect(k8s.Get(suiteCtx, key("locks-config"), cm)).To(Succeed())
+		Expect(cm.Data["redis.conf"]).To(ContainSubstring("maxmemory-policy noeviction"))
+		Expect(cm.Data["redis.conf"]).To(ContainSubstring("appendfsync everysec"))
+		pdb := &policyv1.PodDisruptionBudget{}
+		Expect(k8s.Get(suiteCtx, key("locks"), pdb)).To(Succeed())
+		Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
+		secret := &corev1.Secret{}
+		Expect(k8s.Get(suiteCtx, key("locks-auth"), secret)).To(Succeed())
+		Expect(len(secret.Data["password"])).To(BeNumerically(">=", 32))
+		Expect(metav1.IsControlledBy(secret, fetchSet(ns, "locks"))).To(BeTrue())
+
+		// Status is written at the end of the reconcile that created them.
+		Eventually(func() []v1alpha1.MemberStatus { return fetchSet(ns, "locks").Status.Members }, 5*time.Second).Should(HaveLen(3))
+		set := fetchSet(ns, "locks")
+		Expect(set.Status.Members[2].Address).To(Equal("locks-2.locks." + ns + ".svc:6379"))
+		Expect(set.Status.Members[0].NeverServed).To(BeTrue(), "%+v", set.Status.Members)
+	})
+
+	It("admits the first pod of a member that never served at once", func() {
+		pod := memberPod(ms, "0")
+		created := time.Now()
+		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
+		Eventually(admission(pod), 10*time.Second, 50*time.Millisecond).ShouldNot(BeZero())
+		Expect(admission(pod)()).To(BeTemporally("~", created, 3*time.Second))
+		Eventually(func() []string { return eventReasons(ns, "locks") }, 5*time.Second).Should(ContainElement("MemberAdmitted"))
+	})
+
+	It("admits a replacement pod restartDelay after the member was last seen serving, across an operator restart", func() {
+		// Simulated history: member 1 served until 5s ago.
+		lastServing := time.Now().Add(-5 * time.Second).Truncate(time.Second)
+		set := fetchSet(ns, "locks")
+		base := set.DeepCopy()
+		set.Status.Members[1].LastServingAt = &metav1.Time{Time: lastServing}
+		set.Status.Members[1].NeverServed = false
+		mgr.stop() // the operator is down while the member's pod is replaced
+		Expect(k8s.Status().Patch(suiteCtx, set, client.MergeFrom(base))).To(Succeed())
+		pod := memberPod(ms, "1")
+		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
+		mgr = startManager()
+		Eventually(admission(pod), 10*time.Second, 50*time.Millisecond).ShouldNot(BeZero())
+		Expect(admission(pod)()).To(BeTemporally("~", lastServing.Add(20*time.Second+200*time.Millisecond+2*time.Millisecond+time.Second), 10*time.Millisecond))
+	})
+
+	It("admits a pod of a member with no history only after a full restart delay", func() {
+		set := fetchSet(ns, "locks")
+		base := set.DeepCopy()
+		set.Status.Members[2].NeverServed = false
+		set.Status.Members[2].LastServingAt = nil
+		Expect(k8s.Status().Patch(suiteCtx, set, client.MergeFrom(base))).To(Succeed())
+		pod := memberPod(ms, "2")
+		created := time.Now()
+		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
+		Eventually(admission(pod), 10*time.Second, 50*time.Millisecond).ShouldNot(BeZero())
+		Expect(admission(pod)()).To(BeTemporally("~", created.Add(21202*time.Millisecond), 3*time.Second))
+	})
+
+	It("reports members it cannot reach as Down, never as serving", func() {
+		// The DNS names of envtest members resolve nowhere.
+		Eventually(func() []string { return memberStates(fetchSet(ns, "locks")) }, 10*time.Second, 100*time.Millisecond).
+			Should(HaveEach(v1alpha1.MemberDown))
+		Expect(availability(fetchSet(ns, "locks"))).To(Equal("False/" + v1alpha1.ReasonQuorumLost))
+	})
+})
