@@ -57,7 +57,26 @@ func (r *RedisMasterSetReconciler) reconcileManaged(ctx context.Context, ms *v1a
 	if _, err := ensure(ctx, r.Client, ms, pdb, func(dst *policyv1.PodDisruptionBudget) { dst.Spec = pdb.Spec }); err != nil {
 		return err
 	}
-	created, err := ensure(ctx, r.Client, ms, sts, func(dst *appsv1.StatefulSet) {
+	if len(ms.Status.Members) == 0 {
+		// A new set: record its members as never served before any of their
+		// pods exists, so that their first pods are admitted at once. A set
+		// whose StatefulSet exists without records knows nothing of its
+		// members: their pods wait a full restart delay.
+		err := r.Get(ctx, client.ObjectKeyFromObject(sts), &appsv1.StatefulSet{})
+		switch {
+		case apierrors.IsNotFound(err):
+			base := ms.DeepCopy()
+			for _, a := range managed.Addresses(ms, nil) {
+				ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
+			}
+			if err := r.Status().Patch(ctx, ms, client.MergeFrom(base)); err != nil {
+				return fmt.Errorf("record new members: %w", err)
+			}
+		case err != nil:
+			return err
+		}
+	}
+	if _, err := ensure(ctx, r.Client, ms, sts, func(dst *appsv1.StatefulSet) {
 		// Selector, service name, claims and pod management are immutable:
 		// they only take the rendered values on creation.
 		if dst.ResourceVersion == "" {
@@ -65,16 +84,8 @@ func (r *RedisMasterSetReconciler) reconcileManaged(ctx context.Context, ms *v1a
 			return
 		}
 		dst.Spec.Replicas, dst.Spec.Template, dst.Spec.UpdateStrategy = sts.Spec.Replicas, sts.Spec.Template, sts.Spec.UpdateStrategy
-	})
-	if err != nil {
+	}); err != nil {
 		return err
-	}
-	if created && len(ms.Status.Members) == 0 {
-		// A new set: its members never served, so their first pods are
-		// admitted at once.
-		for _, a := range managed.Addresses(ms, nil) {
-			ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
-		}
 	}
 	return r.admitPods(ctx, ms, now)
 }
@@ -88,6 +99,19 @@ func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.R
 	}
 	delay := managed.RestartDelay(ms)
 	hostIPs := make([]string, ms.Spec.Managed.Replicas)
+	members := ms.Status.Members
+	for i := range pods.Items {
+		if _, admitted := pods.Items[i].Annotations[managed.ServeAfter]; !admitted {
+			// Admission depends on the members' history: read it fresh, not
+			// from a cache that may lag behind the latest status write.
+			fresh := &v1alpha1.RedisMasterSet{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ms), fresh); err != nil {
+				return fmt.Errorf("read master set: %w", err)
+			}
+			members = fresh.Status.Members
+			break
+		}
+	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		ord, ok := ordinal(pod, managed.NamesOf(ms).StatefulSet)
@@ -99,8 +123,8 @@ func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.R
 			continue
 		}
 		var member *v1alpha1.MemberStatus
-		if ord < len(ms.Status.Members) {
-			member = &ms.Status.Members[ord]
+		if ord < len(members) {
+			member = &members[ord]
 		}
 		at := managed.AdmitAt(member, delay, now)
 		patch := client.MergeFrom(pod.DeepCopy())

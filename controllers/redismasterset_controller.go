@@ -37,10 +37,12 @@ const (
 // reports each member's state and whether a quorum serves.
 type RedisMasterSetReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
-	Masters  *masters.Registry
-	Metrics  *metrics.Metrics
-	Clock    clock.PassiveClock
+	// APIReader reads without the cache (member history for admissions).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Masters   *masters.Registry
+	Metrics   *metrics.Metrics
+	Clock     clock.PassiveClock
 	// ProbeInterval is how often the masters are probed (default 10s).
 	ProbeInterval time.Duration
 	// GateImage is the operator's own image, which carries the gate that

@@ -9,6 +9,9 @@
 #   KUBE_VERSION  k8s.io/kubernetes version   (default v1.37.2)
 #   ETCD_VERSION  go.etcd.io/etcd/server/v3   (default v3.6.16)
 #   ENVTEST_CACHE cache root                  (default ${XDG_CACHE_HOME:-~/.cache}/redlock-operator/envtest)
+#   KUBE_COMMANDS k8s.io/kubernetes/cmd/* to build (default kube-apiserver;
+#                 the local cluster adds the controller manager, scheduler,
+#                 kubelet and kubectl)
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
@@ -16,8 +19,13 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CACHE=${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-operator/envtest}
 OUT="$CACHE/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION"
 GO=${GO:-go}
+KUBE_COMMANDS=${KUBE_COMMANDS:-kube-apiserver}
 
-if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/etcd" ] && [ -f "$OUT/.complete" ]; then
+missing=()
+for c in $KUBE_COMMANDS; do
+	[ -x "$OUT/$c" ] || missing+=("$c")
+done
+if [ ${#missing[@]} -eq 0 ] && [ -x "$OUT/etcd" ] && [ -f "$OUT/.complete" ]; then
 	echo "$OUT"
 	exit 0
 fi
@@ -30,9 +38,9 @@ trap 'rm -rf "$work"' EXIT
 # The staging modules are k8s.io/* at the matching v0 version.
 staging=${KUBE_VERSION/v1./v0.}
 
-# --- kube-apiserver -----------------------------------------------------------
-if [ ! -x "$OUT/kube-apiserver" ]; then
-	log "building kube-apiserver $KUBE_VERSION (several minutes on a cold cache)"
+# --- Kubernetes commands --------------------------------------------------------
+if [ ${#missing[@]} -gt 0 ]; then
+	log "building ${missing[*]} $KUBE_VERSION (several minutes on a cold cache)"
 	mkdir -p "$work/kube"
 	(
 		cd "$work/kube"
@@ -46,20 +54,20 @@ if [ ! -x "$OUT/kube-apiserver" ]; then
 			args+=(-replace="$mod=$mod@$staging")
 		done < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")
 		$GO mod edit "${args[@]}"
-		cat >tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
-GO
+		{
+			printf '//go:build tools\n\npackage tools\n\nimport (\n'
+			for c in "${missing[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+			printf ')\n'
+		} >tools.go
 		$GO mod tidy >/dev/null 2>&1 || $GO mod tidy
 		major=$(echo "$KUBE_VERSION" | sed 's/^v\([0-9]*\)\..*/\1/')
 		minor=$(echo "$KUBE_VERSION" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/')
 		pkg=k8s.io/component-base/version
-		CGO_ENABLED=0 $GO build -trimpath -o "$OUT/kube-apiserver" \
-			-ldflags "-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor" \
-			k8s.io/kubernetes/cmd/kube-apiserver
+		for c in "${missing[@]}"; do
+			CGO_ENABLED=0 $GO build -trimpath -o "$OUT/$c" \
+				-ldflags "-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor" \
+				"k8s.io/kubernetes/cmd/$c"
+		done
 	)
 fi
 

@@ -100,6 +100,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 	}
 	if err := (&controllers.RedisMasterSetReconciler{
 		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
 		Recorder:      recorder,
 		Masters:       registry,
 		Metrics:       o.Metrics,
