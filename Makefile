@@ -112,6 +112,16 @@ docker-build: ## Build the operator image (needs a container engine).
 docker-push: ## Push the operator image.
 	$(CONTAINER_TOOL) push $(IMG)
 
+##@ Local cluster (root, Linux)
+
+.PHONY: cluster-up
+cluster-up: ## Bring up a real single-node cluster (etcd, apiserver, controller-manager, scheduler, kubelet, containerd) on loopback.
+	hack/local-cluster/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Tear the local cluster down and restore the host.
+	hack/local-cluster/cluster.sh down
+
 ##@ Deployment
 
 .PHONY: install

@@ -66,7 +66,7 @@ func (r *RedisMasterSetReconciler) reconcileManaged(ctx context.Context, ms *v1a
 		switch {
 		case apierrors.IsNotFound(err):
 			base := ms.DeepCopy()
-			for _, a := range managed.Addresses(ms, nil) {
+			for _, a := range managed.Addresses(ms) {
 				ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
 			}
 			if err := r.Status().Patch(ctx, ms, client.MergeFrom(base)); err != nil {
@@ -91,14 +91,13 @@ func (r *RedisMasterSetReconciler) reconcileManaged(ctx context.Context, ms *v1a
 }
 
 // admitPods annotates every member pod that has no admission yet with the
-// instant from which it may serve, and records the members' host addresses.
+// instant from which it may serve.
 func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) error {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace), client.MatchingLabels(managed.Labels(ms))); err != nil {
 		return fmt.Errorf("list member pods: %w", err)
 	}
 	delay := managed.RestartDelay(ms)
-	hostIPs := make([]string, ms.Spec.Managed.Replicas)
 	members := ms.Status.Members
 	for i := range pods.Items {
 		if _, admitted := pods.Items[i].Annotations[managed.ServeAfter]; !admitted {
@@ -115,10 +114,9 @@ func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.R
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		ord, ok := ordinal(pod, managed.NamesOf(ms).StatefulSet)
-		if !ok || ord >= len(hostIPs) || !pod.DeletionTimestamp.IsZero() {
+		if !ok || ord >= int(ms.Spec.Managed.Replicas) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		hostIPs[ord] = pod.Status.HostIP
 		if _, admitted := pod.Annotations[managed.ServeAfter]; admitted {
 			continue
 		}
@@ -136,14 +134,6 @@ func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.R
 			return fmt.Errorf("admit pod %s: %w", pod.Name, err)
 		}
 		r.Recorder.Eventf(ms, pod, corev1.EventTypeNormal, EventAdmitted, "Admit", "member %d (pod %s) may serve from %s", ord, pod.Name, at.UTC().Format(time.RFC3339))
-	}
-	if ms.Spec.Managed.HostNetwork {
-		addrs := managed.Addresses(ms, hostIPs)
-		for i := range ms.Status.Members {
-			if i < len(addrs) && addrs[i] != "" {
-				ms.Status.Members[i].Address = addrs[i]
-			}
-		}
 	}
 	return nil
 }

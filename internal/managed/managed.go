@@ -80,17 +80,16 @@ func SecretKey(ms *v1alpha1.RedisMasterSet) string {
 }
 
 // Addresses returns the members' addresses for the Redlock client: the DNS
-// names of the headless Service, or, with hostNetwork, hostIPs[i]:port+i
-// ("" for members whose pod has no host yet).
-func Addresses(ms *v1alpha1.RedisMasterSet, hostIPs []string) []string {
+// names of the headless Service, or, with hostNetwork, 127.0.0.1:port+i —
+// host-network members bind loopback only, for single-node clusters without
+// a pod network where the operator runs on the same node.
+func Addresses(ms *v1alpha1.RedisMasterSet) []string {
 	m := ms.Spec.Managed
 	n := NamesOf(ms)
 	out := make([]string, m.Replicas)
 	for i := range out {
 		if m.HostNetwork {
-			if i < len(hostIPs) && hostIPs[i] != "" {
-				out[i] = fmt.Sprintf("%s:%d", hostIPs[i], int(m.Port)+i)
-			}
+			out[i] = fmt.Sprintf("127.0.0.1:%d", int(m.Port)+i)
 			continue
 		}
 		out[i] = fmt.Sprintf("%s-%d.%s.%s.svc:%d", n.StatefulSet, i, n.Service, ms.Namespace, m.Port)

@@ -126,11 +126,11 @@ func TestRenderHostNetwork(t *testing.T) {
 	if !strings.Contains(ConfigMap(ms).Data["redis.conf"], "bind 127.0.0.1\n") {
 		t.Error("a host-network member binds beyond loopback")
 	}
-	got := Addresses(ms, []string{"127.0.0.1", "", "127.0.0.1"})
-	if want := []string{"127.0.0.1:7000", "", "127.0.0.1:7002"}; strings.Join(got, ",") != strings.Join(want, ",") {
+	got := Addresses(ms)
+	if want := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("addresses %v, want %v", got, want)
 	}
-	if got := Addresses(set(nil), nil); got[4] != "locks-4.locks.ns.svc:6379" {
+	if got := Addresses(set(nil)); got[4] != "locks-4.locks.ns.svc:6379" {
 		t.Errorf("DNS address %v", got[4])
 	}
 }

@@ -174,26 +174,13 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 }
 
 // Addresses returns the masters' addresses: the external list, or the
-// managed members' (DNS names; with hostNetwork, the addresses recorded in
-// status once every member's pod has a host).
+// managed members' (see managed.Addresses).
 func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
 	switch {
 	case ms.Spec.External != nil && len(ms.Spec.External.Addresses) > 0:
 		return ms.Spec.External.Addresses, nil
-	case ms.Spec.Managed != nil && !ms.Spec.Managed.HostNetwork:
-		return managed.Addresses(ms, nil), nil
 	case ms.Spec.Managed != nil:
-		addrs := make([]string, 0, ms.Spec.Managed.Replicas)
-		for _, m := range ms.Status.Members {
-			if m.Address == "" {
-				break
-			}
-			addrs = append(addrs, m.Address)
-		}
-		if len(addrs) != int(ms.Spec.Managed.Replicas) {
-			return nil, errors.New("not every member has a host yet")
-		}
-		return addrs, nil
+		return managed.Addresses(ms), nil
 	default:
 		return nil, errors.New("no master addresses")
 	}
