@@ -118,6 +118,10 @@ docker-push: ## Push the operator image.
 cluster-up: ## Bring up a real single-node cluster (etcd, apiserver, controller-manager, scheduler, kubelet, containerd) on loopback.
 	hack/local-cluster/cluster.sh up
 
+.PHONY: e2e
+e2e: ## End-to-end suite on a fresh local cluster (root): operator in-cluster, managed masters, crashes.
+	hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v
+
 .PHONY: cluster-down
 cluster-down: ## Tear the local cluster down and restore the host.
 	hack/local-cluster/cluster.sh down

@@ -179,11 +179,15 @@ build_images() {
 
 up() {
 	need_root
+	if [ -d "$STATE/pid" ] && [ -n "$(ls -A "$STATE/pid" 2>/dev/null)" ]; then
+		log "a previous cluster is still here: tearing it down first"
+		down
+	fi
 	install_packages
 	build
 	record_host
 	write_configs
-	trap 'log "up failed: tearing down"; down' ERR
+	trap 'log "up failed at line $LINENO: $BASH_COMMAND; tearing down"; down' ERR
 	local k="--kubeconfig=$STATE/kubeconfig"
 	start etcd "$BIN/etcd" --data-dir "$STATE/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
 		--advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
@@ -255,7 +259,8 @@ run)
 	need_root
 	trap down EXIT
 	KUBECONFIG=$(up)
-	export KUBECONFIG KUBECTL="$BIN/kubectl"
+	BIN=$(KUBE_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl" "$ROOT/hack/build-envtest.sh") # cached
+	export KUBECONFIG KUBECTL="$BIN/kubectl" CLUSTER_STATE="$STATE"
 	"$@"
 	;;
 *)

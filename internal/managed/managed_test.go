@@ -123,6 +123,9 @@ func TestRenderHostNetwork(t *testing.T) {
 	if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet || !strings.Contains(args, "--port-base=7000 --ordinal-env=POD_INDEX") {
 		t.Errorf("host network pod: %v %v %q", pod.HostNetwork, pod.DNSPolicy, args)
 	}
+	if len(pod.Containers[0].Ports) != 0 {
+		t.Error("a host-network member declares a port: the others could not schedule beside it")
+	}
 	if !strings.Contains(ConfigMap(ms).Data["redis.conf"], "bind 127.0.0.1\n") {
 		t.Error("a host-network member binds beyond loopback")
 	}

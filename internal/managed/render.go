@@ -142,9 +142,11 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		dnsPolicy = corev1.DNSClusterFirstWithHostNet
 	}
 	grace := int64(30)
-	port := corev1.ContainerPort{Name: "redis", ContainerPort: m.Port}
+	// Host-network members listen on port+i: a declared (host) port would
+	// keep every member but one from scheduling on a node.
+	ports := []corev1.ContainerPort{{Name: "redis", ContainerPort: m.Port}}
 	if m.HostNetwork {
-		port.HostPort = m.Port // member 0; the others listen on port+i
+		ports = nil
 	}
 
 	return &appsv1.StatefulSet{
@@ -194,7 +196,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 								FieldPath: fmt.Sprintf("metadata.labels['%s']", PodIndexLabel),
 							}}},
 						},
-						Ports:          []corev1.ContainerPort{port},
+						Ports:          ports,
 						Resources:      m.Resources,
 						StartupProbe:   execProbe(probePeriodSecond, startupFailures),
 						ReadinessProbe: execProbe(2, 1),

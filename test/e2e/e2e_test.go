@@ -1,0 +1,237 @@
+//go:build e2e
+
+// Package e2e proves delayed restart on a real single-node cluster
+// (hack/local-cluster): the operator runs in-cluster from its image with the
+// config/ manifests and the config/e2e overlay; a managed RedisMasterSet of
+// five host-network members holds a lock while its members crash.
+//
+//	make e2e   # cluster up, this suite, cluster down
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/managed"
+)
+
+const (
+	ns       = "e2e"
+	basePort = 17000
+	ttl      = 4 * time.Second
+)
+
+var (
+	k8s   client.Client
+	ctx   = context.Background()
+	state = envOr("CLUSTER_STATE", "/var/tmp/redlock-cluster")
+	root  = func() string { wd, _ := os.Getwd(); return filepath.Join(wd, "..", "..") }()
+	set   *v1alpha1.RedisMasterSet
+	// restartDelay of the set: maxLockTTL + 1% + 2ms + 1s.
+	restartDelay = ttl + 40*time.Millisecond + 2*time.Millisecond + time.Second
+)
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "e2e on a real local cluster")
+}
+
+func run(name string, args ...string) string {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	Expect(cmd.Run()).To(Succeed(), "%s %v: %s", name, args, out.String())
+	return out.String()
+}
+
+var _ = BeforeSuite(func() {
+	redis.SetLogger(quiet{})
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	Expect(err).NotTo(HaveOccurred())
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	manifests := run("go", "tool", "-modfile=hack/tools/go.mod", "kustomize", "build", "config/e2e")
+	apply := exec.Command(os.Getenv("KUBECTL"), "apply", "--server-side", "-f", "-")
+	apply.Stdin = strings.NewReader(manifests)
+	out, err := apply.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+	Eventually(func(g Gomega) {
+		var pods corev1.PodList
+		g.Expect(k8s.List(ctx, &pods, client.InNamespace("redlock-system"))).To(Succeed())
+		g.Expect(pods.Items).NotTo(BeEmpty())
+		g.Expect(pods.Items[0].Status.Phase).To(Equal(corev1.PodRunning))
+	}, 2*time.Minute, time.Second).Should(Succeed())
+
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	set = &v1alpha1.RedisMasterSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "masters"},
+		Spec: v1alpha1.RedisMasterSetSpec{
+			MaxLockTTL: metav1.Duration{Duration: ttl},
+			Managed: &v1alpha1.ManagedMasters{
+				Replicas: 5, Image: "redis:7-local", Port: basePort, HostNetwork: true,
+			},
+		},
+	}
+	Expect(k8s.Create(ctx, set)).To(Succeed())
+	Eventually(available, 3*time.Minute, time.Second).Should(BeTrue())
+})
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func available() bool {
+	cur := &v1alpha1.RedisMasterSet{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(set), cur); err != nil {
+		return false
+	}
+	return meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionAvailable) && cur.Status.Serving == 5
+}
+
+func lock(name, holder string) *v1alpha1.DistributedLock {
+	return &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.DistributedLockSpec{
+			MasterSet: "masters", Key: "e2e/key", TTL: metav1.Duration{Duration: ttl}, HolderIdentity: holder,
+		},
+	}
+}
+
+func get(l *v1alpha1.DistributedLock) *v1alpha1.DistributedLock {
+	cur := &v1alpha1.DistributedLock{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(l), cur)).To(Succeed())
+	return cur
+}
+
+func held(l *v1alpha1.DistributedLock) bool {
+	return meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionHeld) && l.Status.Holder != nil
+}
+
+// serves reports whether the member on port accepts a connection and answers.
+func serves(port int) bool {
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DisableIdentity: true, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err := c.Ping(cctx).Err()
+	// NOAUTH is an answer: the server accepted the connection.
+	return err == nil || strings.Contains(err.Error(), "NOAUTH")
+}
+
+// killMember SIGKILLs the main process (the gate) of member i's Redis
+// container, as a crash would; the kubelet restarts the container.
+func killMember(i int) {
+	pod := &corev1.Pod{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("masters-%d", i)}, pod)).To(Succeed())
+	Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty())
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	out := run("ctr", "-a", filepath.Join(state, "containerd", "containerd.sock"), "-n", "k8s.io", "tasks", "ls")
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == id {
+			run("kill", "-9", f[1])
+			return
+		}
+	}
+	Fail("no task for container " + id)
+}
+
+var _ = Describe("delayed restart", Ordered, func() {
+	var holder, rival *v1alpha1.DistributedLock
+	var token int64
+	BeforeAll(func() {
+		holder, rival = lock("holder", "first"), lock("rival", "second")
+		Expect(k8s.Create(ctx, holder)).To(Succeed())
+		Eventually(func() bool { return held(get(holder)) }, time.Minute, 100*time.Millisecond).Should(BeTrue())
+		Expect(k8s.Create(ctx, rival)).To(Succeed())
+		token = get(holder).Status.FencingToken
+	})
+
+	It("keeps a crashed member out of service for the restart delay while the lock stays held", func() {
+		killMember(0)
+		crashed := time.Now()
+		// Throughout, the holder keeps the lock and the rival never gets it.
+		var served time.Time
+		for served.IsZero() {
+			Expect(time.Since(crashed)).To(BeNumerically("<", restartDelay+time.Minute), "the member never came back")
+			h, r := get(holder), get(rival)
+			Expect(held(h) && h.Status.Holder.Identity == "first" && h.Status.FencingToken == token).To(BeTrue(), "the holder lost the lock")
+			Expect(held(r)).To(BeFalse(), "a second holder got the lock")
+			if serves(basePort) {
+				served = time.Now()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		gap := served.Sub(crashed)
+		GinkgoWriter.Printf("crash → first accepted connection: %v (restart delay %v)\n", gap, restartDelay)
+		Expect(gap).To(BeNumerically(">=", restartDelay))
+		// The member is counted again once its quarantine has passed.
+		Eventually(available, time.Minute, 200*time.Millisecond).Should(BeTrue())
+		Expect(held(get(holder))).To(BeTrue())
+		Expect(held(get(rival))).To(BeFalse())
+	})
+
+	It("makes a replacement pod wait for its admission", func() {
+		pod := &corev1.Pod{}
+		key := client.ObjectKey{Namespace: ns, Name: "masters-1"}
+		Expect(k8s.Get(ctx, key, pod)).To(Succeed())
+		oldUID := pod.UID
+		Expect(k8s.Delete(ctx, pod)).To(Succeed())
+		deleted := time.Now()
+		var admitAt time.Time
+		Eventually(func(g Gomega) {
+			cur := &corev1.Pod{}
+			g.Expect(k8s.Get(ctx, key, cur)).To(Succeed())
+			g.Expect(cur.UID).NotTo(Equal(oldUID))
+			at, err := time.Parse(time.RFC3339Nano, cur.Annotations[managed.ServeAfter])
+			g.Expect(err).NotTo(HaveOccurred())
+			admitAt = at
+		}, time.Minute, 100*time.Millisecond).Should(Succeed())
+		Expect(admitAt).To(BeTemporally(">", deleted.Add(-restartDelay)))
+		Eventually(func() bool { return serves(basePort + 1) }, time.Minute, 50*time.Millisecond).Should(BeTrue())
+		Expect(time.Now()).To(BeTemporally(">=", admitAt))
+		Eventually(available, time.Minute, 200*time.Millisecond).Should(BeTrue())
+	})
+
+	It("loses the lock cleanly with a majority down and regains it after the delay", func() {
+		for i := 2; i <= 4; i++ {
+			killMember(i)
+		}
+		Eventually(func() bool { return !held(get(holder)) }, 2*ttl, 50*time.Millisecond).Should(BeTrue())
+		h := get(holder)
+		Expect(h.Status.Holder).To(BeNil(), "no holder is shown once the grant is lost")
+		Eventually(func() bool { return held(get(holder)) || held(get(rival)) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue())
+		Expect(held(get(holder)) && held(get(rival))).To(BeFalse(), "both locks of one key held")
+	})
+})
