@@ -119,6 +119,15 @@ func available() bool {
 	return meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionAvailable) && cur.Status.Serving == 5
 }
 
+// memberState is member i's state in the set's status.
+func memberState(i int) string {
+	cur := &v1alpha1.RedisMasterSet{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(set), cur); err != nil || i >= len(cur.Status.Members) {
+		return ""
+	}
+	return cur.Status.Members[i].State
+}
+
 func lock(name, holder string) *v1alpha1.DistributedLock {
 	return &v1alpha1.DistributedLock{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -196,8 +205,12 @@ var _ = Describe("delayed restart", Ordered, func() {
 		gap := served.Sub(crashed)
 		GinkgoWriter.Printf("crash → first accepted connection: %v (restart delay %v)\n", gap, restartDelay)
 		Expect(gap).To(BeNumerically(">=", restartDelay))
-		// The member is counted again once its quarantine has passed.
-		Eventually(available, time.Minute, 200*time.Millisecond).Should(BeTrue())
+		// Back, it is quarantined (its keys are gone) and does not vote ...
+		Eventually(func() string { return memberState(0) }, 10*time.Second, 50*time.Millisecond).Should(Equal(v1alpha1.MemberQuarantined))
+		// ... until its quarantine has passed; then it is counted again.
+		Eventually(func() string { return memberState(0) }, time.Minute, 100*time.Millisecond).Should(Equal(v1alpha1.MemberServing))
+		Expect(available()).To(BeTrue())
+		GinkgoWriter.Printf("crash → member serving and counted again: %v\n", time.Since(crashed))
 		Expect(held(get(holder))).To(BeTrue())
 		Expect(held(get(rival))).To(BeFalse())
 	})
