@@ -80,6 +80,8 @@ func probe(args []string) {
 	port := fs.Int("port", 6379, "Redis port (the base port with --ordinal-env).")
 	ordinalEnv := fs.String("ordinal-env", "", "Environment variable holding the member's ordinal, added to --port.")
 	timeout := fs.Duration("timeout", time.Second, "Dial timeout.")
+	stateDir := fs.String("state-dir", "", "With --voting-after: the gate's state directory.")
+	votingAfter := fs.Duration("voting-after", 0, "Report ready only once Redis has run this long: clients quarantine a restarted master for the restart delay, so a rollout waits until the member votes again.")
 	_ = fs.Parse(args)
 	p, err := gate.MemberPort(*port, *ordinalEnv)
 	if err != nil {
@@ -87,6 +89,11 @@ func probe(args []string) {
 	}
 	if err := gate.Probe(fmt.Sprintf("127.0.0.1:%d", p), *timeout); err != nil {
 		fail(err.Error())
+	}
+	if *votingAfter > 0 {
+		if err := gate.Voting(*stateDir, *votingAfter, time.Now()); err != nil {
+			fail(err.Error())
+		}
 	}
 }
 

@@ -100,6 +100,12 @@ func TestRenderStatefulSet(t *testing.T) {
 	if allowed := time.Duration(sp.PeriodSeconds*sp.FailureThreshold) * time.Second; allowed < RestartDelay(ms)+time.Minute {
 		t.Errorf("startup probe allows %v, less than the restart delay %v", allowed, RestartDelay(ms))
 	}
+	if rp := strings.Join(c.ReadinessProbe.Exec.Command, " "); !strings.Contains(rp, "--voting-after="+(RestartDelay(ms)+2*time.Second).String()) {
+		t.Errorf("readiness %q does not wait for the member to vote again", rp)
+	}
+	if lp := strings.Join(c.LivenessProbe.Exec.Command, " "); strings.Contains(lp, "voting-after") {
+		t.Errorf("liveness %q would kill a quarantined member", lp)
+	}
 	if pod.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.ScheduleAnyway || pod.TopologySpreadConstraints[0].TopologyKey != corev1.LabelHostname {
 		t.Errorf("spread %+v", pod.TopologySpreadConstraints[0])
 	}

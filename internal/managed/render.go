@@ -3,6 +3,7 @@ package managed
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
+
+// votingMargin covers the whole-second uptime clients read when they
+// quarantine a restarted member.
+const votingMargin = 2 * time.Second
 
 // Options are the operator-wide inputs of rendering.
 type Options struct {
@@ -90,11 +95,19 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		gateArgs = append(gateArgs, "--port-base="+strconv.Itoa(int(m.Port)), "--ordinal-env=POD_INDEX")
 		probe = append(probe, "--ordinal-env=POD_INDEX")
 	}
+	// Ready means voting: clients quarantine a restarted member for the
+	// restart delay after they first reach it (its uptime is read in whole
+	// seconds), so a rolling update moves on only when the replaced member
+	// counts again — one member out at a time.
+	ready := append(append([]string(nil), probe...), "--state-dir="+GateStateDir, "--voting-after="+(delay+votingMargin).String())
+	if m.Persistence == v1alpha1.PersistenceAOFAlways && delay <= ms.Spec.MaxLockTTL.Duration {
+		ready = probe // no client quarantine (see masters.Quarantine)
+	}
 	args := append(gateArgs, "--", "redis-server", ConfigDir+"/redis.conf", "--requirepass", "$(REDIS_PASSWORD)")
 
-	execProbe := func(period, failures int32) *corev1.Probe {
+	execProbe := func(cmd []string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: probe}},
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: cmd}},
 			PeriodSeconds:    period,
 			TimeoutSeconds:   2,
 			FailureThreshold: failures,
@@ -102,7 +115,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 	}
 	// The startup probe lets a member wait out its restart delay (and an
 	// admission) without being killed: readiness stays false meanwhile.
-	startupFailures := int32((delay+startupSlack).Seconds()/probePeriodSecond) + 1
+	startupFailures := int32((delay+startupSlack).Seconds()/probePeriodSecond) + 1 //nolint:gosec // small
 
 	volumes := []corev1.Volume{
 		{Name: "gate-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -198,9 +211,9 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 						},
 						Ports:          ports,
 						Resources:      m.Resources,
-						StartupProbe:   execProbe(probePeriodSecond, startupFailures),
-						ReadinessProbe: execProbe(2, 1),
-						LivenessProbe:  execProbe(10, 3),
+						StartupProbe:   execProbe(probe, probePeriodSecond, startupFailures),
+						ReadinessProbe: execProbe(ready, 2, 1),
+						LivenessProbe:  execProbe(probe, 10, 3),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "gate-bin", MountPath: GateBinDir, ReadOnly: true},
 							{Name: "gate-state", MountPath: GateStateDir},

@@ -88,3 +88,26 @@ func TestReadAdmission(t *testing.T) {
 		t.Fatalf("bad value: %v", err)
 	}
 }
+
+func TestVoting(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Unix(10_000, 0)
+	if Voting(dir, time.Second, now) == nil {
+		t.Fatal("voting without any run")
+	}
+	if err := SaveState(dir, &State{Runs: 1, StartedAt: now.Add(-3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if Voting(dir, 5*time.Second, now) == nil {
+		t.Fatal("voting 3s after start with a 5s quarantine")
+	}
+	if err := Voting(dir, 2*time.Second, now); err != nil {
+		t.Fatalf("not voting after its quarantine: %v", err)
+	}
+	if err := SaveState(dir, &State{Runs: 1, StartedAt: now.Add(-time.Hour), EndedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if Voting(dir, time.Second, now) == nil {
+		t.Fatal("voting after the run ended")
+	}
+}

@@ -73,3 +73,20 @@ func Probe(addr string, timeout time.Duration) error {
 	}
 	return nil
 }
+
+// Voting reports whether the current Redis run has been up for at least
+// delay — the quarantine clients apply to a restarted master — according to
+// the gate's record in stateDir.
+func Voting(stateDir string, delay time.Duration, now time.Time) error {
+	st, err := LoadState(stateDir)
+	if err != nil {
+		return err
+	}
+	if st == nil || !st.EndedAt.IsZero() {
+		return fmt.Errorf("redis is not running")
+	}
+	if up := now.Sub(st.StartedAt); up < delay {
+		return fmt.Errorf("redis up for %v: clients do not count it before %v", up.Round(time.Second), delay)
+	}
+	return nil
+}
