@@ -61,12 +61,23 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 		}))).To(Succeed())
 	})
 
-	It("keeps replicas immutable", func() {
+	It("keeps replicas, persistence and storage immutable", func() {
 		ms := managed("fixed", func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Replicas = 3 })
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
-		ms.Spec.Managed.Replicas = 5
-		err := k8s.Update(suiteCtx, ms)
-		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(ContainSubstring("replicas is immutable"))
+		for want, mutate := range map[string]func(m *v1alpha1.ManagedMasters){
+			"replicas is immutable":    func(m *v1alpha1.ManagedMasters) { m.Replicas = 5 },
+			"persistence is immutable": func(m *v1alpha1.ManagedMasters) { m.Persistence = v1alpha1.PersistenceAOFAlways },
+			"storage is immutable":     func(m *v1alpha1.ManagedMasters) { m.Storage = &v1alpha1.StorageSpec{} },
+		} {
+			cur := fetchSet(ns, "fixed")
+			mutate(cur.Spec.Managed)
+			err := k8s.Update(suiteCtx, cur)
+			Expect(err).To(HaveOccurred(), want)
+			Expect(err.Error()).To(ContainSubstring(want))
+		}
+		// Other fields may change (they roll out member by member).
+		cur := fetchSet(ns, "fixed")
+		cur.Spec.Managed.Image = "redis:7.4"
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
 	})
 })

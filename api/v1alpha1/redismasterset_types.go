@@ -64,6 +64,9 @@ const (
 
 // ManagedMasters describes masters the operator runs as a StatefulSet of
 // independent redis-server instances (no replication).
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.persistence) || (has(self.persistence) && self.persistence == oldSelf.persistence)",message="persistence is immutable: its volumes are fixed when the set is created"
+// +kubebuilder:validation:XValidation:rule="has(self.storage) == has(oldSelf.storage) && (!has(self.storage) || self.storage == oldSelf.storage)",message="storage is immutable: its volumes are fixed when the set is created"
 type ManagedMasters struct {
 	// Replicas is the number of masters: odd, 1 to 15. Immutable: changing
 	// N while locks are held breaks quorum intersection. To migrate, create
