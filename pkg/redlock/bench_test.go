@@ -14,12 +14,7 @@ import (
 // BenchmarkAcquireRelease measures one acquire+release pair on five masters.
 // hack/bench compares it with go-redsync and a single master (make bench).
 func BenchmarkAcquireRelease(b *testing.B) {
-	servers := redistest.StartN(b, 5, redistest.Options{})
-	c, err := redlock.New(redistest.Addrs(servers), redlock.WithTries(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchClient(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -37,12 +32,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // BenchmarkAcquireReleaseParallel runs acquire+release pairs from
 // GOMAXPROCS×16 goroutines, each on its own key.
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
-	servers := redistest.StartN(b, 5, redistest.Options{})
-	c, err := redlock.New(redistest.Addrs(servers), redlock.WithTries(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchClient(b)
 	ctx := context.Background()
 	b.SetParallelism(16)
 	b.ReportAllocs()
@@ -62,4 +52,17 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchClient returns a client on five fresh masters, closed with the
+// benchmark.
+func benchClient(b *testing.B) *redlock.Client {
+	b.Helper()
+	servers := redistest.StartN(b, 5, redistest.Options{})
+	c, err := redlock.New(redistest.Addrs(servers), redlock.WithTries(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c
 }
