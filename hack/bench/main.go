@@ -157,6 +157,34 @@ func build(addrs []string) ([]contender, func(), error) {
 	closers = append(closers, func() { _ = floorClient.Close() })
 	release := redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 
+	// The fan-out floor: the same SET NX PX to every master at once,
+	// waiting for a quorum, then the Lua release the same way — no Redlock
+	// bookkeeping at all. It shows what five masters on this machine cost by
+	// themselves.
+	var fan []*redis.Client
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, DisableIdentity: true})
+		closers = append(closers, func() { _ = c.Close() })
+		fan = append(fan, c)
+	}
+	quorum := len(fan)/2 + 1
+	fanout := func(ctx context.Context, do func(context.Context, *redis.Client) bool) bool {
+		res := make(chan bool, len(fan))
+		for _, c := range fan {
+			go func() { res <- do(ctx, c) }()
+		}
+		ok := 0
+		for range fan {
+			if <-res {
+				ok++
+			}
+			if ok >= quorum {
+				return true
+			}
+		}
+		return false
+	}
+
 	lockTTL := *ttl
 	return []contender{
 		{
@@ -188,6 +216,27 @@ func build(addrs []string) ([]contender, func(), error) {
 					return nil, err
 				}
 				return func(ctx context.Context) error { _, err := m.UnlockContext(ctx); return err }, nil
+			},
+		},
+		{
+			name: "fan-out floor: 5 masters, quorum, no bookkeeping",
+			acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				// A fresh key per operation: this floor does not order its
+				// own release before the next SET of the key.
+				key = newKey(key)
+				val := fmt.Sprint(time.Now().UnixNano())
+				if !fanout(ctx, func(ctx context.Context, c *redis.Client) bool {
+					ok, err := c.SetNX(ctx, key, val, lockTTL).Result()
+					return err == nil && ok
+				}) {
+					return nil, errors.New("no quorum")
+				}
+				return func(ctx context.Context) error {
+					fanout(ctx, func(ctx context.Context, c *redis.Client) bool {
+						return release.Run(ctx, c, []string{key}, val).Err() == nil
+					})
+					return nil
+				}, nil
 			},
 		},
 		{
@@ -320,7 +369,7 @@ func printTable(contenders []contender, results map[string][]result) {
 	for _, r := range rows {
 		fmt.Printf("| %s | %v | %v | %.0f | %v |\n", r.name, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.ops, r.stopped.Round(time.Microsecond))
 	}
-	ours, rsDef, rsFF, floor := rows[0], rows[1], rows[2], rows[3]
+	ours, rsDef, rsFF, fanFloor, floor := rows[0], rows[1], rows[2], rows[3], rows[4]
 	ratio := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
 	fmt.Println()
 	fmt.Println("| ratio | p50 latency | p99 latency | throughput | stopped acquire p50 | target |")
@@ -331,5 +380,9 @@ func printTable(contenders []contender, results map[string][]result) {
 		ratio(rsFF.p50, ours.p50), ratio(rsFF.p99, ours.p99), ours.ops/rsFF.ops, ratio(rsFF.stopped, ours.stopped))
 	fmt.Printf("| redlock-operator / floor | %.2f | %.2f | %.2f | %.2f | ≤ 1.5 |\n",
 		ratio(ours.p50, floor.p50), ratio(ours.p99, floor.p99), floor.ops/ours.ops, ratio(ours.stopped, floor.stopped))
+	fmt.Printf("| redlock-operator / fan-out floor | %.2f | %.2f | %.2f | n/a | (what Redlock adds over bare fan-out) |\n",
+		ratio(ours.p50, fanFloor.p50), ratio(ours.p99, fanFloor.p99), fanFloor.ops/ours.ops)
+	fmt.Printf("| fan-out floor / floor | %.2f | %.2f | %.2f | n/a | (what five masters cost on this machine) |\n",
+		ratio(fanFloor.p50, floor.p50), ratio(fanFloor.p99, floor.p99), floor.ops/fanFloor.ops)
 	fmt.Println("\nratios are oriented so that > 1 means redlock-operator is faster (first two rows) or slower than the floor (last row).")
 }
