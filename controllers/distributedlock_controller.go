@@ -393,8 +393,7 @@ func (r *DistributedLockReconciler) reconcileDelete(ctx context.Context, s *lock
 		if err != nil && !errors.Is(err, redlock.ErrNotHeld) {
 			expiry := s.now
 			if vu := lock.Status.ValidUntil; vu != nil {
-				ttl := lock.Spec.TTL.Duration
-				expiry = vu.Add(time.Duration(float64(ttl)*0.01) + 2*time.Millisecond)
+				expiry = vu.Add(redlock.Drift(lock.Spec.TTL.Duration))
 			}
 			if s.now.Before(expiry) {
 				s.setCondition(v1alpha1.ConditionHeld, metav1.ConditionFalse, v1alpha1.ReasonQuorumUnavailable,

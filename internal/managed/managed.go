@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 // Paths inside the member pods.
@@ -36,20 +37,25 @@ const (
 	ServeAfter        = "redlock.dev/serve-after"
 	PodIndexLabel     = "apps.kubernetes.io/pod-index"
 	PasswordKey       = "password"
-	drift             = 2 * time.Millisecond
 	restartMargin     = time.Second
 	startupSlack      = time.Minute
 	probePeriodSecond = 5
 )
 
+// SitOut is how long a master that may have forgotten its keys stays out
+// of service when its set allows locks of up to maxLockTTL: maxLockTTL plus
+// its drift allowance (1% + 2ms) plus a 1s margin.
+func SitOut(maxLockTTL time.Duration) time.Duration {
+	return maxLockTTL + redlock.Drift(maxLockTTL) + restartMargin
+}
+
 // RestartDelay is the set's restart delay: spec.managed.restartDelay or
-// maxLockTTL + 1% + 2ms + 1s.
+// SitOut(maxLockTTL).
 func RestartDelay(ms *v1alpha1.RedisMasterSet) time.Duration {
 	if m := ms.Spec.Managed; m != nil && m.RestartDelay != nil {
 		return m.RestartDelay.Duration
 	}
-	ttl := ms.Spec.MaxLockTTL.Duration
-	return ttl + time.Duration(float64(ttl)*0.01) + drift + restartMargin
+	return SitOut(ms.Spec.MaxLockTTL.Duration)
 }
 
 // Names of the objects of a set.

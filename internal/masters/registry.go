@@ -20,18 +20,8 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
-// QuarantineMargin is added to maxLockTTL and its drift allowance to form the
-// quarantine window of restarted masters.
-const QuarantineMargin = time.Second
-
 // ErrAuthSecret reports a missing or unusable auth Secret.
 var ErrAuthSecret = errors.New("auth secret")
-
-// QuarantineWindow is how long a restarted master of a set with this
-// maxLockTTL sits out: longer than any lock it may have forgotten.
-func QuarantineWindow(maxLockTTL time.Duration) time.Duration {
-	return maxLockTTL + time.Duration(float64(maxLockTTL)*0.01) + 2*time.Millisecond + QuarantineMargin
-}
 
 // ObserverFunc returns the observer for a master set's client.
 type ObserverFunc func(masterSet types.NamespacedName) redlock.Observer
@@ -192,13 +182,13 @@ func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
 // cover the longest TTL keeps every acknowledged write across restarts and
 // is not quarantined.
 func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
-	window := QuarantineWindow(ms.Spec.MaxLockTTL.Duration)
+	window := managed.SitOut(ms.Spec.MaxLockTTL.Duration)
 	if ms.Spec.Managed == nil {
 		return window
 	}
 	delay := managed.RestartDelay(ms)
 	ttl := ms.Spec.MaxLockTTL.Duration
-	if delay <= ttl+time.Duration(float64(ttl)*0.01)+2*time.Millisecond {
+	if delay <= ttl+redlock.Drift(ttl) {
 		return 0
 	}
 	return delay

@@ -271,8 +271,10 @@ func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/100, MinNodeTimeout), MaxNodeTimeout)
 }
 
-// drift is the clock drift allowance for a TTL.
-func drift(ttl time.Duration) time.Duration {
+// Drift is the clock drift allowance subtracted from every validity with
+// this TTL: ttl·0.01 + 2ms. A master that forgot its keys must stay out for
+// longer than the longest TTL plus its drift.
+func Drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*driftFactor) + driftConst
 }
 
@@ -307,8 +309,8 @@ func validateTTL(op Op, ttl time.Duration) error {
 	if ttl%time.Millisecond != 0 {
 		return invalidf(op, "ttl %v is not a whole number of milliseconds", ttl)
 	}
-	if ttl <= drift(ttl) {
-		return invalidf(op, "ttl %v leaves no validity after the drift allowance %v", ttl, drift(ttl))
+	if ttl <= Drift(ttl) {
+		return invalidf(op, "ttl %v leaves no validity after the drift allowance %v", ttl, Drift(ttl))
 	}
 	return nil
 }

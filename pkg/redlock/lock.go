@@ -110,7 +110,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err := validateTTL(OpAcquire, ttl); err != nil {
 		return nil, err
 	}
-	if w := c.cfg.quarantine; w > 0 && ttl+drift(ttl) > w {
+	if w := c.cfg.quarantine; w > 0 && ttl+Drift(ttl) > w {
 		return nil, invalidf(OpAcquire, "ttl %v plus drift exceeds the quarantine window %v: a restarted master could grant a lock it forgot", ttl, w)
 	}
 	var ac acquireConfig
@@ -191,7 +191,7 @@ func (c *Client) acquireOnce(ctx context.Context, key, value string, ttl time.Du
 	defer r.finish()
 	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
 	t := Count(votes)
-	validUntil := r.start.Add(ttl - drift(ttl))
+	validUntil := r.start.Add(ttl - Drift(ttl))
 	now := time.Now()
 
 	e := &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, Votes: votes}
@@ -277,7 +277,7 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	defer r.finish()
 	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
 	t := Count(votes)
-	validUntil := r.start.Add(l.ttl - drift(l.ttl))
+	validUntil := r.start.Add(l.ttl - Drift(l.ttl))
 	now := time.Now()
 
 	ev := &OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: now.Sub(r.start), Votes: votes}
@@ -377,7 +377,7 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 	if err := validateValue(op, value); err != nil {
 		return nil, err
 	}
-	if limit := time.Now().Add(ttl - drift(ttl)); validUntil.After(limit) {
+	if limit := time.Now().Add(ttl - Drift(ttl)); validUntil.After(limit) {
 		validUntil = limit
 	}
 	return &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}, nil

@@ -90,8 +90,8 @@ func TestNodeTimeoutAndDrift(t *testing.T) {
 	if got := c.nodeTimeout(time.Minute); got != 7*time.Millisecond {
 		t.Errorf("configured nodeTimeout ignored: %v", got)
 	}
-	if got, want := drift(10*time.Second), 102*time.Millisecond; got != want {
-		t.Errorf("drift(10s) = %v, want %v", got, want)
+	if got, want := Drift(10*time.Second), 102*time.Millisecond; got != want {
+		t.Errorf("Drift(10s) = %v, want %v", got, want)
 	}
 }
 
