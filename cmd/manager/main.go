@@ -33,29 +33,23 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr string
-		leaderElect            bool
-		leaderNamespace        string
-		lockKeySecret          string
-		probeInterval          time.Duration
-		workers                int
-		qps                    float64
-		burst                  int
-		nodeTimeout            time.Duration
-		gateImage              string
+		cfg        config
+		qps        float64
+		burst      int
+		lockSecret string
 	)
 	namespace := envOr("POD_NAMESPACE", "redlock-system")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
-	flag.StringVar(&leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
-	flag.StringVar(&lockKeySecret, "lock-key-secret", namespace+"/redlock-operator-lock-key",
+	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
+	flag.BoolVar(&cfg.leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
+	flag.StringVar(&cfg.leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
+	flag.StringVar(&lockSecret, "lock-key-secret", namespace+"/redlock-operator-lock-key",
 		"namespace/name of the Secret holding the key lock values are derived from (created when missing).")
-	flag.DurationVar(&probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
-	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
-	flag.DurationVar(&nodeTimeout, "redis-node-timeout", 0,
+	flag.DurationVar(&cfg.probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
+	flag.IntVar(&cfg.workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
+	flag.DurationVar(&cfg.nodeTimeout, "redis-node-timeout", 0,
 		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [20ms, 200ms]).")
-	flag.StringVar(&gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
+	flag.StringVar(&cfg.gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
 		"Image that managed Redis pods copy the gate from: the operator's own image.")
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second (renewals write status: about 1.5 writes/s per 10 held locks at ttl 10s).")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
@@ -65,22 +59,25 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
+	var err error
+	if cfg.lockKeySecret, err = parseRef(lockSecret); err != nil {
+		log.Error(err, "bad flag")
+		os.Exit(2)
+	}
 	restCfg := ctrl.GetConfigOrDie()
 	restCfg.QPS, restCfg.Burst = float32(qps), burst
-	if err := run(ctrl.SetupSignalHandler(), restCfg, config{
-		metricsAddr: metricsAddr, probeAddr: probeAddr, leaderElect: leaderElect, leaderNamespace: leaderNamespace,
-		lockKeySecret: lockKeySecret, probeInterval: probeInterval, workers: workers, nodeTimeout: nodeTimeout, gateImage: gateImage,
-	}); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), restCfg, cfg); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
 	}
 }
 
+// config is what the flags set for run.
 type config struct {
 	metricsAddr, probeAddr string
 	leaderElect            bool
 	leaderNamespace        string
-	lockKeySecret          string
+	lockKeySecret          types.NamespacedName
 	probeInterval          time.Duration
 	workers                int
 	nodeTimeout            time.Duration
@@ -109,12 +106,8 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	if err := m.Register(ctrlmetrics.Registry); err != nil {
 		return err
 	}
-	lockKey, err := parseRef(cfg.lockKeySecret)
-	if err != nil {
-		return err
-	}
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
-		LockKeySecret: lockKey,
+		LockKeySecret: cfg.lockKeySecret,
 		ProbeInterval: cfg.probeInterval,
 		Workers:       cfg.workers,
 		Metrics:       m,
