@@ -25,7 +25,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 	BeforeAll(func() {
 		mgr = startManager()
 		ns = newNamespace()
-		ms = newMasters(ns, "masters", 5)
+		// maxLockTTL 4s: room for a 4s lock that survives a manager restart.
+		ms = newMastersTTL(ns, "masters", 5, 4*time.Second)
 		// Fresh masters sit out their quarantine first (maxLockTTL + drift + 1s).
 		Eventually(func(g Gomega) {
 			set := &v1alpha1.RedisMasterSet{}
@@ -132,7 +133,9 @@ var _ = Describe("DistributedLock", Ordered, func() {
 	})
 
 	It("keeps a lock across a manager restart: same value, same holder, no lapse", func() {
-		lock := newLock(ms, "survivor", "", "keeper", 2*time.Second)
+		// The grant must outlive the handover: stop, new leader, cache sync,
+		// adoption (a third of the ttl is left at worst).
+		lock := newLock(ms, "survivor", "", "keeper", 4*time.Second)
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
 		Eventually(func() bool { return heldBy(fetch(lock), "keeper") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
 		before := fetch(lock)
@@ -229,7 +232,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 	})
 
 	It("reports what only the controller can check as Ready=False and writes nothing to Redis", func() {
-		tooLong := newLock(ms, "too-long", "too-long-key", "x", 3*time.Second) // maxLockTTL is 2s
+		tooLong := newLock(ms, "too-long", "too-long-key", "x", 5*time.Second) // maxLockTTL is 4s
 		Expect(k8s.Create(suiteCtx, tooLong)).To(Succeed())
 		Eventually(func() string { return readyReason(fetch(tooLong)) }, 10*time.Second).Should(Equal("False/" + v1alpha1.ReasonTTLTooLong))
 

@@ -160,6 +160,17 @@ var startMu sync.Mutex
 
 // newMasters starts n masters and creates a RedisMasterSet for them in ns.
 func newMasters(ns, name string, n int) *masterSet {
+	return newMastersTTL(ns, name, n, maxLockTTL)
+}
+
+// nodeTimeout of the test master sets: a loaded 2-core machine running
+// envtest, five masters and the race detector misses the 20ms default of
+// short TTLs now and then, and a lock needs every live master when two of
+// five are down.
+const nodeTimeout = 200 * time.Millisecond
+
+// newMastersTTL is newMasters with the set's maxLockTTL.
+func newMastersTTL(ns, name string, n int, maxTTL time.Duration) *masterSet {
 	startMu.Lock()
 	defer startMu.Unlock()
 	dir := GinkgoT().TempDir()
@@ -173,8 +184,9 @@ func newMasters(ns, name string, n int) *masterSet {
 	Expect(k8s.Create(suiteCtx, &v1alpha1.RedisMasterSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.RedisMasterSetSpec{
-			External:   &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(ms.servers)},
-			MaxLockTTL: metav1.Duration{Duration: maxLockTTL},
+			External:    &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(ms.servers)},
+			MaxLockTTL:  metav1.Duration{Duration: maxTTL},
+			NodeTimeout: &metav1.Duration{Duration: nodeTimeout},
 		},
 	})).To(Succeed())
 	return ms
