@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,7 +20,54 @@ return 0`)
 if v == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end
 if v == false then return -1 end
 return 0`)
+
+	// fencedSetScript is SET key value NX PX ttl that, only when the SET
+	// succeeded, takes a fencing token from the key's counter (KEYS[2]):
+	// tok = max(counter + 1, TIME in microseconds), stored back into the
+	// counter and returned as a decimal string (Lua numbers are doubles:
+	// integers below 2^53 are exact, a string keeps them so on the wire).
+	// The counter is checked before the SET so that a malformed counter
+	// grants nothing. Redis 7 replicates script effects, so TIME may precede
+	// a write.
+	fencedSetScript = redis.NewScript(`local c = redis.call("GET", KEYS[2])
+if c then
+  c = tonumber(c)
+  if c == nil or c < 0 or c >= 9007199254740991 or c ~= math.floor(c) then
+    return redis.error_reply("ERR fence counter " .. KEYS[2] .. " is not an integer in [0, 2^53-1)")
+  end
+else
+  c = 0
+end
+if not redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then return false end
+local t = redis.call("TIME")
+local tok = math.max(c + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local s = string.format("%.0f", tok)
+redis.call("SET", KEYS[2], s)
+return s`)
+
+	// raiseFenceScript sets the counter KEYS[1] to max(counter, ARGV[1]).
+	raiseFenceScript = redis.NewScript(`local t = tonumber(ARGV[1])
+local c = redis.call("GET", KEYS[1])
+if c then
+  c = tonumber(c)
+  if c == nil then
+    return redis.error_reply("ERR fence counter " .. KEYS[1] .. " is not a number")
+  end
+  if c >= t then return 1 end
+end
+redis.call("SET", KEYS[1], ARGV[1])
+return 1`)
 )
+
+// FenceKey returns the name of the fencing-token counter of the lock key
+// on every master: key + ":fence". It is a plain string holding the last
+// token taken for key on that master, written without a TTL, so it survives
+// as long as the master keeps its data; masters must run with
+// maxmemory-policy noeviction (an evicted counter falls back to the
+// master's clock, like a restart without persistence). Acquire with
+// WithFencing reads and writes it; Release and Extend never touch it. Do not
+// use another lock's fence key as a lock key.
+func FenceKey(key string) string { return key + ":fence" }
 
 // set sends SET key value NX PX ttl.
 func (n *node) set(ctx context.Context, key, value string, ttlMillis int64) (Outcome, error) {
@@ -32,6 +80,30 @@ func (n *node) set(ctx context.Context, key, value string, ttlMillis int64) (Out
 	default:
 		return OutcomeError, err
 	}
+}
+
+// setFenced runs fencedSetScript: SET key value NX PX ttl and, when it was
+// granted, the master's fencing token for key.
+func (n *node) setFenced(ctx context.Context, key, value string, ttlMillis int64) (Outcome, int64, error) {
+	s, err := fencedSetScript.Run(ctx, n.rdb, []string{key, FenceKey(key)}, value, ttlMillis).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return OutcomeHeld, 0, nil
+	case err != nil:
+		return OutcomeError, 0, err
+	}
+	tok, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || tok <= 0 {
+		// The SET was granted: a failed acquisition's clean-up, or the
+		// lock's release, removes the value like any straggler's.
+		return OutcomeError, 0, fmt.Errorf("fencing token reply %q: not a positive integer", s)
+	}
+	return OutcomeGranted, tok, nil
+}
+
+// raiseFence sets key's fencing counter to at least token.
+func (n *node) raiseFence(ctx context.Context, key string, token int64) (Outcome, error) {
+	return scriptOutcome(raiseFenceScript.Run(ctx, n.rdb, []string{FenceKey(key)}, strconv.FormatInt(token, 10)).Int64())
 }
 
 // release deletes key if it holds value.

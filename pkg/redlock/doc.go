@@ -21,6 +21,21 @@
 // lock's own random value, so a client never deletes or prolongs a lock that
 // another client holds, and an extension never re-creates a key that is gone.
 //
+// With [WithFencing], an acquisition also takes a fencing token
+// ([Lock.Token]) that is strictly increasing per key across all clients,
+// processes and master restarts. Each master keeps a counter per key
+// ([FenceKey], no TTL); a granting master's SET takes
+// max(counter + 1, master clock in µs) in the same script. The lock's token is
+// the largest among the granting masters that answered before the decision,
+// and a second round raises the counter to it on a quorum before Acquire
+// returns, so any later quorum includes a master that has seen it. A master
+// that lost its counter (a restart without persistence, or an eviction)
+// counts on from its clock. The guarantee therefore assumes that the
+// masters' clocks differ by less than the time a restarted master stays out
+// (its restart delay or quarantine window), and that tokens are not taken
+// faster than one per microsecond for long stretches. Without WithFencing an
+// acquisition is a single round and no counter is read or written.
+//
 // Masters that restarted recently may have lost their keys. With
 // [WithQuarantine], every new connection reads the master's run_id and
 // uptime_in_seconds; a master up for less than the quarantine window does not

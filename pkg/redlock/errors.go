@@ -130,8 +130,9 @@ type Error struct {
 	// Votes holds one vote per master, in the order the masters were given.
 	Votes []Vote
 
-	kind  error // one of the sentinels
-	cause error // the context's error for ErrCancelled, otherwise nil
+	kind   error  // one of the sentinels
+	cause  error  // the context's error for ErrCancelled, otherwise nil
+	detail string // which step failed, when the sentinel alone does not say
 }
 
 // Error returns a one-line description with the votes and per-node errors.
@@ -139,6 +140,9 @@ func (e *Error) Error() string {
 	t := Count(e.Votes)
 	var b strings.Builder
 	fmt.Fprintf(&b, "redlock: %s %q: %v", e.Op, e.Key, e.kind)
+	if e.detail != "" {
+		fmt.Fprintf(&b, ": %s", e.detail)
+	}
 	if e.cause != nil {
 		fmt.Fprintf(&b, " (%v)", e.cause)
 	}

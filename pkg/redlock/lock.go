@@ -16,6 +16,7 @@ type Lock struct {
 	key   string
 	value string
 	ttl   time.Duration
+	token int64 // fencing token; 0 without WithFencing and when restored
 
 	// acquired[i] is closed once the acquisition's SET to master i has
 	// answered or timed out: later requests to master i wait for it, so a
@@ -52,7 +53,13 @@ func (l *Lock) afterAcquired(ctx context.Context, i int) error {
 // Key returns the lock's Redis key.
 func (l *Lock) Key() string { return l.key }
 
-// Value returns the random value that identifies this acquisition. Persist it
+// Token returns the fencing token of the acquisition: strictly greater than
+// the token of every earlier fenced grant of the same key, by any client. It
+// is 0 when the lock was acquired without WithFencing, or restored.
+func (l *Lock) Token() int64 { return l.token }
+
+// Value returns the value that identifies this acquisition (random unless
+// set with WithValue). Persist it
 // with Key, TTL and ValidUntil to extend or release the lock from another
 // process (see Client.Restore). Anyone who knows the value can release the
 // lock: treat it as a credential.
@@ -86,7 +93,8 @@ func (l *Lock) Extensions() int {
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
-	value string
+	value   string
+	fencing bool
 }
 
 // WithValue sets the value that identifies this acquisition instead of a
@@ -96,6 +104,20 @@ type acquireConfig struct {
 // call reuse it.
 func WithValue(v string) AcquireOption {
 	return func(c *acquireConfig) { c.value = v }
+}
+
+// WithFencing makes the acquisition also take a fencing token (Lock.Token),
+// strictly increasing per key across all clients and processes. Every master
+// keeps a counter (FenceKey); the SET of a granting master takes
+// max(counter + 1, its clock in microseconds) and stores it. The lock's token
+// is the largest among the granting masters that answered before the
+// decision, and a second round raises the counter on a quorum to it before
+// Acquire returns: quorums intersect, so every later grant sees it. When that
+// second round fails to reach a quorum within the validity, the acquisition
+// fails and is cleaned up like any other failed attempt. Without WithFencing
+// an acquisition is one round and leaves the counter alone.
+func WithFencing() AcquireOption {
+	return func(c *acquireConfig) { c.fencing = true }
 }
 
 // Acquire acquires the lock key with the given TTL on a quorum of masters,
@@ -126,7 +148,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
-		l, err := c.acquireOnce(ctx, key, ac.value, ttl, attempt)
+		l, err := c.acquireOnce(ctx, key, ac, ttl, attempt)
 		if err == nil || attempt >= c.cfg.tries || !retryable(err) {
 			return l, err
 		}
@@ -172,18 +194,28 @@ func (c *Client) failureKind(t Tally, contention error) error {
 	return contention
 }
 
-func (c *Client) acquireOnce(ctx context.Context, key, value string, ttl time.Duration, attempt int) (*Lock, error) {
+func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, ttl time.Duration, attempt int) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: ErrCancelled, cause: err}
 	}
+	value := ac.value
 	ttlMillis := ttl.Milliseconds()
 	timeout := c.nodeTimeout(ttl)
 	prior := c.releases.latest(key)
+	var tokens []int64 // tokens[i] is written before master i's vote is delivered
+	if ac.fencing {
+		tokens = make([]int64, len(c.nodes))
+	}
 	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := prior.wait(ctx, i); err != nil {
 			return OutcomeError, err
 		}
-		return n.set(ctx, key, value, ttlMillis)
+		if tokens == nil {
+			return n.set(ctx, key, value, ttlMillis)
+		}
+		out, tok, err := n.setFenced(ctx, key, value, ttlMillis)
+		tokens[i] = tok
+		return out, err
 	})
 	if err != nil {
 		return nil, err
@@ -199,7 +231,26 @@ func (c *Client) acquireOnce(ctx context.Context, key, value string, ttl time.Du
 	case ctxErr != nil:
 		e.kind, e.cause = ErrCancelled, ctxErr
 	case t.Granted >= c.quorum && now.Before(validUntil):
-		l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil, acquired: r.done, votes: votes}
+		var token int64
+		if tokens != nil {
+			// Only votes delivered before the decision are read: their
+			// tokens were written before they were delivered.
+			for i, v := range votes {
+				if v.Outcome == OutcomeGranted {
+					token = max(token, tokens[i])
+				}
+			}
+			if c.cfg.beforeFenceWriteBack != nil {
+				c.cfg.beforeFenceWriteBack()
+			}
+			if e = c.raiseFence(ctx, key, token, timeout, validUntil); e != nil {
+				ctxErr = e.cause // non-nil only when cancelled
+				now = time.Now()
+				break
+			}
+			now = time.Now()
+		}
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, acquired: r.done, votes: votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: votes})
 		return l, nil
 	case t.Granted >= c.quorum:
@@ -228,8 +279,37 @@ func (c *Client) acquireOnce(ctx context.Context, key, value string, ttl time.Du
 			}
 		}
 	}
-	c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: votes, Err: e})
+	c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: e.Votes, Err: e})
 	return nil, e
+}
+
+// raiseFence is the second round of a fenced acquisition: it raises key's
+// fencing counter to token on every master and succeeds (nil) when a quorum
+// did so before validUntil. Masters that grant it later only raise their
+// counter further, which is harmless.
+func (c *Client) raiseFence(ctx context.Context, key string, token int64, timeout time.Duration, validUntil time.Time) *Error {
+	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, _ int, n *node) (Outcome, error) {
+		return n.raiseFence(ctx, key, token)
+	})
+	if err != nil {
+		// The client was closed between the rounds.
+		return &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: err, detail: "fencing token write-back"}
+	}
+	defer r.finish()
+	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
+	t := Count(votes)
+	e := &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, Votes: votes, detail: "fencing token write-back"}
+	switch {
+	case ctxErr != nil:
+		e.kind, e.cause = ErrCancelled, ctxErr
+	case t.Granted >= c.quorum && time.Now().Before(validUntil):
+		return nil
+	case t.Granted >= c.quorum:
+		e.kind = ErrExpired
+	default:
+		e.kind = ErrQuorumUnavailable
+	}
+	return e
 }
 
 // Extend resets the lock's TTL on every master that still holds its value.

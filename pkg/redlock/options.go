@@ -46,6 +46,10 @@ type config struct {
 	poolSize      int
 	redisOptions  func(*redis.Options)
 	now           func() time.Time
+
+	// beforeFenceWriteBack, when set (by tests), runs between the two
+	// rounds of a fenced acquisition, to inject faults there.
+	beforeFenceWriteBack func()
 }
 
 func defaultConfig() config {
