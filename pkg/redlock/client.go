@@ -158,7 +158,7 @@ func (c *Client) Close() error {
 // onConnect runs on every new connection to the master. A restart always
 // breaks the connections, so every restart is seen here: with a quarantine
 // window set, it reads run_id and uptime and quarantines a master that came
-// up less than a window ago.
+// up less than a window ago, or that is another server than before.
 func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	window := n.cfg.quarantine
 	if window <= 0 {
@@ -201,17 +201,25 @@ func (n *node) duplicate() string {
 
 // apply records what a new connection found: the master's incarnation and
 // how long it has been up. A master up for less than the quarantine window
-// does not vote until the window has passed on this client's clock.
+// does not vote until the window has passed on this client's clock. A run_id
+// other than the one this client saw before means another server answers at
+// the address (a restart, a failover to a replica, a re-pointed name): it
+// lacks the keys the previous one held, however long it has been up, so it
+// sits out the full window from now. The first connection to an address has
+// no earlier run_id to compare with and is judged by its uptime alone.
 func (n *node) apply(runID string, uptime time.Duration) {
 	now := n.cfg.now()
 	window := n.cfg.quarantine
 	n.mu.Lock()
-	restarted := n.runID != "" && n.runID != runID
+	changed := n.runID != "" && n.runID != runID
 	n.runID = runID
 	var event *QuarantineEvent
-	if uptime < window {
+	if changed || uptime < window {
 		until := now.Add(window - uptime)
-		if restarted || !now.Before(n.quarantinedUntil) {
+		if changed {
+			until = now.Add(window)
+		}
+		if changed || !now.Before(n.quarantinedUntil) {
 			event = &QuarantineEvent{Addr: n.addr, RunID: runID, Uptime: uptime, Until: until}
 		}
 		if until.After(n.quarantinedUntil) {

@@ -39,7 +39,10 @@
 // Masters that restarted recently may have lost their keys. With
 // [WithQuarantine], every new connection reads the master's run_id and
 // uptime_in_seconds; a master up for less than the quarantine window does not
-// vote until the window has passed on the client's clock. Set the window
+// vote until the window has passed on the client's clock, and a run_id that
+// differs from the one the client saw at that address before (a restart, a
+// failover to a long-running replica, a re-pointed name) keeps it out for the
+// whole window from then on, whatever its uptime. Set the window
 // longer than the longest TTL in use plus the clock drift.
 //
 // Failed operations return an [*Error] with every master's vote, matching

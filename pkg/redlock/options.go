@@ -103,7 +103,9 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) Option {
 // WithQuarantine sets the quarantine window for restarted masters: a master
 // whose uptime is shorter than the window when a new connection to it is
 // made does not vote until the window has passed, measured on this client's
-// clock. It must exceed the longest TTL plus the drift allowance: Acquire
+// clock; a master whose run_id differs from the one this client saw at that
+// address before (another server answers there) does not vote for the whole
+// window from then on, whatever its uptime. It must exceed the longest TTL plus the drift allowance: Acquire
 // refuses a longer TTL. Zero (the default) turns the check off.
 func WithQuarantine(window time.Duration) Option {
 	return func(c *config) error {

@@ -148,6 +148,20 @@ func TestQuarantineClock(t *testing.T) {
 	if q, until := n.quarantined(); !q || !until.Equal(now.Add(10*time.Second)) || len(events) != 2 {
 		t.Fatalf("restart not quarantined for the full window: %v %v %d", q, until, len(events))
 	}
+	now = now.Add(10 * time.Second)
+	// Another server, up for an hour, answers at the address: it lacks the
+	// keys the previous one held.
+	n.apply("run3", time.Hour)
+	if q, until := n.quarantined(); !q || !until.Equal(now.Add(10*time.Second)) || len(events) != 3 || events[2].RunID != "run3" {
+		t.Fatalf("run_id change with a long uptime: quarantined = %v until %v, %d events; want the full window", q, until, len(events))
+	}
+	// The first connection to an address has nothing to compare with: its
+	// uptime decides.
+	fresh := &node{addr: "y:1", cfg: &cfg}
+	fresh.apply("other", time.Hour)
+	if q, _ := fresh.quarantined(); q {
+		t.Fatalf("first connection to a long-running master quarantined")
+	}
 }
 
 type recordingObserver struct {

@@ -1,0 +1,205 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// switchProxy is a TCP proxy on a loopback port whose backend can be
+// switched, as a failover or a re-pointed DNS name switches the server
+// behind an address. Switching breaks the connections made through it.
+type switchProxy struct {
+	ln net.Listener
+
+	mu      sync.Mutex
+	backend string
+	conns   map[net.Conn]struct{}
+	closed  bool
+}
+
+func newSwitchProxy(t *testing.T, backend string) *switchProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &switchProxy{ln: ln, backend: backend, conns: map[net.Conn]struct{}{}}
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *switchProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *switchProxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		backend := p.backend
+		p.mu.Unlock()
+		out, err := net.Dial("tcp", backend)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		if !p.track(in, out) {
+			continue
+		}
+		go func() {
+			_, _ = io.Copy(out, in)
+			out.Close()
+			in.Close()
+		}()
+		go func() {
+			_, _ = io.Copy(in, out)
+			in.Close()
+			out.Close()
+		}()
+	}
+}
+
+// track records a connection pair, or closes it when the proxy is closed.
+func (p *switchProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+// switchTo points the proxy at another backend and breaks every connection.
+func (p *switchProxy) switchTo(backend string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.backend = backend
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *switchProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// uptime reads a server's uptime_in_seconds.
+func uptime(t *testing.T, s *redistest.Server) time.Duration {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.Duration(n) * time.Second
+		}
+	}
+	t.Fatal("INFO server lacks uptime_in_seconds")
+	return 0
+}
+
+// TestRunIDChangeQuarantinesLongRunningServer: while a lock is held, two of
+// three master addresses start answering from other servers that have been
+// up for longer than the quarantine window (a failover to long-running
+// replicas, a re-pointed name). Those servers lack the lock's key; a client
+// that saw the previous servers at those addresses must not let them vote,
+// so it cannot take the key within the holder's validity.
+func TestRunIDChangeQuarantinesLongRunningServer(t *testing.T) {
+	const window, ttl = 2 * time.Second, time.Second
+	masters := redistest.StartN(t, 3, redistest.Options{})
+	others := redistest.StartN(t, 2, redistest.Options{})
+	all := append(append([]*redistest.Server(nil), masters...), others...)
+	waitFor(t, 3*window, "every server to be up for longer than the window", func() bool {
+		for _, s := range all {
+			if uptime(t, s) < window {
+				return false
+			}
+		}
+		return true
+	})
+	proxies := make([]*switchProxy, len(masters))
+	addrs := make([]string, len(masters))
+	for i, s := range masters {
+		proxies[i] = newSwitchProxy(t, s.Addr())
+		addrs[i] = proxies[i].addr()
+	}
+	obs := &observer{}
+	contender := newClient(t, addrs, redlock.WithTries(1), redlock.WithQuarantine(window), redlock.WithObserver(obs),
+		redlock.WithNodeTimeout(500*time.Millisecond))
+	ctx := context.Background()
+	// The contender knows the current servers (long-running: they vote).
+	res, err := contender.Probe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if !r.Serving(time.Now()) {
+			t.Fatalf("master %s not serving before the switch: %+v", r.Addr, r)
+		}
+	}
+
+	holder := newClient(t, redistest.Addrs(masters), redlock.WithTries(1), redlock.WithNodeTimeout(500*time.Millisecond))
+	lock, err := holder.Acquire(ctx, "switched", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxies[1].switchTo(others[0].Addr())
+	proxies[2].switchTo(others[1].Addr())
+
+	attempts, quarantined := 0, 0
+	for time.Now().Before(lock.ValidUntil()) {
+		_, err := contender.Acquire(ctx, "switched", ttl)
+		if err == nil {
+			t.Fatalf("the contender acquired the key within the holder's validity (attempt %d): the new servers voted", attempts+1)
+		}
+		if !errors.Is(err, redlock.ErrQuorumUnavailable) && !errors.Is(err, redlock.ErrLockHeld) {
+			t.Fatalf("attempt %d: %v", attempts+1, err)
+		}
+		attempts++
+		quarantined = max(quarantined, countOutcome(votesOf(t, err), redlock.OutcomeQuarantined))
+	}
+	if quarantined != 2 {
+		t.Fatalf("%d attempts within the validity; at most %d masters voted quarantined, want the 2 switched ones", attempts, quarantined)
+	}
+	for i, m := range contender.Masters()[1:] {
+		if !m.QuarantinedUntil.After(time.Now()) {
+			t.Errorf("switched master %d: %+v, want quarantined", i+1, m)
+		}
+	}
+	if ev := obs.quarantines(); len(ev) < 2 || ev[len(ev)-1].Uptime < window {
+		t.Errorf("quarantine events %+v, want the switched long-running servers", ev)
+	}
+}
