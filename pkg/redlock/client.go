@@ -286,6 +286,16 @@ func Drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*driftFactor) + driftConst
 }
 
+// checkWindow refuses a TTL that the quarantine window does not cover: a
+// master that restarted and lost the lock's key could vote again while the
+// lock is still valid.
+func (c *Client) checkWindow(op Op, ttl time.Duration) error {
+	if w := c.cfg.quarantine; w > 0 && ttl+Drift(ttl) > w {
+		return invalidf(op, "ttl %v plus drift %v exceeds the quarantine window %v: a restarted master could grant a lock it forgot", ttl, Drift(ttl), w)
+	}
+	return nil
+}
+
 // validateKey checks a key against Redis's limits.
 func validateKey(op Op, key string) error {
 	if key == "" {

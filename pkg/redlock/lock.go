@@ -132,8 +132,8 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err := validateTTL(OpAcquire, ttl); err != nil {
 		return nil, err
 	}
-	if w := c.cfg.quarantine; w > 0 && ttl+Drift(ttl) > w {
-		return nil, invalidf(OpAcquire, "ttl %v plus drift exceeds the quarantine window %v: a restarted master could grant a lock it forgot", ttl, w)
+	if err := c.checkWindow(OpAcquire, ttl); err != nil {
+		return nil, err
 	}
 	var ac acquireConfig
 	for i, o := range opts {
@@ -315,8 +315,10 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, timeou
 // Extend resets the lock's TTL on every master that still holds its value.
 // It succeeds only when a quorum extended within the new validity; it never
 // re-creates a key that is gone, and it refuses a lock whose validity has
-// already passed (ErrExpired) or that was released (ErrNotHeld). When a quorum
-// reports the value gone, the lock is marked lost.
+// already passed (ErrExpired) or that was released (ErrNotHeld), and a TTL
+// that with its drift exceeds the client's quarantine window
+// (ErrInvalidArgument). When a quorum reports the value gone, the lock is
+// marked lost.
 func (l *Lock) Extend(ctx context.Context) error {
 	return l.observed(l.extend(ctx))
 }
@@ -339,6 +341,9 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrNotHeld}
 	case !time.Now().Before(l.validUntil):
 		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExpired}
+	case c.checkWindow(OpExtend, l.ttl) != nil:
+		// Restore checks it too; this guards every path to the masters.
+		return nil, c.checkWindow(OpExtend, l.ttl)
 	case c.cfg.maxExtensions > 0 && l.extensions >= c.cfg.maxExtensions:
 		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExtensionLimit}
 	case ctx.Err() != nil:
@@ -445,7 +450,8 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 // Restore rebuilds a lock from persisted fields (Lock.Key, Lock.Value,
 // Lock.TTL, Lock.ValidUntil), so that another process, such as a new
 // operator leader, can extend or release it. A validUntil in the past gives a
-// lock that can only be released.
+// lock that can only be released. Like Acquire, it refuses (ErrInvalidArgument)
+// a TTL that, with its drift allowance, exceeds the client's quarantine window.
 func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time) (*Lock, error) {
 	const op = Op("restore")
 	if err := validateKey(op, key); err != nil {
@@ -455,6 +461,9 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 		return nil, err
 	}
 	if err := validateValue(op, value); err != nil {
+		return nil, err
+	}
+	if err := c.checkWindow(op, ttl); err != nil {
 		return nil, err
 	}
 	if limit := time.Now().Add(ttl - Drift(ttl)); validUntil.After(limit) {

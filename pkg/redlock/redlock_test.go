@@ -763,12 +763,25 @@ func TestRestartedMasterIsQuarantined(t *testing.T) {
 }
 
 // TestQuarantineWindowMustCoverTTL: a TTL the window does not cover is
-// refused before anything is sent.
+// refused by Acquire and Restore before anything is sent.
 func TestQuarantineWindowMustCoverTTL(t *testing.T) {
 	servers := redistest.StartN(t, 1, redistest.Options{})
 	c := newClient(t, redistest.Addrs(servers), redlock.WithQuarantine(10*time.Second))
 	if _, err := c.Acquire(context.Background(), "k", 10*time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Fatalf("ttl 10s with a 10s window: err = %v, want ErrInvalidArgument", err)
+	}
+	// A lock persisted by a client without a window (or a larger one) cannot
+	// be restored, and so not extended, on this one.
+	wide := newClient(t, redistest.Addrs(servers))
+	lock, err := wide.Acquire(context.Background(), "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restore(lock.Key(), lock.Value(), lock.TTL(), lock.ValidUntil()); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("Restore of a 10s lock with a 10s window: err = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := c.Restore(lock.Key(), lock.Value(), 9*time.Second, lock.ValidUntil()); err != nil {
+		t.Fatalf("Restore of a TTL the window covers: %v", err)
 	}
 }
 

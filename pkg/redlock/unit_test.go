@@ -189,3 +189,21 @@ func TestOptionsRejectBadValues(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendRefusesTTLBeyondQuarantineWindow: Extend checks the TTL against
+// the window like Acquire and Restore do, before sending anything (the
+// master address here accepts no connection).
+func TestExtendRefusesTTLBeyondQuarantineWindow(t *testing.T) {
+	c, err := New([]string{"127.0.0.1:1"}, WithQuarantine(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l := &Lock{c: c, key: "k", value: "v", ttl: 10 * time.Second, validUntil: time.Now().Add(time.Second)}
+	if err := l.Extend(context.Background()); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("err = %v, want ErrInvalidArgument", err)
+	}
+	if !l.Valid() {
+		t.Fatal("a refused extension changed the lock's validity")
+	}
+}
