@@ -29,15 +29,20 @@ const (
 	ReasonMasterSetNotReady = "MasterSetNotReady"
 	ReasonTTLTooLong        = "TTLExceedsMaxLockTTL"
 	ReasonInvalidSpec       = "InvalidSpec"
+	// ReasonSuperseded: another grant of the key was committed to status
+	// (for example by a new operator leader) and this one was given up.
+	ReasonSuperseded = "Superseded"
 )
 
 // DistributedLockSpec is the desired state of a DistributedLock.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.key) == has(oldSelf.key) && (!has(self.key) || self.key == oldSelf.key)",message="key is immutable"
+// +kubebuilder:validation:XValidation:rule="self.masterSet == oldSelf.masterSet",message="masterSet is immutable: create a new DistributedLock to move a lock to other masters"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || duration(self.renewInterval) < duration(self.ttl)",message="renewInterval must be shorter than ttl"
 type DistributedLockSpec struct {
 	// MasterSet is the name of the RedisMasterSet, in this namespace, whose
-	// masters arbitrate the lock.
+	// masters arbitrate the lock. Immutable: a lock held on one set must not
+	// be granted on another while its keys still stand on the first.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	MasterSet string `json:"masterSet"`
@@ -119,21 +124,35 @@ type DistributedLockStatus struct {
 
 	// AcquiredAt is when the current holder acquired the lock.
 	// +optional
-	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
+	AcquiredAt *metav1.MicroTime `json:"acquiredAt,omitempty"`
 
-	// RenewedAt is when the lock was last renewed.
+	// RenewedAt is when the lock was last renewed, as far as status shows
+	// (renewals are not all written).
 	// +optional
-	RenewedAt *metav1.Time `json:"renewedAt,omitempty"`
+	RenewedAt *metav1.MicroTime `json:"renewedAt,omitempty"`
 
-	// ValidUntil is when the holder's validity ends unless renewed. A holder
-	// is never shown past its validity.
+	// ValidUntil is when the holder's validity ends unless renewed
+	// (microsecond precision). The real validity is never earlier: a reader
+	// must treat the lock as not held once ValidUntil has passed, whatever
+	// the Held condition says.
 	// +optional
-	ValidUntil *metav1.Time `json:"validUntil,omitempty"`
+	ValidUntil *metav1.MicroTime `json:"validUntil,omitempty"`
 
-	// FencingToken grows by one on every grant and is never reused. Pass it
-	// to the resources the holder writes so they can reject stale holders.
+	// FencingToken is the token of the current (or latest) grant. Tokens
+	// are strictly increasing per Redis key, across DistributedLocks,
+	// clusters and operators that share the masters, and across restarts
+	// of the operator and of the masters; they are large and not
+	// consecutive. Pass it to the resources the holder writes so that they
+	// reject writes carrying a smaller token.
 	// +optional
 	FencingToken int64 `json:"fencingToken,omitempty"`
+
+	// GrantID identifies the current (or latest) grant. The value stored in
+	// Redis is derived from it with the operator's secret key, so that a new
+	// operator leader can renew or release the grant; every acquisition
+	// attempt has its own.
+	// +optional
+	GrantID string `json:"grantID,omitempty"`
 
 	// Quorum shows the masters' votes on the latest operation.
 	// +optional

@@ -1,19 +1,22 @@
 // Package lockvalue derives the Redis value of each lock grant from a secret
-// key, the lock's UID and the grant's fencing token.
+// key, the lock's UID and the grant's ID (random, one per acquisition
+// attempt).
 //
 // The value identifies one acquisition on the masters: whoever knows it can
 // extend or release the lock. Deriving it (instead of storing a random value)
 // keeps it out of the lock's status and lets any operator replica that holds
 // the key, such as a new leader, recompute the value of a lock granted by the
-// previous one. Fencing tokens never repeat for a lock, so neither do values.
+// previous one. Every acquisition attempt draws a new grant ID, so no two
+// attempts share a value: the clean-up of a failed attempt can never delete
+// the keys of another.
 package lockvalue
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"strconv"
 )
 
 // MinKeySize is the smallest accepted key, in bytes.
@@ -33,13 +36,20 @@ func New(key []byte) (*Deriver, error) {
 	return &Deriver{key: append([]byte(nil), key...)}, nil
 }
 
-// Value returns the value of grant token of the lock with uid.
-func (d *Deriver) Value(uid string, token int64) string {
+// Value returns the value of the grant grantID of the lock with uid.
+func (d *Deriver) Value(uid, grantID string) string {
 	m := hmac.New(sha256.New, d.key)
 	m.Write([]byte(uid))
 	m.Write([]byte{0})
-	m.Write([]byte(strconv.FormatInt(token, 10)))
+	m.Write([]byte(grantID))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// NewGrantID returns a fresh random grant ID: 128 bits, URL-safe.
+func NewGrantID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // SecretKey is the data key of the Secret that holds the derivation key.

@@ -20,7 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/redlock-operator/redlock-operator/controllers"
+	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
+	"github.com/redlock-operator/redlock-operator/controllers/redismasterset"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
@@ -86,7 +87,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
 	recorder := mgr.GetEventRecorder("redlock-operator")
-	if err := (&controllers.DistributedLockReconciler{
+	if err := (&distributedlock.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                recorder,
@@ -98,7 +99,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}
-	if err := (&controllers.RedisMasterSetReconciler{
+	if err := (&redismasterset.Reconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		Recorder:      recorder,

@@ -1,4 +1,4 @@
-package controllers
+package distributedlock
 
 import (
 	"fmt"
@@ -63,19 +63,6 @@ func TestRenewalTiming(t *testing.T) {
 	if got := renewInterval(spec); got != time.Second {
 		t.Errorf("renew interval = %v", got)
 	}
-	now := time.Unix(1000, 0)
-	valid := now.Add(9 * time.Second)
-	if got := nextRenewal(now, 3*time.Second, 0, valid, now); !got.Equal(now.Add(3 * time.Second)) {
-		t.Errorf("next renewal = %v", got.Sub(now))
-	}
-	// After a failure: retry within a second.
-	if got := nextRenewal(now, 3*time.Second, 1, valid, now.Add(4*time.Second)); !got.Equal(now.Add(4*time.Second + 750*time.Millisecond)) {
-		t.Errorf("retry after failure at %v", got.Sub(now))
-	}
-	// A renew interval too long for the validity is pulled in to 2/3 of it.
-	if got := nextRenewal(now, 8*time.Second, 0, valid, now); !got.Equal(now.Add(6 * time.Second)) {
-		t.Errorf("next renewal = %v, want 6s", got.Sub(now))
-	}
 	for range 100 {
 		d := retryDelay(10*time.Second, jitter)
 		if d < time.Second || d > 2500*time.Millisecond {
@@ -84,24 +71,5 @@ func TestRenewalTiming(t *testing.T) {
 	}
 	if d := retryDelay(time.Minute, func(time.Duration) time.Duration { return 0 }); d != 2*time.Second {
 		t.Errorf("retry delay floor for 1m = %v", d)
-	}
-}
-
-func TestNeedStatusWrite(t *testing.T) {
-	now := time.Unix(1000, 0)
-	every := 3 * time.Second
-	for _, tc := range []struct {
-		shown time.Duration // shown validity, relative to now
-		want  bool
-	}{
-		{10 * time.Second, false}, // just written
-		{6 * time.Second, false},  // survives the next renewal and its write
-		{4 * time.Second, true},   // might pass before the next renewal is written
-		{0, true},
-		{-time.Second, true},
-	} {
-		if got := needStatusWrite(now.Add(tc.shown), now, every); got != tc.want {
-			t.Errorf("shown +%v: needStatusWrite = %v, want %v", tc.shown, got, tc.want)
-		}
 	}
 }

@@ -1,9 +1,4 @@
-// Package controllers holds the reconcilers of redlock-operator: the
-// DistributedLock controller, which acquires, renews and releases locks with
-// pkg/redlock, and the RedisMasterSet controller, which probes the masters.
-// Decisions are pure functions over gathered inputs (this file); I/O lives in
-// the reconcilers.
-package controllers
+package distributedlock
 
 import (
 	"errors"
@@ -102,21 +97,6 @@ func retryDelay(ttl time.Duration, rnd func(time.Duration) time.Duration) time.D
 
 // jitter is the production source of randomness for retryDelay.
 func jitter(d time.Duration) time.Duration { return rand.N(d) }
-
-// nextRenewal returns when a held lock is next renewed: renewEvery after the
-// last renewal, or sooner after a failure, and never later than a third of
-// the remaining validity before the deadline.
-func nextRenewal(last time.Time, renewEvery time.Duration, failures int, validUntil, now time.Time) time.Time {
-	next := last.Add(renewEvery)
-	if failures > 0 {
-		retry := min(renewEvery/4, time.Second)
-		next = now.Add(retry)
-	}
-	if latest := validUntil.Add(-validUntil.Sub(last) / 3); next.After(latest) && latest.After(now) {
-		next = latest
-	}
-	return next
-}
 
 // effectiveKey is the Redis key of a lock: spec.key or
 // "redlock:<namespace>/<name>".

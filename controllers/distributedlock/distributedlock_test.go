@@ -1,4 +1,4 @@
-package controllers_test
+package distributedlock_test
 
 import (
 	"fmt"
@@ -14,27 +14,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
 )
 
 var _ = Describe("DistributedLock", Ordered, func() {
 	var (
-		mgr *manager
+		mgr *testenv.Manager
 		ns  string
-		ms  *masterSet
+		ms  *testenv.MasterSet
 	)
 	BeforeAll(func() {
-		mgr = startManager()
-		ns = newNamespace()
+		mgr = env.StartManager()
+		ns = env.NewNamespace()
 		// maxLockTTL 4s: room for a 4s lock that survives a manager restart.
-		ms = newMastersTTL(ns, "masters", 5, 4*time.Second)
+		ms = env.NewMasters(ns, "masters", 5, 4*time.Second)
 		// Fresh masters sit out their quarantine first (maxLockTTL + drift + 1s).
 		Eventually(func(g Gomega) {
 			set := &v1alpha1.RedisMasterSet{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.name}, set)).To(Succeed())
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.Name}, set)).To(Succeed())
 			g.Expect(set.Status.Serving).To(Equal(int32(5)))
 		}, 15*time.Second, 100*time.Millisecond).Should(Succeed())
 	})
-	AfterAll(func() { mgr.stop() })
+	AfterAll(func() { mgr.Stop() })
 
 	It("acquires for a static holder, records it in status, and keeps renewing", func() {
 		lock := newLock(ms, "static", "", "team-a", 1500*time.Millisecond)
@@ -42,7 +43,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		var first *v1alpha1.DistributedLock
 		Eventually(func() bool { first = fetch(lock); return heldBy(first, "team-a") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
 		Expect(first.Status.Key).To(Equal("redlock:" + ns + "/static"))
-		Expect(first.Status.FencingToken).To(Equal(int64(1)))
+		Expect(first.Status.FencingToken).To(BeNumerically(">", 0))
+		Expect(first.Status.GrantID).NotTo(BeEmpty())
 		Expect(first.Status.AcquiredAt).NotTo(BeNil())
 		Expect(first.Status.Quorum.Quorum).To(Equal(int32(3)))
 		Expect(first.Status.Quorum.Granted).To(BeNumerically(">=", 3))
@@ -50,7 +52,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(first.Finalizers).To(ContainElement("redlock.dev/release"))
 
 		// The value on a quorum of masters is the one recorded for the grant.
-		Expect(countEqual(valuesOn(ms, first.Status.Key), expectedValue(first))).To(BeNumerically(">=", 3))
+		Expect(testenv.CountEqual(ms.ValuesOn(first.Status.Key), expectedValue(first))).To(BeNumerically(">=", 3))
 
 		// validUntil keeps moving forward across renewals (renewInterval = ttl/3).
 		last := first.Status.RenewedAt.Time
@@ -61,16 +63,17 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			}, 3*time.Second, 50*time.Millisecond).Should(BeTrue())
 			cur := fetch(lock)
 			last = cur.Status.RenewedAt.Time
-			Expect(cur.Status.FencingToken).To(Equal(int64(1)), "renewals keep the token")
+			Expect(cur.Status.FencingToken).To(Equal(first.Status.FencingToken), "renewals keep the token")
+			Expect(cur.Status.GrantID).To(Equal(first.Status.GrantID), "renewals keep the grant")
 		}
 		Expect(fetch(lock).Status.ValidUntil.Time).To(BeTemporally(">", first.Status.ValidUntil.Time))
 
 		// Events and metrics.
 		Eventually(func() []string { return eventReasons(ns, "static") }, 5*time.Second, 100*time.Millisecond).Should(ContainElement("Granted"))
-		Expect(testutil.ToFloat64(mgr.metrics.LocksHeld)).To(BeNumerically(">=", 1))
-		Expect(testutil.ToFloat64(mgr.metrics.FencingToken.WithLabelValues(ns, "static"))).To(Equal(1.0))
-		Expect(testutil.ToFloat64(mgr.metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", 3))
-		Expect(testutil.CollectAndCount(mgr.metrics.OpDuration)).To(BeNumerically(">=", 2), "acquire and extend latencies")
+		Expect(testutil.ToFloat64(mgr.Metrics.LocksHeld)).To(BeNumerically(">=", 1))
+		Expect(testutil.ToFloat64(mgr.Metrics.FencingToken.WithLabelValues(ns, "static"))).To(Equal(float64(first.Status.FencingToken)))
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", 3))
+		Expect(testutil.CollectAndCount(mgr.Metrics.OpDuration)).To(BeNumerically(">=", 2), "acquire and extend latencies")
 	})
 
 	It("shows holder, held, valid-until, token and age as printer columns", func() {
@@ -105,7 +108,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), a)) }, 10*time.Second).Should(BeTrue())
 		Eventually(func() bool { return heldBy(fetch(b), "b") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
 		lb := fetch(b)
-		Expect(countEqual(valuesOn(ms, "shared-key"), expectedValue(lb))).To(BeNumerically(">=", 3))
+		Expect(testenv.CountEqual(ms.ValuesOn("shared-key"), expectedValue(lb))).To(BeNumerically(">=", 3))
 	})
 
 	It("re-acquires for a new holder with a higher fencing token and releases on no holder", func() {
@@ -120,7 +123,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			Eventually(func() bool { return heldBy(fetch(lock), holder) }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
 			tokens = append(tokens, fetch(lock).Status.FencingToken)
 		}
-		Expect(tokens).To(Equal([]int64{1, 2, 3}))
+		Expect(tokens).To(BeStrictlyIncreasing(), "every grant takes a larger token")
 
 		cur := fetch(lock)
 		key, value := cur.Status.Key, expectedValue(cur)
@@ -128,8 +131,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
 		Eventually(func() string { return heldReason(fetch(lock)) }, 10*time.Second, 50*time.Millisecond).Should(Equal(v1alpha1.ReasonNotRequested))
 		Expect(fetch(lock).Status.Holder).To(BeNil())
-		Expect(countEqual(valuesOn(ms, key), value)).To(Equal(0), "released in Redis")
-		Expect(fetch(lock).Status.FencingToken).To(Equal(int64(3)), "the token is never reset")
+		Expect(testenv.CountEqual(ms.ValuesOn(key), value)).To(Equal(0), "released in Redis")
+		Expect(fetch(lock).Status.FencingToken).To(Equal(tokens[2]), "the latest token stays in status")
 	})
 
 	It("keeps a lock across a manager restart: same value, same holder, no lapse", func() {
@@ -141,8 +144,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		before := fetch(lock)
 		value := expectedValue(before)
 
-		mgr.stop()
-		mgr = startManager()
+		mgr.Stop()
+		mgr = env.StartManager()
 
 		// The new leader adopts the grant and renews it before it lapses.
 		Eventually(func() bool {
@@ -152,7 +155,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		after := fetch(lock)
 		Expect(after.Status.FencingToken).To(Equal(before.Status.FencingToken))
 		Expect(after.Status.AcquiredAt.Time).To(BeTemporally("==", before.Status.AcquiredAt.Time))
-		Expect(countEqual(valuesOn(ms, after.Status.Key), value)).To(BeNumerically(">=", 3))
+		Expect(testenv.CountEqual(ms.ValuesOn(after.Status.Key), value)).To(BeNumerically(">=", 3))
 	})
 
 	It("survives a minority of dead masters, loses the lock cleanly with a majority, and regains it", func() {
@@ -160,16 +163,17 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
 		Eventually(func() bool { return heldBy(fetch(lock), "f") }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
 
-		for _, s := range ms.servers[:2] {
+		for _, s := range ms.Servers[:2] {
 			Expect(s.Kill()).To(Succeed())
 		}
 		renewed := fetch(lock).Status.RenewedAt.Time
 		Eventually(func() bool { return fetch(lock).Status.RenewedAt.After(renewed) }, 3*time.Second, 50*time.Millisecond).Should(BeTrue())
 		Consistently(func() bool { return heldBy(fetch(lock), "f") }, 2*time.Second, 100*time.Millisecond).Should(BeTrue())
 
-		Expect(ms.servers[2].Kill()).To(Succeed())
+		Expect(ms.Servers[2].Kill()).To(Succeed())
 		killed := time.Now()
 		valid := fetch(lock).Status.ValidUntil.Time
+		lostToken := fetch(lock).Status.FencingToken
 		Eventually(func() string { return heldReason(fetch(lock)) }, 5*time.Second, 20*time.Millisecond).
 			Should(BeElementOf(v1alpha1.ReasonValidityExpired, v1alpha1.ReasonQuorumUnavailable, v1alpha1.ReasonLost))
 		lost := time.Now()
@@ -179,12 +183,12 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(lost.Sub(killed)).To(BeNumerically("<", 1500*time.Millisecond+2*time.Second))
 		Expect(fetch(lock).Status.Holder).To(BeNil())
 
-		for _, s := range ms.servers[:3] {
+		for _, s := range ms.Servers[:3] {
 			Expect(s.Restart(false)).To(Succeed())
 		}
 		// Back after the restarted masters' quarantine.
 		Eventually(func() bool { return heldBy(fetch(lock), "f") }, 15*time.Second, 50*time.Millisecond).Should(BeTrue())
-		Expect(fetch(lock).Status.FencingToken).To(BeNumerically(">", 1))
+		Expect(fetch(lock).Status.FencingToken).To(BeNumerically(">", lostToken), "a grant after masters restarted without persistence still takes a larger token")
 	})
 
 	It("rejects bad specs at the API server", func() {
@@ -241,7 +245,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, orphan)).To(Succeed())
 		Eventually(func() string { return readyReason(fetch(orphan)) }, 10*time.Second).Should(Equal("False/" + v1alpha1.ReasonMasterSetNotFound))
 
-		Consistently(func() []string { return append(valuesOn(ms, "too-long-key"), valuesOn(ms, "orphan-key")...) }, time.Second, 100*time.Millisecond).
+		Consistently(func() []string { return append(ms.ValuesOn("too-long-key"), ms.ValuesOn("orphan-key")...) }, time.Second, 100*time.Millisecond).
 			Should(HaveEach(""))
 		Expect(fetch(tooLong).Status.Holder).To(BeNil())
 
@@ -252,21 +256,21 @@ var _ = Describe("DistributedLock", Ordered, func() {
 
 		// Fixing the master set's limit makes the lock usable.
 		set := &v1alpha1.RedisMasterSet{}
-		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.name}, set)).To(Succeed())
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.Name}, set)).To(Succeed())
 		Expect(set.Status.Conditions).NotTo(BeEmpty())
 	})
 })
 
 var _ = Describe("Deleting a lock whose masters are unreachable", func() {
 	It("keeps the finalizer until the grant has expired, then lets the object go", func() {
-		mgr := startManager()
-		DeferCleanup(mgr.stop)
-		ns := newNamespace()
-		ms := newMasters(ns, "doomed", 3)
+		mgr := env.StartManager()
+		DeferCleanup(mgr.Stop)
+		ns := env.NewNamespace()
+		ms := env.NewMasters(ns, "doomed", 3, 2*time.Second)
 		lock := newLock(ms, "doomed", "", "h", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
 		Eventually(func() bool { return heldBy(fetch(lock), "h") }, 15*time.Second, 50*time.Millisecond).Should(BeTrue())
-		for _, s := range ms.servers {
+		for _, s := range ms.Servers {
 			Expect(s.Kill()).To(Succeed())
 		}
 		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())

@@ -1,4 +1,4 @@
-package controllers
+package redismasterset
 
 import (
 	"context"
@@ -38,24 +38,26 @@ const EventAdmitted = "MemberAdmitted"
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 
 // reconcileManaged writes the objects that run a managed set and admits
-// new member pods.
-func (r *RedisMasterSetReconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) error {
+// new member pods. It reports recorded=true when it recorded the members
+// of a new set in status instead: the StatefulSet is created only once that
+// record has been written (by the deferred status patch) and read back.
+func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) (recorded bool, err error) {
 	if err := r.ensureSecret(ctx, ms); err != nil {
-		return err
+		return false, err
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
 	sts := managed.StatefulSet(ms, managed.Options{GateImage: r.GateImage})
 	if _, err := ensure(ctx, r.Client, ms, cm, func(dst *corev1.ConfigMap) { dst.Data = cm.Data }); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := ensure(ctx, r.Client, ms, svc, func(dst *corev1.Service) {
 		dst.Spec.Ports, dst.Spec.Selector, dst.Spec.PublishNotReadyAddresses = svc.Spec.Ports, svc.Spec.Selector, true
 		dst.Spec.ClusterIP = corev1.ClusterIPNone
 	}); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := ensure(ctx, r.Client, ms, pdb, func(dst *policyv1.PodDisruptionBudget) { dst.Spec = pdb.Spec }); err != nil {
-		return err
+		return false, err
 	}
 	if len(ms.Status.Members) == 0 {
 		// A new set: record its members as never served before any of their
@@ -65,15 +67,12 @@ func (r *RedisMasterSetReconciler) reconcileManaged(ctx context.Context, ms *v1a
 		err := r.Get(ctx, client.ObjectKeyFromObject(sts), &appsv1.StatefulSet{})
 		switch {
 		case apierrors.IsNotFound(err):
-			base := ms.DeepCopy()
 			for _, a := range managed.Addresses(ms) {
 				ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
 			}
-			if err := r.Status().Patch(ctx, ms, client.MergeFrom(base)); err != nil {
-				return fmt.Errorf("record new members: %w", err)
-			}
+			return true, nil
 		case err != nil:
-			return err
+			return false, err
 		}
 	}
 	if _, err := ensure(ctx, r.Client, ms, sts, func(dst *appsv1.StatefulSet) {
@@ -85,14 +84,14 @@ func (r *RedisMasterSetReconciler) reconcileManaged(ctx context.Context, ms *v1a
 		}
 		dst.Spec.Replicas, dst.Spec.Template, dst.Spec.UpdateStrategy = sts.Spec.Replicas, sts.Spec.Template, sts.Spec.UpdateStrategy
 	}); err != nil {
-		return err
+		return false, err
 	}
-	return r.admitPods(ctx, ms, now)
+	return false, r.admitPods(ctx, ms, now)
 }
 
 // admitPods annotates every member pod that has no admission yet with the
 // instant from which it may serve.
-func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) error {
+func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) error {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace), client.MatchingLabels(managed.Labels(ms))); err != nil {
 		return fmt.Errorf("list member pods: %w", err)
@@ -152,7 +151,7 @@ func ordinal(pod *corev1.Pod, sts string) (int, bool) {
 }
 
 // ensureSecret creates the generated auth Secret once; it is never changed.
-func (r *RedisMasterSetReconciler) ensureSecret(ctx context.Context, ms *v1alpha1.RedisMasterSet) error {
+func (r *Reconciler) ensureSecret(ctx context.Context, ms *v1alpha1.RedisMasterSet) error {
 	if ms.Spec.AuthSecretRef != nil {
 		return nil
 	}

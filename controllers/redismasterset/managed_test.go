@@ -1,4 +1,4 @@
-package controllers_test
+package redismasterset_test
 
 import (
 	"time"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
 )
 
 // envtest runs no kube-controller-manager: the StatefulSet creates no pods
@@ -43,7 +44,7 @@ func admission(pod *corev1.Pod) func() time.Time {
 
 var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 	var (
-		mgr *manager
+		mgr *testenv.Manager
 		ns  string
 		ms  *v1alpha1.RedisMasterSet
 	)
@@ -59,7 +60,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		}
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
 	})
-	AfterAll(func() { mgr.stop() })
+	AfterAll(func() { mgr.Stop() })
 
 	It("creates the StatefulSet, Service, config, PDB and a generated Secret, owned by the set", func() {
 		key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
@@ -110,7 +111,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		base := set.DeepCopy()
 		set.Status.Members[1].LastServingAt = &metav1.Time{Time: lastServing}
 		set.Status.Members[1].NeverServed = false
-		mgr.stop() // the operator is down while the member's pod is replaced
+		mgr.Stop() // the operator is down while the member's pod is replaced
 		Expect(k8s.Status().Patch(suiteCtx, set, client.MergeFrom(base))).To(Succeed())
 		pod := memberPod(ms, "1")
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())

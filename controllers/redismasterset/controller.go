@@ -1,4 +1,9 @@
-package controllers
+// Package redismasterset is the RedisMasterSet controller: it probes the
+// masters of every set and reports each member's state and whether a quorum
+// serves; for managed sets it also runs the members (StatefulSet, Service,
+// configuration, PodDisruptionBudget, generated Secret) and admits
+// replacement member pods only after their restart delay.
+package redismasterset
 
 import (
 	"context"
@@ -8,9 +13,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,9 +40,9 @@ const (
 	EventDown        = "MemberDown"
 )
 
-// RedisMasterSetReconciler probes the masters of a RedisMasterSet and
+// Reconciler probes the masters of a RedisMasterSet and
 // reports each member's state and whether a quorum serves.
-type RedisMasterSetReconciler struct {
+type Reconciler struct {
 	client.Client
 	// APIReader reads without the cache (member history for admissions).
 	APIReader client.Reader
@@ -55,8 +62,10 @@ type RedisMasterSetReconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile implements reconcile.Reconciler.
-func (r *RedisMasterSetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// Reconcile implements reconcile.Reconciler: it runs the managed members
+// (when the set is managed), probes the masters and writes status in one
+// deferred patch, conditional on the status it read.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	ms := &v1alpha1.RedisMasterSet{}
 	if err := r.Get(ctx, req.NamespacedName, ms); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -67,6 +76,20 @@ func (r *RedisMasterSetReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, err
 	}
 	base := ms.DeepCopy()
+	defer func() {
+		ms.Status.ObservedGeneration = ms.Generation
+		if equality.Semantic.DeepEqual(base.Status, ms.Status) {
+			return
+		}
+		// Member records (lastServingAt, restarts) decide admissions: never
+		// write them from a stale view.
+		if err := r.Status().Patch(ctx, ms, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+			retErr = kerrors.NewAggregate([]error{retErr, fmt.Errorf("patch status: %w", err)})
+		}
+		if retErr != nil {
+			result = ctrl.Result{}
+		}
+	}()
 	interval := r.ProbeInterval
 	if interval <= 0 {
 		interval = 10 * time.Second
@@ -75,9 +98,9 @@ func (r *RedisMasterSetReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	next := interval
 
 	if ms.Spec.Managed != nil {
-		if err := r.reconcileManaged(ctx, ms, now); err != nil {
-			_ = r.Status().Patch(ctx, ms, client.MergeFrom(base)) // keep new member records
-			return ctrl.Result{}, err
+		recorded, err := r.reconcileManaged(ctx, ms, now)
+		if err != nil || recorded {
+			return ctrl.Result{RequeueAfter: time.Millisecond}, err
 		}
 	}
 	c, err := r.Masters.Refresh(ctx, ms)
@@ -94,17 +117,22 @@ func (r *RedisMasterSetReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 		next = min(next, r.applyProbe(ms, results, now))
 	}
-	ms.Status.ObservedGeneration = ms.Generation
-	if err := r.Status().Patch(ctx, ms, client.MergeFrom(base)); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
 	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// truncate keeps messages within what a condition comfortably shows.
+func truncate(s string) string {
+	const limit = 1024
+	if len(s) > limit {
+		return s[:limit-3] + "..."
+	}
+	return s
 }
 
 // applyProbe turns probe results into member states and conditions, emits
 // events for changes, and returns how soon to probe again (when a
 // quarantine ends before the next regular probe).
-func (r *RedisMasterSetReconciler) applyProbe(ms *v1alpha1.RedisMasterSet, results []redlock.ProbeResult, now time.Time) time.Duration {
+func (r *Reconciler) applyProbe(ms *v1alpha1.RedisMasterSet, results []redlock.ProbeResult, now time.Time) time.Duration {
 	prev := map[string]v1alpha1.MemberStatus{}
 	for _, m := range ms.Status.Members {
 		prev[m.Address] = m
@@ -189,7 +217,7 @@ func setSetCondition(ms *v1alpha1.RedisMasterSet, typ string, status metav1.Cond
 }
 
 // SetupWithManager registers the controller.
-func (r *RedisMasterSetReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// Spec changes only: the status writes of probes must not trigger
 		// probes. Probes run on RequeueAfter.

@@ -1,0 +1,634 @@
+package distributedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
+	"github.com/redlock-operator/redlock-operator/internal/masters"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// Finalizer makes deleting a DistributedLock release it in Redis first.
+const Finalizer = "redlock.dev/release"
+
+// indexMasterSet indexes DistributedLocks by spec.masterSet.
+const indexMasterSet = "spec.masterSet"
+
+// opTimeout bounds one Redis operation of the controller (each master is
+// bounded by the node timeout inside it).
+const opTimeout = 5 * time.Second
+
+// Event reasons of DistributedLocks.
+const (
+	EventGranted           = "Granted"
+	EventAdopted           = "Adopted"
+	EventReleased          = "Released"
+	EventReleaseIncomplete = "ReleaseIncomplete"
+	EventLost              = "Lost"
+	EventNotCommitted      = "GrantNotCommitted"
+	EventSuperseded        = "Superseded"
+)
+
+// Reconciler acquires, renews and releases DistributedLocks.
+type Reconciler struct {
+	client.Client
+	// APIReader reads without the cache, to check a status write that
+	// conflicted and a grant the cache does not show yet.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Masters   *masters.Registry
+	Values    *lockvalue.Deriver
+	Metrics   *metrics.Metrics
+	// Clock is used for status times and requeue delays.
+	Clock clock.PassiveClock
+	// MaxConcurrentReconciles defaults to 4.
+	MaxConcurrentReconciles int
+
+	sessions *sessions
+	wake     chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
+}
+
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/status,verbs=get;patch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/finalizers,verbs=update
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// scope is what one reconcile works on.
+type scope struct {
+	lock *v1alpha1.DistributedLock
+	orig v1alpha1.DistributedLockStatus // status as read: the base and precondition of the patch
+	now  time.Time
+	// pending is a grant this reconcile made or adopted: it counts once the
+	// status patch has committed it, and is given back otherwise.
+	pending *held
+	adopted bool
+	requeue time.Duration // 0: none
+}
+
+func (s *scope) requeueAfter(d time.Duration) {
+	d = max(d, time.Millisecond)
+	if s.requeue == 0 || d < s.requeue {
+		s.requeue = d
+	}
+}
+
+func (s *scope) setHeld(status metav1.ConditionStatus, reason, msg string) {
+	setCondition(&s.lock.Status, s.lock.Generation, v1alpha1.ConditionHeld, status, reason, msg)
+}
+
+func (s *scope) setReady(status metav1.ConditionStatus, reason, msg string) {
+	setCondition(&s.lock.Status, s.lock.Generation, v1alpha1.ConditionReady, status, reason, msg)
+}
+
+func (s *scope) clear(reason, msg string) {
+	clearGrant(&s.lock.Status, s.lock.Generation, reason, msg)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	lock := &v1alpha1.DistributedLock{}
+	if err := r.Get(ctx, req.NamespacedName, lock); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.releaseOthers(ctx, req.NamespacedName, "")
+		return ctrl.Result{}, nil
+	}
+	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
+	s := &scope{lock: lock, orig: *lock.Status.DeepCopy(), now: r.Clock.Now()}
+	defer func() {
+		if err := r.patchStatus(ctx, s); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+		if retErr == nil && s.requeue > 0 {
+			result.RequeueAfter = s.requeue
+		}
+	}()
+
+	if !lock.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
+	if controllerutil.AddFinalizer(lock, Finalizer) {
+		if err := r.Update(ctx, lock); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+	lock.Status.Key = effectiveKey(lock)
+	if err := r.syncSession(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	c, usable, err := r.resolveMasterSet(ctx, s)
+	if err != nil || !usable {
+		// A transient error, or a master set that cannot be used: renew
+		// with the last good client while it works, show only what is held.
+		r.showHolder(s)
+		return ctrl.Result{}, err
+	}
+	r.reconcileHolder(ctx, s, c)
+	r.showHolder(s)
+	return ctrl.Result{}, nil
+}
+
+// releaseOthers releases the grants of objects named name other than uid:
+// the lock was deleted (its finalizer stripped by hand) or re-created under
+// the same name. Their sessions must not outlive their objects.
+func (r *Reconciler) releaseOthers(ctx context.Context, name types.NamespacedName, uid types.UID) {
+	for _, h := range r.sessions.others(name, uid) {
+		r.sessions.drop(h)
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := h.session.Release(octx)
+		cancel()
+		logf.FromContext(ctx).Info("released the grant of a lock object that is gone", "uid", h.uid, "token", h.token, "error", errString(err))
+	}
+}
+
+// syncSession reconciles the renewal session with status: a lost session is
+// cleared from status, and a session whose grant status no longer shows
+// (another grant was committed since) is given back.
+func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
+	lock := s.lock
+	h := r.sessions.get(lock.UID)
+	if h == nil {
+		return nil
+	}
+	if lock.Status.GrantID != h.grantID {
+		// The cache may not show our own commit yet: ask the API server.
+		fresh := &v1alpha1.DistributedLock{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
+			return fmt.Errorf("read lock: %w", err)
+		}
+		if fresh.UID != lock.UID || fresh.Status.GrantID != h.grantID {
+			r.sessions.drop(h)
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			defer cancel()
+			_ = h.session.Release(octx) // its value is unique to it: nothing else is touched
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
+				"gave up grant %d: status shows another grant (fencing token %d)", h.token, fresh.Status.FencingToken)
+			return nil
+		}
+		key := lock.Status.Key
+		*lock = *fresh
+		lock.Status.Key = key
+		s.orig = *fresh.Status.DeepCopy()
+	}
+	select {
+	case <-h.session.Done():
+	default:
+		return nil
+	}
+	r.sessions.drop(h)
+	err := h.session.Err()
+	reason := v1alpha1.ReasonLost
+	var lost *renewal.LostError
+	if errors.As(err, &lost) {
+		reason = lost.Reason
+	}
+	s.clear(reason, "the grant was lost: "+errString(err))
+	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, truncate(errString(err)))
+	return nil
+}
+
+// resolveMasterSet finds the lock's master set and its client, and checks
+// what only the controller can check. It sets Ready and reports whether the
+// lock can be acted on; an error is transient (retried with backoff).
+func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.Client, bool, error) {
+	lock := s.lock
+	ms := &v1alpha1.RedisMasterSet{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, ms)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.setReady(metav1.ConditionFalse, v1alpha1.ReasonMasterSetNotFound,
+			fmt.Sprintf("RedisMasterSet %q not found in namespace %q", lock.Spec.MasterSet, lock.Namespace))
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("get master set: %w", err)
+	}
+	ttl := lock.Spec.TTL.Duration
+	invalid := ""
+	reason := v1alpha1.ReasonInvalidSpec
+	switch maxTTL := ms.Spec.MaxLockTTL.Duration; {
+	case ttl > maxTTL:
+		invalid, reason = fmt.Sprintf("ttl %v exceeds maxLockTTL %v of RedisMasterSet %q", ttl, maxTTL, ms.Name), v1alpha1.ReasonTTLTooLong
+	case ttl%time.Millisecond != 0 || renewInterval(lock.Spec) >= ttl:
+		invalid = fmt.Sprintf("ttl %v must be whole milliseconds and longer than the renew interval %v", ttl, renewInterval(lock.Spec))
+	}
+	if invalid != "" {
+		// A grant the spec no longer allows (maxLockTTL shrunk under it)
+		// is given back: the masters' quarantine no longer covers it.
+		if h := r.sessions.get(lock.UID); h != nil {
+			r.release(ctx, s, nil, reason, invalid)
+		}
+		s.setReady(metav1.ConditionFalse, reason, invalid)
+		return nil, false, nil
+	}
+	c, err := r.Masters.Client(ctx, ms)
+	if err != nil {
+		s.setReady(metav1.ConditionFalse, v1alpha1.ReasonMasterSetNotReady,
+			fmt.Sprintf("RedisMasterSet %q cannot be used: %v", ms.Name, err))
+		s.requeueAfter(10 * time.Second) // a Secret is not watched: look again
+		return nil, false, nil
+	}
+	s.setReady(metav1.ConditionTrue, v1alpha1.ReasonValid, "the spec is valid and its master set usable")
+	return c, true, nil
+}
+
+// reconcileHolder decides what to do with the holder and does it.
+func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope, c *redlock.Client) {
+	lock := s.lock
+	in := holderInputs{Requested: lock.Spec.HolderIdentity, Now: s.now}
+	if h := r.sessions.get(lock.UID); h != nil {
+		h.session.SetTiming(lock.Spec.TTL.Duration, renewInterval(lock.Spec))
+		in.Holder, in.ValidUntil, in.InMemory = h.holder, h.session.State().ValidUntil, true
+	} else if st := lock.Status; st.Holder != nil && st.ValidUntil != nil {
+		in.Holder, in.ValidUntil = st.Holder.Identity, st.ValidUntil.Time
+	}
+	action := decideHolder(in)
+	logf.FromContext(ctx).V(1).Info("holder decision", "action", action.String(), "requested", in.Requested, "holder", in.Holder)
+	switch action {
+	case actAcquire:
+		r.acquire(ctx, s, c)
+	case actAdopt:
+		r.adopt(ctx, s, c)
+	case actRelease:
+		r.release(ctx, s, c, v1alpha1.ReasonNotRequested, "no holder is requested")
+	case actHandover:
+		r.release(ctx, s, c, v1alpha1.ReasonReleased, "released for the new holder")
+		r.acquire(ctx, s, c)
+	case actNone:
+		if lock.Spec.HolderIdentity == "" {
+			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
+		}
+	}
+}
+
+// acquire takes the lock for the requested holder under a fresh grant ID
+// and a fencing token from the masters, and starts renewing it. The grant
+// counts once the status patch commits it.
+func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
+	lock := s.lock
+	ttl := lock.Spec.TTL.Duration
+	grantID := lockvalue.NewGrantID()
+	value := r.Values.Value(string(lock.UID), grantID)
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	lk, err := c.Acquire(octx, effectiveKey(lock), ttl, redlock.WithValue(value), redlock.WithFencing())
+	if err != nil {
+		s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
+		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
+		s.requeueAfter(retryDelay(ttl, jitter))
+		return
+	}
+	h := &held{
+		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
+		grantID: grantID, holder: lock.Spec.HolderIdentity, token: lk.Token(),
+		acquiredAt: r.Clock.Now(), quorum: c.Quorum(),
+	}
+	r.startSession(s, h, lk)
+}
+
+// adopt resumes a grant that status shows valid but this manager does not
+// renew (it restarted, or leadership moved): its value is derived again
+// from the grant ID, and one extension proves the masters still hold it.
+func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
+	lock := s.lock
+	st := lock.Status
+	var lk *redlock.Lock
+	err := errors.New("status names no grant ID")
+	if st.GrantID != "" {
+		lk, err = c.Restore(effectiveKey(lock), r.Values.Value(string(lock.UID), st.GrantID), lock.Spec.TTL.Duration, st.ValidUntil.Time)
+	}
+	if err == nil {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err = lk.Extend(octx)
+		cancel()
+	}
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrExpired) && st.GrantID != "" {
+		// The grant may still stand: keep showing it while it is valid and
+		// try again soon.
+		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
+		s.requeueAfter(min(time.Second, st.ValidUntil.Sub(s.now)))
+		return
+	}
+	if err != nil {
+		s.clear(v1alpha1.ReasonLost, "the masters no longer hold this grant: "+err.Error())
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost", st.FencingToken, st.Holder.Identity)
+		r.acquire(ctx, s, c)
+		return
+	}
+	acquiredAt := s.now
+	if st.AcquiredAt != nil {
+		acquiredAt = st.AcquiredAt.Time
+	}
+	h := &held{
+		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
+		grantID: st.GrantID, holder: st.Holder.Identity, token: st.FencingToken,
+		acquiredAt: acquiredAt, quorum: c.Quorum(),
+	}
+	s.adopted = true
+	r.startSession(s, h, lk)
+}
+
+// startSession starts renewing a grant made or adopted by this reconcile.
+func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock) {
+	lock := s.lock
+	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	wake := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}
+	h.session = renewal.Hold(r.sessions.base, renewal.Grant{
+		Key: lk.Key(), Value: lk.Value(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
+		ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
+	}, renewal.Config{
+		Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
+		Notify:  func() { r.enqueue(wake) },
+		Metrics: r.Metrics,
+		Reasons: heldReason,
+	})
+	r.sessions.put(h)
+	s.pending = h
+}
+
+// enqueue asks for a reconcile of lock without blocking the caller.
+func (r *Reconciler) enqueue(lock *v1alpha1.DistributedLock) {
+	ev := event.TypedGenericEvent[*v1alpha1.DistributedLock]{Object: lock}
+	select {
+	case r.wake <- ev:
+	default:
+		go func() { r.wake <- ev }() // the queue is busy: never drop a wake-up
+	}
+}
+
+// release stops renewing and releases the current grant in Redis (c is
+// used when this manager has no session for it). The holder is cleared
+// whatever the masters answer: an unfinished release leaves copies that
+// expire with the TTL, never a holder that is still shown.
+func (r *Reconciler) release(ctx context.Context, s *scope, c *redlock.Client, reason, msg string) {
+	lock := s.lock
+	holder := shownHolder(lock.Status, s.now)
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	var err error
+	if h := r.sessions.get(lock.UID); h != nil {
+		holder = h.holder
+		r.sessions.drop(h)
+		err = h.session.Release(octx)
+	} else {
+		err = r.releaseFromStatus(octx, lock, c)
+	}
+	s.clear(reason, msg)
+	switch {
+	case err == nil || errors.Is(err, redlock.ErrNotHeld):
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "released by %s", holder)
+	default:
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
+			"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, truncate(err.Error()))
+	}
+}
+
+// releaseFromStatus releases the grant status names, on client c.
+func (r *Reconciler) releaseFromStatus(ctx context.Context, lock *v1alpha1.DistributedLock, c *redlock.Client) error {
+	st := lock.Status
+	switch {
+	case st.GrantID == "":
+		return redlock.ErrNotHeld
+	case c == nil:
+		return redlock.ErrQuorumUnavailable
+	}
+	lk, err := c.Restore(effectiveKey(lock), r.Values.Value(string(lock.UID), st.GrantID), lock.Spec.TTL.Duration, time.Time{})
+	if err != nil {
+		return err
+	}
+	return lk.Release(ctx)
+}
+
+// reconcileDelete releases the lock and removes the finalizer. When the
+// masters cannot be reached, the finalizer stays until every copy of the
+// grant has expired: the session's own validity when this manager renewed
+// it, otherwise status's validity plus one TTL (status trails the real
+// validity by less than a TTL), plus the drift allowance.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
+	lock := s.lock
+	if !controllerutil.ContainsFinalizer(lock, Finalizer) {
+		return nil
+	}
+	ttl := lock.Spec.TTL.Duration
+	expiry, known := r.sessions.expiry(lock.UID)
+	var err error
+	if h := r.sessions.get(lock.UID); h != nil {
+		expiry, known = h.session.State().ValidUntil, true
+		r.sessions.drop(h)
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err = h.session.Release(octx)
+		cancel()
+	} else if lock.Status.Holder != nil || lock.Status.GrantID != "" {
+		if !known && lock.Status.ValidUntil != nil {
+			expiry, known = lock.Status.ValidUntil.Add(ttl), true
+		}
+		var c *redlock.Client
+		ms := &v1alpha1.RedisMasterSet{}
+		if gerr := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, ms); gerr == nil {
+			c, _ = r.Masters.Client(ctx, ms)
+		}
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err = r.releaseFromStatus(octx, lock, c)
+		cancel()
+	}
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && known {
+		r.sessions.setExpiry(lock.UID, expiry)
+		if until := expiry.Add(redlock.Drift(ttl)); s.now.Before(until) {
+			s.clear(v1alpha1.ReasonQuorumUnavailable,
+				"deleting: the release did not reach a quorum; retrying until the grant expires at "+until.UTC().Format(time.RFC3339Nano))
+			s.requeueAfter(min(time.Second, until.Sub(s.now)))
+			return nil
+		}
+	}
+	if lock.Status.Holder != nil {
+		s.clear(v1alpha1.ReasonReleased, "released on deletion")
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Delete", "released on deletion")
+	}
+	r.sessions.forgetExpiry(lock.UID)
+	r.Metrics.FencingToken.DeleteLabelValues(lock.Namespace, lock.Name)
+	controllerutil.RemoveFinalizer(lock, Finalizer)
+	if err := r.Update(ctx, lock); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// showHolder fills status from the grant this manager renews, or hides a
+// holder whose validity has passed; either way it schedules a look at the
+// moment the shown validity passes, so that status flips by itself.
+func (r *Reconciler) showHolder(s *scope) {
+	lock := s.lock
+	st := &lock.Status
+	if h := r.sessions.get(lock.UID); h != nil {
+		if state := h.session.State(); s.now.Before(state.ValidUntil) {
+			showGrant(st, viewOf(h, state), lock.Generation)
+		}
+	}
+	if st.Holder == nil {
+		return
+	}
+	if st.ValidUntil == nil || !s.now.Before(st.ValidUntil.Time) {
+		s.clear(v1alpha1.ReasonValidityExpired, "the grant's validity passed without renewal")
+		return
+	}
+	s.requeueAfter(st.ValidUntil.Sub(s.now))
+}
+
+// patchStatus writes the status changes of this reconcile in one patch,
+// conditional on the status the reconcile started from. A conflict is
+// retried once when a fresh read shows the same grant; otherwise the
+// reconcile gives up. A grant made by this reconcile counts only once the
+// patch succeeded, and is given back otherwise.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
+	lock := s.lock
+	lock.Status.ObservedGeneration = lock.Generation
+	var err error
+	if !equalStatus(s.orig, lock.Status) {
+		err = r.patch(ctx, s)
+	}
+	if err != nil {
+		if h := s.pending; h != nil {
+			r.sessions.drop(h)
+			if s.adopted {
+				h.session.Orphan() // it stands as it was before this reconcile
+			} else {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+				_ = h.session.Release(rctx)
+				cancel()
+				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
+					"grant %d to %s was given back: status could not be written: %s", h.token, h.holder, truncate(err.Error()))
+			}
+		}
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch status: %w", err)
+	}
+	if h := s.pending; h != nil {
+		if s.adopted {
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventAdopted, "Renew", "resumed renewing the grant to %s (fencing token %d)", h.holder, h.token)
+		} else {
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventGranted, "Acquire", "granted to %s with fencing token %d", h.holder, h.token)
+		}
+		r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.token))
+	}
+	if h := r.sessions.get(lock.UID); h != nil && lock.Status.GrantID == h.grantID && lock.Status.ValidUntil != nil {
+		h.session.Shown(lock.Status.ValidUntil.Time)
+	}
+	return nil
+}
+
+// patch sends the status patch with optimistic concurrency; see
+// patchStatus.
+func (r *Reconciler) patch(ctx context.Context, s *scope) error {
+	lock := s.lock
+	kind := writeKind(s.orig, lock.Status)
+	base := lock.DeepCopy()
+	base.Status = s.orig
+	err := r.Status().Patch(ctx, lock, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		fresh := &v1alpha1.DistributedLock{}
+		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); gerr != nil {
+			return gerr
+		}
+		if fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig) {
+			return fmt.Errorf("status changed under this reconcile (another writer): %w", err)
+		}
+		want := lock.Status
+		lock.ObjectMeta, lock.Status = fresh.ObjectMeta, want
+		err = r.Status().Patch(ctx, lock, client.MergeFromWithOptions(fresh, client.MergeFromWithOptimisticLock{}))
+	}
+	if err != nil {
+		return err
+	}
+	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// SetupWithManager registers the controller and its renewal sessions.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.sessions = newSessions()
+	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.DistributedLock], 1024)
+	if err := mgr.Add(r.sessions); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.DistributedLock{}, indexMasterSet, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.DistributedLock).Spec.MasterSet}
+	}); err != nil {
+		return err
+	}
+	workers := r.MaxConcurrentReconciles
+	if workers <= 0 {
+		workers = 4
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(specOrLifecycleChanged())).
+		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Named("distributedlock").
+		Complete(r)
+}
+
+// locksOfMasterSet enqueues the locks that use a master set.
+func (r *Reconciler) locksOfMasterSet(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.DistributedLockList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexMasterSet: o.GetName()}); err != nil {
+		logf.FromContext(ctx).Error(err, "list locks of master set", "masterSet", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// specOrLifecycleChanged passes creations, deletions and updates that change
+// the spec, the deletion timestamp or the finalizers — not status writes,
+// which would otherwise reconcile every lock after its own writes.
+func specOrLifecycleChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return o.GetGeneration() != n.GetGeneration() ||
+				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
+				len(o.GetFinalizers()) != len(n.GetFinalizers())
+		},
+	}
+}

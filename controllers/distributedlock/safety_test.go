@@ -1,0 +1,330 @@
+package distributedlock_test
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// Regression tests of the lifecycle's safety cases: status shows only
+// committed grants that Redis backs, renewals do not outlive their objects,
+// and writers with a stale view give up.
+var _ = Describe("DistributedLock safety", Ordered, func() {
+	var (
+		mgr *testenv.Manager
+		ns  string
+		ms  *testenv.MasterSet
+	)
+	BeforeAll(func() {
+		mgr = env.StartManager()
+		ns = env.NewNamespace()
+		ms = env.NewMasters(ns, "masters", 3, 4*time.Second)
+		Eventually(func(g Gomega) {
+			set := &v1alpha1.RedisMasterSet{}
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.Name}, set)).To(Succeed())
+			g.Expect(set.Status.Serving).To(Equal(int32(3)), "fresh masters sit out their quarantine first")
+		}).Should(Succeed())
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("never shows a grant whose status write was refused, and gives it back in Redis", func() {
+		By("refusing, at the API server, every status write that names a holder of this lock")
+		denyStatus(ns, "refused", "has(object.status.holder)", func(st *v1alpha1.DistributedLockStatus) {
+			st.Holder = &v1alpha1.LockHolder{Identity: "probe"}
+		})
+		lock := newLock(ms, "refused", "refused-key", "h", 4*time.Second)
+		lock.Labels = map[string]string{denyLabel: "refused"}
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+
+		By("giving the grant back and saying so")
+		Eventually(func() []string { return eventReasons(ns, "refused") }).Should(ContainElement("GrantNotCommitted"))
+		Expect(fetch(lock).Status.Holder).To(BeNil())
+
+		By("leaving no key behind once the lock is gone")
+		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), &v1alpha1.DistributedLock{}))
+		}).Should(BeTrue())
+		Eventually(func() []string { return ms.ValuesOn("refused-key") }, 2*time.Second).Should(HaveEach(""))
+		Consistently(func() []string { return ms.ValuesOn("refused-key") }, time.Second).Should(HaveEach(""))
+	})
+
+	It("stops renewing and releases when the object is gone, and serves a new object of the same name", func() {
+		lock := newLock(ms, "reborn", "", "old", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		old := eventuallyHeldBy(lock, "old")
+		value := expectedValue(old)
+
+		By("stripping the finalizer by hand and deleting the object")
+		stripped := old.DeepCopy()
+		stripped.Finalizers = nil
+		Expect(k8s.Patch(suiteCtx, stripped, client.MergeFrom(old))).To(Succeed())
+		Expect(k8s.Delete(suiteCtx, stripped)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), &v1alpha1.DistributedLock{}))
+		}).Should(BeTrue())
+
+		By("releasing the old grant long before its 4s TTL would let it expire")
+		Eventually(func() int { return testenv.CountEqual(ms.ValuesOn(old.Status.Key), value) }, 2*time.Second).Should(BeZero())
+
+		By("granting a new object of the same name at once, with a larger token")
+		reborn := newLock(ms, "reborn", "", "new", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, reborn)).To(Succeed())
+		cur := eventuallyHeldBy(reborn, "new")
+		Expect(cur.Status.FencingToken).To(BeNumerically(">", old.Status.FencingToken))
+		Consistently(func() int { return testenv.CountEqual(ms.ValuesOn(old.Status.Key), value) }, time.Second).Should(BeZero(), "nobody renews the old grant")
+	})
+
+	It("refuses to move a lock to another master set", func() {
+		lock := newLock(ms, "pinned", "", "", 2*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() string {
+			cur := fetch(lock)
+			cur.Spec.MasterSet = "elsewhere"
+			if err := k8s.Update(suiteCtx, cur); err != nil {
+				return err.Error()
+			}
+			return "accepted"
+		}).Should(ContainSubstring("masterSet is immutable"))
+	})
+
+	It("draws a new value for every acquisition attempt", func() {
+		const key = "contended-key"
+		holder := newLock(ms, "contended-a", key, "a", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, holder)).To(Succeed())
+		a := eventuallyHeldBy(holder, "a")
+
+		By("watching the acquisition attempts of a rival lock on one master")
+		attempts := monitorAcquisitions(ms, key)
+		rival := newLock(ms, "contended-b", key, "b", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, rival)).To(Succeed())
+		Eventually(func() int { return len(attempts.values(expectedValue(a))) }, 10*time.Second).Should(BeNumerically(">=", 3))
+
+		vals := attempts.values(expectedValue(a))
+		seen := map[string]bool{}
+		for _, v := range vals {
+			Expect(seen).NotTo(HaveKey(v), "two acquisition attempts used the same value")
+			seen[v] = true
+		}
+		Expect(k8s.Delete(suiteCtx, rival)).To(Succeed())
+		Expect(k8s.Delete(suiteCtx, holder)).To(Succeed())
+	})
+
+	It("gives up its grant, without writing it back, when status shows another grant", func() {
+		lock := newLock(ms, "usurped", "", "mine", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		mine := eventuallyHeldBy(lock, "mine")
+		value := expectedValue(mine)
+
+		By("committing a foreign grant to status, as another manager would")
+		foreign := mine.DeepCopy()
+		foreign.Status.Holder = &v1alpha1.LockHolder{Identity: "theirs"}
+		foreign.Status.GrantID = "foreign-grant"
+		foreign.Status.FencingToken = mine.Status.FencingToken + 1
+		foreign.Status.ValidUntil = &metav1.MicroTime{Time: time.Now().Add(3 * time.Second)}
+		Expect(k8s.Status().Patch(suiteCtx, foreign, client.MergeFromWithOptions(mine, client.MergeFromWithOptimisticLock{}))).To(Succeed())
+
+		By("never pairing its own holder or token with the foreign grant")
+		Consistently(func(g Gomega) {
+			cur := fetch(lock)
+			if cur.Status.Holder != nil {
+				g.Expect(cur.Status.Holder.Identity).To(Equal("theirs"))
+				g.Expect(cur.Status.GrantID).To(Equal("foreign-grant"))
+				g.Expect(cur.Status.FencingToken).To(Equal(foreign.Status.FencingToken))
+			}
+		}, 2*time.Second).Should(Succeed())
+
+		By("releasing its own grant in Redis")
+		Eventually(func() int { return testenv.CountEqual(ms.ValuesOn(mine.Status.Key), value) }, 2*time.Second).Should(BeZero())
+		Expect(eventReasons(ns, "usurped")).To(ContainElement("Superseded"))
+	})
+
+	It("flips Held to False by itself once a lost grant's status write goes through", func() {
+		lock := newLock(ms, "lapsed", "", "h", 2*time.Second)
+		lock.Labels = map[string]string{denyLabel: "lapsed"}
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		eventuallyHeldBy(lock, "h")
+
+		By("refusing status writes without a holder while the masters are stopped")
+		policy := denyStatus(ns, "lapsed", "!has(object.status.holder)", func(st *v1alpha1.DistributedLockStatus) {
+			st.Holder = nil
+		})
+		for _, s := range ms.Servers {
+			Expect(s.Stop()).To(Succeed())
+		}
+		held := fetch(lock)
+		Expect(held.Status.Holder).NotTo(BeNil())
+		Eventually(func() []string { return eventReasons(ns, "lapsed") }).Should(ContainElement("Lost"))
+		for _, s := range ms.Servers {
+			Expect(s.Cont()).To(Succeed())
+		}
+		Expect(k8s.Delete(suiteCtx, policy)).To(Succeed())
+
+		By("no longer showing the lost grant, with no change to the lock to trigger it")
+		Eventually(func(g Gomega) {
+			cur := fetch(lock)
+			g.Expect(cur.Status.Holder == nil || cur.Status.GrantID != held.Status.GrantID).To(BeTrue(), "the lost grant is still shown")
+		}, 20*time.Second).Should(Succeed())
+	})
+
+	It("keeps holding through the loss of its auth Secret, and gives a lock back when maxLockTTL shrinks below its ttl", func() {
+		own := env.NewMasters(ns, "own", 3, 4*time.Second)
+		Eventually(func(g Gomega) {
+			set := &v1alpha1.RedisMasterSet{}
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: own.Name}, set)).To(Succeed())
+			g.Expect(set.Status.Serving).To(Equal(int32(3)))
+		}).Should(Succeed())
+		lock := newLock(own, "shrunk", "", "h", 3*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		first := eventuallyHeldBy(lock, "h")
+
+		By("shrinking the set's maxLockTTL below the lock's ttl")
+		set := &v1alpha1.RedisMasterSet{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: own.Name}, set)).To(Succeed())
+		set.Spec.MaxLockTTL = metav1.Duration{Duration: 2 * time.Second}
+		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/" + v1alpha1.ReasonTTLTooLong))
+		Expect(fetch(lock).Status.Holder).To(BeNil())
+		Eventually(func() int { return testenv.CountEqual(own.ValuesOn(first.Status.Key), expectedValue(first)) }, time.Second).Should(BeZero(),
+			"given back at once, not left to expire")
+	})
+})
+
+// denyLabel marks the DistributedLocks a denyStatus policy applies to.
+const denyLabel = "test.redlock.dev/deny-status"
+
+// denyStatus installs a ValidatingAdmissionPolicy that refuses the status
+// writes, for which cond (CEL over object) holds, of the DistributedLocks in
+// ns labelled denyLabel=name; mutate makes a status change for which cond
+// holds, to probe that the policy is in force before it returns. The policy
+// is removed when the spec ends; deleting the returned policy lifts it
+// earlier.
+func denyStatus(ns, name, cond string, mutate func(*v1alpha1.DistributedLockStatus)) *admissionv1.ValidatingAdmissionPolicy {
+	policyName := "deny-" + ns + "-" + name
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: policyName},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{denyLabel: name}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionv1.RuleWithOperations{
+						Operations: []admissionv1.OperationType{admissionv1.Update},
+						Rule: admissionv1.Rule{
+							APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+							Resources: []string{"distributedlocks/status"},
+						},
+					},
+				}},
+			},
+			Validations: []admissionv1.Validation{{Expression: "!(" + cond + ")", Message: "refused by the test"}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policyName},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policyName,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns},
+			}},
+		},
+	}
+	Expect(k8s.Create(suiteCtx, policy)).To(Succeed())
+	Expect(k8s.Create(suiteCtx, binding)).To(Succeed())
+	DeferCleanup(func() {
+		_ = k8s.Delete(context.Background(), binding)
+		_ = k8s.Delete(context.Background(), policy)
+	})
+
+	By("waiting until the API server enforces the policy (probed with a dry run)")
+	probe := &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe-" + name, Labels: map[string]string{denyLabel: name}},
+		Spec:       v1alpha1.DistributedLockSpec{MasterSet: "no-such-set", TTL: metav1.Duration{Duration: time.Second}},
+	}
+	Expect(k8s.Create(suiteCtx, probe)).To(Succeed())
+	DeferCleanup(func() { _ = k8s.Delete(context.Background(), probe) })
+	Eventually(func() string {
+		cur := &v1alpha1.DistributedLock{}
+		if err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(probe), cur); err != nil {
+			return err.Error()
+		}
+		mutate(&cur.Status)
+		if err := k8s.Status().Update(suiteCtx, cur, client.DryRunAll); err != nil {
+			return err.Error()
+		}
+		return "accepted"
+	}).Should(ContainSubstring("refused by the test"))
+	return policy
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// acquisitions records the values of the acquisition attempts of one key
+// seen by a master's MONITOR.
+type acquisitions struct {
+	mu   sync.Mutex
+	vals []string
+}
+
+func (a *acquisitions) values(except string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, v := range a.vals {
+		if v != except {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+var quoted = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
+
+// monitorAcquisitions watches the first master for acquisitions of key
+// (the fenced SET script names the key's fence counter, then the value),
+// over a plain connection in MONITOR mode.
+func monitorAcquisitions(ms *testenv.MasterSet, key string) *acquisitions {
+	a := &acquisitions{}
+	conn, err := net.Dial("tcp", ms.Servers[0].Addr())
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(conn.Close)
+	_, err = conn.Write([]byte("MONITOR\r\n"))
+	Expect(err).NotTo(HaveOccurred())
+	r := bufio.NewReader(conn)
+	first, err := r.ReadString('\n')
+	Expect(err).NotTo(HaveOccurred())
+	Expect(first).To(HavePrefix("+OK"))
+	go func() {
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return // closed at the end of the spec
+			}
+			args := quoted.FindAllStringSubmatch(line, -1)
+			for i := 0; i+1 < len(args); i++ {
+				if args[i][1] == redlock.FenceKey(key) && len(args[i+1][1]) == 43 && !strings.ContainsAny(args[i+1][1], " ") {
+					a.mu.Lock()
+					a.vals = append(a.vals, args[i+1][1])
+					a.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return a
+}

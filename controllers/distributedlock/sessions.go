@@ -1,0 +1,127 @@
+package distributedlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+)
+
+// held is a grant this manager renews: what status shows of it, and the
+// session that keeps it alive.
+type held struct {
+	uid        types.UID
+	name       types.NamespacedName
+	grantID    string
+	holder     string
+	token      int64
+	acquiredAt time.Time
+	quorum     int
+	session    *renewal.Session
+}
+
+// sessions is the set of grants this manager renews, by lock UID. Sessions
+// run on a context that ends with the manager: stopping the manager stops
+// the renewals but releases nothing (the grants are orphaned), so that the
+// next leader can adopt them.
+type sessions struct {
+	base context.Context
+	stop context.CancelFunc
+
+	mu       sync.Mutex
+	m        map[types.UID]*held
+	expiries map[types.UID]time.Time
+}
+
+func newSessions() *sessions {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &sessions{base: ctx, stop: cancel, m: map[types.UID]*held{}}
+}
+
+// Start implements manager.Runnable: it blocks until the manager stops,
+// then orphans every session and waits for them.
+func (ss *sessions) Start(ctx context.Context) error {
+	<-ctx.Done()
+	ss.stop()
+	for _, h := range ss.all() {
+		h.session.Orphan()
+	}
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (ss *sessions) NeedLeaderElection() bool { return true }
+
+func (ss *sessions) get(uid types.UID) *held {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.m[uid]
+}
+
+func (ss *sessions) put(h *held) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.m[h.uid] = h
+}
+
+// drop forgets h (only if it is still the grant registered for its lock).
+func (ss *sessions) drop(h *held) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.m[h.uid] == h {
+		delete(ss.m, h.uid)
+	}
+}
+
+// others returns the grants of objects named name other than uid: those of
+// a deleted object, or of an earlier object of the same name.
+func (ss *sessions) others(name types.NamespacedName, uid types.UID) []*held {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var out []*held
+	for u, h := range ss.m {
+		if h.name == name && u != uid {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func (ss *sessions) all() []*held {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	out := make([]*held, 0, len(ss.m))
+	for _, h := range ss.m {
+		out = append(out, h)
+	}
+	return out
+}
+
+// setExpiry remembers when the copies of a lock's incompletely released
+// grant expire, for the deletion that waits for them.
+func (ss *sessions) setExpiry(uid types.UID, t time.Time) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.expiries == nil {
+		ss.expiries = map[types.UID]time.Time{}
+	}
+	if t.After(ss.expiries[uid]) {
+		ss.expiries[uid] = t
+	}
+}
+
+func (ss *sessions) expiry(uid types.UID) (time.Time, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	t, ok := ss.expiries[uid]
+	return t, ok
+}
+
+func (ss *sessions) forgetExpiry(uid types.UID) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.expiries, uid)
+}

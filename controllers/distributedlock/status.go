@@ -1,0 +1,155 @@
+package distributedlock
+
+import (
+	"errors"
+	"reflect"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// grantView is a grant as status shows it.
+type grantView struct {
+	holder     string
+	grantID    string
+	token      int64
+	acquiredAt time.Time
+	renewedAt  time.Time
+	validUntil time.Time
+	quorum     int
+	votes      []redlock.Vote
+}
+
+// viewOf is what status shows of a grant this manager renews.
+func viewOf(h *held, st renewal.State) grantView {
+	return grantView{
+		holder: h.holder, grantID: h.grantID, token: h.token, acquiredAt: h.acquiredAt,
+		renewedAt: st.RenewedAt, validUntil: st.ValidUntil, quorum: h.quorum, votes: st.Votes,
+	}
+}
+
+// showGrant writes a held grant into status.
+func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64) {
+	st.Holder = &v1alpha1.LockHolder{Identity: g.holder}
+	st.GrantID = g.grantID
+	st.FencingToken = g.token
+	st.AcquiredAt = microTime(g.acquiredAt)
+	st.RenewedAt = microTime(g.renewedAt)
+	st.ValidUntil = microTime(g.validUntil)
+	setQuorum(st, g.quorum, g.votes)
+	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionTrue, v1alpha1.ReasonAcquired, "held by "+g.holder)
+}
+
+// clearGrant removes the holder from status; the token and grant ID of the
+// latest grant stay.
+func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, reason, msg string) {
+	st.Holder, st.AcquiredAt, st.RenewedAt, st.ValidUntil = nil, nil, nil, nil
+	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionFalse, reason, msg)
+}
+
+// shownHolder returns the holder status shows as holding at now, or "".
+func shownHolder(st v1alpha1.DistributedLockStatus, now time.Time) string {
+	if st.Holder == nil || st.ValidUntil == nil || !now.Before(st.ValidUntil.Time) {
+		return ""
+	}
+	return st.Holder.Identity
+}
+
+// microTime rounds t down to the microsecond that status can store, so that
+// a shown validity is never later than the real one.
+func microTime(t time.Time) *metav1.MicroTime {
+	if t.IsZero() {
+		return nil
+	}
+	return &metav1.MicroTime{Time: t.Truncate(time.Microsecond)}
+}
+
+func setCondition(st *v1alpha1.DistributedLockStatus, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: truncate(msg), ObservedGeneration: generation,
+	})
+}
+
+// setQuorum records the masters' votes.
+func setQuorum(st *v1alpha1.DistributedLockStatus, quorum int, votes []redlock.Vote) {
+	if len(votes) == 0 {
+		return
+	}
+	q := &v1alpha1.QuorumStatus{Quorum: int32(quorum)} //nolint:gosec // a handful of masters
+	for _, v := range votes {
+		mv := v1alpha1.MasterVote{Address: v.Addr, Vote: voteName(v.Outcome)}
+		if v.Err != nil {
+			mv.Error = truncate(v.Err.Error())
+		}
+		if v.Outcome == redlock.OutcomeGranted {
+			q.Granted++
+		}
+		q.Masters = append(q.Masters, mv)
+	}
+	st.Quorum = q
+}
+
+func voteName(o redlock.Outcome) string {
+	switch o {
+	case redlock.OutcomeGranted:
+		return "Granted"
+	case redlock.OutcomeHeld:
+		return "Held"
+	case redlock.OutcomeAbsent:
+		return "Absent"
+	case redlock.OutcomeError:
+		return "Error"
+	case redlock.OutcomeQuarantined:
+		return "Quarantined"
+	default:
+		return "Pending"
+	}
+}
+
+func votesOf(err error) []redlock.Vote {
+	var e *redlock.Error
+	if errors.As(err, &e) {
+		return e.Votes
+	}
+	return nil
+}
+
+// truncate keeps messages within what a condition comfortably shows.
+func truncate(s string) string {
+	const limit = 1024
+	if len(s) > limit {
+		return s[:limit-3] + "..."
+	}
+	return s
+}
+
+// writeKind names a status write for the status-writes metric: a new
+// grant, a renewal, a loss or release, or anything else.
+func writeKind(before, after v1alpha1.DistributedLockStatus) string {
+	switch {
+	case after.GrantID != before.GrantID && after.Holder != nil:
+		return "grant"
+	case after.Holder == nil && before.Holder != nil:
+		return "loss"
+	case after.Holder != nil && !reflect.DeepEqual(after.ValidUntil, before.ValidUntil):
+		return "renewal"
+	default:
+		return "reconcile"
+	}
+}
+
+// sameGrant reports whether two statuses show the same grant: the
+// precondition of every status write.
+func sameGrant(a, b v1alpha1.DistributedLockStatus) bool {
+	return a.GrantID == b.GrantID && a.FencingToken == b.FencingToken && (a.Holder == nil) == (b.Holder == nil)
+}
+
+// equalStatus reports whether two statuses are the same.
+func equalStatus(a, b v1alpha1.DistributedLockStatus) bool {
+	return reflect.DeepEqual(a, b)
+}

@@ -1,0 +1,339 @@
+// Package renewal keeps Redlock grants alive. A Session renews one grant on
+// its own schedule, on its own goroutine, until it is released, orphaned or
+// lost, in the manner of etcd's concurrency.Session: the keep-alive is owned
+// by one type, Done tells when it ended and Err why, Orphan stops renewing
+// without touching the keys (for a handover to another process), Release
+// gives the grant back.
+//
+// A Session never talks to the Kubernetes API: it tells its owner through a
+// notify callback when the validity shown to readers needs refreshing or
+// when the grant was lost, and the owner writes status.
+package renewal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// Why a Session ended; Err wraps one of them.
+var (
+	// ErrReleased: Release was called.
+	ErrReleased = errors.New("released")
+	// ErrOrphaned: Orphan was called (or the Sessions it belongs to stopped):
+	// the keys stay until they expire or another process takes them over.
+	ErrOrphaned = errors.New("orphaned")
+	// ErrLost: the grant was lost: the masters no longer hold it, or its
+	// validity passed without a successful renewal.
+	ErrLost = errors.New("lost")
+)
+
+// LostError says why a grant was lost.
+type LostError struct {
+	// Reason is a condition reason (ValidityExpired, Lost, ...).
+	Reason string
+	// Err is the last renewal error, if any.
+	Err error
+}
+
+// Error describes the loss.
+func (e *LostError) Error() string {
+	if e.Err == nil {
+		return "lost (" + e.Reason + ")"
+	}
+	return fmt.Sprintf("lost (%s): %v", e.Reason, e.Err)
+}
+
+// Unwrap returns ErrLost and the renewal error.
+func (e *LostError) Unwrap() []error { return []error{ErrLost, e.Err} }
+
+// Grant is what a Session renews.
+type Grant struct {
+	// Key and Value identify the grant on the masters.
+	Key, Value string
+	// TTL is the time to live of each renewal.
+	TTL time.Duration
+	// Every is the renew interval.
+	Every time.Duration
+	// ValidUntil is the grant's validity when the Session starts.
+	ValidUntil time.Time
+	// Votes of the acquisition (or the adopting extension).
+	Votes []redlock.Vote
+}
+
+// Config is what a Session needs besides its grant.
+type Config struct {
+	// Client returns the master set's current client (nil when there is
+	// none): renewals follow a client rebuilt for a new auth Secret.
+	Client func() *redlock.Client
+	// Notify is called, without blocking, when status should be written:
+	// the validity shown (see Shown) could pass before the next renewal, or
+	// the Session ended by itself.
+	Notify func()
+	// Metrics receives renewal failures and lateness (optional).
+	Metrics *metrics.Metrics
+	// Reasons maps a renewal error to a condition reason for LostError.
+	Reasons func(error) string
+}
+
+// State is a consistent snapshot of a Session.
+type State struct {
+	RenewedAt  time.Time
+	ValidUntil time.Time
+	Votes      []redlock.Vote
+	Renewals   int
+}
+
+// Session renews one grant. Its methods are safe for concurrent use.
+type Session struct {
+	grant Grant
+	cfg   Config
+
+	mu    sync.Mutex
+	state State
+	shown time.Time // the validity readers see
+	ttl   time.Duration
+	every time.Duration
+	err   error
+
+	cancel  context.CancelFunc
+	stopped chan struct{} // the renew loop returned
+	done    chan struct{} // closed once err is set
+	endOnce sync.Once
+}
+
+// Hold starts renewing g. The renewals stop when ctx ends (the grant is
+// then orphaned), or on Release, Orphan or loss.
+func Hold(ctx context.Context, g Grant, cfg Config) *Session {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Session{
+		grant: g, cfg: cfg,
+		state:   State{RenewedAt: time.Now(), ValidUntil: g.ValidUntil, Votes: g.Votes},
+		ttl:     g.TTL,
+		every:   g.Every,
+		cancel:  cancel,
+		stopped: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if s.cfg.Notify == nil {
+		s.cfg.Notify = func() {}
+	}
+	if s.cfg.Reasons == nil {
+		s.cfg.Reasons = func(error) string { return "Lost" }
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.LocksHeld.Inc()
+	}
+	go func() {
+		defer close(s.stopped)
+		err := s.loop(ctx)
+		if err == nil {
+			err = ErrOrphaned // ctx ended: nobody asked for anything else
+		}
+		if s.end(err) && errors.Is(err, ErrLost) {
+			s.cfg.Notify()
+		}
+	}()
+	return s
+}
+
+// Key returns the grant's Redis key.
+func (s *Session) Key() string { return s.grant.Key }
+
+// Done is closed when the Session has ended.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns why the Session ended (nil while it runs): an error matching
+// ErrReleased, ErrOrphaned or ErrLost (a *LostError).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// State returns a snapshot. ValidUntil is zero once the grant is known lost
+// or released.
+func (s *Session) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state
+	st.Votes = append([]redlock.Vote(nil), st.Votes...)
+	return st
+}
+
+// Shown records the validity that readers now see in status; the Session
+// asks for a new write before it could pass.
+func (s *Session) Shown(validUntil time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shown = validUntil
+}
+
+// SetTiming follows spec changes: the next renewal uses ttl and every.
+func (s *Session) SetTiming(ttl, every time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ttl, s.every = ttl, every
+}
+
+// Orphan stops renewing and leaves the keys to expire or to be taken over.
+func (s *Session) Orphan() {
+	s.stop(ErrOrphaned)
+}
+
+// Release stops renewing and deletes the grant's value from the masters.
+// It returns the release's error (redlock.ErrNotHeld when no master held it
+// any more); an incomplete release leaves copies that expire with the TTL.
+func (s *Session) Release(ctx context.Context) error {
+	validUntil := s.State().ValidUntil
+	s.stop(ErrReleased)
+	c := s.cfg.Client()
+	if c == nil {
+		return redlock.ErrQuorumUnavailable
+	}
+	lk, err := c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, validUntil)
+	if err != nil {
+		return fmt.Errorf("release %q: %w", s.grant.Key, err)
+	}
+	return lk.Release(ctx)
+}
+
+// stop ends the loop and waits for it; the first reason to end wins.
+func (s *Session) stop(why error) {
+	s.end(why)
+	s.cancel()
+	<-s.stopped
+}
+
+// end records why the Session ended; it reports whether this call did.
+func (s *Session) end(err error) bool {
+	first := false
+	s.endOnce.Do(func() {
+		first = true
+		s.mu.Lock()
+		s.err = err
+		if !errors.Is(err, ErrOrphaned) {
+			s.state.ValidUntil = time.Time{}
+		}
+		s.mu.Unlock()
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.LocksHeld.Dec()
+		}
+		close(s.done)
+	})
+	return first
+}
+
+type timing struct{ ttl, every time.Duration }
+
+func (s *Session) timing() timing {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return timing{s.ttl, s.every}
+}
+
+// loop renews until ctx ends (nil) or the grant is lost (a *LostError).
+func (s *Session) loop(ctx context.Context) error {
+	failures := 0
+	var lastErr error
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		st := s.State()
+		tm := s.timing()
+		now := time.Now()
+		next := NextRenewal(st.RenewedAt, tm.every, failures, st.ValidUntil, now)
+		wake := next
+		if st.ValidUntil.Before(wake) {
+			wake = st.ValidUntil
+		}
+		timer.Reset(max(wake.Sub(now), 0))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		now = time.Now()
+		if !now.Before(st.ValidUntil) {
+			return &LostError{Reason: "ValidityExpired", Err: lastErr}
+		}
+		if late := now.Sub(next); late > 0 && s.cfg.Metrics != nil {
+			s.cfg.Metrics.RenewLateness.Observe(late.Seconds())
+		}
+		err := s.renew(ctx, tm.ttl, st.ValidUntil)
+		switch {
+		case err == nil:
+			failures, lastErr = 0, nil
+			s.mu.Lock()
+			shown := s.shown
+			s.mu.Unlock()
+			if NeedStatusWrite(shown, time.Now(), tm.every) {
+				s.cfg.Notify()
+			}
+			continue
+		case ctx.Err() != nil:
+			return nil
+		}
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.RenewFailures.WithLabelValues(s.cfg.Reasons(err)).Inc()
+		}
+		if errors.Is(err, redlock.ErrNotHeld) || errors.Is(err, redlock.ErrExpired) || errors.Is(err, redlock.ErrInvalidArgument) {
+			return &LostError{Reason: s.cfg.Reasons(err), Err: err}
+		}
+		failures++
+		lastErr = err
+	}
+}
+
+// renew extends the grant once on the master set's current client.
+func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.Time) error {
+	c := s.cfg.Client()
+	if c == nil {
+		return fmt.Errorf("renew %q: no client for the master set: %w", s.grant.Key, redlock.ErrQuorumUnavailable)
+	}
+	lk, err := c.Restore(s.grant.Key, s.grant.Value, ttl, validUntil)
+	if err != nil {
+		return fmt.Errorf("renew %q: %w", s.grant.Key, err)
+	}
+	octx, cancel := context.WithDeadline(ctx, validUntil)
+	defer cancel()
+	if err := lk.Extend(octx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil || errors.Is(s.err, ErrOrphaned) {
+		s.state.RenewedAt, s.state.ValidUntil, s.state.Votes = time.Now(), lk.ValidUntil(), lk.Votes()
+		s.state.Renewals++
+	}
+	return nil
+}
+
+// NextRenewal returns when a held grant is next renewed: every after the
+// last renewal, or sooner after a failure, and never later than a third of
+// the remaining validity before the deadline.
+func NextRenewal(last time.Time, every time.Duration, failures int, validUntil, now time.Time) time.Time {
+	next := last.Add(every)
+	if failures > 0 {
+		retry := min(every/4, time.Second)
+		next = now.Add(retry)
+	}
+	if latest := validUntil.Add(-validUntil.Sub(last) / 3); next.After(latest) && latest.After(now) {
+		next = latest
+	}
+	return next
+}
+
+// NeedStatusWrite reports whether a renewal must be written to status: when
+// the validity status shows could pass before the next renewal and its write
+// (one renew interval plus a margin). Otherwise writing every other renewal
+// halves the API writes, and status still never shows a holder past its
+// validity: the validity it shows only trails the real one.
+func NeedStatusWrite(shown, now time.Time, every time.Duration) bool {
+	return shown.Sub(now) < every+max(time.Second, every/2)
+}

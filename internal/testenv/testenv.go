@@ -1,0 +1,264 @@
+// Package testenv is the shared harness of the controller suites: a real
+// kube-apiserver and etcd (envtest, built by hack/build-envtest.sh), the
+// operator's manager run in-process as the binary runs it, and master sets
+// of real redis-server processes. It is imported by tests only.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2" //nolint:staticcheck // a Ginkgo harness
+	. "github.com/onsi/gomega"    //nolint:staticcheck // a Ginkgo harness
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
+	"github.com/redlock-operator/redlock-operator/internal/operator"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+)
+
+// Timeout is the default timeout of the suites' Eventually, and Poll their
+// polling interval (see Configure).
+const (
+	Timeout = 15 * time.Second
+	Poll    = 50 * time.Millisecond
+)
+
+// OperatorNamespace holds the operator's own objects (lock key, leases).
+const OperatorNamespace = "redlock-system"
+
+// MasterNodeTimeout of the test master sets: a loaded 2-core machine running
+// envtest, five masters and the race detector misses short timeouts now
+// and then, and a lock needs every live master when two of five are down.
+const MasterNodeTimeout = 200 * time.Millisecond
+
+// LockKeySecret is the Secret of the lock value key.
+var LockKeySecret = types.NamespacedName{Namespace: OperatorNamespace, Name: "redlock-operator-lock-key"}
+
+// Env is one control plane and a client of it.
+type Env struct {
+	Cfg    *rest.Config
+	Client client.Client
+	Scheme *kruntime.Scheme
+	Ctx    context.Context
+	// Values derives lock values with the operator's key.
+	Values *lockvalue.Deriver
+
+	env    *envtest.Environment
+	cancel context.CancelFunc
+}
+
+// Configure sets Gomega's defaults for the suites.
+func Configure() {
+	SetDefaultEventuallyTimeout(Timeout)
+	SetDefaultEventuallyPollingInterval(Poll)
+	SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
+}
+
+// Start starts a control plane with the project's CRDs.
+func Start() *Env {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	redis.SetLogger(quiet{})
+	Configure()
+	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through `make test`, which builds the control plane and sets KUBEBUILDER_ASSETS")
+	e := &Env{Scheme: kruntime.NewScheme()}
+	e.Ctx, e.cancel = context.WithCancel(context.Background())
+	Expect(clientgoscheme.AddToScheme(e.Scheme)).To(Succeed())
+	Expect(v1alpha1.AddToScheme(e.Scheme)).To(Succeed())
+	_, file, _, _ := runtime.Caller(0)
+	e.env = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                e.Scheme,
+	}
+	var err error
+	e.Cfg, err = e.env.Start()
+	Expect(err).NotTo(HaveOccurred())
+	e.Client, err = client.New(e.Cfg, client.Options{Scheme: e.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(e.Client.Create(e.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}})).To(Succeed())
+	e.Values, err = operator.LoadLockKey(e.Ctx, e.Client, LockKeySecret)
+	Expect(err).NotTo(HaveOccurred())
+	return e
+}
+
+// Stop stops the control plane.
+func (e *Env) Stop() {
+	if e == nil {
+		return
+	}
+	e.cancel()
+	if e.env != nil {
+		Expect(e.env.Stop()).To(Succeed())
+	}
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// Manager is one running operator manager.
+type Manager struct {
+	Metrics *metrics.Metrics
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// StartManager runs the operator as the binary does, with leader election.
+func (e *Env) StartManager() *Manager {
+	mgr, err := ctrl.NewManager(e.Cfg, ctrl.Options{
+		Scheme:                        e.Scheme,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                true,
+		LeaderElectionID:              "redlock-operator-test",
+		LeaderElectionNamespace:       OperatorNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr(4 * time.Second),
+		RenewDeadline:                 ptr(3 * time.Second),
+		RetryPeriod:                   ptr(200 * time.Millisecond),
+		// Several managers run in this process, one after another.
+		Controller: config.Controller{SkipNameValidation: ptr(true)},
+		Cache:      operator.CacheOptions(),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(e.Ctx)
+	m := &Manager{cancel: cancel, done: make(chan error, 1), Metrics: metrics.New()}
+	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
+		LockKeySecret: LockKeySecret,
+		ProbeInterval: 500 * time.Millisecond,
+		Workers:       4,
+		Metrics:       m.Metrics,
+		GateImage:     "redlock-operator:test",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	go func() {
+		defer GinkgoRecover()
+		err := mgr.Start(ctx)
+		cleanup()
+		m.done <- err
+	}()
+	return m
+}
+
+// Stop stops the manager and waits for it.
+func (m *Manager) Stop() {
+	m.cancel()
+	Eventually(m.done, 30*time.Second).Should(Receive(BeNil()))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// MasterSet is a set of real redis-server masters and its RedisMasterSet.
+type MasterSet struct {
+	Servers []*redistest.Server
+	Name    string
+	NS      string
+}
+
+var startMu sync.Mutex
+
+// NewMasters starts n masters and creates an external RedisMasterSet for
+// them in ns with the given maxLockTTL.
+func (e *Env) NewMasters(ns, name string, n int, maxTTL time.Duration) *MasterSet {
+	startMu.Lock()
+	defer startMu.Unlock()
+	dir := GinkgoT().TempDir()
+	ms := &MasterSet{Name: name, NS: ns}
+	for i := range n {
+		s, err := redistest.Start(filepath.Join(dir, fmt.Sprint(i)), redistest.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(s.Close)
+		ms.Servers = append(ms.Servers, s)
+	}
+	e.CreateMasterSet(ms, maxTTL)
+	return ms
+}
+
+// CreateMasterSet creates the RedisMasterSet of ms's servers in ms.NS (for
+// a second control plane sharing the masters).
+func (e *Env) CreateMasterSet(ms *MasterSet, maxTTL time.Duration) {
+	Expect(e.Client.Create(e.Ctx, &v1alpha1.RedisMasterSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ms.NS, Name: ms.Name},
+		Spec: v1alpha1.RedisMasterSetSpec{
+			External:    &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(ms.Servers)},
+			MaxLockTTL:  metav1.Duration{Duration: maxTTL},
+			NodeTimeout: &metav1.Duration{Duration: MasterNodeTimeout},
+		},
+	})).To(Succeed())
+}
+
+// NewNamespace creates a namespace for one test.
+func (e *Env) NewNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	Expect(e.Client.Create(e.Ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+// Get reads a key on one master ("" when absent or unreachable).
+func Get(s *redistest.Server, key string) string {
+	c := s.Client()
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	v, err := c.Get(ctx, key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return ""
+	}
+	return v
+}
+
+// ValuesOn returns the values of key found on each master.
+func (ms *MasterSet) ValuesOn(key string) []string {
+	out := make([]string, len(ms.Servers))
+	for i, s := range ms.Servers {
+		out[i] = Get(s, key)
+	}
+	return out
+}
+
+// CountEqual counts the entries of vals equal to v.
+func CountEqual(vals []string, v string) int {
+	n := 0
+	for _, x := range vals {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+// EventReasons lists the reasons of the events about the object name in ns.
+func (e *Env) EventReasons(ns, name string) []string {
+	var list eventsv1.EventList
+	Expect(e.Client.List(e.Ctx, &list, client.InNamespace(ns))).To(Succeed())
+	var out []string
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == name {
+			out = append(out, ev.Reason)
+		}
+	}
+	return out
+}
