@@ -177,17 +177,25 @@ func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
 }
 
 // Quarantine is the client-side quarantine window of a set's restarted
-// masters: the managed restart delay, or maxLockTTL + drift + a margin for
-// external masters. A managed AOFAlways set whose restart delay does not
-// cover the longest TTL keeps every acknowledged write across restarts and
-// is not quarantined.
+// masters. A master that may have lost its keys must not vote for at least
+// maxLockTTL + drift (+ the margin of managed.SitOut), whatever the server
+// side does; so the window is SitOut(maxLockTTL) for external sets and
+// max(restartDelay, SitOut(maxLockTTL)) for managed ones. Only a managed
+// AOFAlways set keeps every acknowledged write across restarts: it is not
+// quarantined when its restart delay does not cover the longest TTL (the
+// API allows that only for AOFAlways), and is quarantined for its restart
+// delay otherwise.
 func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
-	window := managed.SitOut(ms.Spec.MaxLockTTL.Duration)
-	if ms.Spec.Managed == nil {
+	ttl := ms.Spec.MaxLockTTL.Duration
+	window := managed.SitOut(ttl)
+	m := ms.Spec.Managed
+	if m == nil {
 		return window
 	}
 	delay := managed.RestartDelay(ms)
-	ttl := ms.Spec.MaxLockTTL.Duration
+	if m.Persistence != v1alpha1.PersistenceAOFAlways {
+		return max(delay, window)
+	}
 	if delay <= ttl+redlock.Drift(ttl) {
 		return 0
 	}
