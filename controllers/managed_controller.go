@@ -98,6 +98,7 @@ func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.R
 		return fmt.Errorf("list member pods: %w", err)
 	}
 	delay := managed.RestartDelay(ms)
+	lag := managed.ProbeLag(r.ProbeInterval, r.Masters.ProbeTimeout(ms))
 	members := ms.Status.Members
 	for i := range pods.Items {
 		if _, admitted := pods.Items[i].Annotations[managed.ServeAfter]; !admitted {
@@ -124,7 +125,7 @@ func (r *RedisMasterSetReconciler) admitPods(ctx context.Context, ms *v1alpha1.R
 		if ord < len(members) {
 			member = &members[ord]
 		}
-		at := managed.AdmitAt(member, delay, now)
+		at := managed.AdmitAt(member, delay, lag, now)
 		patch := client.MergeFrom(pod.DeepCopy())
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -69,7 +70,7 @@ func (r *RedisMasterSetReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	base := ms.DeepCopy()
 	interval := r.ProbeInterval
 	if interval <= 0 {
-		interval = 10 * time.Second
+		interval = managed.DefaultProbeInterval
 	}
 	now := r.Clock.Now()
 	next := interval

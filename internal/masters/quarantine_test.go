@@ -62,3 +62,24 @@ func TestQuarantine(t *testing.T) {
 		})
 	}
 }
+
+func TestProbeTimeout(t *testing.T) {
+	withSpec := &v1alpha1.RedisMasterSet{Spec: v1alpha1.RedisMasterSetSpec{NodeTimeout: &metav1.Duration{Duration: 300 * time.Millisecond}}}
+	withoutSpec := &v1alpha1.RedisMasterSet{}
+	for _, tc := range []struct {
+		name string
+		r    *Registry
+		ms   *v1alpha1.RedisMasterSet
+		want time.Duration
+	}{
+		{"the set's node timeout bounds its probe", &Registry{DefaultNodeTimeout: 50 * time.Millisecond}, withSpec, 300 * time.Millisecond},
+		{"the operator's default node timeout bounds the probe of a set without one", &Registry{DefaultNodeTimeout: 50 * time.Millisecond}, withoutSpec, 50 * time.Millisecond},
+		{"without any node timeout the probe is bounded by the client's maximum", &Registry{}, withoutSpec, redlock.MaxNodeTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.ProbeTimeout(tc.ms); got != tc.want {
+				t.Errorf("ProbeTimeout = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

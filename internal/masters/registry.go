@@ -146,11 +146,8 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 	if pass != "" || user != "" {
 		opts = append(opts, redlock.WithAuth(user, pass))
 	}
-	switch {
-	case ms.Spec.NodeTimeout != nil:
-		opts = append(opts, redlock.WithNodeTimeout(ms.Spec.NodeTimeout.Duration))
-	case r.DefaultNodeTimeout > 0:
-		opts = append(opts, redlock.WithNodeTimeout(r.DefaultNodeTimeout))
+	if d := r.nodeTimeout(ms); d > 0 {
+		opts = append(opts, redlock.WithNodeTimeout(d))
 	}
 	if r.Observer != nil {
 		opts = append(opts, redlock.WithObserver(r.Observer(name)))
@@ -161,6 +158,26 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 		return nil, fmt.Errorf("master set %s: %w", name, err)
 	}
 	return c, nil
+}
+
+// nodeTimeout is the per-master timeout of a set's client: spec.nodeTimeout,
+// else DefaultNodeTimeout; zero lets the client derive it from each lock's
+// ttl.
+func (r *Registry) nodeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration {
+	if ms.Spec.NodeTimeout != nil {
+		return ms.Spec.NodeTimeout.Duration
+	}
+	return r.DefaultNodeTimeout
+}
+
+// ProbeTimeout bounds one probe of a set's masters by its client (see
+// redlock.Client.Probe): the set's node timeout, or redlock.MaxNodeTimeout
+// when the timeout is derived from each lock's ttl.
+func (r *Registry) ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration {
+	if d := r.nodeTimeout(ms); d > 0 {
+		return d
+	}
+	return redlock.MaxNodeTimeout
 }
 
 // Addresses returns the masters' addresses: the external list, or the
