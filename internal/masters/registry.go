@@ -48,11 +48,20 @@ type entry struct {
 	fingerprint string // spec and the auth Secret's resourceVersion
 	client      *redlock.Client
 	checked     time.Time // when the auth Secret was last read
+	// ready is closed once the clients this one replaced are closed, that
+	// is once none of their requests is in flight any more: until then the
+	// client is not handed out, so that a straggling SET or release of the
+	// old client cannot land after the new client's requests on the same
+	// keys.
+	ready chan struct{}
 }
 
 // Client returns the client for ms, building it when the set is new or its
 // spec changed. The auth Secret is read again when the client was built more
-// than SecretRecheck ago; a changed Secret rebuilds the client.
+// than SecretRecheck ago; a changed Secret rebuilds the client. A rebuilt
+// client is returned only once the client it replaced is closed (its
+// in-flight requests, each bounded by its node timeout, have ended), or
+// with ctx's error when ctx ends first.
 func (r *Registry) Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error) {
 	return r.client(ctx, ms, false)
 }
@@ -67,6 +76,26 @@ func (r *Registry) Refresh(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*r
 const SecretRecheck = 30 * time.Second
 
 func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, force bool) (*redlock.Client, error) {
+	e, err := r.entry(ctx, ms, force)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.ready:
+		return e.client, nil
+	default:
+	}
+	select {
+	case <-e.ready:
+		return e.client, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("master set %s/%s: wait for the replaced client's requests to end: %w", ms.Namespace, ms.Name, context.Cause(ctx))
+	}
+}
+
+// entry returns the entry of ms, building a new client when needed; the
+// caller waits for its ready channel, outside the registry's mutex.
+func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force bool) (*entry, error) {
 	name := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
 	addrs, err := Addresses(ms)
 	if err != nil {
@@ -76,7 +105,7 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 	r.mu.Lock()
 	if e, ok := r.entries[name]; ok && e.spec == spec && !force && (ms.Spec.AuthSecretRef == nil || time.Since(e.checked) < SecretRecheck) {
 		r.mu.Unlock()
-		return e.client, nil
+		return e, nil
 	}
 	r.mu.Unlock()
 
@@ -89,7 +118,7 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 	defer r.mu.Unlock()
 	if e, ok := r.entries[name]; ok && e.fingerprint == fp {
 		e.checked = time.Now()
-		return e.client, nil
+		return e, nil
 	}
 	c, err := r.build(name, ms, addrs, user, pass)
 	if err != nil {
@@ -98,22 +127,34 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 	if r.entries == nil {
 		r.entries = map[types.NamespacedName]*entry{}
 	}
+	ready := make(chan struct{})
 	if old, ok := r.entries[name]; ok {
-		go func() { _ = old.client.Close() }() // waits for its in-flight requests
+		go func() {
+			_ = old.client.Close() // waits for its in-flight requests
+			<-old.ready            // and for those of the clients it replaced
+			close(ready)
+		}()
+	} else {
+		close(ready)
 	}
-	r.entries[name] = &entry{spec: spec, fingerprint: fp, client: c, checked: time.Now()}
-	return c, nil
+	e := &entry{spec: spec, fingerprint: fp, client: c, checked: time.Now(), ready: ready}
+	r.entries[name] = e
+	return e, nil
 }
 
 // Lookup returns the current client of a master set without reading
-// anything, or nil when there is none yet.
+// anything, or nil when there is none yet. Like Client, it returns a rebuilt
+// client only once the client it replaced is closed, waiting for that (at
+// most the replaced client's node timeout).
 func (r *Registry) Lookup(name types.NamespacedName) *redlock.Client {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if e, ok := r.entries[name]; ok {
-		return e.client
+	e, ok := r.entries[name]
+	r.mu.Unlock()
+	if !ok {
+		return nil
 	}
-	return nil
+	<-e.ready
+	return e.client
 }
 
 // Forget closes and drops the client of a deleted master set.
@@ -127,7 +168,7 @@ func (r *Registry) Forget(name types.NamespacedName) {
 	}
 }
 
-// Close closes every client.
+// Close closes every client, those being replaced included.
 func (r *Registry) Close() {
 	r.mu.Lock()
 	entries := r.entries
@@ -135,6 +176,7 @@ func (r *Registry) Close() {
 	r.mu.Unlock()
 	for _, e := range entries {
 		_ = e.client.Close()
+		<-e.ready
 	}
 }
 
