@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,6 +23,15 @@ import (
 
 // ErrAuthSecret reports a missing or unusable auth Secret.
 var ErrAuthSecret = errors.New("auth secret")
+
+// errNoKey reports an auth Secret without the password (or user name) key.
+var errNoKey = errors.New("no key")
+
+// secretGone reports whether an auth error says the Secret or its key is
+// really gone, as opposed to a transient failure to read it.
+func secretGone(err error) bool {
+	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey)
+}
 
 // ObserverFunc returns the observer for a master set's client.
 type ObserverFunc func(masterSet types.NamespacedName) redlock.Observer
@@ -58,7 +68,9 @@ type entry struct {
 
 // Client returns the client for ms, building it when the set is new or its
 // spec changed. The auth Secret is read again when the client was built more
-// than SecretRecheck ago; a changed Secret rebuilds the client. A rebuilt
+// than SecretRecheck ago; a changed Secret rebuilds the client, a Secret or
+// key that is gone is an error (ErrAuthSecret), and a transient failure to
+// read the Secret keeps the client of an unchanged spec. A rebuilt
 // client is returned only once the client it replaced is closed (its
 // in-flight requests, each bounded by its node timeout, have ended), or
 // with ctx's error when ctx ends first.
@@ -111,6 +123,19 @@ func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force
 
 	user, pass, secretVersion, err := r.auth(ctx, ms)
 	if err != nil {
+		if secretGone(err) {
+			return nil, err
+		}
+		// A transient failure to read the Secret (API server unavailable,
+		// timeout, throttling…) says nothing about the credentials: keep
+		// the working client of an unchanged spec, so that renewals go on;
+		// the Secret is read again on the next call.
+		r.mu.Lock()
+		e, ok := r.entries[name]
+		r.mu.Unlock()
+		if ok && e.spec == spec {
+			return e, nil
+		}
 		return nil, err
 	}
 	fp := spec + "/" + secretVersion
@@ -281,12 +306,12 @@ func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user,
 	}
 	p, ok := s.Data[key]
 	if !ok || len(p) == 0 {
-		return "", "", "", fmt.Errorf("%w %q: no key %q", ErrAuthSecret, ref.Name, key)
+		return "", "", "", fmt.Errorf("%w %q: %w %q", ErrAuthSecret, ref.Name, errNoKey, key)
 	}
 	if ref.UsernameKey != "" {
 		u, ok := s.Data[ref.UsernameKey]
 		if !ok {
-			return "", "", "", fmt.Errorf("%w %q: no key %q", ErrAuthSecret, ref.Name, ref.UsernameKey)
+			return "", "", "", fmt.Errorf("%w %q: %w %q", ErrAuthSecret, ref.Name, errNoKey, ref.UsernameKey)
 		}
 		user = string(u)
 	}
