@@ -92,7 +92,7 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 	if err != nil {
 		return nil, err
 	}
-	select {
+	select { // a ready client is returned even on a done ctx
 	case <-e.ready:
 		return e.client, nil
 	default:
