@@ -97,6 +97,7 @@ func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet,
 		return fmt.Errorf("list member pods: %w", err)
 	}
 	delay := managed.RestartDelay(ms)
+	lag := managed.ProbeLag(r.ProbeInterval, r.Masters.ProbeTimeout(ms))
 	members := ms.Status.Members
 	for i := range pods.Items {
 		if _, admitted := pods.Items[i].Annotations[managed.ServeAfter]; !admitted {
@@ -123,7 +124,7 @@ func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet,
 		if ord < len(members) {
 			member = &members[ord]
 		}
-		at := managed.AdmitAt(member, delay, now)
+		at := managed.AdmitAt(member, delay, lag, now)
 		patch := client.MergeFrom(pod.DeepCopy())
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}

@@ -145,19 +145,51 @@ func Labels(ms *v1alpha1.RedisMasterSet) map[string]string {
 	}
 }
 
+// DefaultProbeInterval is how often the RedisMasterSet controller probes
+// the masters when no interval is configured.
+const DefaultProbeInterval = 10 * time.Second
+
+// probeSlack covers the RedisMasterSet controller's own work around a
+// probe: lastServingAt is the instant its reconcile started, read before its
+// API calls and before the probe itself, and the next probe is queued one
+// interval after the reconcile ended, not after it started.
+const probeSlack = time.Second
+
+// ProbeLag bounds how long a member may have kept serving after the
+// lastServingAt recorded for it, with probes every interval (zero:
+// DefaultProbeInterval) each bounded by probeTimeout: the probe that saw it
+// serving is stamped with the instant its reconcile started, and the next
+// probe, which finds it gone, answers at most an interval, a probe timeout
+// and the controller's own work (probeSlack) later.
+func ProbeLag(interval, probeTimeout time.Duration) time.Duration {
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	return interval + probeTimeout + probeSlack
+}
+
 // AdmitAt computes when a new pod of a member may serve (the value of the
 // redlock.dev/serve-after annotation): a member that never served may serve
-// now; one last seen serving at T may serve at T + restartDelay (its keys are
-// gone, locks granted on them are valid until then); when nothing is known
-// of the member, now + restartDelay.
-func AdmitAt(member *v1alpha1.MemberStatus, restartDelay time.Duration, now time.Time) time.Time {
+// now; when nothing is known of the member, now + restartDelay. A member last
+// seen serving at T may have kept serving, unseen, until T + probeLag (see
+// ProbeLag): its new pod may serve at T + probeLag + restartDelay (its keys
+// are gone; locks granted on them are valid until then). When the last probe
+// still found the member serving, its end has not been observed at all: it
+// served until its pod was replaced, at the latest now (a StatefulSet
+// creates the new pod only once the old one is gone), so the new pod waits
+// at least until now + restartDelay — which also covers probes that stalled.
+func AdmitAt(member *v1alpha1.MemberStatus, restartDelay, probeLag time.Duration, now time.Time) time.Time {
 	switch {
 	case member == nil || (member.LastServingAt == nil && !member.NeverServed):
 		return now.Add(restartDelay)
 	case member.LastServingAt == nil:
 		return now
 	default:
-		at := member.LastServingAt.Add(restartDelay)
+		end := member.LastServingAt.Add(probeLag)
+		if member.State == v1alpha1.MemberServing && end.Before(now) {
+			end = now
+		}
+		at := end.Add(restartDelay)
 		if at.Before(now) {
 			return now
 		}

@@ -163,25 +163,55 @@ func TestRenderServicePDBSecret(t *testing.T) {
 	}
 }
 
+func TestProbeLag(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		interval, probeTimeout time.Duration
+		want                   time.Duration
+	}{
+		{"a member may serve unseen for an interval, a probe timeout and the controller's slack", 10 * time.Second, 200 * time.Millisecond, 11200 * time.Millisecond},
+		{"an unset interval is the controller's default", 0, 200 * time.Millisecond, DefaultProbeInterval + 1200*time.Millisecond},
+		{"a short interval gives a short lag", 500 * time.Millisecond, 50 * time.Millisecond, 1550 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ProbeLag(tc.interval, tc.probeTimeout); got != tc.want {
+				t.Errorf("ProbeLag(%v, %v) = %v, want %v", tc.interval, tc.probeTimeout, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestAdmitAt(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	delay := 31 * time.Second
-	served := func(ago time.Duration) *v1alpha1.MemberStatus {
-		return &v1alpha1.MemberStatus{LastServingAt: &metav1.Time{Time: now.Add(-ago)}}
+	lag := ProbeLag(10*time.Second, 200*time.Millisecond) // 11.2s
+	seen := func(state string, ago time.Duration) *v1alpha1.MemberStatus {
+		return &v1alpha1.MemberStatus{State: state, LastServingAt: &metav1.Time{Time: now.Add(-ago)}}
 	}
 	for _, tc := range []struct {
 		name   string
 		member *v1alpha1.MemberStatus
 		want   time.Time
 	}{
-		{"unknown member: a full delay", nil, now.Add(delay)},
-		{"never served: at once", &v1alpha1.MemberStatus{NeverServed: true}, now},
-		{"a record without history: a full delay", &v1alpha1.MemberStatus{}, now.Add(delay)},
-		{"served 10s ago", served(10 * time.Second), now.Add(21 * time.Second)},
-		{"served long ago", served(time.Hour), now},
+		{"an unknown member waits a full delay", nil, now.Add(delay)},
+		{"a member that never served is admitted at once", &v1alpha1.MemberStatus{NeverServed: true}, now},
+		{"a record without history waits a full delay", &v1alpha1.MemberStatus{State: v1alpha1.MemberDown}, now.Add(delay)},
+		{"a member found down, last seen serving 10s ago, waits the delay from the end of the next probe's window",
+			seen(v1alpha1.MemberDown, 10*time.Second), now.Add(-10 * time.Second).Add(lag).Add(delay)},
+		{"a member found down just after it was last seen serving waits the probe lag beyond the delay",
+			seen(v1alpha1.MemberDown, 0), now.Add(lag).Add(delay)},
+		{"a member found down, last seen serving exactly a lag and a delay ago, is admitted now",
+			seen(v1alpha1.MemberDown, lag+delay), now},
+		{"a member found down long ago is admitted now", seen(v1alpha1.MemberDown, time.Hour), now},
+		{"a member still seen serving by the last probe 3s ago waits the delay from the end of the probe's window",
+			seen(v1alpha1.MemberServing, 3*time.Second), now.Add(-3 * time.Second).Add(lag).Add(delay)},
+		{"a member still seen serving by a probe long ago (probes stalled) may have served until now and waits a full delay",
+			seen(v1alpha1.MemberServing, time.Hour), now.Add(delay)},
 	} {
-		if got := AdmitAt(tc.member, delay, now); !got.Equal(tc.want) {
-			t.Errorf("%s: AdmitAt = %v, want %v", tc.name, got.Sub(now), tc.want.Sub(now))
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AdmitAt(tc.member, delay, lag, now); !got.Equal(tc.want) {
+				t.Errorf("AdmitAt = now%+v, want now%+v", got.Sub(now), tc.want.Sub(now))
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,6 +23,15 @@ import (
 
 // ErrAuthSecret reports a missing or unusable auth Secret.
 var ErrAuthSecret = errors.New("auth secret")
+
+// errNoKey reports an auth Secret without the password (or user name) key.
+var errNoKey = errors.New("no key")
+
+// secretGone reports whether an auth error says the Secret or its key is
+// really gone, as opposed to a transient failure to read it.
+func secretGone(err error) bool {
+	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey)
+}
 
 // ObserverFunc returns the observer for a master set's client.
 type ObserverFunc func(masterSet types.NamespacedName) redlock.Observer
@@ -48,11 +58,22 @@ type entry struct {
 	fingerprint string // spec and the auth Secret's resourceVersion
 	client      *redlock.Client
 	checked     time.Time // when the auth Secret was last read
+	// ready is closed once the clients this one replaced are closed, that
+	// is once none of their requests is in flight any more: until then the
+	// client is not handed out, so that a straggling SET or release of the
+	// old client cannot land after the new client's requests on the same
+	// keys.
+	ready chan struct{}
 }
 
 // Client returns the client for ms, building it when the set is new or its
 // spec changed. The auth Secret is read again when the client was built more
-// than SecretRecheck ago; a changed Secret rebuilds the client.
+// than SecretRecheck ago; a changed Secret rebuilds the client, a Secret or
+// key that is gone is an error (ErrAuthSecret), and a transient failure to
+// read the Secret keeps the client of an unchanged spec. A rebuilt
+// client is returned only once the client it replaced is closed (its
+// in-flight requests, each bounded by its node timeout, have ended), or
+// with ctx's error when ctx ends first.
 func (r *Registry) Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error) {
 	return r.client(ctx, ms, false)
 }
@@ -67,6 +88,26 @@ func (r *Registry) Refresh(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*r
 const SecretRecheck = 30 * time.Second
 
 func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, force bool) (*redlock.Client, error) {
+	e, err := r.entry(ctx, ms, force)
+	if err != nil {
+		return nil, err
+	}
+	select { // a ready client is returned even on a done ctx
+	case <-e.ready:
+		return e.client, nil
+	default:
+	}
+	select {
+	case <-e.ready:
+		return e.client, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("master set %s/%s: wait for the replaced client's requests to end: %w", ms.Namespace, ms.Name, context.Cause(ctx))
+	}
+}
+
+// entry returns the entry of ms, building a new client when needed; the
+// caller waits for its ready channel, outside the registry's mutex.
+func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force bool) (*entry, error) {
 	name := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
 	addrs, err := Addresses(ms)
 	if err != nil {
@@ -76,12 +117,25 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 	r.mu.Lock()
 	if e, ok := r.entries[name]; ok && e.spec == spec && !force && (ms.Spec.AuthSecretRef == nil || time.Since(e.checked) < SecretRecheck) {
 		r.mu.Unlock()
-		return e.client, nil
+		return e, nil
 	}
 	r.mu.Unlock()
 
 	user, pass, secretVersion, err := r.auth(ctx, ms)
 	if err != nil {
+		if secretGone(err) {
+			return nil, err
+		}
+		// A transient failure to read the Secret (API server unavailable,
+		// timeout, throttling…) says nothing about the credentials: keep
+		// the working client of an unchanged spec, so that renewals go on;
+		// the Secret is read again on the next call.
+		r.mu.Lock()
+		e, ok := r.entries[name]
+		r.mu.Unlock()
+		if ok && e.spec == spec {
+			return e, nil
+		}
 		return nil, err
 	}
 	fp := spec + "/" + secretVersion
@@ -89,7 +143,7 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 	defer r.mu.Unlock()
 	if e, ok := r.entries[name]; ok && e.fingerprint == fp {
 		e.checked = time.Now()
-		return e.client, nil
+		return e, nil
 	}
 	c, err := r.build(name, ms, addrs, user, pass)
 	if err != nil {
@@ -98,22 +152,34 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 	if r.entries == nil {
 		r.entries = map[types.NamespacedName]*entry{}
 	}
+	ready := make(chan struct{})
 	if old, ok := r.entries[name]; ok {
-		go func() { _ = old.client.Close() }() // waits for its in-flight requests
+		go func() {
+			_ = old.client.Close() // waits for its in-flight requests
+			<-old.ready            // and for those of the clients it replaced
+			close(ready)
+		}()
+	} else {
+		close(ready)
 	}
-	r.entries[name] = &entry{spec: spec, fingerprint: fp, client: c, checked: time.Now()}
-	return c, nil
+	e := &entry{spec: spec, fingerprint: fp, client: c, checked: time.Now(), ready: ready}
+	r.entries[name] = e
+	return e, nil
 }
 
 // Lookup returns the current client of a master set without reading
-// anything, or nil when there is none yet.
+// anything, or nil when there is none yet. Like Client, it returns a rebuilt
+// client only once the client it replaced is closed, waiting for that (at
+// most the replaced client's node timeout).
 func (r *Registry) Lookup(name types.NamespacedName) *redlock.Client {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if e, ok := r.entries[name]; ok {
-		return e.client
+	e, ok := r.entries[name]
+	r.mu.Unlock()
+	if !ok {
+		return nil
 	}
-	return nil
+	<-e.ready
+	return e.client
 }
 
 // Forget closes and drops the client of a deleted master set.
@@ -127,7 +193,7 @@ func (r *Registry) Forget(name types.NamespacedName) {
 	}
 }
 
-// Close closes every client.
+// Close closes every client, those being replaced included.
 func (r *Registry) Close() {
 	r.mu.Lock()
 	entries := r.entries
@@ -135,6 +201,7 @@ func (r *Registry) Close() {
 	r.mu.Unlock()
 	for _, e := range entries {
 		_ = e.client.Close()
+		<-e.ready
 	}
 }
 
@@ -146,11 +213,8 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 	if pass != "" || user != "" {
 		opts = append(opts, redlock.WithAuth(user, pass))
 	}
-	switch {
-	case ms.Spec.NodeTimeout != nil:
-		opts = append(opts, redlock.WithNodeTimeout(ms.Spec.NodeTimeout.Duration))
-	case r.DefaultNodeTimeout > 0:
-		opts = append(opts, redlock.WithNodeTimeout(r.DefaultNodeTimeout))
+	if d := r.nodeTimeout(ms); d > 0 {
+		opts = append(opts, redlock.WithNodeTimeout(d))
 	}
 	if r.Observer != nil {
 		opts = append(opts, redlock.WithObserver(r.Observer(name)))
@@ -161,6 +225,26 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 		return nil, fmt.Errorf("master set %s: %w", name, err)
 	}
 	return c, nil
+}
+
+// nodeTimeout is the per-master timeout of a set's client: spec.nodeTimeout,
+// else DefaultNodeTimeout; zero lets the client derive it from each lock's
+// ttl.
+func (r *Registry) nodeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration {
+	if ms.Spec.NodeTimeout != nil {
+		return ms.Spec.NodeTimeout.Duration
+	}
+	return r.DefaultNodeTimeout
+}
+
+// ProbeTimeout bounds one probe of a set's masters by its client (see
+// redlock.Client.Probe): the set's node timeout, or redlock.MaxNodeTimeout
+// when the timeout is derived from each lock's ttl.
+func (r *Registry) ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration {
+	if d := r.nodeTimeout(ms); d > 0 {
+		return d
+	}
+	return redlock.MaxNodeTimeout
 }
 
 // Addresses returns the masters' addresses: the external list, or the
@@ -177,17 +261,25 @@ func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
 }
 
 // Quarantine is the client-side quarantine window of a set's restarted
-// masters: the managed restart delay, or maxLockTTL + drift + a margin for
-// external masters. A managed AOFAlways set whose restart delay does not
-// cover the longest TTL keeps every acknowledged write across restarts and
-// is not quarantined.
+// masters. A master that may have lost its keys must not vote for at least
+// maxLockTTL + drift (+ the margin of managed.SitOut), whatever the server
+// side does; so the window is SitOut(maxLockTTL) for external sets and
+// max(restartDelay, SitOut(maxLockTTL)) for managed ones. Only a managed
+// AOFAlways set keeps every acknowledged write across restarts: it is not
+// quarantined when its restart delay does not cover the longest TTL (the
+// API allows that only for AOFAlways), and is quarantined for its restart
+// delay otherwise.
 func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
-	window := managed.SitOut(ms.Spec.MaxLockTTL.Duration)
-	if ms.Spec.Managed == nil {
+	ttl := ms.Spec.MaxLockTTL.Duration
+	window := managed.SitOut(ttl)
+	m := ms.Spec.Managed
+	if m == nil {
 		return window
 	}
 	delay := managed.RestartDelay(ms)
-	ttl := ms.Spec.MaxLockTTL.Duration
+	if m.Persistence != v1alpha1.PersistenceAOFAlways {
+		return max(delay, window)
+	}
 	if delay <= ttl+redlock.Drift(ttl) {
 		return 0
 	}
@@ -214,12 +306,12 @@ func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user,
 	}
 	p, ok := s.Data[key]
 	if !ok || len(p) == 0 {
-		return "", "", "", fmt.Errorf("%w %q: no key %q", ErrAuthSecret, ref.Name, key)
+		return "", "", "", fmt.Errorf("%w %q: %w %q", ErrAuthSecret, ref.Name, errNoKey, key)
 	}
 	if ref.UsernameKey != "" {
 		u, ok := s.Data[ref.UsernameKey]
 		if !ok {
-			return "", "", "", fmt.Errorf("%w %q: no key %q", ErrAuthSecret, ref.Name, ref.UsernameKey)
+			return "", "", "", fmt.Errorf("%w %q: %w %q", ErrAuthSecret, ref.Name, errNoKey, ref.UsernameKey)
 		}
 		user = string(u)
 	}

@@ -1,0 +1,142 @@
+package masters
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// secretReader serves one Secret, or fails with err.
+type secretReader struct {
+	mu     sync.Mutex
+	secret *corev1.Secret
+	err    error
+}
+
+func (f *secretReader) set(s *corev1.Secret, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.secret, f.err = s, err
+}
+
+func (f *secretReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	out, ok := obj.(*corev1.Secret)
+	if !ok || key.Name != f.secret.Name || key.Namespace != f.secret.Namespace {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, key.Name)
+	}
+	f.secret.DeepCopyInto(out)
+	return nil
+}
+
+func (f *secretReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("secretReader: List is not supported")
+}
+
+func TestAuthSecretErrors(t *testing.T) {
+	secret := func(data map[string]string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "auth", ResourceVersion: "1"}, Data: map[string][]byte{}}
+		for k, v := range data {
+			s.Data[k] = []byte(v)
+		}
+		return s
+	}
+	good := secret(map[string]string{"password": "p"})
+	secrets := schema.GroupResource{Resource: "secrets"}
+	type call int
+	const (
+		refresh            call = iota // Refresh reads the Secret in any case
+		clientAfterRecheck             // Client reads it once SecretRecheck has passed
+	)
+	for _, tc := range []struct {
+		name       string
+		prior      bool // a client was built before the failure
+		generation int64
+		via        call
+		secret     *corev1.Secret
+		err        error
+		keep       bool // the prior client is returned without error
+		notFound   bool // the error says NotFound
+	}{
+		{name: "an unavailable API server keeps the working client", prior: true, err: apierrors.NewServiceUnavailable("etcd"), keep: true},
+		{name: "an API timeout keeps the working client", prior: true, err: apierrors.NewTimeoutError("get secret", 1), keep: true},
+		{name: "throttling keeps the working client", prior: true, err: apierrors.NewTooManyRequests("slow down", 1), keep: true},
+		{name: "a broken connection keeps the working client", prior: true, err: errors.New("dial tcp 10.0.0.1:443: connect: connection refused"), keep: true},
+		{name: "a transient error on the periodic recheck of Client keeps the working client", prior: true, via: clientAfterRecheck, err: apierrors.NewServiceUnavailable("etcd"), keep: true},
+		{name: "a deleted Secret is an error", prior: true, err: apierrors.NewNotFound(secrets, "auth"), notFound: true},
+		{name: "a deleted Secret on the periodic recheck of Client is an error", prior: true, via: clientAfterRecheck, err: apierrors.NewNotFound(secrets, "auth"), notFound: true},
+		{name: "a Secret without the password key is an error", prior: true, secret: secret(map[string]string{"other": "p"})},
+		{name: "a Secret with an empty password is an error", prior: true, secret: secret(map[string]string{"password": ""})},
+		{name: "a transient error with a changed spec is an error: no client of that spec works yet", prior: true, generation: 2, err: apierrors.NewServiceUnavailable("etcd")},
+		{name: "a transient error before any client was built is an error", err: apierrors.NewServiceUnavailable("etcd")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			reader := &secretReader{secret: good}
+			reg := &Registry{Reader: reader}
+			defer reg.Close()
+			ms := &v1alpha1.RedisMasterSet{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "locks", UID: "u1", Generation: 1},
+				Spec: v1alpha1.RedisMasterSetSpec{
+					MaxLockTTL:    metav1.Duration{Duration: 10 * time.Second},
+					AuthSecretRef: &v1alpha1.SecretKeyRef{Name: "auth"},
+					External:      &v1alpha1.ExternalMasters{Addresses: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}},
+				},
+			}
+			var prior *redlock.Client
+			if tc.prior {
+				c, err := reg.Client(ctx, ms)
+				if err != nil {
+					t.Fatalf("first client: %v", err)
+				}
+				prior = c
+			}
+			reader.set(tc.secret, tc.err)
+			if tc.secret == nil && tc.err == nil {
+				t.Fatal("case sets neither a secret nor an error")
+			}
+			if tc.generation != 0 {
+				ms.Generation = tc.generation
+			}
+			var got *redlock.Client
+			var err error
+			switch tc.via {
+			case refresh:
+				got, err = reg.Refresh(ctx, ms)
+			case clientAfterRecheck:
+				reg.mu.Lock()
+				reg.entries[types.NamespacedName{Namespace: "ns", Name: "locks"}].checked = time.Now().Add(-SecretRecheck)
+				reg.mu.Unlock()
+				got, err = reg.Client(ctx, ms)
+			}
+			if tc.keep {
+				if err != nil || got != prior {
+					t.Fatalf("got %v, %v; want the working client %v and no error", got, err, prior)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrAuthSecret) {
+				t.Fatalf("got %v, %v; want an ErrAuthSecret error", got, err)
+			}
+			if apierrors.IsNotFound(err) != tc.notFound {
+				t.Fatalf("error %q: NotFound %v, want %v", err, apierrors.IsNotFound(err), tc.notFound)
+			}
+		})
+	}
+}
