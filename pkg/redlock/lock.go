@@ -260,25 +260,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 	}
 
 	// Failed: remove our value everywhere, each master after its SET ended.
-	// A retry (this client's next SET of key) is ordered after the clean-up.
-	released := r.releaseAll(key, value, timeout)
-	cleanup := c.releases.add(key, released)
-	c.bg.Go(func() {
-		for _, d := range released {
-			<-d
-		}
-		c.releases.end(key, cleanup)
-	})
-	if ctxErr == nil {
-		// The masters that answered are fast: wait for them so that a retry
-		// (ours or another client's) finds them clean. Stragglers are
-		// cleaned in the background.
-		for i, v := range votes {
-			if v.Outcome != OutcomePending {
-				<-released[i]
-			}
-		}
-	}
+	r.abandon(key, value, timeout, votes, ctxErr == nil)
 	c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: e.Votes, Err: e})
 	return nil, e
 }
@@ -318,7 +300,9 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, timeou
 // already passed (ErrExpired) or that was released (ErrNotHeld), and a TTL
 // that with its drift exceeds the client's quarantine window
 // (ErrInvalidArgument). When a quorum reports the value gone, the lock is
-// marked lost.
+// marked lost. When a quorum extended it only after the new validity had
+// passed (ErrExpired), the lock is marked lost too and its value is removed
+// from every master like a failed acquisition's.
 func (l *Lock) Extend(ctx context.Context) error {
 	return l.observed(l.extend(ctx))
 }
@@ -350,7 +334,8 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
 	}
 	ttlMillis := l.ttl.Milliseconds()
-	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), true, func(ctx context.Context, i int, n *node) (Outcome, error) {
+	timeout := c.nodeTimeout(l.ttl)
+	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := l.afterAcquired(ctx, i); err != nil {
 			return OutcomeError, err
 		}
@@ -376,7 +361,12 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		l.votes = votes
 		return ev, nil
 	case t.Granted >= c.quorum:
+		// Extended, but too late to count: the lock is lost, and the copies
+		// the extension just refreshed for a whole TTL would keep the key
+		// from everyone. Remove them, each after its request ended.
 		e.kind = ErrExpired
+		l.validUntil = time.Time{}
+		r.abandon(l.key, l.value, timeout, votes, true)
 	case t.Held+t.Absent >= c.quorum:
 		// A quorum says the value is gone: the lock is lost.
 		e.kind = ErrNotHeld

@@ -140,6 +140,31 @@ func (r *round) releaseAll(key, value string, timeout time.Duration) []chan stru
 	return released
 }
 
+// abandon removes value from every master, each after its request in this
+// round ended (releaseAll), and registers the clean-up so that this client's
+// next acquisition of key is ordered after it. With waitAnswered it returns
+// once the masters that had answered in votes are clean — they are fast, and
+// a retry (this client's or another's) then finds them clean; stragglers are
+// cleaned in the background either way.
+func (r *round) abandon(key, value string, timeout time.Duration, votes []Vote, waitAnswered bool) {
+	released := r.releaseAll(key, value, timeout)
+	cleanup := r.c.releases.add(key, released)
+	r.c.bg.Go(func() {
+		for _, d := range released {
+			<-d
+		}
+		r.c.releases.end(key, cleanup)
+	})
+	if !waitAnswered {
+		return
+	}
+	for i, v := range votes {
+		if v.Outcome != OutcomePending {
+			<-released[i]
+		}
+	}
+}
+
 // finish drops the round's hold on the client's wait group.
 func (r *round) finish() { r.c.bg.Done() }
 
