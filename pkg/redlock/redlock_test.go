@@ -839,7 +839,11 @@ func TestErrorRepliesAreNoVotes(t *testing.T) {
 	primary := redistest.StartN(t, 1, redistest.Options{})
 	replica := redistest.StartN(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(primary[0].Port())}})
 	addrs := []string{oom[0].Addr(), auth[0].Addr(), replica[0].Addr(), healthy[0].Addr(), healthy[1].Addr()}
-	c := newClient(t, addrs, redlock.WithTries(1))
+	// Error replies must not turn into timeouts on a loaded machine: the
+	// node timeout is far above any scheduling delay (every master answers,
+	// so nothing waits for it).
+	const nodeTimeout = 5 * time.Second
+	c := newClient(t, addrs, redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
 	_, err := c.Acquire(context.Background(), "replies", time.Second)
 	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
 		t.Fatalf("err = %v, want ErrQuorumUnavailable", err)
@@ -856,11 +860,11 @@ func TestErrorRepliesAreNoVotes(t *testing.T) {
 
 	// A wrong password on every master: the quorum is unavailable.
 	authed := redistest.StartN(t, 3, redistest.Options{Password: "right"})
-	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithAuth("", "wrong"))
+	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout), redlock.WithAuth("", "wrong"))
 	if _, err := c.Acquire(context.Background(), "replies", time.Second); !errors.Is(err, redlock.ErrQuorumUnavailable) || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("wrong password: err = %v", err)
 	}
-	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithAuth("", "right"))
+	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout), redlock.WithAuth("", "right"))
 	if _, err := c.Acquire(context.Background(), "replies", time.Second); err != nil {
 		t.Fatalf("right password: %v", err)
 	}
