@@ -444,6 +444,8 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 // operator leader, can extend or release it. A validUntil in the past gives a
 // lock that can only be released. Like Acquire, it refuses (ErrInvalidArgument)
 // a TTL that, with its drift allowance, exceeds the client's quarantine window.
+// The restored lock's Token is 0: persist the token beside the other fields
+// when the new holder needs it.
 func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time) (*Lock, error) {
 	const op = Op("restore")
 	if err := validateKey(op, key); err != nil {
