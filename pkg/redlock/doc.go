@@ -18,8 +18,11 @@
 // waits for it.
 //
 // Release and extension use Lua scripts that compare the stored value with the
-// lock's own random value, so a client never deletes or prolongs a lock that
-// another client holds, and an extension never re-creates a key that is gone.
+// lock's own value (random, or the caller's unique [WithValue]), so a client
+// never deletes or prolongs a lock that another client holds, and an
+// extension never re-creates a key that is gone. An extension whose quorum
+// arrives after its new validity fails with [ErrExpired] and removes the
+// copies it refreshed.
 //
 // With [WithFencing], an acquisition also takes a fencing token
 // ([Lock.Token]) that is strictly increasing per key across all clients,

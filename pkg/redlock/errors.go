@@ -164,6 +164,12 @@ func (e *Error) Unwrap() []error {
 	return []error{e.kind}
 }
 
+// opError returns the error of a failed operation on key: kind is one of
+// the sentinels, cause the context's error for ErrCancelled (otherwise nil).
+func (c *Client) opError(op Op, key string, kind, cause error, votes []Vote) *Error {
+	return &Error{Op: op, Key: key, Quorum: c.quorum, Votes: votes, kind: kind, cause: cause}
+}
+
 // invalidf returns an ErrInvalidArgument error for op.
 func invalidf(op Op, format string, args ...any) error {
 	return fmt.Errorf("redlock: %s: %w: %s", op, ErrInvalidArgument, fmt.Sprintf(format, args...))

@@ -157,11 +157,11 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			cancelled := &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
+			var last []Vote // the last attempt's votes
 			if e := (*Error)(nil); errors.As(err, &e) {
-				cancelled.Votes = e.Votes // the last attempt's votes
+				last = e.Votes
 			}
-			return nil, cancelled
+			return nil, c.opError(OpAcquire, key, ErrCancelled, ctx.Err(), last)
 		}
 	}
 }
@@ -196,7 +196,7 @@ func (c *Client) failureKind(t Tally, contention error) error {
 
 func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, ttl time.Duration, attempt int) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: ErrCancelled, cause: err}
+		return nil, c.opError(OpAcquire, key, ErrCancelled, err, nil)
 	}
 	value := ac.value
 	ttlMillis := ttl.Milliseconds()
@@ -206,7 +206,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 	if ac.fencing {
 		tokens = make([]int64, len(c.nodes))
 	}
-	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, i int, n *node) (Outcome, error) {
+	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := prior.wait(ctx, i); err != nil {
 			return OutcomeError, err
 		}
@@ -221,94 +221,79 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 		return nil, err
 	}
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
-	t := Count(votes)
 	validUntil := r.start.Add(ttl - Drift(ttl))
-	now := time.Now()
+	end := v.decidedAt
 
-	e := &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, Votes: votes}
-	switch {
-	case ctxErr != nil:
-		e.kind, e.cause = ErrCancelled, ctxErr
-	case t.Granted >= c.quorum && now.Before(validUntil):
+	var e *Error
+	switch res := v.result(c.quorum, validUntil); {
+	case res == nil:
 		var token int64
 		if tokens != nil {
 			// Only votes delivered before the decision are read: their
 			// tokens were written before they were delivered.
-			for i, v := range votes {
-				if v.Outcome == OutcomeGranted {
+			for i, vote := range v.votes {
+				if vote.Outcome == OutcomeGranted {
 					token = max(token, tokens[i])
 				}
 			}
 			if c.cfg.beforeFenceWriteBack != nil {
 				c.cfg.beforeFenceWriteBack()
 			}
-			if e = c.raiseFence(ctx, key, token, timeout, validUntil); e != nil {
-				ctxErr = e.cause // non-nil only when cancelled
-				now = time.Now()
+			e = c.raiseFence(ctx, key, token, r.done, timeout, validUntil)
+			end = time.Now()
+			if e != nil {
+				v.ctxErr = e.cause // non-nil only when cancelled
 				break
 			}
-			now = time.Now()
 		}
-		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, acquired: r.done, votes: votes}
-		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: votes})
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, acquired: r.done, votes: v.votes}
+		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
-	case t.Granted >= c.quorum:
-		e.kind = ErrExpired
+	case res == errNoQuorum:
+		e = c.opError(OpAcquire, key, c.failureKind(v.tally, ErrLockHeld), nil, v.votes)
 	default:
-		e.kind = c.failureKind(t, ErrLockHeld)
+		e = c.opError(OpAcquire, key, res, v.ctxErr, v.votes)
 	}
 
 	// Failed: remove our value everywhere, each master after its SET ended.
-	// A retry (this client's next SET of key) is ordered after the clean-up.
-	released := r.releaseAll(key, value, timeout)
-	cleanup := c.releases.add(key, released)
-	c.bg.Go(func() {
-		for _, d := range released {
-			<-d
-		}
-		c.releases.end(key, cleanup)
-	})
-	if ctxErr == nil {
-		// The masters that answered are fast: wait for them so that a retry
-		// (ours or another client's) finds them clean. Stragglers are
-		// cleaned in the background.
-		for i, v := range votes {
-			if v.Outcome != OutcomePending {
-				<-released[i]
-			}
-		}
-	}
-	c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: now.Sub(r.start), Votes: e.Votes, Err: e})
+	r.abandon(key, value, timeout, v.votes, v.ctxErr == nil)
+	c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: e.Votes, Err: e})
 	return nil, e
 }
 
 // raiseFence is the second round of a fenced acquisition: it raises key's
-// fencing counter to token on every master and succeeds (nil) when a quorum
+// fencing counter to token on every master, each after the acquisition's
+// request to it ended (acquired[i] closed), and succeeds (nil) when a quorum
 // did so before validUntil. Masters that grant it later only raise their
 // counter further, which is harmless.
-func (c *Client) raiseFence(ctx context.Context, key string, token int64, timeout time.Duration, validUntil time.Time) *Error {
-	r, err := c.startRound(ctx, timeout, true, func(ctx context.Context, _ int, n *node) (Outcome, error) {
+func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquired []chan struct{}, timeout time.Duration, validUntil time.Time) *Error {
+	const detail = "fencing token write-back"
+	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
+		// Ordered after the SET, so that the counter ends at the larger of
+		// the two on every master, stragglers included.
+		select {
+		case <-acquired[i]:
+		case <-ctx.Done():
+			return OutcomeError, ctx.Err()
+		}
 		return n.raiseFence(ctx, key, token)
 	})
 	if err != nil {
 		// The client was closed between the rounds.
-		return &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, kind: err, detail: "fencing token write-back"}
+		e := c.opError(OpAcquire, key, err, nil, nil)
+		e.detail = detail
+		return e
 	}
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
-	t := Count(votes)
-	e := &Error{Op: OpAcquire, Key: key, Quorum: c.quorum, Votes: votes, detail: "fencing token write-back"}
-	switch {
-	case ctxErr != nil:
-		e.kind, e.cause = ErrCancelled, ctxErr
-	case t.Granted >= c.quorum && time.Now().Before(validUntil):
+	res := v.result(c.quorum, validUntil)
+	switch res {
+	case nil:
 		return nil
-	case t.Granted >= c.quorum:
-		e.kind = ErrExpired
-	default:
-		e.kind = ErrQuorumUnavailable
+	case errNoQuorum:
+		res = ErrQuorumUnavailable
 	}
+	e := c.opError(OpAcquire, key, res, v.ctxErr, v.votes)
+	e.detail = detail
 	return e
 }
 
@@ -318,7 +303,9 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, timeou
 // already passed (ErrExpired) or that was released (ErrNotHeld), and a TTL
 // that with its drift exceeds the client's quarantine window
 // (ErrInvalidArgument). When a quorum reports the value gone, the lock is
-// marked lost.
+// marked lost. When a quorum extended it only after the new validity had
+// passed (ErrExpired), the lock is marked lost too and its value is removed
+// from every master like a failed acquisition's.
 func (l *Lock) Extend(ctx context.Context) error {
 	return l.observed(l.extend(ctx))
 }
@@ -338,19 +325,20 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	c := l.c
 	switch {
 	case l.validUntil.IsZero():
-		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrNotHeld}
+		return nil, c.opError(OpExtend, l.key, ErrNotHeld, nil, nil)
 	case !time.Now().Before(l.validUntil):
-		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExpired}
+		return nil, c.opError(OpExtend, l.key, ErrExpired, nil, nil)
 	case c.checkWindow(OpExtend, l.ttl) != nil:
 		// Restore checks it too; this guards every path to the masters.
 		return nil, c.checkWindow(OpExtend, l.ttl)
 	case c.cfg.maxExtensions > 0 && l.extensions >= c.cfg.maxExtensions:
-		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrExtensionLimit}
+		return nil, c.opError(OpExtend, l.key, ErrExtensionLimit, nil, nil)
 	case ctx.Err() != nil:
-		return nil, &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, kind: ErrCancelled, cause: ctx.Err()}
+		return nil, c.opError(OpExtend, l.key, ErrCancelled, ctx.Err(), nil)
 	}
 	ttlMillis := l.ttl.Milliseconds()
-	r, err := c.startRound(ctx, c.nodeTimeout(l.ttl), true, func(ctx context.Context, i int, n *node) (Outcome, error) {
+	timeout := c.nodeTimeout(l.ttl)
+	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := l.afterAcquired(ctx, i); err != nil {
 			return OutcomeError, err
 		}
@@ -360,31 +348,34 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		return nil, err
 	}
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
-	t := Count(votes)
 	validUntil := r.start.Add(l.ttl - Drift(l.ttl))
-	now := time.Now()
 
-	ev := &OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: now.Sub(r.start), Votes: votes}
-	e := &Error{Op: OpExtend, Key: l.key, Quorum: c.quorum, Votes: votes}
-	switch {
-	case ctxErr != nil:
-		e.kind, e.cause = ErrCancelled, ctxErr
-	case t.Granted >= c.quorum && now.Before(validUntil):
+	ev := &OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: v.decidedAt.Sub(r.start), Votes: v.votes}
+	var kind error
+	switch res := v.result(c.quorum, validUntil); {
+	case res == nil:
 		l.validUntil = validUntil
 		l.extensions++
-		l.votes = votes
+		l.votes = v.votes
 		return ev, nil
-	case t.Granted >= c.quorum:
-		e.kind = ErrExpired
-	case t.Held+t.Absent >= c.quorum:
-		// A quorum says the value is gone: the lock is lost.
-		e.kind = ErrNotHeld
+	case res == ErrExpired:
+		// Extended, but too late to count: the lock is lost, and the copies
+		// the extension just refreshed for a whole TTL would keep the key
+		// from everyone. Remove them, each after its request ended.
+		kind = ErrExpired
 		l.validUntil = time.Time{}
-	default:
+		r.abandon(l.key, l.value, timeout, v.votes, true)
+	case res == errNoQuorum && v.tally.Held+v.tally.Absent >= c.quorum:
+		// A quorum says the value is gone: the lock is lost.
+		kind = ErrNotHeld
+		l.validUntil = time.Time{}
+	case res == errNoQuorum:
 		// Failures kept the quorum from answering; the old validity stands.
-		e.kind = ErrQuorumUnavailable
+		kind = ErrQuorumUnavailable
+	default:
+		kind = res
 	}
+	e := c.opError(OpExtend, l.key, kind, v.ctxErr, v.votes)
 	ev.Err = e
 	return ev, e
 }
@@ -408,22 +399,23 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	defer l.mu.Unlock()
 	l.validUntil = time.Time{}
 	c := l.c
-	var registered sync.Mutex // orders Store before the last request's CompareAndDelete
-	registered.Lock()
-	r, err := c.startRoundThen(ctx, c.nodeTimeout(l.ttl), false, func(ctx context.Context, i int, n *node) (Outcome, error) {
+	// The release is registered (r.inflight) once the round has started; the
+	// hook that unregisters it when every request has ended waits for that.
+	registered := make(chan struct{})
+	r, err := c.startReleaseRound(ctx, c.nodeTimeout(l.ttl), func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := l.afterAcquired(ctx, i); err != nil {
 			return OutcomeError, err
 		}
 		return n.release(ctx, l.key, l.value)
 	}, func(r *round) {
-		registered.Lock()
+		<-registered
 		c.releases.end(l.key, r.inflight)
 	})
 	if err != nil {
 		return nil, err
 	}
 	r.inflight = c.releases.add(l.key, r.done)
-	registered.Unlock()
+	close(registered)
 	defer r.finish()
 	votes, ctxErr := r.collect(ctx, func(t Tally) bool {
 		return t.Granted+t.Held+t.Absent >= c.quorum || len(c.nodes)-t.unavailable() < c.quorum
@@ -442,7 +434,7 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	if kind == nil {
 		return ev, nil
 	}
-	e := &Error{Op: OpRelease, Key: l.key, Quorum: c.quorum, Votes: votes, kind: kind, cause: ctxErr}
+	e := c.opError(OpRelease, l.key, kind, ctxErr, votes)
 	ev.Err = e
 	return ev, e
 }
@@ -452,6 +444,8 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 // operator leader, can extend or release it. A validUntil in the past gives a
 // lock that can only be released. Like Acquire, it refuses (ErrInvalidArgument)
 // a TTL that, with its drift allowance, exceeds the client's quarantine window.
+// The restored lock's Token is 0: persist the token beside the other fields
+// when the new holder needs it.
 func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time) (*Lock, error) {
 	const op = Op("restore")
 	if err := validateKey(op, key); err != nil {

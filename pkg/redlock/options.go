@@ -18,8 +18,13 @@ const (
 	DefaultRetryDelayMin = 50 * time.Millisecond
 	DefaultRetryDelayMax = 250 * time.Millisecond
 	// MinNodeTimeout and MaxNodeTimeout clamp the per-node timeout derived
-	// from the TTL (ttl/100) when WithNodeTimeout is not given.
-	MinNodeTimeout = 20 * time.Millisecond
+	// from the TTL (ttl/100) when WithNodeTimeout is not given. The timeout
+	// covers connection set-up too (dial, handshake, AUTH and the INFO of the
+	// quarantine check) and the scheduling delays of a busy client host: at
+	// 20ms a loaded 2-core machine turned answering masters into timed-out
+	// "no" votes for TTLs around a second. 50ms still leaves 95% of a 1s TTL,
+	// and only an undecided round waits for it (answers decide at once).
+	MinNodeTimeout = 50 * time.Millisecond
 	MaxNodeTimeout = 200 * time.Millisecond
 
 	// driftFactor and driftConst make up the clock drift allowance

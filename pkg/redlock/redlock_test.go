@@ -839,7 +839,11 @@ func TestErrorRepliesAreNoVotes(t *testing.T) {
 	primary := redistest.StartN(t, 1, redistest.Options{})
 	replica := redistest.StartN(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(primary[0].Port())}})
 	addrs := []string{oom[0].Addr(), auth[0].Addr(), replica[0].Addr(), healthy[0].Addr(), healthy[1].Addr()}
-	c := newClient(t, addrs, redlock.WithTries(1))
+	// Error replies must not turn into timeouts on a loaded machine: the
+	// node timeout is far above any scheduling delay (every master answers,
+	// so nothing waits for it).
+	const nodeTimeout = 5 * time.Second
+	c := newClient(t, addrs, redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
 	_, err := c.Acquire(context.Background(), "replies", time.Second)
 	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
 		t.Fatalf("err = %v, want ErrQuorumUnavailable", err)
@@ -856,11 +860,11 @@ func TestErrorRepliesAreNoVotes(t *testing.T) {
 
 	// A wrong password on every master: the quorum is unavailable.
 	authed := redistest.StartN(t, 3, redistest.Options{Password: "right"})
-	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithAuth("", "wrong"))
+	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout), redlock.WithAuth("", "wrong"))
 	if _, err := c.Acquire(context.Background(), "replies", time.Second); !errors.Is(err, redlock.ErrQuorumUnavailable) || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("wrong password: err = %v", err)
 	}
-	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithAuth("", "right"))
+	c = newClient(t, redistest.Addrs(authed), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout), redlock.WithAuth("", "right"))
 	if _, err := c.Acquire(context.Background(), "replies", time.Second); err != nil {
 		t.Fatalf("right password: %v", err)
 	}
@@ -1051,4 +1055,82 @@ func TestProbe(t *testing.T) {
 	if !res[0].Serving(now.Add(window + time.Second)) {
 		t.Errorf("master 0 still not serving after its window")
 	}
+}
+
+// TestLateExtendReleasesRefreshedCopies: an extension that reaches its
+// quorum only after the new validity has passed fails with ErrExpired, but
+// the masters did reset the key's TTL. Those copies are removed, so the next
+// grant is not kept waiting for a whole TTL.
+func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	t.Cleanup(func() {
+		for _, s := range servers[1:] {
+			_ = s.Cont()
+		}
+	})
+	const key, ttl = "late-extend", time.Second
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(10*time.Second))
+	ctx := context.Background()
+	// The masters hold the value for long enough to outlive the stall below.
+	held, err := c.Acquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "every master to hold the value", func() bool {
+		for _, s := range servers {
+			if value(t, s, key) != held.Value() {
+				return false
+			}
+		}
+		return true
+	})
+	lock, err := c.Restore(key, held.Value(), ttl, time.Now().Add(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[1:] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(ctx) }()
+	// Master 0 extends at once, after the round started; once its copy has
+	// expired, a whole TTL has passed since the start: the new validity is
+	// over before the frozen masters can answer.
+	waitFor(t, 5*time.Second, "master 0's extended copy to expire", func() bool {
+		return value(t, servers[0], key) == ""
+	})
+	for _, s := range servers[1:] {
+		if err := s.Cont(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = <-extended
+	if !errors.Is(err, redlock.ErrExpired) {
+		t.Fatalf("err = %v, want ErrExpired", err)
+	}
+	if got := countOutcome(votesOf(t, err), redlock.OutcomeGranted); got < 2 {
+		t.Fatalf("granted votes = %d, want a (late) quorum", got)
+	}
+	if lock.Valid() {
+		t.Fatal("the lock is still valid after a late extension")
+	}
+	// The masters that answered are clean when Extend returns; a straggler
+	// right after its answer.
+	for i, v := range votesOf(t, err) {
+		if v.Outcome != redlock.OutcomePending {
+			if got := value(t, servers[i], key); got != "" {
+				t.Errorf("master %d kept the refreshed copy %q (PTTL %v)", i, got, pttl(t, servers[i], key))
+			}
+		}
+	}
+	waitFor(t, 5*time.Second, "every copy to be removed", func() bool {
+		for _, s := range servers {
+			if value(t, s, key) != "" {
+				return false
+			}
+		}
+		return true
+	})
 }

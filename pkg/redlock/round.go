@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -23,17 +24,27 @@ type round struct {
 
 	cancel   context.CancelFunc // ends the requests' shared deadline
 	running  atomic.Int32       // requests not yet ended
-	inflight *inflight          // set by Release: its entry in Client.releasing
+	inflight *inflight          // set by Release: its entry in Client.releases
 }
 
-// startRound sends to every master. The caller must call finish once it has
-// decided, after starting any clean-up.
-func (c *Client) startRound(ctx context.Context, timeout time.Duration, countQuarantine bool, send sendFunc) (*round, error) {
-	return c.startRoundThen(ctx, timeout, countQuarantine, send, nil)
+// startVotingRound sends to every master for an operation that counts votes
+// towards a quorum (acquire, extend, the fencing write-back): the answer of a
+// quarantined master, or of a second address of one server, is no vote. The
+// caller must call finish once it has decided, after starting any clean-up.
+func (c *Client) startVotingRound(ctx context.Context, timeout time.Duration, send sendFunc) (*round, error) {
+	return c.startRound(ctx, timeout, true, send, nil)
 }
 
-// startRoundThen is startRound with a hook run once every request ended.
-func (c *Client) startRoundThen(ctx context.Context, timeout time.Duration, countQuarantine bool, send sendFunc, allEnded func(*round)) (*round, error) {
+// startReleaseRound sends a release to every master. Every answer counts:
+// deleting this lock's own value is right on any server. allEnded runs once
+// every request has ended. The caller must call finish once it has decided.
+func (c *Client) startReleaseRound(ctx context.Context, timeout time.Duration, send sendFunc, allEnded func(*round)) (*round, error) {
+	return c.startRound(ctx, timeout, false, send, allEnded)
+}
+
+// startRound sends to every master; use startVotingRound or
+// startReleaseRound.
+func (c *Client) startRound(ctx context.Context, timeout time.Duration, voting bool, send sendFunc, allEnded func(*round)) (*round, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -66,7 +77,7 @@ func (c *Client) startRoundThen(ctx context.Context, timeout time.Duration, coun
 				r.cancel()
 			}
 			v := Vote{Addr: n.addr, Outcome: out, Err: err, Latency: time.Since(t0)}
-			if countQuarantine {
+			if voting {
 				// Checked after the answer: the answer may have come on a
 				// new connection that just found the master restarted.
 				if q, until := n.quarantined(); q {
@@ -85,6 +96,48 @@ func (c *Client) startRoundThen(ctx context.Context, timeout time.Duration, coun
 		}()
 	}
 	return r, nil
+}
+
+// errNoQuorum is the outcome of a voting round that did not reach a quorum;
+// the caller names the reason from the tally. It never leaves the package.
+var errNoQuorum = errors.New("no quorum")
+
+// verdict is the decided outcome of a voting round.
+type verdict struct {
+	votes     []Vote // snapshot at the decision: OutcomePending for stragglers
+	tally     Tally
+	ctxErr    error     // the caller's context ended first
+	decidedAt time.Time // when the outcome was known
+}
+
+// quorumRound is the path every voting operation takes: send to every master
+// at once, return as soon as a quorum granted, a quorum is out of reach, or
+// ctx ended. The caller must call finish on the round after starting any
+// clean-up.
+func (c *Client) quorumRound(ctx context.Context, timeout time.Duration, send sendFunc) (*round, verdict, error) {
+	r, err := c.startVotingRound(ctx, timeout, send)
+	if err != nil {
+		return nil, verdict{}, err
+	}
+	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
+	return r, verdict{votes: votes, tally: Count(votes), ctxErr: ctxErr, decidedAt: time.Now()}, nil
+}
+
+// result classifies the verdict against the end of the validity the round
+// was for: nil when a quorum granted before validUntil, ErrCancelled when the
+// context ended first, ErrExpired when the quorum came too late, errNoQuorum
+// otherwise.
+func (v verdict) result(quorum int, validUntil time.Time) error {
+	switch {
+	case v.ctxErr != nil:
+		return ErrCancelled
+	case v.tally.Granted >= quorum && v.decidedAt.Before(validUntil):
+		return nil
+	case v.tally.Granted >= quorum:
+		return ErrExpired
+	default:
+		return errNoQuorum
+	}
 }
 
 // collect waits until decided reports a known outcome, every master has
@@ -138,6 +191,31 @@ func (r *round) releaseAll(key, value string, timeout time.Duration) []chan stru
 		}()
 	}
 	return released
+}
+
+// abandon removes value from every master, each after its request in this
+// round ended (releaseAll), and registers the clean-up so that this client's
+// next acquisition of key is ordered after it. With waitAnswered it returns
+// once the masters that had answered in votes are clean — they are fast, and
+// a retry (this client's or another's) then finds them clean; stragglers are
+// cleaned in the background either way.
+func (r *round) abandon(key, value string, timeout time.Duration, votes []Vote, waitAnswered bool) {
+	released := r.releaseAll(key, value, timeout)
+	cleanup := r.c.releases.add(key, released)
+	r.c.bg.Go(func() {
+		for _, d := range released {
+			<-d
+		}
+		r.c.releases.end(key, cleanup)
+	})
+	if !waitAnswered {
+		return
+	}
+	for i, v := range votes {
+		if v.Outcome != OutcomePending {
+			<-released[i]
+		}
+	}
 }
 
 // finish drops the round's hold on the client's wait group.
