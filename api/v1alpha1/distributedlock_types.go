@@ -138,6 +138,11 @@ type DistributedLockStatus struct {
 	// +optional
 	ValidUntil *metav1.MicroTime `json:"validUntil,omitempty"`
 
+	// ReleasedAt is when status stopped showing the latest grant (released,
+	// lost or expired); the grant is given back in Redis only after that.
+	// +optional
+	ReleasedAt *metav1.MicroTime `json:"releasedAt,omitempty"`
+
 	// FencingToken is the token of the current (or latest) grant. Tokens
 	// are strictly increasing per Redis key, across DistributedLocks,
 	// clusters and operators that share the masters, and across restarts

@@ -126,6 +126,10 @@ func (in *DistributedLockStatus) DeepCopyInto(out *DistributedLockStatus) {
 		in, out := &in.ValidUntil, &out.ValidUntil
 		*out = (*in).DeepCopy()
 	}
+	if in.ReleasedAt != nil {
+		in, out := &in.ReleasedAt, &out.ReleasedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Quorum != nil {
 		in, out := &in.Quorum, &out.Quorum
 		*out = new(QuorumStatus)

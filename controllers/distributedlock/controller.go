@@ -89,7 +89,14 @@ type scope struct {
 	// status patch has committed it, and is given back otherwise.
 	pending *held
 	adopted bool
-	requeue time.Duration // 0: none
+	// releasing is set once this reconcile decided to stop showing the
+	// grant: the grant is given back in Redis only after the patch that
+	// stops showing it has committed (afterCommit), so that status never
+	// shows a grant whose keys are already gone.
+	releasing bool
+	// afterCommit runs, in order, once the status patch has committed.
+	afterCommit []func(context.Context)
+	requeue     time.Duration // 0: none
 }
 
 func (s *scope) requeueAfter(d time.Duration) {
@@ -108,7 +115,7 @@ func (s *scope) setReady(status metav1.ConditionStatus, reason, msg string) {
 }
 
 func (s *scope) clear(reason, msg string) {
-	clearGrant(&s.lock.Status, s.lock.Generation, reason, msg)
+	clearGrant(&s.lock.Status, s.lock.Generation, s.now, reason, msg)
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -243,7 +250,7 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 		// A grant the spec no longer allows (maxLockTTL shrunk under it)
 		// is given back: the masters' quarantine no longer covers it.
 		if h := r.sessions.get(lock.UID); h != nil {
-			r.release(ctx, s, nil, reason, invalid)
+			r.release(s, nil, reason, invalid)
 		}
 		s.setReady(metav1.ConditionFalse, reason, invalid)
 		return nil, false, nil
@@ -277,10 +284,13 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope, c *redlock.C
 	case actAdopt:
 		r.adopt(ctx, s, c)
 	case actRelease:
-		r.release(ctx, s, c, v1alpha1.ReasonNotRequested, "no holder is requested")
+		r.release(s, c, v1alpha1.ReasonNotRequested, "no holder is requested")
 	case actHandover:
-		r.release(ctx, s, c, v1alpha1.ReasonReleased, "released for the new holder")
-		r.acquire(ctx, s, c)
+		// Stop showing the old holder, release, then acquire for the new
+		// one in the next reconcile: no instant shows a grant whose keys
+		// are gone.
+		r.release(s, c, v1alpha1.ReasonReleased, "released for the new holder")
+		s.requeueAfter(time.Millisecond)
 	case actNone:
 		if lock.Spec.HolderIdentity == "" {
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
@@ -383,93 +393,109 @@ func (r *Reconciler) enqueue(lock *v1alpha1.DistributedLock) {
 	}
 }
 
-// release stops renewing and releases the current grant in Redis (c is
-// used when this manager has no session for it). The holder is cleared
-// whatever the masters answer: an unfinished release leaves copies that
-// expire with the TTL, never a holder that is still shown.
-func (r *Reconciler) release(ctx context.Context, s *scope, c *redlock.Client, reason, msg string) {
+// release stops showing the current grant and, once that status write
+// has committed, stops renewing it and releases it in Redis (c is used when
+// this manager has no session for it). Until then the session keeps
+// renewing: if the write fails, nothing has changed. An unfinished release
+// leaves copies that expire with the TTL, never a holder that is still
+// shown.
+func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
 	lock := s.lock
 	holder := shownHolder(lock.Status, s.now)
+	h := r.sessions.get(lock.UID)
+	if h != nil {
+		holder = h.holder
+	}
+	grant := grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: lock.Status.GrantID, ttl: lock.Spec.TTL.Duration}
+	s.releasing = true
+	s.clear(reason, msg)
+	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		err := r.giveBack(ctx, h, grant, c)
+		switch {
+		case err == nil || errors.Is(err, redlock.ErrNotHeld):
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "released by %s", holder)
+		default:
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
+				"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, truncate(err.Error()))
+		}
+	})
+}
+
+// grantRef names a grant in Redis.
+type grantRef struct {
+	uid     types.UID
+	key     string
+	grantID string
+	ttl     time.Duration
+}
+
+// giveBack releases a grant in Redis: through its session when this
+// manager renews it (h), otherwise from its grant ID on client c. When the
+// release does not complete, the instant every copy has expired is
+// remembered for a deletion waiting on it.
+func (r *Reconciler) giveBack(ctx context.Context, h *held, g grantRef, c *redlock.Client) error {
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	var err error
-	if h := r.sessions.get(lock.UID); h != nil {
-		holder = h.holder
+	var expiry time.Time
+	if h != nil {
+		expiry = h.session.State().ValidUntil
 		r.sessions.drop(h)
 		err = h.session.Release(octx)
 	} else {
-		err = r.releaseFromStatus(octx, lock, c)
+		err = r.releaseGrant(octx, g, c)
 	}
-	s.clear(reason, msg)
-	switch {
-	case err == nil || errors.Is(err, redlock.ErrNotHeld):
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "released by %s", holder)
-	default:
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
-			"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, truncate(err.Error()))
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && !expiry.IsZero() {
+		r.sessions.setExpiry(g.uid, expiry)
 	}
+	return err
 }
 
-// releaseFromStatus releases the grant status names, on client c.
-func (r *Reconciler) releaseFromStatus(ctx context.Context, lock *v1alpha1.DistributedLock, c *redlock.Client) error {
-	st := lock.Status
+// releaseGrant releases the grant g on client c.
+func (r *Reconciler) releaseGrant(ctx context.Context, g grantRef, c *redlock.Client) error {
 	switch {
-	case st.GrantID == "":
+	case g.grantID == "":
 		return redlock.ErrNotHeld
 	case c == nil:
 		return redlock.ErrQuorumUnavailable
 	}
-	lk, err := c.Restore(effectiveKey(lock), r.Values.Value(string(lock.UID), st.GrantID), lock.Spec.TTL.Duration, time.Time{})
+	lk, err := c.Restore(g.key, r.Values.Value(string(g.uid), g.grantID), g.ttl, time.Time{})
 	if err != nil {
 		return err
 	}
 	return lk.Release(ctx)
 }
 
-// reconcileDelete releases the lock and removes the finalizer. When the
-// masters cannot be reached, the finalizer stays until every copy of the
-// grant has expired: the session's own validity when this manager renewed
-// it, otherwise status's validity plus one TTL (status trails the real
-// validity by less than a TTL), plus the drift allowance.
+// reconcileDelete releases the lock and removes the finalizer, in two
+// steps: status stops showing the grant (and, once that committed, the
+// grant is released in Redis); then, with no grant shown, the finalizer is
+// removed. When the masters cannot be reached, the finalizer stays until
+// every copy of the grant has expired: the session's own validity when this
+// manager renewed it, otherwise status's validity plus one TTL (status
+// trails the real validity by less than a TTL), plus the drift allowance.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	lock := s.lock
 	if !controllerutil.ContainsFinalizer(lock, Finalizer) {
 		return nil
 	}
-	ttl := lock.Spec.TTL.Duration
-	expiry, known := r.sessions.expiry(lock.UID)
-	var err error
-	if h := r.sessions.get(lock.UID); h != nil {
-		expiry, known = h.session.State().ValidUntil, true
-		r.sessions.drop(h)
-		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		err = h.session.Release(octx)
-		cancel()
-	} else if lock.Status.Holder != nil || lock.Status.GrantID != "" {
-		if !known && lock.Status.ValidUntil != nil {
-			expiry, known = lock.Status.ValidUntil.Add(ttl), true
+	c := r.clientFor(ctx, lock)
+	if lock.Status.Holder != nil {
+		if vu := lock.Status.ValidUntil; vu != nil && r.sessions.get(lock.UID) == nil {
+			r.sessions.setExpiry(lock.UID, vu.Add(lock.Spec.TTL.Duration))
 		}
-		var c *redlock.Client
-		ms := &v1alpha1.RedisMasterSet{}
-		if gerr := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, ms); gerr == nil {
-			c, _ = r.Masters.Client(ctx, ms)
-		}
-		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		err = r.releaseFromStatus(octx, lock, c)
-		cancel()
+		r.release(s, c, v1alpha1.ReasonReleased, "released on deletion")
+		s.requeueAfter(time.Millisecond) // then remove the finalizer
+		return nil
 	}
-	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && known {
-		r.sessions.setExpiry(lock.UID, expiry)
-		if until := expiry.Add(redlock.Drift(ttl)); s.now.Before(until) {
-			s.clear(v1alpha1.ReasonQuorumUnavailable,
+	// Nothing is shown: give back whatever is left, then let the object go.
+	err := r.giveBack(ctx, r.sessions.get(lock.UID), grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: lock.Status.GrantID, ttl: lock.Spec.TTL.Duration}, c)
+	if expiry, known := r.sessions.expiry(lock.UID); err != nil && !errors.Is(err, redlock.ErrNotHeld) && known {
+		if until := expiry.Add(redlock.Drift(lock.Spec.TTL.Duration)); s.now.Before(until) {
+			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonQuorumUnavailable,
 				"deleting: the release did not reach a quorum; retrying until the grant expires at "+until.UTC().Format(time.RFC3339Nano))
 			s.requeueAfter(min(time.Second, until.Sub(s.now)))
 			return nil
 		}
-	}
-	if lock.Status.Holder != nil {
-		s.clear(v1alpha1.ReasonReleased, "released on deletion")
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Delete", "released on deletion")
 	}
 	r.sessions.forgetExpiry(lock.UID)
 	r.Metrics.FencingToken.DeleteLabelValues(lock.Namespace, lock.Name)
@@ -480,13 +506,26 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// clientFor returns the client of the lock's master set, or nil.
+func (r *Reconciler) clientFor(ctx context.Context, lock *v1alpha1.DistributedLock) *redlock.Client {
+	ms := &v1alpha1.RedisMasterSet{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, ms); err != nil {
+		return r.Masters.Lookup(types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet})
+	}
+	c, err := r.Masters.Client(ctx, ms)
+	if err != nil {
+		return r.Masters.Lookup(types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet})
+	}
+	return c
+}
+
 // showHolder fills status from the grant this manager renews, or hides a
 // holder whose validity has passed; either way it schedules a look at the
 // moment the shown validity passes, so that status flips by itself.
 func (r *Reconciler) showHolder(s *scope) {
 	lock := s.lock
 	st := &lock.Status
-	if h := r.sessions.get(lock.UID); h != nil {
+	if h := r.sessions.get(lock.UID); h != nil && !s.releasing {
 		if state := h.session.State(); s.now.Before(state.ValidUntil) {
 			showGrant(st, viewOf(h, state), lock.Generation)
 		}
@@ -530,6 +569,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 			return nil
 		}
 		return fmt.Errorf("patch status: %w", err)
+	}
+	for _, f := range s.afterCommit {
+		f(context.WithoutCancel(ctx))
 	}
 	if h := s.pending; h != nil {
 		if s.adopted {

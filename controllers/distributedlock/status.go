@@ -35,6 +35,9 @@ func viewOf(h *held, st renewal.State) grantView {
 
 // showGrant writes a held grant into status.
 func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64) {
+	if st.GrantID != g.grantID {
+		st.ReleasedAt = nil
+	}
 	st.Holder = &v1alpha1.LockHolder{Identity: g.holder}
 	st.GrantID = g.grantID
 	st.FencingToken = g.token
@@ -45,9 +48,12 @@ func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64
 	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionTrue, v1alpha1.ReasonAcquired, "held by "+g.holder)
 }
 
-// clearGrant removes the holder from status; the token and grant ID of the
-// latest grant stay.
-func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, reason, msg string) {
+// clearGrant removes the holder from status at now; the token and grant ID
+// of the latest grant stay.
+func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, now time.Time, reason, msg string) {
+	if st.Holder != nil {
+		st.ReleasedAt = microTime(now)
+	}
 	st.Holder, st.AcquiredAt, st.RenewedAt, st.ValidUntil = nil, nil, nil, nil
 	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionFalse, reason, msg)
 }

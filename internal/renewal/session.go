@@ -190,13 +190,13 @@ func (s *Session) Orphan() {
 // It returns the release's error (redlock.ErrNotHeld when no master held it
 // any more); an incomplete release leaves copies that expire with the TTL.
 func (s *Session) Release(ctx context.Context) error {
-	validUntil := s.State().ValidUntil
 	s.stop(ErrReleased)
 	c := s.cfg.Client()
 	if c == nil {
 		return redlock.ErrQuorumUnavailable
 	}
-	lk, err := c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, validUntil)
+	// Restored with no validity: a lock that can only be released.
+	lk, err := c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, time.Time{})
 	if err != nil {
 		return fmt.Errorf("release %q: %w", s.grant.Key, err)
 	}

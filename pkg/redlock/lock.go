@@ -444,7 +444,8 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 // Lock.TTL, Lock.ValidUntil), so that another process, such as a new
 // operator leader, can extend or release it. A validUntil in the past gives a
 // lock that can only be released. Like Acquire, it refuses (ErrInvalidArgument)
-// a TTL that, with its drift allowance, exceeds the client's quarantine window.
+// a TTL that, with its drift allowance, exceeds the client's quarantine
+// window, unless validUntil has passed: releasing is always safe.
 // The restored lock's Token is 0: persist the token beside the other fields
 // when the new holder needs it.
 func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time) (*Lock, error) {
@@ -458,8 +459,10 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 	if err := validateValue(op, value); err != nil {
 		return nil, err
 	}
-	if err := c.checkWindow(op, ttl); err != nil {
-		return nil, err
+	if validUntil.After(time.Now()) {
+		if err := c.checkWindow(op, ttl); err != nil {
+			return nil, err
+		}
 	}
 	if limit := time.Now().Add(ttl - Drift(ttl)); validUntil.After(limit) {
 		validUntil = limit

@@ -763,7 +763,8 @@ func TestRestartedMasterIsQuarantined(t *testing.T) {
 }
 
 // TestQuarantineWindowMustCoverTTL: a TTL the window does not cover is
-// refused by Acquire and Restore before anything is sent.
+// refused by Acquire, Restore and Extend before anything is sent; a lock
+// restored only to be released is not refused.
 func TestQuarantineWindowMustCoverTTL(t *testing.T) {
 	servers := redistest.StartN(t, 1, redistest.Options{})
 	c := newClient(t, redistest.Addrs(servers), redlock.WithQuarantine(10*time.Second))
@@ -782,6 +783,18 @@ func TestQuarantineWindowMustCoverTTL(t *testing.T) {
 	}
 	if _, err := c.Restore(lock.Key(), lock.Value(), 9*time.Second, lock.ValidUntil()); err != nil {
 		t.Fatalf("Restore of a TTL the window covers: %v", err)
+	}
+	// Releasing is always safe: a lock restored only to be released (no
+	// validity left) is accepted, and its release deletes the value.
+	gone, err := c.Restore(lock.Key(), lock.Value(), lock.TTL(), time.Time{})
+	if err != nil {
+		t.Fatalf("Restore for release of a 10s lock with a 10s window: %v", err)
+	}
+	if err := gone.Extend(context.Background()); err == nil {
+		t.Fatalf("Extend of a lock restored for release: err = %v, want it refused", err)
+	}
+	if err := gone.Release(context.Background()); err != nil {
+		t.Fatalf("Release of a lock restored for release: %v", err)
 	}
 }
 
