@@ -124,24 +124,24 @@ type DistributedLockStatus struct {
 
 	// AcquiredAt is when the current holder acquired the lock.
 	// +optional
-	AcquiredAt *metav1.MicroTime `json:"acquiredAt,omitempty"`
+	AcquiredAt *PreciseTime `json:"acquiredAt,omitempty"`
 
 	// RenewedAt is when the lock was last renewed, as far as status shows
 	// (renewals are not all written).
 	// +optional
-	RenewedAt *metav1.MicroTime `json:"renewedAt,omitempty"`
+	RenewedAt *PreciseTime `json:"renewedAt,omitempty"`
 
 	// ValidUntil is when the holder's validity ends unless renewed
 	// (microsecond precision). The real validity is never earlier: a reader
 	// must treat the lock as not held once ValidUntil has passed, whatever
 	// the Held condition says.
 	// +optional
-	ValidUntil *metav1.MicroTime `json:"validUntil,omitempty"`
+	ValidUntil *PreciseTime `json:"validUntil,omitempty"`
 
 	// ReleasedAt is when status stopped showing the latest grant (released,
 	// lost or expired); the grant is given back in Redis only after that.
 	// +optional
-	ReleasedAt *metav1.MicroTime `json:"releasedAt,omitempty"`
+	ReleasedAt *PreciseTime `json:"releasedAt,omitempty"`
 
 	// FencingToken is the token of the current (or latest) grant. Tokens
 	// are strictly increasing per Redis key, across DistributedLocks,

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -114,6 +115,19 @@ func (s *scope) setReady(status metav1.ConditionStatus, reason, msg string) {
 	setCondition(&s.lock.Status, s.lock.Generation, v1alpha1.ConditionReady, status, reason, msg)
 }
 
+// continueFrom replaces the lock read from a lagging cache by fresh,
+// keeping what this reconcile has computed of Ready and the key.
+func (s *scope) continueFrom(fresh *v1alpha1.DistributedLock) {
+	ready := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionReady)
+	key := s.lock.Status.Key
+	*s.lock = *fresh.DeepCopy()
+	s.orig = *fresh.Status.DeepCopy()
+	s.lock.Status.Key = key
+	if ready != nil {
+		meta.SetStatusCondition(&s.lock.Status.Conditions, *ready)
+	}
+}
+
 func (s *scope) clear(reason, msg string) {
 	clearGrant(&s.lock.Status, s.lock.Generation, s.now, reason, msg)
 }
@@ -146,6 +160,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if err := r.Update(ctx, lock); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
+		s.orig = *lock.Status.DeepCopy() // the server's status came back with the update
 	}
 	lock.Status.Key = effectiveKey(lock)
 	if err := r.syncSession(ctx, s); err != nil {
@@ -185,13 +200,13 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	if h == nil {
 		return nil
 	}
-	if lock.Status.GrantID != h.grantID {
+	if grantIDOf(lock.Status) != h.grantID {
 		// The cache may not show our own commit yet: ask the API server.
 		fresh := &v1alpha1.DistributedLock{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
 			return fmt.Errorf("read lock: %w", err)
 		}
-		if fresh.UID != lock.UID || fresh.Status.GrantID != h.grantID {
+		if fresh.UID != lock.UID || grantIDOf(fresh.Status) != h.grantID {
 			r.sessions.drop(h)
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
 			defer cancel()
@@ -200,10 +215,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 				"gave up grant %d: status shows another grant (fencing token %d)", h.token, fresh.Status.FencingToken)
 			return nil
 		}
-		key := lock.Status.Key
-		*lock = *fresh
-		lock.Status.Key = key
-		s.orig = *fresh.Status.DeepCopy()
+		s.continueFrom(fresh)
 	}
 	select {
 	case <-h.session.Done():
@@ -277,6 +289,13 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope, c *redlock.C
 		in.Holder, in.ValidUntil = st.Holder.Identity, st.ValidUntil.Time
 	}
 	action := decideHolder(in)
+	if action == actAdopt && !r.cacheCurrent(ctx, s) {
+		// The cache lags (typically behind this manager's own last
+		// write): decide again on the fresh object rather than adopt a
+		// grant that may be gone.
+		r.reconcileHolder(ctx, s, c)
+		return
+	}
 	logf.FromContext(ctx).V(1).Info("holder decision", "action", action.String(), "requested", in.Requested, "holder", in.Holder)
 	switch action {
 	case actAcquire:
@@ -296,6 +315,18 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope, c *redlock.C
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
 		}
 	}
+}
+
+// cacheCurrent reports whether the lock read from the cache is the latest
+// version; if not, the reconcile continues from the fresh one.
+func (r *Reconciler) cacheCurrent(ctx context.Context, s *scope) bool {
+	fresh := &v1alpha1.DistributedLock{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.lock), fresh); err != nil || fresh.UID != s.lock.UID ||
+		fresh.ResourceVersion == s.lock.ResourceVersion {
+		return true
+	}
+	s.continueFrom(fresh)
+	return false
 }
 
 // acquire takes the lock for the requested holder under a fresh grant ID
@@ -320,7 +351,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		grantID: grantID, holder: lock.Spec.HolderIdentity, token: lk.Token(),
 		acquiredAt: r.Clock.Now(), quorum: c.Quorum(),
 	}
-	r.startSession(s, h, lk)
+	r.startSession(s, h, lk, c)
 }
 
 // adopt resumes a grant that status shows valid but this manager does not
@@ -329,17 +360,18 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	lock := s.lock
 	st := lock.Status
+	grantID := grantIDOf(st)
 	var lk *redlock.Lock
-	err := errors.New("status names no grant ID")
-	if st.GrantID != "" {
-		lk, err = c.Restore(effectiveKey(lock), r.Values.Value(string(lock.UID), st.GrantID), lock.Spec.TTL.Duration, st.ValidUntil.Time)
+	err := errors.New("status names no grant")
+	if grantID != "" {
+		lk, err = c.Restore(effectiveKey(lock), r.Values.Value(string(lock.UID), grantID), lock.Spec.TTL.Duration, st.ValidUntil.Time)
 	}
 	if err == nil {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		err = lk.Extend(octx)
 		cancel()
 	}
-	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrExpired) && st.GrantID != "" {
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrExpired) && grantID != "" {
 		// The grant may still stand: keep showing it while it is valid and
 		// try again soon.
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
@@ -358,19 +390,20 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	}
 	h := &held{
 		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
-		grantID: st.GrantID, holder: st.Holder.Identity, token: st.FencingToken,
+		grantID: grantID, holder: st.Holder.Identity, token: st.FencingToken,
 		acquiredAt: acquiredAt, quorum: c.Quorum(),
 	}
 	s.adopted = true
-	r.startSession(s, h, lk)
+	r.startSession(s, h, lk, c)
 }
 
 // startSession starts renewing a grant made or adopted by this reconcile.
-func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock) {
+func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redlock.Client) {
 	lock := s.lock
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	wake := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}
 	h.session = renewal.Hold(r.sessions.base, renewal.Grant{
+		Lock: lk, Client: c,
 		Key: lk.Key(), Value: lk.Value(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
 		ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
 	}, renewal.Config{
@@ -389,7 +422,12 @@ func (r *Reconciler) enqueue(lock *v1alpha1.DistributedLock) {
 	select {
 	case r.wake <- ev:
 	default:
-		go func() { r.wake <- ev }() // the queue is busy: never drop a wake-up
+		go func() { // the queue is busy: never drop a wake-up
+			select {
+			case r.wake <- ev:
+			case <-r.sessions.base.Done(): // the controller stopped
+			}
+		}()
 	}
 }
 
@@ -406,7 +444,7 @@ func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
 	if h != nil {
 		holder = h.holder
 	}
-	grant := grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: lock.Status.GrantID, ttl: lock.Spec.TTL.Duration}
+	grant := grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}
 	s.releasing = true
 	s.clear(reason, msg)
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
@@ -488,8 +526,15 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		return nil
 	}
 	// Nothing is shown: give back whatever is left, then let the object go.
-	err := r.giveBack(ctx, r.sessions.get(lock.UID), grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: lock.Status.GrantID, ttl: lock.Spec.TTL.Duration}, c)
-	if expiry, known := r.sessions.expiry(lock.UID); err != nil && !errors.Is(err, redlock.ErrNotHeld) && known {
+	err := r.giveBack(ctx, r.sessions.get(lock.UID), grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}, c)
+	expiry, known := r.sessions.expiry(lock.UID)
+	if ra := lock.Status.ReleasedAt; !known && ra != nil {
+		// Another manager (or this one before a restart) stopped showing
+		// the grant at releasedAt and renewed it at most until its release
+		// ran, within one operation after that.
+		expiry, known = ra.Add(opTimeout+lock.Spec.TTL.Duration), true
+	}
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && known {
 		if until := expiry.Add(redlock.Drift(lock.Spec.TTL.Duration)); s.now.Before(until) {
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonQuorumUnavailable,
 				"deleting: the release did not reach a quorum; retrying until the grant expires at "+until.UTC().Format(time.RFC3339Nano))
@@ -553,17 +598,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		err = r.patch(ctx, s)
 	}
 	if err != nil {
-		if h := s.pending; h != nil {
-			r.sessions.drop(h)
-			if s.adopted {
-				h.session.Orphan() // it stands as it was before this reconcile
-			} else {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-				_ = h.session.Release(rctx)
-				cancel()
-				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
-					"grant %d to %s was given back: status could not be written: %s", h.token, h.holder, truncate(err.Error()))
-			}
+		if h := s.pending; h != nil && !r.committedAnyway(ctx, lock, h, err) {
+			r.dropPending(ctx, s, h, err)
 		}
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -585,6 +621,40 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		h.session.Shown(lock.Status.ValidUntil.Time)
 	}
 	return nil
+}
+
+// committedAnyway reports whether a status write that returned err may
+// still have committed the grant h: a refusal (conflict, invalid, gone)
+// did not; for any other error (a timeout, a reset connection) a fresh read
+// tells. An unknown outcome counts as committed: the grant stays renewed,
+// and the next reconcile sets status straight.
+func (r *Reconciler) committedAnyway(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, err error) bool {
+	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+		return false
+	}
+	fresh := &v1alpha1.DistributedLock{}
+	if gerr := r.APIReader.Get(context.WithoutCancel(ctx), client.ObjectKeyFromObject(lock), fresh); gerr != nil {
+		return true
+	}
+	return fresh.UID == h.uid && fresh.Status.GrantID == h.grantID && fresh.Status.Holder != nil
+}
+
+// dropPending gives back a grant this reconcile made or adopted whose
+// status write did not commit. An adopted grant that status still shows is
+// left standing (orphaned: the next reconcile adopts it again); anything
+// else is released, its value being unique to it.
+func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *held, cause error) {
+	lock := s.lock
+	r.sessions.drop(h)
+	if s.adopted && grantIDOf(s.orig) == h.grantID && s.orig.Holder != nil {
+		h.session.Orphan()
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	_ = h.session.Release(rctx)
+	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
+		"grant %d to %s was given back: status could not be written: %s", h.token, h.holder, truncate(cause.Error()))
 }
 
 // patch sends the status patch with optimistic concurrency; see

@@ -3,6 +3,7 @@ package distributedlock_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
 	"regexp"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -136,7 +138,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		foreign.Status.Holder = &v1alpha1.LockHolder{Identity: "theirs"}
 		foreign.Status.GrantID = "foreign-grant"
 		foreign.Status.FencingToken = mine.Status.FencingToken + 1
-		foreign.Status.ValidUntil = &metav1.MicroTime{Time: time.Now().Add(3 * time.Second)}
+		foreign.Status.ValidUntil = v1alpha1.NewPreciseTime(time.Now().Add(3 * time.Second))
 		Expect(k8s.Status().Patch(suiteCtx, foreign, client.MergeFromWithOptions(mine, client.MergeFromWithOptimisticLock{}))).To(Succeed())
 
 		By("never pairing its own holder or token with the foreign grant")
@@ -180,6 +182,74 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 			cur := fetch(lock)
 			g.Expect(cur.Status.Holder == nil || cur.Status.GrantID != held.Status.GrantID).To(BeTrue(), "the lost grant is still shown")
 		}, 20*time.Second).Should(Succeed())
+	})
+
+	It("adopts a grant written by the previous version (whole-second times, no grant ID)", func() {
+		lock := newLock(ms, "legacy", "", "", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("True/" + v1alpha1.ReasonValid))
+
+		By("holding the key in Redis with the value the previous version derived from the token")
+		const token = 7
+		cur := fetch(lock)
+		value := env.Values.Value(string(cur.UID), "7")
+		for _, srv := range ms.Servers {
+			rdb := srv.Client()
+			Expect(rdb.Set(suiteCtx, cur.Status.Key, value, 4*time.Second).Err()).To(Succeed())
+			_ = rdb.Close()
+		}
+
+		By("writing status as the previous version did, then asking for that holder")
+		valid := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
+		raw := map[string]any{"status": map[string]any{
+			"holder":       map[string]any{"identity": "legacy"},
+			"fencingToken": token,
+			"acquiredAt":   time.Now().UTC().Format(time.RFC3339),
+			"renewedAt":    time.Now().UTC().Format(time.RFC3339),
+			"validUntil":   valid.Format(time.RFC3339),
+		}}
+		Expect(k8s.Status().Patch(suiteCtx, cur, client.RawPatch(types.MergePatchType, mustJSON(raw)))).To(Succeed())
+		cur = fetch(lock)
+		cur.Spec.HolderIdentity = "legacy"
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+
+		By("renewing that very grant: same holder, same token, same value in Redis")
+		Eventually(func(g Gomega) {
+			l := fetch(lock)
+			expectHeldBy(g, l, "legacy")
+			g.Expect(l.Status.FencingToken).To(Equal(int64(token)))
+			g.Expect(l.Status.ValidUntil.Time).To(BeTemporally(">", valid), "renewed")
+		}).Should(Succeed())
+		Expect(testenv.CountEqual(ms.ValuesOn(cur.Status.Key), value)).To(Equal(3))
+		Expect(eventReasons(ns, "legacy")).To(ContainElement("Adopted"))
+	})
+
+	It("never lets the keys expire before the validity status shows when the ttl shrinks", func() {
+		lock := newLock(ms, "shrinking", "", "h", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		eventuallyHeldBy(lock, "h")
+		cur := fetch(lock)
+		cur.Spec.TTL = metav1.Duration{Duration: time.Second}
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+
+		By("checking, again and again, that a quorum of masters holds the key at least as long as status says")
+		Consistently(func(g Gomega) {
+			l := fetch(lock)
+			if l.Status.ValidUntil == nil {
+				return
+			}
+			backed := 0
+			for _, srv := range ms.Servers {
+				rdb := srv.Client()
+				pttl, err := rdb.PTTL(suiteCtx, l.Status.Key).Result()
+				_ = rdb.Close()
+				if err == nil && pttl > 0 && !time.Now().Add(pttl).Before(l.Status.ValidUntil.Time) {
+					backed++
+				}
+			}
+			g.Expect(backed).To(BeNumerically(">=", 2), "status shows validity until %v that Redis does not back", l.Status.ValidUntil.Time)
+		}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+		expectHeldBy(Default, fetch(lock), "h")
 	})
 
 	It("keeps holding through the loss of its auth Secret, and gives a lock back when maxLockTTL shrinks below its ttl", func() {
@@ -327,4 +397,10 @@ func monitorAcquisitions(ms *testenv.MasterSet, key string) *acquisitions {
 		}
 	}()
 	return a
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	Expect(err).NotTo(HaveOccurred())
+	return b
 }

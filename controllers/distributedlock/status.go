@@ -3,6 +3,7 @@ package distributedlock
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -41,9 +42,9 @@ func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64
 	st.Holder = &v1alpha1.LockHolder{Identity: g.holder}
 	st.GrantID = g.grantID
 	st.FencingToken = g.token
-	st.AcquiredAt = microTime(g.acquiredAt)
-	st.RenewedAt = microTime(g.renewedAt)
-	st.ValidUntil = microTime(g.validUntil)
+	st.AcquiredAt = v1alpha1.NewPreciseTime(g.acquiredAt)
+	st.RenewedAt = v1alpha1.NewPreciseTime(g.renewedAt)
+	st.ValidUntil = v1alpha1.NewPreciseTime(g.validUntil)
 	setQuorum(st, g.quorum, g.votes)
 	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionTrue, v1alpha1.ReasonAcquired, "held by "+g.holder)
 }
@@ -52,7 +53,7 @@ func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64
 // of the latest grant stay.
 func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, now time.Time, reason, msg string) {
 	if st.Holder != nil {
-		st.ReleasedAt = microTime(now)
+		st.ReleasedAt = v1alpha1.NewPreciseTime(now)
 	}
 	st.Holder, st.AcquiredAt, st.RenewedAt, st.ValidUntil = nil, nil, nil, nil
 	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionFalse, reason, msg)
@@ -64,15 +65,6 @@ func shownHolder(st v1alpha1.DistributedLockStatus, now time.Time) string {
 		return ""
 	}
 	return st.Holder.Identity
-}
-
-// microTime rounds t down to the microsecond that status can store, so that
-// a shown validity is never later than the real one.
-func microTime(t time.Time) *metav1.MicroTime {
-	if t.IsZero() {
-		return nil
-	}
-	return &metav1.MicroTime{Time: t.Truncate(time.Microsecond)}
 }
 
 func setCondition(st *v1alpha1.DistributedLockStatus, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
@@ -158,4 +150,18 @@ func sameGrant(a, b v1alpha1.DistributedLockStatus) bool {
 // equalStatus reports whether two statuses are the same.
 func equalStatus(a, b v1alpha1.DistributedLockStatus) bool {
 	return reflect.DeepEqual(a, b)
+}
+
+// grantIDOf returns the ID of the grant status names. Status written before
+// grant IDs existed names its grant by the fencing token alone (the value
+// was derived from it), which stands in for the ID.
+func grantIDOf(st v1alpha1.DistributedLockStatus) string {
+	switch {
+	case st.GrantID != "":
+		return st.GrantID
+	case st.FencingToken > 0:
+		return strconv.FormatInt(st.FencingToken, 10)
+	default:
+		return ""
+	}
 }

@@ -54,6 +54,13 @@ func (e *LostError) Unwrap() []error { return []error{ErrLost, e.Err} }
 
 // Grant is what a Session renews.
 type Grant struct {
+	// Lock is the acquired (or restored) lock, on Client; the Session
+	// renews and releases through it while the master set's client and the
+	// TTL stay the same, so that its requests stay ordered after the
+	// acquisition's own. Optional.
+	Lock *redlock.Lock
+	// Client is the client Lock came from.
+	Client *redlock.Client
 	// Key and Value identify the grant on the masters.
 	Key, Value string
 	// TTL is the time to live of each renewal.
@@ -97,6 +104,8 @@ type Session struct {
 	mu    sync.Mutex
 	state State
 	shown time.Time // the validity readers see
+	lk    *redlock.Lock
+	lkOn  *redlock.Client // the client lk belongs to
 	ttl   time.Duration
 	every time.Duration
 	err   error
@@ -116,6 +125,8 @@ func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 		state:   State{RenewedAt: time.Now(), ValidUntil: g.ValidUntil, Votes: g.Votes},
 		ttl:     g.TTL,
 		every:   g.Every,
+		lk:      g.Lock,
+		lkOn:    g.Client,
 		cancel:  cancel,
 		stopped: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -195,10 +206,18 @@ func (s *Session) Release(ctx context.Context) error {
 	if c == nil {
 		return redlock.ErrQuorumUnavailable
 	}
-	// Restored with no validity: a lock that can only be released.
-	lk, err := c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, time.Time{})
-	if err != nil {
-		return fmt.Errorf("release %q: %w", s.grant.Key, err)
+	s.mu.Lock()
+	lk := s.lk
+	if s.lkOn != c {
+		lk = nil
+	}
+	s.mu.Unlock()
+	if lk == nil {
+		// Restored with no validity: a lock that can only be released.
+		var err error
+		if lk, err = c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, time.Time{}); err != nil {
+			return fmt.Errorf("release %q: %w", s.grant.Key, err)
+		}
 	}
 	return lk.Release(ctx)
 }
@@ -290,15 +309,27 @@ func (s *Session) loop(ctx context.Context) error {
 	}
 }
 
-// renew extends the grant once on the master set's current client.
+// renew extends the grant once on the master set's current client. The TTL
+// asked for never lets the keys expire before the validity readers were
+// shown: after spec.ttl shrank, the larger of the two is used until status
+// shows a validity the new TTL covers.
 func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.Time) error {
 	c := s.cfg.Client()
 	if c == nil {
 		return fmt.Errorf("renew %q: no client for the master set: %w", s.grant.Key, redlock.ErrQuorumUnavailable)
 	}
-	lk, err := c.Restore(s.grant.Key, s.grant.Value, ttl, validUntil)
-	if err != nil {
-		return fmt.Errorf("renew %q: %w", s.grant.Key, err)
+	s.mu.Lock()
+	ttl = CoveringTTL(ttl, s.shown, time.Now())
+	lk := s.lk
+	if s.lkOn != c || lk == nil || lk.TTL() != ttl {
+		lk = nil
+	}
+	s.mu.Unlock()
+	if lk == nil {
+		var err error
+		if lk, err = c.Restore(s.grant.Key, s.grant.Value, ttl, validUntil); err != nil {
+			return fmt.Errorf("renew %q: %w", s.grant.Key, err)
+		}
 	}
 	octx, cancel := context.WithDeadline(ctx, validUntil)
 	defer cancel()
@@ -307,11 +338,28 @@ func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.lk, s.lkOn = lk, c
 	if s.err == nil || errors.Is(s.err, ErrOrphaned) {
 		s.state.RenewedAt, s.state.ValidUntil, s.state.Votes = time.Now(), lk.ValidUntil(), lk.Votes()
 		s.state.Renewals++
 	}
 	return nil
+}
+
+// CoveringTTL is the TTL a renewal at now asks for: ttl, or more when the
+// validity shown to readers lies further ahead than ttl would reach (ttl
+// was shortened under a held grant), in whole milliseconds.
+func CoveringTTL(ttl time.Duration, shown, now time.Time) time.Duration {
+	need := shown.Sub(now)
+	if need <= 0 {
+		return ttl
+	}
+	// The renewal's validity is start + t − Drift(t), start ≥ now.
+	t := (need + redlock.Drift(need)).Truncate(time.Millisecond) + time.Millisecond
+	for t-redlock.Drift(t) < need {
+		t += time.Millisecond
+	}
+	return max(ttl, t)
 }
 
 // NextRenewal returns when a held grant is next renewed: every after the

@@ -3,7 +3,11 @@ package renewal
 import (
 	"testing"
 	"time"
+
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
+
+var redlockDrift = redlock.Drift
 
 func TestNextRenewal(t *testing.T) {
 	now := time.Unix(1000, 0)
@@ -44,6 +48,28 @@ func TestNeedStatusWrite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := NeedStatusWrite(now.Add(tc.shown), now, every); got != tc.want {
 				t.Errorf("NeedStatusWrite(+%v) = %v, want %v", tc.shown, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCoveringTTL(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name  string
+		ttl   time.Duration
+		shown time.Duration // relative to now
+		want  func(time.Duration) bool
+	}{
+		{"nothing shown: the spec's ttl", 10 * time.Second, -time.Second, func(d time.Duration) bool { return d == 10*time.Second }},
+		{"shown within the ttl's reach: the spec's ttl", 10 * time.Second, 5 * time.Second, func(d time.Duration) bool { return d == 10*time.Second }},
+		{"shown beyond a shrunk ttl: long enough to cover it", 2 * time.Second, 8 * time.Second, func(d time.Duration) bool {
+			return d-redlockDrift(d) >= 8*time.Second && d < 8200*time.Millisecond && d%time.Millisecond == 0
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CoveringTTL(tc.ttl, now.Add(tc.shown), now); !tc.want(got) {
+				t.Errorf("CoveringTTL(%v, +%v) = %v", tc.ttl, tc.shown, got)
 			}
 		})
 	}
