@@ -84,6 +84,13 @@ bench: redis ## Benchmark pkg/redlock against go-redsync and the single-master f
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/redlock/
 	cd hack/bench && $(GO) run . $(BENCH_FLAGS)
 
+SEED ?= 0
+DURATION ?= 10m
+.PHONY: soak-controller
+soak-controller: redis envtest ## Randomized history of two managers on two API servers under chaos (SEED=…, DURATION=10m); prints a table.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) test -count=1 -timeout 0 -v ./test/history/ -args -seed=$(SEED) -duration=$(DURATION) \
+		| grep -vE '^\s+[0-9]{4}-[0-9]{2}-[0-9]{2}T'
+
 .PHONY: bench-locks
 bench-locks: redis envtest ## One manager holding 1000 locks (ttl 10s) on envtest + 5 masters for 2 minutes; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchlocks $(BENCH_LOCKS_FLAGS)

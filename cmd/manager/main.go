@@ -43,6 +43,9 @@ func main() {
 	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
 	flag.StringVar(&cfg.leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
+	flag.DurationVar(&cfg.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a leader's Lease lasts without renewal; a replica waits that long before taking over from a leader that vanished.")
+	flag.DurationVar(&cfg.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its Lease before it stops leading (and the process exits).")
+	flag.DurationVar(&cfg.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
 	flag.StringVar(&lockSecret, "lock-key-secret", namespace+"/redlock-operator-lock-key",
 		"namespace/name of the Secret holding the key lock values are derived from (created when missing).")
 	flag.DurationVar(&cfg.probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
@@ -77,6 +80,9 @@ type config struct {
 	metricsAddr, probeAddr string
 	leaderElect            bool
 	leaderNamespace        string
+	leaseDuration          time.Duration
+	renewDeadline          time.Duration
+	retryPeriod            time.Duration
 	lockKeySecret          types.NamespacedName
 	probeInterval          time.Duration
 	workers                int
@@ -97,6 +103,9 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		LeaderElectionID:              "redlock-operator.redlock.dev",
 		LeaderElectionNamespace:       cfg.leaderNamespace,
 		LeaderElectionReleaseOnCancel: true, // a stopping leader hands over at once
+		LeaseDuration:                 &cfg.leaseDuration,
+		RenewDeadline:                 &cfg.renewDeadline,
+		RetryPeriod:                   &cfg.retryPeriod,
 		Cache:                         operator.CacheOptions(),
 	})
 	if err != nil {

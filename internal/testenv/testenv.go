@@ -104,6 +104,18 @@ func Start() *Env {
 	return e
 }
 
+// Kubeconfig writes a kubeconfig of an administrator of the control plane
+// into dir and returns its path, for processes run beside the test.
+func (e *Env) Kubeconfig(dir string) string {
+	user, err := e.env.ControlPlane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	kc, err := user.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(dir, "kubeconfig")
+	Expect(os.WriteFile(path, kc, 0o600)).To(Succeed())
+	return path
+}
+
 // Stop stops the control plane.
 func (e *Env) Stop() {
 	if e == nil {

@@ -1,0 +1,458 @@
+// Package history_test is a randomized history test of the operator: two
+// manager processes on two API servers share five real Redis masters and
+// serve DistributedLocks, some of which share keys, while a seeded schedule
+// changes holders, deletes and re-creates locks, SIGSTOPs managers for
+// longer than the TTL, SIGKILLs and restarts them, and kills masters and
+// restarts them without persistence. Every grant is recorded from the
+// watch of each API server (every status version, not samples) and the
+// history is checked: no two grants of one key have overlapping validity,
+// fencing tokens per key increase in grant order, and once the chaos stops
+// and a quorum serves, every requested key is held again.
+//
+// `make test` runs it briefly; `make soak-controller SEED=… DURATION=10m`
+// runs it longer and prints a table.
+package history_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/history"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+)
+
+var (
+	seedFlag     = flag.Uint64("seed", 0, "seed of the chaos schedule (0: random, printed)")
+	durationFlag = flag.Duration("duration", 40*time.Second, "how long the chaos runs")
+)
+
+const (
+	ttl    = 2 * time.Second
+	maxTTL = 2 * time.Second
+)
+
+func TestHistory(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Operator history")
+}
+
+var managerBin string
+
+var _ = BeforeSuite(func() {
+	By("building the manager binary")
+	managerBin = filepath.Join(GinkgoT().TempDir(), "manager")
+	_, file, _, _ := runtime.Caller(0)
+	build := exec.Command("go", "build", "-o", managerBin, "./cmd/manager")
+	build.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+})
+
+// cluster is one API server with its manager process and locks.
+type cluster struct {
+	name       string
+	env        *testenv.Env
+	kubeconfig string
+	logs       string
+	ns         string
+
+	mu      sync.Mutex
+	proc    *exec.Cmd
+	exited  chan struct{}
+	stopped bool
+	starts  int
+}
+
+func (c *cluster) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.starts++
+	logf, err := os.Create(filepath.Join(c.logs, fmt.Sprintf("%s-manager-%d.log", c.name, c.starts)))
+	Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command(managerBin,
+		"--kubeconfig", c.kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--leader-election-namespace", testenv.OperatorNamespace,
+		"--lock-key-secret", testenv.LockKeySecret.String(),
+		"--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1500ms", "--leader-elect-retry-period", "200ms",
+		"--probe-interval", "500ms")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	Expect(cmd.Start()).To(Succeed())
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = logf.Close()
+		close(exited)
+	}()
+	c.proc, c.exited, c.stopped = cmd, exited, false
+}
+
+// kill SIGKILLs the manager and waits for it.
+func (c *cluster) kill() {
+	c.mu.Lock()
+	cmd, exited := c.proc, c.exited
+	c.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// ensureRunning restarts a manager that exited (it exits when it loses its
+// Lease, e.g. after a pause).
+func (c *cluster) ensureRunning() bool {
+	c.mu.Lock()
+	exited := c.exited
+	c.mu.Unlock()
+	select {
+	case <-exited:
+		c.start()
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *cluster) signal(sig syscall.Signal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.proc.Process.Signal(sig)
+	c.stopped = sig == syscall.SIGSTOP
+}
+
+// lockSpec is one DistributedLock of the run.
+type lockSpec struct {
+	cluster *cluster
+	name    string
+	key     string // "" for the default key
+}
+
+// observed is a grant as the watches saw it.
+type observed struct {
+	g        history.Grant
+	released bool
+}
+
+// recorder turns watched status versions into grants.
+type recorder struct {
+	mu     sync.Mutex
+	grants map[string]*observed // cluster/uid/grantID
+	events int
+}
+
+func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
+	st := l.Status
+	if st.GrantID == "" {
+		return
+	}
+	id := cl + "/" + string(l.UID) + "/" + st.GrantID
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events++
+	o := r.grants[id]
+	if st.Holder != nil && st.AcquiredAt != nil && st.ValidUntil != nil {
+		if o == nil {
+			o = &observed{g: history.Grant{
+				Key: st.Key, Holder: cl + "/" + l.Name + "/" + st.Holder.Identity,
+				Start: st.AcquiredAt.Time, End: st.ValidUntil.Time, Token: st.FencingToken,
+			}}
+			r.grants[id] = o
+		}
+		if !o.released && st.ValidUntil.After(o.g.End) {
+			o.g.End = st.ValidUntil.Time
+		}
+		return
+	}
+	// The grant is no longer shown: from releasedAt on, if that is earlier.
+	if o != nil && !o.released && st.ReleasedAt != nil {
+		o.released = true
+		if st.ReleasedAt.Before(o.g.End) {
+			o.g.End = st.ReleasedAt.Time
+		}
+	}
+}
+
+func (r *recorder) all() []history.Grant {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]history.Grant, 0, len(r.grants))
+	for _, o := range r.grants {
+		out = append(out, o.g)
+	}
+	return out
+}
+
+// watchLocks records every status version of the locks in c's namespace
+// until stop is closed, re-listing when a watch ends.
+func watchLocks(c *cluster, rec *recorder, stop <-chan struct{}) {
+	defer GinkgoRecover()
+	wc, err := client.NewWithWatch(c.env.Cfg, client.Options{Scheme: c.env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	for {
+		var list v1alpha1.DistributedLockList
+		if err := wc.List(c.env.Ctx, &list, client.InNamespace(c.ns)); err != nil {
+			continue
+		}
+		for i := range list.Items {
+			rec.record(c.name, &list.Items[i])
+		}
+		w, err := wc.Watch(c.env.Ctx, &v1alpha1.DistributedLockList{}, client.InNamespace(c.ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+		if err != nil {
+			continue
+		}
+	events:
+		for {
+			select {
+			case <-stop:
+				w.Stop()
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					break events
+				}
+				if l, isLock := ev.Object.(*v1alpha1.DistributedLock); isLock && ev.Type != watch.Error {
+					rec.record(c.name, l)
+				}
+			}
+		}
+	}
+}
+
+var _ = Describe("The operator under chaos", func() {
+	It("never shows two grants of a key at once, hands out increasing tokens per key, and serves every key again afterwards", func() {
+		seed := *seedFlag
+		if seed == 0 {
+			seed = rand.Uint64()
+		}
+		fmt.Fprintf(GinkgoWriter, "history seed %d, duration %v\n", seed, *durationFlag)
+		AddReportEntry("seed", seed)
+		rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+		logs := GinkgoT().TempDir()
+
+		By("starting two API servers sharing five masters, each with a manager process")
+		a := &cluster{name: "a", env: testenv.Start(), logs: logs}
+		DeferCleanup(a.env.Stop)
+		b := &cluster{name: "b", env: testenv.Start(), logs: logs}
+		DeferCleanup(b.env.Stop)
+		clusters := []*cluster{a, b}
+		a.kubeconfig = a.env.Kubeconfig(filepath.Join(logs))
+		bdir := filepath.Join(logs, "b")
+		Expect(os.Mkdir(bdir, 0o700)).To(Succeed())
+		b.kubeconfig = b.env.Kubeconfig(bdir)
+		a.ns = a.env.NewNamespace()
+		ms := a.env.NewMasters(a.ns, "masters", 5, maxTTL)
+		b.ns = b.env.NewNamespace()
+		b.env.CreateMasterSet(&testenv.MasterSet{Servers: ms.Servers, Name: ms.Name, NS: b.ns}, maxTTL)
+		for _, c := range clusters {
+			c.start()
+			DeferCleanup(c.kill)
+		}
+
+		locks := []lockSpec{
+			{a, "a-k1", "k1"}, {a, "a-k1-twin", "k1"}, {a, "a-k2", "k2"}, {a, "a-own", ""},
+			{b, "b-k1", "k1"}, {b, "b-k2", "k2"},
+		}
+		holders := []string{"", "x", "y", "z"}
+		create := func(l lockSpec, holder string) {
+			err := l.cluster.env.Client.Create(l.cluster.env.Ctx, &v1alpha1.DistributedLock{
+				ObjectMeta: metav1.ObjectMeta{Namespace: l.cluster.ns, Name: l.name},
+				Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, Key: l.key, TTL: metav1.Duration{Duration: ttl}, HolderIdentity: holder},
+			})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				Expect(err).NotTo(HaveOccurred())
+			}
+		}
+		for _, l := range locks {
+			create(l, "x")
+		}
+
+		rec := &recorder{grants: map[string]*observed{}}
+		stop := make(chan struct{})
+		var watchers sync.WaitGroup
+		for _, c := range clusters {
+			watchers.Go(func() { watchLocks(c, rec, stop) })
+		}
+
+		By("running the chaos schedule")
+		actions := map[string]int{}
+		deadline := time.Now().Add(*durationFlag)
+		var pauses sync.WaitGroup
+		downMasters := map[int]bool{}
+		var mastersMu sync.Mutex
+		for time.Now().Before(deadline) {
+			for _, c := range clusters {
+				if c.ensureRunning() {
+					actions["manager exited and restarted"]++
+				}
+			}
+			switch p := rnd.IntN(100); {
+			case p < 40:
+				l := locks[rnd.IntN(len(locks))]
+				h := holders[rnd.IntN(len(holders))]
+				cur := &v1alpha1.DistributedLock{}
+				if err := l.cluster.env.Client.Get(l.cluster.env.Ctx, client.ObjectKey{Namespace: l.cluster.ns, Name: l.name}, cur); err != nil {
+					create(l, h)
+					actions["create a lock"]++
+					break
+				}
+				cur.Spec.HolderIdentity = h
+				if l.cluster.env.Client.Update(l.cluster.env.Ctx, cur) == nil {
+					actions["change the holder"]++
+				}
+			case p < 52:
+				l := locks[rnd.IntN(len(locks))]
+				err := l.cluster.env.Client.Delete(l.cluster.env.Ctx, &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: l.cluster.ns, Name: l.name}})
+				if err == nil {
+					actions["delete a lock"]++
+				}
+			case p < 60:
+				c := clusters[rnd.IntN(len(clusters))]
+				c.mu.Lock()
+				paused := c.stopped
+				c.mu.Unlock()
+				if paused {
+					break
+				}
+				pause := ttl + time.Duration(rnd.IntN(1500))*time.Millisecond
+				c.signal(syscall.SIGSTOP)
+				actions["SIGSTOP a manager for longer than the TTL"]++
+				pauses.Go(func() {
+					time.Sleep(pause) // the pause is the fault being injected
+					c.signal(syscall.SIGCONT)
+				})
+			case p < 66:
+				c := clusters[rnd.IntN(len(clusters))]
+				c.kill()
+				c.start()
+				actions["SIGKILL and restart a manager"]++
+			case p < 76:
+				i := rnd.IntN(len(ms.Servers))
+				mastersMu.Lock()
+				if downMasters[i] {
+					mastersMu.Unlock()
+					break
+				}
+				downMasters[i] = true
+				mastersMu.Unlock()
+				Expect(ms.Servers[i].Kill()).To(Succeed())
+				actions["kill a master (restarted without persistence)"]++
+				down := time.Duration(200+rnd.IntN(2000)) * time.Millisecond
+				pauses.Go(func() {
+					defer GinkgoRecover()
+					time.Sleep(down) // how long the master stays dead
+					Expect(ms.Servers[i].Restart(false)).To(Succeed())
+					mastersMu.Lock()
+					delete(downMasters, i)
+					mastersMu.Unlock()
+				})
+			}
+			time.Sleep(time.Duration(100+rnd.IntN(400)) * time.Millisecond) // the schedule's pace
+		}
+
+		By("stopping the chaos: every manager and master running again, every lock requested")
+		pauses.Wait()
+		for _, c := range clusters {
+			c.signal(syscall.SIGCONT)
+			c.ensureRunning()
+		}
+		final := map[string]string{}
+		for _, l := range locks {
+			final[l.cluster.name+"/"+l.name] = "final"
+			Eventually(func() error {
+				cur := &v1alpha1.DistributedLock{}
+				if err := l.cluster.env.Client.Get(l.cluster.env.Ctx, client.ObjectKey{Namespace: l.cluster.ns, Name: l.name}, cur); err != nil {
+					create(l, "final")
+					return err
+				}
+				cur.Spec.HolderIdentity = "final"
+				return l.cluster.env.Client.Update(l.cluster.env.Ctx, cur)
+			}).Should(Succeed())
+		}
+
+		By("serving every key again once a quorum serves")
+		keyOf := func(l lockSpec) string {
+			if l.key == "" {
+				return "redlock:" + l.cluster.ns + "/" + l.name
+			}
+			return l.key
+		}
+		Eventually(func(g Gomega) {
+			for _, c := range clusters {
+				c.ensureRunning()
+			}
+			held := map[string][]string{}
+			for _, l := range locks {
+				cur := &v1alpha1.DistributedLock{}
+				g.Expect(l.cluster.env.Client.Get(l.cluster.env.Ctx, client.ObjectKey{Namespace: l.cluster.ns, Name: l.name}, cur)).To(Succeed())
+				if cur.Status.Holder != nil && cur.Status.ValidUntil != nil && time.Now().Before(cur.Status.ValidUntil.Time) {
+					held[keyOf(l)] = append(held[keyOf(l)], l.cluster.name+"/"+l.name)
+				}
+			}
+			for _, l := range locks {
+				g.Expect(held[keyOf(l)]).To(HaveLen(1), "key %s: held by %v", keyOf(l), held[keyOf(l)])
+			}
+		}, 60*time.Second, 100*time.Millisecond).Should(Succeed())
+		close(stop)
+		watchers.Wait()
+
+		By("checking the history")
+		grants := rec.all()
+		report(seed, *durationFlag, actions, grants, rec.events)
+		Expect(history.Check(grants)).To(Succeed())
+		Expect(len(grants)).To(BeNumerically(">=", len(locks)), "too few grants to mean anything")
+	})
+})
+
+// report prints the run's table.
+func report(seed uint64, d time.Duration, actions map[string]int, grants []history.Grant, events int) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nhistory run: seed %d, chaos %v, %d status versions watched\n\n", seed, d, events)
+	fmt.Fprintf(&b, "| fault or change | count |\n|---|---:|\n")
+	names := make([]string, 0, len(actions))
+	for n := range actions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "| %s | %d |\n", n, actions[n])
+	}
+	perKey := map[string]int{}
+	for _, g := range grants {
+		perKey[g.Key]++
+	}
+	keys := make([]string, 0, len(perKey))
+	for k := range perKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(&b, "\n| key | grants |\n|---|---:|\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "| %s | %d |\n", k, perKey[k])
+	}
+	verdict := "none"
+	if err := history.Check(grants); err != nil {
+		verdict = err.Error()
+	}
+	fmt.Fprintf(&b, "\nviolations: %s\n", verdict)
+	fmt.Fprint(GinkgoWriter, b.String())
+	_, _ = os.Stdout.WriteString(b.String())
+}
