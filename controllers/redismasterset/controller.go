@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
@@ -121,100 +120,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
-// truncate keeps messages within what a condition comfortably shows.
-func truncate(s string) string {
-	const limit = 1024
-	if len(s) > limit {
-		return s[:limit-3] + "..."
-	}
-	return s
-}
-
-// applyProbe turns probe results into member states and conditions, emits
-// events for changes, and returns how soon to probe again (when a
-// quarantine ends before the next regular probe).
+// applyProbe writes the members' states and the conditions computed from
+// probe results into status (status.go), emits an event for every member
+// that changed state, and returns how soon to probe again.
 func (r *Reconciler) applyProbe(ms *v1alpha1.RedisMasterSet, results []redlock.ProbeResult, now time.Time) time.Duration {
-	prev := map[string]v1alpha1.MemberStatus{}
-	for _, m := range ms.Status.Members {
-		prev[m.Address] = m
+	members, changes, next := membersFromProbe(ms.Status.Members, results, now)
+	for _, c := range changes {
+		r.Recorder.Eventf(ms, nil, c.eventType, c.reason, "Probe", "%s", c.note)
 	}
-	next := time.Duration(0)
-	members := make([]v1alpha1.MemberStatus, 0, len(results))
-	var serving int32
-	for _, res := range results {
-		old, seen := prev[res.Addr]
-		m := memberState(res, now)
-		m.Restarts, m.LastServingAt, m.NeverServed = old.Restarts, old.LastServingAt, old.NeverServed
-		if m.State == v1alpha1.MemberServing {
-			m.LastServingAt, m.NeverServed = &metav1.Time{Time: now}, false
-		}
-		if seen && old.RunID != "" && m.RunID != "" && m.RunID != old.RunID {
-			m.Restarts++
-		}
-		if m.RunID == "" {
-			m.RunID = old.RunID
-		}
-		switch {
-		case m.State == v1alpha1.MemberServing:
-			serving++
-			if seen && old.State != v1alpha1.MemberServing {
-				r.Recorder.Eventf(ms, nil, corev1.EventTypeNormal, EventRejoined, "Probe", "member %s serves and votes again", m.Address)
-			}
-		case m.State == v1alpha1.MemberQuarantined:
-			if !seen || old.State != v1alpha1.MemberQuarantined || old.RunID != m.RunID {
-				r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventQuarantined, "Probe",
-					"member %s restarted recently (run_id %s): it does not vote until %s", m.Address, m.RunID, m.QuarantinedUntil.UTC().Format(time.RFC3339))
-			}
-			if d := m.QuarantinedUntil.Sub(now); d > 0 && (next == 0 || d < next) {
-				next = d + 100*time.Millisecond
-			}
-		case m.State == v1alpha1.MemberDown && seen && old.State != v1alpha1.MemberDown:
-			r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventDown, "Probe", "member %s does not answer: %s", m.Address, m.Message)
-		}
-		members = append(members, m)
-	}
-	total := int32(len(results)) //nolint:gosec // at most 15 members
-	quorum := total/2 + 1
-	ms.Status.Members, ms.Status.Serving, ms.Status.Total, ms.Status.Quorum = members, serving, total, quorum
+	serving := setMembers(ms, members)
 	r.Metrics.MastersServing.WithLabelValues(ms.Namespace, ms.Name).Set(float64(serving))
-	if serving >= quorum {
-		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionTrue, v1alpha1.ReasonQuorumServing,
-			fmt.Sprintf("%d of %d masters serve; a lock needs %d", serving, total, quorum))
-	} else {
-		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonQuorumLost,
-			fmt.Sprintf("only %d of %d masters serve; a lock needs %d", serving, total, quorum))
-	}
-	if serving == total {
-		setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAllServing, "every master serves")
-	} else {
-		setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonMembersDown,
-			fmt.Sprintf("%d of %d masters down or quarantined", total-serving, total))
-	}
-	if next == 0 {
-		return time.Hour
-	}
 	return next
-}
-
-// memberState maps one probe result to a member's status.
-func memberState(res redlock.ProbeResult, now time.Time) v1alpha1.MemberStatus {
-	m := v1alpha1.MemberStatus{Address: res.Addr, RunID: res.RunID, Reachable: res.Err == nil}
-	switch {
-	case res.Err != nil:
-		m.State, m.Message = v1alpha1.MemberDown, truncate(res.Err.Error())
-	case now.Before(res.QuarantinedUntil):
-		m.State = v1alpha1.MemberQuarantined
-		m.QuarantinedUntil = &metav1.Time{Time: res.QuarantinedUntil}
-	default:
-		m.State = v1alpha1.MemberServing
-	}
-	return m
-}
-
-func setSetCondition(ms *v1alpha1.RedisMasterSet, typ string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&ms.Status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: ms.Generation,
-	})
 }
 
 // SetupWithManager registers the controller.

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestRecorder(t *testing.T) {
 	done := make(chan struct{})
 	for i := range 8 {
 		go func() {
-			r.Record(Grant{Key: "k", Holder: string(rune('a' + i))})
+			r.Record(Grant{Key: "k", Holder: fmt.Sprint(i)})
 			done <- struct{}{}
 		}()
 	}

@@ -115,7 +115,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 	}
 	// The startup probe lets a member wait out its restart delay (and an
 	// admission) without being killed: readiness stays false meanwhile.
-	startupFailures := int32((delay+startupSlack).Seconds()/probePeriodSecond) + 1 //nolint:gosec // small
+	startupFailures := int32((delay+startupSlack).Seconds()/probePeriodSecond) + 1
 
 	volumes := []corev1.Volume{
 		{Name: "gate-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},

@@ -61,7 +61,7 @@ type State struct {
 // LoadState reads the record in dir; it returns nil (and no error) when
 // there is none: no Redis has run in this pod yet.
 func LoadState(dir string) (*State, error) {
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	b, err := os.ReadFile(filepath.Join(dir, stateFile)) //nolint:gosec // the gate's own state directory, from its flags
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil //nolint:nilnil // no record is not an error
 	}
@@ -87,11 +87,11 @@ func SaveState(dir string, s *State) error {
 	}
 	defer os.Remove(tmp.Name()) // a no-op after the rename
 	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("write gate state: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("write gate state: %w", err)
 	}
 	if err := tmp.Close(); err != nil {

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	}
 	redis.SetLogger(quiet{})
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -65,7 +65,7 @@ func newPod(t *testing.T, persistence string, delay time.Duration) *pod {
 		t.Fatal(err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	_ = l.Close()
 	dir := t.TempDir()
 	p := &pod{t: t, stateDir: filepath.Join(dir, "state"), dataDir: filepath.Join(dir, "data"),
 		admission: filepath.Join(dir, "annotations"), port: port, persistence: persistence, delay: delay}
@@ -180,7 +180,7 @@ func (c *container) redisPID(t *testing.T) int {
 	t.Helper()
 	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", c.cmd.Process.Pid))
 	for _, f := range files {
-		b, _ := os.ReadFile(f)
+		b, _ := os.ReadFile(f) //nolint:gosec // a file of the test's own temporary directory
 		if fields := strings.Fields(string(b)); len(fields) > 0 {
 			pid, err := strconv.Atoi(fields[0])
 			if err == nil {

@@ -19,7 +19,7 @@ func Install(dest string) error {
 	if err != nil {
 		return fmt.Errorf("install: %w", err)
 	}
-	in, err := os.Open(self)
+	in, err := os.Open(self) //nolint:gosec // this very executable
 	if err != nil {
 		return fmt.Errorf("install: %w", err)
 	}
@@ -32,7 +32,7 @@ func Install(dest string) error {
 		return fmt.Errorf("install: %w", err)
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close()
 		return fmt.Errorf("install: %w", err)
 	}
 	return out.Close()

@@ -33,7 +33,7 @@ func TestProbe(t *testing.T) {
 	go func() {
 		if c, err := l.Accept(); err == nil {
 			fmt.Fprint(c, "HTTP/1.1 400 Bad Request\r\n")
-			c.Close()
+			_ = c.Close()
 		}
 	}()
 	if err := gate.Probe(l.Addr().String(), time.Second); err == nil {

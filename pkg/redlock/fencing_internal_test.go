@@ -65,7 +65,7 @@ func TestFencingWriteBackWithoutQuorumFails(t *testing.T) {
 	for _, s := range servers[1:] {
 		rc := s.Client()
 		d, err := rc.PTTL(context.Background(), key).Result()
-		rc.Close()
+		_ = rc.Close()
 		if err != nil {
 			t.Fatal(err)
 		}

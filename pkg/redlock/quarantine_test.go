@@ -52,7 +52,7 @@ func (p *switchProxy) serve() {
 		p.mu.Unlock()
 		out, err := net.Dial("tcp", backend)
 		if err != nil {
-			in.Close()
+			_ = in.Close()
 			continue
 		}
 		if !p.track(in, out) {
@@ -60,13 +60,13 @@ func (p *switchProxy) serve() {
 		}
 		go func() {
 			_, _ = io.Copy(out, in)
-			out.Close()
-			in.Close()
+			_ = out.Close()
+			_ = in.Close()
 		}()
 		go func() {
 			_, _ = io.Copy(in, out)
-			in.Close()
-			out.Close()
+			_ = in.Close()
+			_ = out.Close()
 		}()
 	}
 }
@@ -77,7 +77,7 @@ func (p *switchProxy) track(cs ...net.Conn) bool {
 	defer p.mu.Unlock()
 	if p.closed {
 		for _, c := range cs {
-			c.Close()
+			_ = c.Close()
 		}
 		return false
 	}
@@ -93,13 +93,13 @@ func (p *switchProxy) switchTo(backend string) {
 	defer p.mu.Unlock()
 	p.backend = backend
 	for c := range p.conns {
-		c.Close()
+		_ = c.Close()
 	}
 	clear(p.conns)
 }
 
 func (p *switchProxy) close() {
-	p.ln.Close()
+	_ = p.ln.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true

@@ -65,7 +65,7 @@ func (c *Client) startRound(ctx context.Context, timeout time.Duration, voting b
 	// to end releases its timer.
 	nctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.start.Add(timeout))
 	r.cancel = cancel
-	r.running.Store(int32(len(c.nodes)))
+	r.running.Store(int32(len(c.nodes))) //nolint:gosec // a handful of masters
 	for i, n := range c.nodes {
 		r.done[i] = make(chan struct{})
 		go func() {

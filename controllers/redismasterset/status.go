@@ -1,0 +1,129 @@
+package redismasterset
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// memberChange is a member's change of state worth an event.
+type memberChange struct {
+	eventType, reason, note string
+}
+
+// membersFromProbe computes the members' status from probe results and
+// their previous status: state, run_id, restarts and when each was last
+// seen serving. It returns the changes worth an event and how soon to probe
+// again (when a quarantine ends before the next regular probe; an hour
+// otherwise).
+func membersFromProbe(prevMembers []v1alpha1.MemberStatus, results []redlock.ProbeResult, now time.Time) ([]v1alpha1.MemberStatus, []memberChange, time.Duration) {
+	prev := map[string]v1alpha1.MemberStatus{}
+	for _, m := range prevMembers {
+		prev[m.Address] = m
+	}
+	next := time.Hour
+	members := make([]v1alpha1.MemberStatus, 0, len(results))
+	var changes []memberChange
+	for _, res := range results {
+		old, seen := prev[res.Addr]
+		m := memberState(res, now)
+		m.Restarts, m.LastServingAt, m.NeverServed = old.Restarts, old.LastServingAt, old.NeverServed
+		if m.State == v1alpha1.MemberServing {
+			m.LastServingAt, m.NeverServed = &metav1.Time{Time: now}, false
+		}
+		if seen && old.RunID != "" && m.RunID != "" && m.RunID != old.RunID {
+			m.Restarts++
+		}
+		if m.RunID == "" {
+			m.RunID = old.RunID
+		}
+		if c, ok := changeOf(old, seen, m); ok {
+			changes = append(changes, c)
+		}
+		if m.State == v1alpha1.MemberQuarantined {
+			if d := m.QuarantinedUntil.Sub(now); d > 0 && d+100*time.Millisecond < next {
+				next = d + 100*time.Millisecond
+			}
+		}
+		members = append(members, m)
+	}
+	return members, changes, next
+}
+
+// changeOf returns the event of a member's change from old to m, if any.
+func changeOf(old v1alpha1.MemberStatus, seen bool, m v1alpha1.MemberStatus) (memberChange, bool) {
+	switch {
+	case m.State == v1alpha1.MemberServing && seen && old.State != v1alpha1.MemberServing:
+		return memberChange{corev1.EventTypeNormal, EventRejoined, fmt.Sprintf("member %s serves and votes again", m.Address)}, true
+	case m.State == v1alpha1.MemberQuarantined && (!seen || old.State != v1alpha1.MemberQuarantined || old.RunID != m.RunID):
+		return memberChange{corev1.EventTypeWarning, EventQuarantined, fmt.Sprintf("member %s restarted recently (run_id %s): it does not vote until %s",
+			m.Address, m.RunID, m.QuarantinedUntil.UTC().Format(time.RFC3339))}, true
+	case m.State == v1alpha1.MemberDown && seen && old.State != v1alpha1.MemberDown:
+		return memberChange{corev1.EventTypeWarning, EventDown, fmt.Sprintf("member %s does not answer: %s", m.Address, m.Message)}, true
+	}
+	return memberChange{}, false
+}
+
+// setMembers writes the members, the counts and the Available and Degraded
+// conditions into status, and returns how many members serve.
+func setMembers(ms *v1alpha1.RedisMasterSet, members []v1alpha1.MemberStatus) int32 {
+	var serving int32
+	for _, m := range members {
+		if m.State == v1alpha1.MemberServing {
+			serving++
+		}
+	}
+	total := int32(len(members)) //nolint:gosec // at most 15 members
+	quorum := total/2 + 1
+	ms.Status.Members, ms.Status.Serving, ms.Status.Total, ms.Status.Quorum = members, serving, total, quorum
+	if serving >= quorum {
+		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionTrue, v1alpha1.ReasonQuorumServing,
+			fmt.Sprintf("%d of %d masters serve; a lock needs %d", serving, total, quorum))
+	} else {
+		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonQuorumLost,
+			fmt.Sprintf("only %d of %d masters serve; a lock needs %d", serving, total, quorum))
+	}
+	if serving == total {
+		setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAllServing, "every master serves")
+	} else {
+		setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonMembersDown,
+			fmt.Sprintf("%d of %d masters down or quarantined", total-serving, total))
+	}
+	return serving
+}
+
+// memberState maps one probe result to a member's status.
+func memberState(res redlock.ProbeResult, now time.Time) v1alpha1.MemberStatus {
+	m := v1alpha1.MemberStatus{Address: res.Addr, RunID: res.RunID, Reachable: res.Err == nil}
+	switch {
+	case res.Err != nil:
+		m.State, m.Message = v1alpha1.MemberDown, truncate(res.Err.Error())
+	case now.Before(res.QuarantinedUntil):
+		m.State = v1alpha1.MemberQuarantined
+		m.QuarantinedUntil = &metav1.Time{Time: res.QuarantinedUntil}
+	default:
+		m.State = v1alpha1.MemberServing
+	}
+	return m
+}
+
+func setSetCondition(ms *v1alpha1.RedisMasterSet, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&ms.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: ms.Generation,
+	})
+}
+
+// truncate keeps messages within what a condition comfortably shows.
+func truncate(s string) string {
+	const limit = 1024
+	if len(s) > limit {
+		return s[:limit-3] + "..."
+	}
+	return s
+}
