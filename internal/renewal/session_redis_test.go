@@ -1,0 +1,162 @@
+package renewal_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// session acquires key on three real masters and holds it in a Session.
+func session(t *testing.T, key string, ttl time.Duration) (*renewal.Session, []*redistest.Server, *metrics.Metrics, *atomic.Int32) {
+	t.Helper()
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	lk, err := c.Acquire(context.Background(), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	var notified atomic.Int32
+	s := renewal.Hold(context.Background(), renewal.Grant{
+		Lock: lk, Client: c, Key: key, Value: lk.Value(), TTL: ttl, Every: ttl / 3, ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
+	}, renewal.Config{
+		Client:  func() *redlock.Client { return c },
+		Notify:  func() { notified.Add(1) },
+		Metrics: m,
+	})
+	t.Cleanup(s.Orphan)
+	return s, servers, m, &notified
+}
+
+func valueOn(t *testing.T, s *redistest.Server, key string) string {
+	t.Helper()
+	rdb := s.Client()
+	defer func() { _ = rdb.Close() }()
+	v, _ := rdb.Get(context.Background(), key).Result()
+	return v
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+}
+
+func TestSessionRenewsUntilReleased(t *testing.T) {
+	s, servers, m, _ := session(t, "renewed", 1500*time.Millisecond)
+	first := s.State().ValidUntil
+	waitFor(t, "two renewals happened", 5*time.Second, func() bool { return s.State().Renewals >= 2 })
+	if st := s.State(); !st.ValidUntil.After(first) {
+		t.Fatalf("validity did not move forward: %v, then %v", first, st.ValidUntil)
+	}
+	if got := testutil.ToFloat64(m.LocksHeld); got != 1 {
+		t.Errorf("locks held = %v, want 1", got)
+	}
+	if err := s.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	if !errors.Is(s.Err(), renewal.ErrReleased) {
+		t.Errorf("Err = %v, want ErrReleased", s.Err())
+	}
+	for i, srv := range servers {
+		if v := valueOn(t, srv, "renewed"); v != "" {
+			t.Errorf("master %d still holds the released key", i)
+		}
+	}
+	if got := testutil.ToFloat64(m.LocksHeld); got != 0 {
+		t.Errorf("locks held after release = %v, want 0", got)
+	}
+	s.Orphan() // a second ending is a no-op
+	if !errors.Is(s.Err(), renewal.ErrReleased) || testutil.ToFloat64(m.LocksHeld) != 0 {
+		t.Errorf("a second ending changed the session: %v, held %v", s.Err(), testutil.ToFloat64(m.LocksHeld))
+	}
+}
+
+func TestSessionOrphanKeepsTheKeys(t *testing.T) {
+	s, servers, _, notified := session(t, "orphaned", 3*time.Second)
+	s.Orphan()
+	if !errors.Is(s.Err(), renewal.ErrOrphaned) {
+		t.Fatalf("Err = %v, want ErrOrphaned", s.Err())
+	}
+	for i, srv := range servers {
+		if v := valueOn(t, srv, "orphaned"); v == "" {
+			t.Errorf("master %d lost the key of an orphaned grant", i)
+		}
+	}
+	if notified.Load() != 0 {
+		t.Error("an orphaned session asked for a status write")
+	}
+}
+
+func TestSessionReportsLossWhenTheKeysAreGone(t *testing.T) {
+	s, servers, _, notified := session(t, "stolen", 1500*time.Millisecond)
+	for _, srv := range servers {
+		rdb := srv.Client()
+		if err := rdb.Del(context.Background(), "stolen").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = rdb.Close()
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session did not notice that its keys are gone")
+	}
+	var lost *renewal.LostError
+	if !errors.As(s.Err(), &lost) || !errors.Is(s.Err(), redlock.ErrNotHeld) {
+		t.Fatalf("Err = %v, want a LostError wrapping ErrNotHeld", s.Err())
+	}
+	if notified.Load() == 0 {
+		t.Error("a lost session did not ask for a status write")
+	}
+	if !s.State().ValidUntil.IsZero() {
+		t.Error("a lost session still reports a validity")
+	}
+}
+
+func TestSessionLosesAtItsValidityWhenMastersStopAnswering(t *testing.T) {
+	s, servers, _, _ := session(t, "silent", 1500*time.Millisecond)
+	valid := s.State().ValidUntil
+	for _, srv := range servers {
+		if err := srv.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Cont() })
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session outlived its validity")
+	}
+	var lost *renewal.LostError
+	if !errors.As(s.Err(), &lost) || lost.Reason != "ValidityExpired" {
+		t.Fatalf("Err = %v, want a LostError for the validity", s.Err())
+	}
+	if time.Now().Before(valid) {
+		t.Errorf("lost before the validity %v passed", valid)
+	}
+}
