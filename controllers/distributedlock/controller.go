@@ -28,7 +28,6 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
-	"github.com/redlock-operator/redlock-operator/internal/masters"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -55,6 +54,20 @@ const (
 	EventSuperseded        = "Superseded"
 )
 
+// MasterClients gives the pkg/redlock client of each RedisMasterSet.
+type MasterClients interface {
+	// Client returns the client of ms, building it when needed.
+	Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error)
+	// Lookup returns the current client of a master set, or nil.
+	Lookup(name types.NamespacedName) *redlock.Client
+}
+
+// ValueDeriver derives the Redis value of a grant from the lock's UID and
+// the grant's ID; a new leader must derive the same values.
+type ValueDeriver interface {
+	Value(uid, grantID string) string
+}
+
 // Reconciler acquires, renews and releases DistributedLocks.
 type Reconciler struct {
 	client.Client
@@ -62,9 +75,11 @@ type Reconciler struct {
 	// conflicted and a grant the cache does not show yet.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	Masters   *masters.Registry
-	Values    *lockvalue.Deriver
-	Metrics   *metrics.Metrics
+	// Masters gives the Redlock client of each master set.
+	Masters MasterClients
+	// Values derives the Redis value of each grant.
+	Values  ValueDeriver
+	Metrics *metrics.Metrics
 	// Clock is used for status times and requeue delays.
 	Clock clock.PassiveClock
 	// MaxConcurrentReconciles defaults to 4.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -40,6 +41,16 @@ const (
 	EventDown        = "MemberDown"
 )
 
+// MasterClients gives the pkg/redlock client of each RedisMasterSet.
+type MasterClients interface {
+	// Refresh returns the client of ms, reading its auth Secret again.
+	Refresh(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error)
+	// Forget closes and drops the client of a deleted master set.
+	Forget(name types.NamespacedName)
+	// ProbeTimeout is the timeout of one probe of one master of ms.
+	ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration
+}
+
 // Reconciler probes the masters of a RedisMasterSet and
 // reports each member's state and whether a quorum serves.
 type Reconciler struct {
@@ -47,9 +58,10 @@ type Reconciler struct {
 	// APIReader reads without the cache (member history for admissions).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	Masters   *masters.Registry
-	Metrics   *metrics.Metrics
-	Clock     clock.PassiveClock
+	// Masters gives (and rebuilds) the Redlock client of each master set.
+	Masters MasterClients
+	Metrics *metrics.Metrics
+	Clock   clock.PassiveClock
 	// ProbeInterval is how often the masters are probed (default 10s).
 	ProbeInterval time.Duration
 	// GateImage is the operator's own image, which carries the gate that
