@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -252,7 +254,43 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		expectHeldBy(Default, fetch(lock), "h")
 	})
 
-	It("keeps holding through the loss of its auth Secret, and gives a lock back when maxLockTTL shrinks below its ttl", func() {
+	It("keeps renewing with the last working client while its auth Secret cannot be read", func() {
+		By("running three masters that require a password from a Secret")
+		servers := testenv.StartServers(3, redistest.Options{Password: "s3cret"})
+		Expect(k8s.Create(suiteCtx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth"},
+			StringData: map[string]string{"password": "s3cret"},
+		})).To(Succeed())
+		Expect(k8s.Create(suiteCtx, &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "authed"},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				External:      &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(servers)},
+				MaxLockTTL:    metav1.Duration{Duration: 4 * time.Second},
+				NodeTimeout:   &metav1.Duration{Duration: testenv.MasterNodeTimeout},
+				AuthSecretRef: &v1alpha1.SecretKeyRef{Name: "redis-auth"},
+			},
+		})).To(Succeed())
+		authed := &testenv.MasterSet{Servers: servers, Name: "authed", NS: ns}
+		lock := newLock(authed, "authed", "", "h", 2*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		first := eventuallyHeldBy(lock, "h")
+
+		By("deleting the Secret: the set cannot be used for new grants, the held one keeps being renewed")
+		Expect(k8s.Delete(suiteCtx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth"}})).To(Succeed())
+		// A change of the set's spec makes the next reconcile read the Secret.
+		set := &v1alpha1.RedisMasterSet{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "authed"}, set)).To(Succeed())
+		set.Spec.NodeTimeout = &metav1.Duration{Duration: testenv.MasterNodeTimeout + 50*time.Millisecond}
+		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/" + v1alpha1.ReasonMasterSetNotReady))
+		Consistently(func(g Gomega) {
+			l := fetch(lock)
+			expectHeldBy(g, l, "h")
+			g.Expect(l.Status.GrantID).To(Equal(first.Status.GrantID), "the same grant")
+		}, 3*2*time.Second).Should(Succeed(), "three TTLs without the Secret")
+	})
+
+	It("gives a lock back when maxLockTTL shrinks below its ttl", func() {
 		own := env.NewMasters(ns, "own", 3, 4*time.Second)
 		Eventually(func(g Gomega) {
 			set := &v1alpha1.RedisMasterSet{}

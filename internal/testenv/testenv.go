@@ -195,18 +195,24 @@ var startMu sync.Mutex
 // NewMasters starts n masters and creates an external RedisMasterSet for
 // them in ns with the given maxLockTTL.
 func (e *Env) NewMasters(ns, name string, n int, maxTTL time.Duration) *MasterSet {
+	ms := &MasterSet{Name: name, NS: ns, Servers: StartServers(n, redistest.Options{})}
+	e.CreateMasterSet(ms, maxTTL)
+	return ms
+}
+
+// StartServers starts n redis-server processes, stopped when the spec ends.
+func StartServers(n int, opts redistest.Options) []*redistest.Server {
 	startMu.Lock()
 	defer startMu.Unlock()
 	dir := GinkgoT().TempDir()
-	ms := &MasterSet{Name: name, NS: ns}
+	var out []*redistest.Server
 	for i := range n {
-		s, err := redistest.Start(filepath.Join(dir, fmt.Sprint(i)), redistest.Options{})
+		s, err := redistest.Start(filepath.Join(dir, fmt.Sprint(i)), opts)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(s.Close)
-		ms.Servers = append(ms.Servers, s)
+		out = append(out, s)
 	}
-	e.CreateMasterSet(ms, maxTTL)
-	return ms
+	return out
 }
 
 // CreateMasterSet creates the RedisMasterSet of ms's servers in ms.NS (for
