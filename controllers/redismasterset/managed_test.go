@@ -65,7 +65,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 	It("creates the StatefulSet, Service, config, PDB and a generated Secret, owned by the set", func() {
 		key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
 		sts := &appsv1.StatefulSet{}
-		Eventually(func() error { return k8s.Get(suiteCtx, key("locks"), sts) }, 10*time.Second).Should(Succeed())
+		Eventually(func() error { return k8s.Get(suiteCtx, key("locks"), sts) }).Should(Succeed())
 		Expect(*sts.Spec.Replicas).To(Equal(int32(3)))
 		Expect(sts.Spec.PodManagementPolicy).To(Equal(appsv1.ParallelPodManagement))
 		Expect(sts.Spec.VolumeClaimTemplates).To(HaveLen(1))
@@ -89,7 +89,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		Expect(metav1.IsControlledBy(secret, fetchSet(ns, "locks"))).To(BeTrue())
 
 		// Status is written at the end of the reconcile that created them.
-		Eventually(func() []v1alpha1.MemberStatus { return fetchSet(ns, "locks").Status.Members }, 5*time.Second).Should(HaveLen(3))
+		Eventually(func() []v1alpha1.MemberStatus { return fetchSet(ns, "locks").Status.Members }).Should(HaveLen(3))
 		set := fetchSet(ns, "locks")
 		Expect(set.Status.Members[2].Address).To(Equal("locks-2.locks." + ns + ".svc:6379"))
 		Expect(set.Status.Members[0].NeverServed).To(BeTrue(), "%+v", set.Status.Members)
@@ -99,9 +99,9 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		pod := memberPod(ms, "0")
 		created := time.Now()
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
-		Eventually(admission(pod), 10*time.Second, 50*time.Millisecond).ShouldNot(BeZero())
+		Eventually(admission(pod)).ShouldNot(BeZero())
 		Expect(admission(pod)()).To(BeTemporally("~", created, 3*time.Second))
-		Eventually(func() []string { return eventReasons(ns, "locks") }, 5*time.Second).Should(ContainElement("MemberAdmitted"))
+		Eventually(func() []string { return eventReasons(ns, "locks") }).Should(ContainElement("MemberAdmitted"))
 	})
 
 	It("admits a replacement pod restartDelay after the member was last seen serving, across an operator restart", func() {
@@ -116,7 +116,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		pod := memberPod(ms, "1")
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
 		mgr = startManager()
-		Eventually(admission(pod), 10*time.Second, 50*time.Millisecond).ShouldNot(BeZero())
+		Eventually(admission(pod)).ShouldNot(BeZero())
 		// restartDelay (20s + drift + 1s) after it was last seen serving, plus
 		// the lag of the probes that saw it (interval 500ms + probe timeout
 		// 200ms + 1s): its death may have come up to that much later.
@@ -132,13 +132,13 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		pod := memberPod(ms, "2")
 		created := time.Now()
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
-		Eventually(admission(pod), 10*time.Second, 50*time.Millisecond).ShouldNot(BeZero())
+		Eventually(admission(pod)).ShouldNot(BeZero())
 		Expect(admission(pod)()).To(BeTemporally("~", created.Add(21202*time.Millisecond), 3*time.Second))
 	})
 
 	It("reports members it cannot reach as Down, never as serving", func() {
 		// The DNS names of envtest members resolve nowhere.
-		Eventually(func() []string { return memberStates(fetchSet(ns, "locks")) }, 10*time.Second, 100*time.Millisecond).
+		Eventually(func() []string { return memberStates(fetchSet(ns, "locks")) }).
 			Should(HaveEach(v1alpha1.MemberDown))
 		Expect(availability(fetchSet(ns, "locks"))).To(Equal("False/" + v1alpha1.ReasonQuorumLost))
 	})

@@ -55,7 +55,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 
 	It("reports fresh masters as quarantined, then serving and available", func() {
 		// A master that just started may have lost keys: it sits out first.
-		Eventually(func() []string { return memberStates(fetchSet(ns, ms.Name)) }, 5*time.Second, 50*time.Millisecond).
+		Eventually(func() []string { return memberStates(fetchSet(ns, ms.Name)) }).
 			Should(HaveEach(v1alpha1.MemberQuarantined))
 		set := fetchSet(ns, ms.Name)
 		Expect(set.Status.Members[0].QuarantinedUntil).NotTo(BeNil())
@@ -63,7 +63,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		Expect(availability(set)).To(Equal("False/" + v1alpha1.ReasonQuorumLost))
 
 		By("turning available once a quorum (2 of 3) serves")
-		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }, 10*time.Second, 100*time.Millisecond).
+		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }).
 			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
 		set = fetchSet(ns, ms.Name)
 		Expect(set.Status.Serving).To(BeNumerically(">=", 2), "available means a quorum serves")
@@ -85,7 +85,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		for _, s := range ms.Servers[:2] {
 			Expect(s.Kill()).To(Succeed())
 		}
-		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }, 5*time.Second, 50*time.Millisecond).
+		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }).
 			Should(Equal("False/" + v1alpha1.ReasonQuorumLost))
 		set := fetchSet(ns, ms.Name)
 		Expect(memberStates(set)).To(Equal([]string{v1alpha1.MemberDown, v1alpha1.MemberDown, v1alpha1.MemberServing}))
@@ -100,13 +100,13 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		for _, s := range ms.Servers[:2] {
 			Expect(s.Restart(false)).To(Succeed())
 		}
-		Eventually(func() string { return fetchSet(ns, ms.Name).Status.Members[0].State }, 5*time.Second, 50*time.Millisecond).
+		Eventually(func() string { return fetchSet(ns, ms.Name).Status.Members[0].State }).
 			Should(Equal(v1alpha1.MemberQuarantined))
 		set := fetchSet(ns, ms.Name)
 		Expect(set.Status.Members[0].RunID).NotTo(Equal(runID))
 		Expect(set.Status.Members[0].Restarts).To(Equal(int32(1)))
 		Expect(set.Status.Members[0].QuarantinedUntil.Time).To(BeTemporally(">", time.Now().Add(-time.Second)))
-		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }, 10*time.Second, 100*time.Millisecond).
+		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }).
 			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
 	})
 
@@ -127,14 +127,14 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 				AuthSecretRef: &v1alpha1.SecretKeyRef{Name: "redis-auth"},
 			},
 		})).To(Succeed())
-		Eventually(func() string { return availability(fetchSet(ns, "authed")) }, 5*time.Second, 50*time.Millisecond).
+		Eventually(func() string { return availability(fetchSet(ns, "authed")) }).
 			Should(Equal("False/" + v1alpha1.ReasonAuthSecretError))
 
 		Expect(k8s.Create(suiteCtx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth"},
 			StringData: map[string]string{"password": "s3cret"},
 		})).To(Succeed())
-		Eventually(func() string { return availability(fetchSet(ns, "authed")) }, 15*time.Second, 100*time.Millisecond).
+		Eventually(func() string { return availability(fetchSet(ns, "authed")) }).
 			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
 		// The password appears nowhere in status or events.
 		set := fetchSet(ns, "authed")
