@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Condition types of a DistributedLock.
@@ -71,17 +72,60 @@ type DistributedLockSpec struct {
 	RenewInterval *metav1.Duration `json:"renewInterval,omitempty"`
 
 	// HolderIdentity requests the lock for a static holder (a process or
-	// team name). Empty means no static holder: the lock is not requested.
-	// Changing it releases the lock and acquires it for the new holder.
+	// team name); pods labelled for the lock wait behind it. Empty: the lock
+	// serves the pods labelled `redlock.dev/lock: <name>` in this namespace,
+	// first come, first served. Changing it releases the lock and acquires
+	// it for the new holder.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	HolderIdentity string `json:"holderIdentity,omitempty"`
+
+	// OnLost is what happens to a holder pod when the lock is lost (its
+	// renewals failed past the validity): Keep (the default) leaves it
+	// running, with its readiness gate False; Evict evicts it through the
+	// Eviction API, honouring PodDisruptionBudgets.
+	// +optional
+	// +kubebuilder:default=Keep
+	OnLost LostPolicy `json:"onLost,omitempty"`
 }
+
+// LostPolicy is what happens to a holder pod whose lock is lost.
+// +kubebuilder:validation:Enum=Keep;Evict
+type LostPolicy string
+
+// Policies for holder pods whose lock is lost.
+const (
+	LostKeep  LostPolicy = "Keep"
+	LostEvict LostPolicy = "Evict"
+)
 
 // LockHolder identifies who holds a lock.
 type LockHolder struct {
-	// Identity is the holder's identity.
+	// Identity is the holder's identity: the static holder, or the name of
+	// the holder pod.
 	Identity string `json:"identity"`
+	// Pod is the holder pod, when a pod holds the lock.
+	// +optional
+	Pod *PodReference `json:"pod,omitempty"`
+}
+
+// PodReference names a pod of the lock's namespace.
+type PodReference struct {
+	// Name of the pod.
+	Name string `json:"name"`
+	// UID of the pod: a pod re-created under the same name is another pod.
+	UID types.UID `json:"uid"`
+}
+
+// LockQueue shows the pods waiting for a lock.
+type LockQueue struct {
+	// Waiting lists the first pods in line (at most 10), first come, first
+	// served (creation time, then name).
+	// +optional
+	// +listType=atomic
+	Waiting []PodReference `json:"waiting,omitempty"`
+	// Count is how many pods wait.
+	Count int32 `json:"count"`
 }
 
 // MasterVote is one master's answer to the latest operation on the lock.
@@ -159,6 +203,10 @@ type DistributedLockStatus struct {
 	// +optional
 	GrantID string `json:"grantID,omitempty"`
 
+	// Queue shows the pods waiting for the lock.
+	// +optional
+	Queue *LockQueue `json:"queue,omitempty"`
+
 	// Quorum shows the masters' votes on the latest operation.
 	// +optional
 	Quorum *QuorumStatus `json:"quorum,omitempty"`
@@ -180,6 +228,7 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.conditions[?(@.type=="Held")].status`
 // +kubebuilder:printcolumn:name="Valid-Until",type=date,JSONPath=`.status.validUntil`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.queue.count`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DistributedLock struct {
 	metav1.TypeMeta   `json:",inline"`

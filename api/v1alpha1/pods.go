@@ -1,0 +1,25 @@
+package v1alpha1
+
+// Names by which pods take part in locks.
+const (
+	// LockLabel on a pod requests the DistributedLock of that name in the
+	// pod's namespace.
+	LockLabel = "redlock.dev/lock"
+	// GateModeLabel on a pod chooses its gate when the webhook adds it:
+	// "readiness" asks for the readiness gate instead of the scheduling gate.
+	GateModeLabel = "redlock.dev/gate"
+	// GateModeReadiness is the value of GateModeLabel that asks for the
+	// readiness gate.
+	GateModeReadiness = "readiness"
+	// SchedulingGate is the scheduling gate the operator removes when the
+	// pod becomes the holder.
+	SchedulingGate = "redlock.dev/lock"
+	// ReadinessGate is the pod condition type of the readiness gate the
+	// operator keeps True while the pod holds the lock.
+	ReadinessGate = "redlock.dev/lock-held"
+	// FencingTokenAnnotation carries the holder pod's fencing token, written
+	// before the pod is ungated.
+	FencingTokenAnnotation = "redlock.dev/fencing-token"
+	// LockKeyAnnotation carries the Redis key of the lock the pod holds.
+	LockKeyAnnotation = "redlock.dev/lock-key"
+)

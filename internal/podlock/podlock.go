@@ -1,0 +1,163 @@
+// Package podlock holds the pure decisions about pods that take part in a
+// DistributedLock: which gate a pod waits with, whether it is a candidate,
+// whether its containers are known to be stopped, and who holds the lock
+// next (first come, first served).
+package podlock
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// Gate is how a pod waits for its lock.
+type Gate int
+
+// Gates.
+const (
+	GateNone Gate = iota
+	GateScheduling
+	GateReadiness
+	GateBoth
+)
+
+// GateOf returns the gate pod waits with.
+func GateOf(pod *corev1.Pod) Gate {
+	sched := slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
+	ready := slices.ContainsFunc(pod.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool {
+		return g.ConditionType == v1alpha1.ReadinessGate
+	})
+	switch {
+	case sched && ready:
+		return GateBoth
+	case sched:
+		return GateScheduling
+	case ready:
+		return GateReadiness
+	default:
+		return GateNone
+	}
+}
+
+// Finished reports whether pod's phase is terminal.
+func Finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// Stopped reports whether pod's containers are known not to run: it
+// finished, or it never ran (still scheduling-gated or unscheduled), or
+// every container it started has terminated.
+func Stopped(pod *corev1.Pod) bool {
+	if Finished(pod) || pod.Spec.NodeName == "" {
+		return true
+	}
+	statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	if len(statuses) == 0 {
+		// Bound to a node but no status yet: the kubelet may be starting it.
+		return false
+	}
+	for _, s := range statuses {
+		if s.State.Terminated == nil { // running, or waiting to (re)start
+			return false
+		}
+	}
+	return true
+}
+
+// Problem says why a labelled pod cannot take part; "" when it can.
+func Problem(pod *corev1.Pod) string {
+	name := pod.Labels[v1alpha1.LockLabel]
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Sprintf("label %s=%q does not name a DistributedLock: %s", v1alpha1.LockLabel, name, strings.Join(errs, "; "))
+	}
+	switch GateOf(pod) {
+	case GateNone:
+		return fmt.Sprintf("the pod has neither the scheduling gate %s nor the readiness gate %s (set at creation; the webhook adds one)",
+			v1alpha1.SchedulingGate, v1alpha1.ReadinessGate)
+	case GateBoth:
+		return "the pod has both the scheduling gate and the readiness gate: keep one"
+	}
+	return ""
+}
+
+// Candidate reports whether pod may be granted the lock: labelled for it,
+// usable, not finished and not being deleted.
+func Candidate(pod *corev1.Pod) bool {
+	return Problem(pod) == "" && !Finished(pod) && pod.DeletionTimestamp.IsZero()
+}
+
+// Order sorts pods first come, first served: creation time, then name.
+func Order(pods []*corev1.Pod) {
+	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// Ref is a pod's reference.
+func Ref(pod *corev1.Pod) v1alpha1.PodReference {
+	return v1alpha1.PodReference{Name: pod.Name, UID: pod.UID}
+}
+
+// MaxShownWaiting is how many waiting pods status lists.
+const MaxShownWaiting = 10
+
+// Choice is who should hold a lock now, and who waits.
+type Choice struct {
+	// Static is the static holder requested, or "".
+	Static string
+	// Pod is the pod that should hold the lock, or nil.
+	Pod *corev1.Pod
+	// Waiting are the candidates in line behind it, in order.
+	Waiting []*corev1.Pod
+}
+
+// Choose decides who holds the lock: the current holder pod as long as its
+// containers may run (even while it is being deleted, even on an
+// unreachable node, even when a static holder is requested: a lock never
+// moves while its holder may still act on it); else the static holder when
+// the spec names one; else the first candidate, first come, first served.
+// pods are the pods labelled for the lock.
+func Choose(static string, holder *v1alpha1.LockHolder, pods []*corev1.Pod) Choice {
+	var candidates []*corev1.Pod
+	var current *corev1.Pod
+	for _, p := range pods {
+		if holder != nil && holder.Pod != nil && p.UID == holder.Pod.UID && p.Name == holder.Pod.Name && !Stopped(p) {
+			current = p
+			continue
+		}
+		if Candidate(p) {
+			candidates = append(candidates, p)
+		}
+	}
+	Order(candidates)
+	switch {
+	case current != nil:
+		return Choice{Pod: current, Waiting: candidates}
+	case static != "":
+		return Choice{Static: static, Waiting: candidates}
+	case len(candidates) > 0:
+		return Choice{Pod: candidates[0], Waiting: candidates[1:]}
+	default:
+		return Choice{}
+	}
+}
+
+// Queue is status's view of the waiting pods.
+func Queue(waiting []*corev1.Pod) *v1alpha1.LockQueue {
+	if len(waiting) == 0 {
+		return nil
+	}
+	q := &v1alpha1.LockQueue{Count: int32(len(waiting))} //nolint:gosec // pods in one namespace
+	for _, p := range waiting[:min(len(waiting), MaxShownWaiting)] {
+		q.Waiting = append(q.Waiting, Ref(p))
+	}
+	return q
+}

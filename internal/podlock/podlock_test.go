@@ -1,0 +1,152 @@
+package podlock
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+var t0 = time.Unix(1000, 0)
+
+// pod returns a labelled, scheduling-gated pod created at t0+age.
+func pod(name string, age time.Duration, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.Time{Time: t0.Add(age)},
+			Labels: map[string]string{v1alpha1.LockLabel: "lock"},
+		},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}}},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func running(p *corev1.Pod) {
+	p.Spec.SchedulingGates = nil
+	p.Spec.NodeName = "node"
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+}
+
+func deleting(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: t0} }
+
+func containersExited(p *corev1.Pod) {
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
+}
+
+func succeeded(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+
+func holderOf(p *corev1.Pod) *v1alpha1.LockHolder {
+	return &v1alpha1.LockHolder{Identity: p.Name, Pod: &v1alpha1.PodReference{Name: p.Name, UID: p.UID}}
+}
+
+func TestChoose(t *testing.T) {
+	a, b, c := pod("a", 0), pod("b", time.Second), pod("c", 2*time.Second)
+	aRunning := pod("a", 0, running)
+	for _, tc := range []struct {
+		name        string
+		static      string
+		holder      *v1alpha1.LockHolder
+		pods        []*corev1.Pod
+		wantStatic  string
+		wantPod     string
+		wantWaiting []string
+	}{
+		{"nobody asks: nobody holds", "", nil, nil, "", "", nil},
+		{"the oldest pod goes first, the others wait in creation order", "", nil, []*corev1.Pod{c, a, b}, "", "a", []string{"b", "c"}},
+		{"pods created together go by name", "", nil, []*corev1.Pod{pod("y", 0), pod("x", 0)}, "", "x", []string{"y"}},
+		{"a static holder is served and pods wait behind it", "team", nil, []*corev1.Pod{a, b}, "team", "", []string{"a", "b"}},
+		{"the holder keeps the lock while it runs, even if older pods arrive", "", holderOf(pod("b", time.Second)), []*corev1.Pod{a, pod("b", time.Second, running)}, "", "b", []string{"a"}},
+		{"a finished holder hands over to the next", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, succeeded), b, c}, "", "b", []string{"c"}},
+		{"a holder whose object is gone hands over", "", holderOf(aRunning), []*corev1.Pod{b}, "", "b", nil},
+		{"a terminating holder whose containers still run keeps the lock", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, deleting), b}, "", "a", []string{"b"}},
+		{"a terminating holder whose containers exited hands over", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, deleting, containersExited), b}, "", "b", nil},
+		{"a re-created pod of the holder's name is another pod", "", &v1alpha1.LockHolder{Identity: "a", Pod: &v1alpha1.PodReference{Name: "a", UID: "old"}}, []*corev1.Pod{pod("a", 5*time.Second), b}, "", "b", []string{"a"}},
+		{"a running holder keeps the lock even when a static holder is asked for", "team", holderOf(aRunning), []*corev1.Pod{aRunning, b}, "", "a", []string{"b"}},
+		{"pods being deleted, finished or without a usable gate never get it", "", nil, []*corev1.Pod{
+			pod("deleting", 0, deleting), pod("done", 0, succeeded), pod("ungated", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }),
+			pod("both", 0, func(p *corev1.Pod) {
+				p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+			}), c,
+		}, "", "c", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Choose(tc.static, tc.holder, tc.pods)
+			gotPod := ""
+			if got.Pod != nil {
+				gotPod = got.Pod.Name
+			}
+			var waiting []string
+			for _, p := range got.Waiting {
+				waiting = append(waiting, p.Name)
+			}
+			if got.Static != tc.wantStatic || gotPod != tc.wantPod || !equal(waiting, tc.wantWaiting) {
+				t.Errorf("Choose = static %q, pod %q, waiting %v; want %q, %q, %v", got.Static, gotPod, waiting, tc.wantStatic, tc.wantPod, tc.wantWaiting)
+			}
+		})
+	}
+}
+
+func TestProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		ok   bool
+	}{
+		{"a scheduling-gated pod naming a lock is fine", pod("a", 0), true},
+		{"a readiness-gated pod is fine", pod("a", 0, func(p *corev1.Pod) {
+			p.Spec.SchedulingGates = nil
+			p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+		}), true},
+		{"no gate is refused", pod("a", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }), false},
+		{"both gates are refused", pod("a", 0, func(p *corev1.Pod) {
+			p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+		}), false},
+		{"a label that cannot name a lock is refused", pod("a", 0, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "Not_A_Name" }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Problem(tc.pod); (got == "") != tc.ok {
+				t.Errorf("Problem = %q, want ok=%v", got, tc.ok)
+			}
+		})
+	}
+}
+
+func TestStopped(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"a gated pod never ran", pod("a", 0), true},
+		{"a running pod runs", pod("a", 0, running), false},
+		{"a bound pod without container status may be starting", pod("a", 0, func(p *corev1.Pod) { p.Spec.NodeName = "n" }), false},
+		{"a terminating pod whose containers exited is stopped", pod("a", 0, running, deleting, containersExited), true},
+		{"a finished pod is stopped", pod("a", 0, running, succeeded), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Stopped(tc.pod); got != tc.want {
+				t.Errorf("Stopped = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
