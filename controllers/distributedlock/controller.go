@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -84,6 +86,9 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
+	// Pods caches the pods labelled redlock.dev/lock, which request locks;
+	// nil: locks serve static holders only.
+	Pods cache.Cache
 
 	sessions *sessions
 	wake     chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
@@ -94,6 +99,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // scope is what one reconcile works on.
@@ -105,6 +111,10 @@ type scope struct {
 	// status patch has committed it, and is given back otherwise.
 	pending *held
 	adopted bool
+	// requested is who should hold the lock (nil: nobody).
+	requested *v1alpha1.LockHolder
+	// client is the master set's client, once resolved.
+	client *redlock.Client
 	// releasing is set once this reconcile decided to stop showing the
 	// grant: the grant is given back in Redis only after the patch that
 	// stops showing it has committed (afterCommit), so that status never
@@ -188,7 +198,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.showHolder(s)
 		return ctrl.Result{}, err
 	}
-	r.reconcileHolder(ctx, s, c)
+	s.client = c
+	if err := r.reconcileHolder(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	r.showHolder(s)
 	return ctrl.Result{}, nil
 }
@@ -293,23 +306,40 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 	return c, true, nil
 }
 
-// reconcileHolder decides what to do with the holder and does it.
-func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope, c *redlock.Client) {
+// reconcileHolder decides who should hold the lock (podlock.Choose over
+// the static holder and the labelled pods), what to do about it, and does
+// it.
+func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 	lock := s.lock
-	in := holderInputs{Requested: lock.Spec.HolderIdentity, Now: s.now}
+	var current *v1alpha1.LockHolder
+	in := holderInputs{Now: s.now}
 	if h := r.sessions.get(lock.UID); h != nil {
 		h.session.SetTiming(lock.Spec.TTL.Duration, renewInterval(lock.Spec))
-		in.Holder, in.ValidUntil, in.InMemory = h.holder, h.session.State().ValidUntil, true
+		current = &v1alpha1.LockHolder{Identity: h.holder, Pod: h.pod}
+		in.ValidUntil, in.InMemory = h.session.State().ValidUntil, true
 	} else if st := lock.Status; st.Holder != nil && st.ValidUntil != nil {
-		in.Holder, in.ValidUntil = st.Holder.Identity, st.ValidUntil.Time
+		current = st.Holder
+		in.ValidUntil = st.ValidUntil.Time
 	}
-	action := decideHolder(in)
+	pods, err := r.podsOf(ctx, lock)
+	if err != nil {
+		return err
+	}
+	choice := podlock.Choose(lock.Spec.HolderIdentity, current, pods)
+	s.requested = requestedHolder(choice)
+	lock.Status.Queue = podlock.Queue(choice.Waiting)
+	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)
+	return r.act(ctx, s, decideHolder(in), in)
+}
+
+// act carries out a holder decision.
+func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in holderInputs) error {
+	c := s.client
 	if action == actAdopt && !r.cacheCurrent(ctx, s) {
 		// The cache lags (typically behind this manager's own last
 		// write): decide again on the fresh object rather than adopt a
 		// grant that may be gone.
-		r.reconcileHolder(ctx, s, c)
-		return
+		return r.reconcileHolder(ctx, s)
 	}
 	logf.FromContext(ctx).V(1).Info("holder decision", "action", action.String(), "requested", in.Requested, "holder", in.Holder)
 	switch action {
@@ -326,9 +356,53 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope, c *redlock.C
 		r.release(s, c, v1alpha1.ReasonReleased, "released for the new holder")
 		s.requeueAfter(time.Millisecond)
 	case actNone:
-		if lock.Spec.HolderIdentity == "" {
+		if s.requested == nil {
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
 		}
+	}
+	return nil
+}
+
+// podsOf lists the pods labelled for lock.
+func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock) ([]*corev1.Pod, error) {
+	if r.Pods == nil {
+		return nil, nil
+	}
+	var list corev1.PodList
+	if err := r.Pods.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingLabels{v1alpha1.LockLabel: lock.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of the lock: %w", err)
+	}
+	out := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// requestedHolder is the holder a choice asks for (nil: nobody).
+func requestedHolder(c podlock.Choice) *v1alpha1.LockHolder {
+	switch {
+	case c.Pod != nil:
+		ref := podlock.Ref(c.Pod)
+		return &v1alpha1.LockHolder{Identity: c.Pod.Name, Pod: &ref}
+	case c.Static != "":
+		return &v1alpha1.LockHolder{Identity: c.Static}
+	default:
+		return nil
+	}
+}
+
+// holderKey identifies a holder for comparison: a pod by name and UID (a
+// re-created pod of the same name is another holder), a static holder by
+// its identity.
+func holderKey(h *v1alpha1.LockHolder) string {
+	switch {
+	case h == nil:
+		return ""
+	case h.Pod != nil:
+		return "pod:" + h.Pod.Name + "/" + string(h.Pod.UID)
+	default:
+		return h.Identity
 	}
 }
 
@@ -363,7 +437,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	}
 	h := &held{
 		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
-		grantID: grantID, holder: lock.Spec.HolderIdentity, token: lk.Token(),
+		grantID: grantID, holder: s.requested.Identity, pod: s.requested.Pod, token: lk.Token(),
 		acquiredAt: r.Clock.Now(), quorum: c.Quorum(),
 	}
 	r.startSession(s, h, lk, c)
@@ -405,7 +479,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	}
 	h := &held{
 		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
-		grantID: grantID, holder: st.Holder.Identity, token: st.FencingToken,
+		grantID: grantID, holder: st.Holder.Identity, pod: st.Holder.Pod, token: st.FencingToken,
 		acquiredAt: acquiredAt, quorum: c.Quorum(),
 	}
 	s.adopted = true
@@ -722,14 +796,26 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if workers <= 0 {
 		workers = 4
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(specOrLifecycleChanged())).
 		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{}))
+	if r.Pods != nil {
+		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod)))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("distributedlock").
 		Complete(r)
+}
+
+// lockOfPod enqueues the lock a pod's label names.
+func lockOfPod(_ context.Context, pod *corev1.Pod) []reconcile.Request {
+	name := pod.Labels[v1alpha1.LockLabel]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}}}
 }
 
 // locksOfMasterSet enqueues the locks that use a master set.

@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 )
 
@@ -17,6 +19,7 @@ type held struct {
 	name       types.NamespacedName
 	grantID    string
 	holder     string
+	pod        *v1alpha1.PodReference // the holder pod, when a pod holds it
 	token      int64
 	acquiredAt time.Time
 	quorum     int

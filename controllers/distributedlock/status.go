@@ -17,6 +17,7 @@ import (
 // grantView is a grant as status shows it.
 type grantView struct {
 	holder     string
+	pod        *v1alpha1.PodReference
 	grantID    string
 	token      int64
 	acquiredAt time.Time
@@ -29,7 +30,7 @@ type grantView struct {
 // viewOf is what status shows of a grant this manager renews.
 func viewOf(h *held, st renewal.State) grantView {
 	return grantView{
-		holder: h.holder, grantID: h.grantID, token: h.token, acquiredAt: h.acquiredAt,
+		holder: h.holder, pod: h.pod, grantID: h.grantID, token: h.token, acquiredAt: h.acquiredAt,
 		renewedAt: st.RenewedAt, validUntil: st.ValidUntil, quorum: h.quorum, votes: st.Votes,
 	}
 }
@@ -39,7 +40,7 @@ func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64
 	if st.GrantID != g.grantID {
 		st.ReleasedAt = nil
 	}
-	st.Holder = &v1alpha1.LockHolder{Identity: g.holder}
+	st.Holder = &v1alpha1.LockHolder{Identity: g.holder, Pod: g.pod}
 	st.GrantID = g.grantID
 	st.FencingToken = g.token
 	st.AcquiredAt = v1alpha1.NewPreciseTime(g.acquiredAt)

@@ -20,7 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
+	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/controllers/redismasterset"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
@@ -87,7 +89,12 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
 	recorder := mgr.GetEventRecorder("redlock-operator")
+	pods, err := PodCache(mgr)
+	if err != nil {
+		return nil, err
+	}
 	if err := (&distributedlock.Reconciler{
+		Pods:                    pods,
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                recorder,
@@ -111,7 +118,36 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
 	}
+	if err := (&podgate.Reconciler{
+		Client:   mgr.GetClient(),
+		Pods:     pods,
+		Recorder: recorder,
+		Clock:    o.Clock,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up pod gate controller: %w", err)
+	}
 	return registry.Close, nil
+}
+
+// PodCache returns a cache of the pods that request locks (labelled
+// redlock.dev/lock), added to mgr: the operator watches no other pod but
+// the members of managed master sets (see CacheOptions).
+func PodCache(mgr manager.Manager) (cache.Cache, error) {
+	sel, err := labels.Parse(v1alpha1.LockLabel)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sel}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod cache: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // LoadLockKey reads the Secret holding the lock value key, creating it with

@@ -49,12 +49,16 @@ func Finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// Stopped reports whether pod's containers are known not to run: it
-// finished, or it never ran (still scheduling-gated or unscheduled), or
-// every container it started has terminated.
+// Stopped reports whether pod's containers are known not to run, now or
+// later: it finished, or it still waits behind its scheduling gate (an
+// ungated pod may be scheduled any moment), or it was bound to a node and
+// every container there has terminated.
 func Stopped(pod *corev1.Pod) bool {
-	if Finished(pod) || pod.Spec.NodeName == "" {
+	if Finished(pod) || GateOf(pod) == GateScheduling || GateOf(pod) == GateBoth {
 		return true
+	}
+	if pod.Spec.NodeName == "" {
+		return false // ungated: the scheduler may bind it at any moment
 	}
 	statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 	if len(statuses) == 0 {

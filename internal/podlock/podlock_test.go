@@ -126,8 +126,9 @@ func TestStopped(t *testing.T) {
 		want bool
 	}{
 		{"a gated pod never ran", pod("a", 0), true},
+		{"an ungated pod not yet scheduled may run any moment", pod("a", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }), false},
 		{"a running pod runs", pod("a", 0, running), false},
-		{"a bound pod without container status may be starting", pod("a", 0, func(p *corev1.Pod) { p.Spec.NodeName = "n" }), false},
+		{"a bound pod without container status may be starting", pod("a", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates, p.Spec.NodeName = nil, "n" }), false},
 		{"a terminating pod whose containers exited is stopped", pod("a", 0, running, deleting, containersExited), true},
 		{"a finished pod is stopped", pod("a", 0, running, succeeded), true},
 	} {

@@ -1,0 +1,252 @@
+// Package podgate is the controller that lets pods wait on a
+// DistributedLock: it puts the grant's fencing token and key on the holder
+// pod, then removes its scheduling gate or sets its readiness gate True;
+// it keeps the readiness condition False on every other labelled pod, and
+// evicts a holder whose lock was lost when the lock asks for it.
+//
+// The DistributedLock controller decides who holds a lock (first come,
+// first served) and commits it to the lock's status; this controller only
+// acts on committed grants, in the order acquire → commit → annotate →
+// ungate, so that the token is on the pod before it runs.
+package podgate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
+)
+
+// Event reasons on pods.
+const (
+	EventUngated     = "LockGranted"
+	EventLockLost    = "LockLost"
+	EventEvicted     = "EvictedOnLockLoss"
+	EventBadLockSpec = "LockRequestInvalid"
+	EventNoLock      = "LockNotFound"
+)
+
+// ProblemAnnotation on a labelled pod says why it cannot take part.
+const ProblemAnnotation = "redlock.dev/problem"
+
+// Reconciler ungates holder pods.
+type Reconciler struct {
+	// Client writes pods and reads DistributedLocks (cached).
+	client.Client
+	// Pods caches the pods labelled redlock.dev/lock.
+	Pods     cache.Cache
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile implements reconcile.Reconciler for one labelled pod.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.Pods.Get(ctx, req.NamespacedName, pod); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	name := pod.Labels[v1alpha1.LockLabel]
+	if name == "" {
+		return ctrl.Result{}, nil
+	}
+	if problem := podlock.Problem(pod); problem != "" {
+		return ctrl.Result{}, r.report(ctx, pod, EventBadLockSpec, problem)
+	}
+	lock := &v1alpha1.DistributedLock{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, lock)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.setReady(ctx, pod, false, "LockNotFound", fmt.Sprintf("DistributedLock %q does not exist (yet)", name)); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.report(ctx, pod, EventNoLock, fmt.Sprintf("DistributedLock %q not found: the pod waits until it exists", name))
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	if err := r.report(ctx, pod, "", ""); err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.Clock.Now()
+	d := decide(pod, lock, now)
+	if d.grant {
+		return r.grant(ctx, pod, lock, d)
+	}
+	if err := r.setReady(ctx, pod, false, d.reason, d.message); err != nil {
+		return ctrl.Result{}, err
+	}
+	if d.evict {
+		return ctrl.Result{}, r.evict(ctx, pod, lock)
+	}
+	return ctrl.Result{}, nil
+}
+
+// decision is what to do with one pod.
+type decision struct {
+	grant           bool // the pod holds a committed, valid grant
+	ready           bool // its readiness condition should be True
+	evict           bool // its lock was lost and the lock asks for eviction
+	reason, message string
+	recheck         time.Duration // when the grant's shown validity passes
+}
+
+// decide is the pure decision for pod given its lock.
+func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) decision {
+	st := lock.Status
+	holds := st.Holder != nil && st.Holder.Pod != nil && st.Holder.Pod.UID == pod.UID &&
+		meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionHeld) && st.ValidUntil != nil && now.Before(st.ValidUntil.Time)
+	if holds {
+		d := decision{grant: true, ready: pod.DeletionTimestamp.IsZero(), reason: "LockHeld",
+			message: fmt.Sprintf("holds %s with fencing token %d", lock.Name, st.FencingToken), recheck: st.ValidUntil.Sub(now)}
+		if !d.ready {
+			d.reason, d.message = "Terminating", "the pod is being deleted"
+		}
+		return d
+	}
+	wasHolder := pod.Annotations[v1alpha1.FencingTokenAnnotation] != "" && pod.Annotations[v1alpha1.FencingTokenAnnotation] == strconv.FormatInt(st.FencingToken, 10)
+	held := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld)
+	lost := wasHolder && st.Holder == nil && held != nil && (held.Reason == v1alpha1.ReasonLost || held.Reason == v1alpha1.ReasonValidityExpired)
+	d := decision{reason: "Waiting", message: "waiting for " + lock.Name}
+	if lost {
+		d.reason, d.message = "LockLost", "the lock was lost: "+held.Message
+		d.evict = lock.Spec.OnLost == v1alpha1.LostEvict && !podlock.Finished(pod) && pod.DeletionTimestamp.IsZero()
+	}
+	return d
+}
+
+// grant annotates the holder pod with its token and key, then ungates it.
+func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision) (ctrl.Result, error) {
+	token := strconv.FormatInt(lock.Status.FencingToken, 10)
+	if pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key {
+		base := pod.DeepCopy()
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[v1alpha1.FencingTokenAnnotation] = token
+		pod.Annotations[v1alpha1.LockKeyAnnotation] = lock.Status.Key
+		if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("annotate the holder pod: %w", err)
+		}
+	}
+	switch podlock.GateOf(pod) {
+	case podlock.GateScheduling:
+		base := pod.DeepCopy()
+		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
+		if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("remove the scheduling gate: %w", err)
+		}
+		r.Recorder.Eventf(pod, lock, corev1.EventTypeNormal, EventUngated, "Ungate", "holds %s with fencing token %s: scheduling gate removed", lock.Name, token)
+	case podlock.GateReadiness:
+		if err := r.setReady(ctx, pod, d.ready, d.reason, d.message); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: d.recheck}, nil
+}
+
+// setReady sets the pod's readiness-gate condition with a strategic merge
+// patch of pods/status that carries only that condition, so that the
+// kubelet's conditions are never touched. Pods without the readiness gate
+// are left alone.
+func (r *Reconciler) setReady(ctx context.Context, pod *corev1.Pod, ready bool, reason, msg string) error {
+	if podlock.GateOf(pod) != podlock.GateReadiness {
+		return nil
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1alpha1.ReadinessGate && c.Status == status && c.Reason == reason {
+			return nil
+		}
+	}
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"message":%q,"lastTransitionTime":%q}]}}`,
+		v1alpha1.ReadinessGate, status, reason, msg, r.Clock.Now().UTC().Format(time.RFC3339))
+	if err := r.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("set the readiness gate: %w", err))
+	}
+	return nil
+}
+
+// evict evicts a holder pod whose lock was lost, through the Eviction API
+// (PodDisruptionBudgets apply: a refused eviction is retried).
+func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock) error {
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}}
+	if err := r.SubResource("eviction").Create(ctx, pod, ev); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("evict the pod of a lost lock: %w", err))
+	}
+	r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventEvicted, "Evict", "evicted: it held %s, which was lost (onLost: Evict)", lock.Name)
+	return nil
+}
+
+// report records on the pod why it cannot take part (an annotation and one
+// event per new problem), or clears the annotation when reason is "".
+func (r *Reconciler) report(ctx context.Context, pod *corev1.Pod, reason, problem string) error {
+	if pod.Annotations[ProblemAnnotation] == problem {
+		return nil
+	}
+	base := pod.DeepCopy()
+	if problem == "" {
+		delete(pod.Annotations, ProblemAnnotation)
+	} else {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[ProblemAnnotation] = problem
+	}
+	if err := r.Patch(ctx, pod, client.MergeFrom(base)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("annotate the pod: %w", err))
+	}
+	if problem != "" {
+		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Gate", "%s", problem)
+	}
+	return nil
+}
+
+// SetupWithManager registers the controller: it reconciles labelled pods,
+// and the pods of a lock whenever the lock changes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("podgate").
+		WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
+		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(r.podsOfLock)).
+		Complete(r)
+}
+
+// podsOfLock enqueues the pods labelled for a lock.
+func (r *Reconciler) podsOfLock(ctx context.Context, o client.Object) []reconcile.Request {
+	var list corev1.PodList
+	if err := r.Pods.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{v1alpha1.LockLabel: o.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
