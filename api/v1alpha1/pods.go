@@ -19,7 +19,7 @@ const (
 	ReadinessGate = "redlock.dev/lock-held"
 	// FencingTokenAnnotation carries the holder pod's fencing token, written
 	// before the pod is ungated.
-	FencingTokenAnnotation = "redlock.dev/fencing-token"
+	FencingTokenAnnotation = "redlock.dev/fencing-token" //nolint:gosec // an annotation name, not a credential
 	// LockKeyAnnotation carries the Redis key of the lock the pod holds.
 	LockKeyAnnotation = "redlock.dev/lock-key"
 )

@@ -87,7 +87,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		for _, c := range cols {
 			names = append(names, c.(map[string]any)["name"].(string))
 		}
-		Expect(names).To(Equal([]string{"Holder", "Held", "Valid-Until", "Token", "Age"}))
+		Expect(names).To(Equal([]string{"Holder", "Held", "Valid-Until", "Token", "Waiting", "Age"}))
 		shortNames, _, _ := unstructured.NestedStringSlice(crd.Object, "spec", "names", "shortNames")
 		Expect(shortNames).To(ContainElement("dlock"))
 	})

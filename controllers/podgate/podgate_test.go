@@ -1,0 +1,242 @@
+package podgate_test
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+)
+
+// gatedPod returns a pod labelled for lock, waiting with the given gate.
+func gatedPod(ns, name, lock string, readiness bool) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{v1alpha1.LockLabel: lock}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "work", Image: "busybox"}}},
+	}
+	if readiness {
+		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+	} else {
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}}
+	}
+	return p
+}
+
+func getPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{}
+	Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(p), out)).To(Succeed())
+	return out
+}
+
+func gated(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
+}
+
+// kubeletRuns plays the scheduler and the kubelet: it binds the pod and
+// reports its container running, with the kubelet's own conditions.
+func kubeletRuns(p *corev1.Pod) {
+	Expect(k8s.SubResource("binding").Create(suiteCtx, p, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
+	})).To(Succeed())
+	Eventually(func() error { // retried: the operator patches the pod too
+		cur := getPod(p)
+		cur.Status.Phase = corev1.PodRunning
+		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", Image: "busybox", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+		return k8s.Status().Update(suiteCtx, cur)
+	}).Should(Succeed())
+}
+
+// kubeletStops reports the pod's container terminated (and the pod finished
+// with phase, unless phase is "").
+func kubeletStops(p *corev1.Pod, phase corev1.PodPhase) {
+	Eventually(func() error {
+		cur := getPod(p)
+		if phase != "" {
+			cur.Status.Phase = phase
+		}
+		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", Image: "busybox", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+		return k8s.Status().Update(suiteCtx, cur)
+	}).Should(Succeed())
+}
+
+func gateCondition(p *corev1.Pod) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1alpha1.ReadinessGate {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+func fetchLock(ns, name string) *v1alpha1.DistributedLock {
+	l := &v1alpha1.DistributedLock{}
+	Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: name}, l)).To(Succeed())
+	return l
+}
+
+// runnable reports whether a pod may run its containers: ungated and
+// neither finished nor known to have stopped.
+func runnable(p *corev1.Pod) bool {
+	if gated(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if s.State.Terminated == nil {
+			return true
+		}
+	}
+	return len(p.Status.ContainerStatuses) == 0
+}
+
+// watchExclusion polls the pods of ns until the spec ends and records any
+// moment at which two of them could run.
+func watchExclusion(ns string) func() []string {
+	var mu sync.Mutex
+	var violations []string
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond): // sampling interval
+			}
+			var list corev1.PodList
+			if k8s.List(suiteCtx, &list, client.InNamespace(ns)) != nil {
+				continue
+			}
+			var running []string
+			for i := range list.Items {
+				if runnable(&list.Items[i]) {
+					running = append(running, list.Items[i].Name)
+				}
+			}
+			if len(running) > 1 {
+				mu.Lock()
+				violations = append(violations, strconv.Itoa(len(running))+" pods may run at once: "+running[0]+", "+running[1])
+				mu.Unlock()
+			}
+		}
+	}()
+	DeferCleanup(func() { close(stop); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(violations)
+	}
+}
+
+var _ = Describe("Pods gating on a lock", Ordered, func() {
+	var (
+		mgr *testenv.Manager
+		ns  string
+		ms  *testenv.MasterSet
+	)
+	BeforeAll(func() {
+		mgr = env.StartManager()
+		ns = env.NewNamespace()
+		ms = env.NewMasters(ns, "masters", 3, 4*time.Second)
+		Eventually(func(g Gomega) {
+			set := &v1alpha1.RedisMasterSet{}
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.Name}, set)).To(Succeed())
+			g.Expect(set.Status.Serving).To(Equal(int32(3)))
+		}).Should(Succeed())
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("ungates scheduling-gated pods one at a time, first come first served, with the token on the pod before it runs", func() {
+		violations := watchExclusion(ns)
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "jobs"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 2 * time.Second}},
+		})).To(Succeed())
+		pods := []*corev1.Pod{gatedPod(ns, "job-1", "jobs", false), gatedPod(ns, "job-2", "jobs", false), gatedPod(ns, "job-3", "jobs", false)}
+		for _, p := range pods {
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+		}
+
+		var tokens []int64
+		expectHolder := func(i int) {
+			By("ungating " + pods[i].Name + " with its token already on it")
+			Eventually(func(g Gomega) {
+				cur := getPod(pods[i])
+				g.Expect(gated(cur)).To(BeFalse(), "still gated")
+				lock := fetchLock(ns, "jobs")
+				g.Expect(lock.Status.Holder).NotTo(BeNil())
+				g.Expect(lock.Status.Holder.Pod).NotTo(BeNil())
+				g.Expect(lock.Status.Holder.Pod.UID).To(Equal(cur.UID))
+				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, strconv.FormatInt(lock.Status.FencingToken, 10)))
+				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.LockKeyAnnotation, lock.Status.Key))
+			}).Should(Succeed())
+			token, err := strconv.ParseInt(getPod(pods[i]).Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+			tokens = append(tokens, token)
+			for j := i + 1; j < len(pods); j++ {
+				Expect(gated(getPod(pods[j]))).To(BeTrue(), "%s ungated out of turn", pods[j].Name)
+			}
+		}
+
+		expectHolder(0)
+		Expect(fetchLock(ns, "jobs").Status.Queue).NotTo(BeNil())
+		Expect(fetchLock(ns, "jobs").Status.Queue.Count).To(Equal(int32(2)))
+		kubeletRuns(pods[0])
+		By("handing over when the holder succeeded")
+		kubeletStops(pods[0], corev1.PodSucceeded)
+		expectHolder(1)
+
+		By("keeping the lock with a terminating holder whose container still runs")
+		kubeletRuns(pods[1])
+		Expect(k8s.Delete(suiteCtx, getPod(pods[1]))).To(Succeed())
+		Consistently(func() bool { return gated(getPod(pods[2])) }, 2*time.Second).Should(BeTrue())
+		By("handing over once its container stopped")
+		kubeletStops(pods[1], "")
+		expectHolder(2)
+		Expect(tokens).To(HaveLen(3))
+		Expect(tokens[1]).To(BeNumerically(">", tokens[0]))
+		Expect(tokens[2]).To(BeNumerically(">", tokens[1]))
+		Expect(violations()).To(BeEmpty())
+		Expect(k8s.Delete(suiteCtx, getPod(pods[1]), client.GracePeriodSeconds(0))).To(Succeed())
+	})
+
+	It("keeps the readiness gate True on the holder only, False once its deletion starts, and leaves the kubelet's conditions alone", func() {
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "active"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 2 * time.Second}},
+		})).To(Succeed())
+		a, b := gatedPod(ns, "active-a", "active", true), gatedPod(ns, "active-b", "active", true)
+		for _, p := range []*corev1.Pod{a, b} {
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+			kubeletRuns(p)
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(gateCondition(getPod(a))).To(Equal(corev1.ConditionTrue))
+			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse))
+		}).Should(Succeed())
+		Expect(getPod(a).Status.Conditions).To(ContainElement(HaveField("Type", corev1.ContainersReady)), "the kubelet's condition survives")
+
+		By("turning the holder's condition False as soon as its deletion starts")
+		Expect(k8s.Delete(suiteCtx, getPod(a))).To(Succeed())
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionFalse))
+		Consistently(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }, time.Second).Should(Equal(corev1.ConditionFalse),
+			"the next pod waits while the old holder's container runs")
+		kubeletStops(a, "")
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }).Should(Equal(corev1.ConditionTrue))
+		Expect(k8s.Delete(suiteCtx, getPod(a), client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), &corev1.Pod{}))
+		}).Should(BeTrue())
+	})
+})
