@@ -82,11 +82,15 @@ func TestSessionRenewsUntilReleased(t *testing.T) {
 	if !errors.Is(s.Err(), renewal.ErrReleased) {
 		t.Errorf("Err = %v, want ErrReleased", s.Err())
 	}
-	for i, srv := range servers {
-		if v := valueOn(t, srv, "renewed"); v != "" {
-			t.Errorf("master %d still holds the released key", i)
+	// Release returns on a quorum; slower masters are cleaned just after.
+	waitFor(t, "no master holds the released key", 5*time.Second, func() bool {
+		for _, srv := range servers {
+			if valueOn(t, srv, "renewed") != "" {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	if got := testutil.ToFloat64(m.LocksHeld); got != 0 {
 		t.Errorf("locks held after release = %v, want 0", got)
 	}
@@ -98,12 +102,23 @@ func TestSessionRenewsUntilReleased(t *testing.T) {
 
 func TestSessionOrphanKeepsTheKeys(t *testing.T) {
 	s, servers, _, notified := session(t, "orphaned", 3*time.Second)
+	// The acquisition returned on a quorum: a slow master may not hold the
+	// key, and never will once its SET timed out. Those that do must keep it.
+	var holding []int
+	for i, srv := range servers {
+		if valueOn(t, srv, "orphaned") != "" {
+			holding = append(holding, i)
+		}
+	}
+	if len(holding) < 2 {
+		t.Fatalf("only masters %v hold the key after the acquisition", holding)
+	}
 	s.Orphan()
 	if !errors.Is(s.Err(), renewal.ErrOrphaned) {
 		t.Fatalf("Err = %v, want ErrOrphaned", s.Err())
 	}
-	for i, srv := range servers {
-		if v := valueOn(t, srv, "orphaned"); v == "" {
+	for _, i := range holding {
+		if v := valueOn(t, servers[i], "orphaned"); v == "" {
 			t.Errorf("master %d lost the key of an orphaned grant", i)
 		}
 	}

@@ -312,9 +312,10 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 				key := keys[(w+r)%len(keys)]
 				lock, err := c.Acquire(context.Background(), key, 200*time.Millisecond)
 				if err != nil {
-					// Contention, or a master too slow on this loaded
-					// machine: neither may break mutual exclusion.
-					if !errors.Is(err, redlock.ErrLockHeld) && !errors.Is(err, redlock.ErrQuorumUnavailable) {
+					// Contention, a master too slow on this loaded
+					// machine, or a quorum reached too late: none may
+					// break mutual exclusion.
+					if !errors.Is(err, redlock.ErrLockHeld) && !errors.Is(err, redlock.ErrQuorumUnavailable) && !errors.Is(err, redlock.ErrExpired) {
 						t.Errorf("worker %d: %v", w, err)
 					}
 					continue
@@ -332,7 +333,10 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 					end = vu
 				}
 				rec.add(key, holder, start, end)
-				if err := lock.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+				// A release that reaches no quorum on a loaded machine leaves
+				// copies that expire with the TTL: it cannot break exclusion
+				// either, and the history check below still covers it.
+				if err := lock.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrQuorumUnavailable) {
 					t.Errorf("release: %v", err)
 				}
 			}
