@@ -29,6 +29,8 @@ type Client struct {
 	closed bool
 	bg     sync.WaitGroup // node requests and clean-ups still running
 
+	workers *workers // goroutines that run the rounds' requests
+
 	releases releases // this client's releases still running, per key
 
 	closeOnce sync.Once
@@ -77,7 +79,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("redlock: new: %w: no masters", ErrInvalidArgument)
 	}
 	seen := make(map[string]bool, len(addrs))
-	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1}
+	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1, workers: newWorkers()}
 	for _, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("redlock: new: %w: master address %q: %w", ErrInvalidArgument, addr, err)
@@ -144,6 +146,7 @@ func (c *Client) Close() error {
 		c.closed = true
 		c.mu.Unlock()
 		c.bg.Wait()
+		c.workers.stop()
 		var errs []error
 		for _, n := range c.nodes {
 			if err := n.rdb.Close(); err != nil {
