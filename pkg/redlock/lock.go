@@ -249,7 +249,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, acquired: r.done, votes: v.votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
-	case res == errNoQuorum:
+	case errors.Is(res, errNoQuorum):
 		e = c.opError(OpAcquire, key, c.failureKind(v.tally, ErrLockHeld), nil, v.votes)
 	default:
 		e = c.opError(OpAcquire, key, res, v.ctxErr, v.votes)
@@ -286,10 +286,10 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquir
 	}
 	defer r.finish()
 	res := v.result(c.quorum, validUntil)
-	switch res {
-	case nil:
+	switch {
+	case res == nil:
 		return nil
-	case errNoQuorum:
+	case errors.Is(res, errNoQuorum):
 		res = ErrQuorumUnavailable
 	}
 	e := c.opError(OpAcquire, key, res, v.ctxErr, v.votes)
@@ -358,18 +358,18 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		l.extensions++
 		l.votes = v.votes
 		return ev, nil
-	case res == ErrExpired:
+	case errors.Is(res, ErrExpired):
 		// Extended, but too late to count: the lock is lost, and the copies
 		// the extension just refreshed for a whole TTL would keep the key
 		// from everyone. Remove them, each after its request ended.
 		kind = ErrExpired
 		l.validUntil = time.Time{}
 		r.abandon(l.key, l.value, timeout, v.votes, true)
-	case res == errNoQuorum && v.tally.Held+v.tally.Absent >= c.quorum:
+	case errors.Is(res, errNoQuorum) && v.tally.Held+v.tally.Absent >= c.quorum:
 		// A quorum says the value is gone: the lock is lost.
 		kind = ErrNotHeld
 		l.validUntil = time.Time{}
-	case res == errNoQuorum:
+	case errors.Is(res, errNoQuorum):
 		// Failures kept the quorum from answering; the old validity stands.
 		kind = ErrQuorumUnavailable
 	default:
