@@ -191,6 +191,7 @@ func (r *round) collect(ctx context.Context, decided func(Tally) bool) ([]Vote, 
 // cancel. It returns one channel per master, closed when its release ended.
 func (r *round) releaseAll(key, value string, timeout time.Duration) []chan struct{} {
 	released := make([]chan struct{}, len(r.votes))
+	args := releaseArgs(key, value)
 	r.c.bg.Add(len(r.votes))
 	for i, n := range r.c.nodes {
 		released[i] = make(chan struct{})
@@ -200,7 +201,7 @@ func (r *round) releaseAll(key, value string, timeout time.Duration) []chan stru
 			<-r.done[i]
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			_, _ = n.release(ctx, key, value) // best effort: the TTL bounds what is left
+			_, _ = n.release(ctx, args) // best effort: the TTL bounds what is left
 		}()
 	}
 	return released
