@@ -118,6 +118,19 @@ func newNode(addr string, cfg *config, peers *[]*node) *node {
 		opt.DialTimeout = cfg.nodeTimeout
 	}
 	opt.OnConnect = n.onConnect
+	// Connections that answered recently skip go-redis's health check
+	// (see recentConn).
+	dial := opt.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(opt)
+	}
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrapConn(cn), nil
+	}
 	n.rdb = redis.NewClient(opt)
 	return n
 }
