@@ -48,6 +48,8 @@ type node struct {
 	runID            string
 	quarantinedUntil time.Time
 	duplicateOf      string // another node with the same run_id
+
+	batch batcher // the lock requests to this master
 }
 
 // MasterStatus is a snapshot of what the client knows about one master.

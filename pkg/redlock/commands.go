@@ -38,13 +38,13 @@ func (s *script) args(keys []string, argv ...any) []any {
 // runs the script once.
 func (n *node) eval(ctx context.Context, s *script, args []any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, args...)
-	_ = n.rdb.Process(ctx, cmd)
+	n.process(ctx, cmd)
 	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
 	}
 	eargs := append([]any{"eval", s.src}, args[2:]...)
 	cmd = redis.NewCmd(ctx, eargs...)
-	_ = n.rdb.Process(ctx, cmd)
+	n.process(ctx, cmd)
 	return cmd
 }
 
@@ -117,7 +117,7 @@ func FenceKey(key string) string { return key + ":fence" }
 // set sends SET key value PX ttl NX, with args from setArgs.
 func (n *node) set(ctx context.Context, args []any) (Outcome, error) {
 	cmd := redis.NewStatusCmd(ctx, args...)
-	_ = n.rdb.Process(ctx, cmd)
+	n.process(ctx, cmd)
 	switch err := cmd.Err(); {
 	case err == nil:
 		return OutcomeGranted, nil
