@@ -30,6 +30,7 @@ type batcher struct {
 	mu       sync.Mutex
 	inflight int     // requests and batches in flight
 	queue    []*call // waiting for a slot, in arrival order
+	led      int     // queues led, for tests
 }
 
 // call is a queued request.
@@ -94,6 +95,7 @@ func (n *node) lead(c *call) {
 	b := &n.batch
 	b.mu.Lock()
 	batch := append([]*call{c}, b.queue...)
+	b.led++
 	clear(b.queue)
 	b.queue = b.queue[:0]
 	b.mu.Unlock()
