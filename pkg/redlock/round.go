@@ -12,9 +12,11 @@ import (
 type sendFunc func(ctx context.Context, i int, n *node) (Outcome, error)
 
 // round is one request sent to every master concurrently. Each master's
-// request runs on its own goroutine with its own timeout, on a context the
-// caller's cancellation does not reach, so that every request ends by
-// answering or timing out and clean-up can be ordered after it.
+// request runs on its own goroutine (a kept one: see workers) under the
+// round's deadline, on a context the caller's cancellation does not reach,
+// so that every request ends by answering or timing out and clean-up can be
+// ordered after it. A request may share a pipeline with other operations'
+// requests to the same master (see batcher); it still ends by its deadline.
 type round struct {
 	c     *Client
 	votes []Vote          // votes[i] is written before done[i] is closed
