@@ -104,10 +104,13 @@ func (n *node) lead(c *call) {
 	b.queue = b.queue[:0]
 	b.mu.Unlock()
 
-	// Requests whose context has ended are not sent; the batch runs on the
-	// context with the earliest deadline.
-	var ctx context.Context
-	var deadline time.Time // zero: none yet
+	// Requests whose context has ended are not sent. A pipeline runs on the
+	// earliest deadline of its requests, so a request that waited long
+	// would cut the time of the fresh ones: requests with less than half the
+	// time left of the freshest go out on their own connections instead,
+	// each with its own deadline, as without batching.
+	now := time.Now()
+	var most time.Duration // the longest time left
 	live := batch[:0]
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
@@ -117,29 +120,60 @@ func (n *node) lead(c *call) {
 			}
 			continue
 		}
-		if d, ok := q.ctx.Deadline(); ctx == nil || ok && (deadline.IsZero() || d.Before(deadline)) {
-			ctx = q.ctx
-			if ok {
-				deadline = d
-			}
-		}
+		most = max(most, timeLeft(q.ctx, now))
 		live = append(live, q)
 	}
-	switch len(live) {
+	var ownDone chan struct{} // closed when c, sent on its own, answered
+	var ctx context.Context   // the pipeline's: its earliest deadline
+	var left time.Duration
+	fresh := live[:0]
+	for _, q := range live {
+		l := timeLeft(q.ctx, now)
+		if l < most/2 {
+			if q == c {
+				ownDone = make(chan struct{})
+			}
+			go func() {
+				_ = n.rdb.Process(q.ctx, q.cmd)
+				if q == c {
+					close(ownDone)
+				} else {
+					q.wake <- false
+				}
+			}()
+			continue
+		}
+		if ctx == nil || l < left {
+			ctx, left = q.ctx, l
+		}
+		fresh = append(fresh, q)
+	}
+	switch len(fresh) {
 	case 0:
 	case 1:
-		_ = n.rdb.Process(live[0].ctx, live[0].cmd)
+		_ = n.rdb.Process(fresh[0].ctx, fresh[0].cmd)
 	default:
 		pipe := n.rdb.Pipeline()
-		for _, q := range live {
+		for _, q := range fresh {
 			_ = pipe.Process(ctx, q.cmd)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	for _, q := range live {
+	for _, q := range fresh {
 		if q != c {
 			q.wake <- false
 		}
 	}
+	if ownDone != nil {
+		<-ownDone
+	}
 	n.freeSlot()
+}
+
+// timeLeft is how long ctx has until its deadline (a day when it has none).
+func timeLeft(ctx context.Context, now time.Time) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return d.Sub(now)
+	}
+	return 24 * time.Hour
 }
