@@ -74,7 +74,11 @@ func (n *node) process(ctx context.Context, cmd redis.Cmder) {
 		lead = <-c.wake // taken by a batch, or made its leader
 	}
 	if lead {
-		n.lead(c)
+		// The batch runs on its own goroutine, which owns the slot; c
+		// returns as soon as its own request ended, like every other
+		// request of the batch, not when the whole batch has.
+		go n.lead(c)
+		<-c.wake
 	}
 }
 
@@ -94,7 +98,8 @@ func (n *node) freeSlot() {
 }
 
 // lead sends c and every request queued by now as one batch, in the slot
-// c was given.
+// c was given, and tells each request (c included) through its wake
+// channel as soon as that request has ended.
 func (n *node) lead(c *call) {
 	b := &n.batch
 	b.mu.Lock()
@@ -115,32 +120,23 @@ func (n *node) lead(c *call) {
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
 			q.cmd.SetErr(err)
-			if q != c {
-				q.wake <- false
-			}
+			q.wake <- false
 			continue
 		}
 		most = max(most, timeLeft(q.ctx, now))
 		live = append(live, q)
 	}
-	var ownDone chan struct{} // closed when c, sent on its own, answered
-	var ctx context.Context   // the pipeline's: its earliest deadline
+	var alone sync.WaitGroup // requests sent on their own connections
+	var ctx context.Context  // the pipeline's: its earliest deadline
 	var left time.Duration
 	fresh := live[:0]
 	for _, q := range live {
 		l := timeLeft(q.ctx, now)
 		if l < most/2 {
-			if q == c {
-				ownDone = make(chan struct{})
-			}
-			go func() {
+			alone.Go(func() {
 				_ = n.rdb.Process(q.ctx, q.cmd)
-				if q == c {
-					close(ownDone)
-				} else {
-					q.wake <- false
-				}
-			}()
+				q.wake <- false
+			})
 			continue
 		}
 		if ctx == nil || l < left {
@@ -160,13 +156,9 @@ func (n *node) lead(c *call) {
 		_, _ = pipe.Exec(ctx)
 	}
 	for _, q := range fresh {
-		if q != c {
-			q.wake <- false
-		}
+		q.wake <- false
 	}
-	if ownDone != nil {
-		<-ownDone
-	}
+	alone.Wait() // they count against the slot until they ended
 	n.freeSlot()
 }
 
