@@ -29,6 +29,8 @@ type Client struct {
 	closed bool
 	bg     sync.WaitGroup // node requests and clean-ups still running
 
+	workers *workers // goroutines that run the rounds' requests
+
 	releases releases // this client's releases still running, per key
 
 	closeOnce sync.Once
@@ -46,6 +48,8 @@ type node struct {
 	runID            string
 	quarantinedUntil time.Time
 	duplicateOf      string // another node with the same run_id
+
+	batch batcher // the lock requests to this master
 }
 
 // MasterStatus is a snapshot of what the client knows about one master.
@@ -77,7 +81,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("redlock: new: %w: no masters", ErrInvalidArgument)
 	}
 	seen := make(map[string]bool, len(addrs))
-	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1}
+	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1, workers: newWorkers()}
 	for _, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("redlock: new: %w: master address %q: %w", ErrInvalidArgument, addr, err)
@@ -116,6 +120,19 @@ func newNode(addr string, cfg *config, peers *[]*node) *node {
 		opt.DialTimeout = cfg.nodeTimeout
 	}
 	opt.OnConnect = n.onConnect
+	// Connections that answered recently skip go-redis's health check
+	// (see recentConn).
+	dial := opt.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(opt)
+	}
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrapConn(cn), nil
+	}
 	n.rdb = redis.NewClient(opt)
 	return n
 }
@@ -144,6 +161,7 @@ func (c *Client) Close() error {
 		c.closed = true
 		c.mu.Unlock()
 		c.bg.Wait()
+		c.workers.stop()
 		var errs []error
 		for _, n := range c.nodes {
 			if err := n.rdb.Close(); err != nil {

@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,14 +11,57 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// script is a Lua script sent as EVALSHA, and as EVAL when the master does
+// not have it cached yet (NOSCRIPT).
+type script struct{ src, sha string }
+
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// args returns EVALSHA's arguments for keys and argv. An operation builds
+// them once and shares them among its masters' requests: go-redis only
+// reads a command's arguments.
+func (s *script) args(keys []string, argv ...any) []any {
+	a := make([]any, 0, 3+len(keys)+len(argv))
+	a = append(a, "evalsha", s.sha, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return append(a, argv...)
+}
+
+// eval runs a script with arguments from script.args: EVALSHA, then EVAL
+// when the master answers NOSCRIPT (its script cache is empty after a
+// restart or SCRIPT FLUSH). The NOSCRIPT answer ran nothing, so the EVAL
+// runs the script once.
+func (n *node) eval(ctx context.Context, s *script, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	n.process(ctx, cmd)
+	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return cmd
+	}
+	eargs := append([]any{"eval", s.src}, args[2:]...)
+	cmd = redis.NewCmd(ctx, eargs...)
+	n.process(ctx, cmd)
+	return cmd
+}
+
+// setArgs returns the arguments of SET key value PX ttl NX, to be shared
+// like script.args.
+func setArgs(key, value string, ttlMillis int64) []any {
+	return []any{"set", key, value, "px", ttlMillis, "nx"}
+}
+
 // The scripts compare the stored value with the lock's before touching the
 // key and tell "another value" (0) from "no key" (-1).
 var (
-	releaseScript = redis.NewScript(`local v = redis.call("GET", KEYS[1])
+	releaseScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then return redis.call("DEL", KEYS[1]) end
 if v == false then return -1 end
 return 0`)
-	extendScript = redis.NewScript(`local v = redis.call("GET", KEYS[1])
+	extendScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end
 if v == false then return -1 end
 return 0`)
@@ -29,7 +74,7 @@ return 0`)
 	// The counter is checked before the SET so that a malformed counter
 	// grants nothing. Redis 7 replicates script effects, so TIME may precede
 	// a write.
-	fencedSetScript = redis.NewScript(`local c = redis.call("GET", KEYS[2])
+	fencedSetScript = newScript(`local c = redis.call("GET", KEYS[2])
 if c then
   c = tonumber(c)
   if c == nil or c < 0 or c >= 9007199254740991 or c ~= math.floor(c) then
@@ -46,7 +91,7 @@ redis.call("SET", KEYS[2], s)
 return s`)
 
 	// raiseFenceScript sets the counter KEYS[1] to max(counter, ARGV[1]).
-	raiseFenceScript = redis.NewScript(`local t = tonumber(ARGV[1])
+	raiseFenceScript = newScript(`local t = tonumber(ARGV[1])
 local c = redis.call("GET", KEYS[1])
 if c then
   c = tonumber(c)
@@ -69,10 +114,11 @@ return 1`)
 // use another lock's fence key as a lock key.
 func FenceKey(key string) string { return key + ":fence" }
 
-// set sends SET key value NX PX ttl.
-func (n *node) set(ctx context.Context, key, value string, ttlMillis int64) (Outcome, error) {
-	err := n.rdb.Do(ctx, "SET", key, value, "PX", ttlMillis, "NX").Err()
-	switch {
+// set sends SET key value PX ttl NX, with args from setArgs.
+func (n *node) set(ctx context.Context, args []any) (Outcome, error) {
+	cmd := redis.NewStatusCmd(ctx, args...)
+	n.process(ctx, cmd)
+	switch err := cmd.Err(); {
 	case err == nil:
 		return OutcomeGranted, nil
 	case errors.Is(err, redis.Nil):
@@ -82,10 +128,15 @@ func (n *node) set(ctx context.Context, key, value string, ttlMillis int64) (Out
 	}
 }
 
-// setFenced runs fencedSetScript: SET key value NX PX ttl and, when it was
-// granted, the master's fencing token for key.
-func (n *node) setFenced(ctx context.Context, key, value string, ttlMillis int64) (Outcome, int64, error) {
-	s, err := fencedSetScript.Run(ctx, n.rdb, []string{key, FenceKey(key)}, value, ttlMillis).Text()
+// setFencedArgs returns the arguments of fencedSetScript for setFenced.
+func setFencedArgs(key, value string, ttlMillis int64) []any {
+	return fencedSetScript.args([]string{key, FenceKey(key)}, value, ttlMillis)
+}
+
+// setFenced runs fencedSetScript (args from setFencedArgs): SET key value NX
+// PX ttl and, when it was granted, the master's fencing token for key.
+func (n *node) setFenced(ctx context.Context, args []any) (Outcome, int64, error) {
+	s, err := n.eval(ctx, fencedSetScript, args).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return OutcomeHeld, 0, nil
@@ -101,19 +152,36 @@ func (n *node) setFenced(ctx context.Context, key, value string, ttlMillis int64
 	return OutcomeGranted, tok, nil
 }
 
-// raiseFence sets key's fencing counter to at least token.
-func (n *node) raiseFence(ctx context.Context, key string, token int64) (Outcome, error) {
-	return scriptOutcome(raiseFenceScript.Run(ctx, n.rdb, []string{FenceKey(key)}, strconv.FormatInt(token, 10)).Int64())
+// raiseFenceArgs returns the arguments of raiseFenceScript for raiseFence.
+func raiseFenceArgs(key string, token int64) []any {
+	return raiseFenceScript.args([]string{FenceKey(key)}, strconv.FormatInt(token, 10))
 }
 
-// release deletes key if it holds value.
-func (n *node) release(ctx context.Context, key, value string) (Outcome, error) {
-	return scriptOutcome(releaseScript.Run(ctx, n.rdb, []string{key}, value).Int64())
+// raiseFence sets key's fencing counter to at least the token in args (from
+// raiseFenceArgs).
+func (n *node) raiseFence(ctx context.Context, args []any) (Outcome, error) {
+	return scriptOutcome(n.eval(ctx, raiseFenceScript, args).Int64())
 }
 
-// extend sets key's TTL if it holds value; it never creates the key.
-func (n *node) extend(ctx context.Context, key, value string, ttlMillis int64) (Outcome, error) {
-	return scriptOutcome(extendScript.Run(ctx, n.rdb, []string{key}, value, ttlMillis).Int64())
+// releaseArgs returns the arguments of releaseScript for release.
+func releaseArgs(key, value string) []any {
+	return releaseScript.args([]string{key}, value)
+}
+
+// release deletes key if it holds value (args from releaseArgs).
+func (n *node) release(ctx context.Context, args []any) (Outcome, error) {
+	return scriptOutcome(n.eval(ctx, releaseScript, args).Int64())
+}
+
+// extendArgs returns the arguments of extendScript for extend.
+func extendArgs(key, value string, ttlMillis int64) []any {
+	return extendScript.args([]string{key}, value, ttlMillis)
+}
+
+// extend sets key's TTL if it holds value (args from extendArgs); it never
+// creates the key.
+func (n *node) extend(ctx context.Context, args []any) (Outcome, error) {
+	return scriptOutcome(n.eval(ctx, extendScript, args).Int64())
 }
 
 func scriptOutcome(r int64, err error) (Outcome, error) {

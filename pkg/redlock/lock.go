@@ -203,17 +203,21 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 	timeout := c.nodeTimeout(ttl)
 	prior := c.releases.latest(key)
 	var tokens []int64 // tokens[i] is written before master i's vote is delivered
+	var args []any     // shared by the masters' requests
 	if ac.fencing {
 		tokens = make([]int64, len(c.nodes))
+		args = setFencedArgs(key, value, ttlMillis)
+	} else {
+		args = setArgs(key, value, ttlMillis)
 	}
 	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := prior.wait(ctx, i); err != nil {
 			return OutcomeError, err
 		}
 		if tokens == nil {
-			return n.set(ctx, key, value, ttlMillis)
+			return n.set(ctx, args)
 		}
-		out, tok, err := n.setFenced(ctx, key, value, ttlMillis)
+		out, tok, err := n.setFenced(ctx, args)
 		tokens[i] = tok
 		return out, err
 	})
@@ -269,6 +273,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 // counter further, which is harmless.
 func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquired []chan struct{}, timeout time.Duration, validUntil time.Time) *Error {
 	const detail = "fencing token write-back"
+	args := raiseFenceArgs(key, token)
 	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		// Ordered after the SET, so that the counter ends at the larger of
 		// the two on every master, stragglers included.
@@ -277,7 +282,7 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquir
 		case <-ctx.Done():
 			return OutcomeError, ctx.Err()
 		}
-		return n.raiseFence(ctx, key, token)
+		return n.raiseFence(ctx, args)
 	})
 	if err != nil {
 		// The client was closed between the rounds.
@@ -339,11 +344,12 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	}
 	ttlMillis := l.ttl.Milliseconds()
 	timeout := c.nodeTimeout(l.ttl)
+	args := extendArgs(l.key, l.value, ttlMillis)
 	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := l.afterAcquired(ctx, i); err != nil {
 			return OutcomeError, err
 		}
-		return n.extend(ctx, l.key, l.value, ttlMillis)
+		return n.extend(ctx, args)
 	})
 	if err != nil {
 		return nil, err
@@ -403,11 +409,12 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	// The release is registered (r.inflight) once the round has started; the
 	// hook that unregisters it when every request has ended waits for that.
 	registered := make(chan struct{})
+	args := releaseArgs(l.key, l.value)
 	r, err := c.startReleaseRound(ctx, c.nodeTimeout(l.ttl), func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := l.afterAcquired(ctx, i); err != nil {
 			return OutcomeError, err
 		}
-		return n.release(ctx, l.key, l.value)
+		return n.release(ctx, args)
 	}, func(r *round) {
 		<-registered
 		c.releases.end(l.key, r.inflight)

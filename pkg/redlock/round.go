@@ -12,9 +12,11 @@ import (
 type sendFunc func(ctx context.Context, i int, n *node) (Outcome, error)
 
 // round is one request sent to every master concurrently. Each master's
-// request runs on its own goroutine with its own timeout, on a context the
-// caller's cancellation does not reach, so that every request ends by
-// answering or timing out and clean-up can be ordered after it.
+// request runs on its own goroutine (a kept one: see workers) under the
+// round's deadline, on a context the caller's cancellation does not reach,
+// so that every request ends by answering or timing out and clean-up can be
+// ordered after it. A request may share a pipeline with other operations'
+// requests to the same master (see batcher); it still ends by its deadline.
 type round struct {
 	c     *Client
 	votes []Vote          // votes[i] is written before done[i] is closed
@@ -22,9 +24,13 @@ type round struct {
 	order chan int        // indices in the order the answers arrived
 	start time.Time
 
+	ctx      context.Context    // the requests' context: one deadline for all
 	cancel   context.CancelFunc // ends the requests' shared deadline
-	running  atomic.Int32       // requests not yet ended
-	inflight *inflight          // set by Release: its entry in Client.releases
+	send     sendFunc
+	voting   bool
+	allEnded func(*round)
+	running  atomic.Int32 // requests not yet ended
+	inflight *inflight    // set by Release: its entry in Client.releases
 }
 
 // startVotingRound sends to every master for an operation that counts votes
@@ -50,52 +56,61 @@ func (c *Client) startRound(ctx context.Context, timeout time.Duration, voting b
 	if c.closed {
 		return nil, ErrClosed
 	}
+	n := len(c.nodes)
 	r := &round{
-		c:     c,
-		votes: make([]Vote, len(c.nodes)),
-		done:  make([]chan struct{}, len(c.nodes)),
-		order: make(chan int, len(c.nodes)),
-		start: time.Now(),
+		c:        c,
+		votes:    make([]Vote, n),
+		done:     make([]chan struct{}, n),
+		order:    make(chan int, n),
+		start:    time.Now(),
+		send:     send,
+		voting:   voting,
+		allEnded: allEnded,
 	}
 	// One extra count, held until finish, lets clean-ups join the group
 	// while Close may already be waiting.
-	c.bg.Add(len(c.nodes) + 1)
+	c.bg.Add(n + 1)
 	// One deadline for all requests of the round (they start together), on
 	// a context the caller's cancellation does not reach; the last request
 	// to end releases its timer.
-	nctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.start.Add(timeout))
-	r.cancel = cancel
-	r.running.Store(int32(len(c.nodes))) //nolint:gosec // a handful of masters
-	for i, n := range c.nodes {
+	r.ctx, r.cancel = context.WithDeadline(context.WithoutCancel(ctx), r.start.Add(timeout))
+	r.running.Store(int32(n)) //nolint:gosec // a handful of masters
+	for i := range n {
 		r.done[i] = make(chan struct{})
-		go func() {
-			defer c.bg.Done()
-			t0 := time.Now()
-			out, err := send(nctx, i, n)
-			last := r.running.Add(-1) == 0
-			if last {
-				r.cancel()
-			}
-			v := Vote{Addr: n.addr, Outcome: out, Err: err, Latency: time.Since(t0)}
-			if voting {
-				// Checked after the answer: the answer may have come on a
-				// new connection that just found the master restarted.
-				if q, until := n.quarantined(); q {
-					v.Outcome, v.Err = OutcomeQuarantined, &QuarantinedError{Addr: n.addr, Until: until}
-				}
-				if other := n.duplicate(); other != "" {
-					v.Outcome, v.Err = OutcomeError, fmt.Errorf("master %s is the same server as %s: its vote does not count", n.addr, other)
-				}
-			}
-			r.votes[i] = v
-			close(r.done[i])
-			r.order <- i
-			if last && allEnded != nil {
-				allEnded(r)
-			}
-		}()
+	}
+	for i := range n {
+		c.workers.run(task{r, i})
 	}
 	return r, nil
+}
+
+// run sends the round's request to master i and delivers its vote.
+func (r *round) run(i int) {
+	c, n := r.c, r.c.nodes[i]
+	defer c.bg.Done()
+	t0 := time.Now()
+	out, err := r.send(r.ctx, i, n)
+	last := r.running.Add(-1) == 0
+	if last {
+		r.cancel()
+	}
+	v := Vote{Addr: n.addr, Outcome: out, Err: err, Latency: time.Since(t0)}
+	if r.voting {
+		// Checked after the answer: the answer may have come on a new
+		// connection that just found the master restarted.
+		if q, until := n.quarantined(); q {
+			v.Outcome, v.Err = OutcomeQuarantined, &QuarantinedError{Addr: n.addr, Until: until}
+		}
+		if other := n.duplicate(); other != "" {
+			v.Outcome, v.Err = OutcomeError, fmt.Errorf("master %s is the same server as %s: its vote does not count", n.addr, other)
+		}
+	}
+	r.votes[i] = v
+	close(r.done[i])
+	r.order <- i
+	if last && r.allEnded != nil {
+		r.allEnded(r)
+	}
 }
 
 // errNoQuorum is the outcome of a voting round that did not reach a quorum;
@@ -178,6 +193,7 @@ func (r *round) collect(ctx context.Context, decided func(Tally) bool) ([]Vote, 
 // cancel. It returns one channel per master, closed when its release ended.
 func (r *round) releaseAll(key, value string, timeout time.Duration) []chan struct{} {
 	released := make([]chan struct{}, len(r.votes))
+	args := releaseArgs(key, value)
 	r.c.bg.Add(len(r.votes))
 	for i, n := range r.c.nodes {
 		released[i] = make(chan struct{})
@@ -187,7 +203,7 @@ func (r *round) releaseAll(key, value string, timeout time.Duration) []chan stru
 			<-r.done[i]
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			_, _ = n.release(ctx, key, value) // best effort: the TTL bounds what is left
+			_, _ = n.release(ctx, args) // best effort: the TTL bounds what is left
 		}()
 	}
 	return released

@@ -1,0 +1,171 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+)
+
+// TestBatcherUnderLoad sends many more concurrent requests than maxInflight
+// to one master: every one gets its own answer, and the master's slots are
+// all free afterwards.
+func TestBatcherUnderLoad(t *testing.T) {
+	servers := redistest.StartN(t, 1, redistest.Options{})
+	c, err := New(redistest.Addrs(servers), WithTries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	n := c.nodes[0]
+	const workers, each = 64, 20
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				key, val := fmt.Sprintf("k-%d-%d", w, i), fmt.Sprint(w*each+i)
+				out, err := n.set(ctx, setArgs(key, val, 10000))
+				if out != OutcomeGranted || err != nil {
+					t.Errorf("set %s: %v %v", key, out, err)
+				}
+				cmd := redis.NewStringCmd(ctx, "get", key)
+				n.process(ctx, cmd)
+				if got, err := cmd.Result(); got != val || err != nil {
+					t.Errorf("get %s = %q %v, want %q", key, got, err, val)
+				}
+				out, err = n.release(ctx, releaseArgs(key, val))
+				if out != OutcomeGranted || err != nil {
+					t.Errorf("release %s: %v %v", key, out, err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	n.batch.mu.Lock()
+	defer n.batch.mu.Unlock()
+	if n.batch.inflight != 0 || len(n.batch.queue) != 0 {
+		t.Fatalf("after the load: %d in flight, %d queued", n.batch.inflight, len(n.batch.queue))
+	}
+	if n.batch.led == 0 {
+		t.Fatal("no request was queued: the load did not exercise batching")
+	}
+}
+
+// TestBatcherStoppedMaster queues requests behind a master that does not
+// answer: each ends by its own deadline, sent or not, and the slots are
+// free once the master answers again.
+func TestBatcherStoppedMaster(t *testing.T) {
+	servers := redistest.StartN(t, 1, redistest.Options{})
+	c, err := New(redistest.Addrs(servers), WithTries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	n := c.nodes[0]
+	ctx := context.Background()
+	if out, err := n.set(ctx, setArgs("warm", "v", 10000)); out != OutcomeGranted {
+		t.Fatal(out, err)
+	}
+	if err := servers[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[0].Cont() })
+	const timeout = 150 * time.Millisecond
+	var wg sync.WaitGroup
+	for i := range 4 * maxInflight {
+		time.Sleep(5 * time.Millisecond)
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			out, err := n.set(rctx, setArgs(fmt.Sprint("stopped-", i), "v", 10000))
+			if out != OutcomeError || err == nil {
+				t.Errorf("request %d to a stopped master: %v %v", i, out, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := servers[0].Cont(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if out, err := n.set(rctx, setArgs("after", "v", 10000)); out != OutcomeGranted {
+		t.Fatal(out, err)
+	}
+	n.batch.mu.Lock()
+	defer n.batch.mu.Unlock()
+	if n.batch.inflight != 0 || len(n.batch.queue) != 0 {
+		t.Fatalf("%d in flight, %d queued", n.batch.inflight, len(n.batch.queue))
+	}
+}
+
+// TestBatchLeaderEndsWithItsOwnRequest: a queued request that becomes the
+// leader of a batch with little time left goes out on its own, and returns
+// when its own request ended, not when the batch's pipeline (here: to a
+// stopped master, with a long deadline) has.
+func TestBatchLeaderEndsWithItsOwnRequest(t *testing.T) {
+	servers := redistest.StartN(t, 1, redistest.Options{})
+	c, err := New(redistest.Addrs(servers), WithTries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	n := c.nodes[0]
+	ctx := context.Background()
+	if out, err := n.set(ctx, setArgs("warm", "v", 10000)); out != OutcomeGranted {
+		t.Fatal(out, err)
+	}
+	if err := servers[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[0].Cont() })
+	send := func(name string, timeout time.Duration, done chan<- string) {
+		go func() {
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			_, _ = n.set(rctx, setArgs(name, "v", 10000))
+			done <- name
+		}()
+	}
+	waitFor := func(what string, cond func(b *batcher) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			n.batch.mu.Lock()
+			ok := cond(&n.batch)
+			n.batch.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s", what)
+			}
+		}
+	}
+	done := make(chan string, 4)
+	// Two requests hold the slots for 300ms; a request with 400ms queues
+	// behind them, then one with 3s. When the slots free, the first has
+	// about 100ms left: it leads, goes out alone, and must end by then,
+	// long before the 3s request in the pipeline.
+	send("slot-1", 300*time.Millisecond, done)
+	send("slot-2", 300*time.Millisecond, done)
+	waitFor("both slots are taken", func(b *batcher) bool { return b.inflight == maxInflight })
+	send("leader", 400*time.Millisecond, done)
+	waitFor("the leader queued", func(b *batcher) bool { return len(b.queue) == 1 })
+	send("follower", 3*time.Second, done)
+	waitFor("the follower queued", func(b *batcher) bool { return len(b.queue) == 2 })
+	var order []string
+	for range 4 {
+		order = append(order, <-done)
+	}
+	if i, j := slices.Index(order, "leader"), slices.Index(order, "follower"); i > j {
+		t.Fatalf("the leader ended after the batch's pipeline: %v", order)
+	}
+}
