@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
@@ -54,11 +55,22 @@ func main() {
 		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [20ms, 200ms]).")
 	flag.StringVar(&cfg.gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
 		"Image that managed Redis pods copy the gate from: the operator's own image.")
+	flag.BoolVar(&cfg.enableWebhook, "enable-webhook", true, "Serve the mutating webhook that adds the lock gate to pods labelled redlock.dev/lock (its certificate is managed in-process).")
+	flag.IntVar(&cfg.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	flag.StringVar(&cfg.webhook.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Where the webhook's serving certificate is written and read.")
+	flag.StringVar(&cfg.webhook.ServiceName, "webhook-service-name", "redlock-operator-webhook-service", "Service in front of the webhook (the certificate names it).")
+	flag.StringVar(&cfg.webhook.SecretName, "webhook-secret-name", "redlock-operator-webhook-server-cert", "Secret (in the operator's namespace) that keeps the webhook's CA and certificate.")
+	flag.Func("webhook-extra-dns-name", "A further DNS name in the webhook's certificate (repeatable), e.g. localhost for a webhook reached on the host network.", func(v string) error {
+		cfg.webhook.ExtraDNSNames = append(cfg.webhook.ExtraDNSNames, v)
+		return nil
+	})
+	flag.StringVar(&cfg.webhook.ConfigurationName, "webhook-configuration-name", "redlock-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose CA bundle the operator keeps current.")
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second (renewals write status: about 1.5 writes/s per 10 held locks at ttl 10s).")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	cfg.webhook.Namespace = namespace
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
@@ -88,6 +100,9 @@ type config struct {
 	workers                int
 	nodeTimeout            time.Duration
 	gateImage              string
+	enableWebhook          bool
+	webhookPort            int
+	webhook                operator.WebhookOptions
 }
 
 func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
@@ -107,6 +122,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		RenewDeadline:                 &cfg.renewDeadline,
 		RetryPeriod:                   &cfg.retryPeriod,
 		Cache:                         operator.CacheOptions(),
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhook.CertDir}),
 	})
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
@@ -128,6 +144,11 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		return err
 	}
 	defer cleanup()
+	if cfg.enableWebhook {
+		if err := operator.SetupWebhook(mgr, cfg.webhook); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}

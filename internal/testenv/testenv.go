@@ -31,6 +31,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
@@ -131,6 +132,12 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
+// Webhook is where a test manager serves the mutating webhook.
+type Webhook struct {
+	Port    int
+	Options operator.WebhookOptions
+}
+
 // Manager is one running operator manager.
 type Manager struct {
 	Metrics *metrics.Metrics
@@ -139,8 +146,18 @@ type Manager struct {
 }
 
 // StartManager runs the operator as the binary does, with leader election.
-func (e *Env) StartManager() *Manager {
+func (e *Env) StartManager() *Manager { return e.StartManagerWith(nil) }
+
+// StartManagerWith is StartManager with the mutating webhook when wh is not
+// nil: served on wh.Port of localhost from a certificate the rotator keeps
+// in wh.Options.CertDir.
+func (e *Env) StartManagerWith(wh *Webhook) *Manager {
+	var server webhook.Server
+	if wh != nil {
+		server = webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: wh.Port, CertDir: wh.Options.CertDir})
+	}
 	mgr, err := ctrl.NewManager(e.Cfg, ctrl.Options{
+		WebhookServer:                 server,
 		Scheme:                        e.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
@@ -166,6 +183,9 @@ func (e *Env) StartManager() *Manager {
 		GateImage:     "redlock-operator:test",
 	})
 	Expect(err).NotTo(HaveOccurred())
+	if wh != nil {
+		Expect(operator.SetupWebhook(mgr, wh.Options)).To(Succeed())
+	}
 	go func() {
 		defer GinkgoRecover()
 		err := mgr.Start(ctx)

@@ -1,0 +1,114 @@
+package podgate_test
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+	"github.com/redlock-operator/redlock-operator/internal/operator"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+)
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+var _ = Describe("The gate webhook", Ordered, func() {
+	const configName = "redlock-test-gate-webhook"
+	var (
+		mgr  *testenv.Manager
+		ns   string
+		conf *admissionv1.MutatingWebhookConfiguration
+	)
+	BeforeAll(func() {
+		ns = env.NewNamespace()
+		port := freePort()
+		By("installing the webhook configuration with no CA bundle, and the empty certificate Secret")
+		fail, none := admissionv1.Fail, admissionv1.SideEffectClassNone
+		url := fmt.Sprintf("https://localhost:%d%s", port, podgate.WebhookPath)
+		conf = &admissionv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: configName},
+			Webhooks: []admissionv1.MutatingWebhook{{
+				Name:                    "gate.pods.redlock.dev",
+				ClientConfig:            admissionv1.WebhookClientConfig{URL: &url},
+				FailurePolicy:           &fail,
+				SideEffects:             &none,
+				AdmissionReviewVersions: []string{"v1"},
+				ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: v1alpha1.LockLabel, Operator: metav1.LabelSelectorOpExists}}},
+				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+				Rules: []admissionv1.RuleWithOperations{{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				}},
+			}},
+		}
+		Expect(k8s.Create(suiteCtx, conf)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(suiteCtx, conf) })
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-cert"}}
+		Expect(k8s.Create(suiteCtx, secret)).To(Succeed())
+
+		mgr = env.StartManagerWith(&testenv.Webhook{Port: port, Options: operator.WebhookOptions{
+			Namespace: ns, ServiceName: "webhook", ExtraDNSNames: []string{"localhost"}, SecretName: "webhook-cert",
+			ConfigurationName: configName, CertDir: GinkgoT().TempDir(),
+		}})
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	caBundle := func() []byte {
+		cur := &admissionv1.MutatingWebhookConfiguration{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Name: configName}, cur)).To(Succeed())
+		return cur.Webhooks[0].ClientConfig.CABundle
+	}
+	create := func(p *corev1.Pod) *corev1.Pod {
+		Eventually(func() error { return k8s.Create(suiteCtx, p) }).Should(Succeed(), "the webhook serves once its certificate is in place")
+		return getPod(p)
+	}
+	plain := func(name string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "work", Image: "busybox"}}},
+		}
+	}
+
+	It("gates labelled pods with the gate they ask for and leaves other pods alone", func() {
+		Eventually(caBundle).ShouldNot(BeEmpty(), "the rotator injects its CA")
+		p := create(plain("labelled", map[string]string{v1alpha1.LockLabel: "some-lock"}))
+		Expect(gated(p)).To(BeTrue())
+		Expect(p.Spec.ReadinessGates).To(BeEmpty())
+
+		r := create(plain("readiness", map[string]string{v1alpha1.LockLabel: "some-lock", v1alpha1.GateModeLabel: v1alpha1.GateModeReadiness}))
+		Expect(gated(r)).To(BeFalse())
+		Expect(r.Spec.ReadinessGates).To(ContainElement(corev1.PodReadinessGate{ConditionType: v1alpha1.ReadinessGate}))
+
+		u := create(plain("unlabelled", nil))
+		Expect(gated(u)).To(BeFalse())
+		Expect(u.Spec.ReadinessGates).To(BeEmpty())
+	})
+
+	It("keeps serving after its certificate is rotated", func() {
+		before := caBundle()
+		By("emptying the Secret, as an expired or lost certificate would")
+		secret := &corev1.Secret{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "webhook-cert"}, secret)).To(Succeed())
+		secret.Data = nil
+		Expect(k8s.Update(suiteCtx, secret)).To(Succeed())
+		Eventually(caBundle, 30*time.Second).ShouldNot(Equal(before), "a new CA is injected")
+		Eventually(func(g Gomega) {
+			p := plain(fmt.Sprintf("after-rotation-%d", time.Now().UnixNano()), map[string]string{v1alpha1.LockLabel: "some-lock"})
+			g.Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+			g.Expect(gated(getPod(p))).To(BeTrue())
+		}, 30*time.Second).Should(Succeed())
+	})
+})

@@ -1,0 +1,63 @@
+package podgate
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gater{Decoder: admission.NewDecoder(scheme)}
+	labelled := func(labels map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+		for _, m := range mutate {
+			m(p)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		pod     *corev1.Pod
+		wantOps []string // paths patched
+	}{
+		{"a labelled pod without a gate gets the scheduling gate", labelled(map[string]string{v1alpha1.LockLabel: "l"}), []string{"/spec/schedulingGates"}},
+		{"redlock.dev/gate: readiness asks for the readiness gate", labelled(map[string]string{v1alpha1.LockLabel: "l", v1alpha1.GateModeLabel: "readiness"}), []string{"/spec/readinessGates"}},
+		{"a pod that carries a gate already is left alone", labelled(map[string]string{v1alpha1.LockLabel: "l"}, func(p *corev1.Pod) {
+			p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+		}), nil},
+		{"an unlabelled pod is left alone", labelled(nil), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, err := json.Marshal(tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+				Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+			}})
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			var paths []string
+			for _, op := range resp.Patches {
+				paths = append(paths, op.Path)
+			}
+			if len(paths) != len(tc.wantOps) || (len(paths) > 0 && paths[0] != tc.wantOps[0]) {
+				t.Errorf("patched %v, want %v", paths, tc.wantOps)
+			}
+		})
+	}
+}

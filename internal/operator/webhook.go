@@ -1,0 +1,66 @@
+package operator
+
+import (
+	"fmt"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+)
+
+// WebhookOptions configures the mutating webhook that gates labelled pods
+// and the in-process management of its serving certificate.
+type WebhookOptions struct {
+	// Namespace of the operator: the Service and the certificate Secret.
+	Namespace string
+	// ServiceName is the webhook's Service; the certificate is issued for
+	// <service>.<namespace>.svc.
+	ServiceName string
+	// ExtraDNSNames are further names in the certificate (e.g. localhost
+	// for a webhook reached on the host network).
+	ExtraDNSNames []string
+	// SecretName holds the CA and the serving certificate.
+	SecretName string
+	// ConfigurationName is the MutatingWebhookConfiguration whose CA
+	// bundle is kept current.
+	ConfigurationName string
+	// CertDir is where the webhook server reads the certificate (the
+	// manager's WebhookServer must use the same directory).
+	CertDir string
+}
+
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update
+
+// SetupWebhook runs cert-controller's rotator, which issues a CA and a
+// serving certificate into a Secret, writes them to CertDir, keeps the
+// webhook configuration's CA bundle current and rotates both before they
+// expire; once the certificate is in place it registers the webhook on the
+// manager's webhook server (which starts then).
+func SetupWebhook(mgr manager.Manager, o WebhookOptions) error {
+	ready := make(chan struct{})
+	err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName},
+		CertDir:        o.CertDir,
+		CAName:         "redlock-operator-ca",
+		CAOrganization: "redlock-operator",
+		DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
+		ExtraDNSNames:  o.ExtraDNSNames,
+		IsReady:        ready,
+		Webhooks:       []rotator.WebhookInfo{{Name: o.ConfigurationName, Type: rotator.Mutating}},
+		// Every replica serves the webhook, leader or not.
+		RequireLeaderElection: false,
+	})
+	if err != nil {
+		return fmt.Errorf("webhook certificate rotator: %w", err)
+	}
+	go func() {
+		<-ready
+		mgr.GetWebhookServer().Register(podgate.WebhookPath, &webhook.Admission{Handler: &podgate.Gater{Decoder: admission.NewDecoder(mgr.GetScheme())}})
+	}()
+	return nil
+}
