@@ -60,7 +60,7 @@ var _ = Describe("The gate webhook", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, secret)).To(Succeed())
 
 		mgr = env.StartManagerWith(&testenv.Webhook{Port: port, Options: operator.WebhookOptions{
-			Namespace: ns, ServiceName: "webhook", ExtraDNSNames: []string{"localhost"}, SecretName: "webhook-cert",
+			Namespace: ns, ServiceName: "webhook", ExtraDNSNames: []string{"localhost"}, SecretName: "webhook-cert", //nolint:gosec // a Secret name
 			ConfigurationName: configName, CertDir: GinkgoT().TempDir(),
 		}})
 	})

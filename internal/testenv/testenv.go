@@ -132,6 +132,29 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
+// mountSecret plays the kubelet's part for a Secret volume: it keeps the
+// Secret's files in dir current until ctx ends.
+func (e *Env) mountSecret(ctx context.Context, name types.NamespacedName, dir string) {
+	for {
+		var s corev1.Secret
+		if err := e.Client.Get(ctx, name, &s); err == nil {
+			for k, v := range s.Data {
+				if cur, _ := os.ReadFile(filepath.Join(dir, k)); string(cur) != string(v) { //nolint:gosec // the test's own directory
+					tmp := filepath.Join(dir, "."+k)
+					if os.WriteFile(tmp, v, 0o600) == nil {
+						_ = os.Rename(tmp, filepath.Join(dir, k))
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond): // the kubelet syncs volumes periodically too
+		}
+	}
+}
+
 // Webhook is where a test manager serves the mutating webhook.
 type Webhook struct {
 	Port    int
@@ -185,6 +208,7 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {
 		Expect(operator.SetupWebhook(mgr, wh.Options)).To(Succeed())
+		go e.mountSecret(ctx, types.NamespacedName{Namespace: wh.Options.Namespace, Name: wh.Options.SecretName}, wh.Options.CertDir)
 	}
 	go func() {
 		defer GinkgoRecover()
