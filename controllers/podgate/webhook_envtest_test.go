@@ -59,10 +59,11 @@ var _ = Describe("The gate webhook", Ordered, func() {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-cert"}}
 		Expect(k8s.Create(suiteCtx, secret)).To(Succeed())
 
-		mgr = env.StartManagerWith(&testenv.Webhook{Port: port, Options: operator.WebhookOptions{
-			Namespace: ns, ServiceName: "webhook", ExtraDNSNames: []string{"localhost"}, SecretName: "webhook-cert", //nolint:gosec // a Secret name
+		opts := operator.WebhookOptions{ //nolint:gosec // names, not credentials
+			Namespace: ns, ServiceName: "webhook", ExtraDNSNames: []string{"localhost"}, SecretName: "webhook-cert",
 			ConfigurationName: configName, CertDir: GinkgoT().TempDir(),
-		}})
+		}
+		mgr = env.StartManagerWith(&testenv.Webhook{Port: port, Options: opts})
 	})
 	AfterAll(func() { mgr.Stop() })
 
