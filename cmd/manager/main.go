@@ -145,7 +145,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	}
 	defer cleanup()
 	if cfg.enableWebhook {
-		if err := operator.SetupWebhook(mgr, cfg.webhook); err != nil {
+		if err := operator.SetupWebhook(ctx, mgr, cfg.webhook); err != nil {
 			return err
 		}
 	}

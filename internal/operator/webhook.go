@@ -1,7 +1,13 @@
 package operator
 
 import (
+	"context"
 	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,7 +47,10 @@ type WebhookOptions struct {
 // webhook configuration's CA bundle current and rotates both before they
 // expire; once the certificate is in place it registers the webhook on the
 // manager's webhook server (which starts then).
-func SetupWebhook(mgr manager.Manager, o WebhookOptions) error {
+func SetupWebhook(ctx context.Context, mgr manager.Manager, o WebhookOptions) error {
+	if err := ensureSecret(ctx, mgr, types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName}); err != nil {
+		return err
+	}
 	ready := make(chan struct{})
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName},
@@ -62,5 +71,21 @@ func SetupWebhook(mgr manager.Manager, o WebhookOptions) error {
 		<-ready
 		mgr.GetWebhookServer().Register(podgate.WebhookPath, &webhook.Admission{Handler: &podgate.Gater{Decoder: admission.NewDecoder(mgr.GetScheme())}})
 	}()
+	return nil
+}
+
+// ensureSecret creates the (empty) certificate Secret when it is missing:
+// the rotator fills it but does not create it, and a manager installed
+// without it would otherwise stop at once.
+func ensureSecret(ctx context.Context, mgr manager.Manager, key types.NamespacedName) error {
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return err
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{"app.kubernetes.io/name": "redlock-operator"}}}
+	if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("webhook certificate secret %s: %w", key, err)
+	}
 	return nil
 }

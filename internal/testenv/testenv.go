@@ -207,7 +207,7 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {
-		Expect(operator.SetupWebhook(mgr, wh.Options)).To(Succeed())
+		Expect(operator.SetupWebhook(ctx, mgr, wh.Options)).To(Succeed())
 		go e.mountSecret(ctx, types.NamespacedName{Namespace: wh.Options.Namespace, Name: wh.Options.SecretName}, wh.Options.CertDir)
 	}
 	go func() {

@@ -94,7 +94,8 @@ func (c *cluster) start() {
 		"--leader-election-namespace", testenv.OperatorNamespace,
 		"--lock-key-secret", testenv.LockKeySecret.String(),
 		"--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1500ms", "--leader-elect-retry-period", "200ms",
-		"--probe-interval", "500ms")
+		"--probe-interval", "500ms",
+		"--enable-webhook=false") // no webhook configuration on these API servers
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	Expect(cmd.Start()).To(Succeed())
@@ -246,7 +247,12 @@ var _ = Describe("The operator under chaos", func() {
 		fmt.Fprintf(GinkgoWriter, "history seed %d, duration %v\n", seed, *durationFlag)
 		AddReportEntry("seed", seed)
 		rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-		logs := GinkgoT().TempDir()
+		// The managers' logs: kept in $HISTORY_LOG_DIR when set.
+		logs := os.Getenv("HISTORY_LOG_DIR")
+		if logs == "" {
+			logs = GinkgoT().TempDir()
+		}
+		fmt.Fprintf(GinkgoWriter, "manager logs in %s\n", logs)
 
 		By("starting two API servers sharing five masters, each with a manager process")
 		a := &cluster{name: "a", env: testenv.Start(), logs: logs}
