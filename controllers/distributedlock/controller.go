@@ -325,7 +325,7 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	choice := podlock.Choose(lock.Spec.HolderIdentity, current, pods)
+	choice := podlock.Choose(lock.Spec.HolderIdentity, effectiveKey(lock), current, pods)
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
 	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)

@@ -74,7 +74,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if name == "" {
 		return ctrl.Result{}, nil
 	}
-	if problem := podlock.Problem(pod); problem != "" {
+	// A pod that was granted a lock has no gate left: its request stood.
+	if problem := podlock.Problem(pod); problem != "" && pod.Annotations[v1alpha1.FencingTokenAnnotation] == "" {
 		return ctrl.Result{}, r.report(ctx, pod, EventBadLockSpec, problem)
 	}
 	lock := &v1alpha1.DistributedLock{}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
 )
 
@@ -238,5 +239,68 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), &corev1.Pod{}))
 		}).Should(BeTrue())
+	})
+
+	It("turns the readiness gate False when the lock is lost, and grants the same pod again with a new token", func() {
+		fragile := env.NewMasters(ns, "fragile", 3, 2*time.Second)
+		Eventually(func(g Gomega) {
+			set := &v1alpha1.RedisMasterSet{}
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: fragile.Name}, set)).To(Succeed())
+			g.Expect(set.Status.Serving).To(Equal(int32(3)))
+		}).Should(Succeed())
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fragile"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: fragile.Name, TTL: metav1.Duration{Duration: 1500 * time.Millisecond}},
+		})).To(Succeed())
+		active, standby := gatedPod(ns, "fragile-a", "fragile", true), gatedPod(ns, "fragile-b", "fragile", true)
+		for _, p := range []*corev1.Pod{active, standby} {
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+			kubeletRuns(p)
+		}
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(active)) }).Should(Equal(corev1.ConditionTrue))
+		first := getPod(active).Annotations[v1alpha1.FencingTokenAnnotation]
+
+		By("losing the lock: two of three masters stopped past the validity")
+		for _, srv := range fragile.Servers[:2] {
+			Expect(srv.Stop()).To(Succeed())
+		}
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(active)) }).Should(Equal(corev1.ConditionFalse))
+		Expect(gateCondition(getPod(standby))).To(Equal(corev1.ConditionFalse), "the standby never got it")
+		Eventually(func() []string { return env.EventReasons(ns, "fragile") }).Should(ContainElement("Lost"))
+
+		By("granting the same pod again, with a larger token, once a quorum serves")
+		for _, srv := range fragile.Servers[:2] {
+			Expect(srv.Cont()).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			cur := getPod(active)
+			g.Expect(gateCondition(cur)).To(Equal(corev1.ConditionTrue))
+			g.Expect(cur.Annotations[v1alpha1.FencingTokenAnnotation]).NotTo(Equal(first))
+		}, 30*time.Second).Should(Succeed())
+		again, _ := strconv.ParseInt(getPod(active).Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
+		before, _ := strconv.ParseInt(first, 10, 64)
+		Expect(again).To(BeNumerically(">", before))
+		Expect(gateCondition(getPod(standby))).To(Equal(corev1.ConditionFalse))
+	})
+
+	It("tells a pod why it cannot take part, and grants it once its lock appears", func() {
+		By("a labelled pod without a gate")
+		bare := gatedPod(ns, "no-gate", "whatever", false)
+		bare.Spec.SchedulingGates = nil
+		Expect(k8s.Create(suiteCtx, bare)).To(Succeed())
+		Eventually(func() map[string]string { return getPod(bare).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("neither")))
+		Eventually(func() []string { return env.EventReasons(ns, "no-gate") }).Should(ContainElement(podgate.EventBadLockSpec))
+
+		By("a gated pod whose lock does not exist yet")
+		early := gatedPod(ns, "early", "later", false)
+		Expect(k8s.Create(suiteCtx, early)).To(Succeed())
+		Eventually(func() map[string]string { return getPod(early).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("not found")))
+		Expect(gated(getPod(early))).To(BeTrue())
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "later"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 2 * time.Second}},
+		})).To(Succeed())
+		Eventually(func() bool { return gated(getPod(early)) }).Should(BeFalse())
+		Expect(getPod(early).Annotations).NotTo(HaveKey(podgate.ProblemAnnotation))
 	})
 })

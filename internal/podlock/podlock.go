@@ -123,28 +123,41 @@ type Choice struct {
 	Waiting []*corev1.Pod
 }
 
-// Choose decides who holds the lock: the current holder pod as long as its
-// containers may run (even while it is being deleted, even on an
-// unreachable node, even when a static holder is requested: a lock never
-// moves while its holder may still act on it); else the static holder when
-// the spec names one; else the first candidate, first come, first served.
+// Choose decides who holds the lock key. In order:
+//   - the current holder pod, as long as its containers may run (even
+//     while it is being deleted, even on an unreachable node, even when a
+//     static holder is asked for: a lock never moves while its holder may
+//     still act on it);
+//   - a pod that held the lock before (it carries the lock's key and a
+//     fencing token) and may still run: after a lost grant it stays first in
+//     line and is granted again with a new token; while it is being
+//     deleted, nobody is granted until its containers stopped;
+//   - the static holder when the spec names one;
+//   - the first candidate, first come, first served.
+//
 // pods are the pods labelled for the lock.
-func Choose(static string, holder *v1alpha1.LockHolder, pods []*corev1.Pod) Choice {
-	var candidates []*corev1.Pod
+func Choose(static, key string, holder *v1alpha1.LockHolder, pods []*corev1.Pod) Choice {
+	var candidates, prior []*corev1.Pod
 	var current *corev1.Pod
 	for _, p := range pods {
-		if holder != nil && holder.Pod != nil && p.UID == holder.Pod.UID && p.Name == holder.Pod.Name && !Stopped(p) {
+		switch {
+		case holder != nil && holder.Pod != nil && p.UID == holder.Pod.UID && p.Name == holder.Pod.Name && !Stopped(p):
 			current = p
-			continue
-		}
-		if Candidate(p) {
+		case HeldBefore(p, key) && !Stopped(p):
+			prior = append(prior, p)
+		case Candidate(p):
 			candidates = append(candidates, p)
 		}
 	}
 	Order(candidates)
+	Order(prior)
 	switch {
 	case current != nil:
 		return Choice{Pod: current, Waiting: candidates}
+	case len(prior) > 0 && prior[0].DeletionTimestamp.IsZero():
+		return Choice{Pod: prior[0], Waiting: candidates}
+	case len(prior) > 0:
+		return Choice{Waiting: candidates} // a former holder still runs: nobody else yet
 	case static != "":
 		return Choice{Static: static, Waiting: candidates}
 	case len(candidates) > 0:
@@ -152,6 +165,12 @@ func Choose(static string, holder *v1alpha1.LockHolder, pods []*corev1.Pod) Choi
 	default:
 		return Choice{}
 	}
+}
+
+// HeldBefore reports whether pod was granted the lock key before: it
+// carries the key and a fencing token.
+func HeldBefore(pod *corev1.Pod, key string) bool {
+	return key != "" && pod.Annotations[v1alpha1.LockKeyAnnotation] == key && pod.Annotations[v1alpha1.FencingTokenAnnotation] != ""
 }
 
 // Queue is status's view of the waiting pods.

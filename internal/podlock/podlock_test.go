@@ -43,6 +43,10 @@ func containersExited(p *corev1.Pod) {
 
 func succeeded(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
 
+func heldKey(p *corev1.Pod) {
+	p.Annotations = map[string]string{v1alpha1.LockKeyAnnotation: "key", v1alpha1.FencingTokenAnnotation: "7"}
+}
+
 func holderOf(p *corev1.Pod) *v1alpha1.LockHolder {
 	return &v1alpha1.LockHolder{Identity: p.Name, Pod: &v1alpha1.PodReference{Name: p.Name, UID: p.UID}}
 }
@@ -70,6 +74,9 @@ func TestChoose(t *testing.T) {
 		{"a terminating holder whose containers exited hands over", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, deleting, containersExited), b}, "", "b", nil},
 		{"a re-created pod of the holder's name is another pod", "", &v1alpha1.LockHolder{Identity: "a", Pod: &v1alpha1.PodReference{Name: "a", UID: "old"}}, []*corev1.Pod{pod("a", 5*time.Second), b}, "", "b", []string{"a"}},
 		{"a running holder keeps the lock even when a static holder is asked for", "team", holderOf(aRunning), []*corev1.Pod{aRunning, b}, "", "a", []string{"b"}},
+		{"a former holder that still runs after its grant was lost is first in line again", "", nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey)}, "", "a", []string{"b"}},
+		{"a former holder that still runs while being deleted keeps everyone waiting", "team", nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey, deleting)}, "", "", []string{"b"}},
+		{"a former holder that stopped does not count", "", nil, []*corev1.Pod{b, pod("a", 0, running, heldKey, succeeded)}, "", "b", nil},
 		{"pods being deleted, finished or without a usable gate never get it", "", nil, []*corev1.Pod{
 			pod("deleting", 0, deleting), pod("done", 0, succeeded), pod("ungated", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }),
 			pod("both", 0, func(p *corev1.Pod) {
@@ -78,7 +85,7 @@ func TestChoose(t *testing.T) {
 		}, "", "c", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose(tc.static, tc.holder, tc.pods)
+			got := Choose(tc.static, "key", tc.holder, tc.pods)
 			gotPod := ""
 			if got.Pod != nil {
 				gotPod = got.Pod.Name
