@@ -389,9 +389,14 @@ var _ = Describe("The operator under chaos", func() {
 					create(l, "final")
 					return err
 				}
+				if !cur.DeletionTimestamp.IsZero() {
+					// A deletion from the chaos is still waiting for its
+					// grant to expire: re-create the lock once it is gone.
+					return fmt.Errorf("%s is still being deleted", l.name)
+				}
 				cur.Spec.HolderIdentity = "final"
 				return l.cluster.env.Client.Update(l.cluster.env.Ctx, cur)
-			}).Should(Succeed())
+			}, 30*time.Second).Should(Succeed(), "a deletion waits at most a TTL + 5s for its grant")
 		}
 
 		By("serving every key again once a quorum serves")
