@@ -824,7 +824,8 @@ func TestSameServerTwiceDoesNotVote(t *testing.T) {
 // down — no quorum says the value is gone, so the lock keeps its validity.
 func TestExtendKeepsValidityWhenOnlyUnavailable(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	// A node timeout no loaded machine misses: every SET lands.
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(2*time.Second))
 	ctx := context.Background()
 	lock, err := c.Acquire(ctx, "partial", time.Minute)
 	if err != nil {
@@ -833,6 +834,13 @@ func TestExtendKeepsValidityWhenOnlyUnavailable(t *testing.T) {
 	before := lock.ValidUntil()
 	admin := servers[0].Client()
 	defer admin.Close()
+	// The acquisition returned on a quorum; a straggling SET to master 0
+	// could land after the DEL below and put the value back. Wait for it.
+	for deadline := time.Now().Add(5 * time.Second); admin.Get(ctx, "partial").Val() != lock.Value(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("master 0 never got the acquisition's SET")
+		}
+	}
 	if err := admin.Del(ctx, "partial").Err(); err != nil {
 		t.Fatal(err)
 	}
