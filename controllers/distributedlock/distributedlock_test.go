@@ -27,13 +27,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		mgr = env.StartManager()
 		ns = env.NewNamespace()
 		// maxLockTTL 4s: room for a 4s lock that survives a manager restart.
-		ms = env.NewMasters(ns, "masters", 5, 4*time.Second)
-		// Fresh masters sit out their quarantine first (maxLockTTL + drift + 1s).
-		Eventually(func(g Gomega) {
-			set := &v1alpha1.RedisMasterSet{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.Name}, set)).To(Succeed())
-			g.Expect(set.Status.Serving).To(Equal(int32(5)))
-		}, 15*time.Second, 100*time.Millisecond).Should(Succeed())
+		ms = env.NewServingMasters(ns, "masters", 5, 4*time.Second)
 	})
 	AfterAll(func() { mgr.Stop() })
 

@@ -37,12 +37,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 	BeforeAll(func() {
 		mgr = env.StartManager()
 		ns = env.NewNamespace()
-		ms = env.NewMasters(ns, "masters", 3, 4*time.Second)
-		Eventually(func(g Gomega) {
-			set := &v1alpha1.RedisMasterSet{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.Name}, set)).To(Succeed())
-			g.Expect(set.Status.Serving).To(Equal(int32(3)), "fresh masters sit out their quarantine first")
-		}).Should(Succeed())
+		ms = env.NewServingMasters(ns, "masters", 3, 4*time.Second)
 	})
 	AfterAll(func() { mgr.Stop() })
 
@@ -291,12 +286,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 	})
 
 	It("gives a lock back when maxLockTTL shrinks below its ttl", func() {
-		own := env.NewMasters(ns, "own", 3, 4*time.Second)
-		Eventually(func(g Gomega) {
-			set := &v1alpha1.RedisMasterSet{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: own.Name}, set)).To(Succeed())
-			g.Expect(set.Status.Serving).To(Equal(int32(3)))
-		}).Should(Succeed())
+		own := env.NewServingMasters(ns, "own", 3, 4*time.Second)
 		lock := newLock(own, "shrunk", "", "h", 3*time.Second)
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
 		first := eventuallyHeldBy(lock, "h")

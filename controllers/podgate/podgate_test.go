@@ -149,12 +149,7 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 	BeforeAll(func() {
 		mgr = env.StartManager()
 		ns = env.NewNamespace()
-		ms = env.NewMasters(ns, "masters", 3, 4*time.Second)
-		Eventually(func(g Gomega) {
-			set := &v1alpha1.RedisMasterSet{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: ms.Name}, set)).To(Succeed())
-			g.Expect(set.Status.Serving).To(Equal(int32(3)))
-		}).Should(Succeed())
+		ms = env.NewServingMasters(ns, "masters", 3, 4*time.Second)
 	})
 	AfterAll(func() { mgr.Stop() })
 
@@ -242,12 +237,7 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 	})
 
 	It("turns the readiness gate False when the lock is lost, and grants the same pod again with a new token", func() {
-		fragile := env.NewMasters(ns, "fragile", 3, 2*time.Second)
-		Eventually(func(g Gomega) {
-			set := &v1alpha1.RedisMasterSet{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: fragile.Name}, set)).To(Succeed())
-			g.Expect(set.Status.Serving).To(Equal(int32(3)))
-		}).Should(Succeed())
+		fragile := env.NewServingMasters(ns, "fragile", 3, 2*time.Second)
 		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fragile"},
 			Spec:       v1alpha1.DistributedLockSpec{MasterSet: fragile.Name, TTL: metav1.Duration{Duration: 1500 * time.Millisecond}},

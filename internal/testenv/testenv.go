@@ -244,6 +244,18 @@ func (e *Env) NewMasters(ns, name string, n int, maxTTL time.Duration) *MasterSe
 	return ms
 }
 
+// NewServingMasters is NewMasters, then waits until the set's status shows
+// every master serving (fresh masters sit out their quarantine first).
+func (e *Env) NewServingMasters(ns, name string, n int, maxTTL time.Duration) *MasterSet {
+	ms := e.NewMasters(ns, name, n, maxTTL)
+	Eventually(func(g Gomega) {
+		set := &v1alpha1.RedisMasterSet{}
+		g.Expect(e.Client.Get(e.Ctx, client.ObjectKey{Namespace: ns, Name: name}, set)).To(Succeed())
+		g.Expect(set.Status.Serving).To(BeEquivalentTo(n), "fresh masters sit out their quarantine first")
+	}).Should(Succeed())
+	return ms
+}
+
 // StartServers starts n redis-server processes, stopped when the spec ends.
 func StartServers(n int, opts redistest.Options) []*redistest.Server {
 	startMu.Lock()
