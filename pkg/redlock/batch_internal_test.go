@@ -59,10 +59,10 @@ func TestBatcherUnderLoad(t *testing.T) {
 	}
 }
 
-// TestBatcherStoppedMaster queues requests behind a master that does not
-// answer: each ends by its own deadline, sent or not, and the slots are
-// free once the master answers again.
-func TestBatcherStoppedMaster(t *testing.T) {
+// stoppedMaster returns the node of a client on one master, with a
+// connection made, and the master, SIGSTOPped (SIGCONT at the test's end).
+func stoppedMaster(t *testing.T) (*node, *redistest.Server) {
+	t.Helper()
 	servers := redistest.StartN(t, 1, redistest.Options{})
 	c, err := New(redistest.Addrs(servers), WithTries(1))
 	if err != nil {
@@ -70,14 +70,22 @@ func TestBatcherStoppedMaster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	n := c.nodes[0]
-	ctx := context.Background()
-	if out, err := n.set(ctx, setArgs("warm", "v", 10000)); out != OutcomeGranted {
+	if out, err := n.set(context.Background(), setArgs("warm", "v", 10000)); out != OutcomeGranted {
 		t.Fatal(out, err)
 	}
 	if err := servers[0].Stop(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = servers[0].Cont() })
+	return n, servers[0]
+}
+
+// TestBatcherStoppedMaster queues requests behind a master that does not
+// answer: each ends by its own deadline, sent or not, and the slots are
+// free once the master answers again.
+func TestBatcherStoppedMaster(t *testing.T) {
+	n, server := stoppedMaster(t)
+	ctx := context.Background()
 	const timeout = 150 * time.Millisecond
 	var wg sync.WaitGroup
 	for i := range 4 * maxInflight {
@@ -92,7 +100,7 @@ func TestBatcherStoppedMaster(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if err := servers[0].Cont(); err != nil {
+	if err := server.Cont(); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -112,21 +120,8 @@ func TestBatcherStoppedMaster(t *testing.T) {
 // when its own request ended, not when the batch's pipeline (here: to a
 // stopped master, with a long deadline) has.
 func TestBatchLeaderEndsWithItsOwnRequest(t *testing.T) {
-	servers := redistest.StartN(t, 1, redistest.Options{})
-	c, err := New(redistest.Addrs(servers), WithTries(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	n := c.nodes[0]
+	n, _ := stoppedMaster(t)
 	ctx := context.Background()
-	if out, err := n.set(ctx, setArgs("warm", "v", 10000)); out != OutcomeGranted {
-		t.Fatal(out, err)
-	}
-	if err := servers[0].Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = servers[0].Cont() })
 	send := func(name string, timeout time.Duration, done chan<- string) {
 		go func() {
 			rctx, cancel := context.WithTimeout(ctx, timeout)
