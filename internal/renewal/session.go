@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -135,7 +136,7 @@ func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 		s.cfg.Notify = func() {}
 	}
 	if s.cfg.Reasons == nil {
-		s.cfg.Reasons = func(error) string { return "Lost" }
+		s.cfg.Reasons = func(error) string { return v1alpha1.ReasonLost }
 	}
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.LocksHeld.Inc()
@@ -279,7 +280,7 @@ func (s *Session) loop(ctx context.Context) error {
 		}
 		now = time.Now()
 		if !now.Before(st.ValidUntil) {
-			return &LostError{Reason: "ValidityExpired", Err: lastErr}
+			return &LostError{Reason: v1alpha1.ReasonValidityExpired, Err: lastErr}
 		}
 		if late := now.Sub(next); late > 0 && s.cfg.Metrics != nil {
 			s.cfg.Metrics.RenewLateness.Observe(late.Seconds())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
@@ -168,7 +169,7 @@ func TestSessionLosesAtItsValidityWhenMastersStopAnswering(t *testing.T) {
 		t.Fatal("the session outlived its validity")
 	}
 	var lost *renewal.LostError
-	if !errors.As(s.Err(), &lost) || lost.Reason != "ValidityExpired" {
+	if !errors.As(s.Err(), &lost) || lost.Reason != v1alpha1.ReasonValidityExpired {
 		t.Fatalf("Err = %v, want a LostError for the validity", s.Err())
 	}
 	if time.Now().Before(valid) {
