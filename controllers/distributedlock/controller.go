@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
@@ -211,10 +212,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 // the same name. Their sessions must not outlive their objects.
 func (r *Reconciler) releaseOthers(ctx context.Context, name types.NamespacedName, uid types.UID) {
 	for _, h := range r.sessions.others(name, uid) {
-		r.sessions.drop(h)
-		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := h.session.Release(octx)
-		cancel()
+		err := r.releaseSession(ctx, h)
 		logf.FromContext(ctx).Info("released the grant of a lock object that is gone", "uid", h.uid, "token", h.token, "error", errString(err))
 	}
 }
@@ -235,10 +233,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 			return fmt.Errorf("read lock: %w", err)
 		}
 		if fresh.UID != lock.UID || grantIDOf(fresh.Status) != h.grantID {
-			r.sessions.drop(h)
-			octx, cancel := context.WithTimeout(ctx, opTimeout)
-			defer cancel()
-			_ = h.session.Release(octx) // its value is unique to it: nothing else is touched
+			_ = r.releaseSession(ctx, h) // its value is unique to it: nothing else is touched
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
 				"gave up grant %d: status shows another grant (fencing token %d)", h.token, fresh.Status.FencingToken)
 			return nil
@@ -258,7 +253,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		reason = lost.Reason
 	}
 	s.clear(reason, "the grant was lost: "+errString(err))
-	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, truncate(errString(err)))
+	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	return nil
 }
 
@@ -543,7 +538,7 @@ func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "released by %s", holder)
 		default:
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
-				"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, truncate(err.Error()))
+				"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, conditions.Message(err.Error()))
 		}
 	})
 }
@@ -561,21 +556,29 @@ type grantRef struct {
 // release does not complete, the instant every copy has expired is
 // remembered for a deletion waiting on it.
 func (r *Reconciler) giveBack(ctx context.Context, h *held, g grantRef, c *redlock.Client) error {
-	octx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
 	var err error
 	var expiry time.Time
 	if h != nil {
 		expiry = h.session.State().ValidUntil
-		r.sessions.drop(h)
-		err = h.session.Release(octx)
+		err = r.releaseSession(ctx, h)
 	} else {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		err = r.releaseGrant(octx, g, c)
+		cancel()
 	}
 	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && !expiry.IsZero() {
 		r.sessions.setExpiry(g.uid, expiry)
 	}
 	return err
+}
+
+// releaseSession forgets h and releases its grant through its session,
+// within one operation's time.
+func (r *Reconciler) releaseSession(ctx context.Context, h *held) error {
+	r.sessions.drop(h)
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	return h.session.Release(octx)
 }
 
 // releaseGrant releases the grant g on client c.
@@ -734,16 +737,14 @@ func (r *Reconciler) committedAnyway(ctx context.Context, lock *v1alpha1.Distrib
 // else is released, its value being unique to it.
 func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *held, cause error) {
 	lock := s.lock
-	r.sessions.drop(h)
 	if s.adopted && grantIDOf(s.orig) == h.grantID && s.orig.Holder != nil {
+		r.sessions.drop(h)
 		h.session.Orphan()
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	defer cancel()
-	_ = h.session.Release(rctx)
+	_ = r.releaseSession(context.WithoutCancel(ctx), h)
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
-		"grant %d to %s was given back: status could not be written: %s", h.token, h.holder, truncate(cause.Error()))
+		"grant %d to %s was given back: status could not be written: %s", h.token, h.holder, conditions.Message(cause.Error()))
 }
 
 // patch sends the status patch with optimistic concurrency; see

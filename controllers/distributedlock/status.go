@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -70,7 +71,7 @@ func shownHolder(st v1alpha1.DistributedLockStatus, now time.Time) string {
 
 func setCondition(st *v1alpha1.DistributedLockStatus, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: truncate(msg), ObservedGeneration: generation,
+		Type: typ, Status: status, Reason: reason, Message: conditions.Message(msg), ObservedGeneration: generation,
 	})
 }
 
@@ -83,7 +84,7 @@ func setQuorum(st *v1alpha1.DistributedLockStatus, quorum int, votes []redlock.V
 	for _, v := range votes {
 		mv := v1alpha1.MasterVote{Address: v.Addr, Vote: voteName(v.Outcome)}
 		if v.Err != nil {
-			mv.Error = truncate(v.Err.Error())
+			mv.Error = conditions.Message(v.Err.Error())
 		}
 		if v.Outcome == redlock.OutcomeGranted {
 			q.Granted++
@@ -116,15 +117,6 @@ func votesOf(err error) []redlock.Vote {
 		return e.Votes
 	}
 	return nil
-}
-
-// truncate keeps messages within what a condition comfortably shows.
-func truncate(s string) string {
-	const limit = 1024
-	if len(s) > limit {
-		return s[:limit-3] + "..."
-	}
-	return s
 }
 
 // writeKind names a status write for the status-writes metric: a new

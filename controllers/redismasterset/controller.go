@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
@@ -121,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if errors.Is(err, masters.ErrAuthSecret) {
 			reason = v1alpha1.ReasonAuthSecretError
 		}
-		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, reason, truncate(err.Error()))
+		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, reason, conditions.Message(err.Error()))
 	} else {
 		results, perr := c.Probe(ctx)
 		if perr != nil {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -103,7 +104,7 @@ func memberState(res redlock.ProbeResult, now time.Time) v1alpha1.MemberStatus {
 	m := v1alpha1.MemberStatus{Address: res.Addr, RunID: res.RunID, Reachable: res.Err == nil}
 	switch {
 	case res.Err != nil:
-		m.State, m.Message = v1alpha1.MemberDown, truncate(res.Err.Error())
+		m.State, m.Message = v1alpha1.MemberDown, conditions.Message(res.Err.Error())
 	case now.Before(res.QuarantinedUntil):
 		m.State = v1alpha1.MemberQuarantined
 		m.QuarantinedUntil = &metav1.Time{Time: res.QuarantinedUntil}
@@ -117,13 +118,4 @@ func setSetCondition(ms *v1alpha1.RedisMasterSet, typ string, status metav1.Cond
 	meta.SetStatusCondition(&ms.Status.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: ms.Generation,
 	})
-}
-
-// truncate keeps messages within what a condition comfortably shows.
-func truncate(s string) string {
-	const limit = 1024
-	if len(s) > limit {
-		return s[:limit-3] + "..."
-	}
-	return s
 }
