@@ -273,10 +273,9 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		By("deleting the Secret: the set cannot be used for new grants, the held one keeps being renewed")
 		Expect(k8s.Delete(suiteCtx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth"}})).To(Succeed())
 		// A change of the set's spec makes the next reconcile read the Secret.
-		set := &v1alpha1.RedisMasterSet{}
-		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "authed"}, set)).To(Succeed())
-		set.Spec.NodeTimeout = &metav1.Duration{Duration: testenv.MasterNodeTimeout + 50*time.Millisecond}
-		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
+		updateSet(ns, "authed", func(set *v1alpha1.RedisMasterSet) {
+			set.Spec.NodeTimeout = &metav1.Duration{Duration: testenv.MasterNodeTimeout + 50*time.Millisecond}
+		})
 		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/" + v1alpha1.ReasonMasterSetNotReady))
 		Consistently(func(g Gomega) {
 			l := fetch(lock)
@@ -292,10 +291,9 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		first := eventuallyHeldBy(lock, "h")
 
 		By("shrinking the set's maxLockTTL below the lock's ttl")
-		set := &v1alpha1.RedisMasterSet{}
-		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: own.Name}, set)).To(Succeed())
-		set.Spec.MaxLockTTL = metav1.Duration{Duration: 2 * time.Second}
-		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
+		updateSet(ns, own.Name, func(set *v1alpha1.RedisMasterSet) {
+			set.Spec.MaxLockTTL = metav1.Duration{Duration: 2 * time.Second}
+		})
 		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/" + v1alpha1.ReasonTTLTooLong))
 		Expect(fetch(lock).Status.Holder).To(BeNil())
 		Eventually(func() int { return testenv.CountEqual(own.ValuesOn(first.Status.Key), expectedValue(first)) }, time.Second).Should(BeZero(),
@@ -372,6 +370,19 @@ func denyStatus(ns, name, cond string, mutate func(*v1alpha1.DistributedLockStat
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// updateSet changes a RedisMasterSet's spec, retried on conflicts with the
+// operator's own status writes.
+func updateSet(ns, name string, mutate func(*v1alpha1.RedisMasterSet)) {
+	Eventually(func() error {
+		set := &v1alpha1.RedisMasterSet{}
+		if err := k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: name}, set); err != nil {
+			return err
+		}
+		mutate(set)
+		return k8s.Update(suiteCtx, set)
+	}).Should(Succeed())
+}
 
 // acquisitions records the values of the acquisition attempts of one key
 // seen by a master's MONITOR.
