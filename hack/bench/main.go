@@ -30,12 +30,12 @@ import (
 )
 
 var (
-	latencyOps  = flag.Int("latency-ops", 3000, "sequential acquire+release pairs per latency round")
+	latencyOps  = flag.Int("latency-ops", 10000, "sequential acquire+release pairs per latency round")
 	workers     = flag.Int("workers", 64, "goroutines in the throughput measurement")
 	duration    = flag.Duration("duration", 2*time.Second, "length of each throughput round")
 	stoppedOps  = flag.Int("stopped-ops", 200, "acquisitions per round with two masters stopped")
 	slowOps     = flag.Int("slow-ops", 6, "acquisitions per round for contenders that wait for stopped masters")
-	rounds      = flag.Int("rounds", 3, "interleaved rounds; the table shows the median")
+	rounds      = flag.Int("rounds", 5, "interleaved rounds; the table shows the median")
 	ttl         = flag.Duration("ttl", 10*time.Second, "lock TTL")
 	mastersFlag = flag.Int("masters", 5, "number of masters")
 )

@@ -164,3 +164,41 @@ func TestBatchLeaderEndsWithItsOwnRequest(t *testing.T) {
 		t.Fatalf("the leader ended after the batch's pipeline: %v", order)
 	}
 }
+
+// TestStragglersOfDecidedRoundsHoldNoSlot: a sequential client whose
+// operations each leave a straggler on a stopped master (the other masters
+// decide) never queues its next request to that master behind them; a
+// queued request would wait for a straggler's deadline and sit in the
+// client's latency tail.
+func TestStragglersOfDecidedRoundsHoldNoSlot(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c, err := New(redistest.Addrs(servers), WithTries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if _, err := c.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[0].Cont() })
+	stopped := c.nodes[0]
+	for i := range 3 * maxInflight {
+		l, err := c.Acquire(ctx, fmt.Sprint("seq-", i), 10*time.Second)
+		if err != nil {
+			t.Fatalf("acquire %d with 2 of 3 masters up: %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+	stopped.batch.mu.Lock()
+	defer stopped.batch.mu.Unlock()
+	if stopped.batch.inflight != 0 || len(stopped.batch.queue) != 0 || stopped.batch.led != 0 {
+		t.Fatalf("stragglers on the stopped master held slots: %d in flight, %d queued, %d queues led",
+			stopped.batch.inflight, len(stopped.batch.queue), stopped.batch.led)
+	}
+}

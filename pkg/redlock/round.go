@@ -29,8 +29,9 @@ type round struct {
 	send     sendFunc
 	voting   bool
 	allEnded func(*round)
-	running  atomic.Int32 // requests not yet ended
-	inflight *inflight    // set by Release: its entry in Client.releases
+	running  atomic.Int32   // requests not yet ended
+	slots    []atomic.Int32 // slots[i]: the batcher slot state of master i's request
+	inflight *inflight      // set by Release: its entry in Client.releases
 }
 
 // startVotingRound sends to every master for an operation that counts votes
@@ -61,6 +62,7 @@ func (c *Client) startRound(ctx context.Context, timeout time.Duration, voting b
 		c:        c,
 		votes:    make([]Vote, n),
 		done:     make([]chan struct{}, n),
+		slots:    make([]atomic.Int32, n),
 		order:    make(chan int, n),
 		start:    time.Now(),
 		send:     send,
@@ -74,6 +76,7 @@ func (c *Client) startRound(ctx context.Context, timeout time.Duration, voting b
 	// a context the caller's cancellation does not reach; the last request
 	// to end releases its timer.
 	r.ctx, r.cancel = context.WithDeadline(context.WithoutCancel(ctx), r.start.Add(timeout))
+	r.ctx = context.WithValue(r.ctx, roundKey{}, r)
 	r.running.Store(int32(n)) //nolint:gosec // a handful of masters
 	for i := range n {
 		r.done[i] = make(chan struct{})
@@ -177,6 +180,7 @@ func (r *round) collect(ctx context.Context, decided func(Tally) bool) ([]Vote, 
 		}
 		break
 	}
+	r.detach()
 	snap := make([]Vote, len(r.votes))
 	for i := range r.votes {
 		if answered[i] {
@@ -186,6 +190,17 @@ func (r *round) collect(ctx context.Context, decided func(Tally) bool) ([]Vote, 
 		}
 	}
 	return snap, ctxErr
+}
+
+// detach gives back the batcher slots the round's requests still hold: the
+// round has decided, and its stragglers must not make the client's next
+// requests to their masters queue. They still end by the round's deadline.
+func (r *round) detach() {
+	for i := range r.slots {
+		if r.slots[i].CompareAndSwap(slotHeld, slotFreed) {
+			r.c.nodes[i].freeSlot()
+		}
+	}
 }
 
 // releaseAll removes value from every master once that master's request in
