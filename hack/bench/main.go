@@ -98,12 +98,18 @@ func run() error {
 
 	results := map[string][]result{}
 	for r := range *rounds {
+		lat, err := measureLatency(contenders)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", r+1, err)
+		}
 		for _, c := range contenders {
-			res, err := measureHealthy(c)
+			ops, err := measureThroughput(c)
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", r+1, c.name, err)
 			}
-			results[c.name] = append(results[c.name], res)
+			results[c.name] = append(results[c.name], result{
+				p50: percentile(lat[c.name], 0.50), p99: percentile(lat[c.name], 0.99), opsPerSec: ops,
+			})
 		}
 	}
 	// Two of the masters stop answering (SIGSTOP). The floor's master is the
@@ -260,29 +266,46 @@ var keySeq atomic.Int64
 
 func newKey(prefix string) string { return fmt.Sprintf("%s-%d", prefix, keySeq.Add(1)) }
 
-func measureHealthy(c contender) (result, error) {
+// measureLatency times sequential acquire+release pairs, one contender
+// after another op by op (the first contender rotating), so that every
+// contender meets the same moments of a noisy machine.
+func measureLatency(contenders []contender) (map[string][]time.Duration, error) {
 	ctx := context.Background()
-	// Warm up connections.
-	for range 50 {
-		rel, err := c.acquire(ctx, newKey("warm"))
-		if err != nil {
-			return result{}, err
+	lat := make(map[string][]time.Duration, len(contenders))
+	for _, c := range contenders {
+		// Warm up connections.
+		for range 50 {
+			rel, err := c.acquire(ctx, newKey("warm"))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+			_ = rel(ctx)
 		}
-		_ = rel(ctx)
+		lat[c.name] = make([]time.Duration, 0, *latencyOps)
 	}
-	lat := make([]time.Duration, 0, *latencyOps)
-	for range *latencyOps {
-		key := newKey("lat")
-		t0 := time.Now()
-		rel, err := c.acquire(ctx, key)
-		if err != nil {
-			return result{}, err
+	for i := range *latencyOps {
+		for j := range contenders {
+			c := contenders[(i+j)%len(contenders)]
+			key := newKey("lat")
+			t0 := time.Now()
+			rel, err := c.acquire(ctx, key)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+			if err := rel(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+			lat[c.name] = append(lat[c.name], time.Since(t0))
 		}
-		if err := rel(ctx); err != nil {
-			return result{}, err
-		}
-		lat = append(lat, time.Since(t0))
 	}
+	return lat, nil
+}
+
+// measureThroughput runs acquire+release pairs from many goroutines, each
+// on its own key, for the configured duration and returns operations per
+// second.
+func measureThroughput(c contender) (float64, error) {
+	ctx := context.Background()
 	var ops atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
@@ -307,13 +330,9 @@ func measureHealthy(c contender) (result, error) {
 	start := time.Now()
 	wg.Wait()
 	if firstErr != nil {
-		return result{}, firstErr
+		return 0, firstErr
 	}
-	return result{
-		p50:       percentile(lat, 0.50),
-		p99:       percentile(lat, 0.99),
-		opsPerSec: float64(ops.Load()) / time.Since(start).Seconds(),
-	}, nil
+	return float64(ops.Load()) / time.Since(start).Seconds(), nil
 }
 
 func measureStopped(c contender) (time.Duration, error) {
@@ -362,7 +381,7 @@ func printTable(contenders []contender, results map[string][]result) {
 		}
 		rows = append(rows, row{c.name, median(p50), median(p99), median(st), median(ops)})
 	}
-	fmt.Printf("\n%d masters, ttl %v, median of %d interleaved rounds; latency = acquire+release, one client, %d ops; throughput = %d goroutines on distinct keys for %v; stopped = acquire p50 with 2 of %d masters SIGSTOPped\n\n",
+	fmt.Printf("\n%d masters, ttl %v, median of %d rounds; latency = acquire+release, one client, %d ops per implementation interleaved op by op; throughput = %d goroutines on distinct keys for %v; stopped = acquire p50 with 2 of %d masters SIGSTOPped\n\n",
 		*mastersFlag, *ttl, *rounds, *latencyOps, *workers, *duration, *mastersFlag)
 	fmt.Println("| implementation | latency p50 | latency p99 | throughput (ops/s) | stopped: acquire p50 |")
 	fmt.Println("|---|---:|---:|---:|---:|")

@@ -35,6 +35,7 @@ const maxInflight = 2
 type batcher struct {
 	mu       sync.Mutex
 	inflight int     // requests and batches in flight
+	detached int     // requests in flight whose slot was given back early
 	queue    []*call // waiting for a slot, in arrival order
 	led      int     // queues led, for tests
 }
@@ -52,10 +53,17 @@ type call struct {
 // first. A straggler of a decided operation then no longer makes the
 // client's next operation queue behind it.
 const (
-	slotNone  int32 = iota // no slot held
-	slotHeld               // the request holds a slot
-	slotFreed              // the slot was given back
+	slotNone     int32 = iota // no slot held
+	slotHeld                  // the request holds a slot
+	slotFreed                 // the request ended and gave its slot back
+	slotDetached              // the round decided first and gave the slot back
 )
+
+// maxDetached bounds the detached stragglers of a master: beyond it (a
+// master that stopped answering), stragglers keep their slots, and further
+// requests queue and go out together rather than each opening a
+// connection to a master that does not answer.
+const maxDetached = maxInflight
 
 // roundKey is the context key under which a round's requests carry it.
 type roundKey struct{}
@@ -87,6 +95,10 @@ func (n *node) process(ctx context.Context, cmd redis.Cmder) {
 		_ = n.rdb.Process(ctx, cmd)
 		if slot == nil || slot.CompareAndSwap(slotHeld, slotFreed) {
 			n.freeSlot()
+		} else { // detached: its slot was given back already
+			b.mu.Lock()
+			b.detached--
+			b.mu.Unlock()
 		}
 		return
 	}
@@ -117,12 +129,29 @@ func (n *node) process(ctx context.Context, cmd redis.Cmder) {
 	}
 }
 
+// detach gives back the slot of a request whose round has decided, while
+// fewer than maxDetached requests to this master are detached.
+func (n *node) detach(slot *atomic.Int32) {
+	b := &n.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.detached >= maxDetached || !slot.CompareAndSwap(slotHeld, slotDetached) {
+		return
+	}
+	b.detached++
+	b.freeSlotLocked()
+}
+
 // freeSlot ends a request or batch: the first queued request, if any,
 // takes over its slot and leads the queue.
 func (n *node) freeSlot() {
 	b := &n.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.freeSlotLocked()
+}
+
+func (b *batcher) freeSlotLocked() {
 	if len(b.queue) == 0 {
 		b.inflight--
 		return

@@ -167,9 +167,10 @@ func TestBatchLeaderEndsWithItsOwnRequest(t *testing.T) {
 
 // TestStragglersOfDecidedRoundsHoldNoSlot: a sequential client whose
 // operations each leave a straggler on a stopped master (the other masters
-// decide) never queues its next request to that master behind them; a
+// decide) does not queue its next requests to that master behind them — a
 // queued request would wait for a straggler's deadline and sit in the
-// client's latency tail.
+// client's latency tail — up to maxDetached stragglers; beyond that, a
+// master that does not answer gets no more connections than before.
 func TestStragglersOfDecidedRoundsHoldNoSlot(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	c, err := New(redistest.Addrs(servers), WithTries(1))
@@ -186,19 +187,33 @@ func TestStragglersOfDecidedRoundsHoldNoSlot(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = servers[0].Cont() })
 	stopped := c.nodes[0]
-	for i := range 3 * maxInflight {
+	state := func() (inflight, queued, detached int) {
+		stopped.batch.mu.Lock()
+		defer stopped.batch.mu.Unlock()
+		return stopped.batch.inflight, len(stopped.batch.queue), stopped.batch.detached
+	}
+	op := func(i int) {
+		t.Helper()
 		l, err := c.Acquire(ctx, fmt.Sprint("seq-", i), 10*time.Second)
 		if err != nil {
 			t.Fatalf("acquire %d with 2 of 3 masters up: %v", i, err)
 		}
+		// The release's request to the stopped master waits for the
+		// acquire's to end: one straggler per operation.
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("release %d: %v", i, err)
 		}
 	}
-	stopped.batch.mu.Lock()
-	defer stopped.batch.mu.Unlock()
-	if stopped.batch.inflight != 0 || len(stopped.batch.queue) != 0 || stopped.batch.led != 0 {
-		t.Fatalf("stragglers on the stopped master held slots: %d in flight, %d queued, %d queues led",
-			stopped.batch.inflight, len(stopped.batch.queue), stopped.batch.led)
+	for i := range maxDetached {
+		op(i)
+	}
+	if inflight, queued, detached := state(); inflight != 0 || queued != 0 || detached != maxDetached {
+		t.Fatalf("after %d operations: %d in flight, %d queued, %d detached; want 0, 0, %d", maxDetached, inflight, queued, detached, maxDetached)
+	}
+	for i := maxDetached; i < maxDetached+maxInflight+1; i++ {
+		op(i)
+	}
+	if inflight, _, detached := state(); inflight != maxInflight || detached != maxDetached {
+		t.Fatalf("after more operations: %d in flight, %d detached; want both bounded at %d", inflight, detached, maxInflight)
 	}
 }

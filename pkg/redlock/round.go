@@ -194,11 +194,12 @@ func (r *round) collect(ctx context.Context, decided func(Tally) bool) ([]Vote, 
 
 // detach gives back the batcher slots the round's requests still hold: the
 // round has decided, and its stragglers must not make the client's next
-// requests to their masters queue. They still end by the round's deadline.
+// requests to their masters queue (up to maxDetached per master). They
+// still end by the round's deadline.
 func (r *round) detach() {
 	for i := range r.slots {
-		if r.slots[i].CompareAndSwap(slotHeld, slotFreed) {
-			r.c.nodes[i].freeSlot()
+		if r.slots[i].Load() == slotHeld {
+			r.c.nodes[i].detach(&r.slots[i])
 		}
 	}
 }
