@@ -23,6 +23,7 @@ ENVTEST := KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSI
 TEST_FLAGS ?= -race -count=1
 # Benchmark program flags (see hack/bench).
 BENCH_FLAGS ?=
+BENCH_HANDOVER_FLAGS ?=
 
 .PHONY: all
 all: build
@@ -90,6 +91,10 @@ DURATION ?= 10m
 soak-controller: redis envtest ## Randomized history of two managers on two API servers under chaos (SEED=…, DURATION=10m); prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) test -count=1 -timeout 0 -v ./test/history/ -args -seed=$(SEED) -duration=$(DURATION) \
 		| grep -vE '^\s+[0-9]{4}-[0-9]{2}-[0-9]{2}T'
+
+.PHONY: bench-handover
+bench-handover: redis envtest ## Pod-to-pod handover latency (100 handovers) next to a client-go leaderelection Lease; prints a table.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchhandover $(BENCH_HANDOVER_FLAGS)
 
 .PHONY: bench-locks
 bench-locks: redis envtest ## One manager holding 1000 locks (ttl 10s) on envtest + 5 masters for 2 minutes; prints a table.

@@ -13,6 +13,11 @@ const (
 	// ConditionReady is True when the spec is valid and its master set can be
 	// used; False with a reason when the controller cannot act on the spec.
 	ConditionReady = "Ready"
+	// ConditionHolderReachable is present while a pod holds the lock: False
+	// (reason HolderUnreachable) when the holder's node does not report to
+	// the API server, so nobody can tell whether its containers still run.
+	// The lock stays with that pod until its object is gone.
+	ConditionHolderReachable = "HolderReachable"
 )
 
 // Reasons used in DistributedLock conditions.
@@ -33,6 +38,10 @@ const (
 	// ReasonSuperseded: another grant of the key was committed to status
 	// (for example by a new operator leader) and this one was given up.
 	ReasonSuperseded = "Superseded"
+	// ReasonHolderReachable and ReasonHolderUnreachable are the reasons of
+	// the HolderReachable condition.
+	ReasonHolderReachable   = "NodeReady"
+	ReasonHolderUnreachable = "HolderUnreachable"
 )
 
 // DistributedLockSpec is the desired state of a DistributedLock.
@@ -230,6 +239,7 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.queue.count`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="the name of a DistributedLock must be at most 63 characters: pods name their lock in the label redlock.dev/lock, whose values are at most 63 characters"
 type DistributedLock struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -245,4 +255,13 @@ type DistributedLockList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DistributedLock `json:"items"`
+}
+
+// RedisKey is the Redis key the lock takes: spec.key, or
+// "redlock:<namespace>/<name>".
+func (l *DistributedLock) RedisKey() string {
+	if l.Spec.Key != "" {
+		return l.Spec.Key
+	}
+	return "redlock:" + l.Namespace + "/" + l.Name
 }

@@ -22,4 +22,8 @@ const (
 	FencingTokenAnnotation = "redlock.dev/fencing-token" //nolint:gosec // an annotation name, not a credential
 	// LockKeyAnnotation carries the Redis key of the lock the pod holds.
 	LockKeyAnnotation = "redlock.dev/lock-key"
+	// OnLostAnnotation carries the lock's spec.onLost at the time of the
+	// grant, so that the policy still applies when the lock object is
+	// deleted while the pod holds it.
+	OnLostAnnotation = "redlock.dev/on-lost"
 )

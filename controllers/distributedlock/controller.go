@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +56,7 @@ const (
 	EventLost              = "Lost"
 	EventNotCommitted      = "GrantNotCommitted"
 	EventSuperseded        = "Superseded"
+	EventHolderRelabelled  = "HolderRelabelled"
 )
 
 // MasterClients gives the pkg/redlock client of each RedisMasterSet.
@@ -101,6 +103,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // scope is what one reconcile works on.
@@ -114,6 +117,9 @@ type scope struct {
 	adopted bool
 	// requested is who should hold the lock (nil: nobody).
 	requested *v1alpha1.LockHolder
+	// pods are the pods that take part: those labelled for the lock, and
+	// the holder pod if its label was changed after its grant.
+	pods []*corev1.Pod
 	// client is the master set's client, once resolved.
 	client *redlock.Client
 	// releasing is set once this reconcile decided to stop showing the
@@ -188,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		s.orig = *lock.Status.DeepCopy() // the server's status came back with the update
 	}
-	lock.Status.Key = effectiveKey(lock)
+	lock.Status.Key = lock.RedisKey()
 	if err := r.syncSession(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -204,7 +210,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, err
 	}
 	r.showHolder(s)
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, r.checkHolderNode(ctx, s)
 }
 
 // releaseOthers releases the grants of objects named name other than uid:
@@ -316,11 +322,12 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		current = st.Holder
 		in.ValidUntil = st.ValidUntil.Time
 	}
-	pods, err := r.podsOf(ctx, lock)
+	pods, err := r.podsOf(ctx, lock, current)
 	if err != nil {
 		return err
 	}
-	choice := podlock.Choose(lock.Spec.HolderIdentity, effectiveKey(lock), current, pods)
+	s.pods = pods
+	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.RedisKey(), current, pods)
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
 	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)
@@ -358,8 +365,10 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	return nil
 }
 
-// podsOf lists the pods labelled for lock.
-func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock) ([]*corev1.Pod, error) {
+// podsOf lists the pods labelled for lock, and the holder pod when its
+// label no longer names the lock: a pod keeps its grant until it ends,
+// whatever its labels say, since its workload may still act on it.
+func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock, holder *v1alpha1.LockHolder) ([]*corev1.Pod, error) {
 	if r.Pods == nil {
 		return nil, nil
 	}
@@ -371,7 +380,53 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock)
 	for i := range list.Items {
 		out[i] = &list.Items[i]
 	}
-	return out, nil
+	if holder == nil || holder.Pod == nil || slices.ContainsFunc(out, func(p *corev1.Pod) bool { return p.UID == holder.Pod.UID }) {
+		return out, nil
+	}
+	// Not labelled for the lock (any more): ask the API server whether the
+	// holder still exists. A failed read is no answer: retry rather than
+	// hand the lock over.
+	pod := &corev1.Pod{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: holder.Pod.Name}, pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return out, nil
+	case err != nil:
+		return nil, fmt.Errorf("read holder pod %s: %w", holder.Pod.Name, err)
+	case pod.UID != holder.Pod.UID:
+		return out, nil // a new pod under the old name
+	}
+	if !podlock.Stopped(pod) {
+		r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
+			"holds %s but its label %s no longer names it: it keeps the lock until it ends", lock.Name, v1alpha1.LockLabel)
+	}
+	return append(out, pod), nil
+}
+
+// checkHolderNode sets the HolderReachable condition while a pod holds
+// the lock, from the holder's node.
+func (r *Reconciler) checkHolderNode(ctx context.Context, s *scope) error {
+	st := &s.lock.Status
+	var pod *corev1.Pod
+	if st.Holder != nil && st.Holder.Pod != nil {
+		if i := slices.IndexFunc(s.pods, func(p *corev1.Pod) bool { return p.UID == st.Holder.Pod.UID }); i >= 0 {
+			pod = s.pods[i]
+		}
+	}
+	if pod == nil || pod.Spec.NodeName == "" {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHolderReachable)
+		return nil
+	}
+	node := &corev1.Node{}
+	switch err := r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); {
+	case apierrors.IsNotFound(err):
+		node = nil
+	case err != nil:
+		return fmt.Errorf("read the holder's node %s: %w", pod.Spec.NodeName, err)
+	}
+	status, reason, msg := holderReachability(pod, node)
+	setCondition(st, s.lock.Generation, v1alpha1.ConditionHolderReachable, status, reason, msg)
+	return nil
 }
 
 // requestedHolder is the holder a choice asks for (nil: nobody).
@@ -423,7 +478,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	value := r.Values.Value(string(lock.UID), grantID)
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	lk, err := c.Acquire(octx, effectiveKey(lock), ttl, redlock.WithValue(value), redlock.WithFencing())
+	lk, err := c.Acquire(octx, lock.RedisKey(), ttl, redlock.WithValue(value), redlock.WithFencing())
 	if err != nil {
 		s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
@@ -448,7 +503,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	var lk *redlock.Lock
 	err := errors.New("status names no grant")
 	if grantID != "" {
-		lk, err = c.Restore(effectiveKey(lock), r.Values.Value(string(lock.UID), grantID), lock.Spec.TTL.Duration, st.ValidUntil.Time)
+		lk, err = c.Restore(lock.RedisKey(), r.Values.Value(string(lock.UID), grantID), lock.Spec.TTL.Duration, st.ValidUntil.Time)
 	}
 	if err == nil {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -528,7 +583,7 @@ func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
 	if h != nil {
 		holder = h.holder
 	}
-	grant := grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}
+	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}
 	s.releasing = true
 	s.clear(reason, msg)
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
@@ -618,7 +673,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		return nil
 	}
 	// Nothing is shown: give back whatever is left, then let the object go.
-	err := r.giveBack(ctx, r.sessions.get(lock.UID), grantRef{uid: lock.UID, key: effectiveKey(lock), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}, c)
+	err := r.giveBack(ctx, r.sessions.get(lock.UID), grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}, c)
 	expiry, known := r.sessions.expiry(lock.UID)
 	if ra := lock.Status.ReleasedAt; !known && ra != nil {
 		// Another manager (or this one before a restart) stopped showing
@@ -803,7 +858,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{}))
 	if r.Pods != nil {
-		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod)))
+		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod))).
+			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.locksOnNode), builder.WithPredicates(nodeReadinessChanged()))
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("distributedlock").
@@ -817,6 +873,34 @@ func lockOfPod(_ context.Context, pod *corev1.Pod) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}}}
+}
+
+// locksOnNode enqueues the locks of the labelled pods bound to a node.
+func (r *Reconciler) locksOnNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var list corev1.PodList
+	if err := r.Pods.List(ctx, &list); err != nil {
+		logf.FromContext(ctx).Error(err, "list pods of node", "node", o.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == o.GetName() {
+			reqs = append(reqs, lockOfPod(ctx, &list.Items[i])...)
+		}
+	}
+	return reqs
+}
+
+// nodeReadinessChanged passes node creations, deletions and updates that
+// change the Ready condition's status.
+func nodeReadinessChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, okOld := e.ObjectOld.(*corev1.Node)
+			n, okNew := e.ObjectNew.(*corev1.Node)
+			return !okOld || !okNew || nodeReady(o) != nodeReady(n)
+		},
+	}
 }
 
 // locksOfMasterSet enqueues the locks that use a master set.

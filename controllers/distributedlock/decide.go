@@ -97,12 +97,3 @@ func retryDelay(ttl time.Duration, rnd func(time.Duration) time.Duration) time.D
 
 // jitter is the production source of randomness for retryDelay.
 func jitter(d time.Duration) time.Duration { return rand.N(d) }
-
-// effectiveKey is the Redis key of a lock: spec.key or
-// "redlock:<namespace>/<name>".
-func effectiveKey(l *v1alpha1.DistributedLock) string {
-	if l.Spec.Key != "" {
-		return l.Spec.Key
-	}
-	return "redlock:" + l.Namespace + "/" + l.Name
-}

@@ -2,10 +2,12 @@ package distributedlock
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -156,5 +158,35 @@ func grantIDOf(st v1alpha1.DistributedLockStatus) string {
 		return strconv.FormatInt(st.FencingToken, 10)
 	default:
 		return ""
+	}
+}
+
+// nodeReady is the status of node's Ready condition ("Unknown" when it
+// reports none).
+func nodeReady(node *corev1.Node) corev1.ConditionStatus {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// holderReachability is the HolderReachable condition of a lock held by pod
+// on node (nil: the node object is gone). A node that does not report
+// (Ready Unknown) or is gone leaves the pod's containers in an unknown
+// state: the lock stays with the pod until its object is gone.
+func holderReachability(pod *corev1.Pod, node *corev1.Node) (metav1.ConditionStatus, string, string) {
+	const keeps = ": the lock stays with the pod until its object is gone; force-deleting the pod hands the lock over at once, and only fencing tokens then protect against the old holder if it still runs"
+	switch {
+	case node == nil:
+		return metav1.ConditionFalse, v1alpha1.ReasonHolderUnreachable,
+			fmt.Sprintf("holder pod %s is bound to node %s, which no longer exists%s", pod.Name, pod.Spec.NodeName, keeps)
+	case nodeReady(node) == corev1.ConditionUnknown:
+		return metav1.ConditionFalse, v1alpha1.ReasonHolderUnreachable,
+			fmt.Sprintf("holder pod %s runs on node %s, which does not report to the API server (Ready=Unknown)%s", pod.Name, node.Name, keeps)
+	default:
+		return metav1.ConditionTrue, v1alpha1.ReasonHolderReachable,
+			fmt.Sprintf("holder pod %s runs on node %s, which reports to the API server", pod.Name, node.Name)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,7 +44,14 @@ const (
 	EventEvicted     = "EvictedOnLockLoss"
 	EventBadLockSpec = "LockRequestInvalid"
 	EventNoLock      = "LockNotFound"
+	// EventEvictionRefused: the Eviction API refused to evict a pod whose
+	// lock was lost (a PodDisruptionBudget does not allow it now).
+	EventEvictionRefused = "EvictionRefused"
 )
+
+// ReasonLockDeleted is the readiness condition's reason on a pod whose lock
+// was deleted while it held it.
+const ReasonLockDeleted = "LockDeleted"
 
 // ProblemAnnotation on a labelled pod says why it cannot take part.
 const ProblemAnnotation = "redlock.dev/problem"
@@ -56,6 +64,12 @@ type Reconciler struct {
 	Pods     cache.Cache
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
+	// Evictions posts evictions (a core/v1 REST client) without the
+	// client's retries: a PodDisruptionBudget's refusal (429, retry after
+	// 10s) returns at once, is reported, and is retried with the
+	// controller's backoff rather than blocking a worker. nil: the
+	// controller-runtime client, which retries.
+	Evictions rest.Interface
 }
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update;patch
@@ -82,12 +96,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	err := r.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, lock)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := r.setReady(ctx, pod, false, "LockNotFound", fmt.Sprintf("DistributedLock %q does not exist (yet)", name)); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, r.report(ctx, pod, EventNoLock, fmt.Sprintf("DistributedLock %q not found: the pod waits until it exists", name))
+		return ctrl.Result{}, r.lockGone(ctx, pod, name)
 	case err != nil:
 		return ctrl.Result{}, err
+	}
+	if podlock.GrantedElsewhere(pod, lock.RedisKey()) && !podlock.Stopped(pod) {
+		msg := fmt.Sprintf("the pod was granted lock key %q (fencing token %s) and then labelled for %s: it is not queued for %s; re-create the pod to wait for it",
+			pod.Annotations[v1alpha1.LockKeyAnnotation], pod.Annotations[v1alpha1.FencingTokenAnnotation], name, name)
+		if err := r.setReady(ctx, pod, false, "LabelChanged", msg); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.report(ctx, pod, EventBadLockSpec, msg)
 	}
 	if err := r.report(ctx, pod, "", ""); err != nil {
 		return ctrl.Result{}, err
@@ -100,17 +119,46 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.setReady(ctx, pod, false, d.reason, d.message); err != nil {
 		return ctrl.Result{}, err
 	}
+	if d.lost != "" {
+		r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventLockLost, "Hold", "%s", d.message)
+	}
 	if d.evict {
-		return ctrl.Result{}, r.evict(ctx, pod, lock)
+		return ctrl.Result{}, r.evict(ctx, pod, lock.Name, lock)
 	}
 	return ctrl.Result{}, nil
 }
 
+// lockGone handles a pod whose lock does not exist: it waits for it, or,
+// when it held the lock when it was deleted and may still run, it is told
+// (readiness False, an event, the problem annotation) and the lock's
+// onLost policy, recorded on the pod at the grant, applies.
+func (r *Reconciler) lockGone(ctx context.Context, pod *corev1.Pod, name string) error {
+	token := pod.Annotations[v1alpha1.FencingTokenAnnotation]
+	if token == "" || podlock.Stopped(pod) {
+		if err := r.setReady(ctx, pod, false, "LockNotFound", fmt.Sprintf("DistributedLock %q does not exist (yet)", name)); err != nil {
+			return err
+		}
+		return r.report(ctx, pod, EventNoLock, fmt.Sprintf("DistributedLock %q not found: the pod waits until it exists", name))
+	}
+	msg := fmt.Sprintf("DistributedLock %q was deleted; this pod held it last (fencing token %s) and holds no lock now", name, token)
+	if err := r.setReady(ctx, pod, false, ReasonLockDeleted, msg); err != nil {
+		return err
+	}
+	if err := r.report(ctx, pod, EventLockLost, msg); err != nil {
+		return err
+	}
+	if v1alpha1.LostPolicy(pod.Annotations[v1alpha1.OnLostAnnotation]) == v1alpha1.LostEvict && pod.DeletionTimestamp.IsZero() {
+		return r.evict(ctx, pod, name, nil)
+	}
+	return nil
+}
+
 // decision is what to do with one pod.
 type decision struct {
-	grant           bool // the pod holds a committed, valid grant
-	ready           bool // its readiness condition should be True
-	evict           bool // its lock was lost and the lock asks for eviction
+	grant           bool   // the pod holds a committed, valid grant
+	ready           bool   // its readiness condition should be True
+	evict           bool   // its lock was lost and the lock asks for eviction
+	lost            string // why the pod's grant ended without it finishing, or ""
 	reason, message string
 	recheck         time.Duration // when the grant's shown validity passes
 }
@@ -130,25 +178,41 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 	}
 	wasHolder := pod.Annotations[v1alpha1.FencingTokenAnnotation] != "" && pod.Annotations[v1alpha1.FencingTokenAnnotation] == strconv.FormatInt(st.FencingToken, 10)
 	held := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld)
-	lost := wasHolder && st.Holder == nil && held != nil && (held.Reason == v1alpha1.ReasonLost || held.Reason == v1alpha1.ReasonValidityExpired)
 	d := decision{reason: "Waiting", message: "waiting for " + lock.Name}
-	if lost {
-		d.reason, d.message = "LockLost", "the lock was lost: "+held.Message
-		d.evict = lock.Spec.OnLost == v1alpha1.LostEvict && !podlock.Finished(pod) && pod.DeletionTimestamp.IsZero()
+	switch {
+	case !wasHolder || st.Holder != nil || podlock.Stopped(pod):
+	case !lock.DeletionTimestamp.IsZero():
+		d.lost, d.reason, d.message = ReasonLockDeleted, ReasonLockDeleted, fmt.Sprintf("DistributedLock %q is being deleted; this pod held it last (fencing token %d) and holds no lock now", lock.Name, st.FencingToken)
+	default:
+		// The grant to this pod ended while the pod may still run: lost
+		// (renewals failed past the validity, or another grant superseded
+		// it). Later attempts to grant it again change the Held reason,
+		// not this.
+		d.lost, d.reason, d.message = "LockLost", "LockLost", fmt.Sprintf("lost %s (fencing token %d) while the pod runs", lock.Name, st.FencingToken)
+		if held != nil {
+			d.message += ": " + held.Reason
+		}
 	}
+	d.evict = d.lost != "" && lock.Spec.OnLost == v1alpha1.LostEvict && pod.DeletionTimestamp.IsZero()
 	return d
 }
 
 // grant annotates the holder pod with its token and key, then ungates it.
 func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision) (ctrl.Result, error) {
 	token := strconv.FormatInt(lock.Status.FencingToken, 10)
-	if pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key {
+	onLost := string(lock.Spec.OnLost)
+	if onLost == "" {
+		onLost = string(v1alpha1.LostKeep)
+	}
+	if pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key ||
+		pod.Annotations[v1alpha1.OnLostAnnotation] != onLost {
 		base := pod.DeepCopy()
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
 		pod.Annotations[v1alpha1.FencingTokenAnnotation] = token
 		pod.Annotations[v1alpha1.LockKeyAnnotation] = lock.Status.Key
+		pod.Annotations[v1alpha1.OnLostAnnotation] = onLost
 		if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("annotate the holder pod: %w", err)
 		}
@@ -194,14 +258,29 @@ func (r *Reconciler) setReady(ctx context.Context, pod *corev1.Pod, ready bool, 
 	return nil
 }
 
-// evict evicts a holder pod whose lock was lost, through the Eviction API
-// (PodDisruptionBudgets apply: a refused eviction is retried).
-func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock) error {
+// evict evicts a holder pod whose lock (named name; lock is nil when it is
+// gone) was lost, through the Eviction API. PodDisruptionBudgets apply: a
+// refused eviction is an event and is retried with backoff.
+func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, name string, lock *v1alpha1.DistributedLock) error {
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}}
-	if err := r.SubResource("eviction").Create(ctx, pod, ev); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("evict the pod of a lost lock: %w", err))
+	var err error
+	if r.Evictions != nil {
+		err = r.Evictions.Post().Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("eviction").
+			Body(ev).MaxRetries(0).Do(ctx).Error()
+	} else {
+		err = r.SubResource("eviction").Create(ctx, pod, ev)
 	}
-	r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventEvicted, "Evict", "evicted: it held %s, which was lost (onLost: Evict)", lock.Name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if apierrors.IsTooManyRequests(err) {
+			r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventEvictionRefused, "Evict",
+				"eviction after losing %s refused (a PodDisruptionBudget?): retrying: %v", name, err)
+		}
+		return fmt.Errorf("evict the pod of a lost lock: %w", err)
+	}
+	r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventEvicted, "Evict", "evicted: it held %s, which was lost (onLost: Evict)", name)
 	return nil
 }
 

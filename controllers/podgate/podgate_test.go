@@ -3,7 +3,6 @@ package podgate_test
 import (
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -42,12 +41,16 @@ func gated(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
 }
 
-// kubeletRuns plays the scheduler and the kubelet: it binds the pod and
-// reports its container running, with the kubelet's own conditions.
-func kubeletRuns(p *corev1.Pod) {
+// kubeletRuns plays the scheduler and the kubelet: it binds the pod to
+// node-1 and reports its container running, with the kubelet's own
+// conditions.
+func kubeletRuns(p *corev1.Pod) { kubeletRunsOn(p, "node-1") }
+
+// kubeletRunsOn is kubeletRuns on the named node.
+func kubeletRunsOn(p *corev1.Pod, node string) {
 	Expect(k8s.SubResource("binding").Create(suiteCtx, p, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	})).To(Succeed())
 	Eventually(func() error { // retried: the operator patches the pod too
 		cur := getPod(p)
@@ -103,41 +106,7 @@ func runnable(p *corev1.Pod) bool {
 // watchExclusion polls the pods of ns until the spec ends and records any
 // moment at which two of them could run.
 func watchExclusion(ns string) func() []string {
-	var mu sync.Mutex
-	var violations []string
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond): // sampling interval
-			}
-			var list corev1.PodList
-			if k8s.List(suiteCtx, &list, client.InNamespace(ns)) != nil {
-				continue
-			}
-			var running []string
-			for i := range list.Items {
-				if runnable(&list.Items[i]) {
-					running = append(running, list.Items[i].Name)
-				}
-			}
-			if len(running) > 1 {
-				mu.Lock()
-				violations = append(violations, strconv.Itoa(len(running))+" pods may run at once: "+running[0]+", "+running[1])
-				mu.Unlock()
-			}
-		}
-	}()
-	DeferCleanup(func() { close(stop); <-done })
-	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(violations)
-	}
+	return watchAcross([]client.Client{k8s}, []string{ns})
 }
 
 var _ = Describe("Pods gating on a lock", Ordered, func() {

@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
@@ -29,6 +30,7 @@ func TestPodGate(t *testing.T) {
 var _ = BeforeSuite(func() {
 	env = testenv.Start()
 	k8s, suiteCtx = env.Client, env.Ctx
+	setNodeReady("node-1", corev1.ConditionTrue) // where kubeletRuns binds pods
 })
 
 var _ = AfterSuite(func() { env.Stop() })

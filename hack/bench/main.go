@@ -395,7 +395,7 @@ func printTable(contenders []contender, results map[string][]result) {
 	fmt.Println("|---|---:|---:|---:|---:|---|")
 	fmt.Printf("| redsync (defaults) / redlock-operator | %.2f | %.2f | %.2f | %.1f | ≥ 1.0 healthy; ≥ 10 stopped |\n",
 		ratio(rsDef.p50, ours.p50), ratio(rsDef.p99, ours.p99), ours.ops/rsDef.ops, ratio(rsDef.stopped, ours.stopped))
-	fmt.Printf("| redsync (WithFailFast) / redlock-operator | %.2f | %.2f | %.2f | %.1f | ≥ 1.0 |\n",
+	fmt.Printf("| redsync (WithFailFast) / redlock-operator | %.2f | %.2f | %.2f | %.2f | ≥ 1.0 |\n",
 		ratio(rsFF.p50, ours.p50), ratio(rsFF.p99, ours.p99), ours.ops/rsFF.ops, ratio(rsFF.stopped, ours.stopped))
 	fmt.Printf("| redlock-operator / floor | %.2f | %.2f | %.2f | %.2f | ≤ 1.5 |\n",
 		ratio(ours.p50, floor.p50), ratio(ours.p99, floor.p99), floor.ops/ours.ops, ratio(ours.stopped, floor.stopped))

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -27,20 +26,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/operator"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/internal/benchenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
@@ -69,96 +61,12 @@ func (quiet) Printf(context.Context, string, ...any) {}
 func run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run KUBEBUILDER_ASSETS=$(hack/build-envtest.sh) or make bench-locks")
-	}
-	scheme := k8sruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{"config/crd/bases"}, ErrorIfCRDPathMissing: true, Scheme: scheme}
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("envtest: %w", err)
-	}
-	defer env.Stop() //nolint:errcheck // best effort at exit
-	cfg.QPS, cfg.Burst = 400, 800
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
+	env, err := benchenv.Start(ctx, benchenv.Options{MaxLockTTL: *ttl, Workers: *workers, Namespace: "bench"})
 	if err != nil {
 		return err
 	}
-
-	dir, err := os.MkdirTemp("", "benchlocks-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	var servers []*redistest.Server
-	defer func() {
-		for _, s := range servers {
-			_ = s.Close()
-		}
-	}()
-	for i := range 5 {
-		s, err := redistest.Start(filepath.Join(dir, strconv.Itoa(i)), redistest.Options{})
-		if err != nil {
-			return err
-		}
-		servers = append(servers, s)
-	}
-
-	for _, ns := range []string{"redlock-system", "bench"} {
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return err
-		}
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	m := metrics.New()
-	if err := m.Register(reg); err != nil {
-		return err
-	}
-	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
-		LockKeySecret: types.NamespacedName{Namespace: "redlock-system", Name: "lock-key"},
-		Workers:       *workers,
-		Metrics:       m,
-	})
-	if err != nil {
-		return err
-	}
-	mgrDone := make(chan error, 1)
-	mctx, stopMgr := context.WithCancel(ctx)
-	go func() { mgrDone <- mgr.Start(mctx); cleanup() }()
-	defer func() {
-		stopMgr()
-		if err := <-mgrDone; err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
-
-	if err := k8s.Create(ctx, &v1alpha1.RedisMasterSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "masters"},
-		Spec: v1alpha1.RedisMasterSetSpec{
-			External:   &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(servers)},
-			MaxLockTTL: metav1.Duration{Duration: *ttl},
-		},
-	}); err != nil {
-		return err
-	}
-	fmt.Printf("waiting for the fresh masters' quarantine (maxLockTTL %v + drift + 1s)...\n", *ttl)
-	if err := waitFor(ctx, 2**ttl+30*time.Second, func() (bool, error) {
-		var set v1alpha1.RedisMasterSet
-		err := k8s.Get(ctx, types.NamespacedName{Namespace: "bench", Name: "masters"}, &set)
-		return err == nil && meta.IsStatusConditionTrue(set.Status.Conditions, v1alpha1.ConditionAvailable), nil
-	}); err != nil {
-		return fmt.Errorf("masters never available: %w", err)
-	}
+	defer env.Close()
+	k8s, reg, servers := env.Client, env.Registry, env.Servers
 
 	procs := findProcs(servers)
 	cpu0 := cpuTimes(procs)
@@ -178,14 +86,14 @@ func run() error {
 			_ = k8s.Create(ctx, &v1alpha1.DistributedLock{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("lock-%04d", i)},
 				Spec: v1alpha1.DistributedLockSpec{
-					MasterSet: "masters", TTL: metav1.Duration{Duration: *ttl}, HolderIdentity: fmt.Sprintf("holder-%d", i),
+					MasterSet: benchenv.MasterSet, TTL: metav1.Duration{Duration: *ttl}, HolderIdentity: fmt.Sprintf("holder-%d", i),
 				},
 			})
 		}()
 	}
 	wg.Wait()
 	var allHeld time.Duration
-	if err := waitFor(ctx, 5*time.Minute, func() (bool, error) {
+	if err := benchenv.WaitFor(ctx, 5*time.Minute, func() (bool, error) {
 		held, _, err := census(ctx, k8s)
 		return held == *nLocks, err
 	}); err != nil {
@@ -270,27 +178,6 @@ func census(ctx context.Context, k8s client.Client) (int, []string, error) {
 		}
 	}
 	return held, bad, nil
-}
-
-func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // findProcs maps component names to PIDs: this process (the manager),

@@ -33,6 +33,7 @@ install_packages() {
 	command -v runc >/dev/null || missing+=(runc)
 	[ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 	command -v openssl >/dev/null || missing+=(openssl)
+	[ -x /bin/busybox ] || missing+=(busybox-static)
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing ${missing[*]}"
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq
@@ -171,6 +172,11 @@ build_images() {
 	done
 	echo "root:x:0:0:root:/:/bin/false" >"$r/redis/etc/passwd"
 	import_image redis redis:7-local /usr/bin/redis-server "$r/redis"
+	# A shell for the workloads the e2e suite gates on locks.
+	mkdir -p "$r/busybox/bin"
+	cp /bin/busybox "$r/busybox/bin/busybox"
+	for t in sh cat sleep echo date; do ln -s busybox "$r/busybox/bin/$t"; done
+	import_image busybox busybox:local /bin/sh "$r/busybox"
 	mkdir -p "$r/op"
 	cp "$STATE/bin/manager" "$STATE/bin/gate" "$r/op/"
 	import_image operator redlock-operator:e2e /manager "$r/op"

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -118,11 +119,16 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
 	}
+	core, err := corev1client.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("core client: %w", err)
+	}
 	if err := (&podgate.Reconciler{
-		Client:   mgr.GetClient(),
-		Pods:     pods,
-		Recorder: recorder,
-		Clock:    o.Clock,
+		Client:    mgr.GetClient(),
+		Pods:      pods,
+		Recorder:  recorder,
+		Clock:     o.Clock,
+		Evictions: core.RESTClient(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pod gate controller: %w", err)
 	}

@@ -145,7 +145,7 @@ func Choose(static, key string, holder *v1alpha1.LockHolder, pods []*corev1.Pod)
 			current = p
 		case HeldBefore(p, key) && !Stopped(p):
 			prior = append(prior, p)
-		case Candidate(p):
+		case Candidate(p) && !GrantedElsewhere(p, key):
 			candidates = append(candidates, p)
 		}
 	}
@@ -165,6 +165,15 @@ func Choose(static, key string, holder *v1alpha1.LockHolder, pods []*corev1.Pod)
 	default:
 		return Choice{}
 	}
+}
+
+// GrantedElsewhere reports whether pod carries the grant of a key other
+// than key: it was granted another lock and then relabelled. It is no
+// candidate for key: its workload may still act under the other grant,
+// whose token its downward-API files show.
+func GrantedElsewhere(pod *corev1.Pod, key string) bool {
+	k := pod.Annotations[v1alpha1.LockKeyAnnotation]
+	return pod.Annotations[v1alpha1.FencingTokenAnnotation] != "" && k != "" && k != key
 }
 
 // HeldBefore reports whether pod was granted the lock key before: it

@@ -77,6 +77,14 @@ func TestChoose(t *testing.T) {
 		{"a former holder that still runs after its grant was lost is first in line again", "", nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey)}, "", "a", []string{"b"}},
 		{"a former holder that still runs while being deleted keeps everyone waiting", "team", nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey, deleting)}, "", "", []string{"b"}},
 		{"a former holder that stopped does not count", "", nil, []*corev1.Pod{b, pod("a", 0, running, heldKey, succeeded)}, "", "b", nil},
+		{"a pod relabelled after a grant of another key is not queued", "", nil, []*corev1.Pod{
+			pod("moved", 0, running, func(p *corev1.Pod) {
+				p.Annotations = map[string]string{v1alpha1.LockKeyAnnotation: "other-key", v1alpha1.FencingTokenAnnotation: "3"}
+			}), b,
+		}, "", "b", nil},
+		{"a relabelled holder found outside the label keeps the lock while it runs", "", holderOf(aRunning), []*corev1.Pod{
+			pod("a", 0, running, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "other" }), b,
+		}, "", "a", []string{"b"}},
 		{"pods being deleted, finished or without a usable gate never get it", "", nil, []*corev1.Pod{
 			pod("deleting", 0, deleting), pod("done", 0, succeeded), pod("ungated", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }),
 			pod("both", 0, func(p *corev1.Pod) {

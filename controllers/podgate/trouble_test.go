@@ -1,0 +1,459 @@
+package podgate_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
+	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+)
+
+// createLock creates a pod-serving lock with a 1.5s ttl on set.
+func createLock(ns, name, set string, onLost v1alpha1.LostPolicy) {
+	Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.DistributedLockSpec{MasterSet: set, TTL: metav1.Duration{Duration: 1500 * time.Millisecond}, OnLost: onLost},
+	})).To(Succeed())
+}
+
+// expectHolds checks that lock's status names pod p as its holder, that p
+// carries the grant's token and has no scheduling gate left.
+func expectHolds(g Gomega, ns, lock string, p *corev1.Pod) {
+	l := &v1alpha1.DistributedLock{}
+	g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: lock}, l)).To(Succeed())
+	g.Expect(l.Status.Holder).NotTo(BeNil(), "%s has no holder", lock)
+	g.Expect(l.Status.Holder.Pod).NotTo(BeNil(), "%s is held by %s, not a pod", lock, l.Status.Holder.Identity)
+	cur := &corev1.Pod{}
+	g.Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(p), cur)).To(Succeed())
+	g.Expect(l.Status.Holder.Pod.UID).To(Equal(cur.UID), "%s is held by %s, not %s", lock, l.Status.Holder.Identity, p.Name)
+	g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, strconv.FormatInt(l.Status.FencingToken, 10)))
+	g.Expect(gated(cur)).To(BeFalse(), "the holder %s is still gated", p.Name)
+}
+
+func tokenOf(p *corev1.Pod) int64 {
+	t, err := strconv.ParseInt(getPod(p).Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
+	Expect(err).NotTo(HaveOccurred())
+	return t
+}
+
+// setNodeReady creates node (if needed) and reports its Ready condition.
+func setNodeReady(name string, status corev1.ConditionStatus) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := k8s.Create(suiteCtx, node); err == nil {
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), node) })
+	}
+	Eventually(func() error {
+		cur := &corev1.Node{}
+		if err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(node), cur); err != nil {
+			return err
+		}
+		cur.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(suiteCtx, cur)
+	}).Should(Succeed())
+}
+
+// denyTokenAnnotation installs a ValidatingAdmissionPolicy that refuses
+// to add or remove the fencing-token annotation of pod p, as a manager
+// that dies between committing a grant and annotating its pod would leave
+// it. The returned function lifts it.
+func denyTokenAnnotation(p *corev1.Pod) func() {
+	const label = "test.redlock.dev/deny-token"
+	name := "deny-token-" + p.Namespace + "-" + p.Name
+	has := func(o string) string {
+		return "(has(" + o + ".metadata.annotations) && '" + v1alpha1.FencingTokenAnnotation + "' in " + o + ".metadata.annotations)"
+	}
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: new(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: p.Name}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				}}},
+			},
+			Validations: []admissionv1.Validation{{Expression: has("object") + " == " + has("oldObject"), Message: "refused by the test"}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": p.Namespace},
+			}},
+		},
+	}
+	Expect(k8s.Create(suiteCtx, policy)).To(Succeed())
+	Expect(k8s.Create(suiteCtx, binding)).To(Succeed())
+	lift := func() {
+		_ = k8s.Delete(context.Background(), binding)
+		_ = k8s.Delete(context.Background(), policy)
+	}
+	DeferCleanup(lift)
+	Eventually(func() error { // the pod carries the label the policy selects
+		cur := getPod(p)
+		cur.Labels[label] = p.Name
+		return k8s.Update(suiteCtx, cur)
+	}).Should(Succeed())
+	By("waiting until the API server enforces the policy (probed with a dry run)")
+	Eventually(func() string {
+		cur := getPod(p)
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[v1alpha1.FencingTokenAnnotation] = "probe"
+		if err := k8s.Update(suiteCtx, cur, client.DryRunAll); err != nil {
+			return err.Error()
+		}
+		return "accepted"
+	}).Should(ContainSubstring("refused by the test"))
+	return lift
+}
+
+var _ = Describe("Pods and locks in trouble", Ordered, func() {
+	var (
+		mgr *testenv.Manager
+		ns  string
+		ms  *testenv.MasterSet
+	)
+	BeforeAll(func() {
+		mgr = env.StartManager()
+		ns = env.NewNamespace()
+		ms = env.NewServingMasters(ns, "masters", 3, 4*time.Second)
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("evicts a holder whose lock was lost when onLost is Evict, as far as its PodDisruptionBudget allows", func() {
+		fragile := env.NewServingMasters(ns, "evict-masters", 3, 2*time.Second)
+		createLock(ns, "evict", fragile.Name, v1alpha1.LostEvict)
+		p := gatedPod(ns, "evict-a", "evict", true)
+		p.Labels["app"] = "evict"
+		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+		kubeletRuns(p)
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(p)) }).Should(Equal(corev1.ConditionTrue))
+		Expect(getPod(p).Annotations).To(HaveKeyWithValue(v1alpha1.OnLostAnnotation, string(v1alpha1.LostEvict)))
+
+		By("guarding the pod with a PodDisruptionBudget that allows no disruption")
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "evict"},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MinAvailable: new(intstr.FromInt32(1)),
+				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "evict"}},
+			},
+		}
+		Expect(k8s.Create(suiteCtx, pdb)).To(Succeed())
+
+		By("losing the lock: two of three masters stopped past the validity")
+		for _, srv := range fragile.Servers[:2] {
+			Expect(srv.Stop()).To(Succeed())
+		}
+		DeferCleanup(func() {
+			for _, srv := range fragile.Servers[:2] {
+				_ = srv.Cont()
+			}
+		})
+		Eventually(func(g Gomega) {
+			g.Expect(env.EventReasons(ns, p.Name)).To(ContainElement(podgate.EventEvictionRefused), "lock status %+v; pod %+v %+v", fetchLock(ns, "evict").Status, getPod(p).Annotations, getPod(p).Status.Conditions)
+		}).Should(Succeed())
+		Expect(getPod(p).DeletionTimestamp).To(BeNil(), "evicted against its budget")
+		Expect(gateCondition(getPod(p))).To(Equal(corev1.ConditionFalse))
+		Expect(env.EventReasons(ns, p.Name)).To(ContainElement(podgate.EventLockLost))
+
+		By("evicting it once the budget is gone")
+		Expect(k8s.Delete(suiteCtx, pdb)).To(Succeed())
+		Eventually(func() *metav1.Time { return getPod(p).DeletionTimestamp }).ShouldNot(BeNil())
+		Expect(env.EventReasons(ns, p.Name)).To(ContainElement(podgate.EventEvicted))
+	})
+
+	It("tells the holder when its lock is deleted, and applies the lock's onLost", func() {
+		createLock(ns, "doomed-keep", ms.Name, v1alpha1.LostKeep)
+		createLock(ns, "doomed-evict", ms.Name, v1alpha1.LostEvict)
+		keep, evict := gatedPod(ns, "doomed-keep", "doomed-keep", true), gatedPod(ns, "doomed-evict", "doomed-evict", true)
+		for _, p := range []*corev1.Pod{keep, evict} {
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+			kubeletRuns(p)
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(gateCondition(getPod(keep))).To(Equal(corev1.ConditionTrue))
+			g.Expect(gateCondition(getPod(evict))).To(Equal(corev1.ConditionTrue))
+		}).Should(Succeed())
+
+		By("deleting both locks while their pods hold them")
+		Expect(k8s.Delete(suiteCtx, fetchLock(ns, "doomed-keep"))).To(Succeed())
+		Expect(k8s.Delete(suiteCtx, fetchLock(ns, "doomed-evict"))).To(Succeed())
+		Eventually(func(g Gomega) {
+			for _, p := range []*corev1.Pod{keep, evict} {
+				cur := getPod(p)
+				g.Expect(gateCondition(cur)).To(Equal(corev1.ConditionFalse), "%s still shows its lock held", p.Name)
+				g.Expect(cur.Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("was deleted")), "%s was not told", p.Name)
+			}
+			g.Expect(env.EventReasons(ns, keep.Name)).To(ContainElement(podgate.EventLockLost))
+		}).Should(Succeed())
+
+		By("evicting only the pod whose lock asked for it")
+		Eventually(func() *metav1.Time { return getPod(evict).DeletionTimestamp }).ShouldNot(BeNil())
+		Consistently(func() *metav1.Time { return getPod(keep).DeletionTimestamp }, time.Second).Should(BeNil())
+	})
+
+	It("keeps the lock with a holder relabelled after its grant, and does not queue it for the other lock", func() {
+		createLock(ns, "first", ms.Name, "")
+		createLock(ns, "second", ms.Name, "")
+		a, b := gatedPod(ns, "relabel-a", "first", false), gatedPod(ns, "relabel-b", "first", false)
+		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, ns, "first", a) }).Should(Succeed())
+		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
+		kubeletRuns(a)
+
+		By("relabelling the holder for another lock")
+		Eventually(func() error {
+			cur := getPod(a)
+			cur.Labels[v1alpha1.LockLabel] = "second"
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed())
+		Eventually(func() map[string]string { return getPod(a).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("labelled for second")))
+		Consistently(func(g Gomega) {
+			expectHolds(g, ns, "first", a)
+			g.Expect(gated(getPod(b))).To(BeTrue(), "the next pod was ungated while the relabelled holder runs")
+			g.Expect(fetchLock(ns, "second").Status.Holder).To(BeNil(), "the relabelled pod was granted the other lock too")
+		}, 2*time.Second).Should(Succeed())
+		Expect(env.EventReasons(ns, a.Name)).To(ContainElement(distributedlock.EventHolderRelabelled))
+
+		By("handing over once the relabelled holder ended")
+		kubeletStops(a, corev1.PodSucceeded)
+		Eventually(func(g Gomega) { expectHolds(g, ns, "first", b) }).Should(Succeed())
+	})
+
+	It("refuses pods with both gates or a label that cannot name a lock, and keeps them gated", func() {
+		createLock(ns, "picky", ms.Name, "")
+		both := gatedPod(ns, "both-gates", "picky", false)
+		both.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+		malformed := gatedPod(ns, "malformed", "Not_A_Lock", false)
+		for _, p := range []*corev1.Pod{both, malformed} {
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(getPod(both).Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("both")))
+			g.Expect(getPod(malformed).Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("does not name a DistributedLock")))
+			g.Expect(env.EventReasons(ns, both.Name)).To(ContainElement(podgate.EventBadLockSpec))
+			g.Expect(env.EventReasons(ns, malformed.Name)).To(ContainElement(podgate.EventBadLockSpec))
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(gated(getPod(both))).To(BeTrue())
+			g.Expect(gated(getPod(malformed))).To(BeTrue())
+			g.Expect(fetchLock(ns, "picky").Status.Holder).To(BeNil())
+		}, time.Second).Should(Succeed())
+	})
+
+	It("keeps the lock with a holder on an unreachable node, says so, and hands over at once when the holder is force-deleted", func() {
+		setNodeReady("far-node", corev1.ConditionTrue)
+		createLock(ns, "far", ms.Name, "")
+		a, b := gatedPod(ns, "far-a", "far", true), gatedPod(ns, "far-b", "far", true)
+		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
+		kubeletRunsOn(a, "far-node")
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionTrue))
+		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
+		kubeletRuns(b)
+		reachable := func() *metav1.Condition {
+			return meta.FindStatusCondition(fetchLock(ns, "far").Status.Conditions, v1alpha1.ConditionHolderReachable)
+		}
+		Eventually(reachable).Should(HaveField("Status", metav1.ConditionTrue))
+
+		By("losing contact with the holder's node")
+		setNodeReady("far-node", corev1.ConditionUnknown)
+		Eventually(reachable).Should(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonHolderUnreachable)))
+		Consistently(func(g Gomega) {
+			expectHolds(g, ns, "far", a)
+			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse))
+		}, 2*time.Second).Should(Succeed())
+
+		By("handing over at once when the holder is force-deleted")
+		Expect(k8s.Delete(suiteCtx, getPod(a), client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func(g Gomega) {
+			expectHolds(g, ns, "far", b)
+			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionTrue))
+		}).Should(Succeed())
+		Eventually(reachable).Should(HaveField("Status", metav1.ConditionTrue))
+	})
+
+	It("leaves neither two holders nor a stuck queue when the manager restarts in the middle of a handover", func() {
+		own := env.NewNamespace() // watchExclusion looks at every pod of the namespace
+		set := env.NewServingMasters(own, "masters", 3, 4*time.Second)
+		violations := watchExclusion(own)
+		createLock(own, "steps", set.Name, "")
+		var pods []*corev1.Pod
+		for _, name := range []string{"step-1", "step-2", "step-3"} {
+			p := gatedPod(own, name, "steps", false)
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+			pods = append(pods, p)
+		}
+		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[0]) }).Should(Succeed())
+		kubeletRuns(pods[0])
+
+		By("finishing the holder while no manager runs")
+		mgr.Stop()
+		kubeletStops(pods[0], corev1.PodSucceeded)
+		mgr = env.StartManager()
+		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[1]) }).Should(Succeed())
+
+		By("committing the next grant while its pod cannot be annotated, as a manager dying in between would")
+		lift := denyTokenAnnotation(pods[2])
+		kubeletRuns(pods[1])
+		kubeletStops(pods[1], corev1.PodSucceeded)
+		Eventually(func(g Gomega) {
+			h := fetchLock(own, "steps").Status.Holder
+			g.Expect(h).NotTo(BeNil())
+			g.Expect(h.Pod).NotTo(BeNil())
+			g.Expect(h.Pod.UID).To(Equal(getPod(pods[2]).UID))
+		}).Should(Succeed())
+		Consistently(func() bool { return gated(getPod(pods[2])) }, time.Second).Should(BeTrue(), "ungated before its token was on it")
+
+		By("restarting the manager with the refusal lifted: the committed grant reaches its pod")
+		mgr.Stop()
+		lift()
+		mgr = env.StartManager()
+		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[2]) }).Should(Succeed())
+		Expect(tokenOf(pods[1])).To(BeNumerically(">", tokenOf(pods[0])))
+		Expect(tokenOf(pods[2])).To(BeNumerically(">", tokenOf(pods[1])))
+		Expect(violations()).To(BeEmpty())
+	})
+})
+
+// The same key served by two operators on two API servers: pods in both
+// clusters queue on it, and never hold it at once.
+var _ = Describe("Pods of two clusters sharing masters", Ordered, func() {
+	var (
+		other           *testenv.Env
+		mgrs            []*testenv.Manager
+		nsHere, nsThere string
+		clusters        []client.Client
+		namespaces      []string
+		servers         *testenv.MasterSet
+		violations      func() []string
+	)
+	BeforeAll(func() {
+		other = testenv.Start()
+		DeferCleanup(other.Stop)
+		mgrs = []*testenv.Manager{env.StartManager(), other.StartManager()}
+		DeferCleanup(func() {
+			for _, m := range mgrs {
+				m.Stop()
+			}
+		})
+		nsHere, nsThere = env.NewNamespace(), other.NewNamespace()
+		servers = env.NewServingMasters(nsHere, "masters", 3, 4*time.Second)
+		other.CreateMasterSet(&testenv.MasterSet{Servers: servers.Servers, Name: "masters", NS: nsThere}, 4*time.Second)
+		clusters, namespaces = []client.Client{k8s, other.Client}, []string{nsHere, nsThere}
+	})
+
+	It("hands the key from pod to pod across both clusters, one at a time, with increasing tokens", func() {
+		violations = watchAcross(clusters, namespaces)
+		for i, c := range clusters {
+			Expect(c.Create(suiteCtx, &v1alpha1.DistributedLock{
+				ObjectMeta: metav1.ObjectMeta{Namespace: namespaces[i], Name: "shared"},
+				Spec:       v1alpha1.DistributedLockSpec{MasterSet: "masters", Key: "shared-key", TTL: metav1.Duration{Duration: 1500 * time.Millisecond}},
+			})).To(Succeed())
+			for j := range 2 {
+				Expect(c.Create(suiteCtx, gatedPod(namespaces[i], "worker-"+strconv.Itoa(j), "shared", false))).To(Succeed())
+			}
+		}
+
+		By("finishing each pod as soon as it is ungated, until all four ran")
+		var order []string
+		var tokens []int64
+		for len(order) < 4 {
+			var ungated *corev1.Pod
+			var cluster client.Client
+			Eventually(func(g Gomega) {
+				for i, c := range clusters {
+					var list corev1.PodList
+					g.Expect(c.List(suiteCtx, &list, client.InNamespace(namespaces[i]))).To(Succeed())
+					for k := range list.Items {
+						p := &list.Items[k]
+						if !gated(p) && p.Status.Phase != corev1.PodSucceeded {
+							ungated, cluster = p, c
+							return
+						}
+					}
+				}
+				g.Expect(ungated).NotTo(BeNil(), "no pod ungated; ran so far: %v", order)
+			}, 30*time.Second).Should(Succeed())
+			token, err := strconv.ParseInt(ungated.Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+			order = append(order, ungated.Namespace+"/"+ungated.Name)
+			tokens = append(tokens, token)
+			Eventually(func() error {
+				cur := &corev1.Pod{}
+				if err := cluster.Get(suiteCtx, client.ObjectKeyFromObject(ungated), cur); err != nil {
+					return err
+				}
+				cur.Status.Phase = corev1.PodSucceeded
+				return cluster.Status().Update(suiteCtx, cur)
+			}).Should(Succeed())
+		}
+		Expect(strings.Join(order, " ")).To(And(ContainSubstring(nsHere), ContainSubstring(nsThere)), "both clusters took part")
+		for i := 1; i < len(tokens); i++ {
+			Expect(tokens[i]).To(BeNumerically(">", tokens[i-1]), "tokens in grant order %v (%v)", tokens, order)
+		}
+		Expect(violations()).To(BeEmpty())
+	})
+})
+
+// watchAcross polls the pods of namespaces[i] in clusters[i] until the
+// spec ends and records any moment at which two of them, in any of the
+// clusters, could run.
+func watchAcross(clusters []client.Client, namespaces []string) func() []string {
+	var mu sync.Mutex
+	var violations []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond): // sampling interval
+			}
+			var running []string
+			for i, c := range clusters {
+				var list corev1.PodList
+				if c.List(suiteCtx, &list, client.InNamespace(namespaces[i])) != nil {
+					continue
+				}
+				for k := range list.Items {
+					if runnable(&list.Items[k]) {
+						running = append(running, namespaces[i]+"/"+list.Items[k].Name)
+					}
+				}
+			}
+			if len(running) > 1 {
+				mu.Lock()
+				violations = append(violations, strings.Join(running, ", ")+" may run at once")
+				mu.Unlock()
+			}
+		}
+	}()
+	DeferCleanup(func() { close(stop); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(violations)
+	}
+}

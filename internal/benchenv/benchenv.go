@@ -1,0 +1,212 @@
+// Package benchenv starts what the benchmark programs under hack/ measure:
+// a real kube-apiserver and etcd (envtest), redis-server masters in an
+// external RedisMasterSet, and the operator's manager in this process, with
+// the caches and controllers the manager binary runs. It is not for tests,
+// which use internal/testenv and Ginkgo.
+package benchenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/operator"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+)
+
+// MasterSet is the name of the RedisMasterSet Start creates.
+const MasterSet = "masters"
+
+// Options configures Start.
+type Options struct {
+	// Masters is how many redis-server masters to run (default 5).
+	Masters int
+	// MaxLockTTL is the master set's maxLockTTL.
+	MaxLockTTL time.Duration
+	// Workers is the parallel reconciles of the lock controller.
+	Workers int
+	// Namespace holds the master set and what the benchmark creates.
+	Namespace string
+	// QPS and Burst of the benchmark's own client (defaults 400 and 800).
+	QPS   float32
+	Burst int
+}
+
+// Env is a running control plane, masters and manager.
+type Env struct {
+	// Config and Client reach the API server as an administrator.
+	Config *rest.Config
+	Client client.WithWatch
+	// Servers are the masters.
+	Servers []*redistest.Server
+	// Registry holds the manager's metrics.
+	Registry *prometheus.Registry
+	// Namespace is Options.Namespace.
+	Namespace string
+
+	closers []func()
+}
+
+// Start starts everything and returns once the master set is Available
+// (fresh masters sit out their quarantine first). The CRDs are read from
+// config/crd/bases: run from the repository's root. Close stops it all.
+func Start(ctx context.Context, o Options) (e *Env, err error) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run KUBEBUILDER_ASSETS=$(hack/build-envtest.sh), or the make target")
+	}
+	if o.Masters == 0 {
+		o.Masters = 5
+	}
+	if o.QPS == 0 {
+		o.QPS, o.Burst = 400, 800
+	}
+	e = &Env{Namespace: o.Namespace}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{"config/crd/bases"}, ErrorIfCRDPathMissing: true, Scheme: scheme}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("envtest: %w", err)
+	}
+	e.closers = append(e.closers, func() { _ = env.Stop() })
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.QPS, mgrCfg.Burst = 200, 400 // the manager binary's defaults (--kube-api-qps, --kube-api-burst)
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+	e.Config = cfg
+	if e.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+
+	dir, err := os.MkdirTemp("", "redlock-bench-")
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() { _ = os.RemoveAll(dir) })
+	for i := range o.Masters {
+		s, err := redistest.Start(filepath.Join(dir, strconv.Itoa(i)), redistest.Options{})
+		if err != nil {
+			return nil, err
+		}
+		e.Servers = append(e.Servers, s)
+		e.closers = append(e.closers, func() { _ = s.Close() })
+	}
+
+	for _, ns := range []string{"redlock-system", o.Namespace} {
+		if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.startManager(ctx, mgrCfg, scheme, o.Workers); err != nil {
+		return nil, err
+	}
+	if err := e.Client.Create(ctx, &v1alpha1.RedisMasterSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: MasterSet},
+		Spec: v1alpha1.RedisMasterSetSpec{
+			External:   &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(e.Servers)},
+			MaxLockTTL: metav1.Duration{Duration: o.MaxLockTTL},
+		},
+	}); err != nil {
+		return nil, err
+	}
+	fmt.Printf("waiting for the fresh masters' quarantine (maxLockTTL %v + drift + 1s)...\n", o.MaxLockTTL)
+	if err := WaitFor(ctx, 2*o.MaxLockTTL+30*time.Second, func() (bool, error) {
+		var set v1alpha1.RedisMasterSet
+		err := e.Client.Get(ctx, types.NamespacedName{Namespace: o.Namespace, Name: MasterSet}, &set)
+		return err == nil && meta.IsStatusConditionTrue(set.Status.Conditions, v1alpha1.ConditionAvailable), nil
+	}); err != nil {
+		return nil, fmt.Errorf("masters never available: %w", err)
+	}
+	return e, nil
+}
+
+// startManager runs the operator's manager in this process, as the
+// manager binary sets it up.
+func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, workers int) error {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Cache: operator.CacheOptions()})
+	if err != nil {
+		return err
+	}
+	e.Registry = prometheus.NewRegistry()
+	m := metrics.New()
+	if err := m.Register(e.Registry); err != nil {
+		return err
+	}
+	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
+		LockKeySecret: types.NamespacedName{Namespace: "redlock-system", Name: "lock-key"},
+		Workers:       workers,
+		Metrics:       m,
+	})
+	if err != nil {
+		return err
+	}
+	mgrDone := make(chan error, 1)
+	mctx, stopMgr := context.WithCancel(ctx)
+	go func() { mgrDone <- mgr.Start(mctx); cleanup() }()
+	e.closers = append(e.closers, func() {
+		stopMgr()
+		if err := <-mgrDone; err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	})
+	return nil
+}
+
+// Close stops the manager, the masters and the control plane, in that
+// order.
+func (e *Env) Close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+	e.closers = nil
+}
+
+// WaitFor polls cond every 200ms until it holds, fails, or timeout passes.
+func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

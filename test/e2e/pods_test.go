@@ -1,0 +1,250 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// workload is a container that prints the fencing token from its
+// downward-API file, then runs script.
+func workload(script string) corev1.PodSpec {
+	return corev1.PodSpec{
+		TerminationGracePeriodSeconds: new(int64(5)),
+		Containers: []corev1.Container{{
+			Name: "work", Image: "busybox:local", ImagePullPolicy: corev1.PullNever,
+			Command:      []string{"/bin/sh", "-c", `echo "token=$(cat /etc/lock/fencing-token)"; ` + script},
+			VolumeMounts: []corev1.VolumeMount{{Name: "lock", MountPath: "/etc/lock"}},
+		}},
+		Volumes: []corev1.Volume{{Name: "lock", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: "fencing-token", FieldRef: &corev1.ObjectFieldSelector{
+				FieldPath: "metadata.annotations['" + v1alpha1.FencingTokenAnnotation + "']",
+			}}},
+		}}}},
+	}
+}
+
+func podLock(name, key string) *v1alpha1.DistributedLock {
+	return &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.DistributedLockSpec{MasterSet: "masters", Key: key, TTL: metav1.Duration{Duration: ttl}},
+	}
+}
+
+// logsOf returns the logs of pod's container.
+func logsOf(pod string) string {
+	out, err := exec.Command(os.Getenv("KUBECTL"), "--kubeconfig", os.Getenv("KUBECONFIG"), "-n", ns, "logs", pod).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+	return string(out)
+}
+
+func printedToken(pod string) int64 {
+	for _, line := range strings.Split(logsOf(pod), "\n") {
+		if v, ok := strings.CutPrefix(line, "token="); ok {
+			t, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			Expect(err).NotTo(HaveOccurred(), "pod %s printed %q", pod, line)
+			return t
+		}
+	}
+	Fail("pod " + pod + " printed no token")
+	return 0
+}
+
+// sampler polls f every 100ms until the spec ends and keeps what it
+// reports.
+func sampler(f func() []string) func() []string {
+	var mu sync.Mutex
+	var seen []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if got := f(); len(got) > 0 {
+				mu.Lock()
+				seen = append(seen, got...)
+				mu.Unlock()
+			}
+		}
+	}()
+	DeferCleanup(func() { close(stop); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+func gatedPod(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+var _ = Describe("pods gated on locks", Ordered, func() {
+	It("runs three Jobs gated on one lock strictly one after another, each with the token of its grant", func() {
+		Expect(k8s.Create(ctx, podLock("steps", "e2e/steps"))).To(Succeed())
+		holders := map[string]int64{} // holder pod → token, as status showed them
+		var holdersMu sync.Mutex
+		violations := sampler(func() []string {
+			var pods corev1.PodList
+			if k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LockLabel: "steps"}) != nil {
+				return nil
+			}
+			var bad, running []string
+			for _, p := range pods.Items {
+				switch {
+				case gatedPod(&p) && p.Spec.NodeName != "":
+					bad = append(bad, p.Name+" was scheduled while gated")
+				case !gatedPod(&p) && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
+					running = append(running, p.Name)
+				}
+			}
+			if len(running) > 1 {
+				bad = append(bad, fmt.Sprintf("%v may run at once", running))
+			}
+			l := &v1alpha1.DistributedLock{}
+			if k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "steps"}, l) == nil && l.Status.Holder != nil && l.Status.Holder.Pod != nil {
+				holdersMu.Lock()
+				holders[l.Status.Holder.Pod.Name] = l.Status.FencingToken
+				holdersMu.Unlock()
+			}
+			return bad
+		})
+		for i := 1; i <= 3; i++ {
+			spec := workload("sleep 2")
+			spec.RestartPolicy = corev1.RestartPolicyNever
+			Expect(k8s.Create(ctx, &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("step-%d", i)},
+				Spec: batchv1.JobSpec{
+					BackoffLimit: new(int32(0)),
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LockLabel: "steps"}}, // the webhook adds the gate
+						Spec:       spec,
+					},
+				},
+			})).To(Succeed())
+		}
+
+		By("waiting for the three Jobs to complete")
+		Eventually(func(g Gomega) {
+			for i := 1; i <= 3; i++ {
+				job := &batchv1.Job{}
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("step-%d", i)}, job)).To(Succeed())
+				g.Expect(job.Status.Succeeded).To(BeEquivalentTo(1), "job %s", job.Name)
+			}
+		}, 3*time.Minute, time.Second).Should(Succeed())
+		Expect(violations()).To(BeEmpty())
+
+		By("checking from the pods' status that their containers ran one after another")
+		var pods corev1.PodList
+		Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LockLabel: "steps"})).To(Succeed())
+		Expect(pods.Items).To(HaveLen(3))
+		type run struct {
+			name          string
+			start, finish time.Time
+			token         int64
+		}
+		var runs []run
+		for _, p := range pods.Items {
+			Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+			term := p.Status.ContainerStatuses[0].State.Terminated
+			Expect(term).NotTo(BeNil(), "pod %s", p.Name)
+			runs = append(runs, run{p.Name, term.StartedAt.Time, term.FinishedAt.Time, printedToken(p.Name)})
+			Expect(strconv.FormatInt(runs[len(runs)-1].token, 10)).To(Equal(p.Annotations[v1alpha1.FencingTokenAnnotation]),
+				"pod %s printed another token than its annotation", p.Name)
+		}
+		slices.SortFunc(runs, func(a, b run) int { return a.start.Compare(b.start) })
+		holdersMu.Lock()
+		defer holdersMu.Unlock()
+		for i, r := range runs {
+			Expect(holders).To(HaveKeyWithValue(r.name, r.token), "the lock's status never showed %s holding with the token it printed", r.name)
+			if i > 0 {
+				prev := runs[i-1]
+				Expect(r.start).NotTo(BeTemporally("<", prev.finish), "%s started before %s finished", r.name, prev.name)
+				Expect(r.token).To(BeNumerically(">", prev.token))
+			}
+		}
+	})
+
+	It("keeps exactly one pod of a two-replica Deployment Ready, and moves readiness when that pod is deleted", func() {
+		Expect(k8s.Create(ctx, podLock("active", "e2e/active"))).To(Succeed())
+		labels := map[string]string{"app": "active", v1alpha1.LockLabel: "active", v1alpha1.GateModeLabel: v1alpha1.GateModeReadiness}
+		Expect(k8s.Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "active"},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: new(int32(2)),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "active"}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec:       workload(`trap "exit 0" TERM; while true; do sleep 1; done`),
+				},
+			},
+		})).To(Succeed())
+		ready := func() []corev1.Pod {
+			var pods corev1.PodList
+			Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "active"})).To(Succeed())
+			return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !podReady(&p) })
+		}
+		violations := sampler(func() []string {
+			if r := ready(); len(r) > 1 {
+				return []string{fmt.Sprintf("%d pods Ready at once", len(r))}
+			}
+			return nil
+		})
+		expectOneReadyHolder := func() string {
+			var name string
+			Eventually(func(g Gomega) {
+				r := ready()
+				g.Expect(r).To(HaveLen(1))
+				l := get(podLock("active", ""))
+				g.Expect(l.Status.Holder).NotTo(BeNil())
+				g.Expect(l.Status.Holder.Pod).NotTo(BeNil())
+				g.Expect(l.Status.Holder.Pod.UID).To(Equal(r[0].UID), "the Ready pod is not the holder")
+				name = r[0].Name
+			}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
+			return name
+		}
+		first := expectOneReadyHolder()
+		Consistently(func() int { return len(ready()) }, 3*time.Second, 200*time.Millisecond).Should(Equal(1))
+
+		By("deleting the Ready pod: readiness moves to another pod")
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: first}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			r := ready()
+			g.Expect(r).To(HaveLen(1))
+			g.Expect(r[0].Name).NotTo(Equal(first))
+		}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
+		expectOneReadyHolder()
+		Expect(violations()).To(BeEmpty())
+	})
+})
