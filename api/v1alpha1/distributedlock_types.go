@@ -212,6 +212,13 @@ type DistributedLockStatus struct {
 	// +optional
 	GrantID string `json:"grantID,omitempty"`
 
+	// LastHolderPod is the pod of the latest pod grant, kept after that
+	// grant ended (released, lost) for as long as the pod may still run:
+	// no other pod is granted the lock before it stopped, whatever its
+	// labels say by then.
+	// +optional
+	LastHolderPod *PodReference `json:"lastHolderPod,omitempty"`
+
 	// Queue shows the pods waiting for the lock.
 	// +optional
 	Queue *LockQueue `json:"queue,omitempty"`

@@ -22,6 +22,9 @@ const (
 	FencingTokenAnnotation = "redlock.dev/fencing-token" //nolint:gosec // an annotation name, not a credential
 	// LockKeyAnnotation carries the Redis key of the lock the pod holds.
 	LockKeyAnnotation = "redlock.dev/lock-key"
+	// LockNameAnnotation carries the name of the DistributedLock that
+	// granted the pod its token.
+	LockNameAnnotation = "redlock.dev/lock-name"
 	// OnLostAnnotation carries the lock's spec.onLost at the time of the
 	// grant, so that the policy still applies when the lock object is
 	// deleted while the pod holds it.

@@ -130,6 +130,11 @@ func (in *DistributedLockStatus) DeepCopyInto(out *DistributedLockStatus) {
 		in, out := &in.ReleasedAt, &out.ReleasedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.LastHolderPod != nil {
+		in, out := &in.LastHolderPod, &out.LastHolderPod
+		*out = new(PodReference)
+		**out = **in
+	}
 	if in.Queue != nil {
 		in, out := &in.Queue, &out.Queue
 		*out = new(LockQueue)

@@ -43,6 +43,10 @@ const Finalizer = "redlock.dev/release"
 // indexMasterSet indexes DistributedLocks by spec.masterSet.
 const indexMasterSet = "spec.masterSet"
 
+// relabelledPoll is how often a lock looks at a former holder pod whose
+// label no longer names it, and whose events therefore do not wake it.
+const relabelledPoll = 2 * time.Second
+
 // opTimeout bounds one Redis operation of the controller (each master is
 // bounded by the node timeout inside it).
 const opTimeout = 5 * time.Second
@@ -206,11 +210,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, err
 	}
 	s.client = c
-	if err := r.reconcileHolder(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
+	err = r.reconcileHolder(ctx, s)
+	// Whatever failed, status shows only what is held, and flips by itself
+	// when the shown validity passes.
 	r.showHolder(s)
-	return ctrl.Result{}, r.checkHolderNode(ctx, s)
+	r.checkHolderNode(ctx, s)
+	return ctrl.Result{}, err
 }
 
 // releaseOthers releases the grants of objects named name other than uid:
@@ -327,7 +332,17 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.pods = pods
-	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.RedisKey(), current, pods)
+	if last := lock.Status.LastHolderPod; last != nil {
+		switch i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == last.UID }); {
+		case i < 0 || podlock.Stopped(pods[i]):
+			lock.Status.LastHolderPod = nil // it can no longer act on a grant
+		case pods[i].Labels[v1alpha1.LockLabel] != lock.Name:
+			// Its events no longer reach this lock (they map by label):
+			// look again soon, so that the queue moves once it stopped.
+			s.requeueAfter(relabelledPoll)
+		}
+	}
+	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, pods)
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
 	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)
@@ -365,9 +380,10 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	return nil
 }
 
-// podsOf lists the pods labelled for lock, and the holder pod when its
-// label no longer names the lock: a pod keeps its grant until it ends,
-// whatever its labels say, since its workload may still act on it.
+// podsOf lists the pods labelled for lock, and the current and last holder
+// pods when their label no longer names the lock: a pod keeps its grant,
+// and keeps others from being granted, until it ends, whatever its labels
+// say, since its workload may still act on its token.
 func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock, holder *v1alpha1.LockHolder) ([]*corev1.Pod, error) {
 	if r.Pods == nil {
 		return nil, nil
@@ -380,32 +396,50 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 	for i := range list.Items {
 		out[i] = &list.Items[i]
 	}
-	if holder == nil || holder.Pod == nil || slices.ContainsFunc(out, func(p *corev1.Pod) bool { return p.UID == holder.Pod.UID }) {
-		return out, nil
+	refs := []*v1alpha1.PodReference{lock.Status.LastHolderPod}
+	if holder != nil {
+		refs = append(refs, holder.Pod)
 	}
-	// Not labelled for the lock (any more): ask the API server whether the
-	// holder still exists. A failed read is no answer: retry rather than
-	// hand the lock over.
+	for _, ref := range refs {
+		if ref == nil || slices.ContainsFunc(out, func(p *corev1.Pod) bool { return p.UID == ref.UID }) {
+			continue
+		}
+		pod, err := r.podByRef(ctx, lock.Namespace, ref)
+		if err != nil {
+			return nil, err
+		}
+		if pod == nil {
+			continue
+		}
+		if !podlock.Stopped(pod) {
+			r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
+				"held %s but its label %s no longer names it: nobody else is granted the lock until it ends", lock.Name, v1alpha1.LockLabel)
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// podByRef reads a pod the label-selected cache does not show from the API
+// server: nil when it is gone (or another pod has its name). A failed read
+// is no answer: the caller retries rather than hand the lock over.
+func (r *Reconciler) podByRef(ctx context.Context, ns string, ref *v1alpha1.PodReference) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: holder.Pod.Name}, pod)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, pod)
 	switch {
 	case apierrors.IsNotFound(err):
-		return out, nil
+		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("read holder pod %s: %w", holder.Pod.Name, err)
-	case pod.UID != holder.Pod.UID:
-		return out, nil // a new pod under the old name
+		return nil, fmt.Errorf("read holder pod %s: %w", ref.Name, err)
+	case pod.UID != ref.UID:
+		return nil, nil
 	}
-	if !podlock.Stopped(pod) {
-		r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
-			"holds %s but its label %s no longer names it: it keeps the lock until it ends", lock.Name, v1alpha1.LockLabel)
-	}
-	return append(out, pod), nil
+	return pod, nil
 }
 
 // checkHolderNode sets the HolderReachable condition while a pod holds
-// the lock, from the holder's node.
-func (r *Reconciler) checkHolderNode(ctx context.Context, s *scope) error {
+// the lock, from the holder's node. A failed read leaves it as it was.
+func (r *Reconciler) checkHolderNode(ctx context.Context, s *scope) {
 	st := &s.lock.Status
 	var pod *corev1.Pod
 	if st.Holder != nil && st.Holder.Pod != nil {
@@ -415,18 +449,18 @@ func (r *Reconciler) checkHolderNode(ctx context.Context, s *scope) error {
 	}
 	if pod == nil || pod.Spec.NodeName == "" {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHolderReachable)
-		return nil
+		return
 	}
 	node := &corev1.Node{}
 	switch err := r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); {
 	case apierrors.IsNotFound(err):
 		node = nil
 	case err != nil:
-		return fmt.Errorf("read the holder's node %s: %w", pod.Spec.NodeName, err)
+		logf.FromContext(ctx).Error(err, "read the holder's node", "node", pod.Spec.NodeName)
+		return
 	}
 	status, reason, msg := holderReachability(pod, node)
 	setCondition(st, s.lock.Generation, v1alpha1.ConditionHolderReachable, status, reason, msg)
-	return nil
 }
 
 // requestedHolder is the holder a choice asks for (nil: nobody).

@@ -44,6 +44,9 @@ func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64
 		st.ReleasedAt = nil
 	}
 	st.Holder = &v1alpha1.LockHolder{Identity: g.holder, Pod: g.pod}
+	if g.pod != nil {
+		st.LastHolderPod = g.pod
+	}
 	st.GrantID = g.grantID
 	st.FencingToken = g.token
 	st.AcquiredAt = v1alpha1.NewPreciseTime(g.acquiredAt)
@@ -60,6 +63,7 @@ func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, now time.T
 		st.ReleasedAt = v1alpha1.NewPreciseTime(now)
 	}
 	st.Holder, st.AcquiredAt, st.RenewedAt, st.ValidUntil = nil, nil, nil, nil
+	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHolderReachable)
 	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionFalse, reason, msg)
 }
 

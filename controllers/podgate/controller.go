@@ -61,9 +61,11 @@ type Reconciler struct {
 	// Client writes pods and reads DistributedLocks (cached).
 	client.Client
 	// Pods caches the pods labelled redlock.dev/lock.
-	Pods     cache.Cache
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
+	Pods cache.Cache
+	// APIReader reads pods the cache does not show (their label removed).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
 	// Evictions posts evictions (a core/v1 REST client) without the
 	// client's retries: a PodDisruptionBudget's refusal (429, retry after
 	// 10s) returns at once, is reported, and is retried with the
@@ -82,7 +84,10 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.Pods.Get(ctx, req.NamespacedName, pod); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.unlabelled(ctx, req.NamespacedName)
 	}
 	name := pod.Labels[v1alpha1.LockLabel]
 	if name == "" {
@@ -128,13 +133,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
+// unlabelled handles a pod that left the label-selected cache: deleted, or
+// its label removed. A pod that still exists and shows its readiness gate
+// True holds a lock no more as far as its readiness says: the lock
+// controller keeps others waiting until it ends, but it is not Ready.
+func (r *Reconciler) unlabelled(ctx context.Context, name types.NamespacedName) error {
+	if r.APIReader == nil {
+		return nil
+	}
+	pod := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, name, pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if pod.Labels[v1alpha1.LockLabel] != "" || pod.Annotations[v1alpha1.FencingTokenAnnotation] == "" || podlock.Stopped(pod) {
+		return nil
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1alpha1.ReadinessGate && c.Status == corev1.ConditionTrue {
+			msg := fmt.Sprintf("the label %s was removed after the pod was granted %s: it is no longer Ready; the lock stays with it until it ends", v1alpha1.LockLabel, pod.Annotations[v1alpha1.LockNameAnnotation])
+			r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventBadLockSpec, "Gate", "%s", msg)
+			return r.setReady(ctx, pod, false, "LabelRemoved", msg)
+		}
+	}
+	return nil
+}
+
 // lockGone handles a pod whose lock does not exist: it waits for it, or,
 // when it held the lock when it was deleted and may still run, it is told
 // (readiness False, an event, the problem annotation) and the lock's
 // onLost policy, recorded on the pod at the grant, applies.
 func (r *Reconciler) lockGone(ctx context.Context, pod *corev1.Pod, name string) error {
 	token := pod.Annotations[v1alpha1.FencingTokenAnnotation]
-	if token == "" || podlock.Stopped(pod) {
+	if token == "" || podlock.Stopped(pod) || pod.Annotations[v1alpha1.LockNameAnnotation] != name {
+		// Not granted by the lock its label names: it waits for it.
 		if err := r.setReady(ctx, pod, false, "LockNotFound", fmt.Sprintf("DistributedLock %q does not exist (yet)", name)); err != nil {
 			return err
 		}
@@ -205,7 +236,7 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 		onLost = string(v1alpha1.LostKeep)
 	}
 	if pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key ||
-		pod.Annotations[v1alpha1.OnLostAnnotation] != onLost {
+		pod.Annotations[v1alpha1.OnLostAnnotation] != onLost || pod.Annotations[v1alpha1.LockNameAnnotation] != lock.Name {
 		base := pod.DeepCopy()
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
@@ -213,6 +244,7 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 		pod.Annotations[v1alpha1.FencingTokenAnnotation] = token
 		pod.Annotations[v1alpha1.LockKeyAnnotation] = lock.Status.Key
 		pod.Annotations[v1alpha1.OnLostAnnotation] = onLost
+		pod.Annotations[v1alpha1.LockNameAnnotation] = lock.Name
 		if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("annotate the holder pod: %w", err)
 		}

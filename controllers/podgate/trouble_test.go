@@ -241,6 +241,43 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		Eventually(func(g Gomega) { expectHolds(g, ns, "first", b) }).Should(Succeed())
 	})
 
+	It("keeps others waiting behind a holder whose label was removed, even after its grant was lost", func() {
+		fragile := env.NewServingMasters(ns, "unlabel-masters", 3, 2*time.Second)
+		createLock(ns, "unlabel", fragile.Name, "")
+		a, b := gatedPod(ns, "unlabel-a", "unlabel", true), gatedPod(ns, "unlabel-b", "unlabel", true)
+		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
+		kubeletRuns(a)
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionTrue))
+		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
+		kubeletRuns(b)
+
+		By("removing the holder's label: it is no longer Ready")
+		Eventually(func() error {
+			cur := getPod(a)
+			delete(cur.Labels, v1alpha1.LockLabel)
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed())
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionFalse))
+
+		By("losing the grant, then letting the masters serve again: the next pod still waits while the old holder runs")
+		for _, srv := range fragile.Servers[:2] {
+			Expect(srv.Stop()).To(Succeed())
+		}
+		Eventually(func() *v1alpha1.LockHolder { return fetchLock(ns, "unlabel").Status.Holder }).Should(BeNil())
+		for _, srv := range fragile.Servers[:2] {
+			Expect(srv.Cont()).To(Succeed())
+		}
+		Consistently(func(g Gomega) {
+			g.Expect(gateCondition(getPod(a))).To(Equal(corev1.ConditionFalse))
+			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse), "granted while the unlabelled former holder runs")
+			g.Expect(fetchLock(ns, "unlabel").Status.LastHolderPod).NotTo(BeNil())
+		}, 3*time.Second).Should(Succeed())
+
+		By("granting the next pod once the old holder's container stopped")
+		kubeletStops(a, corev1.PodSucceeded)
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }, 30*time.Second).Should(Equal(corev1.ConditionTrue))
+	})
+
 	It("refuses pods with both gates or a label that cannot name a lock, and keeps them gated", func() {
 		createLock(ns, "picky", ms.Name, "")
 		both := gatedPod(ns, "both-gates", "picky", false)

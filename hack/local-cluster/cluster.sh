@@ -203,7 +203,7 @@ up() {
 		--cert-dir "$STATE/pki" --token-auth-file "$STATE/pki/tokens.csv" --authorization-mode Node,RBAC \
 		--service-account-key-file "$STATE/pki/sa.pub" --service-account-signing-key-file "$STATE/pki/sa.key" \
 		--service-account-issuer https://kubernetes.default.svc.cluster.local --service-cluster-ip-range 10.96.0.0/16 \
-		--kubelet-port "$KUBELET_PORT"
+		--kubelet-port "$KUBELET_PORT" --kubelet-preferred-address-types InternalIP
 	wait_for "kube-apiserver" 60 "$BIN/kubectl" "$k" get --raw /readyz
 	start kube-controller-manager "$BIN/kube-controller-manager" "$k" --leader-elect=false --bind-address 127.0.0.1 \
 		--secure-port 0 --service-account-private-key-file "$STATE/pki/sa.key" --root-ca-file "$STATE/pki/apiserver.crt" \
@@ -213,7 +213,7 @@ up() {
 	wait_for "containerd" 30 ctr -a "$SOCK" version
 	build_images
 	start kubelet "$BIN/kubelet" "$k" --config "$STATE/kubelet/config.yaml" --root-dir "$STATE/kubelet/root" \
-		--cert-dir "$STATE/kubelet/pki" --hostname-override "$NODE"
+		--cert-dir "$STATE/kubelet/pki" --hostname-override "$NODE" --node-ip 127.0.0.1
 	wait_for "node Ready" 60 sh -c "'$BIN/kubectl' $k get node $NODE -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
 	wait_for "default ServiceAccount" 60 "$BIN/kubectl" "$k" get serviceaccount default
 	trap - ERR

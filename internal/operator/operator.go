@@ -129,6 +129,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Recorder:  recorder,
 		Clock:     o.Clock,
 		Evictions: core.RESTClient(),
+		APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pod gate controller: %w", err)
 	}

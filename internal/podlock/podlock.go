@@ -131,12 +131,14 @@ type Choice struct {
 //   - a pod that held the lock before (it carries the lock's key and a
 //     fencing token) and may still run: after a lost grant it stays first in
 //     line and is granted again with a new token; while it is being
-//     deleted, nobody is granted until its containers stopped;
+//     deleted, or once its label no longer names the lock, nobody is
+//     granted until its containers stopped;
 //   - the static holder when the spec names one;
 //   - the first candidate, first come, first served.
 //
-// pods are the pods labelled for the lock.
-func Choose(static, key string, holder *v1alpha1.LockHolder, pods []*corev1.Pod) Choice {
+// pods are the pods labelled for the lock (named name), and the current
+// and last holder pods whatever their labels.
+func Choose(static, name, key string, holder *v1alpha1.LockHolder, pods []*corev1.Pod) Choice {
 	var candidates, prior []*corev1.Pod
 	var current *corev1.Pod
 	for _, p := range pods {
@@ -154,7 +156,7 @@ func Choose(static, key string, holder *v1alpha1.LockHolder, pods []*corev1.Pod)
 	switch {
 	case current != nil:
 		return Choice{Pod: current, Waiting: candidates}
-	case len(prior) > 0 && prior[0].DeletionTimestamp.IsZero():
+	case len(prior) > 0 && prior[0].DeletionTimestamp.IsZero() && prior[0].Labels[v1alpha1.LockLabel] == name:
 		return Choice{Pod: prior[0], Waiting: candidates}
 	case len(prior) > 0:
 		return Choice{Waiting: candidates} // a former holder still runs: nobody else yet

@@ -82,9 +82,9 @@ func TestChoose(t *testing.T) {
 				p.Annotations = map[string]string{v1alpha1.LockKeyAnnotation: "other-key", v1alpha1.FencingTokenAnnotation: "3"}
 			}), b,
 		}, "", "b", nil},
-		{"a relabelled holder found outside the label keeps the lock while it runs", "", holderOf(aRunning), []*corev1.Pod{
-			pod("a", 0, running, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "other" }), b,
-		}, "", "a", []string{"b"}},
+		{"a former holder relabelled after its grant keeps everyone waiting while it runs, and is not granted again", "", nil, []*corev1.Pod{
+			b, pod("a", 5*time.Second, running, heldKey, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "other" }),
+		}, "", "", []string{"b"}},
 		{"pods being deleted, finished or without a usable gate never get it", "", nil, []*corev1.Pod{
 			pod("deleting", 0, deleting), pod("done", 0, succeeded), pod("ungated", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }),
 			pod("both", 0, func(p *corev1.Pod) {
@@ -93,7 +93,7 @@ func TestChoose(t *testing.T) {
 		}, "", "c", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose(tc.static, "key", tc.holder, tc.pods)
+			got := Choose(tc.static, "lock", "key", tc.holder, tc.pods)
 			gotPod := ""
 			if got.Pod != nil {
 				gotPod = got.Pod.Name

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,14 +21,16 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
 
-// workload is a container that prints the fencing token from its
-// downward-API file, then runs script.
+// workload is a container that reads the fencing token from its
+// downward-API file as its first instruction, prints it and keeps it as its
+// termination message, then runs script.
 func workload(script string) corev1.PodSpec {
 	return corev1.PodSpec{
 		TerminationGracePeriodSeconds: new(int64(5)),
 		Containers: []corev1.Container{{
 			Name: "work", Image: "busybox:local", ImagePullPolicy: corev1.PullNever,
-			Command:      []string{"/bin/sh", "-c", `echo "token=$(cat /etc/lock/fencing-token)"; ` + script},
+			Command: []string{"/bin/sh", "-c",
+				`t=$(cat /etc/lock/fencing-token); echo "token=$t"; echo "$t" > /dev/termination-log; ` + script},
 			VolumeMounts: []corev1.VolumeMount{{Name: "lock", MountPath: "/etc/lock"}},
 		}},
 		Volumes: []corev1.Volume{{Name: "lock", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
@@ -48,23 +48,15 @@ func podLock(name, key string) *v1alpha1.DistributedLock {
 	}
 }
 
-// logsOf returns the logs of pod's container.
-func logsOf(pod string) string {
-	out, err := exec.Command(os.Getenv("KUBECTL"), "--kubeconfig", os.Getenv("KUBECONFIG"), "-n", ns, "logs", pod).CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), string(out))
-	return string(out)
-}
-
-func printedToken(pod string) int64 {
-	for _, line := range strings.Split(logsOf(pod), "\n") {
-		if v, ok := strings.CutPrefix(line, "token="); ok {
-			t, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			Expect(err).NotTo(HaveOccurred(), "pod %s printed %q", pod, line)
-			return t
-		}
-	}
-	Fail("pod " + pod + " printed no token")
-	return 0
+// printedToken is the token pod's finished container read from its
+// downward-API file first thing and left as its termination message.
+func printedToken(p *corev1.Pod) int64 {
+	Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+	term := p.Status.ContainerStatuses[0].State.Terminated
+	Expect(term).NotTo(BeNil(), "pod %s has not finished", p.Name)
+	t, err := strconv.ParseInt(strings.TrimSpace(term.Message), 10, 64)
+	Expect(err).NotTo(HaveOccurred(), "pod %s left %q", p.Name, term.Message)
+	return t
 }
 
 // sampler polls f every 100ms until the spec ends and keeps what it
@@ -101,6 +93,22 @@ func gatedPod(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
 }
 
+// mayRun reports whether pod's container may run now or later: it is
+// ungated, not finished, and not every container has terminated (the
+// kubelet reports a terminal phase only once the pod is torn down, seconds
+// after its containers exited).
+func mayRun(p *corev1.Pod) bool {
+	if gatedPod(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Terminated == nil {
+			return true
+		}
+	}
+	return len(p.Status.ContainerStatuses) == 0
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -125,7 +133,7 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 				switch {
 				case gatedPod(&p) && p.Spec.NodeName != "":
 					bad = append(bad, p.Name+" was scheduled while gated")
-				case !gatedPod(&p) && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
+				case mayRun(&p):
 					running = append(running, p.Name)
 				}
 			}
@@ -176,10 +184,9 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 		}
 		var runs []run
 		for _, p := range pods.Items {
-			Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+			token := printedToken(&p)
 			term := p.Status.ContainerStatuses[0].State.Terminated
-			Expect(term).NotTo(BeNil(), "pod %s", p.Name)
-			runs = append(runs, run{p.Name, term.StartedAt.Time, term.FinishedAt.Time, printedToken(p.Name)})
+			runs = append(runs, run{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
 			Expect(strconv.FormatInt(runs[len(runs)-1].token, 10)).To(Equal(p.Annotations[v1alpha1.FencingTokenAnnotation]),
 				"pod %s printed another token than its annotation", p.Name)
 		}

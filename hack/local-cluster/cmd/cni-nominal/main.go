@@ -32,7 +32,9 @@ func main() {
 		ip := fmt.Sprintf("10.244.%d.%d/32", (n>>8)%250+1, n%250+2)
 		out := map[string]any{
 			"cniVersion": nc.CNIVersion,
-			"interfaces": []map[string]any{{"name": "lo", "sandbox": os.Getenv("CNI_NETNS")}},
+			// Named as the runtime asked (eth0): containerd looks for the
+			// pod's address on that interface. Nothing is created.
+			"interfaces": []map[string]any{{"name": ifName(), "sandbox": os.Getenv("CNI_NETNS")}},
 			"ips":        []map[string]any{{"address": ip, "interface": 0}},
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(out)
@@ -47,4 +49,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "cni-nominal: unknown CNI_COMMAND %q\n", cmd)
 		os.Exit(1)
 	}
+}
+
+// ifName is the interface the runtime asked for.
+func ifName() string {
+	if n := os.Getenv("CNI_IFNAME"); n != "" {
+		return n
+	}
+	return "eth0"
 }
