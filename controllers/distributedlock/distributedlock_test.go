@@ -2,6 +2,7 @@ package distributedlock_test
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -195,6 +196,10 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			mutate(l)
 			Expect(k8s.Create(suiteCtx, l)).NotTo(Succeed(), name)
 		}
+
+		long := newLock(ms, strings.Repeat("n", 64), "", "x", 2*time.Second)
+		Expect(k8s.Create(suiteCtx, long)).To(MatchError(ContainSubstring("at most 63 characters")), "a name pods cannot put in a label")
+		Expect(k8s.Create(suiteCtx, newLock(ms, strings.Repeat("n", 63), "", "x", 2*time.Second))).To(Succeed())
 
 		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())

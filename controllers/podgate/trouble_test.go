@@ -2,6 +2,9 @@ package podgate_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,8 +18,10 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
@@ -494,3 +499,42 @@ func watchAcross(clusters []client.Client, namespaces []string) func() []string 
 		return slices.Clone(violations)
 	}
 }
+
+// The policy config/admission-policy ships, applied as it is.
+var _ = Describe("The lock-gate admission policy", Ordered, func() {
+	var ns string
+	BeforeAll(func() {
+		ns = env.NewNamespace()
+		_, file, _, _ := runtime.Caller(0)
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "config", "admission-policy", "policy.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			obj := &unstructured.Unstructured{}
+			Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
+			Expect(k8s.Create(suiteCtx, obj)).To(Succeed())
+			DeferCleanup(func() { _ = k8s.Delete(context.Background(), obj) })
+		}
+	})
+
+	It("refuses a pod that waits behind a lock gate without the label naming its lock, and admits labelled ones", func() {
+		bare := func(name string) *corev1.Pod {
+			p := gatedPod(ns, name, "", false)
+			p.Labels = nil
+			return p
+		}
+		schedulingGated := bare("gate-no-label")
+		readinessGated := bare("readiness-no-label")
+		readinessGated.Spec.SchedulingGates = nil
+		readinessGated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+		By("waiting until the API server enforces the policy (probed with a dry run)")
+		Eventually(func() error { return k8s.Create(suiteCtx, schedulingGated.DeepCopy(), client.DryRunAll) }).
+			Should(MatchError(ContainSubstring("has no label redlock.dev/lock")))
+		Expect(k8s.Create(suiteCtx, readinessGated)).To(MatchError(ContainSubstring("readiness gate redlock.dev/lock-held but no label")))
+
+		By("admitting a labelled gated pod and an unlabelled pod without a gate")
+		Expect(k8s.Create(suiteCtx, gatedPod(ns, "labelled", "some-lock", false))).To(Succeed())
+		plain := bare("plain")
+		plain.Spec.SchedulingGates = nil
+		Expect(k8s.Create(suiteCtx, plain)).To(Succeed())
+	})
+})
