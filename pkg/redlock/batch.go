@@ -62,14 +62,18 @@ const (
 // maxDetached bounds the detached stragglers of a master: beyond it (a
 // master that stopped answering), stragglers keep their slots, and further
 // requests queue and go out together rather than each opening a
-// connection to a master that does not answer.
+// connection to a master that does not answer. A master thus has at most
+// maxInflight + maxDetached requests or batches in flight.
 const maxDetached = maxInflight
 
 // roundKey is the context key under which a round's requests carry it.
 type roundKey struct{}
 
 // slotOf returns the slot word of ctx's round for master n, marked held,
-// or nil when the request is not a round's.
+// or nil when the request is not a round's, or when another request of the
+// round to n holds the word (such a request frees its own slot when it
+// ends). A round's request may send more than once to its master (EVALSHA,
+// then EVAL after NOSCRIPT), one after the other.
 func (n *node) slotOf(ctx context.Context) *atomic.Int32 {
 	r, _ := ctx.Value(roundKey{}).(*round)
 	if r == nil {
@@ -80,8 +84,15 @@ func (n *node) slotOf(ctx context.Context) *atomic.Int32 {
 		return nil
 	}
 	s := &r.slots[i]
-	s.Store(slotHeld)
-	return s
+	for {
+		old := s.Load()
+		if old == slotHeld || old == slotDetached {
+			return nil
+		}
+		if s.CompareAndSwap(old, slotHeld) {
+			return s
+		}
+	}
 }
 
 // process sends cmd to the master and waits for its answer or ctx's end.

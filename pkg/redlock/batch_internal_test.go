@@ -170,7 +170,8 @@ func TestBatchLeaderEndsWithItsOwnRequest(t *testing.T) {
 // decide) does not queue its next requests to that master behind them — a
 // queued request would wait for a straggler's deadline and sit in the
 // client's latency tail — up to maxDetached stragglers; beyond that, a
-// master that does not answer gets no more connections than before.
+// master that does not answer gets at most maxDetached more requests in
+// flight than before.
 func TestStragglersOfDecidedRoundsHoldNoSlot(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	// Stragglers on the stopped master must outlive the test's checks.
