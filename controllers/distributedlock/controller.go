@@ -33,6 +33,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/internal/seen"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -97,8 +98,9 @@ type Reconciler struct {
 	// nil: locks serve static holders only.
 	Pods cache.Cache
 
-	sessions *sessions
-	wake     chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
+	sessions   *sessions
+	wake       chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
+	relabelled seen.Set // lock UID → the relabelled holder pod last reported
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
@@ -336,6 +338,7 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		switch i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == last.UID }); {
 		case i < 0 || podlock.Stopped(pods[i]):
 			lock.Status.LastHolderPod = nil // it can no longer act on a grant
+			r.relabelled.Forget(string(lock.UID))
 		case pods[i].Labels[v1alpha1.LockLabel] != lock.Name:
 			// Its events no longer reach this lock (they map by label):
 			// look again soon, so that the queue moves once it stopped.
@@ -411,7 +414,7 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 		if pod == nil {
 			continue
 		}
-		if !podlock.Stopped(pod) {
+		if !podlock.Stopped(pod) && r.relabelled.First(string(lock.UID), string(pod.UID)) {
 			r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
 				"held %s but its label %s no longer names it: nobody else is granted the lock until it ends", lock.Name, v1alpha1.LockLabel)
 		}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
+	"github.com/redlock-operator/redlock-operator/internal/seen"
 )
 
 // Event reasons on pods.
@@ -66,6 +67,8 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	lost      seen.Set // pod UID → the token whose loss was reported
+
 	// Evictions posts evictions (a core/v1 REST client) without the
 	// client's retries: a PodDisruptionBudget's refusal (429, retry after
 	// 10s) returns at once, is reported, and is retried with the
@@ -124,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.setReady(ctx, pod, false, d.reason, d.message); err != nil {
 		return ctrl.Result{}, err
 	}
-	if d.lost != "" {
+	if d.lost != "" && r.lost.First(string(pod.UID), strconv.FormatInt(lock.Status.FencingToken, 10)) {
 		r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventLockLost, "Hold", "%s", d.message)
 	}
 	if d.evict {
@@ -230,6 +233,7 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 
 // grant annotates the holder pod with its token and key, then ungates it.
 func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision) (ctrl.Result, error) {
+	r.lost.Forget(string(pod.UID))
 	token := strconv.FormatInt(lock.Status.FencingToken, 10)
 	onLost := string(lock.Spec.OnLost)
 	if onLost == "" {
