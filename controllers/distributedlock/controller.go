@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -100,7 +102,7 @@ type Reconciler struct {
 
 	sessions   *sessions
 	wake       chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
-	relabelled seen.Set // lock UID → the relabelled holder pod last reported
+	relabelled seen.Set // lock namespace/name → lock UID/pod UID of the relabelled holder last reported
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
@@ -178,6 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, err
 		}
 		r.releaseOthers(ctx, req.NamespacedName, "")
+		r.relabelled.Forget(req.String())
 		return ctrl.Result{}, nil
 	}
 	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
@@ -334,11 +337,22 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.pods = pods
+	if lock.Status.LastHolderPod == nil {
+		// A former holder that no longer carries the label (the lock was
+		// re-created since, or its grant ended): track it until it stops.
+		for _, p := range pods {
+			if p.Labels[v1alpha1.LockLabel] != lock.Name && podlock.HeldBefore(p, lock.RedisKey()) && !podlock.Stopped(p) {
+				ref := podlock.Ref(p)
+				lock.Status.LastHolderPod = &ref
+				break
+			}
+		}
+	}
 	if last := lock.Status.LastHolderPod; last != nil {
 		switch i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == last.UID }); {
 		case i < 0 || podlock.Stopped(pods[i]):
 			lock.Status.LastHolderPod = nil // it can no longer act on a grant
-			r.relabelled.Forget(string(lock.UID))
+			r.relabelled.Forget(lock.Namespace + "/" + lock.Name)
 		case pods[i].Labels[v1alpha1.LockLabel] != lock.Name:
 			// Its events no longer reach this lock (they map by label):
 			// look again soon, so that the queue moves once it stopped.
@@ -403,6 +417,16 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 	if holder != nil {
 		refs = append(refs, holder.Pod)
 	}
+	if lock.Status.GrantID == "" && lock.Status.LastHolderPod == nil {
+		// A fresh object (perhaps re-created under the name of a deleted
+		// one): a pod granted the key before and relabelled since carries
+		// no label to find it by. Look once through the namespace.
+		former, err := r.formerHolders(ctx, lock, out)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, former...)
+	}
 	for _, ref := range refs {
 		if ref == nil || slices.ContainsFunc(out, func(p *corev1.Pod) bool { return p.UID == ref.UID }) {
 			continue
@@ -414,11 +438,28 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 		if pod == nil {
 			continue
 		}
-		if !podlock.Stopped(pod) && r.relabelled.First(string(lock.UID), string(pod.UID)) {
+		if !podlock.Stopped(pod) && r.relabelled.First(lock.Namespace+"/"+lock.Name, string(lock.UID)+"/"+string(pod.UID)) {
 			r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
 				"held %s but its label %s no longer names it: nobody else is granted the lock until it ends", lock.Name, v1alpha1.LockLabel)
 		}
 		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// formerHolders lists, from the API server, the pods of lock's namespace
+// that were granted its key, may still run, and are not in known.
+func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.DistributedLock, known []*corev1.Pod) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(lock.Namespace)); err != nil {
+		return nil, fmt.Errorf("list former holders: %w", err)
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if podlock.HeldBefore(p, lock.RedisKey()) && !podlock.Stopped(p) && !slices.ContainsFunc(known, func(k *corev1.Pod) bool { return k.UID == p.UID }) {
+			out = append(out, p)
+		}
 	}
 	return out, nil
 }
@@ -898,10 +939,24 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod))).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.locksOnNode), builder.WithPredicates(nodeReadinessChanged()))
 	}
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: rateLimiter()}).
 		Named("distributedlock").
 		Complete(r)
 }
+
+// rateLimiter is controller-runtime's default with the per-item backoff
+// capped at maxBackoff: a reconcile that failed drops its RequeueAfter (a
+// shown validity to hide, a former holder to look at again), so it must
+// come back soon rather than after minutes of backoff.
+func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxBackoff),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
+// maxBackoff caps the retry delay of a failed reconcile.
+const maxBackoff = 5 * time.Second
 
 // lockOfPod enqueues the lock a pod's label names.
 func lockOfPod(_ context.Context, pod *corev1.Pod) []reconcile.Request {

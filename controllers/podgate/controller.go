@@ -90,11 +90,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.unlabelled(ctx, req.NamespacedName)
+		r.lost.Forget(req.String())
+		if r.APIReader == nil {
+			return ctrl.Result{}, nil
+		}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, pod); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
 	}
 	name := pod.Labels[v1alpha1.LockLabel]
-	if name == "" {
-		return ctrl.Result{}, nil
+	if name == "" { // the label was removed, or is empty
+		return ctrl.Result{}, r.unlabelled(ctx, pod)
 	}
 	// A pod that was granted a lock has no gate left: its request stood.
 	if problem := podlock.Problem(pod); problem != "" && pod.Annotations[v1alpha1.FencingTokenAnnotation] == "" {
@@ -127,7 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.setReady(ctx, pod, false, d.reason, d.message); err != nil {
 		return ctrl.Result{}, err
 	}
-	if d.lost != "" && r.lost.First(string(pod.UID), strconv.FormatInt(lock.Status.FencingToken, 10)) {
+	if d.lost != "" && r.lost.First(pod.Namespace+"/"+pod.Name, string(pod.UID)+"/"+strconv.FormatInt(lock.Status.FencingToken, 10)) {
 		r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventLockLost, "Hold", "%s", d.message)
 	}
 	if d.evict {
@@ -136,19 +142,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
-// unlabelled handles a pod that left the label-selected cache: deleted, or
-// its label removed. A pod that still exists and shows its readiness gate
-// True holds a lock no more as far as its readiness says: the lock
-// controller keeps others waiting until it ends, but it is not Ready.
-func (r *Reconciler) unlabelled(ctx context.Context, name types.NamespacedName) error {
-	if r.APIReader == nil {
-		return nil
-	}
-	pod := &corev1.Pod{}
-	if err := r.APIReader.Get(ctx, name, pod); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if pod.Labels[v1alpha1.LockLabel] != "" || pod.Annotations[v1alpha1.FencingTokenAnnotation] == "" || podlock.Stopped(pod) {
+// unlabelled handles a pod whose label no longer names a lock (removed,
+// so that it left the label-selected cache, or emptied). A pod that shows
+// its readiness gate True holds a lock no more as far as its readiness
+// says: the lock controller keeps others waiting until it ends, but it is
+// not Ready. A gated pod with an empty label is told so.
+func (r *Reconciler) unlabelled(ctx context.Context, pod *corev1.Pod) error {
+	if pod.Annotations[v1alpha1.FencingTokenAnnotation] == "" || podlock.Stopped(pod) {
+		if podlock.GateOf(pod) != podlock.GateNone && pod.Labels != nil {
+			if _, ok := pod.Labels[v1alpha1.LockLabel]; ok { // labelled, but with no lock name
+				return r.report(ctx, pod, EventBadLockSpec, fmt.Sprintf("the label %s is empty: it names no DistributedLock", v1alpha1.LockLabel))
+			}
+		}
 		return nil
 	}
 	for _, c := range pod.Status.Conditions {
@@ -167,7 +172,7 @@ func (r *Reconciler) unlabelled(ctx context.Context, name types.NamespacedName) 
 // onLost policy, recorded on the pod at the grant, applies.
 func (r *Reconciler) lockGone(ctx context.Context, pod *corev1.Pod, name string) error {
 	token := pod.Annotations[v1alpha1.FencingTokenAnnotation]
-	if token == "" || podlock.Stopped(pod) || pod.Annotations[v1alpha1.LockNameAnnotation] != name {
+	if granter := pod.Annotations[v1alpha1.LockNameAnnotation]; token == "" || podlock.Stopped(pod) || (granter != "" && granter != name) {
 		// Not granted by the lock its label names: it waits for it.
 		if err := r.setReady(ctx, pod, false, "LockNotFound", fmt.Sprintf("DistributedLock %q does not exist (yet)", name)); err != nil {
 			return err
@@ -233,7 +238,7 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 
 // grant annotates the holder pod with its token and key, then ungates it.
 func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision) (ctrl.Result, error) {
-	r.lost.Forget(string(pod.UID))
+	r.lost.Forget(pod.Namespace + "/" + pod.Name)
 	token := strconv.FormatInt(lock.Status.FencingToken, 10)
 	onLost := string(lock.Spec.OnLost)
 	if onLost == "" {

@@ -531,10 +531,36 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 			Should(MatchError(ContainSubstring("has no label redlock.dev/lock")))
 		Expect(k8s.Create(suiteCtx, readinessGated)).To(MatchError(ContainSubstring("readiness gate redlock.dev/lock-held but no label")))
 
+		emptyLabel := gatedPod(ns, "empty-label", "", false)
+		Expect(k8s.Create(suiteCtx, emptyLabel)).To(MatchError(ContainSubstring("has no label redlock.dev/lock")), "an empty label names no lock")
+
 		By("admitting a labelled gated pod and an unlabelled pod without a gate")
-		Expect(k8s.Create(suiteCtx, gatedPod(ns, "labelled", "some-lock", false))).To(Succeed())
+		labelled := gatedPod(ns, "labelled", "some-lock", false)
+		Expect(k8s.Create(suiteCtx, labelled)).To(Succeed())
 		plain := bare("plain")
 		plain.Spec.SchedulingGates = nil
 		Expect(k8s.Create(suiteCtx, plain)).To(Succeed())
+
+		By("refusing to change or remove the label while the pod waits for its lock")
+		relabel := func(p *corev1.Pod, value string) error {
+			cur := getPod(p)
+			if value == "" {
+				delete(cur.Labels, v1alpha1.LockLabel)
+			} else {
+				cur.Labels[v1alpha1.LockLabel] = value
+			}
+			return k8s.Update(suiteCtx, cur)
+		}
+		Expect(relabel(labelled, "other-lock")).To(MatchError(ContainSubstring("cannot change")))
+		Expect(relabel(labelled, "")).To(MatchError(ContainSubstring("denied request")), "removing the label of a gated pod")
+
+		By("refusing it for a pod granted a lock that may still run, allowing it once the pod finished")
+		granted := gatedPod(ns, "granted", "some-lock", true)
+		granted.Annotations = map[string]string{v1alpha1.FencingTokenAnnotation: "7"}
+		Expect(k8s.Create(suiteCtx, granted)).To(Succeed())
+		Expect(relabel(granted, "other-lock")).To(MatchError(ContainSubstring("cannot change")))
+		kubeletRuns(granted)
+		kubeletStops(granted, corev1.PodSucceeded)
+		Expect(relabel(granted, "other-lock")).To(Succeed())
 	})
 })

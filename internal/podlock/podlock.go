@@ -52,7 +52,8 @@ func Finished(pod *corev1.Pod) bool {
 // Stopped reports whether pod's containers are known not to run, now or
 // later: it finished, or it still waits behind its scheduling gate (an
 // ungated pod may be scheduled any moment), or it was bound to a node and
-// every container there has terminated.
+// every container there has terminated and none will be restarted (the
+// pod is being deleted, or its restart policy does not restart them).
 func Stopped(pod *corev1.Pod) bool {
 	if Finished(pod) || GateOf(pod) == GateScheduling || GateOf(pod) == GateBoth {
 		return true
@@ -60,17 +61,41 @@ func Stopped(pod *corev1.Pod) bool {
 	if pod.Spec.NodeName == "" {
 		return false // ungated: the scheduler may bind it at any moment
 	}
-	statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
-	if len(statuses) == 0 {
+	if len(pod.Status.InitContainerStatuses)+len(pod.Status.ContainerStatuses) == 0 {
 		// Bound to a node but no status yet: the kubelet may be starting it.
 		return false
 	}
-	for _, s := range statuses {
-		if s.State.Terminated == nil { // running, or waiting to (re)start
+	sidecars := map[string]bool{}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecars[c.Name] = true
+		}
+	}
+	deleting := !pod.DeletionTimestamp.IsZero()
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.State.Terminated == nil || (!deleting && sidecars[s.Name]) {
+			return false // running, waiting to (re)start, or a sidecar the kubelet restarts
+		}
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.State.Terminated == nil || (!deleting && restarts(pod.Spec.RestartPolicy, s.State.Terminated.ExitCode)) {
 			return false
 		}
 	}
 	return true
+}
+
+// restarts reports whether the kubelet restarts a container that exited
+// with code under policy.
+func restarts(policy corev1.RestartPolicy, code int32) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	default: // Always, and the API's default
+		return true
+	}
 }
 
 // Problem says why a labelled pod cannot take part; "" when it can.
@@ -156,10 +181,12 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, pods []*corev
 	switch {
 	case current != nil:
 		return Choice{Pod: current, Waiting: candidates}
-	case len(prior) > 0 && prior[0].DeletionTimestamp.IsZero() && prior[0].Labels[v1alpha1.LockLabel] == name:
+	case len(prior) == 1 && prior[0].DeletionTimestamp.IsZero() && prior[0].Labels[v1alpha1.LockLabel] == name:
 		return Choice{Pod: prior[0], Waiting: candidates}
 	case len(prior) > 0:
-		return Choice{Waiting: candidates} // a former holder still runs: nobody else yet
+		// A former holder still runs (terminating, relabelled, or more
+		// than one of them): nobody else yet.
+		return Choice{Waiting: candidates}
 	case static != "":
 		return Choice{Static: static, Waiting: candidates}
 	case len(candidates) > 0:

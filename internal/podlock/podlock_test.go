@@ -82,6 +82,9 @@ func TestChoose(t *testing.T) {
 				p.Annotations = map[string]string{v1alpha1.LockKeyAnnotation: "other-key", v1alpha1.FencingTokenAnnotation: "3"}
 			}), b,
 		}, "", "b", nil},
+		{"two former holders that still run keep everyone waiting", "", nil, []*corev1.Pod{
+			b, pod("a", 5*time.Second, running, heldKey), pod("z", 6*time.Second, running, heldKey),
+		}, "", "", []string{"b"}},
 		{"a former holder relabelled after its grant keeps everyone waiting while it runs, and is not granted again", "", nil, []*corev1.Pod{
 			b, pod("a", 5*time.Second, running, heldKey, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "other" }),
 		}, "", "", []string{"b"}},
@@ -145,6 +148,22 @@ func TestStopped(t *testing.T) {
 		{"a running pod runs", pod("a", 0, running), false},
 		{"a bound pod without container status may be starting", pod("a", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates, p.Spec.NodeName = nil, "n" }), false},
 		{"a terminating pod whose containers exited is stopped", pod("a", 0, running, deleting, containersExited), true},
+		{"an exited container of a pod that restarts always will run again", pod("a", 0, running, containersExited), false},
+		{"an exited container of a pod that never restarts stays stopped", pod("a", 0, running, containersExited, func(p *corev1.Pod) {
+			p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		}), true},
+		{"a container that failed under OnFailure will run again", pod("a", 0, running, containersExited, func(p *corev1.Pod) {
+			p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+			p.Status.ContainerStatuses[0].State.Terminated.ExitCode = 1
+		}), false},
+		{"a container that succeeded under OnFailure stays stopped", pod("a", 0, running, containersExited, func(p *corev1.Pod) {
+			p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		}), true},
+		{"an exited sidecar of a live pod is restarted", pod("a", 0, running, containersExited, func(p *corev1.Pod) {
+			p.Spec.RestartPolicy = corev1.RestartPolicyNever
+			p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: new(corev1.ContainerRestartPolicyAlways)}}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}
+		}), false},
 		{"a finished pod is stopped", pod("a", 0, running, succeeded), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
