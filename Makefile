@@ -61,10 +61,18 @@ lint: ## Run golangci-lint (pinned in hack/tools/go.mod).
 lint-fix: ## Run golangci-lint and apply its fixes.
 	$(GOLANGCI_LINT) run --fix ./...
 
+.PHONY: build-installer
+build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (image IMG), webhook and admission policy in one file.
+	@mkdir -p dist
+	@# The image appears twice (the container and OPERATOR_IMAGE, which must
+	@# match): both are written as the default image by config/manager.
+	$(KUSTOMIZE) build config/default | sed 's|redlock-operator:dev|$(IMG)|g' > dist/install.yaml
+
 .PHONY: verify
 verify: manifests generate ## Fail when generated files, go.mod/go.sum or formatting are stale.
-	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config | grep '^??')" || { git status --porcelain -- api config; echo "untracked generated files: commit them"; exit 1; }
+	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
+	@git diff --exit-code -- api config dist || { echo "generated files are stale: run 'make manifests generate build-installer' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config dist | grep '^??')" || { git status --porcelain -- api config dist; echo "untracked generated files: commit them"; exit 1; }
 	$(KUSTOMIZE) build config/default >/dev/null
 	$(KUSTOMIZE) build config/samples >/dev/null
 	$(GO) mod tidy -diff
