@@ -150,7 +150,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 
 		By("releasing its own grant in Redis")
 		Eventually(func() int { return testenv.CountEqual(ms.ValuesOn(mine.Status.Key), value) }, 2*time.Second).Should(BeZero())
-		Expect(eventReasons(ns, "usurped")).To(ContainElement("Superseded"))
+		Eventually(func() []string { return eventReasons(ns, "usurped") }).Should(ContainElement("Superseded"))
 	})
 
 	It("flips Held to False by itself once a lost grant's status write goes through", func() {
@@ -222,7 +222,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 			g.Expect(l.Status.ValidUntil.Time).To(BeTemporally(">", valid), "renewed")
 		}).Should(Succeed())
 		Expect(testenv.CountEqual(set.ValuesOn(cur.Status.Key), value)).To(Equal(3))
-		Expect(eventReasons(ns, "legacy")).To(ContainElement("Adopted"))
+		Eventually(func() []string { return eventReasons(ns, "legacy") }).Should(ContainElement("Adopted"))
 	})
 
 	It("never lets the keys expire before the validity status shows when the ttl shrinks", func() {

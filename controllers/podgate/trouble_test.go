@@ -180,12 +180,13 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		}).Should(Succeed())
 		Expect(getPod(p).DeletionTimestamp).To(BeNil(), "evicted against its budget")
 		Expect(gateCondition(getPod(p))).To(Equal(corev1.ConditionFalse))
-		Expect(env.EventReasons(ns, p.Name)).To(ContainElement(podgate.EventLockLost))
+		Eventually(func() []string { return env.EventReasons(ns, p.Name) }).Should(ContainElement(podgate.EventLockLost))
 
 		By("evicting it once the budget is gone")
 		Expect(k8s.Delete(suiteCtx, pdb)).To(Succeed())
 		Eventually(func() *metav1.Time { return getPod(p).DeletionTimestamp }).ShouldNot(BeNil())
-		Expect(env.EventReasons(ns, p.Name)).To(ContainElement(podgate.EventEvicted))
+		// Events are sent asynchronously, after the eviction returned.
+		Eventually(func() []string { return env.EventReasons(ns, p.Name) }).Should(ContainElement(podgate.EventEvicted))
 	})
 
 	It("tells the holder when its lock is deleted, and applies the lock's onLost", func() {
@@ -239,7 +240,7 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 			g.Expect(gated(getPod(b))).To(BeTrue(), "the next pod was ungated while the relabelled holder runs")
 			g.Expect(fetchLock(ns, "second").Status.Holder).To(BeNil(), "the relabelled pod was granted the other lock too")
 		}, 2*time.Second).Should(Succeed())
-		Expect(env.EventReasons(ns, a.Name)).To(ContainElement(distributedlock.EventHolderRelabelled))
+		Eventually(func() []string { return env.EventReasons(ns, a.Name) }).Should(ContainElement(distributedlock.EventHolderRelabelled))
 
 		By("handing over once the relabelled holder ended")
 		kubeletStops(a, corev1.PodSucceeded)

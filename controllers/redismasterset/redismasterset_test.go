@@ -78,7 +78,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 			g.Expect(set.Status.Serving).To(Equal(int32(3)))
 			g.Expect(memberStates(set)).To(HaveEach(v1alpha1.MemberServing))
 		}).Should(Succeed())
-		Expect(eventReasons(ns, ms.Name)).To(ContainElements("MemberQuarantined", "MemberRejoined"))
+		Eventually(func() []string { return eventReasons(ns, ms.Name) }).Should(ContainElements("MemberQuarantined", "MemberRejoined"))
 	})
 
 	It("marks dead members Down and loses availability with the quorum", func() {
@@ -91,7 +91,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		Expect(memberStates(set)).To(Equal([]string{v1alpha1.MemberDown, v1alpha1.MemberDown, v1alpha1.MemberServing}))
 		Expect(set.Status.Members[0].Message).NotTo(BeEmpty())
 		Expect(meta.IsStatusConditionTrue(set.Status.Conditions, v1alpha1.ConditionDegraded)).To(BeTrue())
-		Expect(eventReasons(ns, ms.Name)).To(ContainElement("MemberDown"))
+		Eventually(func() []string { return eventReasons(ns, ms.Name) }).Should(ContainElement("MemberDown"))
 		Expect(testutil.ToFloat64(mgr.Metrics.MastersServing.WithLabelValues(ns, ms.Name))).To(Equal(1.0))
 	})
 
