@@ -302,7 +302,12 @@ func (s *Session) loop(ctx context.Context) error {
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.RenewFailures.WithLabelValues(s.cfg.Reasons(err)).Inc()
 		}
-		if errors.Is(err, redlock.ErrNotHeld) || errors.Is(err, redlock.ErrExpired) || errors.Is(err, redlock.ErrInvalidArgument) {
+		if errors.Is(err, redlock.ErrExpired) {
+			// The validity passed before a quorum renewed it (or before
+			// the attempt could start, on a busy machine).
+			return &LostError{Reason: v1alpha1.ReasonValidityExpired, Err: err}
+		}
+		if errors.Is(err, redlock.ErrNotHeld) || errors.Is(err, redlock.ErrInvalidArgument) {
 			return &LostError{Reason: s.cfg.Reasons(err), Err: err}
 		}
 		failures++
