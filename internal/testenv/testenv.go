@@ -188,9 +188,12 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 		LeaderElectionID:              "redlock-operator-test",
 		LeaderElectionNamespace:       OperatorNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptr(4 * time.Second),
-		RenewDeadline:                 ptr(3 * time.Second),
-		RetryPeriod:                   ptr(200 * time.Millisecond),
+		// A stopping manager releases the Lease (ReleaseOnCancel), so the
+		// next one leads within a retry period; the durations only need to
+		// survive a loaded machine (4s/3s lost the lead under a CPU hog).
+		LeaseDuration: ptr(15 * time.Second),
+		RenewDeadline: ptr(10 * time.Second),
+		RetryPeriod:   ptr(200 * time.Millisecond),
 		// Several managers run in this process, one after another.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
 		Cache:      operator.CacheOptions(),
