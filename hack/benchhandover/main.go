@@ -27,8 +27,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,8 +34,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -57,18 +53,12 @@ const ns = "bench"
 
 func main() {
 	flag.Parse()
-	redis.SetLogger(quiet{})
-	ctrl.SetLogger(logr.Discard())
-	klog.SetLogger(logr.Discard())
+	benchenv.Quiet()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "benchhandover:", err)
 		os.Exit(1)
 	}
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 func run() error {
 	ctx, cancel := context.WithCancel(context.Background())

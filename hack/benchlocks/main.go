@@ -22,13 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -46,17 +43,12 @@ var (
 
 func main() {
 	flag.Parse()
-	redis.SetLogger(quiet{})
-	ctrl.SetLogger(discard())
+	benchenv.Quiet()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "benchlocks:", err)
 		os.Exit(1)
 	}
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 func run() error {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -315,5 +307,3 @@ func histQuantiles(reg *prometheus.Registry, name string) (string, string, strin
 	}
 	return q(0.5), q(0.99), top
 }
-
-func discard() logr.Logger { return logr.Discard() }

@@ -14,7 +14,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -188,6 +191,18 @@ func (e *Env) Close() {
 	}
 	e.closers = nil
 }
+
+// Quiet silences the loggers of go-redis, controller-runtime and client-go,
+// whose messages would interleave with a benchmark's progress and table.
+func Quiet() {
+	redis.SetLogger(quietRedis{})
+	ctrl.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // WaitFor polls cond every 200ms until it holds, fails, or timeout passes.
 func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
