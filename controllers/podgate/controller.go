@@ -67,7 +67,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
-	lost      seen.Set // pod UID → the token whose loss was reported
+	lost      seen.Set // pod namespace/name → pod UID/token whose loss was reported
 
 	// Evictions posts evictions (a core/v1 REST client) without the
 	// client's retries: a PodDisruptionBudget's refusal (429, retry after
