@@ -1,9 +1,14 @@
-# Builds the operator image: the manager and the Redis entrypoint gate (which
-# an init container of every managed Redis pod copies out of this image) as
-# static binaries on a distroless base.
-FROM golang:1.26 AS builder
+# Builds the operator image: exactly the binaries `make build` builds — the
+# manager and the Redis entrypoint gate (which an init container of every
+# managed Redis pod copies out of this image) — static, stamped with VERSION,
+# on a distroless base. Multi-arch: the builder runs on the build platform
+# and cross-compiles for TARGETOS/TARGETARCH (`make docker-buildx`).
+# test/manifests checks this file against the Makefile, and `make e2e`
+# checks the image the local cluster runs against it.
+FROM --platform=$BUILDPLATFORM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
+ARG VERSION=dev
 WORKDIR /workspace
 COPY go.mod go.sum ./
 RUN go mod download
@@ -12,8 +17,9 @@ COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY internal/ internal/
 COPY pkg/ pkg/
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o /out/manager ./cmd/manager && \
-    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o /out/gate ./cmd/gate
+ENV CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH}
+RUN go build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=${VERSION}" -o /out/manager ./cmd/manager
+RUN go build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=${VERSION}" -o /out/gate ./cmd/gate
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /

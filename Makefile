@@ -12,6 +12,15 @@ KUSTOMIZE := $(GOTOOL) kustomize
 KUBECTL ?= kubectl
 IMG ?= redlock-operator:dev
 CONTAINER_TOOL ?= docker
+# The version the binaries report (--version, logs, the build_info metric):
+# the git tag or commit; the Dockerfile stamps the same way (VERSION arg).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# How every binary is built, here and in the Dockerfile: static, trimmed,
+# stamped. BIN is where `make build` writes them.
+GO_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=$(VERSION)"
+BIN ?= bin
+# Platforms of `make docker-buildx`.
+PLATFORMS ?= linux/amd64,linux/arm64,linux/s390x,linux/ppc64le
 
 # The envtest control plane (kube-apiserver, etcd) is built from the Go module
 # proxy by hack/build-envtest.sh into a cache outside the checkout.
@@ -115,18 +124,29 @@ redis: ## Install redis-server from the OS packages when missing.
 ##@ Build
 
 .PHONY: build
-build: ## Build every package, and the manager binary into bin/.
+build: ## Build every package, and the binaries (manager, gate) into bin/.
 	$(GO) build ./...
-	$(GO) build -o bin/manager ./cmd/manager
-	$(GO) build -o bin/gate ./cmd/gate
+	@$(MAKE) --no-print-directory binaries
+
+.PHONY: binaries
+binaries: ## Build only the binaries of cmd/ into BIN (default bin/), as the Dockerfile builds them.
+	@mkdir -p $(BIN)
+	@for c in $(notdir $(wildcard cmd/*)); do echo "build $(BIN)/$$c"; $(GO_BUILD) -o $(BIN)/$$c ./cmd/$$c || exit 1; done
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
 	$(GO) run ./cmd/manager --leader-elect=false
 
 .PHONY: docker-build
-docker-build: ## Build the operator image (needs a container engine).
-	$(CONTAINER_TOOL) build -t $(IMG) .
+docker-build: ## Build the operator image IMG (needs a container engine).
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push the operator image IMG for PLATFORMS (needs docker buildx).
+	- $(CONTAINER_TOOL) buildx create --name redlock-operator-builder
+	$(CONTAINER_TOOL) buildx use redlock-operator-builder
+	- $(CONTAINER_TOOL) buildx build --push --platform=$(PLATFORMS) --build-arg VERSION=$(VERSION) --tag $(IMG) .
+	- $(CONTAINER_TOOL) buildx rm redlock-operator-builder
 
 .PHONY: docker-push
 docker-push: ## Push the operator image.

@@ -17,12 +17,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redlock-operator/redlock-operator/internal/version"
 	"github.com/redlock-operator/redlock-operator/pkg/gate"
 )
 
 func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
+		case "version", "--version": // gate version: the version it was built as
+			fmt.Println(version.Version)
+			return
 		case "install": // gate install DEST: copy this binary (init container)
 			if len(os.Args) != 3 {
 				fail("usage: gate install DEST")

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -20,17 +21,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
+	"github.com/redlock-operator/redlock-operator/internal/version"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 )
 
 // +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=redlock-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=redlock-system,resources=events,verbs=create;patch
+// The secure metrics endpoint asks the API server who a scraper is and
+// whether it may read /metrics (config/rbac/metrics_auth_role.yaml):
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func main() {
 	var (
@@ -40,7 +47,12 @@ func main() {
 		lockSecret string
 	)
 	namespace := envOr("POD_NAMESPACE", "redlock-system")
-	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.BoolVar(&cfg.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS, to scrapers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview: get on the /metrics non-resource URL); false serves plain HTTP to anyone, for local use.")
+	flag.StringVar(&cfg.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint (reloaded when they change); empty generates a self-signed certificate.")
+	flag.BoolVar(&cfg.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics and webhook servers (off: HTTP/2 Rapid Reset and Stream Cancellation, CVE-2023-44487 and CVE-2023-39325).")
+	showVersion := flag.Bool("version", false, "Print the version and exit.")
 	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
 	flag.StringVar(&cfg.leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
@@ -70,6 +82,10 @@ func main() {
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Version)
+		return
+	}
 	cfg.webhook.Namespace = namespace
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
@@ -90,6 +106,9 @@ func main() {
 // config is what the flags set for run.
 type config struct {
 	metricsAddr, probeAddr string
+	metricsSecure          bool
+	metricsCertDir         string
+	enableHTTP2            bool
 	leaderElect            bool
 	leaderNamespace        string
 	leaseDuration          time.Duration
@@ -112,7 +131,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: cfg.metricsAddr},
+		Metrics:                       metricsOptions(cfg),
 		HealthProbeBindAddress:        cfg.probeAddr,
 		LeaderElection:                cfg.leaderElect,
 		LeaderElectionID:              "redlock-operator.redlock.dev",
@@ -122,7 +141,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		RenewDeadline:                 &cfg.renewDeadline,
 		RetryPeriod:                   &cfg.retryPeriod,
 		Cache:                         operator.CacheOptions(),
-		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhook.CertDir}),
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhook.CertDir, TLSOpts: tlsOptions(cfg)}),
 	})
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
@@ -155,8 +174,28 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("starting manager", "leaderElection", cfg.leaderElect)
+	ctrl.Log.WithName("setup").Info("starting manager", "version", version.Version, "leaderElection", cfg.leaderElect, "metricsSecure", cfg.metricsSecure)
 	return mgr.Start(ctx)
+}
+
+// metricsOptions serves metrics the kubebuilder v4 way: HTTPS behind
+// controller-runtime's authentication and authorization filter, or plain
+// HTTP when --metrics-secure=false.
+func metricsOptions(cfg config) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: cfg.metricsAddr, SecureServing: cfg.metricsSecure, TLSOpts: tlsOptions(cfg)}
+	if cfg.metricsSecure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.CertDir = cfg.metricsCertDir
+	}
+	return o
+}
+
+// tlsOptions turns HTTP/2 off unless --enable-http2 allows it.
+func tlsOptions(cfg config) []func(*tls.Config) {
+	if cfg.enableHTTP2 {
+		return nil
+	}
+	return []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 }
 
 func parseRef(ref string) (types.NamespacedName, error) {

@@ -46,7 +46,7 @@ build() {
 	BIN=$(KUBE_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl" "$ROOT/hack/build-envtest.sh")
 	mkdir -p "$STATE/bin"
 	(cd "$ROOT/hack/local-cluster" && CGO_ENABLED=0 go build -o "$STATE/bin/" ./cmd/...)
-	(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$STATE/bin/manager" ./cmd/manager && CGO_ENABLED=0 go build -trimpath -o "$STATE/bin/gate" ./cmd/gate)
+	make -s -C "$ROOT" binaries BIN="$STATE/bin/operator" >/dev/null
 }
 
 # record_host saves what the kubelet changes so that down restores it.
@@ -177,10 +177,26 @@ build_images() {
 	cp /bin/busybox "$r/busybox/bin/busybox"
 	for t in sh cat sleep echo date; do ln -s busybox "$r/busybox/bin/$t"; done
 	import_image busybox busybox:local /bin/sh "$r/busybox"
-	mkdir -p "$r/op"
-	cp "$STATE/bin/manager" "$STATE/bin/gate" "$r/op/"
-	import_image operator redlock-operator:e2e /manager "$r/op"
+	operator_image "$r"
 	rm -rf "$r"
+}
+
+# operator_image lays the operator's binaries out as the Dockerfile's final
+# stage does (its COPY --from=builder lines, USER, WORKDIR, ENTRYPOINT), so
+# the local image and the released one cannot drift; the e2e suite checks
+# the imported image against the Dockerfile.
+operator_image() {
+	local r=$1 final=$1/final entry user workdir src dest
+	awk '/^FROM /{s=""} {s=s $0 "\n"} END{printf "%s", s}' "$ROOT/Dockerfile" >"$final"
+	mkdir -p "$r/op"
+	while read -r _ _ src dest; do
+		cp "$STATE/bin/operator/$(basename "$src")" "$r/op$dest"
+	done < <(grep '^COPY --from=builder ' "$final")
+	entry=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)"\]$/\1/p' "$final")
+	user=$(sed -n 's/^USER //p' "$final")
+	workdir=$(sed -n 's/^WORKDIR //p' "$final")
+	"$STATE/bin/mkimage" -rootfs "$r/op" -tag redlock-operator:e2e -entrypoint "$entry" -user "$user" -workdir "$workdir" -o "$STATE/images/operator.tar"
+	ctr -a "$SOCK" -n k8s.io images import "$STATE/images/operator.tar" >/dev/null
 }
 
 up() {

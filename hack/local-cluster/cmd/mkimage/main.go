@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -27,19 +28,21 @@ func main() {
 	rootfs := flag.String("rootfs", "", "root filesystem directory")
 	tag := flag.String("tag", "", "image reference, e.g. redlock-operator:dev")
 	entry := flag.String("entrypoint", "", "entrypoint, space separated")
+	user := flag.String("user", "", "user the entrypoint runs as, e.g. 65532:65532")
+	workdir := flag.String("workdir", "", "working directory of the entrypoint")
 	out := flag.String("o", "", "output tarball")
 	flag.Parse()
 	if *rootfs == "" || *tag == "" || *out == "" {
 		fmt.Fprintln(os.Stderr, "usage: mkimage -rootfs DIR -tag REF [-entrypoint CMD] -o FILE")
 		os.Exit(2)
 	}
-	if err := run(*rootfs, *tag, *entry, *out); err != nil {
+	if err := run(*rootfs, *tag, *out, v1.Config{Entrypoint: strings.Fields(*entry), User: *user, WorkingDir: *workdir}); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rootfs, tag, entry, out string) error {
+func run(rootfs, tag, out string, config v1.Config) error {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	err := filepath.WalkDir(rootfs, func(path string, d fs.DirEntry, err error) error {
@@ -99,11 +102,9 @@ func run(rootfs, tag, entry, out string) error {
 		return err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.Architecture, cfg.OS = "amd64", "linux"
-	cfg.Config = v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
-	if entry != "" {
-		cfg.Config.Entrypoint = strings.Fields(entry)
-	}
+	cfg.Architecture, cfg.OS = runtime.GOARCH, "linux"
+	cfg.Config = config
+	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+)
+
+func TestManager(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Manager command")
+}
+
+var env *testenv.Env
+
+var _ = BeforeSuite(func() { env = testenv.Start() })
+
+var _ = AfterSuite(func() { env.Stop() })
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// startManager runs the manager as main does, with secure metrics on
+// metricsAddr, until the spec ends. (run registers the operator's metrics
+// in controller-runtime's global registry, so it runs once per process.)
+func startManager(metricsAddr string) {
+	ctx, cancel := context.WithCancel(env.Ctx)
+	done := make(chan error, 1)
+	go func() {
+		defer GinkgoRecover()
+		done <- run(ctx, env.Cfg, config{
+			metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0",
+			lockKeySecret: testenv.LockKeySecret, probeInterval: time.Second, workers: 1, gateImage: "gate:test",
+		})
+	}()
+	DeferCleanup(func() {
+		cancel()
+		Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())))
+	})
+}
+
+// token returns a token of a fresh ServiceAccount name in ns.
+func token(ctx context.Context, clientset kubernetes.Interface, ns, name string) string {
+	_, err := clientset.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return tr.Status.Token
+}
+
+// scrape GETs /metrics with an optional bearer token.
+func scrape(url, token string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		// The manager serves a self-signed certificate by default.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a self-signed test server
+	}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+var _ = Describe("The metrics endpoint", func() {
+	It("serves HTTPS only to scrapers the API server authenticates and authorizes with the shipped metrics-reader role", func(ctx SpecContext) {
+		addr := freeAddr()
+		url := fmt.Sprintf("https://%s/metrics", addr)
+		startManager(addr)
+		clientset := kubernetes.NewForConfigOrDie(env.Cfg)
+		ns := env.NewNamespace()
+
+		By("asking for tokens of two fresh ServiceAccounts, one to be bound to metrics-reader")
+		// The filter caches a refusal for 30 s, so the two are distinct
+		// accounts rather than one account before and after its binding.
+		stranger, scraper := token(ctx, clientset, ns, "stranger"), token(ctx, clientset, ns, "scraper")
+
+		By("binding the scraper to the ClusterRole config/rbac/metrics_reader_role.yaml ships")
+		data, err := os.ReadFile("../../config/rbac/metrics_reader_role.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		role := &rbacv1.ClusterRole{}
+		Expect(yaml.Unmarshal(data, role)).To(Succeed())
+		role.Name = "metrics-reader-" + ns
+		Expect(env.Client.Create(ctx, role)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, role)).To(Succeed()) })
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "scraper", Namespace: ns}},
+		}
+		Expect(env.Client.Create(ctx, binding)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, binding)).To(Succeed()) })
+
+		By("refusing a scrape without a token (401)")
+		Eventually(func(g Gomega) {
+			code, _, err := scrape(url, "")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusUnauthorized))
+		}).Should(Succeed())
+
+		By("refusing an authenticated account without the role (403)")
+		code, _, err := scrape(url, stranger)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(code).To(Equal(http.StatusForbidden))
+
+		By("serving the operator's metrics to the bound account")
+		Eventually(func(g Gomega) {
+			code, body, err := scrape(url, scraper)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusOK), body)
+			g.Expect(body).To(ContainSubstring("redlock_locks_held"))
+		}).Should(Succeed())
+	})
+
+	It("serves plain HTTP to anyone with --metrics-secure=false", func(ctx SpecContext) {
+		addr := freeAddr()
+		mgr, err := ctrl.NewManager(env.Cfg, ctrl.Options{Metrics: metricsOptions(config{metricsAddr: addr}), HealthProbeBindAddress: "0"})
+		Expect(err).NotTo(HaveOccurred())
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(mctx) }()
+		DeferCleanup(func() {
+			cancel()
+			Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())))
+		})
+		Eventually(func(g Gomega) {
+			code, body, err := scrape(fmt.Sprintf("http://%s/metrics", addr), "")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusOK))
+			g.Expect(body).To(ContainSubstring("# HELP"))
+		}).Should(Succeed())
+	})
+})
