@@ -9,6 +9,7 @@ GOTOOL := $(GO) tool -modfile=hack/tools/go.mod
 GOLANGCI_LINT := $(GOTOOL) golangci-lint
 CONTROLLER_GEN := $(GOTOOL) controller-gen
 KUSTOMIZE := $(GOTOOL) kustomize
+CRD_REF_DOCS := $(GOTOOL) crd-ref-docs
 KUBECTL ?= kubectl
 IMG ?= redlock-operator:dev
 CONTAINER_TOOL ?= docker
@@ -53,6 +54,15 @@ manifests: ## Generate CRDs and RBAC from the markers in api/ and controllers/.
 generate: ## Generate deep-copy code from the markers in api/.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
+.PHONY: api-docs
+api-docs: ## Generate docs/api.md (API reference) from the Go types in api/.
+	@mkdir -p docs
+	@# Log level ERROR: the only warnings are about the depth of Kubernetes'
+	@# own types (Affinity), which the reference links to rather than renders.
+	$(CRD_REF_DOCS) --source-path=api/v1alpha1 --config=hack/crd-ref-docs.yaml \
+		--templates-dir=hack/crd-ref-docs-templates --renderer=markdown \
+		--output-path=docs/api.md --log-level=ERROR
+
 .PHONY: fmt
 fmt: ## Run go fmt against code.
 	$(GO) fmt ./...
@@ -78,10 +88,10 @@ build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (imag
 	$(KUSTOMIZE) build config/default | sed 's|redlock-operator:dev|$(IMG)|g' > dist/install.yaml
 
 .PHONY: verify
-verify: manifests generate ## Fail when generated files, go.mod/go.sum or formatting are stale.
+verify: manifests generate api-docs ## Fail when generated files, go.mod/go.sum or formatting are stale.
 	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
-	@git diff --exit-code -- api config dist || { echo "generated files are stale: run 'make manifests generate build-installer' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config dist | grep '^??')" || { git status --porcelain -- api config dist; echo "untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config dist docs/api.md || { echo "generated files are stale: run 'make manifests generate build-installer api-docs' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config dist docs/api.md | grep '^??')" || { git status --porcelain -- api config dist docs/api.md; echo "untracked generated files: commit them"; exit 1; }
 	$(KUSTOMIZE) build config/default >/dev/null
 	$(KUSTOMIZE) build config/samples >/dev/null
 	$(GO) mod tidy -diff

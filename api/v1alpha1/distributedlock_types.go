@@ -59,7 +59,7 @@ type DistributedLockSpec struct {
 
 	// Key is the Redis key of the lock. Locks with the same key exclude each
 	// other, also across clusters whose operators share the masters. Defaults
-	// to "redlock:<namespace>/<name>" (shown in status.key). Immutable.
+	// to `redlock:<namespace>/<name>` (shown in status.key). Immutable.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
@@ -104,7 +104,10 @@ type LostPolicy string
 
 // Policies for holder pods whose lock is lost.
 const (
-	LostKeep  LostPolicy = "Keep"
+	// LostKeep leaves the pod running, with its readiness gate False.
+	LostKeep LostPolicy = "Keep"
+	// LostEvict evicts the pod through the Eviction API, honouring
+	// PodDisruptionBudgets.
 	LostEvict LostPolicy = "Evict"
 )
 
@@ -251,7 +254,10 @@ type DistributedLock struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   DistributedLockSpec   `json:"spec"`
+	// Spec is the desired state of the lock: its master set, key, TTL and
+	// holder.
+	Spec DistributedLockSpec `json:"spec"`
+	// Status is the observed state of the lock, written by the operator.
 	Status DistributedLockStatus `json:"status,omitempty"`
 }
 

@@ -277,7 +277,11 @@ type RedisMasterSet struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   RedisMasterSetSpec   `json:"spec"`
+	// Spec is the desired state of the set: its masters, either external
+	// (run elsewhere, monitored) or managed (run by the operator), and the
+	// longest TTL a lock on them may use.
+	Spec RedisMasterSetSpec `json:"spec"`
+	// Status is the observed state of the masters, written by the operator.
 	Status RedisMasterSetStatus `json:"status,omitempty"`
 }
 
