@@ -73,8 +73,9 @@ vet: ## Run go vet against code (the benchmark module included).
 	cd hack/bench && $(GO) vet ./...
 
 .PHONY: lint
-lint: ## Run golangci-lint (pinned in hack/tools/go.mod).
+lint: ## Run golangci-lint (pinned in hack/tools/go.mod), the e2e suite included.
 	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --build-tags e2e ./test/e2e/
 
 .PHONY: lint-fix
 lint-fix: ## Run golangci-lint and apply its fixes.
@@ -163,6 +164,11 @@ docker-push: ## Push the operator image.
 	$(CONTAINER_TOOL) push $(IMG)
 
 ##@ Local cluster (root, Linux)
+
+DEMO_DURATION ?= 0
+.PHONY: demo
+demo: ## Show the operator at work on a local single-node cluster it brings up (root, Debian/Ubuntu); DEMO_DURATION=90s runs it bounded.
+	DEMO_DURATION=$(DEMO_DURATION) hack/local-cluster/demo.sh
 
 .PHONY: cluster-up
 cluster-up: ## Bring up a real single-node cluster (etcd, apiserver, controller-manager, scheduler, kubelet, containerd) on loopback.

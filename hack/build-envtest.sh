@@ -31,6 +31,26 @@ if [ ${#missing[@]} -eq 0 ] && [ -x "$OUT/etcd" ] && [ -f "$OUT/.complete" ]; th
 fi
 
 log() { echo "build-envtest: $*" >&2; }
+
+# progress WHAT CMD...: runs CMD, saying every 20 s that it is still
+# running, so that a cold build (minutes) does not look like a hang.
+progress() {
+	local what=$1 start=$SECONDS ticker rc=0
+	shift
+	log "$what ..."
+	(
+		exec >/dev/null # never hold the caller's $(...) open
+		while sleep 1; do
+			[ $(((SECONDS - start) % 20)) -eq 0 ] && log "  still $what ($((SECONDS - start)) s)"
+		done
+	) &
+	ticker=$!
+	"$@" || rc=$?
+	kill "$ticker" 2>/dev/null
+	wait "$ticker" 2>/dev/null || true
+	[ "$rc" -eq 0 ] && log "$what: done in $((SECONDS - start)) s"
+	return "$rc"
+}
 mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -59,12 +79,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 			for c in "${missing[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
 			printf ')\n'
 		} >tools.go
-		$GO mod tidy >/dev/null 2>&1 || $GO mod tidy
+		progress "resolving the k8s.io/kubernetes modules" sh -c "$GO mod tidy >/dev/null 2>&1 || $GO mod tidy"
 		major=$(echo "$KUBE_VERSION" | sed 's/^v\([0-9]*\)\..*/\1/')
 		minor=$(echo "$KUBE_VERSION" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/')
 		pkg=k8s.io/component-base/version
+		i=0
 		for c in "${missing[@]}"; do
-			CGO_ENABLED=0 $GO build -trimpath -o "$OUT/$c" \
+			i=$((i + 1))
+			progress "building $c ($i of ${#missing[@]})" env CGO_ENABLED=0 $GO build -trimpath -o "$OUT/$c" \
 				-ldflags "-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor" \
 				"k8s.io/kubernetes/cmd/$c"
 		done
@@ -73,7 +95,7 @@ fi
 
 # --- etcd ---------------------------------------------------------------------
 if [ ! -x "$OUT/etcd" ]; then
-	log "building etcd $ETCD_VERSION"
+	log "etcd $ETCD_VERSION"
 	mkdir -p "$work/etcd"
 	(
 		cd "$work/etcd"
@@ -90,8 +112,8 @@ package tools
 
 import _ "go.etcd.io/etcd/server/v3"
 GO
-		$GO mod tidy >/dev/null 2>&1 || $GO mod tidy
-		CGO_ENABLED=0 $GO build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
+		progress "resolving the etcd modules" sh -c "$GO mod tidy >/dev/null 2>&1 || $GO mod tidy"
+		progress "building etcd" env CGO_ENABLED=0 $GO build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
 	)
 fi
 

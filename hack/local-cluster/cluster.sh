@@ -46,6 +46,7 @@ build() {
 	BIN=$(KUBE_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl" "$ROOT/hack/build-envtest.sh")
 	mkdir -p "$STATE/bin"
 	(cd "$ROOT/hack/local-cluster" && CGO_ENABLED=0 go build -o "$STATE/bin/" ./cmd/...)
+	log "building the operator's binaries"
 	make -s -C "$ROOT" binaries BIN="$STATE/bin/operator" >/dev/null
 }
 
@@ -280,6 +281,7 @@ run)
 	shift
 	need_root
 	trap down EXIT
+	trap 'exit 130' INT TERM # exit through the EXIT trap: always down
 	KUBECONFIG=$(up)
 	BIN=$(KUBE_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl" "$ROOT/hack/build-envtest.sh") # cached
 	export KUBECONFIG KUBECTL="$BIN/kubectl" CLUSTER_STATE="$STATE"

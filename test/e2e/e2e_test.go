@@ -32,6 +32,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
+	"github.com/redlock-operator/redlock-operator/test/demo"
 )
 
 const (
@@ -147,33 +148,14 @@ func held(l *v1alpha1.DistributedLock) bool {
 	return meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionHeld) && l.Status.Holder != nil
 }
 
-// serves reports whether the member on port accepts a connection and answers.
-func serves(port int) bool {
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DisableIdentity: true, MaxRetries: -1, DialerRetries: 1})
-	defer c.Close()
-	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	err := c.Ping(cctx).Err()
-	// NOAUTH is an answer: the server accepted the connection.
-	return err == nil || strings.Contains(err.Error(), "NOAUTH")
-}
+func serves(port int) bool { return demo.Serves(ctx, fmt.Sprintf("127.0.0.1:%d", port)) }
 
 // killMember SIGKILLs the main process (the gate) of member i's Redis
 // container, as a crash would; the kubelet restarts the container.
 func killMember(i int) {
 	pod := &corev1.Pod{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("masters-%d", i)}, pod)).To(Succeed())
-	Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty())
-	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	out := run("ctr", "-a", filepath.Join(state, "containerd", "containerd.sock"), "-n", "k8s.io", "tasks", "ls")
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == id {
-			run("kill", "-9", f[1])
-			return
-		}
-	}
-	Fail("no task for container " + id)
+	Expect(demo.KillContainer(ctx, state, pod)).To(Succeed())
 }
 
 var _ = Describe("delayed restart", Ordered, func() {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,44 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/test/demo"
 )
-
-// workload is a container that reads the fencing token from its
-// downward-API file as its first instruction, prints it and keeps it as its
-// termination message, then runs script.
-func workload(script string) corev1.PodSpec {
-	return corev1.PodSpec{
-		TerminationGracePeriodSeconds: new(int64(5)),
-		Containers: []corev1.Container{{
-			Name: "work", Image: "busybox:local", ImagePullPolicy: corev1.PullNever,
-			Command: []string{"/bin/sh", "-c",
-				`t=$(cat /etc/lock/fencing-token); echo "token=$t"; echo "$t" > /dev/termination-log; ` + script},
-			VolumeMounts: []corev1.VolumeMount{{Name: "lock", MountPath: "/etc/lock"}},
-		}},
-		Volumes: []corev1.Volume{{Name: "lock", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
-			Items: []corev1.DownwardAPIVolumeFile{{Path: "fencing-token", FieldRef: &corev1.ObjectFieldSelector{
-				FieldPath: "metadata.annotations['" + v1alpha1.FencingTokenAnnotation + "']",
-			}}},
-		}}}},
-	}
-}
 
 func podLock(name, key string) *v1alpha1.DistributedLock {
 	return &v1alpha1.DistributedLock{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       v1alpha1.DistributedLockSpec{MasterSet: "masters", Key: key, TTL: metav1.Duration{Duration: ttl}},
 	}
-}
-
-// printedToken is the token pod's finished container read from its
-// downward-API file first thing and left as its termination message.
-func printedToken(p *corev1.Pod) int64 {
-	Expect(p.Status.ContainerStatuses).To(HaveLen(1))
-	term := p.Status.ContainerStatuses[0].State.Terminated
-	Expect(term).NotTo(BeNil(), "pod %s has not finished", p.Name)
-	t, err := strconv.ParseInt(strings.TrimSpace(term.Message), 10, 64)
-	Expect(err).NotTo(HaveOccurred(), "pod %s left %q", p.Name, term.Message)
-	return t
 }
 
 // sampler polls f every 100ms until the spec ends and keeps what it
@@ -89,35 +58,6 @@ func sampler(f func() []string) func() []string {
 	}
 }
 
-func gatedPod(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
-}
-
-// mayRun reports whether pod's container may run now or later: it is
-// ungated, not finished, and not every container has terminated (the
-// kubelet reports a terminal phase only once the pod is torn down, seconds
-// after its containers exited).
-func mayRun(p *corev1.Pod) bool {
-	if gatedPod(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	for _, c := range p.Status.ContainerStatuses {
-		if c.State.Terminated == nil {
-			return true
-		}
-	}
-	return len(p.Status.ContainerStatuses) == 0
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 var _ = Describe("pods gated on locks", Ordered, func() {
 	It("runs three Jobs gated on one lock strictly one after another, each with the token of its grant", func() {
 		Expect(k8s.Create(ctx, podLock("steps", "e2e/steps"))).To(Succeed())
@@ -131,9 +71,9 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 			var bad, running []string
 			for _, p := range pods.Items {
 				switch {
-				case gatedPod(&p) && p.Spec.NodeName != "":
+				case demo.Gated(&p) && p.Spec.NodeName != "":
 					bad = append(bad, p.Name+" was scheduled while gated")
-				case mayRun(&p):
+				case demo.MayRun(&p):
 					running = append(running, p.Name)
 				}
 			}
@@ -149,7 +89,7 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 			return bad
 		})
 		for i := 1; i <= 3; i++ {
-			spec := workload("sleep 2")
+			spec := demo.Workload("sleep 2")
 			spec.RestartPolicy = corev1.RestartPolicyNever
 			Expect(k8s.Create(ctx, &batchv1.Job{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("step-%d", i)},
@@ -184,7 +124,8 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 		}
 		var runs []run
 		for _, p := range pods.Items {
-			token := printedToken(&p)
+			token, err := demo.PrintedToken(&p)
+			Expect(err).NotTo(HaveOccurred())
 			term := p.Status.ContainerStatuses[0].State.Terminated
 			runs = append(runs, run{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
 			Expect(strconv.FormatInt(runs[len(runs)-1].token, 10)).To(Equal(p.Annotations[v1alpha1.FencingTokenAnnotation]),
@@ -213,14 +154,14 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "active"}},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec:       workload(`trap "exit 0" TERM; while true; do sleep 1; done`),
+					Spec:       demo.Workload(`trap "exit 0" TERM; while true; do sleep 1; done`),
 				},
 			},
 		})).To(Succeed())
 		ready := func() []corev1.Pod {
 			var pods corev1.PodList
 			Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "active"})).To(Succeed())
-			return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !podReady(&p) })
+			return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !demo.Ready(&p) })
 		}
 		violations := sampler(func() []string {
 			if r := ready(); len(r) > 1 {
