@@ -10,6 +10,10 @@ GOLANGCI_LINT := $(GOTOOL) golangci-lint
 CONTROLLER_GEN := $(GOTOOL) controller-gen
 KUSTOMIZE := $(GOTOOL) kustomize
 CRD_REF_DOCS := $(GOTOOL) crd-ref-docs
+# Helm has a module of its own (hack/tools/helm/go.mod): in hack/tools/go.mod
+# its Kubernetes dependencies would raise the pinned kustomize.
+HELM := $(GO) tool -modfile=hack/tools/helm/go.mod helm
+CHART := charts/redlock-operator
 KUBECTL ?= kubectl
 IMG ?= redlock-operator:dev
 CONTAINER_TOOL ?= docker
@@ -28,6 +32,10 @@ PLATFORMS ?= linux/amd64,linux/arm64,linux/s390x,linux/ppc64le
 ENVTEST_K8S_VERSION ?= v1.37.2
 ENVTEST_ETCD_VERSION ?= v3.6.16
 ENVTEST := KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) hack/build-envtest.sh
+# helm built by `go tool` is not stamped with a Kubernetes version (it would
+# assume v1.20, older than the chart's kubeVersion): lint and render for the
+# version the tests run against.
+HELM_KUBE_VERSION ?= $(ENVTEST_K8S_VERSION)
 
 # Test flags: race detector on, no cached results.
 TEST_FLAGS ?= -race -count=1
@@ -63,6 +71,19 @@ api-docs: ## Generate docs/api.md (API reference) from the Go types in api/.
 		--templates-dir=hack/crd-ref-docs-templates --renderer=markdown \
 		--output-path=docs/api.md --log-level=ERROR
 
+.PHONY: helm-chart
+helm-chart: manifests ## Sync the Helm chart's generated parts (crds/, templates/generated/) from kustomize build config/default.
+	$(KUSTOMIZE) build config/default | $(GO) run ./hack/helmchart $(CHART)
+
+.PHONY: helm-lint
+helm-lint: ## Lint the Helm chart (helm lint --strict) and render it, with the default values and with the optional parts switched.
+	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART)
+	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART) --namespace locks-operator \
+		--set namespace.create=true,webhook.enabled=false,admissionPolicy.enabled=false,metrics.secure=false,metrics.serviceMonitor.enabled=true,replicas=1,leaderElection.enabled=false
+	$(HELM) template redlock-operator $(CHART) --namespace redlock-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
+	$(HELM) template redlock-operator $(CHART) --namespace locks-operator --kube-version $(HELM_KUBE_VERSION) \
+		--set metrics.enabled=false,webhook.enabled=false,replicas=1,leaderElection.enabled=false >/dev/null
+
 .PHONY: fmt
 fmt: ## Run go fmt against code.
 	$(GO) fmt ./...
@@ -89,16 +110,19 @@ build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (imag
 	$(KUSTOMIZE) build config/default | sed 's|redlock-operator:dev|$(IMG)|g' > dist/install.yaml
 
 .PHONY: verify
-verify: manifests generate api-docs ## Fail when generated files, go.mod/go.sum or formatting are stale.
+verify: manifests generate api-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart.
 	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
-	@git diff --exit-code -- api config dist docs/api.md || { echo "generated files are stale: run 'make manifests generate build-installer api-docs' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config dist docs/api.md | grep '^??')" || { git status --porcelain -- api config dist docs/api.md; echo "untracked generated files: commit them"; exit 1; }
+	@$(MAKE) --no-print-directory helm-chart
+	@git diff --exit-code -- api config dist docs/api.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-chart' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config dist docs/api.md charts | grep '^??')" || { git status --porcelain -- api config dist docs/api.md charts; echo "untracked generated files: commit them"; exit 1; }
 	$(KUSTOMIZE) build config/default >/dev/null
 	$(KUSTOMIZE) build config/samples >/dev/null
 	$(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
+	cd hack/tools/helm && $(GO) mod tidy -diff
 	cd hack/bench && $(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@$(MAKE) --no-print-directory helm-lint
 
 .PHONY: test
 test: redis envtest ## Run all tests against real redis-server processes and a real kube-apiserver + etcd.

@@ -1,0 +1,292 @@
+package manifests_test
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/pmezard/go-difflib/difflib"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// The chart at charts/redlock-operator must install what config/default
+// installs (dist/install.yaml): the same objects under the same names, so
+// that either can be used and neither drifts. Its RBAC, CRDs and other
+// copied parts are synced by `make helm-chart` (checked by `make verify`);
+// its hand-written templates (the Deployment, the metrics Service, the
+// ServiceMonitor) are held to the kustomize output here.
+const chartDir = "charts/redlock-operator"
+
+// helmLabels are the labels the chart adds to the metadata of every object
+// it templates and kustomize does not have: they name the chart, the tool,
+// the release and the app version, which only exist for a Helm release.
+// They are dropped from the chart's side only (from metadata.labels, not
+// from selectors or pod templates, where the chart adds none), so a label
+// kustomize gained would still show as a difference.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+var _ = Describe("The Helm chart", func() {
+	// The values under which the chart must equal config/default: its
+	// namespace, rendered as an object as config/default does, and the
+	// image config/manager sets.
+	defaults := []string{"namespace.create=true", "image.tag=dev"}
+
+	It("renders the objects of kustomize build config/default", func() {
+		expectSameObjects(helmTemplate("redlock-system", defaults...), kustomize("config/default"), "config/default")
+	})
+
+	It("renders the ServiceMonitor of config/prometheus with metrics.serviceMonitor.enabled", func() {
+		// config/default with its ../prometheus line uncommented, as its
+		// comment tells users to do.
+		dir := GinkgoT().TempDir()
+		Expect(os.CopyFS(filepath.Join(dir, "config"), os.DirFS(filepath.Join(root, "config")))).To(Succeed())
+		k := filepath.Join(dir, "config", "default", "kustomization.yaml")
+		data, err := os.ReadFile(k) //nolint:gosec // a copy of this repository's file
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(data)).To(ContainSubstring("\n#- ../prometheus\n"))
+		Expect(os.WriteFile(k, bytes.Replace(data, []byte("\n#- ../prometheus\n"), []byte("\n- ../prometheus\n"), 1), 0o600)).To(Succeed())
+		want := kustomize(filepath.Join(dir, "config", "default"))
+		Expect(kinds(objects(want))).To(ContainElement("ServiceMonitor"))
+		expectSameObjects(helmTemplate("redlock-system", append(defaults, "metrics.serviceMonitor.enabled=true")...), want, "config/default with config/prometheus")
+	})
+
+	It("is accepted by the API server with the default values", func() {
+		objs := objects(helmTemplate("redlock-system", defaults...))
+		Expect(objs).NotTo(BeEmpty())
+		dryRunApply(objs)
+	})
+
+	It("follows the values: another namespace, no webhook, no metrics, one replica without leader election", func() {
+		const ns = "locks-operator"
+		out := helmTemplate(ns, "namespace.create=true", "image.tag=dev", "webhook.enabled=false",
+			"metrics.enabled=false", "replicas=1", "leaderElection.enabled=false")
+		Expect(string(out)).NotTo(ContainSubstring("redlock-system"), "nothing refers to config/default's namespace")
+		objs := objects(out)
+
+		byKind := map[string][]*unstructured.Unstructured{}
+		for _, u := range objs {
+			byKind[u.GetKind()] = append(byKind[u.GetKind()], u)
+			namespaced, err := env.Client.IsObjectNamespaced(u)
+			Expect(err).NotTo(HaveOccurred(), "%s: unknown kind", u.GetKind())
+			if namespaced {
+				Expect(u.GetNamespace()).To(Equal(ns), "%s %s", u.GetKind(), u.GetName())
+			} else {
+				Expect(u.GetNamespace()).To(BeEmpty(), "%s %s is cluster-scoped", u.GetKind(), u.GetName())
+			}
+		}
+		Expect(byKind).NotTo(HaveKey("MutatingWebhookConfiguration"))
+		Expect(byKind).To(HaveKey("ValidatingAdmissionPolicy"), "the admission policy does not need the webhook")
+		Expect(byKind["Namespace"]).To(HaveLen(1))
+		Expect(byKind["Namespace"][0].GetName()).To(Equal(ns))
+		Expect(byKind["Namespace"][0].GetLabels()).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
+		Expect(names(byKind["Service"])).To(BeEmpty(), "neither the webhook's nor the metrics Service")
+		Expect(names(byKind["Secret"])).To(BeEmpty(), "no webhook certificate Secret")
+
+		Expect(byKind["Deployment"]).To(HaveLen(1))
+		deploy := byKind["Deployment"][0]
+		Expect(deploy.GetNamespace()).To(Equal(ns))
+		replicas, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas")
+		Expect(replicas).To(BeNumerically("==", 1))
+		containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+		Expect(containers).To(HaveLen(1))
+		manager := containers[0].(map[string]any)
+		args, _, _ := unstructured.NestedStringSlice(manager, "args")
+		Expect(args).To(ContainElements("--enable-webhook=false", "--metrics-bind-address=0", "--leader-elect=false"))
+		Expect(args).NotTo(ContainElement("--leader-elect"))
+		Expect(args).NotTo(ContainElement(HavePrefix("--metrics-bind-address=:")))
+		ports, _, _ := unstructured.NestedSlice(manager, "ports")
+		Expect(ports).To(ConsistOf(HaveKeyWithValue("name", "probes")), "only the probes listen")
+		Expect(manager).NotTo(HaveKey("volumeMounts"), "no webhook certificate to mount")
+		volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
+		Expect(volumes).To(BeEmpty())
+
+		bindings := append(byKind["RoleBinding"], byKind["ClusterRoleBinding"]...)
+		Expect(bindings).NotTo(BeEmpty())
+		for _, b := range bindings {
+			subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+			Expect(subjects).To(ConsistOf(And(
+				HaveKeyWithValue("kind", "ServiceAccount"),
+				HaveKeyWithValue("name", "redlock-operator-controller-manager"),
+				HaveKeyWithValue("namespace", ns),
+			)), "%s %s binds the manager's ServiceAccount in %s", b.GetKind(), b.GetName(), ns)
+		}
+		Expect(names(byKind["ServiceAccount"])).To(ConsistOf(ns + "/redlock-operator-controller-manager"))
+
+		dryRunApply(objs)
+	})
+})
+
+// The README's way: helm install into a namespace made by
+// --create-namespace, upgrade with other values, uninstall. This creates the
+// objects for real (the suite's other specs only dry-run), and leaves the
+// CRDs, which Helm never deletes.
+var _ = Describe("The Helm chart installed with helm", func() {
+	It("installs, upgrades with other values and uninstalls", func() {
+		const ns = "helm-install"
+		dir := GinkgoT().TempDir()
+		kubeconfig := env.Kubeconfig(dir)
+		helm := func(args ...string) {
+			cmd := exec.Command("go", append([]string{"tool", "-modfile=hack/tools/helm/go.mod", "helm", "--kubeconfig", kubeconfig}, args...)...)
+			cmd.Dir = root
+			// Nothing read from or written to the user's Helm settings.
+			cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"),
+				"HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
+			out, err := cmd.CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), "helm %s: %s", strings.Join(args, " "), out)
+		}
+		helm("install", "redlock-operator", chartDir, "--namespace", ns, "--create-namespace", "--set", "image.tag=dev")
+		deploy := &unstructured.Unstructured{}
+		deploy.SetAPIVersion("apps/v1")
+		deploy.SetKind("Deployment")
+		key := client.ObjectKey{Namespace: ns, Name: "redlock-operator-controller-manager"}
+		Expect(env.Client.Get(env.Ctx, key, deploy)).To(Succeed())
+		Expect(deploy.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
+
+		helm("upgrade", "redlock-operator", chartDir, "--namespace", ns, "--set", "image.tag=dev",
+			"--set", "webhook.enabled=false", "--set", "replicas=1", "--set", "leaderElection.enabled=false")
+		Expect(env.Client.Get(env.Ctx, key, deploy)).To(Succeed())
+		replicas, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas")
+		Expect(replicas).To(BeNumerically("==", 1))
+		mwc := &unstructured.Unstructured{}
+		mwc.SetAPIVersion("admissionregistration.k8s.io/v1")
+		mwc.SetKind("MutatingWebhookConfiguration")
+		err := env.Client.Get(env.Ctx, client.ObjectKey{Name: "redlock-operator-mutating-webhook-configuration"}, mwc)
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the upgrade removed the webhook: %v", err)
+
+		helm("uninstall", "redlock-operator", "--namespace", ns, "--wait")
+		err = env.Client.Get(env.Ctx, key, deploy)
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "uninstalled: %v", err)
+	})
+})
+
+// helmTemplate renders the chart into namespace with the CRDs and the given
+// --set values, for the API server version of the test environment.
+func helmTemplate(namespace string, set ...string) []byte {
+	args := []string{"template", "redlock-operator", chartDir, "--namespace", namespace, "--include-crds", "--kube-version", serverVersion()}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command("go", append([]string{"tool", "-modfile=hack/tools/helm/go.mod", "helm"}, args...)...)
+	cmd.Dir = root
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	Expect(cmd.Run()).To(Succeed(), "helm %s: %s", strings.Join(args, " "), errOut.String())
+	return out.Bytes()
+}
+
+// serverVersion is the envtest API server's version: helm built by `go
+// tool` carries none of its own (it would assume v1.20).
+func serverVersion() string {
+	v, err := discovery.NewDiscoveryClientForConfigOrDie(env.Cfg).ServerVersion()
+	Expect(err).NotTo(HaveOccurred())
+	return v.GitVersion
+}
+
+// expectSameObjects fails unless the chart's render and the kustomize
+// output hold the same objects — by apiVersion, kind, namespace and name —
+// with the same content once normalised (see normalise), and says which
+// object and field differ as a unified diff of the two.
+func expectSameObjects(chart, kustomized []byte, what string) {
+	got, want := index(objects(chart), true), index(objects(kustomized), false)
+	var missing, extra []string
+	for k := range want {
+		if _, ok := got[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			extra = append(extra, k)
+		}
+	}
+	slices.Sort(missing)
+	slices.Sort(extra)
+	Expect(missing).To(BeEmpty(), "objects of %s the chart does not render (apiVersion kind namespace/name)", what)
+	Expect(extra).To(BeEmpty(), "objects the chart renders that %s does not have (apiVersion kind namespace/name)", what)
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if reflect.DeepEqual(got[k].Object, want[k].Object) {
+			continue
+		}
+		diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+			A: difflib.SplitLines(toYAML(want[k])), B: difflib.SplitLines(toYAML(got[k])),
+			FromFile: "kustomize build " + what, ToFile: "helm template " + chartDir, Context: 3,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		diffs = append(diffs, k+":\n"+diff)
+	}
+	if len(diffs) > 0 {
+		Fail(fmt.Sprintf("the chart differs from %s:\n%s", what, strings.Join(diffs, "\n")))
+	}
+}
+
+// index keys normalised objects by "apiVersion kind namespace/name".
+func index(objs []*unstructured.Unstructured, fromChart bool) map[string]*unstructured.Unstructured {
+	m := map[string]*unstructured.Unstructured{}
+	for _, u := range objs {
+		normalise(u, fromChart)
+		k := fmt.Sprintf("%s %s %s/%s", u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName())
+		Expect(m).NotTo(HaveKey(k), "%s twice", k)
+		m[k] = u
+	}
+	return m
+}
+
+// normalise removes what legitimately differs between the two renderings,
+// and nothing else:
+//   - the Helm labels (helmLabels) from the chart's metadata.labels;
+//   - the namespace of cluster-scoped objects, on both sides: kustomize's
+//     namespace transformer does not know the scope of every kind and sets
+//     one on the ValidatingAdmissionPolicy and its binding, which the API
+//     server drops (the scope comes from envtest's RESTMapper; a kind it
+//     does not serve, such as ServiceMonitor, keeps its namespace).
+func normalise(u *unstructured.Unstructured, fromChart bool) {
+	if fromChart {
+		labels := u.GetLabels()
+		for _, l := range helmLabels {
+			delete(labels, l)
+		}
+		if len(labels) == 0 {
+			unstructured.RemoveNestedField(u.Object, "metadata", "labels")
+		} else {
+			u.SetLabels(labels)
+		}
+	}
+	if namespaced, err := env.Client.IsObjectNamespaced(u); err == nil && !namespaced {
+		u.SetNamespace("")
+	}
+}
+
+func toYAML(u *unstructured.Unstructured) string {
+	data, err := yaml.Marshal(u.Object)
+	Expect(err).NotTo(HaveOccurred())
+	return string(data)
+}
+
+func kinds(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, u := range objs {
+		out = append(out, u.GetKind())
+	}
+	return out
+}
+
+func names(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, u := range objs {
+		out = append(out, u.GetNamespace()+"/"+u.GetName())
+	}
+	return out
+}
