@@ -26,8 +26,9 @@ state=${CLUSTER_STATE:-/var/tmp/redlock-cluster}
 mkdir -p "$state/bin"
 echo "demo: building the demo program" >&2
 (cd "$ROOT" && go build -o "$state/bin/demo" ./hack/demo)
+rc=0
 # shellcheck disable=SC2016 # expanded by the inner shell, after `up`
-exec "$ROOT/hack/local-cluster/cluster.sh" run sh -c '
+"$ROOT/hack/local-cluster/cluster.sh" run sh -c '
 	echo
 	echo "demo: the cluster is up. In another terminal:"
 	echo "  export KUBECONFIG=$KUBECONFIG"
@@ -36,4 +37,10 @@ exec "$ROOT/hack/local-cluster/cluster.sh" run sh -c '
 	echo
 	sleep 3
 	cd "$0" && exec "$1" --duration "$2"
-' "$ROOT" "$state/bin/demo" "${DEMO_DURATION:-0}"
+' "$ROOT" "$state/bin/demo" "${DEMO_DURATION:-0}" || rc=$?
+# Ctrl-C is how an interactive demo ends.
+if [ "$rc" -eq 130 ]; then
+	echo "demo: stopped; the cluster is down and the host restored" >&2
+	rc=0
+fi
+exit "$rc"
