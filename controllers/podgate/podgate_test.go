@@ -1,7 +1,6 @@
 package podgate_test
 
 import (
-	"slices"
 	"strconv"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/test/demo"
 )
 
 // gatedPod returns a pod labelled for lock, waiting with the given gate.
@@ -37,9 +37,8 @@ func getPod(p *corev1.Pod) *corev1.Pod {
 	return out
 }
 
-func gated(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
-}
+// gated and runnable are the checks the demo and the e2e suite use too.
+var gated, runnable = demo.Gated, demo.MayRun
 
 // kubeletRuns plays the scheduler and the kubelet: it binds the pod to
 // node-1 and reports its container running, with the kubelet's own
@@ -87,20 +86,6 @@ func fetchLock(ns, name string) *v1alpha1.DistributedLock {
 	l := &v1alpha1.DistributedLock{}
 	Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: name}, l)).To(Succeed())
 	return l
-}
-
-// runnable reports whether a pod may run its containers: ungated and
-// neither finished nor known to have stopped.
-func runnable(p *corev1.Pod) bool {
-	if gated(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	for _, s := range p.Status.ContainerStatuses {
-		if s.State.Terminated == nil {
-			return true
-		}
-	}
-	return len(p.Status.ContainerStatuses) == 0
 }
 
 // watchExclusion polls the pods of ns until the spec ends and records any
