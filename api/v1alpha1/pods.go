@@ -1,5 +1,9 @@
 package v1alpha1
 
+// RedisCredentialsLabel, with the value "true", lets a Secret be used as
+// the credentials of a RedisMasterSet's masters (spec.authSecretRef).
+const RedisCredentialsLabel = "redlock.dev/redis-credentials"
+
 // Names by which pods take part in locks.
 const (
 	// LockLabel on a pod requests the DistributedLock of that name in the

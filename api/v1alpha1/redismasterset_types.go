@@ -22,6 +22,9 @@ const (
 	ReasonAllServing       = "AllServing"
 	ReasonMembersDown      = "MembersDown"
 	ReasonAuthSecretError  = "AuthSecretError"
+	// ReasonAuthSecretNotOptedIn: the auth Secret lacks the label
+	// RedisCredentialsLabel: "true", so the operator does not use it.
+	ReasonAuthSecretNotOptedIn = "AuthSecretNotOptedIn"
 	ReasonNoMembers        = "NoMembers"
 	ReasonProbeNotYetRun   = "ProbeNotYetRun"
 	ReasonUnsupportedSpec  = "UnsupportedSpec"
@@ -192,8 +195,12 @@ type RedisMasterSetSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="maxLockTTL must be between 1s and 24h"
 	MaxLockTTL metav1.Duration `json:"maxLockTTL"`
 
-	// AuthSecretRef names the Secret holding the masters' password. For
-	// managed masters a Secret is generated when it is not given.
+	// AuthSecretRef names the Secret holding the masters' password. The
+	// Secret must carry the label redlock.dev/redis-credentials: "true":
+	// the operator sends no other Secret to any master (someone allowed to
+	// create a RedisMasterSet but not to read Secrets could otherwise have
+	// any Secret of the namespace sent to an address of their choosing).
+	// For managed masters a labelled Secret is generated when none is given.
 	// +optional
 	AuthSecretRef *SecretKeyRef `json:"authSecretRef,omitempty"`
 

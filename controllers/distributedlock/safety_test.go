@@ -257,7 +257,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		By("running three masters that require a password from a Secret")
 		servers := testenv.StartServers(3, redistest.Options{Password: "s3cret"})
 		Expect(k8s.Create(suiteCtx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth", Labels: map[string]string{v1alpha1.RedisCredentialsLabel: "true"}},
 			StringData: map[string]string{"password": "s3cret"},
 		})).To(Succeed())
 		Expect(k8s.Create(suiteCtx, &v1alpha1.RedisMasterSet{

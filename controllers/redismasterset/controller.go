@@ -50,6 +50,8 @@ type MasterClients interface {
 	Forget(name types.NamespacedName)
 	// ProbeTimeout is the timeout of one probe of one master of ms.
 	ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration
+	// CheckCredentials reports whether ms's auth Secret may be used.
+	CheckCredentials(ctx context.Context, ms *v1alpha1.RedisMasterSet) error
 }
 
 // Reconciler probes the masters of a RedisMasterSet and
@@ -110,6 +112,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	now := r.Clock.Now()
 	next := interval
 
+	if ms.Spec.Managed != nil && ms.Spec.AuthSecretRef != nil {
+		// A user's Secret is mounted into the member pods only once it may
+		// serve as credentials.
+		if err := r.Masters.CheckCredentials(ctx, ms); err != nil {
+			setCredentialsCondition(ms, err)
+			return ctrl.Result{RequeueAfter: next}, nil
+		}
+	}
 	if ms.Spec.Managed != nil {
 		recorded, err := r.reconcileManaged(ctx, ms, now)
 		if err != nil || recorded {
@@ -118,11 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	c, err := r.Masters.Refresh(ctx, ms)
 	if err != nil {
-		reason := v1alpha1.ReasonUnsupportedSpec
-		if errors.Is(err, masters.ErrAuthSecret) {
-			reason = v1alpha1.ReasonAuthSecretError
-		}
-		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, reason, conditions.Message(err.Error()))
+		setCredentialsCondition(ms, err)
 	} else {
 		results, perr := c.Probe(ctx)
 		if perr != nil {
@@ -160,4 +166,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		Named("redismasterset").
 		Complete(r)
+}
+
+// setCredentialsCondition shows why no client could be built: the auth
+// Secret is not opted in, missing or unusable, or the spec is unsupported.
+func setCredentialsCondition(ms *v1alpha1.RedisMasterSet, err error) {
+	reason := v1alpha1.ReasonUnsupportedSpec
+	switch {
+	case errors.Is(err, masters.ErrNotOptedIn):
+		reason = v1alpha1.ReasonAuthSecretNotOptedIn
+	case errors.Is(err, masters.ErrAuthSecret):
+		reason = v1alpha1.ReasonAuthSecretError
+	}
+	setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, reason, conditions.Message(err.Error()))
 }

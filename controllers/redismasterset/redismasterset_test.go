@@ -2,7 +2,9 @@ package redismasterset_test
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -131,7 +133,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 			Should(Equal("False/" + v1alpha1.ReasonAuthSecretError))
 
 		Expect(k8s.Create(suiteCtx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth", Labels: map[string]string{v1alpha1.RedisCredentialsLabel: "true"}},
 			StringData: map[string]string{"password": "s3cret"},
 		})).To(Succeed())
 		Eventually(func() string { return availability(fetchSet(ns, "authed")) }).
@@ -144,5 +146,76 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		for _, e := range list.Items {
 			Expect(e.Note).NotTo(ContainSubstring("s3cret"))
 		}
+	})
+
+	It("sends a Secret to no address unless the Secret opts in as Redis credentials", func() {
+		By("listening on three addresses that record every byte they receive")
+		var mu sync.Mutex
+		var received []byte
+		var addrs []string
+		for range 3 {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(l.Close)
+			addrs = append(addrs, l.Addr().String())
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer func() { _ = c.Close() }()
+						buf := make([]byte, 4096)
+						for {
+							n, err := c.Read(buf)
+							mu.Lock()
+							received = append(received, buf[:n]...)
+							mu.Unlock()
+							if err != nil {
+								return
+							}
+						}
+					}()
+				}
+			}()
+		}
+		got := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return string(received)
+		}
+
+		By("pointing a master set at them with a Secret that does not opt in")
+		Expect(k8s.Create(suiteCtx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "someone-elses"},
+			StringData: map[string]string{"password": "not-for-redis"},
+		})).To(Succeed())
+		Expect(k8s.Create(suiteCtx, &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deputy"},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				External:      &v1alpha1.ExternalMasters{Addresses: addrs},
+				MaxLockTTL:    metav1.Duration{Duration: maxLockTTL},
+				AuthSecretRef: &v1alpha1.SecretKeyRef{Name: "someone-elses"},
+			},
+		})).To(Succeed())
+		Eventually(func(g Gomega) {
+			set := fetchSet(ns, "deputy")
+			c := meta.FindStatusCondition(set.Status.Conditions, v1alpha1.ConditionAvailable)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonAuthSecretNotOptedIn))
+			g.Expect(c.Message).To(ContainSubstring(v1alpha1.RedisCredentialsLabel))
+		}).Should(Succeed())
+		Consistently(got, 3*time.Second).Should(BeEmpty(), "bytes were sent to the addresses")
+
+		By("labelling the Secret: now, and only now, the operator talks to the addresses")
+		secret := &corev1.Secret{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "someone-elses"}, secret)).To(Succeed())
+		secret.Labels = map[string]string{v1alpha1.RedisCredentialsLabel: "true"}
+		Expect(k8s.Update(suiteCtx, secret)).To(Succeed())
+		updated := fetchSet(ns, "deputy")
+		updated.Spec.NodeTimeout = &metav1.Duration{Duration: 100 * time.Millisecond} // the next reconcile reads the Secret again
+		Expect(k8s.Update(suiteCtx, updated)).To(Succeed())
+		Eventually(got, 30*time.Second).Should(ContainSubstring("not-for-redis"))
 	})
 })

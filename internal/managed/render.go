@@ -66,10 +66,12 @@ func PodDisruptionBudget(ms *v1alpha1.RedisMasterSet) *policyv1.PodDisruptionBud
 }
 
 // Secret is the generated auth Secret (used when spec.authSecretRef is not
-// given); password must be fresh random text.
+// given), labelled as Redis credentials; password must be fresh random text.
 func Secret(ms *v1alpha1.RedisMasterSet, password string) *corev1.Secret {
+	m := meta(ms, NamesOf(ms).Secret)
+	m.Labels[v1alpha1.RedisCredentialsLabel] = "true"
 	return &corev1.Secret{
-		ObjectMeta: meta(ms, NamesOf(ms).Secret),
+		ObjectMeta: m,
 		Data:       map[string][]byte{PasswordKey: []byte(password)},
 	}
 }

@@ -51,7 +51,9 @@ func (f *secretReader) List(context.Context, client.ObjectList, ...client.ListOp
 
 func TestAuthSecretErrors(t *testing.T) {
 	secret := func(data map[string]string) *corev1.Secret {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "auth", ResourceVersion: "1"}, Data: map[string][]byte{}}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: "auth", ResourceVersion: "1", Labels: map[string]string{v1alpha1.RedisCredentialsLabel: "true"},
+		}, Data: map[string][]byte{}}
 		for k, v := range data {
 			s.Data[k] = []byte(v)
 		}
@@ -73,6 +75,7 @@ func TestAuthSecretErrors(t *testing.T) {
 		err        error
 		keep       bool // the prior client is returned without error
 		notFound   bool // the error says NotFound
+		notOptedIn bool // the error says ErrNotOptedIn
 	}{
 		{name: "an unavailable API server keeps the working client", prior: true, err: apierrors.NewServiceUnavailable("etcd"), keep: true},
 		{name: "an API timeout keeps the working client", prior: true, err: apierrors.NewTimeoutError("get secret", 1), keep: true},
@@ -83,6 +86,16 @@ func TestAuthSecretErrors(t *testing.T) {
 		{name: "a deleted Secret on the periodic recheck of Client is an error", prior: true, via: clientAfterRecheck, err: apierrors.NewNotFound(secrets, "auth"), notFound: true},
 		{name: "a Secret without the password key is an error", prior: true, secret: secret(map[string]string{"other": "p"})},
 		{name: "a Secret with an empty password is an error", prior: true, secret: secret(map[string]string{"password": ""})},
+		{name: "a Secret whose opt-in label was removed is an error", prior: true, secret: func() *corev1.Secret {
+			s := secret(map[string]string{"password": "p"})
+			s.Labels = nil
+			return s
+		}(), notOptedIn: true},
+		{name: "a Secret whose opt-in label is not \"true\" is an error", prior: true, secret: func() *corev1.Secret {
+			s := secret(map[string]string{"password": "p"})
+			s.Labels[v1alpha1.RedisCredentialsLabel] = "yes"
+			return s
+		}(), notOptedIn: true},
 		{name: "a transient error with a changed spec is an error: no client of that spec works yet", prior: true, generation: 2, err: apierrors.NewServiceUnavailable("etcd")},
 		{name: "a transient error before any client was built is an error", err: apierrors.NewServiceUnavailable("etcd")},
 	} {
@@ -136,6 +149,43 @@ func TestAuthSecretErrors(t *testing.T) {
 			}
 			if apierrors.IsNotFound(err) != tc.notFound {
 				t.Fatalf("error %q: NotFound %v, want %v", err, apierrors.IsNotFound(err), tc.notFound)
+			}
+			if errors.Is(err, ErrNotOptedIn) != tc.notOptedIn {
+				t.Fatalf("error %q: not opted in %v, want %v", err, errors.Is(err, ErrNotOptedIn), tc.notOptedIn)
+			}
+		})
+	}
+}
+
+// The Secret a managed set generated (controlled by the set) needs no
+// label; a Secret of the same name that the set does not control does.
+func TestGeneratedSecretIsTheSetsOwn(t *testing.T) {
+	ms := &v1alpha1.RedisMasterSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "locks", UID: "u1", Generation: 1},
+		Spec: v1alpha1.RedisMasterSetSpec{
+			MaxLockTTL: metav1.Duration{Duration: 10 * time.Second},
+			Managed:    &v1alpha1.ManagedMasters{Replicas: 3, Port: 6379},
+		},
+	}
+	for _, tc := range []struct {
+		name  string
+		owner []metav1.OwnerReference
+		ok    bool
+	}{
+		{"controlled by the set", []metav1.OwnerReference{{APIVersion: "v1", Kind: "RedisMasterSet", Name: "locks", UID: "u1", Controller: new(true)}}, true},
+		{"controlled by another object", []metav1.OwnerReference{{APIVersion: "v1", Kind: "RedisMasterSet", Name: "locks", UID: "u2", Controller: new(true)}}, false},
+		{"not controlled", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "locks-auth", OwnerReferences: tc.owner},
+				Data:       map[string][]byte{"password": []byte("p")},
+			}
+			reg := &Registry{Reader: &secretReader{secret: s}}
+			defer reg.Close()
+			err := reg.CheckCredentials(context.Background(), ms)
+			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrNotOptedIn)) {
+				t.Fatalf("got %v, want usable %v (else ErrNotOptedIn)", err, tc.ok)
 			}
 		})
 	}

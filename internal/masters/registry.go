@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,10 +28,14 @@ var ErrAuthSecret = errors.New("auth secret")
 // errNoKey reports an auth Secret without the password (or user name) key.
 var errNoKey = errors.New("no key")
 
+// ErrNotOptedIn reports an auth Secret without the label
+// v1alpha1.RedisCredentialsLabel: "true". Nothing is sent to the masters.
+var ErrNotOptedIn = errors.New("not labelled " + v1alpha1.RedisCredentialsLabel + `: "true"`)
+
 // secretGone reports whether an auth error says the Secret or its key is
 // really gone, as opposed to a transient failure to read it.
 func secretGone(err error) bool {
-	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey)
+	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey) || errors.Is(err, ErrNotOptedIn)
 }
 
 // ObserverFunc returns the observer for a master set's client.
@@ -286,6 +291,15 @@ func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
 	return delay
 }
 
+// CheckCredentials reports whether the set's auth Secret may be used: it
+// exists, holds its keys and, unless it is the Secret a managed set
+// generated, carries the opt-in label (ErrNotOptedIn). Nothing is sent to
+// any master.
+func (r *Registry) CheckCredentials(ctx context.Context, ms *v1alpha1.RedisMasterSet) error {
+	_, _, _, err := r.auth(ctx, ms)
+	return err
+}
+
 // auth reads the password (and user name) from the set's auth Secret (for
 // managed sets without one, the generated Secret).
 func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user, pass, version string, err error) {
@@ -299,6 +313,11 @@ func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user,
 	var s corev1.Secret
 	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ms.Namespace, Name: ref.Name}, &s); err != nil {
 		return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, err)
+	}
+	// The Secret a managed set generated is its own; any other must opt in.
+	generated := ms.Spec.AuthSecretRef == nil && metav1.IsControlledBy(&s, ms)
+	if s.Labels[v1alpha1.RedisCredentialsLabel] != "true" && !generated {
+		return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, ErrNotOptedIn)
 	}
 	key := ref.Key
 	if key == "" {
