@@ -50,8 +50,8 @@ type MasterClients interface {
 	Forget(name types.NamespacedName)
 	// ProbeTimeout is the timeout of one probe of one master of ms.
 	ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration
-	// CheckCredentials reports whether ms's auth Secret may be used.
-	CheckCredentials(ctx context.Context, ms *v1alpha1.RedisMasterSet) error
+	// Password returns the password of ms's auth Secret, when it may be used.
+	Password(ctx context.Context, ms *v1alpha1.RedisMasterSet) (string, error)
 }
 
 // Reconciler probes the masters of a RedisMasterSet and
@@ -112,16 +112,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	now := r.Clock.Now()
 	next := interval
 
-	if ms.Spec.Managed != nil && ms.Spec.AuthSecretRef != nil {
-		// A user's Secret is mounted into the member pods only once it may
-		// serve as credentials.
-		if err := r.Masters.CheckCredentials(ctx, ms); err != nil {
+	if ms.Spec.Managed != nil {
+		recorded, err := r.reconcileManaged(ctx, ms, now)
+		if errors.Is(err, masters.ErrAuthSecret) {
+			// The members' ACL comes from a Secret that may not serve as
+			// credentials: nothing is written until it may.
 			setCredentialsCondition(ms, err)
 			return ctrl.Result{RequeueAfter: next}, nil
 		}
-	}
-	if ms.Spec.Managed != nil {
-		recorded, err := r.reconcileManaged(ctx, ms, now)
 		if err != nil || recorded {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, err
 		}

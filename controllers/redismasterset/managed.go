@@ -45,8 +45,16 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 	if err := r.ensureSecret(ctx, ms); err != nil {
 		return false, err
 	}
+	password, err := r.Masters.Password(ctx, ms)
+	if err != nil {
+		return false, err
+	}
+	acl := managed.ACLSecret(ms, managed.ACL(password))
+	if err := r.createOnce(ctx, ms, acl); err != nil {
+		return false, err
+	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
-	sts := managed.StatefulSet(ms, managed.Options{GateImage: r.GateImage})
+	sts := managed.StatefulSet(ms, managed.Options{GateImage: r.GateImage, ACLSecret: acl.Name})
 	if _, err := ensure(ctx, r.Client, ms, cm, func(dst *corev1.ConfigMap) { dst.Data = cm.Data }); err != nil {
 		return false, err
 	}
@@ -156,12 +164,18 @@ func (r *Reconciler) ensureSecret(ctx context.Context, ms *v1alpha1.RedisMasterS
 	if ms.Spec.AuthSecretRef != nil {
 		return nil
 	}
-	s := managed.Secret(ms, rand.Text()+rand.Text())
+	return r.createOnce(ctx, ms, managed.Secret(ms, rand.Text()+rand.Text()))
+}
+
+// createOnce creates a Secret owned by the set unless it exists: the
+// generated password, and the ACL Secrets, which are named by their
+// content (a changed ACL is a new Secret). Old ACL Secrets go with the set.
+func (r *Reconciler) createOnce(ctx context.Context, ms *v1alpha1.RedisMasterSet, s *corev1.Secret) error {
 	if err := controllerutil.SetControllerReference(ms, s, r.Scheme()); err != nil {
 		return err
 	}
 	if err := r.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create auth secret: %w", err)
+		return fmt.Errorf("create secret %s: %w", s.Name, err)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ const (
 	GateStateDir    = "/gate/state"
 	PodInfoDir      = "/gate/podinfo"
 	ConfigDir       = "/etc/redis"
+	ACLDir          = "/etc/redis-acl"
 	DataDir         = "/data"
 	AnnotationsFile = PodInfoDir + "/annotations"
 )
@@ -85,6 +86,29 @@ func SecretKey(ms *v1alpha1.RedisMasterSet) string {
 	return PasswordKey
 }
 
+// ManagedUser is the Redis ACL user the operator logs in as on managed
+// masters; the default user is disabled.
+const ManagedUser = "redlock-operator"
+
+// ACLFileKey is the key of the ACL file in the ACL Secret.
+const ACLFileKey = "users.acl"
+
+// ACL returns the members' ACL file: the default user off, and ManagedUser
+// allowed exactly what the Redlock client needs (redlock.ACLRules), with
+// the password stored as its SHA-256.
+func ACL(password string) string {
+	sum := sha256.Sum256([]byte(password))
+	return "user default off\n" +
+		"user " + ManagedUser + " on #" + hex.EncodeToString(sum[:]) + " ~* resetchannels " + redlock.ACLRules + "\n"
+}
+
+// ACLSecretName names the Secret holding acl: by its content, so that a
+// new password is a new Secret and rolls the members one at a time.
+func ACLSecretName(ms *v1alpha1.RedisMasterSet, acl string) string {
+	sum := sha256.Sum256([]byte(acl))
+	return ms.Name + "-acl-" + hex.EncodeToString(sum[:5])
+}
+
 // Addresses returns the members' addresses for the Redlock client: the DNS
 // names of the headless Service, or, with hostNetwork, 127.0.0.1:port+i —
 // host-network members bind loopback only, for single-node clusters without
@@ -103,8 +127,9 @@ func Addresses(ms *v1alpha1.RedisMasterSet) []string {
 	return out
 }
 
-// Config returns redis.conf. The password and, with hostNetwork, the port
-// are passed on the command line.
+// Config returns redis.conf. Users and passwords come from the ACL file (a
+// Secret volume), never from the command line or the environment; with
+// hostNetwork the port is passed on the command line.
 func Config(ms *v1alpha1.RedisMasterSet) string {
 	m := ms.Spec.Managed
 	var b strings.Builder
@@ -114,6 +139,7 @@ func Config(ms *v1alpha1.RedisMasterSet) string {
 		bind = "127.0.0.1" // host network: never expose a lock master beyond the node
 	}
 	fmt.Fprintf(&b, "bind %s\nport %d\nprotected-mode yes\n", bind, m.Port)
+	fmt.Fprintf(&b, "aclfile %s/%s\n", ACLDir, ACLFileKey)
 	b.WriteString("# Evicting lock keys would break mutual exclusion.\nmaxmemory-policy noeviction\n")
 	b.WriteString("# No replication: the masters are independent.\nreplica-read-only yes\n")
 	fmt.Fprintf(&b, "dir %s\nsave \"\"\n", DataDir)

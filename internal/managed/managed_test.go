@@ -89,11 +89,8 @@ func TestRenderStatefulSet(t *testing.T) {
 		t.Errorf("init container %+v", pod.InitContainers[0])
 	}
 	c := pod.Containers[0]
-	if c.Command[0] != "/gate-bin/gate" || !strings.Contains(strings.Join(c.Args, " "), "-- redis-server /etc/redis/redis.conf --requirepass $(REDIS_PASSWORD)") {
+	if c.Command[0] != "/gate-bin/gate" || !strings.HasSuffix(strings.Join(c.Args, " "), "-- redis-server /etc/redis/redis.conf") {
 		t.Errorf("command %v %v", c.Command, c.Args)
-	}
-	if c.Env[0].ValueFrom.SecretKeyRef.Name != "locks-auth" || c.Env[0].ValueFrom.SecretKeyRef.Key != "password" {
-		t.Errorf("password env %+v", c.Env[0])
 	}
 	// The startup probe tolerates the whole restart delay plus slack.
 	sp := c.StartupProbe
@@ -118,6 +115,51 @@ func TestRenderStatefulSet(t *testing.T) {
 	strict := StatefulSet(set(func(m *v1alpha1.ManagedMasters) { m.Spread = v1alpha1.SpreadStrict }), Options{})
 	if strict.Spec.Template.Spec.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.DoNotSchedule {
 		t.Error("strict spread does not refuse to share nodes")
+	}
+}
+
+// The password reaches no command line and no environment: users come from
+// the ACL file, on a Secret volume, with the password as its SHA-256.
+func TestRenderKeepsThePasswordOffCommandLinesAndEnvironments(t *testing.T) {
+	ms := set(nil)
+	const password = "correct horse battery staple"
+	acl := ACL(password)
+	sec := ACLSecret(ms, acl)
+	sts := StatefulSet(ms, Options{GateImage: "op:1", ACLSecret: sec.Name})
+	pod := sts.Spec.Template.Spec
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		if len(c.EnvFrom) > 0 {
+			t.Errorf("container %s takes its environment from %+v", c.Name, c.EnvFrom)
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				t.Errorf("container %s: env %s from Secret %s", c.Name, e.Name, e.ValueFrom.SecretKeyRef.Name)
+			}
+		}
+		if cmd := strings.Join(append(c.Command, c.Args...), " "); strings.Contains(cmd, "requirepass") || strings.Contains(cmd, "$(") {
+			t.Errorf("container %s command line %q", c.Name, cmd)
+		}
+	}
+	var mounted bool
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == sec.Name && *v.Secret.DefaultMode == 0o440 {
+			mounted = true
+		}
+		if v.Secret != nil && v.Secret.SecretName == SecretName(ms) {
+			t.Errorf("the password Secret %s is mounted", v.Secret.SecretName)
+		}
+	}
+	if !mounted {
+		t.Errorf("the ACL Secret %s is not mounted: %+v", sec.Name, pod.Volumes)
+	}
+	if !strings.Contains(Config(ms), "aclfile "+ACLDir+"/"+ACLFileKey) {
+		t.Errorf("redis.conf does not load the ACL file:\n%s", Config(ms))
+	}
+	if strings.Contains(acl, password) || !strings.Contains(acl, "user default off") || !strings.Contains(acl, "user "+ManagedUser+" on #") {
+		t.Errorf("ACL file:\n%s", acl)
+	}
+	if !*sec.Immutable || ACLSecretName(ms, ACL("another")) == sec.Name {
+		t.Error("a new password must be a new, immutable ACL Secret (which rolls the members)")
 	}
 }
 

@@ -23,6 +23,8 @@ const votingMargin = 2 * time.Second
 type Options struct {
 	// GateImage is the operator's image, which carries the gate binary.
 	GateImage string
+	// ACLSecret is the Secret holding the members' ACL file (ACLSecret).
+	ACLSecret string
 }
 
 func meta(ms *v1alpha1.RedisMasterSet, name string) metav1.ObjectMeta {
@@ -76,6 +78,15 @@ func Secret(ms *v1alpha1.RedisMasterSet, password string) *corev1.Secret {
 	}
 }
 
+// ACLSecret holds the members' ACL file (see ACL), named by its content.
+func ACLSecret(ms *v1alpha1.RedisMasterSet, acl string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: meta(ms, ACLSecretName(ms, acl)),
+		Immutable:  new(true),
+		Data:       map[string][]byte{ACLFileKey: []byte(acl)},
+	}
+}
+
 // StatefulSet runs the members: independent masters (no replication),
 // started in parallel, each behind the gate, updated one at a time.
 func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
@@ -105,7 +116,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 	if m.Persistence == v1alpha1.PersistenceAOFAlways && delay <= ms.Spec.MaxLockTTL.Duration {
 		ready = probe // no client quarantine (see masters.Quarantine)
 	}
-	args := append(gateArgs, "--", "redis-server", ConfigDir+"/redis.conf", "--requirepass", "$(REDIS_PASSWORD)")
+	args := append(gateArgs, "--", "redis-server", ConfigDir+"/redis.conf")
 
 	execProbe := func(cmd []string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -127,6 +138,9 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		}}},
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: n.Config},
+		}}},
+		{Name: "acl", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: o.ACLSecret, DefaultMode: new(int32(0o440)),
 		}}},
 	}
 	var claims []corev1.PersistentVolumeClaim
@@ -204,9 +218,6 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 						Command:         []string{GateBinDir + "/gate"},
 						Args:            args,
 						Env: []corev1.EnvVar{
-							{Name: "REDIS_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-								LocalObjectReference: corev1.LocalObjectReference{Name: SecretName(ms)}, Key: SecretKey(ms),
-							}}},
 							{Name: "POD_INDEX", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
 								FieldPath: fmt.Sprintf("metadata.labels['%s']", PodIndexLabel),
 							}}},
@@ -221,6 +232,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 							{Name: "gate-state", MountPath: GateStateDir},
 							{Name: "podinfo", MountPath: PodInfoDir, ReadOnly: true},
 							{Name: "config", MountPath: ConfigDir, ReadOnly: true},
+							{Name: "acl", MountPath: ACLDir, ReadOnly: true},
 							{Name: "data", MountPath: DataDir},
 						},
 					}},

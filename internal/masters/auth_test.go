@@ -183,7 +183,7 @@ func TestGeneratedSecretIsTheSetsOwn(t *testing.T) {
 			}
 			reg := &Registry{Reader: &secretReader{secret: s}}
 			defer reg.Close()
-			err := reg.CheckCredentials(context.Background(), ms)
+			_, err := reg.Password(context.Background(), ms)
 			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrNotOptedIn)) {
 				t.Fatalf("got %v, want usable %v (else ErrNotOptedIn)", err, tc.ok)
 			}

@@ -291,13 +291,13 @@ func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
 	return delay
 }
 
-// CheckCredentials reports whether the set's auth Secret may be used: it
-// exists, holds its keys and, unless it is the Secret a managed set
-// generated, carries the opt-in label (ErrNotOptedIn). Nothing is sent to
-// any master.
-func (r *Registry) CheckCredentials(ctx context.Context, ms *v1alpha1.RedisMasterSet) error {
-	_, _, _, err := r.auth(ctx, ms)
-	return err
+// Password returns the password of the set's auth Secret when it may be
+// used: the Secret exists, holds its keys and, unless it is the Secret a
+// managed set generated, carries the opt-in label (ErrNotOptedIn). Nothing
+// is sent to any master.
+func (r *Registry) Password(ctx context.Context, ms *v1alpha1.RedisMasterSet) (string, error) {
+	_, pass, _, err := r.auth(ctx, ms)
+	return pass, err
 }
 
 // auth reads the password (and user name) from the set's auth Secret (for
@@ -326,6 +326,10 @@ func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user,
 	p, ok := s.Data[key]
 	if !ok || len(p) == 0 {
 		return "", "", "", fmt.Errorf("%w %q: %w %q", ErrAuthSecret, ref.Name, errNoKey, key)
+	}
+	if ms.Spec.Managed != nil {
+		// Managed masters know one user, whose ACL the operator writes.
+		return managed.ManagedUser, string(p), s.ResourceVersion, nil
 	}
 	if ref.UsernameKey != "" {
 		u, ok := s.Data[ref.UsernameKey]

@@ -44,6 +44,11 @@ type Options struct {
 	Persistence Persistence
 	// Password sets requirepass; clients from Server.Client use it.
 	Password string
+	// ACL lines are written to an ACL file the server loads (instead of
+	// requirepass); Username and Password are what Server.Client logs in
+	// with.
+	ACL      []string
+	Username string
 	// MaxMemory sets maxmemory ("1" makes every write fail with -OOM under
 	// the noeviction policy every server runs with).
 	MaxMemory string
@@ -177,7 +182,10 @@ func (s *Server) args() []string {
 	default:
 		a = append(a, "--appendonly", "no")
 	}
-	if s.opts.Password != "" {
+	switch {
+	case len(s.opts.ACL) > 0:
+		a = append(a, "--aclfile", filepath.Join(s.dir, "users.acl"))
+	case s.opts.Password != "":
 		a = append(a, "--requirepass", s.opts.Password)
 	}
 	if s.opts.MaxMemory != "" {
@@ -187,6 +195,11 @@ func (s *Server) args() []string {
 }
 
 func (s *Server) start() error {
+	if len(s.opts.ACL) > 0 {
+		if err := os.WriteFile(filepath.Join(s.dir, "users.acl"), []byte(strings.Join(s.opts.ACL, "\n")+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write ACL file: %w", err)
+		}
+	}
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.Dir = s.dir
 	// The server dies with the test process, and signals sent to the test's
@@ -326,6 +339,7 @@ func (s *Server) wipe() error {
 func (s *Server) Client() *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:            s.Addr(),
+		Username:        s.opts.Username,
 		Password:        s.opts.Password,
 		DisableIdentity: true,
 		MaxRetries:      -1,

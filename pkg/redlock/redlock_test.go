@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1160,4 +1161,88 @@ func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// aclServers starts n masters whose only users are a disabled default user
+// and "locker" with rules.
+func aclServers(t *testing.T, n int, rules string) []*redistest.Server {
+	t.Helper()
+	return redistest.StartN(t, n, redistest.Options{
+		ACL:      []string{"user default off", "user locker on >pw ~* resetchannels " + rules},
+		Username: "locker", Password: "pw",
+	})
+}
+
+// TestACLRulesSuffice: a user allowed exactly ACLRules can do everything a
+// Client does — acquire with and without a token, extend, release, probe.
+func TestACLRulesSuffice(t *testing.T) {
+	servers := aclServers(t, 3, redlock.ACLRules)
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithAuth("locker", "pw"))
+	res, err := c.Probe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.RunID == "" {
+			t.Fatalf("probe of master %d: %+v", i, r)
+		}
+	}
+	for _, opts := range [][]redlock.AcquireOption{nil, {redlock.WithFencing()}} {
+		l, err := c.Acquire(ctx, "acl", time.Second, opts...)
+		if err != nil {
+			t.Fatalf("acquire %v: %v", opts, err)
+		}
+		if err := l.Extend(ctx); err != nil {
+			t.Fatalf("extend: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+}
+
+// without returns the ACL rules without the given ones.
+func without(rules string, drop ...string) string {
+	return strings.Join(slices.DeleteFunc(strings.Fields(rules), func(r string) bool { return slices.Contains(drop, r) }), " ")
+}
+
+// TestDeniedCommandIsANoVote: a master whose ACL user misses a command the
+// client needs answers NOPERM; that is a "no" vote, and the lock is
+// granted or refused by the quorum as with any other error reply.
+func TestDeniedCommandIsANoVote(t *testing.T) {
+	full := aclServers(t, 2, redlock.ACLRules)
+	noScripts := aclServers(t, 1, without(redlock.ACLRules, "+eval", "+evalsha"))
+	noTime := aclServers(t, 1, without(redlock.ACLRules, "+time"))
+	ctx := context.Background()
+	const nodeTimeout = 5 * time.Second // error replies, never timeouts
+
+	By := func(name string, servers []*redistest.Server, wantErr bool) {
+		t.Helper()
+		c := newClient(t, redistest.Addrs(servers), redlock.WithAuth("locker", "pw"), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+		l, err := c.Acquire(ctx, "acl-"+name, time.Second, redlock.WithFencing())
+		if wantErr {
+			if !errors.Is(err, redlock.ErrQuorumUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+				t.Fatalf("%s: err = %v, want ErrQuorumUnavailable with NOPERM", name, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var denied int
+		for _, v := range l.Votes() {
+			if v.Outcome == redlock.OutcomeError && v.Err != nil && strings.Contains(v.Err.Error(), "NOPERM") {
+				denied++
+			}
+		}
+		if denied != 1 {
+			t.Fatalf("%s: votes %+v, want one NOPERM error vote", name, l.Votes())
+		}
+		_ = l.Release(ctx)
+	}
+	// Two allowed of three: granted, the denied master voting no.
+	By("quorum", []*redistest.Server{full[0], full[1], noScripts[0]}, false)
+	// One allowed of three: refused.
+	By("minority", []*redistest.Server{full[0], noScripts[0], noTime[0]}, true)
 }

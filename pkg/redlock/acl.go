@@ -1,0 +1,17 @@
+package redlock
+
+// ACLRules are the Redis ACL rules a Client needs, and nothing more: SET
+// (acquire without a token), EVAL/EVALSHA of its scripts and the commands
+// they call (GET, SET, DEL, PEXPIRE, TIME), INFO (run_id and uptime, for the
+// quarantine of restarted masters), PING, and HELLO/AUTH to log in. A master
+// that refuses one of them answers an error, which counts as a "no" vote.
+//
+// For external masters, an ACL user for the operator is, in redis.conf or
+// an ACL file (with the password's SHA-256 as #<hex>, or >password):
+//
+//	user redlock-operator on >PASSWORD ~* resetchannels -@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth
+//
+// and `user default off` disables the default user. Lock keys are the
+// DistributedLocks' keys and their "<key>:fence" counters: narrow ~* to
+// their prefix when every lock uses one.
+const ACLRules = "-@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth"
