@@ -1,0 +1,47 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/internal/managed"
+)
+
+var _ = Describe("managed members' Redis users", func() {
+	It("admit only the operator's ACL user, and that user only to the commands the client needs", func() {
+		secret := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: managed.NamesOf(set).Secret}, secret)).To(Succeed())
+		password := string(secret.Data[managed.PasswordKey])
+		addr := fmt.Sprintf("127.0.0.1:%d", basePort+4)
+		login := func(user, pass string) *redis.Client {
+			c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: pass, DisableIdentity: true, MaxRetries: -1})
+			DeferCleanup(c.Close)
+			return c
+		}
+
+		// Specs run one at a time, but an earlier one may have crashed it.
+		Eventually(func() bool { return serves(basePort + 4) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue())
+
+		By("refusing the default user, with or without the password")
+		Expect(login("", "").Ping(ctx).Err()).To(MatchError(ContainSubstring("NOAUTH")))
+		Expect(login("", password).Ping(ctx).Err()).To(HaveOccurred())
+		Expect(login("default", password).Ping(ctx).Err()).To(HaveOccurred())
+
+		By("letting the operator's user lock, and nothing else")
+		op := login(managed.ManagedUser, password)
+		Eventually(func() error { return op.Ping(ctx).Err() }).Should(Succeed())
+		Expect(op.Set(ctx, "acl-probe", "v", 0).Err()).To(Succeed())
+		Expect(op.Del(ctx, "acl-probe").Err()).To(Succeed())
+		for _, cmd := range [][]any{{"flushall"}, {"keys", "*"}, {"config", "get", "requirepass"}, {"acl", "list"}, {"debug", "sleep", "0"}, {"shutdown"}} {
+			Expect(op.Do(ctx, cmd...).Err()).To(MatchError(ContainSubstring("NOPERM")), "%v", cmd)
+		}
+	})
+})
