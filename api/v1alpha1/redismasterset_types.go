@@ -123,13 +123,33 @@ type ManagedMasters struct {
 	Spread string `json:"spread,omitempty"`
 
 	// HostNetwork runs the members in the host's network namespace, member
-	// i on port+i: for clusters without a pod network.
+	// i on port+i: for clusters without a pod network. Pod Security levels
+	// baseline and restricted refuse host-network pods.
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 
-	// Resources of the Redis container.
+	// Resources of the Redis container. Requests default to 50m CPU and
+	// 64Mi memory, so that members are not BestEffort (the first pods
+	// evicted under node pressure).
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// PodSecurityContext replaces the members' pod security context. The
+	// default meets Pod Security "restricted": non-root UID and GID 999
+	// (fsGroup 999, so the data and ACL volumes are readable), seccomp
+	// RuntimeDefault.
+	// +optional
+	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
+	// ContainerSecurityContext replaces the security context of the
+	// members' containers (the gate installer and Redis). The default meets
+	// Pod Security "restricted": no privilege escalation, every capability
+	// dropped, a read-only root filesystem (data and state are volumes).
+	// +optional
+	ContainerSecurityContext *corev1.SecurityContext `json:"containerSecurityContext,omitempty"`
+	// PriorityClassName of the members: a lock service outranks the
+	// workloads that wait on it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
 	// NodeSelector of the members.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`

@@ -87,6 +87,47 @@ func ACLSecret(ms *v1alpha1.RedisMasterSet, acl string) *corev1.Secret {
 	}
 }
 
+// MemberUID is the user and group the members run as by default.
+const MemberUID = 999
+
+// podSecurity is the members' pod security context: the set's, or one that
+// meets Pod Security "restricted".
+func podSecurity(m *v1alpha1.ManagedMasters) *corev1.PodSecurityContext {
+	if m.PodSecurityContext != nil {
+		return m.PodSecurityContext
+	}
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot: new(true), RunAsUser: new(int64(MemberUID)), RunAsGroup: new(int64(MemberUID)), FSGroup: new(int64(MemberUID)),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// containerSecurity is the members' containers' security context: the
+// set's, or one that meets Pod Security "restricted".
+func containerSecurity(m *v1alpha1.ManagedMasters) *corev1.SecurityContext {
+	if m.ContainerSecurityContext != nil {
+		return m.ContainerSecurityContext
+	}
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: new(false),
+		ReadOnlyRootFilesystem:   new(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+// resources are the Redis container's: the set's, with requests defaulted.
+func resources(m *v1alpha1.ManagedMasters) corev1.ResourceRequirements {
+	r := *m.Resources.DeepCopy()
+	if len(r.Requests) == 0 {
+		r.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+		// A limit alone defaults the request to it: keep that.
+		for k, v := range r.Limits {
+			r.Requests[k] = v
+		}
+	}
+	return r
+}
+
 // StatefulSet runs the members: independent masters (no replication),
 // started in parallel, each behind the gate, updated one at a time.
 func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
@@ -194,6 +235,9 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 				Spec: corev1.PodSpec{
 					HostNetwork:                   m.HostNetwork,
 					DNSPolicy:                     dnsPolicy,
+					SecurityContext:               podSecurity(m),
+					AutomountServiceAccountToken:  new(false), // members never call the API server
+					PriorityClassName:             m.PriorityClassName,
 					TerminationGracePeriodSeconds: &grace,
 					NodeSelector:                  m.NodeSelector,
 					Tolerations:                   m.Tolerations,
@@ -209,6 +253,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 						Image:           o.GateImage,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command:         []string{"/gate", "install", GateBinDir + "/gate"},
+						SecurityContext: containerSecurity(m),
 						VolumeMounts:    []corev1.VolumeMount{{Name: "gate-bin", MountPath: GateBinDir}},
 					}},
 					Containers: []corev1.Container{{
@@ -222,11 +267,12 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 								FieldPath: fmt.Sprintf("metadata.labels['%s']", PodIndexLabel),
 							}}},
 						},
-						Ports:          ports,
-						Resources:      m.Resources,
-						StartupProbe:   execProbe(probe, probePeriodSecond, startupFailures),
-						ReadinessProbe: execProbe(ready, 2, 1),
-						LivenessProbe:  execProbe(probe, 10, 3),
+						Ports:           ports,
+						Resources:       resources(m),
+						SecurityContext: containerSecurity(m),
+						StartupProbe:    execProbe(probe, probePeriodSecond, startupFailures),
+						ReadinessProbe:  execProbe(ready, 2, 1),
+						LivenessProbe:   execProbe(probe, 10, 3),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "gate-bin", MountPath: GateBinDir, ReadOnly: true},
 							{Name: "gate-state", MountPath: GateStateDir},
