@@ -225,7 +225,7 @@ type RedisMasterSetSpec struct {
 	AuthSecretRef *SecretKeyRef `json:"authSecretRef,omitempty"`
 
 	// NodeTimeout bounds each request to one master. Defaults to ttl/100
-	// clamped to 20ms–200ms per lock.
+	// clamped to 50ms–200ms per lock.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`

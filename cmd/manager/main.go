@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -64,7 +65,7 @@ func main() {
 	flag.DurationVar(&cfg.probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
 	flag.IntVar(&cfg.workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
 	flag.DurationVar(&cfg.nodeTimeout, "redis-node-timeout", 0,
-		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [20ms, 200ms]).")
+		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [50ms, 200ms]).")
 	flag.StringVar(&cfg.gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
 		"Image that managed Redis pods copy the gate from: the operator's own image.")
 	flag.BoolVar(&cfg.enableWebhook, "enable-webhook", true, "Serve the mutating webhook that adds the lock gate to pods labelled redlock.dev/lock (its certificate is managed in-process).")
@@ -149,6 +150,14 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	m := metrics.New()
 	if err := m.Register(ctrlmetrics.Registry); err != nil {
 		return err
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redlock_operator_build_info",
+		Help: "Always 1, labelled with the version the manager was built as.",
+	}, []string{"version"})
+	buildInfo.WithLabelValues(version.Version).Set(1)
+	if err := ctrlmetrics.Registry.Register(buildInfo); err != nil {
+		return fmt.Errorf("register build info: %w", err)
 	}
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
 		LockKeySecret: cfg.lockKeySecret,

@@ -140,6 +140,7 @@ var _ = Describe("The metrics endpoint", func() {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(code).To(Equal(http.StatusOK), body)
 			g.Expect(body).To(ContainSubstring("redlock_locks_held"))
+			g.Expect(body).To(ContainSubstring(`redlock_operator_build_info{version="dev"} 1`))
 		}).Should(Succeed())
 	})
 

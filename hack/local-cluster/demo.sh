@@ -7,6 +7,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# sudo's secure_path usually leaves Go out.
+export PATH=$PATH:/usr/local/go/bin
 ELSEWHERE="deploy to an existing cluster instead: see \"Install on a cluster\" in README.md"
 
 if [ "$(uname -s)" != Linux ]; then
