@@ -17,18 +17,18 @@ const (
 
 // Reasons used in RedisMasterSet conditions.
 const (
-	ReasonQuorumServing    = "QuorumServing"
-	ReasonQuorumLost       = "QuorumLost"
-	ReasonAllServing       = "AllServing"
-	ReasonMembersDown      = "MembersDown"
-	ReasonAuthSecretError  = "AuthSecretError"
+	ReasonQuorumServing   = "QuorumServing"
+	ReasonQuorumLost      = "QuorumLost"
+	ReasonAllServing      = "AllServing"
+	ReasonMembersDown     = "MembersDown"
+	ReasonAuthSecretError = "AuthSecretError"
 	// ReasonAuthSecretNotOptedIn: the auth Secret lacks the label
 	// RedisCredentialsLabel: "true", so the operator does not use it.
 	ReasonAuthSecretNotOptedIn = "AuthSecretNotOptedIn"
-	ReasonNoMembers        = "NoMembers"
-	ReasonProbeNotYetRun   = "ProbeNotYetRun"
-	ReasonUnsupportedSpec  = "UnsupportedSpec"
-	ReasonMembersAvailable = "MembersAvailable"
+	ReasonNoMembers            = "NoMembers"
+	ReasonProbeNotYetRun       = "ProbeNotYetRun"
+	ReasonUnsupportedSpec      = "UnsupportedSpec"
+	ReasonMembersAvailable     = "MembersAvailable"
 )
 
 // Member states.
