@@ -1,8 +1,9 @@
 package v1alpha1
 
-// RedisCredentialsLabel, with the value "true", lets a Secret be used as
-// the credentials of a RedisMasterSet's masters (spec.authSecretRef).
-const RedisCredentialsLabel = "redlock.dev/redis-credentials"
+// RedisCredentialsLabel is the label that, with the value "true", lets a
+// Secret be used as the credentials of a RedisMasterSet's masters
+// (spec.authSecretRef).
+const RedisCredentialsLabel = "redlock.dev/redis-credentials" //nolint:gosec // a label name, not a credential
 
 // Names by which pods take part in locks.
 const (

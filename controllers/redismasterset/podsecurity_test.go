@@ -28,7 +28,8 @@ var _ = Describe("Managed member pods under Pod Security admission", func() {
 		if mutate != nil {
 			mutate(ms.Spec.Managed)
 		}
-		tpl := managed.StatefulSet(ms, managed.Options{GateImage: "redlock-operator:test", ACLSecret: "locks-acl-0"}).Spec.Template
+		opts := managed.Options{GateImage: "redlock-operator:test", ACLSecret: "locks-acl-0"} //nolint:gosec // a Secret's name
+		tpl := managed.StatefulSet(ms, opts).Spec.Template
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "locks-0", Labels: tpl.Labels}, Spec: tpl.Spec}
 	}
 	enforcing := func(level string) string {
