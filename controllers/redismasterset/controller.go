@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -70,6 +71,9 @@ type Reconciler struct {
 	// GateImage is the operator's own image, which carries the gate that
 	// managed Redis pods run.
 	GateImage string
+
+	// applied remembers the last apply of each owned object (see apply).
+	applied sync.Map
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch

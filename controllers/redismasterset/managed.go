@@ -13,10 +13,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -24,16 +26,12 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 )
 
-// annotationSpecHash records the rendered spec an object was last written
-// with, so that an unchanged spec causes no write.
-const annotationSpecHash = "redlock.dev/spec-hash"
-
 // EventAdmitted is the event of a member pod's admission.
 const EventAdmitted = "MemberAdmitted"
 
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 
@@ -55,17 +53,10 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
 	sts := managed.StatefulSet(ms, managed.Options{GateImage: r.GateImage, ACLSecret: acl.Name})
-	if _, err := ensure(ctx, r.Client, ms, cm, func(dst *corev1.ConfigMap) { dst.Data = cm.Data }); err != nil {
-		return false, err
-	}
-	if _, err := ensure(ctx, r.Client, ms, svc, func(dst *corev1.Service) {
-		dst.Spec.Ports, dst.Spec.Selector, dst.Spec.PublishNotReadyAddresses = svc.Spec.Ports, svc.Spec.Selector, true
-		dst.Spec.ClusterIP = corev1.ClusterIPNone
-	}); err != nil {
-		return false, err
-	}
-	if _, err := ensure(ctx, r.Client, ms, pdb, func(dst *policyv1.PodDisruptionBudget) { dst.Spec = pdb.Spec }); err != nil {
-		return false, err
+	for _, obj := range []client.Object{cm, svc, pdb} {
+		if err := r.apply(ctx, ms, obj); err != nil {
+			return false, err
+		}
 	}
 	if len(ms.Status.Members) == 0 {
 		// A new set: record its members as never served before any of their
@@ -83,15 +74,17 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 			return false, err
 		}
 	}
-	if _, err := ensure(ctx, r.Client, ms, sts, func(dst *appsv1.StatefulSet) {
+	live := &appsv1.StatefulSet{}
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(sts), live); {
+	case err == nil:
 		// Selector, service name, claims and pod management are immutable:
-		// they only take the rendered values on creation.
-		if dst.ResourceVersion == "" {
-			dst.Spec = sts.Spec
-			return
-		}
-		dst.Spec.Replicas, dst.Spec.Template, dst.Spec.UpdateStrategy = sts.Spec.Replicas, sts.Spec.Template, sts.Spec.UpdateStrategy
-	}); err != nil {
+		// they keep the values the StatefulSet was created with.
+		sts.Spec.Selector, sts.Spec.ServiceName = live.Spec.Selector, live.Spec.ServiceName
+		sts.Spec.VolumeClaimTemplates, sts.Spec.PodManagementPolicy = live.Spec.VolumeClaimTemplates, live.Spec.PodManagementPolicy
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("read statefulset: %w", err)
+	}
+	if err := r.apply(ctx, ms, sts); err != nil {
 		return false, err
 	}
 	return false, r.admitPods(ctx, ms, now)
@@ -180,42 +173,54 @@ func (r *Reconciler) createOnce(ctx context.Context, ms *v1alpha1.RedisMasterSet
 	return nil
 }
 
-// ensure creates desired, or updates the existing object with apply when
-// the rendered object changed since it was last written. It reports whether
-// the object was created.
-func ensure[T client.Object](ctx context.Context, c client.Client, owner *v1alpha1.RedisMasterSet, desired T, apply func(dst T)) (bool, error) {
+// FieldOwner is the field manager of the operator's server-side applies.
+const FieldOwner = "redlock-operator"
+
+// applied is what the last apply of an object sent and got back.
+type applied struct{ hash, resourceVersion string }
+
+// apply writes desired, owned by the set, with server-side apply: the
+// fields the operator sets are kept as rendered, so a hand edit of them is
+// reverted (fields it does not set are left alone). An object whose
+// rendering is unchanged and that nobody wrote since the last apply is not
+// sent again.
+func (r *Reconciler) apply(ctx context.Context, owner *v1alpha1.RedisMasterSet, desired client.Object) error {
+	gvk, err := apiutil.GVKForObject(desired, r.Scheme())
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(owner, desired, r.Scheme()); err != nil {
+		return err
+	}
 	raw, err := json.Marshal(desired)
 	if err != nil {
-		return false, err
+		return err
 	}
 	sum := sha256.Sum256(raw)
 	hash := hex.EncodeToString(sum[:8])
-	obj := desired.DeepCopyObject().(T) //nolint:forcetypeassert // a copy has the same type
-	res, err := controllerutil.CreateOrUpdate(ctx, c, obj, func() error {
-		if obj.GetAnnotations()[annotationSpecHash] == hash && obj.GetResourceVersion() != "" {
+	key := gvk.Kind + "/" + desired.GetNamespace() + "/" + desired.GetName()
+	live := desired.DeepCopyObject().(client.Object) //nolint:forcetypeassert // a copy has the same type
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(desired), live); {
+	case err == nil:
+		if last, ok := r.applied.Load(key); ok && last.(applied) == (applied{hash, live.GetResourceVersion()}) { //nolint:forcetypeassert // only applied is stored
 			return nil
 		}
-		apply(obj)
-		labels := obj.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		for k, v := range desired.GetLabels() {
-			labels[k] = v
-		}
-		obj.SetLabels(labels)
-		ann := obj.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann[annotationSpecHash] = hash
-		obj.SetAnnotations(ann)
-		return controllerutil.SetControllerReference(owner, obj, c.Scheme())
-	})
-	if err != nil {
-		return false, fmt.Errorf("write %T %s: %w", desired, desired.GetName(), err)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("read %s %s: %w", gvk.Kind, desired.GetName(), err)
 	}
-	return res == controllerutil.OperationResultCreated, nil
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: content}
+	u.SetGroupVersionKind(gvk)
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s %s: %w", gvk.Kind, desired.GetName(), err)
+	}
+	r.applied.Store(key, applied{hash, u.GetResourceVersion()})
+	return nil
 }
 
 // setsOfPod maps a member pod to its master set.

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -93,6 +94,42 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		set := fetchSet(ns, "locks")
 		Expect(set.Status.Members[2].Address).To(Equal("locks-2.locks." + ns + ".svc:6379"))
 		Expect(set.Status.Members[0].NeverServed).To(BeTrue(), "%+v", set.Status.Members)
+	})
+
+	It("reverts a hand edit of the StatefulSet, Service, ConfigMap and PDB it owns (server-side apply)", func() {
+		key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+		By("editing the fields the operator sets, by hand")
+		sts := &appsv1.StatefulSet{}
+		Expect(k8s.Get(suiteCtx, key("locks"), sts)).To(Succeed())
+		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+		sts.Spec.Template.Spec.Containers[0].Image = "redis:hand-edited"
+		Expect(k8s.Update(suiteCtx, sts)).To(Succeed())
+		svc := &corev1.Service{}
+		Expect(k8s.Get(suiteCtx, key("locks"), svc)).To(Succeed())
+		svc.Spec.PublishNotReadyAddresses = false
+		Expect(k8s.Update(suiteCtx, svc)).To(Succeed())
+		cm := &corev1.ConfigMap{}
+		Expect(k8s.Get(suiteCtx, key("locks-config"), cm)).To(Succeed())
+		cm.Data["redis.conf"] = "maxmemory-policy allkeys-lru\n"
+		Expect(k8s.Update(suiteCtx, cm)).To(Succeed())
+		pdb := &policyv1.PodDisruptionBudget{}
+		Expect(k8s.Get(suiteCtx, key("locks"), pdb)).To(Succeed())
+		three := intstr.FromInt32(3)
+		pdb.Spec.MaxUnavailable = &three
+		Expect(k8s.Update(suiteCtx, pdb)).To(Succeed())
+
+		By("seeing each put back as rendered")
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(suiteCtx, key("locks"), sts)).To(Succeed())
+			g.Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.RollingUpdateStatefulSetStrategyType))
+			g.Expect(sts.Spec.Template.Spec.Containers[0].Image).NotTo(Equal("redis:hand-edited"))
+			g.Expect(k8s.Get(suiteCtx, key("locks"), svc)).To(Succeed())
+			g.Expect(svc.Spec.PublishNotReadyAddresses).To(BeTrue())
+			g.Expect(k8s.Get(suiteCtx, key("locks-config"), cm)).To(Succeed())
+			g.Expect(cm.Data["redis.conf"]).To(ContainSubstring("maxmemory-policy noeviction"))
+			g.Expect(k8s.Get(suiteCtx, key("locks"), pdb)).To(Succeed())
+			g.Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
+		}, 30*time.Second).Should(Succeed())
 	})
 
 	It("admits the first pod of a member that never served at once", func() {
