@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -145,6 +146,13 @@ type ManagedMasters struct {
 	// dropped, a read-only root filesystem (data and state are volumes).
 	// +optional
 	ContainerSecurityContext *corev1.SecurityContext `json:"containerSecurityContext,omitempty"`
+	// AllowedClients are further peers the members' NetworkPolicy admits on
+	// the Redis port, besides the operator's own pods (for example a
+	// monitoring agent). The policy binds only where the cluster's network
+	// plugin enforces NetworkPolicies, and never host-network members.
+	// +optional
+	// +listType=atomic
+	AllowedClients []networkingv1.NetworkPolicyPeer `json:"allowedClients,omitempty"`
 	// PriorityClassName of the members: a lock service outranks the
 	// workloads that wait on it.
 	// +optional

@@ -71,6 +71,8 @@ type Reconciler struct {
 	// GateImage is the operator's own image, which carries the gate that
 	// managed Redis pods run.
 	GateImage string
+	// OperatorNamespace is where the operator runs (members' NetworkPolicy).
+	OperatorNamespace string
 
 	// applied remembers the last apply of each owned object (see apply).
 	applied sync.Map

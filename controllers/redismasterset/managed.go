@@ -31,6 +31,7 @@ const EventAdmitted = "MemberAdmitted"
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
@@ -52,8 +53,9 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		return false, err
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
-	sts := managed.StatefulSet(ms, managed.Options{GateImage: r.GateImage, ACLSecret: acl.Name})
-	for _, obj := range []client.Object{cm, svc, pdb} {
+	opts := managed.Options{GateImage: r.GateImage, ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace}
+	sts := managed.StatefulSet(ms, opts)
+	for _, obj := range []client.Object{cm, svc, pdb, managed.NetworkPolicy(ms, opts)} {
 		if err := r.apply(ctx, ms, obj); err != nil {
 			return false, err
 		}

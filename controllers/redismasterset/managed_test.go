@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -84,6 +85,14 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		pdb := &policyv1.PodDisruptionBudget{}
 		Expect(k8s.Get(suiteCtx, key("locks"), pdb)).To(Succeed())
 		Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
+		np := &networkingv1.NetworkPolicy{}
+		Expect(k8s.Get(suiteCtx, key("locks"), np)).To(Succeed())
+		Expect(np.Spec.PodSelector.MatchLabels).To(Equal(sts.Spec.Selector.MatchLabels), "it covers the members")
+		Expect(np.Spec.Ingress).To(HaveLen(1))
+		Expect(np.Spec.Ingress[0].Ports[0].Port.IntValue()).To(Equal(6379))
+		Expect(np.Spec.Ingress[0].From).To(HaveLen(1), "only the operator's pods")
+		Expect(np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels).To(HaveKeyWithValue(corev1.LabelMetadataName, testenv.OperatorNamespace))
+		Expect(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels).To(HaveKeyWithValue("control-plane", "controller-manager"))
 		secret := &corev1.Secret{}
 		Expect(k8s.Get(suiteCtx, key("locks-auth"), secret)).To(Succeed())
 		Expect(len(secret.Data["password"])).To(BeNumerically(">=", 32))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -160,6 +161,23 @@ func TestRenderKeepsThePasswordOffCommandLinesAndEnvironments(t *testing.T) {
 	}
 	if !*sec.Immutable || ACLSecretName(ms, ACL("another")) == sec.Name {
 		t.Error("a new password must be a new, immutable ACL Secret (which rolls the members)")
+	}
+}
+
+func TestRenderNetworkPolicy(t *testing.T) {
+	ms := set(func(m *v1alpha1.ManagedMasters) {
+		m.AllowedClients = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "monitor"}}}}
+	})
+	np := NetworkPolicy(ms, Options{OperatorNamespace: "ops"})
+	if len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress || len(np.Spec.Ingress) != 1 {
+		t.Fatalf("policy %+v", np.Spec)
+	}
+	from := np.Spec.Ingress[0].From
+	if len(from) != 2 || from[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "ops" || from[1].PodSelector.MatchLabels["app"] != "monitor" {
+		t.Errorf("peers %+v", from)
+	}
+	if p := np.Spec.Ingress[0].Ports; len(p) != 1 || p[0].Port.IntValue() != int(ms.Spec.Managed.Port) {
+		t.Errorf("ports %+v", p)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,36 @@ type Options struct {
 	GateImage string
 	// ACLSecret is the Secret holding the members' ACL file (ACLSecret).
 	ACLSecret string
+	// OperatorNamespace is where the operator's pods run: the members'
+	// NetworkPolicy admits them.
+	OperatorNamespace string
+}
+
+// OperatorPodLabels select the operator's manager pods (config/manager).
+var OperatorPodLabels = map[string]string{"app.kubernetes.io/name": "redlock-operator", "control-plane": "controller-manager"}
+
+// NetworkPolicy admits to the members' Redis port only the operator's pods
+// (and the set's allowedClients): any other pod of the cluster could
+// otherwise reach the lock keys.
+func NetworkPolicy(ms *v1alpha1.RedisMasterSet, o Options) *networkingv1.NetworkPolicy {
+	m := ms.Spec.Managed
+	port := intstr.FromInt32(m.Port)
+	tcp := corev1.ProtocolTCP
+	peers := []networkingv1.NetworkPolicyPeer{{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: o.OperatorNamespace}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: OperatorPodLabels},
+	}}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: meta(ms, NamesOf(ms).StatefulSet),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: Labels(ms)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+				From:  append(peers, m.AllowedClients...),
+			}},
+		},
+	}
 }
 
 func meta(ms *v1alpha1.RedisMasterSet, name string) metav1.ObjectMeta {

@@ -116,6 +116,8 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Clock:         o.Clock,
 		ProbeInterval: o.ProbeInterval,
 		GateImage:     o.GateImage,
+		// The lock key Secret lives in the operator's namespace.
+		OperatorNamespace: o.LockKeySecret.Namespace,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
 	}

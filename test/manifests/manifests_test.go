@@ -110,6 +110,7 @@ var _ = DescribeTable("every shipped manifest is accepted by the API server",
 	Entry("config/rbac", func() []byte { return kustomize("config/rbac") }),
 	Entry("config/webhook", func() []byte { return kustomize("config/webhook") }),
 	Entry("config/admission-policy", func() []byte { return kustomize("config/admission-policy") }),
+	Entry("config/network-policy", func() []byte { return kustomize("config/network-policy") }),
 )
 
 func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
