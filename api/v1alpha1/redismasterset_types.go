@@ -153,6 +153,14 @@ type ManagedMasters struct {
 	// +optional
 	// +listType=atomic
 	AllowedClients []networkingv1.NetworkPolicyPeer `json:"allowedClients,omitempty"`
+	// GateImage is the image the members' init container copies the gate
+	// binary from (the operator's image of some version). Empty keeps the
+	// one recorded in status.gateImage: the operator's image when the set
+	// was first run. Set it to roll the members onto a newer gate, one at
+	// a time.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	GateImage string `json:"gateImage,omitempty"`
 	// PriorityClassName of the members: a lock service outranks the
 	// workloads that wait on it.
 	// +optional
@@ -287,6 +295,12 @@ type RedisMasterSetStatus struct {
 	// Total is the number of masters.
 	// +optional
 	Total int32 `json:"total,omitempty"`
+	// GateImage is the image the members' gate is copied from:
+	// spec.managed.gateImage, or else the operator's image when the set
+	// was first run, kept from then on so that upgrading the operator does
+	// not restart every member of every set.
+	// +optional
+	GateImage string `json:"gateImage,omitempty"`
 	// Members holds each master's state, in spec order.
 	// +optional
 	// +listType=atomic

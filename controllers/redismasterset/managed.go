@@ -53,7 +53,8 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		return false, err
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
-	opts := managed.Options{GateImage: r.GateImage, ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace}
+	opts := managed.Options{GateImage: gateImage(ms, r.GateImage), ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace}
+	ms.Status.GateImage = opts.GateImage // written by the deferred status patch
 	sts := managed.StatefulSet(ms, opts)
 	for _, obj := range []client.Object{cm, svc, pdb, managed.NetworkPolicy(ms, opts)} {
 		if err := r.apply(ctx, ms, obj); err != nil {
@@ -90,6 +91,20 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		return false, err
 	}
 	return false, r.admitPods(ctx, ms, now)
+}
+
+// gateImage is the image the set's members copy the gate from: the spec's,
+// else the one recorded when the set was first run, else the operator's own
+// (which is then recorded): an operator upgrade does not roll every set.
+func gateImage(ms *v1alpha1.RedisMasterSet, operator string) string {
+	switch {
+	case ms.Spec.Managed.GateImage != "":
+		return ms.Spec.Managed.GateImage
+	case ms.Status.GateImage != "":
+		return ms.Status.GateImage
+	default:
+		return operator
+	}
 }
 
 // admitPods annotates every member pod that has no admission yet with the

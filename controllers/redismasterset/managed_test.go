@@ -141,6 +141,31 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		}, 30*time.Second).Should(Succeed())
 	})
 
+	It("keeps its gate image across an operator upgrade, and rolls to a new one only when spec.managed.gateImage asks", func() {
+		key := client.ObjectKey{Namespace: ns, Name: "locks"}
+		initImage := func() string {
+			sts := &appsv1.StatefulSet{}
+			Expect(k8s.Get(suiteCtx, key, sts)).To(Succeed())
+			return sts.Spec.Template.Spec.InitContainers[0].Image
+		}
+		Eventually(func() string { return fetchSet(ns, "locks").Status.GateImage }).Should(Equal("redlock-operator:test"))
+		Expect(initImage()).To(Equal("redlock-operator:test"))
+
+		By("upgrading the operator: the set keeps the gate it was created with")
+		mgr.Stop()
+		env.GateImage = "redlock-operator:next"
+		DeferCleanup(func() { env.GateImage = "redlock-operator:test" })
+		mgr = startManager()
+		Consistently(initImage, 3*time.Second).Should(Equal("redlock-operator:test"))
+
+		By("asking for the new gate in the spec")
+		set := fetchSet(ns, "locks")
+		set.Spec.Managed.GateImage = "redlock-operator:next"
+		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
+		Eventually(initImage).Should(Equal("redlock-operator:next"))
+		Eventually(func() string { return fetchSet(ns, "locks").Status.GateImage }).Should(Equal("redlock-operator:next"))
+	})
+
 	It("admits the first pod of a member that never served at once", func() {
 		pod := memberPod(ms, "0")
 		created := time.Now()

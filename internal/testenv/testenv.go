@@ -66,6 +66,9 @@ type Env struct {
 	Ctx    context.Context
 	// Values derives lock values with the operator's key.
 	Values *lockvalue.Deriver
+	// GateImage is the operator image managers started from now on run
+	// with (default redlock-operator:test).
+	GateImage string
 
 	env    *envtest.Environment
 	cancel context.CancelFunc
@@ -84,7 +87,7 @@ func Start() *Env {
 	redis.SetLogger(quiet{})
 	Configure()
 	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through `make test`, which builds the control plane and sets KUBEBUILDER_ASSETS")
-	e := &Env{Scheme: kruntime.NewScheme()}
+	e := &Env{Scheme: kruntime.NewScheme(), GateImage: "redlock-operator:test"}
 	e.Ctx, e.cancel = context.WithCancel(context.Background())
 	Expect(clientgoscheme.AddToScheme(e.Scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(e.Scheme)).To(Succeed())
@@ -206,7 +209,7 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 		ProbeInterval: 500 * time.Millisecond,
 		Workers:       4,
 		Metrics:       m.Metrics,
-		GateImage:     "redlock-operator:test",
+		GateImage:     e.GateImage,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {
