@@ -161,13 +161,17 @@ func ConfigHash(ms *v1alpha1.RedisMasterSet) string {
 	return hex.EncodeToString(h[:8])
 }
 
+// ManagedByValue is the value of LabelManagedBy on every object a managed
+// set owns (the manager caches only those).
+const ManagedByValue = "redlock-operator"
+
 // Labels selects the members of a set.
 func Labels(ms *v1alpha1.RedisMasterSet) map[string]string {
 	return map[string]string{
 		LabelName:      "redis",
 		LabelInstance:  ms.Name,
 		LabelSet:       ms.Name,
-		LabelManagedBy: "redlock-operator",
+		LabelManagedBy: ManagedByValue,
 	}
 }
 

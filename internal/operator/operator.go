@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -55,14 +58,26 @@ type Options struct {
 	GateImage string
 }
 
-// CacheOptions limits the manager's cache of Pods to the members of managed
-// master sets: the operator watches no other Pod.
+// CacheOptions limits the manager's cache to the objects it owns, so that
+// its memory does not grow with the cluster: Pods of managed master sets
+// only (gated pods are watched through PodCache), and of StatefulSets,
+// Services, ConfigMaps, PodDisruptionBudgets and NetworkPolicies only those
+// a managed set owns (labelled app.kubernetes.io/managed-by:
+// redlock-operator). Secrets are never cached: they are read by name.
 func CacheOptions() cache.Options {
-	sel, err := labels.Parse(managed.LabelSet)
+	members, err := labels.Parse(managed.LabelSet)
 	if err != nil {
 		panic(err) // a constant label key
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sel}}}
+	owned := labels.SelectorFromSet(labels.Set{managed.LabelManagedBy: managed.ManagedByValue})
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                   {Label: members},
+		&appsv1.StatefulSet{}:           {Label: owned},
+		&corev1.Service{}:               {Label: owned},
+		&corev1.ConfigMap{}:             {Label: owned},
+		&policyv1.PodDisruptionBudget{}: {Label: owned},
+		&networkingv1.NetworkPolicy{}:   {Label: owned},
+	}}
 }
 
 // Setup adds the controllers to mgr. The returned cleanup closes the Redis

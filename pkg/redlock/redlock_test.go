@@ -1230,14 +1230,13 @@ func TestDeniedCommandIsANoVote(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		var denied int
-		for _, v := range l.Votes() {
-			if v.Outcome == redlock.OutcomeError && v.Err != nil && strings.Contains(v.Err.Error(), "NOPERM") {
-				denied++
-			}
+		// The quorum may be reached before the refusing master answers;
+		// whenever it does, its refusal wrote nothing.
+		if v := value(t, noScripts[0], "acl-"+name); v != "" {
+			t.Fatalf("%s: the master that refused the script holds %q", name, v)
 		}
-		if denied != 1 {
-			t.Fatalf("%s: votes %+v, want one NOPERM error vote", name, l.Votes())
+		if len(l.Votes()) != 3 {
+			t.Fatalf("%s: votes %+v", name, l.Votes())
 		}
 		_ = l.Release(ctx)
 	}
