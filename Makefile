@@ -152,6 +152,11 @@ bench-handover: redis envtest ## Pod-to-pod handover latency (100 handovers) nex
 bench-locks: redis envtest ## One manager holding 1000 locks (ttl 10s) on envtest + 5 masters for 2 minutes; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchlocks $(BENCH_LOCKS_FLAGS)
 
+BENCH_MEMORY_FLAGS ?=
+.PHONY: bench-memory
+bench-memory: envtest ## The manager's memory before and after 1,000 unrelated ConfigMaps and Secrets appear; prints a table.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchmemory $(BENCH_MEMORY_FLAGS)
+
 .PHONY: redis
 redis: ## Install redis-server from the OS packages when missing.
 	@hack/install-redis.sh >/dev/null
