@@ -79,7 +79,8 @@ helm-chart: manifests ## Sync the Helm chart's generated parts (crds/, templates
 helm-lint: ## Lint the Helm chart (helm lint --strict) and render it, with the default values and with the optional parts switched.
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART)
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART) --namespace locks-operator \
-		--set namespace.create=true,webhook.enabled=false,admissionPolicy.enabled=false,metrics.secure=false,metrics.serviceMonitor.enabled=true,replicas=1,leaderElection.enabled=false
+		--set namespace.create=true,webhook.enabled=false,admissionPolicy.enabled=false,metrics.secure=false,metrics.serviceMonitor.enabled=true,replicas=1,leaderElection.enabled=false \
+		--set podDisruptionBudget.enabled=false,priorityClass.create=false,priorityClassName=,affinity=null
 	$(HELM) template redlock-operator $(CHART) --namespace redlock-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
 	$(HELM) template redlock-operator $(CHART) --namespace locks-operator --kube-version $(HELM_KUBE_VERSION) \
 		--set metrics.enabled=false,webhook.enabled=false,replicas=1,leaderElection.enabled=false >/dev/null

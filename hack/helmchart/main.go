@@ -4,7 +4,8 @@
 // switched on or off and following the release namespace — RBAC (role.yaml
 // comes from the +kubebuilder:rbac markers), the ServiceAccount, the
 // Namespace, the webhook's Secret, Service and MutatingWebhookConfiguration,
-// the ValidatingAdmissionPolicy and its binding — into templates/generated/.
+// the ValidatingAdmissionPolicy and its binding, the manager's
+// PodDisruptionBudget and PriorityClass — into templates/generated/.
 // The Deployment and the metrics Service, which the chart's values shape,
 // are written by hand (templates/deployment.yaml, templates/metrics.yaml);
 // test/manifests renders the chart and compares it with the kustomize
@@ -59,6 +60,11 @@ var placements = []placement{
 	{kind: "MutatingWebhookConfiguration", file: "webhook.yaml", condition: ".Values.webhook.enabled"},
 	{kind: "ValidatingAdmissionPolicy", file: "admission-policy.yaml", condition: ".Values.admissionPolicy.enabled"},
 	{kind: "ValidatingAdmissionPolicyBinding", file: "admission-policy.yaml", condition: ".Values.admissionPolicy.enabled"},
+	// With one replica, minAvailable 1 would refuse every eviction of the
+	// manager and block node drains: no budget then.
+	{kind: "PodDisruptionBudget", name: "redlock-operator-controller-manager", file: "availability.yaml",
+		condition: "and .Values.podDisruptionBudget.enabled (gt (int .Values.replicas) 1)"},
+	{kind: "PriorityClass", name: "redlock-operator-critical", file: "availability.yaml", condition: ".Values.priorityClass.create"},
 	{kind: "Deployment", name: "redlock-operator-controller-manager", handWritten: "templates/deployment.yaml"},
 	{kind: "Service", name: "redlock-operator-controller-manager-metrics-service", handWritten: "templates/metrics.yaml"},
 }
@@ -71,8 +77,9 @@ var (
 	clusterScoped = set("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
 		"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
 		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-		"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
-	namespaced = set("ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "Service", "Deployment")
+		"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "PriorityClass")
+	namespaced = set("ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "Service", "Deployment",
+		"PodDisruptionBudget")
 )
 
 const (

@@ -68,10 +68,11 @@ var _ = Describe("The Helm chart", func() {
 		dryRunApply(objs)
 	})
 
-	It("follows the values: another namespace, no webhook, no metrics, one replica without leader election", func() {
+	It("follows the values: another namespace, no webhook, no metrics, one replica without leader election, no budget, priority class or anti-affinity", func() {
 		const ns = "locks-operator"
 		out := helmTemplate(ns, "namespace.create=true", "image.tag=dev", "webhook.enabled=false",
-			"metrics.enabled=false", "replicas=1", "leaderElection.enabled=false")
+			"metrics.enabled=false", "replicas=1", "leaderElection.enabled=false",
+			"podDisruptionBudget.enabled=false", "priorityClass.create=false", "priorityClassName=", "affinity=null")
 		Expect(string(out)).NotTo(ContainSubstring("redlock-system"), "nothing refers to config/default's namespace")
 		objs := objects(out)
 
@@ -93,6 +94,8 @@ var _ = Describe("The Helm chart", func() {
 		Expect(byKind["Namespace"][0].GetLabels()).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
 		Expect(names(byKind["Service"])).To(BeEmpty(), "neither the webhook's nor the metrics Service")
 		Expect(names(byKind["Secret"])).To(BeEmpty(), "no webhook certificate Secret")
+		Expect(byKind).NotTo(HaveKey("PodDisruptionBudget"))
+		Expect(byKind).NotTo(HaveKey("PriorityClass"))
 
 		Expect(byKind["Deployment"]).To(HaveLen(1))
 		deploy := byKind["Deployment"][0]
@@ -111,6 +114,9 @@ var _ = Describe("The Helm chart", func() {
 		Expect(manager).NotTo(HaveKey("volumeMounts"), "no webhook certificate to mount")
 		volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
 		Expect(volumes).To(BeEmpty())
+		podSpec, _, _ := unstructured.NestedMap(deploy.Object, "spec", "template", "spec")
+		Expect(podSpec).NotTo(HaveKey("priorityClassName"), "the cluster's default priority")
+		Expect(podSpec).NotTo(HaveKey("affinity"), "affinity=null drops the default anti-affinity")
 
 		bindings := append(byKind["RoleBinding"], byKind["ClusterRoleBinding"]...)
 		Expect(bindings).NotTo(BeEmpty())
@@ -125,6 +131,44 @@ var _ = Describe("The Helm chart", func() {
 		Expect(names(byKind["ServiceAccount"])).To(ConsistOf(ns + "/redlock-operator-controller-manager"))
 
 		dryRunApply(objs)
+	})
+
+	It("keeps the manager available: a budget only with more than one replica, a priority class only when it exists", func() {
+		byKind := func(out []byte) map[string][]*unstructured.Unstructured {
+			m := map[string][]*unstructured.Unstructured{}
+			for _, u := range objects(out) {
+				m[u.GetKind()] = append(m[u.GetKind()], u)
+			}
+			return m
+		}
+		podSpec := func(objs map[string][]*unstructured.Unstructured) map[string]any {
+			Expect(objs["Deployment"]).To(HaveLen(1))
+			spec, _, _ := unstructured.NestedMap(objs["Deployment"][0].Object, "spec", "template", "spec")
+			return spec
+		}
+
+		By("the defaults: a budget of minAvailable 1, the chart's PriorityClass, anti-affinity across nodes")
+		objs := byKind(helmTemplate("redlock-system", "image.tag=dev"))
+		Expect(names(objs["PodDisruptionBudget"])).To(ConsistOf("redlock-system/redlock-operator-controller-manager"))
+		Expect(names(objs["PriorityClass"])).To(ConsistOf("/redlock-operator-critical"))
+		Expect(podSpec(objs)).To(HaveKeyWithValue("priorityClassName", "redlock-operator-critical"))
+		Expect(podSpec(objs)).To(HaveKey("affinity"))
+
+		By("two replicas with the budget and the PriorityClass switched off")
+		objs = byKind(helmTemplate("redlock-system", "image.tag=dev",
+			"podDisruptionBudget.enabled=false", "priorityClass.create=false", "priorityClassName=system-cluster-critical"))
+		Expect(objs).NotTo(HaveKey("PodDisruptionBudget"))
+		Expect(objs).NotTo(HaveKey("PriorityClass"))
+		Expect(podSpec(objs)).To(HaveKeyWithValue("priorityClassName", "system-cluster-critical"), "a class of the user's")
+
+		By("one replica: minAvailable 1 would block every drain, so no budget")
+		objs = byKind(helmTemplate("redlock-system", "image.tag=dev", "replicas=1", "leaderElection.enabled=false"))
+		Expect(objs).NotTo(HaveKey("PodDisruptionBudget"))
+
+		By("the PriorityClass switched off while the pods still name it")
+		out, err := helmTemplateErr("redlock-system", "image.tag=dev", "priorityClass.create=false")
+		Expect(err).To(HaveOccurred(), "rendered pods that name a PriorityClass nobody creates:\n%s", out)
+		Expect(out).To(ContainSubstring("priorityClass.create=false renders no PriorityClass"))
 	})
 })
 
@@ -174,6 +218,14 @@ var _ = Describe("The Helm chart installed with helm", func() {
 // helmTemplate renders the chart into namespace with the CRDs and the given
 // --set values, for the API server version of the test environment.
 func helmTemplate(namespace string, set ...string) []byte {
+	out, err := helmTemplateErr(namespace, set...)
+	Expect(err).NotTo(HaveOccurred(), "helm template %s: %s", strings.Join(set, " "), out)
+	return out
+}
+
+// helmTemplateErr is helmTemplate for a render that may fail: the output,
+// or helm's error output with the error.
+func helmTemplateErr(namespace string, set ...string) ([]byte, error) {
 	args := []string{"template", "redlock-operator", chartDir, "--namespace", namespace, "--include-crds", "--kube-version", serverVersion()}
 	for _, s := range set {
 		args = append(args, "--set", s)
@@ -182,8 +234,10 @@ func helmTemplate(namespace string, set ...string) []byte {
 	cmd.Dir = root
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	Expect(cmd.Run()).To(Succeed(), "helm %s: %s", strings.Join(args, " "), errOut.String())
-	return out.Bytes()
+	if err := cmd.Run(); err != nil {
+		return errOut.Bytes(), err
+	}
+	return out.Bytes(), nil
 }
 
 // serverVersion is the envtest API server's version: helm built by `go

@@ -32,6 +32,9 @@ control-plane: controller-manager
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicas) 1) }}
 {{- fail "leaderElection.enabled=false needs replicas: 1 (two managers would act on the same locks at once)" }}
 {{- end }}
+{{- if and (not .Values.priorityClass.create) (eq (.Values.priorityClassName | default "") "redlock-operator-critical") }}
+{{- fail "priorityClass.create=false renders no PriorityClass redlock-operator-critical: set priorityClassName to a class that exists, or to \"\"" }}
+{{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled" }}
 {{- end }}
