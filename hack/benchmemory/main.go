@@ -56,7 +56,7 @@ func run(ctx context.Context, bin string, n int, settle time.Duration) error {
 	defer func() { _ = os.RemoveAll(dir) }()
 	if bin == "" {
 		bin = filepath.Join(dir, "manager")
-		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/manager").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/manager").CombinedOutput(); err != nil { //nolint:gosec // a temporary path of ours
 			return fmt.Errorf("build manager: %w: %s", err, out)
 		}
 	}
@@ -96,7 +96,7 @@ func run(ctx context.Context, bin string, n int, settle time.Duration) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--enable-webhook=false",
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--enable-webhook=false", //nolint:gosec // the binary to measure
 		"--health-probe-bind-address=0", "--metrics-secure=false", "--metrics-bind-address="+metricsAddr)
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE=redlock-system")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
