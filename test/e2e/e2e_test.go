@@ -108,6 +108,26 @@ var _ = BeforeSuite(func() {
 	Eventually(available, 3*time.Minute, time.Second).Should(BeTrue())
 })
 
+// On a failure, show what the cluster looked like: the pods and locks of
+// the suite's namespaces, their events, and the manager's log (read from
+// the node: there is no route to the kubelet's log endpoint here).
+var _ = AfterEach(func() {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	for _, namespace := range []string{ns, "demo"} {
+		out, _ := exec.Command(os.Getenv("KUBECTL"), "get", "pods,dlock,jobs", "-n", namespace, "-o", "yaml").CombinedOutput()
+		GinkgoWriter.Printf("--- objects in %s:\n%s\n", namespace, out)
+		out, _ = exec.Command(os.Getenv("KUBECTL"), "get", "events", "-n", namespace, "--sort-by=.lastTimestamp").CombinedOutput()
+		GinkgoWriter.Printf("--- events in %s:\n%s\n", namespace, out)
+	}
+	logs, _ := filepath.Glob("/var/log/pods/redlock-system_*/manager/*.log")
+	for _, f := range logs {
+		out, _ := exec.Command("tail", "-n", "400", f).CombinedOutput()
+		GinkgoWriter.Printf("--- manager log %s:\n%s\n", f, out)
+	}
+})
+
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
