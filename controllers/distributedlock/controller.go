@@ -341,7 +341,7 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		// A former holder that no longer carries the label (the lock was
 		// re-created since, or its grant ended): track it until it stops.
 		for _, p := range pods {
-			if p.Labels[v1alpha1.LockLabel] != lock.Name && podlock.HeldBefore(p, lock.RedisKey()) && !podlock.Stopped(p) {
+			if p.Labels[v1alpha1.LockLabel] != lock.Name && podlock.HeldBefore(p, lock.RedisKey()) && !podlock.Ended(p) {
 				ref := podlock.Ref(p)
 				lock.Status.LastHolderPod = &ref
 				break
@@ -350,7 +350,7 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 	}
 	if last := lock.Status.LastHolderPod; last != nil {
 		switch i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == last.UID }); {
-		case i < 0 || podlock.Stopped(pods[i]):
+		case i < 0 || podlock.Ended(pods[i]):
 			lock.Status.LastHolderPod = nil // it can no longer act on a grant
 			r.relabelled.Forget(lock.Namespace + "/" + lock.Name)
 		case pods[i].Labels[v1alpha1.LockLabel] != lock.Name:
@@ -438,7 +438,7 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 		if pod == nil {
 			continue
 		}
-		if !podlock.Stopped(pod) && r.relabelled.First(lock.Namespace+"/"+lock.Name, string(lock.UID)+"/"+string(pod.UID)) {
+		if !podlock.Ended(pod) && r.relabelled.First(lock.Namespace+"/"+lock.Name, string(lock.UID)+"/"+string(pod.UID)) {
 			r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
 				"held %s but its label %s no longer names it: nobody else is granted the lock until it ends", lock.Name, v1alpha1.LockLabel)
 		}
@@ -457,7 +457,7 @@ func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.Distribut
 	var out []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
-		if podlock.HeldBefore(p, lock.RedisKey()) && !podlock.Stopped(p) && !slices.ContainsFunc(known, func(k *corev1.Pod) bool { return k.UID == p.UID }) {
+		if podlock.HeldBefore(p, lock.RedisKey()) && !podlock.Ended(p) && !slices.ContainsFunc(known, func(k *corev1.Pod) bool { return k.UID == p.UID }) {
 			out = append(out, p)
 		}
 	}

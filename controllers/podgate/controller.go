@@ -114,7 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	if podlock.GrantedElsewhere(pod, lock.RedisKey()) && !podlock.Stopped(pod) {
+	if podlock.GrantedElsewhere(pod, lock.RedisKey()) && !podlock.Ended(pod) {
 		msg := fmt.Sprintf("the pod was granted lock key %q (fencing token %s) and then labelled for %s: it is not queued for %s; re-create the pod to wait for it",
 			pod.Annotations[v1alpha1.LockKeyAnnotation], pod.Annotations[v1alpha1.FencingTokenAnnotation], name, name)
 		if err := r.setReady(ctx, pod, false, "LabelChanged", msg); err != nil {
@@ -236,9 +236,23 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 	return d
 }
 
+// staleGrantRecheck is how soon a pod whose grant the cache showed but the
+// API server no longer does is looked at again (the lock's own events
+// also bring it back).
+const staleGrantRecheck = 100 * time.Millisecond
+
 // grant annotates the holder pod with its token and key, then ungates it.
 func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision) (ctrl.Result, error) {
 	r.lost.Forget(pod.Namespace + "/" + pod.Name)
+	// Act on the grant only as the API server shows it now: the cached lock
+	// may still name this pod after the lock moved on to another.
+	fresh := &v1alpha1.DistributedLock{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
+		return ctrl.Result{}, fmt.Errorf("read the lock: %w", err)
+	}
+	if !decide(pod, fresh, r.Clock.Now()).grant || fresh.Status.FencingToken != lock.Status.FencingToken || fresh.Status.GrantID != lock.Status.GrantID {
+		return ctrl.Result{RequeueAfter: staleGrantRecheck}, nil
+	}
 	token := strconv.FormatInt(lock.Status.FencingToken, 10)
 	onLost := string(lock.Spec.OnLost)
 	if onLost == "" {

@@ -55,7 +55,18 @@ func Finished(pod *corev1.Pod) bool {
 // every container there has terminated and none will be restarted (the
 // pod is being deleted, or its restart policy does not restart them).
 func Stopped(pod *corev1.Pod) bool {
-	if Finished(pod) || GateOf(pod) == GateScheduling || GateOf(pod) == GateBoth {
+	return GateOf(pod) == GateScheduling || GateOf(pod) == GateBoth || Ended(pod)
+}
+
+// Ended reports whether the containers of a pod that was granted the lock
+// are known not to run, now or later: it finished, or it was bound to a
+// node and every container there has terminated and none will be
+// restarted. Unlike Stopped, its scheduling gate does not count: a granted
+// pod's gate is being lifted (the pod gate controller may act on the grant
+// before this view of the pod shows it), so a granted pod that still looks
+// gated may run any moment and keeps its grant, or its place first in line.
+func Ended(pod *corev1.Pod) bool {
+	if Finished(pod) {
 		return true
 	}
 	if pod.Spec.NodeName == "" {
@@ -168,9 +179,9 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, pods []*corev
 	var current *corev1.Pod
 	for _, p := range pods {
 		switch {
-		case holder != nil && holder.Pod != nil && p.UID == holder.Pod.UID && p.Name == holder.Pod.Name && !Stopped(p):
+		case holder != nil && holder.Pod != nil && p.UID == holder.Pod.UID && p.Name == holder.Pod.Name && !Ended(p):
 			current = p
-		case HeldBefore(p, key) && !Stopped(p):
+		case HeldBefore(p, key) && !Ended(p):
 			prior = append(prior, p)
 		case Candidate(p) && !GrantedElsewhere(p, key):
 			candidates = append(candidates, p)

@@ -68,6 +68,11 @@ func TestChoose(t *testing.T) {
 		{"pods created together go by name", "", nil, []*corev1.Pod{pod("y", 0), pod("x", 0)}, "", "x", []string{"y"}},
 		{"a static holder is served and pods wait behind it", "team", nil, []*corev1.Pod{a, b}, "team", "", []string{"a", "b"}},
 		{"the holder keeps the lock while it runs, even if older pods arrive", "", holderOf(pod("b", time.Second)), []*corev1.Pod{a, pod("b", time.Second, running)}, "", "b", []string{"a"}},
+		// Granted but still gated in this view: its gate is being lifted,
+		// so it may run any moment (the e2e suite once saw two Jobs run).
+		{"a granted holder still behind its gate keeps the lock when an older pod arrives", "", holderOf(pod("y", 0)), []*corev1.Pod{pod("x", 0), pod("y", 0)}, "", "y", []string{"x"}},
+		{"a granted holder already annotated, still gated, keeps the lock", "", holderOf(pod("y", 0)), []*corev1.Pod{pod("x", 0), pod("y", 0, heldKey)}, "", "y", []string{"x"}},
+		{"a former holder annotated and still gated stays first in line", "", nil, []*corev1.Pod{pod("x", 0), pod("y", 0, heldKey)}, "", "y", []string{"x"}},
 		{"a finished holder hands over to the next", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, succeeded), b, c}, "", "b", []string{"c"}},
 		{"a holder whose object is gone hands over", "", holderOf(aRunning), []*corev1.Pod{b}, "", "b", nil},
 		{"a terminating holder whose containers still run keeps the lock", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, deleting), b}, "", "a", []string{"b"}},

@@ -49,11 +49,24 @@ func TestBatcherUnderLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// A batch's goroutine owns its slot and frees it once the whole batch
+	// ended, which may be after every caller returned: the slots must come
+	// free soon, and stay free.
+	var inflight, queued int
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		n.batch.mu.Lock()
+		inflight, queued = n.batch.inflight, len(n.batch.queue)
+		n.batch.mu.Unlock()
+		if (inflight == 0 && queued == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling, as Eventually does
+	}
+	if inflight != 0 || queued != 0 {
+		t.Fatalf("after the load: %d in flight, %d queued", inflight, queued)
+	}
 	n.batch.mu.Lock()
 	defer n.batch.mu.Unlock()
-	if n.batch.inflight != 0 || len(n.batch.queue) != 0 {
-		t.Fatalf("after the load: %d in flight, %d queued", n.batch.inflight, len(n.batch.queue))
-	}
 	if n.batch.led == 0 {
 		t.Fatal("no request was queued: the load did not exercise batching")
 	}

@@ -88,7 +88,10 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 			}
 			return bad
 		})
-		for i := 1; i <= 3; i++ {
+		// Created last first: the first pod the operator sees is then often
+		// not the first in line (same-second creation times go by name),
+		// and the holder must keep its grant while its gate is lifted.
+		for i := 3; i >= 1; i-- {
 			spec := demo.Workload("sleep 2")
 			spec.RestartPolicy = corev1.RestartPolicyNever
 			Expect(k8s.Create(ctx, &batchv1.Job{
