@@ -59,7 +59,7 @@ record_host() {
 			echo "sysctl $s $(sysctl -n $s)"
 		done
 		for p in /var/log/containers /var/log/pods /var/lib/kubelet /var/lib/cni /run/containerd /etc/cni; do
-			[ -e "$p" ] && echo "existed $p"
+			if [ -e "$p" ]; then echo "existed $p"; fi
 		done
 	} >"$STATE/host.before"
 }
