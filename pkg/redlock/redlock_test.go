@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -1244,4 +1245,75 @@ func TestDeniedCommandIsANoVote(t *testing.T) {
 	By("quorum", []*redistest.Server{full[0], full[1], noScripts[0]}, false)
 	// One allowed of three: refused.
 	By("minority", []*redistest.Server{full[0], noScripts[0], noTime[0]}, true)
+}
+
+// impostor listens on a loopback port and, for each connection, either
+// answers every read with reply (a server that is not Redis) or reads and
+// never answers (a server that hangs). It stops with the test.
+func impostor(t *testing.T, reply string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					if _, err := conn.Read(buf); err != nil {
+						return
+					}
+					if reply != "" {
+						_, _ = conn.Write([]byte(reply))
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestNonRedisAndHangingAddressesAreNoVotes: an address that is a TCP
+// server but not Redis answers garbage, one that hangs never answers; both
+// are "no" votes (an error, a timeout) and the lock is decided by the real
+// masters, without a crash.
+func TestNonRedisAndHangingAddressesAreNoVotes(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const garbage = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+	http, http2 := impostor(t, garbage), impostor(t, garbage)
+	hang := impostor(t, "")
+	ctx := context.Background()
+	// A node timeout no loaded machine misses: the real masters always
+	// answer in time, and the hanging one costs at most this.
+	const nodeTimeout = 2 * time.Second
+
+	// Three real masters of five: granted.
+	c := newClient(t, []string{servers[0].Addr(), http, servers[1].Addr(), hang, servers[2].Addr()},
+		redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+	l, err := c.Acquire(ctx, "impostors", 10*time.Second, redlock.WithFencing())
+	if err != nil {
+		t.Fatalf("three real masters of five: %v", err)
+	}
+	_ = l.Release(ctx)
+
+	// Two real masters of five: refused, and the error says why.
+	c = newClient(t, []string{servers[0].Addr(), http, servers[1].Addr(), hang, http2},
+		redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+	_, err = c.Acquire(ctx, "impostors-2", 10*time.Second)
+	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		t.Fatalf("two real masters of five: err = %v, want ErrQuorumUnavailable", err)
+	}
+	votes := votesOf(t, err)
+	for _, i := range []int{1, 3, 4} {
+		if votes[i].Outcome == redlock.OutcomeGranted {
+			t.Fatalf("impostor %s voted yes: %+v", votes[i].Addr, votes)
+		}
+	}
 }
