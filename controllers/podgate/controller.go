@@ -244,22 +244,24 @@ const staleGrantRecheck = 100 * time.Millisecond
 // grant annotates the holder pod with its token and key, then ungates it.
 func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision) (ctrl.Result, error) {
 	r.lost.Forget(pod.Namespace + "/" + pod.Name)
-	// Act on the grant only as the API server shows it now: the cached lock
-	// may still name this pod after the lock moved on to another.
-	fresh := &v1alpha1.DistributedLock{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
-		return ctrl.Result{}, fmt.Errorf("read the lock: %w", err)
-	}
-	if !decide(pod, fresh, r.Clock.Now()).grant || fresh.Status.FencingToken != lock.Status.FencingToken || fresh.Status.GrantID != lock.Status.GrantID {
-		return ctrl.Result{RequeueAfter: staleGrantRecheck}, nil
-	}
 	token := strconv.FormatInt(lock.Status.FencingToken, 10)
 	onLost := string(lock.Spec.OnLost)
 	if onLost == "" {
 		onLost = string(v1alpha1.LostKeep)
 	}
-	if pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key ||
-		pod.Annotations[v1alpha1.OnLostAnnotation] != onLost || pod.Annotations[v1alpha1.LockNameAnnotation] != lock.Name {
+	annotate := pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key ||
+		pod.Annotations[v1alpha1.OnLostAnnotation] != onLost || pod.Annotations[v1alpha1.LockNameAnnotation] != lock.Name
+	gate := podlock.GateOf(pod)
+	grants := annotate || gate == podlock.GateScheduling || (gate == podlock.GateReadiness && d.ready && !hasReadiness(pod, corev1.ConditionTrue, d.reason))
+	if grants {
+		switch stands, err := r.grantStands(ctx, pod, lock); {
+		case err != nil:
+			return ctrl.Result{}, err
+		case !stands:
+			return ctrl.Result{RequeueAfter: staleGrantRecheck}, nil
+		}
+	}
+	if annotate {
 		base := pod.DeepCopy()
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
@@ -272,7 +274,7 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 			return ctrl.Result{}, fmt.Errorf("annotate the holder pod: %w", err)
 		}
 	}
-	switch podlock.GateOf(pod) {
+	switch gate {
 	case podlock.GateScheduling:
 		base := pod.DeepCopy()
 		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
@@ -288,6 +290,28 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 	return ctrl.Result{RequeueAfter: d.recheck}, nil
 }
 
+// grantStands reports whether the API server still shows the grant the
+// cached lock shows to pod: the cache may name this pod after the lock
+// moved on to another, and what follows lets the pod act on its grant.
+func (r *Reconciler) grantStands(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock) (bool, error) {
+	fresh := &v1alpha1.DistributedLock{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
+		return false, fmt.Errorf("read the lock: %w", err)
+	}
+	return decide(pod, fresh, r.Clock.Now()).grant && fresh.Status.FencingToken == lock.Status.FencingToken && fresh.Status.GrantID == lock.Status.GrantID, nil
+}
+
+// hasReadiness reports whether the pod's readiness-gate condition already
+// has status and reason.
+func hasReadiness(pod *corev1.Pod, status corev1.ConditionStatus, reason string) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1alpha1.ReadinessGate && c.Status == status && c.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
 // setReady sets the pod's readiness-gate condition with a strategic merge
 // patch of pods/status that carries only that condition, so that the
 // kubelet's conditions are never touched. Pods without the readiness gate
@@ -300,10 +324,8 @@ func (r *Reconciler) setReady(ctx context.Context, pod *corev1.Pod, ready bool, 
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1alpha1.ReadinessGate && c.Status == status && c.Reason == reason {
-			return nil
-		}
+	if hasReadiness(pod, status, reason) {
+		return nil
 	}
 	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"message":%q,"lastTransitionTime":%q}]}}`,
 		v1alpha1.ReadinessGate, status, reason, msg, r.Clock.Now().UTC().Format(time.RFC3339))
