@@ -120,9 +120,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	if ms.Spec.Managed != nil {
 		recorded, err := r.reconcileManaged(ctx, ms, now)
-		if errors.Is(err, masters.ErrAuthSecret) {
+		if masters.SecretUnusable(err) {
 			// The members' ACL comes from a Secret that may not serve as
-			// credentials: nothing is written until it may.
+			// credentials: nothing is written until it may. (A transient
+			// failure to read it is retried as an error, and says nothing
+			// about the set's availability.)
 			setCredentialsCondition(ms, err)
 			return ctrl.Result{RequeueAfter: next}, nil
 		}

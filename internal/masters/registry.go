@@ -32,9 +32,10 @@ var errNoKey = errors.New("no key")
 // v1alpha1.RedisCredentialsLabel: "true". Nothing is sent to the masters.
 var ErrNotOptedIn = errors.New("not labelled " + v1alpha1.RedisCredentialsLabel + `: "true"`)
 
-// secretGone reports whether an auth error says the Secret or its key is
-// really gone, as opposed to a transient failure to read it.
-func secretGone(err error) bool {
+// SecretUnusable reports whether an auth error says the Secret cannot serve
+// as credentials — it or its key is gone, or it does not opt in — as
+// opposed to a transient failure to read it.
+func SecretUnusable(err error) bool {
 	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey) || errors.Is(err, ErrNotOptedIn)
 }
 
@@ -128,7 +129,7 @@ func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force
 
 	user, pass, secretVersion, err := r.auth(ctx, ms)
 	if err != nil {
-		if secretGone(err) {
+		if SecretUnusable(err) {
 			return nil, err
 		}
 		// A transient failure to read the Secret (API server unavailable,
