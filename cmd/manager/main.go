@@ -87,7 +87,7 @@ func main() {
 		fmt.Println(version.Version)
 		return
 	}
-	cfg.webhook.Namespace = namespace
+	cfg.namespace, cfg.webhook.Namespace = namespace, namespace
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
@@ -106,6 +106,7 @@ func main() {
 
 // config is what the flags set for run.
 type config struct {
+	namespace              string // the operator's own (POD_NAMESPACE)
 	metricsAddr, probeAddr string
 	metricsSecure          bool
 	metricsCertDir         string
@@ -160,6 +161,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		return fmt.Errorf("register build info: %w", err)
 	}
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
+		Namespace:     cfg.namespace,
 		LockKeySecret: cfg.lockKeySecret,
 		ProbeInterval: cfg.probeInterval,
 		Workers:       cfg.workers,

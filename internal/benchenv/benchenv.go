@@ -164,6 +164,7 @@ func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8srun
 		return err
 	}
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
+		Namespace:     "redlock-system",
 		LockKeySecret: types.NamespacedName{Namespace: "redlock-system", Name: "lock-key"},
 		Workers:       workers,
 		Metrics:       m,

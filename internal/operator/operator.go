@@ -37,6 +37,9 @@ import (
 
 // Options configures Setup.
 type Options struct {
+	// Namespace is where the operator's own pods run: managed sets'
+	// NetworkPolicies admit them to the Redis port.
+	Namespace string
 	// LockKeySecret holds the key lock values are derived from; it is
 	// created with random bytes when missing.
 	LockKeySecret types.NamespacedName
@@ -123,16 +126,15 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}
 	if err := (&redismasterset.Reconciler{
-		Client:        mgr.GetClient(),
-		APIReader:     mgr.GetAPIReader(),
-		Recorder:      recorder,
-		Masters:       registry,
-		Metrics:       o.Metrics,
-		Clock:         o.Clock,
-		ProbeInterval: o.ProbeInterval,
-		GateImage:     o.GateImage,
-		// The lock key Secret lives in the operator's namespace.
-		OperatorNamespace: o.LockKeySecret.Namespace,
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		Recorder:          recorder,
+		Masters:           registry,
+		Metrics:           o.Metrics,
+		Clock:             o.Clock,
+		ProbeInterval:     o.ProbeInterval,
+		GateImage:         o.GateImage,
+		OperatorNamespace: o.Namespace,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
 	}

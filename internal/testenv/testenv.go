@@ -205,6 +205,7 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 	ctx, cancel := context.WithCancel(e.Ctx)
 	m := &Manager{cancel: cancel, done: make(chan error, 1), Metrics: metrics.New()}
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
+		Namespace:     OperatorNamespace,
 		LockKeySecret: LockKeySecret,
 		ProbeInterval: 500 * time.Millisecond,
 		Workers:       4,
