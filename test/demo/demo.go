@@ -147,6 +147,12 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	// A terminal's view is redrawn every second; a log gets it every 15 s,
+	// with the events as lines in between.
+	drawEvery := 15 * time.Second
+	if o.Live {
+		drawEvery = time.Second
+	}
 	var lastDraw time.Time
 	finished := false
 	for {
@@ -166,7 +172,7 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 		if err := d.observe(ctx); err != nil && ctx.Err() == nil {
 			d.event("cannot read the cluster: %v", err)
 		}
-		if interval := map[bool]time.Duration{true: time.Second, false: 15 * time.Second}[o.Live]; time.Since(lastDraw) >= interval || finished {
+		if time.Since(lastDraw) >= drawEvery || finished {
 			d.draw()
 			lastDraw = time.Now()
 		} else if !o.Live {
