@@ -10,6 +10,8 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -52,8 +54,23 @@ type Options struct {
 	// MaxMemory sets maxmemory ("1" makes every write fail with -OOM under
 	// the noeviction policy every server runs with).
 	MaxMemory string
+	// TLS, when set, makes the server listen for TLS only (no plaintext
+	// port).
+	TLS *TLS
 	// Args are extra "--directive value" arguments.
 	Args []string
+}
+
+// TLS is a server's TLS material, all PEM.
+type TLS struct {
+	// Cert and Key are what the server presents.
+	Cert, Key []byte
+	// CA verifies client certificates, and Server.Client trusts it.
+	CA []byte
+	// AuthClients makes the server require a client certificate of CA.
+	AuthClients bool
+	// ClientCert and ClientKey are what Server.Client presents.
+	ClientCert, ClientKey []byte
 }
 
 // Server is one redis-server process. Its port and directory stay the same
@@ -164,8 +181,21 @@ func (s *Server) PID() int {
 }
 
 func (s *Server) args() []string {
-	a := []string{
-		"--port", strconv.Itoa(s.port),
+	a := []string{"--port", strconv.Itoa(s.port)}
+	if t := s.opts.TLS; t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		a = []string{
+			"--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", filepath.Join(s.dir, "tls.crt"),
+			"--tls-key-file", filepath.Join(s.dir, "tls.key"),
+			"--tls-ca-cert-file", filepath.Join(s.dir, "ca.crt"),
+			"--tls-auth-clients", auth,
+		}
+	}
+	a = append(a,
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"),
@@ -173,7 +203,7 @@ func (s *Server) args() []string {
 		"--daemonize", "no",
 		"--save", "",
 		"--maxmemory-policy", "noeviction",
-	}
+	)
 	switch s.opts.Persistence {
 	case AOFEverySec:
 		a = append(a, "--appendonly", "yes", "--appendfsync", "everysec")
@@ -195,6 +225,13 @@ func (s *Server) args() []string {
 }
 
 func (s *Server) start() error {
+	if t := s.opts.TLS; t != nil {
+		for name, b := range map[string][]byte{"tls.crt": t.Cert, "tls.key": t.Key, "ca.crt": t.CA} {
+			if err := os.WriteFile(filepath.Join(s.dir, name), b, 0o600); err != nil {
+				return fmt.Errorf("write %s: %w", name, err)
+			}
+		}
+	}
 	if len(s.opts.ACL) > 0 {
 		if err := os.WriteFile(filepath.Join(s.dir, "users.acl"), []byte(strings.Join(s.opts.ACL, "\n")+"\n"), 0o600); err != nil {
 			return fmt.Errorf("write ACL file: %w", err)
@@ -335,15 +372,34 @@ func (s *Server) wipe() error {
 }
 
 // Client returns a new go-redis client for this server, authenticated with
-// the server's password. The caller closes it.
+// the server's password (and, with TLS, trusting its CA and presenting its
+// client certificate). The caller closes it.
 func (s *Server) Client() *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:            s.Addr(),
 		Username:        s.opts.Username,
 		Password:        s.opts.Password,
+		TLSConfig:       s.opts.TLS.ClientConfig(),
 		DisableIdentity: true,
 		MaxRetries:      -1,
 	})
+}
+
+// ClientConfig is the tls.Config of a client of a server with t: it trusts
+// t.CA and presents t.ClientCert when there is one. It is nil for a nil t.
+func (t *TLS) ClientConfig() *tls.Config {
+	if t == nil {
+		return nil
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(t.CA)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if len(t.ClientCert) > 0 {
+		if pair, err := tls.X509KeyPair(t.ClientCert, t.ClientKey); err == nil {
+			cfg.Certificates = []tls.Certificate{pair}
+		}
+	}
+	return cfg
 }
 
 // Close kills the server. The directory is left for the caller (StartN uses
