@@ -26,10 +26,15 @@ const (
 	// ReasonAuthSecretNotOptedIn: the auth Secret lacks the label
 	// RedisCredentialsLabel: "true", so the operator does not use it.
 	ReasonAuthSecretNotOptedIn = "AuthSecretNotOptedIn"
-	ReasonNoMembers            = "NoMembers"
-	ReasonProbeNotYetRun       = "ProbeNotYetRun"
-	ReasonUnsupportedSpec      = "UnsupportedSpec"
-	ReasonMembersAvailable     = "MembersAvailable"
+	// ReasonTLSSecretError: a Secret of spec.tls is missing, not opted in,
+	// or its certificate does not parse, does not match its key, does not
+	// chain to the CA or has expired. Nothing is sent to the masters and,
+	// for managed sets, nothing is rolled out.
+	ReasonTLSSecretError   = "TLSSecretError"
+	ReasonNoMembers        = "NoMembers"
+	ReasonProbeNotYetRun   = "ProbeNotYetRun"
+	ReasonUnsupportedSpec  = "UnsupportedSpec"
+	ReasonMembersAvailable = "MembersAvailable"
 )
 
 // Member states.
@@ -205,6 +210,66 @@ type SecretKeyRef struct {
 	UsernameKey string `json:"usernameKey,omitempty"`
 }
 
+// LocalSecretRef names a Secret in the master set's namespace.
+type LocalSecretRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// CABundleRef names a PEM bundle of CA certificates in a Secret of the
+// master set's namespace.
+type CABundleRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key of the bundle in the Secret. Defaults to "ca.crt".
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// MasterTLS configures TLS between the operator and a set's masters. Every
+// Secret it names must carry the label redlock.dev/redis-credentials:
+// "true", as authSecretRef does.
+type MasterTLS struct {
+	// ServerSecretRef (managed sets) names a Secret holding tls.crt and
+	// tls.key — with ca.crt, the shape a cert-manager Certificate writes —
+	// that the members serve. Empty: the operator issues a CA (Secret
+	// <set>-tls-ca) and serving certificates (Secrets <set>-tls-<hash>) and
+	// renews them before they expire. A new certificate rolls the members
+	// one at a time, each through its restart delay.
+	// +optional
+	ServerSecretRef *LocalSecretRef `json:"serverSecretRef,omitempty"`
+	// CASecretRef names the PEM bundle of CAs the operator verifies the
+	// masters' certificates with (external sets, and managed sets with
+	// serverSecretRef). Defaults: the ca.crt of serverSecretRef; for
+	// external sets, the system's roots.
+	// +optional
+	CASecretRef *CABundleRef `json:"caSecretRef,omitempty"`
+	// ClientSecretRef names a Secret holding tls.crt and tls.key: the client
+	// certificate the operator presents to masters that require one
+	// (tls-auth-clients yes).
+	// +optional
+	ClientSecretRef *LocalSecretRef `json:"clientSecretRef,omitempty"`
+	// ServerName (external sets) is the name verified in every master's
+	// certificate; empty verifies each address's own host name or IP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+	// CertificateDuration is the lifetime of the serving certificates the
+	// operator issues: 2160h (90 days) by default, at least 1h. One is
+	// renewed when two thirds of it have passed, or earlier, so that the
+	// members can roll onto its successor twice over before it expires.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('87600h')",message="certificateDuration must be between 1h and 87600h"
+	CertificateDuration *metav1.Duration `json:"certificateDuration,omitempty"`
+}
+
 // RedisMasterSetSpec is the desired state of a RedisMasterSet. Exactly one
 // mode is set: external (masters run elsewhere, monitored) or managed
 // (masters run by the operator).
@@ -214,6 +279,12 @@ type SecretKeyRef struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.managed) || has(self.managed)",message="a managed set cannot become external"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.external) || has(self.external)",message="an external set cannot become managed"
 // +kubebuilder:validation:XValidation:rule="!has(self.nodeTimeout) || duration(self.nodeTimeout).getMilliseconds() * 10 <= duration(self.maxLockTTL).getMilliseconds()",message="nodeTimeout must be at most a tenth of maxLockTTL"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.serverSecretRef) || has(self.managed)",message="tls.serverSecretRef applies to managed sets only"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.certificateDuration) || (has(self.managed) && !has(self.tls.serverSecretRef))",message="tls.certificateDuration applies to the certificates the operator issues: managed sets without tls.serverSecretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caSecretRef) || !has(self.managed) || has(self.tls.serverSecretRef)",message="tls.caSecretRef applies to external sets and to managed sets with tls.serverSecretRef: the operator trusts its own CA for the certificates it issues"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.serverName) || has(self.external)",message="tls.serverName applies to external sets only"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.managed) || has(self.tls) == has(oldSelf.tls)",message="tls cannot be turned on or off on a managed set (members with and without it cannot vote together): create a new RedisMasterSet and move the locks"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.managed) || !has(self.tls) || !has(oldSelf.tls) || (has(self.tls.serverSecretRef) == has(oldSelf.tls.serverSecretRef) && (!has(self.tls.serverSecretRef) || self.tls.serverSecretRef == oldSelf.tls.serverSecretRef))",message="tls.serverSecretRef of a managed set is immutable (members serving certificates of two CAs cannot all be trusted during the roll): renew the certificate in the same Secret"
 type RedisMasterSetSpec struct {
 	// External lists masters run outside the operator.
 	// +optional
@@ -247,6 +318,12 @@ type RedisMasterSetSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="nodeTimeout must be between 1ms and 10s"
 	NodeTimeout *metav1.Duration `json:"nodeTimeout,omitempty"`
+
+	// TLS encrypts and authenticates the connections to the masters;
+	// managed members then listen for TLS only. It cannot be turned on or
+	// off on an existing managed set.
+	// +optional
+	TLS *MasterTLS `json:"tls,omitempty"`
 }
 
 // MemberStatus is the observed state of one master.
@@ -281,6 +358,20 @@ type MemberStatus struct {
 	Message string `json:"message,omitempty"`
 }
 
+// MasterTLSStatus describes the certificate a managed set's members serve.
+type MasterTLSStatus struct {
+	// SecretName is the Secret the members serve: serverSecretRef, or the
+	// one the operator issued last.
+	SecretName string `json:"secretName"`
+	// NotAfter is when its certificate expires.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+	// RenewAt is when the operator issues the next certificate (the
+	// certificates it issues only).
+	// +optional
+	RenewAt *metav1.Time `json:"renewAt,omitempty"`
+}
+
 // RedisMasterSetStatus is the observed state of a RedisMasterSet.
 type RedisMasterSetStatus struct {
 	// ObservedGeneration is the generation of the spec last acted upon.
@@ -301,6 +392,10 @@ type RedisMasterSetStatus struct {
 	// not restart every member of every set.
 	// +optional
 	GateImage string `json:"gateImage,omitempty"`
+	// TLS describes the certificate the members serve (managed sets with
+	// spec.tls).
+	// +optional
+	TLS *MasterTLSStatus `json:"tls,omitempty"`
 	// Members holds each master's state, in spec order.
 	// +optional
 	// +listType=atomic

@@ -43,6 +43,7 @@ func main() {
 	var cfg gate.Config
 	var portBase int
 	var ordinalEnv string
+	var useTLS bool
 	flag.StringVar(&cfg.StateDir, "state-dir", "/gate/state", "Directory that outlives container restarts (an emptyDir) for the record of runs.")
 	flag.StringVar(&cfg.Persistence, "persistence", gate.PersistenceNone, "Persistence of the master: None, AOFEverySec or AOFAlways.")
 	flag.DurationVar(&cfg.RestartDelay, "restart-delay", 0, "How long a master that lost its keys stays out of service (longer than the longest lock TTL plus drift).")
@@ -51,6 +52,7 @@ func main() {
 	flag.DurationVar(&cfg.Poll, "poll", time.Second, "How often the admission file is read while waiting.")
 	flag.IntVar(&portBase, "port-base", 0, "With --ordinal-env: append --port BASE+ORDINAL to the command (members on one host network).")
 	flag.StringVar(&ordinalEnv, "ordinal-env", "", "Environment variable holding the member's ordinal.")
+	flag.BoolVar(&useTLS, "tls", false, "Redis serves TLS only: with --port-base, append --tls-port instead of --port.")
 	flag.Parse()
 	cfg.Command = flag.Args()
 	if portBase > 0 {
@@ -58,7 +60,11 @@ func main() {
 		if err != nil {
 			fail(err.Error())
 		}
-		cfg.Command = append(cfg.Command, "--port", strconv.Itoa(port))
+		directive := "--port"
+		if useTLS {
+			directive = "--tls-port"
+		}
+		cfg.Command = append(cfg.Command, directive, strconv.Itoa(port))
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "gate")
 
@@ -85,13 +91,14 @@ func probe(args []string) {
 	ordinalEnv := fs.String("ordinal-env", "", "Environment variable holding the member's ordinal, added to --port.")
 	timeout := fs.Duration("timeout", time.Second, "Dial timeout.")
 	stateDir := fs.String("state-dir", "", "With --voting-after: the gate's state directory.")
+	useTLS := fs.Bool("tls", false, "Connect over TLS (Redis serves TLS only).")
 	votingAfter := fs.Duration("voting-after", 0, "Report ready only once Redis has run this long: clients quarantine a restarted master for the restart delay, so a rollout waits until the member votes again.")
 	_ = fs.Parse(args)
 	p, err := gate.MemberPort(*port, *ordinalEnv)
 	if err != nil {
 		fail(err.Error())
 	}
-	if err := gate.Probe(fmt.Sprintf("127.0.0.1:%d", p), *timeout); err != nil {
+	if err := gate.Probe(fmt.Sprintf("127.0.0.1:%d", p), *timeout, *useTLS); err != nil {
 		fail(err.Error())
 	}
 	if *votingAfter > 0 {

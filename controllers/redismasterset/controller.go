@@ -120,11 +120,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	if ms.Spec.Managed != nil {
 		recorded, err := r.reconcileManaged(ctx, ms, now)
-		if masters.SecretUnusable(err) {
-			// The members' ACL comes from a Secret that may not serve as
-			// credentials: nothing is written until it may. (A transient
-			// failure to read it is retried as an error, and says nothing
-			// about the set's availability.)
+		if masters.SecretUnusable(err) || errors.Is(err, errUnsupportedSpec) {
+			// The members' ACL or certificate comes from a Secret that may
+			// not serve, or the spec cannot run: nothing is written until
+			// that changes. (A transient failure to read a Secret is
+			// retried as an error, and says nothing about the set's
+			// availability.)
 			setCredentialsCondition(ms, err)
 			return ctrl.Result{RequeueAfter: next}, nil
 		}
@@ -179,6 +180,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func setCredentialsCondition(ms *v1alpha1.RedisMasterSet, err error) {
 	reason := v1alpha1.ReasonUnsupportedSpec
 	switch {
+	case errors.Is(err, masters.ErrTLSSecret):
+		reason = v1alpha1.ReasonTLSSecretError
 	case errors.Is(err, masters.ErrNotOptedIn):
 		reason = v1alpha1.ReasonAuthSecretNotOptedIn
 	case errors.Is(err, masters.ErrAuthSecret):

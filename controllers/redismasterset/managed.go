@@ -52,8 +52,19 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 	if err := r.createOnce(ctx, ms, acl); err != nil {
 		return false, err
 	}
+	live := &appsv1.StatefulSet{}
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: ms.Namespace, Name: managed.NamesOf(ms).StatefulSet}, live); {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return false, fmt.Errorf("read statefulset: %w", err)
+	}
+	serving, err := r.servingTLS(ctx, ms, live, now)
+	if err != nil {
+		return false, err
+	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
-	opts := managed.Options{GateImage: gateImage(ms, r.GateImage), ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace}
+	opts := managed.Options{GateImage: gateImage(ms, r.GateImage), ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace, TLS: serving}
 	ms.Status.GateImage = opts.GateImage // written by the deferred status patch
 	sts := managed.StatefulSet(ms, opts)
 	for _, obj := range []client.Object{cm, svc, pdb, managed.NetworkPolicy(ms, opts)} {
@@ -61,31 +72,21 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 			return false, err
 		}
 	}
-	if len(ms.Status.Members) == 0 {
+	if live == nil && len(ms.Status.Members) == 0 {
 		// A new set: record its members as never served before any of their
 		// pods exists, so that their first pods are admitted at once. A set
 		// whose StatefulSet exists without records knows nothing of its
 		// members: their pods wait a full restart delay.
-		err := r.Get(ctx, client.ObjectKeyFromObject(sts), &appsv1.StatefulSet{})
-		switch {
-		case apierrors.IsNotFound(err):
-			for _, a := range managed.Addresses(ms) {
-				ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
-			}
-			return true, nil
-		case err != nil:
-			return false, err
+		for _, a := range managed.Addresses(ms) {
+			ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
 		}
+		return true, nil
 	}
-	live := &appsv1.StatefulSet{}
-	switch err := r.Get(ctx, client.ObjectKeyFromObject(sts), live); {
-	case err == nil:
+	if live != nil {
 		// Selector, service name, claims and pod management are immutable:
 		// they keep the values the StatefulSet was created with.
 		sts.Spec.Selector, sts.Spec.ServiceName = live.Spec.Selector, live.Spec.ServiceName
 		sts.Spec.VolumeClaimTemplates, sts.Spec.PodManagementPolicy = live.Spec.VolumeClaimTemplates, live.Spec.PodManagementPolicy
-	case !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("read statefulset: %w", err)
 	}
 	if err := r.apply(ctx, ms, sts); err != nil {
 		return false, err

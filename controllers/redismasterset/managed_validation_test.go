@@ -1,6 +1,7 @@
 package redismasterset_test
 
 import (
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -79,5 +80,64 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 		cur := fetchSet(ns, "fixed")
 		cur.Spec.Managed.Image = "redis:7.4"
 		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+	})
+
+	It("rejects spec.tls fields that do not apply, and keeps a managed set's TLS fixed", func() {
+		external := func(t *v1alpha1.MasterTLS) *v1alpha1.RedisMasterSet {
+			return &v1alpha1.RedisMasterSet{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+				Spec: v1alpha1.RedisMasterSetSpec{
+					MaxLockTTL: metav1.Duration{Duration: 30 * time.Second},
+					External:   &v1alpha1.ExternalMasters{Addresses: []string{"a:1"}},
+					TLS:        t,
+				},
+			}
+		}
+		ref := &v1alpha1.LocalSecretRef{Name: "cert"}
+		for want, ms := range map[string]*v1alpha1.RedisMasterSet{
+			"tls.serverSecretRef applies to managed sets only": external(&v1alpha1.MasterTLS{ServerSecretRef: ref}),
+			"tls.certificateDuration applies to the certificates the operator issues": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.TLS = &v1alpha1.MasterTLS{ServerSecretRef: ref, CertificateDuration: &metav1.Duration{Duration: 48 * time.Hour}}
+			}),
+			"certificateDuration must be between 1h and 87600h": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.TLS = &v1alpha1.MasterTLS{CertificateDuration: &metav1.Duration{Duration: 30 * time.Minute}}
+			}),
+			"tls.caSecretRef applies to external sets and to managed sets with tls.serverSecretRef": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.TLS = &v1alpha1.MasterTLS{CASecretRef: &v1alpha1.CABundleRef{Name: "ca"}}
+			}),
+			"tls.serverName applies to external sets only": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.TLS = &v1alpha1.MasterTLS{ServerName: "redis.example"}
+			}),
+		} {
+			err := k8s.Create(suiteCtx, ms)
+			Expect(err).To(HaveOccurred(), want)
+			Expect(err.Error()).To(ContainSubstring(want))
+		}
+		Expect(k8s.Create(suiteCtx, external(&v1alpha1.MasterTLS{ServerName: "redis.example", CASecretRef: &v1alpha1.CABundleRef{Name: "ca"}, ClientSecretRef: ref}))).To(Succeed())
+
+		By("turning TLS on, off, or onto another Secret on an existing managed set")
+		Expect(k8s.Create(suiteCtx, managed("plain", nil))).To(Succeed())
+		Expect(k8s.Create(suiteCtx, managed("tls", func(ms *v1alpha1.RedisMasterSet) { ms.Spec.TLS = &v1alpha1.MasterTLS{ServerSecretRef: ref} }))).To(Succeed())
+		for want, change := range map[string]func() error{
+			"tls cannot be turned on or off": func() error {
+				cur := fetchSet(ns, "plain")
+				cur.Spec.TLS = &v1alpha1.MasterTLS{}
+				return k8s.Update(suiteCtx, cur)
+			},
+			"tls cannot be turned on or off ": func() error {
+				cur := fetchSet(ns, "tls")
+				cur.Spec.TLS = nil
+				return k8s.Update(suiteCtx, cur)
+			},
+			"tls.serverSecretRef of a managed set is immutable": func() error {
+				cur := fetchSet(ns, "tls")
+				cur.Spec.TLS.ServerSecretRef = &v1alpha1.LocalSecretRef{Name: "other"}
+				return k8s.Update(suiteCtx, cur)
+			},
+		} {
+			err := change()
+			Expect(err).To(HaveOccurred(), want)
+			Expect(err.Error()).To(ContainSubstring(strings.TrimSpace(want)))
+		}
 	})
 })

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/certs"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -24,6 +25,7 @@ const (
 	PodInfoDir      = "/gate/podinfo"
 	ConfigDir       = "/etc/redis"
 	ACLDir          = "/etc/redis-acl"
+	TLSDir          = "/etc/redis-tls"
 	DataDir         = "/data"
 	AnnotationsFile = PodInfoDir + "/annotations"
 )
@@ -35,6 +37,7 @@ const (
 	LabelInstance     = "app.kubernetes.io/instance"
 	LabelManagedBy    = "app.kubernetes.io/managed-by"
 	AnnotationConfig  = "redlock.dev/config-hash"
+	AnnotationTLS     = "redlock.dev/tls-hash"
 	ServeAfter        = "redlock.dev/serve-after"
 	PodIndexLabel     = "apps.kubernetes.io/pod-index"
 	PasswordKey       = "password"
@@ -138,7 +141,14 @@ func Config(ms *v1alpha1.RedisMasterSet) string {
 	if m.HostNetwork {
 		bind = "127.0.0.1" // host network: never expose a lock master beyond the node
 	}
-	fmt.Fprintf(&b, "bind %s\nport %d\nprotected-mode yes\n", bind, m.Port)
+	fmt.Fprintf(&b, "bind %s\nprotected-mode yes\n", bind)
+	if ms.Spec.TLS != nil {
+		// TLS only: no plaintext port. Clients authenticate with their ACL
+		// password, not with certificates.
+		fmt.Fprintf(&b, "port 0\ntls-port %d\ntls-cert-file %s/%s\ntls-key-file %s/%s\ntls-auth-clients no\n", m.Port, TLSDir, certs.CertKey, TLSDir, certs.KeyKey)
+	} else {
+		fmt.Fprintf(&b, "port %d\n", m.Port)
+	}
 	fmt.Fprintf(&b, "aclfile %s/%s\n", ACLDir, ACLFileKey)
 	b.WriteString("# Evicting lock keys would break mutual exclusion.\nmaxmemory-policy noeviction\n")
 	b.WriteString("# No replication: the masters are independent.\nreplica-read-only yes\n")

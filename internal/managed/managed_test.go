@@ -1,6 +1,7 @@
 package managed
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,39 @@ func TestAdmitAt(t *testing.T) {
 				t.Errorf("AdmitAt = now%+v, want now%+v", got.Sub(now), tc.want.Sub(now))
 			}
 		})
+	}
+}
+
+// TestRenderTLS: a TLS set's members listen on tls-port only (host-network
+// members too, through the gate), probe over TLS, mount only the certificate
+// and key, and roll when the certificate changes.
+func TestRenderTLS(t *testing.T) {
+	ms := set(func(m *v1alpha1.ManagedMasters) { m.HostNetwork = true })
+	ms.Spec.TLS = &v1alpha1.MasterTLS{}
+	conf := Config(ms)
+	if !strings.Contains(conf, "port 0\ntls-port 6379\n") || !strings.Contains(conf, "tls-cert-file "+TLSDir+"/tls.crt\n") {
+		t.Fatalf("redis.conf of a TLS set:\n%s", conf)
+	}
+	sts := StatefulSet(ms, Options{TLS: &Serving{Secret: "locks-tls-abc", Hash: "h1"}})
+	c := sts.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--tls") || !slices.Contains(c.ReadinessProbe.Exec.Command, "--tls") || !slices.Contains(c.LivenessProbe.Exec.Command, "--tls") {
+		t.Fatalf("gate args %v, readiness %v: want --tls", c.Args, c.ReadinessProbe.Exec.Command)
+	}
+	var vol *corev1.SecretVolumeSource
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Name == "tls" {
+			vol = v.Secret
+		}
+	}
+	if vol == nil || vol.SecretName != "locks-tls-abc" || len(vol.Items) != 2 {
+		t.Fatalf("tls volume %+v: want tls.crt and tls.key of locks-tls-abc", vol)
+	}
+	renewed := StatefulSet(ms, Options{TLS: &Serving{Secret: "locks-tls-abc", Hash: "h2"}})
+	if renewed.Spec.Template.Annotations[AnnotationTLS] == sts.Spec.Template.Annotations[AnnotationTLS] {
+		t.Fatal("a renewed certificate in the same Secret does not change the pod template")
+	}
+	plain := set(nil)
+	if strings.Contains(Config(plain), "tls") || slices.Contains(StatefulSet(plain, Options{}).Spec.Template.Spec.Containers[0].Args, "--tls") {
+		t.Fatal("a set without spec.tls renders TLS")
 	}
 }

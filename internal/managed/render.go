@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/certs"
 )
 
 // votingMargin covers the whole-second uptime clients read when they
@@ -29,6 +30,15 @@ type Options struct {
 	// OperatorNamespace is where the operator's pods run: the members'
 	// NetworkPolicy admits them.
 	OperatorNamespace string
+	// TLS is the certificate the members serve (sets with spec.tls).
+	TLS *Serving
+}
+
+// Serving names the Secret (tls.crt, tls.key) the members of a TLS set
+// serve, and a hash of its content: a new certificate, even in the same
+// Secret, rolls the members one at a time.
+type Serving struct {
+	Secret, Hash string
 }
 
 // OperatorPodLabels select the operator's manager pods (config/manager).
@@ -175,6 +185,10 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		"--admission-file=" + AnnotationsFile,
 	}
 	probe := []string{GateBinDir + "/gate", "probe", "--port=" + strconv.Itoa(int(m.Port))}
+	if o.TLS != nil {
+		gateArgs = append(gateArgs, "--tls")
+		probe = append(probe, "--tls")
+	}
 	if m.HostNetwork {
 		// Member i listens on port+i: the gate adds the ordinal.
 		gateArgs = append(gateArgs, "--port-base="+strconv.Itoa(int(m.Port)), "--ordinal-env=POD_INDEX")
@@ -214,6 +228,24 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		{Name: "acl", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: o.ACLSecret, DefaultMode: new(int32(0o440)),
 		}}},
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "gate-bin", MountPath: GateBinDir, ReadOnly: true},
+		{Name: "gate-state", MountPath: GateStateDir},
+		{Name: "podinfo", MountPath: PodInfoDir, ReadOnly: true},
+		{Name: "config", MountPath: ConfigDir, ReadOnly: true},
+		{Name: "acl", MountPath: ACLDir, ReadOnly: true},
+		{Name: "data", MountPath: DataDir},
+	}
+	annotations := map[string]string{AnnotationConfig: ConfigHash(ms)}
+	if o.TLS != nil {
+		volumes = append(volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  o.TLS.Secret,
+			Items:       []corev1.KeyToPath{{Key: certs.CertKey, Path: certs.CertKey}, {Key: certs.KeyKey, Path: certs.KeyKey}},
+			DefaultMode: new(int32(0o440)),
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "tls", MountPath: TLSDir, ReadOnly: true})
+		annotations[AnnotationTLS] = o.TLS.Hash
 	}
 	var claims []corev1.PersistentVolumeClaim
 	if m.Persistence == v1alpha1.PersistenceNone {
@@ -261,7 +293,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      labels,
-					Annotations: map[string]string{AnnotationConfig: ConfigHash(ms)},
+					Annotations: annotations,
 				},
 				Spec: corev1.PodSpec{
 					HostNetwork:                   m.HostNetwork,
@@ -304,14 +336,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 						StartupProbe:    execProbe(probe, probePeriodSecond, startupFailures),
 						ReadinessProbe:  execProbe(ready, 2, 1),
 						LivenessProbe:   execProbe(probe, 10, 3),
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: "gate-bin", MountPath: GateBinDir, ReadOnly: true},
-							{Name: "gate-state", MountPath: GateStateDir},
-							{Name: "podinfo", MountPath: PodInfoDir, ReadOnly: true},
-							{Name: "config", MountPath: ConfigDir, ReadOnly: true},
-							{Name: "acl", MountPath: ACLDir, ReadOnly: true},
-							{Name: "data", MountPath: DataDir},
-						},
+						VolumeMounts:    mounts,
 					}},
 					Volumes: volumes,
 				},

@@ -11,13 +11,12 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/certs"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -32,11 +31,13 @@ var errNoKey = errors.New("no key")
 // v1alpha1.RedisCredentialsLabel: "true". Nothing is sent to the masters.
 var ErrNotOptedIn = errors.New("not labelled " + v1alpha1.RedisCredentialsLabel + `: "true"`)
 
-// SecretUnusable reports whether an auth error says the Secret cannot serve
-// as credentials — it or its key is gone, or it does not opt in — as
-// opposed to a transient failure to read it.
+// SecretUnusable reports whether an auth or TLS error says a Secret cannot
+// serve — it or its key is gone, it does not opt in, or its certificate or
+// key is malformed, mismatched or untrusted — as opposed to a transient
+// failure to read it.
 func SecretUnusable(err error) bool {
-	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey) || errors.Is(err, ErrNotOptedIn)
+	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey) || errors.Is(err, ErrNotOptedIn) ||
+		errors.Is(err, certs.ErrNoCertificate) || errors.Is(err, certs.ErrKeyMismatch) || errors.Is(err, certs.ErrUntrusted)
 }
 
 // ObserverFunc returns the observer for a master set's client.
@@ -121,13 +122,13 @@ func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force
 	}
 	spec := strconv.FormatInt(ms.Generation, 10) + "/" + string(ms.UID) + "/" + strings.Join(addrs, ",")
 	r.mu.Lock()
-	if e, ok := r.entries[name]; ok && e.spec == spec && !force && (ms.Spec.AuthSecretRef == nil || time.Since(e.checked) < SecretRecheck) {
+	if e, ok := r.entries[name]; ok && e.spec == spec && !force && (!namesSecrets(ms) || time.Since(e.checked) < SecretRecheck) {
 		r.mu.Unlock()
 		return e, nil
 	}
 	r.mu.Unlock()
 
-	user, pass, secretVersion, err := r.auth(ctx, ms)
+	cred, err := r.credentials(ctx, ms)
 	if err != nil {
 		if SecretUnusable(err) {
 			return nil, err
@@ -144,14 +145,14 @@ func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force
 		}
 		return nil, err
 	}
-	fp := spec + "/" + secretVersion
+	fp := spec + "/" + cred.version
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.entries[name]; ok && e.fingerprint == fp {
 		e.checked = time.Now()
 		return e, nil
 	}
-	c, err := r.build(name, ms, addrs, user, pass)
+	c, err := r.build(name, ms, addrs, cred)
 	if err != nil {
 		return nil, err
 	}
@@ -211,13 +212,16 @@ func (r *Registry) Close() {
 	}
 }
 
-func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet, addrs []string, user, pass string) (*redlock.Client, error) {
+func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet, addrs []string, cred credentials) (*redlock.Client, error) {
 	opts := []redlock.Option{
 		redlock.WithTries(1), // the controllers retry with their own jitter
 		redlock.WithQuarantine(Quarantine(ms)),
 	}
-	if pass != "" || user != "" {
-		opts = append(opts, redlock.WithAuth(user, pass))
+	if cred.pass != "" || cred.user != "" {
+		opts = append(opts, redlock.WithAuth(cred.user, cred.pass))
+	}
+	if cred.tls != nil {
+		opts = append(opts, redlock.WithTLS(cred.tls))
 	}
 	if d := r.nodeTimeout(ms); d > 0 {
 		opts = append(opts, redlock.WithNodeTimeout(d))
@@ -311,31 +315,27 @@ func (r *Registry) auth(ctx context.Context, ms *v1alpha1.RedisMasterSet) (user,
 	if ref == nil {
 		return "", "", "", nil
 	}
-	var s corev1.Secret
-	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ms.Namespace, Name: ref.Name}, &s); err != nil {
-		return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, err)
-	}
 	// The Secret a managed set generated is its own; any other must opt in.
-	generated := ms.Spec.AuthSecretRef == nil && metav1.IsControlledBy(&s, ms)
-	if s.Labels[v1alpha1.RedisCredentialsLabel] != "true" && !generated {
-		return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, ErrNotOptedIn)
+	s, err := ReadSecret(ctx, r.Reader, ms, ref.Name, ms.Spec.AuthSecretRef == nil)
+	if err != nil {
+		return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, err)
 	}
 	key := ref.Key
 	if key == "" {
 		key = "password"
 	}
-	p, ok := s.Data[key]
-	if !ok || len(p) == 0 {
-		return "", "", "", fmt.Errorf("%w %q: %w %q", ErrAuthSecret, ref.Name, errNoKey, key)
+	p, err := value(s, key)
+	if err != nil {
+		return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, err)
 	}
 	if ms.Spec.Managed != nil {
 		// Managed masters know one user, whose ACL the operator writes.
 		return managed.ManagedUser, string(p), s.ResourceVersion, nil
 	}
 	if ref.UsernameKey != "" {
-		u, ok := s.Data[ref.UsernameKey]
-		if !ok {
-			return "", "", "", fmt.Errorf("%w %q: %w %q", ErrAuthSecret, ref.Name, errNoKey, ref.UsernameKey)
+		u, err := value(s, ref.UsernameKey)
+		if err != nil {
+			return "", "", "", fmt.Errorf("%w %q: %w", ErrAuthSecret, ref.Name, err)
 		}
 		user = string(u)
 	}

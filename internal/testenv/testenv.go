@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -177,7 +178,13 @@ func (e *Env) StartManager() *Manager { return e.StartManagerWith(nil) }
 // StartManagerWith is StartManager with the mutating webhook when wh is not
 // nil: served on wh.Port of localhost from a certificate the rotator keeps
 // in wh.Options.CertDir.
-func (e *Env) StartManagerWith(wh *Webhook) *Manager {
+func (e *Env) StartManagerWith(wh *Webhook) *Manager { return e.start(wh, nil) }
+
+// StartManagerAt is StartManager with the controllers reading time from
+// clk (nil: the real clock).
+func (e *Env) StartManagerAt(clk clock.PassiveClock) *Manager { return e.start(nil, clk) }
+
+func (e *Env) start(wh *Webhook, clk clock.PassiveClock) *Manager {
 	var server webhook.Server
 	if wh != nil {
 		server = webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: wh.Port, CertDir: wh.Options.CertDir})
@@ -211,6 +218,7 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 		Workers:       4,
 		Metrics:       m.Metrics,
 		GateImage:     e.GateImage,
+		Clock:         clk,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {

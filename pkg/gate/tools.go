@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -53,9 +54,19 @@ func MemberPort(base int, env string) (int, error) {
 }
 
 // Probe reports whether Redis at addr accepts a connection and answers (any
-// reply, an authentication error included: the process serves).
-func Probe(addr string, timeout time.Duration) error {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+// reply, an authentication error included: the process serves). With
+// useTLS it connects over TLS: the certificate is not verified, since the
+// probe asks a process in its own pod whether it serves, and trusts it with
+// nothing.
+func Probe(addr string, timeout time.Duration, useTLS bool) error {
+	var c net.Conn
+	var err error
+	if useTLS {
+		d := &net.Dialer{Timeout: timeout}
+		c, err = tls.DialWithDialer(d, "tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // a liveness probe of the local process; nothing is sent but PING
+	} else {
+		c, err = net.DialTimeout("tcp", addr, timeout)
+	}
 	if err != nil {
 		return fmt.Errorf("probe %s: %w", addr, err)
 	}

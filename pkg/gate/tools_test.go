@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-operator/redlock-operator/internal/certs"
 	"github.com/redlock-operator/redlock-operator/pkg/gate"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
@@ -15,13 +16,13 @@ import (
 func TestProbe(t *testing.T) {
 	s := redistest.StartN(t, 1, redistest.Options{Password: "pw"})[0]
 	// An authentication error is an answer: the member serves.
-	if err := gate.Probe(s.Addr(), time.Second); err != nil {
+	if err := gate.Probe(s.Addr(), time.Second, false); err != nil {
 		t.Fatalf("probe of a serving master: %v", err)
 	}
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := gate.Probe(s.Addr(), 200*time.Millisecond); err == nil {
+	if err := gate.Probe(s.Addr(), 200*time.Millisecond, false); err == nil {
 		t.Fatal("probe of a dead master succeeded")
 	}
 	// Something that is not Redis.
@@ -36,8 +37,28 @@ func TestProbe(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	if err := gate.Probe(l.Addr().String(), time.Second); err == nil {
+	if err := gate.Probe(l.Addr().String(), time.Second, false); err == nil {
 		t.Fatal("probe accepted a non-Redis reply")
+	}
+}
+
+// TestProbeTLS: a TLS-only master answers a TLS probe (its certificate is
+// not the probe's concern) and not a plaintext one.
+func TestProbeTLS(t *testing.T) {
+	ca, err := certs.NewCA("probe CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := certs.Issue(ca, certs.Request{CommonName: "redis", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Now: time.Now(), Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := redistest.StartN(t, 1, redistest.Options{Password: "pw", TLS: &redistest.TLS{Cert: srv.Cert, Key: srv.Key, CA: ca.Cert}})[0]
+	if err := gate.Probe(s.Addr(), time.Second, true); err != nil {
+		t.Fatalf("TLS probe of a TLS master: %v", err)
+	}
+	if err := gate.Probe(s.Addr(), time.Second, false); err == nil {
+		t.Fatal("plaintext probe of a TLS-only master succeeded")
 	}
 }
 
