@@ -55,6 +55,10 @@ type MasterClients interface {
 	Password(ctx context.Context, ms *v1alpha1.RedisMasterSet) (string, error)
 }
 
+// rollInterval is how often a set with a rolling update under way is
+// reconciled (and probed): the next member may go once the last one votes.
+const rollInterval = 2 * time.Second
+
 // Reconciler probes the masters of a RedisMasterSet and
 // reports each member's state and whether a quorum serves.
 type Reconciler struct {
@@ -99,6 +103,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	base := ms.DeepCopy()
 	defer func() {
 		ms.Status.ObservedGeneration = ms.Generation
+		if retErr != nil {
+			result = ctrl.Result{} // an error is retried with backoff
+		}
 		if equality.Semantic.DeepEqual(base.Status, ms.Status) {
 			return
 		}
@@ -119,7 +126,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	next := interval
 
 	if ms.Spec.Managed != nil {
-		recorded, err := r.reconcileManaged(ctx, ms, now)
+		out, err := r.reconcileManaged(ctx, ms, now)
 		if masters.SecretUnusable(err) || errors.Is(err, errUnsupportedSpec) {
 			// The members' ACL or certificate comes from a Secret that may
 			// not serve, or the spec cannot run: nothing is written until
@@ -129,8 +136,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			setCredentialsCondition(ms, err)
 			return ctrl.Result{RequeueAfter: next}, nil
 		}
-		if err != nil || recorded {
+		if err != nil || out.recorded {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, err
+		}
+		if out.rolling {
+			next = min(next, rollInterval)
 		}
 	}
 	c, err := r.Masters.Refresh(ctx, ms)

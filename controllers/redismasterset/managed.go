@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -34,34 +35,42 @@ const EventAdmitted = "MemberAdmitted"
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
 
-// reconcileManaged writes the objects that run a managed set and admits
-// new member pods. It reports recorded=true when it recorded the members
-// of a new set in status instead: the StatefulSet is created only once that
-// record has been written (by the deferred status patch) and read back.
-func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) (recorded bool, err error) {
+// managedOutcome is what reconcileManaged did besides writing objects.
+type managedOutcome struct {
+	// recorded: the members of a new set were recorded in status instead;
+	// the StatefulSet is created only once that record has been written
+	// (by the deferred status patch) and read back.
+	recorded bool
+	// rolling: a rolling update has outdated members left.
+	rolling bool
+}
+
+// reconcileManaged writes the objects that run a managed set, admits new
+// member pods and rolls outdated ones.
+func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) (managedOutcome, error) {
 	if err := r.ensureSecret(ctx, ms); err != nil {
-		return false, err
+		return managedOutcome{}, err
 	}
 	password, err := r.Masters.Password(ctx, ms)
 	if err != nil {
-		return false, err
+		return managedOutcome{}, err
 	}
 	acl := managed.ACLSecret(ms, managed.ACL(password))
 	if err := r.createOnce(ctx, ms, acl); err != nil {
-		return false, err
+		return managedOutcome{}, err
 	}
 	live := &appsv1.StatefulSet{}
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: ms.Namespace, Name: managed.NamesOf(ms).StatefulSet}, live); {
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
-		return false, fmt.Errorf("read statefulset: %w", err)
+		return managedOutcome{}, fmt.Errorf("read statefulset: %w", err)
 	}
 	serving, err := r.servingTLS(ctx, ms, live, now)
 	if err != nil {
-		return false, err
+		return managedOutcome{}, err
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
 	opts := managed.Options{GateImage: gateImage(ms, r.GateImage), ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace, TLS: serving}
@@ -69,7 +78,7 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 	sts := managed.StatefulSet(ms, opts)
 	for _, obj := range []client.Object{cm, svc, pdb, managed.NetworkPolicy(ms, opts)} {
 		if err := r.apply(ctx, ms, obj); err != nil {
-			return false, err
+			return managedOutcome{}, err
 		}
 	}
 	if live == nil && len(ms.Status.Members) == 0 {
@@ -80,7 +89,7 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		for _, a := range managed.Addresses(ms) {
 			ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
 		}
-		return true, nil
+		return managedOutcome{recorded: true}, nil
 	}
 	if live != nil {
 		// Selector, service name, claims and pod management are immutable:
@@ -89,9 +98,82 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		sts.Spec.VolumeClaimTemplates, sts.Spec.PodManagementPolicy = live.Spec.VolumeClaimTemplates, live.Spec.PodManagementPolicy
 	}
 	if err := r.apply(ctx, ms, sts); err != nil {
-		return false, err
+		return managedOutcome{}, err
 	}
-	return false, r.admitPods(ctx, ms, now)
+	if err := r.admitPods(ctx, ms, now); err != nil {
+		return managedOutcome{}, err
+	}
+	rolling, err := r.rollMembers(ctx, ms, live)
+	return managedOutcome{rolling: rolling}, err
+}
+
+// EventReplaced is the event of a member pod deleted for a rolling update.
+const EventReplaced = "MemberReplaced"
+
+// rollMembers deletes the next outdated member pod a rolling update may
+// replace (managed.NextToReplace), if any: the StatefulSet, updated OnDelete,
+// recreates it from its new template. It reports whether outdated members
+// are left. live is the StatefulSet as read at the start of the reconcile:
+// until its controller has observed its latest generation, its update
+// revision may be stale and nothing is deleted.
+func (r *Reconciler) rollMembers(ctx context.Context, ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet) (bool, error) {
+	if live == nil || live.Status.UpdateRevision == "" {
+		return false, nil
+	}
+	if live.Status.ObservedGeneration != live.Generation {
+		return true, nil
+	}
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingLabels(managed.Labels(ms))); err != nil {
+		return false, fmt.Errorf("list member pods: %w", err)
+	}
+	replicas := int(ms.Spec.Managed.Replicas)
+	var pods []managed.MemberPod
+	byName := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		pod := &list.Items[i]
+		ord, ok := ordinal(pod, live.Name)
+		if !ok || ord >= replicas {
+			continue
+		}
+		byName[pod.Name] = pod
+		serving := ord < len(ms.Status.Members) && ms.Status.Members[ord].State == v1alpha1.MemberServing
+		pods = append(pods, managed.MemberPod{
+			Name: pod.Name, Ordinal: ord, Serving: serving,
+			Outdated:    pod.Labels[appsv1.ControllerRevisionHashLabelKey] != live.Status.UpdateRevision,
+			Ready:       podReady(pod),
+			Terminating: !pod.DeletionTimestamp.IsZero(),
+		})
+	}
+	name, wait := managed.NextToReplace(pods, replicas)
+	if name == "" {
+		if wait == managed.UpToDate {
+			return false, nil
+		}
+		log.FromContext(ctx).V(1).Info("rolling update waits", "reason", wait)
+		return true, nil
+	}
+	pod := byName[name]
+	// Only the pod as seen: not one recreated or changed since.
+	pre := client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
+	switch err := r.Delete(ctx, pod, pre); {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return true, nil // the pod changed: decide again
+	case err != nil:
+		return true, fmt.Errorf("replace member pod %s: %w", pod.Name, err)
+	}
+	r.Recorder.Eventf(ms, pod, corev1.EventTypeNormal, EventReplaced, "Roll", "replacing pod %s for the set's new template; the next member goes once it votes again", pod.Name)
+	return true, nil
+}
+
+// podReady reports whether a pod's Ready condition is True.
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // gateImage is the image the set's members copy the gate from: the spec's,

@@ -110,7 +110,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		By("editing the fields the operator sets, by hand")
 		sts := &appsv1.StatefulSet{}
 		Expect(k8s.Get(suiteCtx, key("locks"), sts)).To(Succeed())
-		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType}
 		sts.Spec.Template.Spec.Containers[0].Image = "redis:hand-edited"
 		Expect(k8s.Update(suiteCtx, sts)).To(Succeed())
 		svc := &corev1.Service{}
@@ -130,7 +130,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		By("seeing each put back as rendered")
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(suiteCtx, key("locks"), sts)).To(Succeed())
-			g.Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.RollingUpdateStatefulSetStrategyType))
+			g.Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.OnDeleteStatefulSetStrategyType))
 			g.Expect(sts.Spec.Template.Spec.Containers[0].Image).NotTo(Equal("redis:hand-edited"))
 			g.Expect(k8s.Get(suiteCtx, key("locks"), svc)).To(Succeed())
 			g.Expect(svc.Spec.PublishNotReadyAddresses).To(BeTrue())

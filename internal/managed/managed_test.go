@@ -2,6 +2,7 @@ package managed
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +309,42 @@ func TestRenderTLS(t *testing.T) {
 	plain := set(nil)
 	if strings.Contains(Config(plain), "tls") || slices.Contains(StatefulSet(plain, Options{}).Spec.Template.Spec.Containers[0].Args, "--tls") {
 		t.Fatal("a set without spec.tls renders TLS")
+	}
+}
+
+func TestNextToReplace(t *testing.T) {
+	pod := func(ord int, flags string) MemberPod {
+		return MemberPod{
+			Name: "m-" + strconv.Itoa(ord), Ordinal: ord,
+			Outdated: strings.Contains(flags, "o"), Ready: strings.Contains(flags, "r"),
+			Serving: strings.Contains(flags, "s"), Terminating: strings.Contains(flags, "t"),
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		pods []MemberPod
+		want string
+	}{
+		{name: "nothing outdated", pods: []MemberPod{pod(0, "rs"), pod(1, "rs"), pod(2, "rs")}},
+		{name: "all healthy: the highest outdated ordinal", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "rs")}, want: "m-1"},
+		{name: "a replaced member not Ready yet: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "s")}},
+		{name: "a replaced member Ready but not counted by the operator yet: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "r")}},
+		{name: "a pod terminating: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "orst"), pod(2, "rs")}},
+		{name: "a pod missing: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "ors")}},
+		{name: "members of a new set, voting before they report Ready: none goes", pods: []MemberPod{pod(0, "os"), pod(1, "os"), pod(2, "os")}},
+		{name: "an outdated member that neither serves nor is Ready goes first", pods: []MemberPod{pod(0, "ors"), pod(1, "o"), pod(2, "ors")}, want: "m-1"},
+		{name: "two broken outdated members: the higher first, then the other", pods: []MemberPod{pod(0, "o"), pod(1, "ors"), pod(2, "o")}, want: "m-2"},
+		{name: "an outdated member Ready but not serving (probe lag) waits for the healthy rule", pods: []MemberPod{pod(0, "ors"), pod(1, "or"), pod(2, "rs")}},
+		{name: "an up-to-date member down blocks healthy members", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := NextToReplace(tc.pods, 3)
+			if got != tc.want {
+				t.Fatalf("NextToReplace = %q (%s), want %q", got, why, tc.want)
+			}
+			if got == "" && why == "" {
+				t.Fatal("no pod and no reason")
+			}
+		})
 	}
 }

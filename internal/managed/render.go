@@ -288,7 +288,9 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 			Replicas:            &replicas,
 			ServiceName:         n.Service,
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			// The operator replaces outdated members itself, one voting
+			// member at a time (see NextToReplace).
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
 			Selector:            &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{

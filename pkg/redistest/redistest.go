@@ -25,7 +25,10 @@ import (
 	"testing"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 )
 
 // Persistence selects how a server persists its keys.
@@ -405,3 +408,38 @@ func (t *TLS) ClientConfig() *tls.Config {
 // Close kills the server. The directory is left for the caller (StartN uses
 // the test's temporary directory).
 func (s *Server) Close() error { return s.Kill() }
+
+// Proxy is a toxiproxy proxy in front of a server, in this process.
+type Proxy struct {
+	p *toxiproxy.Proxy
+}
+
+// NewProxy starts a proxy in front of addr; it stops with the test.
+func NewProxy(tb testing.TB, addr string) *Proxy {
+	tb.Helper()
+	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(server, "proxy-"+addr, "127.0.0.1:0", addr)
+	if err := p.Start(); err != nil {
+		tb.Fatalf("redistest: start proxy to %s: %v", addr, err)
+	}
+	tb.Cleanup(p.Stop)
+	return &Proxy{p: p}
+}
+
+// Addr is the proxy's address.
+func (p *Proxy) Addr() string { return p.p.Listen }
+
+// Delay holds every reply for latency from now on (toxiproxy's latency
+// toxic on the downstream stream: requests arrive at once, answers late),
+// on open connections too; zero removes the delay.
+func (p *Proxy) Delay(latency time.Duration) error {
+	_ = p.p.Toxics.RemoveToxic(context.Background(), "latency")
+	if latency == 0 {
+		return nil
+	}
+	toxic := fmt.Sprintf(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, latency.Milliseconds())
+	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+		return fmt.Errorf("redistest: delay %s: %w", p.p.Upstream, err)
+	}
+	return nil
+}

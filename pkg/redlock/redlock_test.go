@@ -1317,3 +1317,97 @@ func TestNonRedisAndHangingAddressesAreNoVotes(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowMasterVotesOnlyInTime: a master whose answers are late (a
+// toxiproxy latency in front of it) votes when they arrive within the node
+// timeout; beyond it, it is a "no" vote — the lock is decided by the others
+// at once — and the key its late SET left is deleted by the release.
+func TestSlowMasterVotesOnlyInTime(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	// The real masters answer within this on any machine; the late one's
+	// answers come a multiple of it later.
+	const nodeTimeout = 500 * time.Millisecond
+	votes := func(l *redlock.Lock, late string) (granted int, slow redlock.Vote) {
+		for _, v := range l.Votes() {
+			if v.Outcome == redlock.OutcomeGranted {
+				granted++
+			}
+			if v.Addr == late {
+				slow = v
+			}
+		}
+		return granted, slow
+	}
+
+	t.Run("late within the node timeout: a vote", func(t *testing.T) {
+		// The quorum needs the late master: the third address refuses.
+		proxy := redistest.NewProxy(t, servers[2].Addr())
+		if err := proxy.Delay(50 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		late, refused := proxy.Addr(), impostorClosed(t)
+		c := newClient(t, []string{servers[0].Addr(), refused, late}, redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+		l, err := c.Acquire(ctx, "slow-in-time", 10*time.Second)
+		if err != nil {
+			t.Fatalf("a prompt and a late master of three: %v", err)
+		}
+		defer func() { _ = l.Release(ctx) }()
+		if granted, slow := votes(l, late); granted != 2 || slow.Outcome != redlock.OutcomeGranted {
+			t.Fatalf("%d granted, the late master %+v: want it counted", granted, slow)
+		}
+	})
+
+	t.Run("later than the node timeout: no vote, and no key left", func(t *testing.T) {
+		proxy := redistest.NewProxy(t, servers[2].Addr())
+		late := proxy.Addr()
+		c := newClient(t, []string{servers[0].Addr(), servers[1].Addr(), late}, redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+		// Connect while it is prompt: its later requests go out on an open
+		// connection at once.
+		warm, err := c.Acquire(ctx, "slow-warm-up", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = warm.Release(ctx)
+		if err := proxy.Delay(6 * nodeTimeout); err != nil {
+			t.Fatal(err)
+		}
+		const ttl = 2 * time.Second
+		l, err := c.Acquire(ctx, "slow-too-late", ttl)
+		if err != nil {
+			t.Fatalf("two prompt masters of three: %v", err)
+		}
+		if granted, slow := votes(l, late); granted != 2 || slow.Addr != late || slow.Outcome == redlock.OutcomeGranted {
+			t.Fatalf("%d granted, the late master %+v: want its vote lost", granted, slow)
+		}
+		// Requests reach it at once: its SET took effect, unanswered in time.
+		if v := value(t, servers[2], "slow-too-late"); v != l.Value() {
+			t.Fatalf("the late master holds %q, want the lock's value (its SET landed)", v)
+		}
+		// The release's request reaches it at once too (or, on a new
+		// connection whose handshake is late, the key expires with its ttl).
+		released := time.Now()
+		if err := l.Release(ctx); err != nil {
+			t.Logf("release (the late master times out again): %v", err)
+		}
+		for value(t, servers[2], "slow-too-late") != "" {
+			if time.Since(released) > ttl+3*time.Second {
+				t.Fatal("the late master still holds the key its late SET wrote, past its ttl")
+			}
+			time.Sleep(50 * time.Millisecond) // poll interval
+		}
+	})
+}
+
+// impostorClosed is a loopback address nothing listens on (connections are
+// refused).
+func impostorClosed(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
