@@ -177,12 +177,33 @@ func (e *Env) StartManager() *Manager { return e.StartManagerWith(nil) }
 // StartManagerWith is StartManager with the mutating webhook when wh is not
 // nil: served on wh.Port of localhost from a certificate the rotator keeps
 // in wh.Options.CertDir.
-func (e *Env) StartManagerWith(wh *Webhook) *Manager {
+func (e *Env) StartManagerWith(wh *Webhook) *Manager { return e.StartScopedManager(Scope{}, wh) }
+
+// Scope is whom a test manager acts as and what it watches.
+type Scope struct {
+	// Cfg is the manager's connection to the API server; nil: the
+	// administrator's (Env.Cfg). A copy that impersonates a ServiceAccount
+	// runs the manager with that account's RBAC.
+	Cfg *rest.Config
+	// WatchNamespaces limits the manager as --watch-namespaces does, and
+	// like it turns off the reads of Nodes.
+	WatchNamespaces []string
+}
+
+// StartScopedManager is StartManagerWith, as s says.
+func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
+	cfg := s.Cfg
+	if cfg == nil {
+		cfg = e.Cfg
+	}
+	if wh != nil {
+		wh.Options.WatchNamespaces = s.WatchNamespaces
+	}
 	var server webhook.Server
 	if wh != nil {
 		server = webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: wh.Port, CertDir: wh.Options.CertDir})
 	}
-	mgr, err := ctrl.NewManager(e.Cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer:                 server,
 		Scheme:                        e.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
@@ -199,7 +220,7 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 		RetryPeriod:   ptr(200 * time.Millisecond),
 		// Several managers run in this process, one after another.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
-		Cache:      operator.CacheOptions(),
+		Cache:      operator.CacheOptions(s.WatchNamespaces...),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(e.Ctx)
@@ -211,6 +232,9 @@ func (e *Env) StartManagerWith(wh *Webhook) *Manager {
 		Workers:       4,
 		Metrics:       m.Metrics,
 		GateImage:     e.GateImage,
+
+		WatchNamespaces: s.WatchNamespaces,
+		IgnoreNodes:     len(s.WatchNamespaces) > 0,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {
