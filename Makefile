@@ -80,7 +80,8 @@ helm-lint: ## Lint the Helm chart (helm lint --strict) and render it, with the d
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART)
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART) --namespace locks-operator \
 		--set namespace.create=true,webhook.enabled=false,admissionPolicy.enabled=false,metrics.secure=false,metrics.serviceMonitor.enabled=true,replicas=1,leaderElection.enabled=false \
-		--set podDisruptionBudget.enabled=false,priorityClass.create=false,priorityClassName=,affinity=null
+		--set podDisruptionBudget.enabled=false,priorityClass.create=false,priorityClassName=,affinity=null \
+		--set 'watchNamespaces={team-a,team-b}'
 	$(HELM) template redlock-operator $(CHART) --namespace redlock-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
 	$(HELM) template redlock-operator $(CHART) --namespace locks-operator --kube-version $(HELM_KUBE_VERSION) \
 		--set metrics.enabled=false,webhook.enabled=false,replicas=1,leaderElection.enabled=false >/dev/null
