@@ -119,6 +119,7 @@ verify: manifests generate api-docs ## Fail when generated files (the Helm chart
 	@test -z "$$(git status --porcelain -- api config dist docs/api.md charts | grep '^??')" || { git status --porcelain -- api config dist docs/api.md charts; echo "untracked generated files: commit them"; exit 1; }
 	$(KUSTOMIZE) build config/default >/dev/null
 	$(KUSTOMIZE) build config/samples >/dev/null
+	$(KUSTOMIZE) build config/watch-namespaces >/dev/null
 	$(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
 	cd hack/tools/helm && $(GO) mod tidy -diff
