@@ -5,7 +5,10 @@
 // comes from the +kubebuilder:rbac markers), the ServiceAccount, the
 // Namespace, the webhook's Secret, Service and MutatingWebhookConfiguration,
 // the ValidatingAdmissionPolicy and its binding, the manager's
-// PodDisruptionBudget and PriorityClass — into templates/generated/.
+// PodDisruptionBudget and PriorityClass — into templates/generated/. The
+// manager's ClusterRole and binding are also rendered as a Role and
+// RoleBinding in each namespace of .Values.watchNamespaces, as
+// config/watch-namespaces does (test/manifests compares the two).
 // The Deployment and the metrics Service, which the chart's values shape,
 // are written by hand (templates/deployment.yaml, templates/metrics.yaml);
 // test/manifests renders the chart and compares it with the kustomize
