@@ -80,7 +80,8 @@ helm-lint: ## Lint the Helm chart (helm lint --strict) and render it, with the d
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART)
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART) --namespace locks-operator \
 		--set namespace.create=true,webhook.enabled=false,admissionPolicy.enabled=false,metrics.secure=false,metrics.serviceMonitor.enabled=true,replicas=1,leaderElection.enabled=false \
-		--set podDisruptionBudget.enabled=false,priorityClass.create=false,priorityClassName=,affinity=null
+		--set podDisruptionBudget.enabled=false,priorityClass.create=false,priorityClassName=,affinity=null \
+		--set 'watchNamespaces={team-a,team-b}'
 	$(HELM) template redlock-operator $(CHART) --namespace redlock-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
 	$(HELM) template redlock-operator $(CHART) --namespace locks-operator --kube-version $(HELM_KUBE_VERSION) \
 		--set metrics.enabled=false,webhook.enabled=false,replicas=1,leaderElection.enabled=false >/dev/null
@@ -118,6 +119,7 @@ verify: manifests generate api-docs ## Fail when generated files (the Helm chart
 	@test -z "$$(git status --porcelain -- api config dist docs/api.md charts | grep '^??')" || { git status --porcelain -- api config dist docs/api.md charts; echo "untracked generated files: commit them"; exit 1; }
 	$(KUSTOMIZE) build config/default >/dev/null
 	$(KUSTOMIZE) build config/samples >/dev/null
+	$(KUSTOMIZE) build config/watch-namespaces >/dev/null
 	$(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
 	cd hack/tools/helm && $(GO) mod tidy -diff

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,13 +34,18 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 )
 
-// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=create
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=redlock-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// The lock value key (--lock-key-secret) and the webhook's certificate
+// Secret are created when missing; the key is read by name.
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=get;create
+// Leader election reads, creates and renews (updates) its Lease, and
+// releases it with an update; it never lists, watches, patches or deletes.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=redlock-system,resources=leases,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=redlock-system,resources=events,verbs=create;patch
 // The secure metrics endpoint asks the API server who a scraper is and
-// whether it may read /metrics (config/rbac/metrics_auth_role.yaml):
-// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// whether it may read /metrics: a ClusterRole of its own, which
+// --metrics-secure=false or --metrics-bind-address=0 does without.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create,roleName=metrics-auth-role
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create,roleName=metrics-auth-role
 
 func main() {
 	var (
@@ -78,6 +85,7 @@ func main() {
 		return nil
 	})
 	flag.StringVar(&cfg.webhook.ConfigurationName, "webhook-configuration-name", "redlock-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose CA bundle the operator keeps current.")
+	watchParsed := watchFlags(flag.CommandLine, &cfg)
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second (renewals write status: about 1.5 writes/s per 10 held locks at ttl 10s).")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
@@ -88,6 +96,7 @@ func main() {
 		return
 	}
 	cfg.namespace, cfg.webhook.Namespace = namespace, namespace
+	watchParsed()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
@@ -124,6 +133,8 @@ type config struct {
 	enableWebhook          bool
 	webhookPort            int
 	webhook                operator.WebhookOptions
+	watchNamespaces        namespaceList
+	watchNodes             bool
 }
 
 func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
@@ -142,7 +153,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		LeaseDuration:                 &cfg.leaseDuration,
 		RenewDeadline:                 &cfg.renewDeadline,
 		RetryPeriod:                   &cfg.retryPeriod,
-		Cache:                         operator.CacheOptions(),
+		Cache:                         operator.CacheOptions(cfg.watchNamespaces...),
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhook.CertDir, TLSOpts: tlsOptions(cfg)}),
 	})
 	if err != nil {
@@ -169,6 +180,8 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 
 		DefaultNodeTimeout: cfg.nodeTimeout,
 		GateImage:          cfg.gateImage,
+		WatchNamespaces:    cfg.watchNamespaces,
+		IgnoreNodes:        !cfg.watchNodes,
 	})
 	if err != nil {
 		return err
@@ -185,7 +198,8 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("starting manager", "version", version.Version, "leaderElection", cfg.leaderElect, "metricsSecure", cfg.metricsSecure)
+	ctrl.Log.WithName("setup").Info("starting manager", "version", version.Version, "leaderElection", cfg.leaderElect, "metricsSecure", cfg.metricsSecure,
+		"watchNamespaces", cfg.watchNamespaces, "watchNodes", cfg.watchNodes)
 	return mgr.Start(ctx)
 }
 
@@ -215,6 +229,51 @@ func parseRef(ref string) (types.NamespacedName, error) {
 		return types.NamespacedName{}, fmt.Errorf("--lock-key-secret %q: want namespace/name", ref)
 	}
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// watchFlags registers --watch-namespaces and --watch-nodes on fs; call the
+// returned function once fs is parsed.
+func watchFlags(fs *flag.FlagSet, cfg *config) (parsed func()) {
+	fs.Var(&cfg.watchNamespaces, "watch-namespaces",
+		"Namespaces whose locks, master sets and pods the operator serves, comma-separated (repeatable); empty: the whole cluster. With it the operator lists and watches only those namespaces, so namespaced Roles in each are enough.")
+	fs.BoolVar(&cfg.watchNodes, "watch-nodes", true,
+		"Read Nodes (cluster-scoped) for the HolderReachable condition of locks held by pods. Default: true, false with --watch-namespaces.")
+	return func() {
+		cfg.webhook.WatchNamespaces = cfg.watchNamespaces
+		if !isSet(fs, "watch-nodes") {
+			cfg.watchNodes = len(cfg.watchNamespaces) == 0
+		}
+	}
+}
+
+// namespaceList is the value of --watch-namespaces: namespace names,
+// comma-separated, the flag repeatable; each must be a valid namespace
+// name, and one named twice counts once.
+type namespaceList []string
+
+func (l *namespaceList) String() string { return strings.Join(*l, ",") }
+
+func (l *namespaceList) Set(v string) error {
+	for ns := range strings.SplitSeq(v, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+		if !slices.Contains(*l, ns) {
+			*l = append(*l, ns)
+		}
+	}
+	return nil
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func envOr(k, def string) string {

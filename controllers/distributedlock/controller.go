@@ -99,6 +99,10 @@ type Reconciler struct {
 	// Pods caches the pods labelled redlock.dev/lock, which request locks;
 	// nil: locks serve static holders only.
 	Pods cache.Cache
+	// IgnoreNodes: no HolderReachable condition, and no watch of Nodes
+	// (cluster-scoped), which an operator limited to some namespaces may
+	// not be allowed to read.
+	IgnoreNodes bool
 
 	sessions   *sessions
 	wake       chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
@@ -106,12 +110,15 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
-// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/status,verbs=get;patch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/status,verbs=patch
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// Nodes are read from the cache only, for the HolderReachable condition, in
+// a ClusterRole of their own that a manager limited to namespaces does
+// without (IgnoreNodes):
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch,roleName=node-reader-role
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // scope is what one reconcile works on.
@@ -491,7 +498,7 @@ func (r *Reconciler) checkHolderNode(ctx context.Context, s *scope) {
 			pod = s.pods[i]
 		}
 	}
-	if pod == nil || pod.Spec.NodeName == "" {
+	if pod == nil || pod.Spec.NodeName == "" || r.IgnoreNodes {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHolderReachable)
 		return
 	}
@@ -936,8 +943,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{}))
 	if r.Pods != nil {
-		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod))).
-			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.locksOnNode), builder.WithPredicates(nodeReadinessChanged()))
+		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod)))
+		if !r.IgnoreNodes {
+			b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.locksOnNode), builder.WithPredicates(nodeReadinessChanged()))
+		}
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: rateLimiter()}).
 		Named("distributedlock").

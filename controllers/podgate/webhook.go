@@ -3,6 +3,7 @@ package podgate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -24,9 +25,13 @@ const WebhookPath = "/mutate-v1-pod-lock-gate"
 // scheduling gate (or, with redlock.dev/gate: readiness, the readiness
 // gate). Both gates can only be set at creation. Pods that carry a gate
 // already are left as they are; so is every pod without the label (the
-// webhook configuration's objectSelector keeps them from being sent).
+// webhook configuration's objectSelector keeps them from being sent), and
+// every pod of a namespace the operator does not watch: nobody would ever
+// remove its gate.
 type Gater struct {
 	Decoder admission.Decoder
+	// Namespaces the operator watches; empty: all.
+	Namespaces []string
 }
 
 // Handle implements admission.Handler.
@@ -37,6 +42,10 @@ func (g *Gater) Handle(_ context.Context, req admission.Request) admission.Respo
 	}
 	if pod.Labels[v1alpha1.LockLabel] == "" || podlock.GateOf(pod) != podlock.GateNone {
 		return admission.Allowed("nothing to add")
+	}
+	if len(g.Namespaces) > 0 && !slices.Contains(g.Namespaces, req.Namespace) {
+		return admission.Allowed("namespace not watched").WithWarnings(fmt.Sprintf(
+			"redlock-operator does not watch namespace %q: the pod is not gated and will not get lock %q", req.Namespace, pod.Labels[v1alpha1.LockLabel]))
 	}
 	if pod.Labels[v1alpha1.GateModeLabel] == v1alpha1.GateModeReadiness {
 		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: v1alpha1.ReadinessGate})

@@ -20,7 +20,7 @@ func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gater{Decoder: admission.NewDecoder(scheme)}
+	decoder := admission.NewDecoder(scheme)
 	labelled := func(labels map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
 		for _, m := range mutate {
@@ -32,21 +32,26 @@ func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
 		name    string
 		pod     *corev1.Pod
 		wantOps []string // paths patched
+		watch   []string // the operator's namespaces; the pod's is "team-a"
+		warns   bool
 	}{
-		{"a labelled pod without a gate gets the scheduling gate", labelled(map[string]string{v1alpha1.LockLabel: "l"}), []string{"/spec/schedulingGates"}},
-		{"redlock.dev/gate: readiness asks for the readiness gate", labelled(map[string]string{v1alpha1.LockLabel: "l", v1alpha1.GateModeLabel: "readiness"}), []string{"/spec/readinessGates"}},
+		{"a labelled pod without a gate gets the scheduling gate", labelled(map[string]string{v1alpha1.LockLabel: "l"}), []string{"/spec/schedulingGates"}, nil, false},
+		{"redlock.dev/gate: readiness asks for the readiness gate", labelled(map[string]string{v1alpha1.LockLabel: "l", v1alpha1.GateModeLabel: "readiness"}), []string{"/spec/readinessGates"}, nil, false},
 		{"a pod that carries a gate already is left alone", labelled(map[string]string{v1alpha1.LockLabel: "l"}, func(p *corev1.Pod) {
 			p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
-		}), nil},
-		{"an unlabelled pod is left alone", labelled(nil), nil},
+		}), nil, nil, false},
+		{"an unlabelled pod is left alone", labelled(nil), nil, nil, false},
+		{"a labelled pod of a watched namespace gets the gate", labelled(map[string]string{v1alpha1.LockLabel: "l"}), []string{"/spec/schedulingGates"}, []string{"team-b", "team-a"}, false},
+		{"a labelled pod of a namespace the operator does not watch is left alone, with a warning", labelled(map[string]string{v1alpha1.LockLabel: "l"}), nil, []string{"team-b"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			raw, err := json.Marshal(tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
+			g := &Gater{Decoder: decoder, Namespaces: tc.watch}
 			resp := g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-				Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+				Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
 			}})
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
@@ -57,6 +62,9 @@ func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
 			}
 			if len(paths) != len(tc.wantOps) || (len(paths) > 0 && paths[0] != tc.wantOps[0]) {
 				t.Errorf("patched %v, want %v", paths, tc.wantOps)
+			}
+			if (len(resp.Warnings) > 0) != tc.warns {
+				t.Errorf("warnings %q, want some: %v", resp.Warnings, tc.warns)
 			}
 		})
 	}

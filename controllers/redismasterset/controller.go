@@ -83,7 +83,7 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets/status,verbs=get;patch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

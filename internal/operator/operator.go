@@ -59,6 +59,13 @@ type Options struct {
 	// GateImage is the operator's image, which managed Redis pods copy the
 	// gate from.
 	GateImage string
+	// WatchNamespaces are the namespaces whose locks, master sets and pods
+	// the operator serves (the same list as CacheOptions'); empty: all.
+	WatchNamespaces []string
+	// IgnoreNodes leaves out the HolderReachable condition, the only reason
+	// the operator reads Nodes (cluster-scoped): a namespaced install may
+	// not be allowed to.
+	IgnoreNodes bool
 }
 
 // CacheOptions limits the manager's cache to the objects it owns, so that
@@ -67,13 +74,15 @@ type Options struct {
 // Services, ConfigMaps, PodDisruptionBudgets and NetworkPolicies only those
 // a managed set owns (labelled app.kubernetes.io/managed-by:
 // redlock-operator). Secrets are never cached: they are read by name.
-func CacheOptions() cache.Options {
+// With namespaces, every namespaced kind is listed and watched in those
+// namespaces only (see WatchNamespaces); none: in the whole cluster.
+func CacheOptions(namespaces ...string) cache.Options {
 	members, err := labels.Parse(managed.LabelSet)
 	if err != nil {
 		panic(err) // a constant label key
 	}
 	owned := labels.SelectorFromSet(labels.Set{managed.LabelManagedBy: managed.ManagedByValue})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultNamespaces: WatchNamespaces(namespaces), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                   {Label: members},
 		&appsv1.StatefulSet{}:           {Label: owned},
 		&corev1.Service{}:               {Label: owned},
@@ -81,6 +90,21 @@ func CacheOptions() cache.Options {
 		&policyv1.PodDisruptionBudget{}: {Label: owned},
 		&networkingv1.NetworkPolicy{}:   {Label: owned},
 	}}
+}
+
+// WatchNamespaces is a cache's DefaultNamespaces for the watched
+// namespaces: nil (the whole cluster) when there are none. A cache limited
+// to namespaces lists and watches each of them, never the cluster, so that
+// namespaced Roles are enough; it refuses to read objects elsewhere.
+func WatchNamespaces(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	m := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		m[ns] = cache.Config{}
+	}
+	return m
 }
 
 // Setup adds the controllers to mgr. The returned cleanup closes the Redis
@@ -108,7 +132,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
 	recorder := mgr.GetEventRecorder("redlock-operator")
-	pods, err := PodCache(mgr)
+	pods, err := PodCache(mgr, o.WatchNamespaces...)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +146,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Metrics:                 o.Metrics,
 		Clock:                   o.Clock,
 		MaxConcurrentReconciles: o.Workers,
+		IgnoreNodes:             o.IgnoreNodes,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}
@@ -157,15 +182,17 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 
 // PodCache returns a cache of the pods that request locks (labelled
 // redlock.dev/lock), added to mgr: the operator watches no other pod but
-// the members of managed master sets (see CacheOptions).
-func PodCache(mgr manager.Manager) (cache.Cache, error) {
+// the members of managed master sets (see CacheOptions). With namespaces,
+// only the labelled pods of those.
+func PodCache(mgr manager.Manager, namespaces ...string) (cache.Cache, error) {
 	sel, err := labels.Parse(v1alpha1.LockLabel)
 	if err != nil {
 		return nil, err
 	}
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
-		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sel}},
+		DefaultNamespaces: WatchNamespaces(namespaces),
+		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sel}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pod cache: %w", err)

@@ -37,10 +37,22 @@ type WebhookOptions struct {
 	// CertDir is where the webhook server reads the certificate (the
 	// manager's WebhookServer must use the same directory).
 	CertDir string
+	// WatchNamespaces are the namespaces the operator watches (empty: all):
+	// pods of any other namespace are not gated.
+	WatchNamespaces []string
 }
 
-// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=get;list;watch;update
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update
+// The rotator caches the Secrets of the operator's namespace (it lists and
+// watches them all) and rewrites only the certificate's; it caches every
+// MutatingWebhookConfiguration and rewrites only the operator's (a
+// ClusterRole of its own, which --enable-webhook=false does without). The
+// names are the defaults of --webhook-secret-name and
+// --webhook-configuration-name: a manager given others needs its rules
+// edited.
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=list;watch
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=secrets,verbs=update,resourceNames=redlock-operator-webhook-server-cert
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=list;watch,roleName=webhook-ca-role
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=redlock-operator-mutating-webhook-configuration,roleName=webhook-ca-role
 
 // SetupWebhook runs cert-controller's rotator, which issues a CA and a
 // serving certificate into a Secret, writes them to CertDir, keeps the
@@ -69,7 +81,7 @@ func SetupWebhook(ctx context.Context, mgr manager.Manager, o WebhookOptions) er
 	}
 	go func() {
 		<-ready
-		mgr.GetWebhookServer().Register(podgate.WebhookPath, &webhook.Admission{Handler: &podgate.Gater{Decoder: admission.NewDecoder(mgr.GetScheme())}})
+		mgr.GetWebhookServer().Register(podgate.WebhookPath, &webhook.Admission{Handler: &podgate.Gater{Decoder: admission.NewDecoder(mgr.GetScheme()), Namespaces: o.WatchNamespaces}})
 	}()
 	return nil
 }

@@ -178,18 +178,41 @@ func (e *Env) StartManager() *Manager { return e.StartManagerWith(nil) }
 // StartManagerWith is StartManager with the mutating webhook when wh is not
 // nil: served on wh.Port of localhost from a certificate the rotator keeps
 // in wh.Options.CertDir.
-func (e *Env) StartManagerWith(wh *Webhook) *Manager { return e.start(wh, nil) }
+func (e *Env) StartManagerWith(wh *Webhook) *Manager { return e.StartScopedManager(Scope{}, wh) }
 
 // StartManagerAt is StartManager with the controllers reading time from
-// clk (nil: the real clock).
-func (e *Env) StartManagerAt(clk clock.PassiveClock) *Manager { return e.start(nil, clk) }
+// clk.
+func (e *Env) StartManagerAt(clk clock.PassiveClock) *Manager {
+	return e.StartScopedManager(Scope{Clock: clk}, nil)
+}
 
-func (e *Env) start(wh *Webhook, clk clock.PassiveClock) *Manager {
+// Scope is whom a test manager acts as, what it watches and its clock.
+type Scope struct {
+	// Cfg is the manager's connection to the API server; nil: the
+	// administrator's (Env.Cfg). A copy that impersonates a ServiceAccount
+	// runs the manager with that account's RBAC.
+	Cfg *rest.Config
+	// WatchNamespaces limits the manager as --watch-namespaces does, and
+	// like it turns off the reads of Nodes.
+	WatchNamespaces []string
+	// Clock is what the controllers read time from; nil: the real clock.
+	Clock clock.PassiveClock
+}
+
+// StartScopedManager is StartManagerWith, as s says.
+func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
+	cfg := s.Cfg
+	if cfg == nil {
+		cfg = e.Cfg
+	}
+	if wh != nil {
+		wh.Options.WatchNamespaces = s.WatchNamespaces
+	}
 	var server webhook.Server
 	if wh != nil {
 		server = webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: wh.Port, CertDir: wh.Options.CertDir})
 	}
-	mgr, err := ctrl.NewManager(e.Cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer:                 server,
 		Scheme:                        e.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
@@ -206,7 +229,7 @@ func (e *Env) start(wh *Webhook, clk clock.PassiveClock) *Manager {
 		RetryPeriod:   ptr(200 * time.Millisecond),
 		// Several managers run in this process, one after another.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
-		Cache:      operator.CacheOptions(),
+		Cache:      operator.CacheOptions(s.WatchNamespaces...),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(e.Ctx)
@@ -218,7 +241,10 @@ func (e *Env) start(wh *Webhook, clk clock.PassiveClock) *Manager {
 		Workers:       4,
 		Metrics:       m.Metrics,
 		GateImage:     e.GateImage,
-		Clock:         clk,
+		Clock:         s.Clock,
+
+		WatchNamespaces: s.WatchNamespaces,
+		IgnoreNodes:     len(s.WatchNamespaces) > 0,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {

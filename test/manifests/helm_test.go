@@ -62,6 +62,18 @@ var _ = Describe("The Helm chart", func() {
 		expectSameObjects(helmTemplate("redlock-system", append(defaults, "metrics.serviceMonitor.enabled=true")...), want, "config/default with config/prometheus")
 	})
 
+	It("renders the objects of kustomize build config/watch-namespaces with watchNamespaces, which the API server accepts", func() {
+		// config/watch-namespaces/namespaces lists team-a and team-b.
+		out := helmTemplate("redlock-system", append(defaults, "watchNamespaces={team-a,team-b}")...)
+		expectSameObjects(out, kustomize("config/watch-namespaces"), "config/watch-namespaces")
+		dryRunApply(objects(out))
+
+		By("refusing a namespace name Kubernetes would refuse")
+		out, err := helmTemplateErr("redlock-system", "image.tag=dev", "watchNamespaces={Team_A}")
+		Expect(err).To(HaveOccurred(), "rendered:\n%s", out)
+		Expect(string(out)).To(ContainSubstring(`watchNamespaces: "Team_A" is not a namespace name`))
+	})
+
 	It("is accepted by the API server with the default values", func() {
 		objs := objects(helmTemplate("redlock-system", defaults...))
 		Expect(objs).NotTo(BeEmpty())
@@ -96,6 +108,8 @@ var _ = Describe("The Helm chart", func() {
 		Expect(names(byKind["Secret"])).To(BeEmpty(), "no webhook certificate Secret")
 		Expect(byKind).NotTo(HaveKey("PodDisruptionBudget"))
 		Expect(byKind).NotTo(HaveKey("PriorityClass"))
+		Expect(names(byKind["ClusterRoleBinding"])).To(ConsistOf("/redlock-operator-manager-rolebinding", "/redlock-operator-node-reader-rolebinding"),
+			"no cluster-wide rules for the metrics endpoint or the webhook's CA bundle, both off")
 
 		Expect(byKind["Deployment"]).To(HaveLen(1))
 		deploy := byKind["Deployment"][0]

@@ -111,6 +111,7 @@ var _ = DescribeTable("every shipped manifest is accepted by the API server",
 	Entry("config/webhook", func() []byte { return kustomize("config/webhook") }),
 	Entry("config/admission-policy", func() []byte { return kustomize("config/admission-policy") }),
 	Entry("config/network-policy", func() []byte { return kustomize("config/network-policy") }),
+	Entry("config/watch-namespaces", func() []byte { return kustomize("config/watch-namespaces") }),
 )
 
 func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }

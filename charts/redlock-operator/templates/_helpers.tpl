@@ -29,6 +29,11 @@ control-plane: controller-manager
 
 {{/* Values that cannot work together. */}}
 {{- define "redlock-operator.validate" -}}
+{{- range .Values.watchNamespaces }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .) }}
+{{- fail (printf "watchNamespaces: %q is not a namespace name" .) }}
+{{- end }}
+{{- end }}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicas) 1) }}
 {{- fail "leaderElection.enabled=false needs replicas: 1 (two managers would act on the same locks at once)" }}
 {{- end }}
