@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A malformed --lock-key-secret is refused with a message naming the flag,
@@ -70,4 +71,51 @@ func TestWatchFlags(t *testing.T) {
 			t.Errorf("%q: namespaces %q (webhook %q), nodes %v; want %q, %v", tc.args, cfg.watchNamespaces, cfg.webhook.WatchNamespaces, cfg.watchNodes, tc.want, tc.nodes)
 		}
 	}
+}
+
+// Flag values the manager cannot run with are refused before anything
+// starts, with a message naming the flag: one case per flag.
+func TestCheckFlags(t *testing.T) {
+	good := config{probeInterval: 10 * time.Second, workers: 4, gateImage: "op:1", enableWebhook: true, webhookPort: 9443,
+		leaderElect: true, leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}
+	if err := checkFlags(good, 200, 400); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	for _, tc := range []struct {
+		flag   string
+		mutate func(*config)
+		qps    float64
+		burst  int
+	}{
+		{flag: "--kube-api-qps", qps: -1, burst: 400},
+		{flag: "--kube-api-burst", qps: 200, burst: 0},
+		{flag: "--max-concurrent-reconciles", mutate: func(c *config) { c.workers = 0 }},
+		{flag: "--probe-interval", mutate: func(c *config) { c.probeInterval = time.Millisecond }},
+		{flag: "--redis-node-timeout", mutate: func(c *config) { c.nodeTimeout = time.Minute }},
+		{flag: "--gate-image", mutate: func(c *config) { c.gateImage = "" }},
+		{flag: "--webhook-port", mutate: func(c *config) { c.webhookPort = 70000 }},
+		{flag: "--leader-elect-renew-deadline", mutate: func(c *config) { c.renewDeadline = 20 * time.Second }},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			cfg := good
+			if tc.mutate != nil {
+				tc.mutate(&cfg)
+			}
+			qps, burst := tc.qps, tc.burst
+			if qps == 0 && burst == 0 {
+				qps, burst = 200, 400
+			}
+			err := checkFlags(cfg, qps, burst)
+			if err == nil || !strings.Contains(err.Error(), tc.flag) {
+				t.Fatalf("checkFlags: %v, want an error naming %s", err, tc.flag)
+			}
+		})
+	}
+	t.Run("webhook off: its port is not checked", func(t *testing.T) {
+		cfg := good
+		cfg.enableWebhook, cfg.webhookPort = false, 0
+		if err := checkFlags(cfg, 200, 400); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

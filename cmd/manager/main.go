@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -101,7 +102,10 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 
 	var err error
-	if cfg.lockKeySecret, err = parseRef(lockSecret); err != nil {
+	if cfg.lockKeySecret, err = parseRef(lockSecret); err == nil {
+		err = checkFlags(cfg, qps, burst)
+	}
+	if err != nil {
 		log.Error(err, "bad flag")
 		os.Exit(2)
 	}
@@ -111,6 +115,31 @@ func main() {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
 	}
+}
+
+// checkFlags refuses flag values the manager cannot run with, naming the
+// flag, before anything starts.
+func checkFlags(cfg config, qps float64, burst int) error {
+	switch {
+	case qps <= 0:
+		return fmt.Errorf("--kube-api-qps %v: must be positive", qps)
+	case burst < 1:
+		return fmt.Errorf("--kube-api-burst %d: must be at least 1", burst)
+	case cfg.workers < 1:
+		return fmt.Errorf("--max-concurrent-reconciles %d: must be at least 1", cfg.workers)
+	case cfg.probeInterval < 100*time.Millisecond || cfg.probeInterval > 10*time.Minute:
+		return fmt.Errorf("--probe-interval %v: must be between 100ms and 10m (admissions of replacement members wait for up to an interval)", cfg.probeInterval)
+	case cfg.nodeTimeout < 0 || cfg.nodeTimeout > 10*time.Second:
+		return fmt.Errorf("--redis-node-timeout %v: must be between 0 (derived from each lock's ttl) and 10s", cfg.nodeTimeout)
+	case cfg.gateImage == "":
+		return errors.New("--gate-image: must name an image (the operator's own)")
+	case cfg.enableWebhook && (cfg.webhookPort < 1 || cfg.webhookPort > 65535):
+		return fmt.Errorf("--webhook-port %d: must be a port, 1 to 65535", cfg.webhookPort)
+	case cfg.leaderElect && (cfg.retryPeriod <= 0 || cfg.renewDeadline <= cfg.retryPeriod || cfg.leaseDuration <= cfg.renewDeadline):
+		return fmt.Errorf("--leader-elect-lease-duration %v, --leader-elect-renew-deadline %v, --leader-elect-retry-period %v: want lease duration > renew deadline > retry period > 0",
+			cfg.leaseDuration, cfg.renewDeadline, cfg.retryPeriod)
+	}
+	return nil
 }
 
 // config is what the flags set for run.
