@@ -59,7 +59,8 @@ const (
 	OutcomeGranted
 	// OutcomeHeld: the key holds another client's value.
 	OutcomeHeld
-	// OutcomeAbsent: the key does not exist (extend and release only).
+	// OutcomeAbsent: the key did not exist (extend and release only; an
+	// extension restores it, without counting it).
 	OutcomeAbsent
 	// OutcomeError: a Redis error reply, a timeout or a connection error.
 	OutcomeError

@@ -304,12 +304,17 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquir
 }
 
 // Extend resets the lock's TTL on every master that still holds its value.
-// It succeeds only when a quorum extended within the new validity; it never
-// re-creates a key that is gone, and it refuses a lock whose validity has
-// already passed (ErrExpired) or that was released (ErrNotHeld), and a TTL
-// that with its drift exceeds the client's quarantine window
-// (ErrInvalidArgument). When a quorum reports the value gone, the lock is
-// marked lost. When a quorum extended it only after the new validity had
+// It succeeds only when a quorum extended within the new validity — masters
+// that had lost the key do not count — and it refuses a lock whose validity
+// has already passed (ErrExpired) or that was released (ErrNotHeld), and a
+// TTL that with its drift exceeds the client's quarantine window
+// (ErrInvalidArgument). A master that has no key at all (one restarted
+// without its data) gets the value back, for the TTL, as no vote: the copy
+// counts from the next extension, so that restarting every master in turn
+// (a rolling update) does not wear the lock away. Restoring never
+// overwrites another value and cannot make a lost lock held again: only
+// copies that were already there count. When a quorum reports the value
+// gone, the lock is marked lost and the restored copies are removed. When a quorum extended it only after the new validity had
 // passed (ErrExpired), the lock is marked lost too and its value is removed
 // from every master like a failed acquisition's.
 func (l *Lock) Extend(ctx context.Context) error {
@@ -373,9 +378,11 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		l.validUntil = time.Time{}
 		r.abandon(l.key, l.value, timeout, v.votes, true)
 	case errors.Is(res, errNoQuorum) && v.tally.Held+v.tally.Absent >= c.quorum:
-		// A quorum says the value is gone: the lock is lost.
+		// A quorum says the value is gone: the lock is lost. Remove the
+		// copies the extension refreshed or restored.
 		kind = ErrNotHeld
 		l.validUntil = time.Time{}
+		r.abandon(l.key, l.value, timeout, v.votes, true)
 	case errors.Is(res, errNoQuorum):
 		// Failures kept the quorum from answering; the old validity stands.
 		kind = ErrQuorumUnavailable

@@ -1380,10 +1380,8 @@ func TestSlowMasterVotesOnlyInTime(t *testing.T) {
 		if granted, slow := votes(l, late); granted != 2 || slow.Addr != late || slow.Outcome == redlock.OutcomeGranted {
 			t.Fatalf("%d granted, the late master %+v: want its vote lost", granted, slow)
 		}
-		// Requests reach it at once: its SET took effect, unanswered in time.
-		if v := value(t, servers[2], "slow-too-late"); v != l.Value() {
-			t.Fatalf("the late master holds %q, want the lock's value (its SET landed)", v)
-		}
+		// Requests reach it at once: its SET takes effect, unanswered in time.
+		waitFor(t, 5*time.Second, "the late master's SET to land", func() bool { return value(t, servers[2], "slow-too-late") == l.Value() })
 		// The release's request reaches it at once too (or, on a new
 		// connection whose handshake is late, the key expires with its ttl).
 		released := time.Now()
@@ -1410,4 +1408,56 @@ func impostorClosed(t *testing.T) string {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return addr
+}
+
+// TestExtendRestoresRestartedMasters: masters restarted one after another
+// without their data (a rolling update of persistence None) each get the
+// lock's value back on the next extension, so the lock outlives restarting
+// every master in turn; a restored copy is no vote for the extension that
+// restored it, and a lock a quorum no longer holds is not brought back.
+func TestExtendRestoresRestartedMasters(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(2*time.Second))
+	l, err := c.Acquire(ctx, "rolled", time.Minute, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(servers) - 1; i >= 0; i-- {
+		if err := servers[i].Restart(false); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx); err != nil {
+			t.Fatalf("extend after restarting master %d (the others hold the value): %v", i, err)
+		}
+		// Its request may still be under way when the quorum has answered.
+		waitFor(t, 5*time.Second, fmt.Sprintf("restarted master %d to get the lock's value back", i), func() bool { return value(t, servers[i], "rolled") == l.Value() })
+		for _, v := range l.Votes() {
+			if v.Addr == servers[i].Addr() && v.Outcome == redlock.OutcomeGranted {
+				t.Fatalf("the restored master %d voted for the extension that restored it: %+v", i, l.Votes())
+			}
+		}
+	}
+
+	// A lock a quorum no longer holds is lost, and the copies the extension
+	// restored are removed.
+	for _, s := range servers[:2] {
+		a := s.Client()
+		if err := a.Del(ctx, "rolled").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Close()
+	}
+	if err := l.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("extend with the value gone from two of three: %v, want ErrNotHeld", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range servers {
+		for value(t, s, "rolled") != "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("master %s still holds the lost lock's value", s.Addr())
+			}
+			time.Sleep(10 * time.Millisecond) // poll interval
+		}
+	}
 }
