@@ -1380,8 +1380,8 @@ func TestSlowMasterVotesOnlyInTime(t *testing.T) {
 		if granted, slow := votes(l, late); granted != 2 || slow.Addr != late || slow.Outcome == redlock.OutcomeGranted {
 			t.Fatalf("%d granted, the late master %+v: want its vote lost", granted, slow)
 		}
-		// Requests reach it at once: its SET takes effect, unanswered in time.
-		waitFor(t, 5*time.Second, "the late master's SET to land", func() bool { return value(t, servers[2], "slow-too-late") == l.Value() })
+		// Requests reach it at once (on a connection it already had): its SET
+		// may take effect, unanswered in time.
 		// The release's request reaches it at once too (or, on a new
 		// connection whose handshake is late, the key expires with its ttl).
 		released := time.Now()
