@@ -80,6 +80,11 @@ type Reconciler struct {
 
 	// applied remembers the last apply of each owned object (see apply).
 	applied sync.Map
+	// probed holds the sets this process has probed (a rolling update
+	// waits for that), replaced the UID of the member pod each set's
+	// rolling update replaced last (the next waits until the cache shows
+	// it going).
+	probed, replaced sync.Map
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
@@ -95,6 +100,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if err := r.Get(ctx, req.NamespacedName, ms); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Masters.Forget(req.NamespacedName)
+			r.probed.Delete(req.NamespacedName)
+			r.replaced.Delete(req.NamespacedName)
 			r.Metrics.MastersServing.DeleteLabelValues(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -142,6 +149,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if out.rolling {
 			next = min(next, rollInterval)
 		}
+		if out.problem != nil {
+			defer reportProblem(ms, out.problem) // after the probe's conditions
+			r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, problemReason(out.problem), "Apply", "%s; the members keep serving the certificate they have", conditions.Message(out.problem.Error()))
+		}
 	}
 	c, err := r.Masters.Refresh(ctx, ms)
 	if err != nil {
@@ -152,6 +163,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, perr
 		}
 		next = min(next, r.applyProbe(ms, results, now))
+		r.probed.Store(req.NamespacedName, true)
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
 }
@@ -183,6 +195,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		Named("redismasterset").
 		Complete(r)
+}
+
+// problemReason is the condition reason of a spec that cannot be applied.
+func problemReason(err error) string {
+	if errors.Is(err, masters.ErrTLSSecret) {
+		return v1alpha1.ReasonTLSSecretError
+	}
+	return v1alpha1.ReasonUnsupportedSpec
+}
+
+// reportProblem shows on a running set that its spec could not be applied
+// in full: Degraded=True with the reason, while Available keeps telling
+// whether a quorum serves.
+func reportProblem(ms *v1alpha1.RedisMasterSet, err error) {
+	setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionTrue, problemReason(err), conditions.Message(err.Error()+"; the members keep serving the certificate they have"))
 }
 
 // setCredentialsCondition shows why no client could be built: the auth

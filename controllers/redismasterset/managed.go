@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,7 +14,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +28,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
+	"github.com/redlock-operator/redlock-operator/internal/masters"
 )
 
 // EventAdmitted is the event of a member pod's admission.
@@ -36,6 +40,7 @@ const EventAdmitted = "MemberAdmitted"
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 
 // managedOutcome is what reconcileManaged did besides writing objects.
 type managedOutcome struct {
@@ -45,6 +50,9 @@ type managedOutcome struct {
 	recorded bool
 	// rolling: a rolling update has outdated members left.
 	rolling bool
+	// problem: the spec could not be applied in full (a TLS Secret that
+	// cannot be used): the members keep what they have.
+	problem error
 }
 
 // reconcileManaged writes the objects that run a managed set, admits new
@@ -68,9 +76,16 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 	case err != nil:
 		return managedOutcome{}, fmt.Errorf("read statefulset: %w", err)
 	}
+	var problem error
 	serving, err := r.servingTLS(ctx, ms, live, now)
 	if err != nil {
-		return managedOutcome{}, err
+		// A running set keeps serving the certificate it has, and goes on
+		// admitting, rolling and being probed; the problem is reported.
+		cur := liveServing(ms, live)
+		if cur == nil || (!masters.SecretUnusable(err) && !errors.Is(err, errUnsupportedSpec)) {
+			return managedOutcome{}, err
+		}
+		serving, problem = cur, err
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
 	opts := managed.Options{GateImage: gateImage(ms, r.GateImage), ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace, TLS: serving}
@@ -104,23 +119,28 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		return managedOutcome{}, err
 	}
 	rolling, err := r.rollMembers(ctx, ms, live)
-	return managedOutcome{rolling: rolling}, err
+	return managedOutcome{rolling: rolling, problem: problem}, err
 }
 
 // EventReplaced is the event of a member pod deleted for a rolling update.
 const EventReplaced = "MemberReplaced"
 
-// rollMembers deletes the next outdated member pod a rolling update may
+// rollMembers replaces the next outdated member pod a rolling update may
 // replace (managed.NextToReplace), if any: the StatefulSet, updated OnDelete,
-// recreates it from its new template. It reports whether outdated members
-// are left. live is the StatefulSet as read at the start of the reconcile:
-// until its controller has observed its latest generation, its update
-// revision may be stale and nothing is deleted.
+// recreates it from its new template. A member that may vote goes through
+// an eviction (the set's PodDisruptionBudget refuses it while another
+// member is out, whoever took it out); one that casts no vote is deleted.
+// It reports whether outdated members are left. live is the StatefulSet as
+// read at the start of the reconcile: until its controller has observed its
+// latest generation, its update revision may be stale and nothing goes.
+// Nothing goes either before this process has probed the set, nor while
+// the pod it replaced last is not yet seen going in the cache.
 func (r *Reconciler) rollMembers(ctx context.Context, ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet) (bool, error) {
 	if live == nil || live.Status.UpdateRevision == "" {
 		return false, nil
 	}
-	if live.Status.ObservedGeneration != live.Generation {
+	key := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
+	if _, probed := r.probed.Load(key); !probed || live.Status.ObservedGeneration != live.Generation {
 		return true, nil
 	}
 	var list corev1.PodList
@@ -128,40 +148,55 @@ func (r *Reconciler) rollMembers(ctx context.Context, ms *v1alpha1.RedisMasterSe
 		return false, fmt.Errorf("list member pods: %w", err)
 	}
 	replicas := int(ms.Spec.Managed.Replicas)
+	last, _ := r.replaced.Load(key)
 	var pods []managed.MemberPod
 	byName := map[string]*corev1.Pod{}
 	for i := range list.Items {
 		pod := &list.Items[i]
 		ord, ok := ordinal(pod, live.Name)
-		if !ok || ord >= replicas {
+		if !ok || ord >= replicas || !metav1.IsControlledBy(pod, live) {
 			continue
 		}
+		if pod.UID == last && pod.DeletionTimestamp.IsZero() {
+			return true, nil // the cache has not caught up with the last replacement
+		}
 		byName[pod.Name] = pod
-		serving := ord < len(ms.Status.Members) && ms.Status.Members[ord].State == v1alpha1.MemberServing
+		var state string
+		if ord < len(ms.Status.Members) {
+			state = ms.Status.Members[ord].State
+		}
 		pods = append(pods, managed.MemberPod{
-			Name: pod.Name, Ordinal: ord, Serving: serving,
+			Name: pod.Name, Ordinal: ord,
+			Serving: state == v1alpha1.MemberServing, Down: state == v1alpha1.MemberDown,
 			Outdated:    pod.Labels[appsv1.ControllerRevisionHashLabelKey] != live.Status.UpdateRevision,
 			Ready:       podReady(pod),
 			Terminating: !pod.DeletionTimestamp.IsZero(),
 		})
 	}
-	name, wait := managed.NextToReplace(pods, replicas)
-	if name == "" {
-		if wait == managed.UpToDate {
+	next := managed.NextToReplace(pods, replicas)
+	if next.Name == "" {
+		if next.Wait == managed.UpToDate {
 			return false, nil
 		}
-		log.FromContext(ctx).V(1).Info("rolling update waits", "reason", wait)
+		log.FromContext(ctx).V(1).Info("rolling update waits", "reason", next.Wait)
 		return true, nil
 	}
-	pod := byName[name]
+	pod := byName[next.Name]
 	// Only the pod as seen: not one recreated or changed since.
-	pre := client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
-	switch err := r.Delete(ctx, pod, pre); {
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		return true, nil // the pod changed: decide again
+	pre := &metav1.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
+	var err error
+	if next.Voting {
+		err = r.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{DeleteOptions: &metav1.DeleteOptions{Preconditions: pre}})
+	} else {
+		err = r.Delete(ctx, pod, client.Preconditions(*pre))
+	}
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsTooManyRequests(err):
+		return true, nil // the pod changed, or the budget is spent: decide again
 	case err != nil:
 		return true, fmt.Errorf("replace member pod %s: %w", pod.Name, err)
 	}
+	r.replaced.Store(key, pod.UID)
 	r.Recorder.Eventf(ms, pod, corev1.EventTypeNormal, EventReplaced, "Roll", "replacing pod %s for the set's new template; the next member goes once it votes again", pod.Name)
 	return true, nil
 }

@@ -214,3 +214,57 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		Expect(availability(fetchSet(ns, "locks"))).To(Equal("False/" + v1alpha1.ReasonQuorumLost))
 	})
 })
+
+var _ = Describe("Rolling update of a managed set", Ordered, func() {
+	var (
+		mgr *testenv.Manager
+		ns  string
+		sts *appsv1.StatefulSet
+	)
+	// outdatedPod is member pod ord of the set's StatefulSet at revision
+	// rev, as the StatefulSet controller would create it (envtest runs none).
+	outdatedPod := func(ord, rev string) *corev1.Pod {
+		pod := memberPod(fetchSet(ns, "roll"), ord)
+		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = rev
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: new(true)}}
+		return pod
+	}
+	exists := func(name string) func() bool {
+		return func() bool {
+			return k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Pod{}) == nil
+		}
+	}
+	BeforeAll(func() {
+		mgr = startManager()
+		ns = newNamespace()
+		Expect(k8s.Create(suiteCtx, &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "roll"},
+			Spec:       v1alpha1.RedisMasterSetSpec{MaxLockTTL: metav1.Duration{Duration: maxLockTTL}, Managed: &v1alpha1.ManagedMasters{Replicas: 3}},
+		})).To(Succeed())
+		sts = &appsv1.StatefulSet{}
+		Eventually(func() error { return k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "roll"}, sts) }).Should(Succeed())
+		Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.OnDeleteStatefulSetStrategyType), "the operator rolls the members itself")
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("replaces outdated members that cast no vote one at a time, waiting while a replaced one is missing", func() {
+		By("three member pods of the old revision, none Ready, their members Down (envtest has no kubelet)")
+		for _, ord := range []string{"0", "1", "2"} {
+			Expect(k8s.Create(suiteCtx, outdatedPod(ord, "roll-old"))).To(Succeed())
+		}
+		Eventually(func() []string { return memberStates(fetchSet(ns, "roll")) }).Should(HaveEach(v1alpha1.MemberDown))
+		By("the StatefulSet controller's view: a new revision to roll to")
+		sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, CurrentRevision: "roll-old", UpdateRevision: "roll-new"}
+		Expect(k8s.Status().Update(suiteCtx, sts)).To(Succeed())
+
+		By("replacing the highest ordinal first, and nothing else while it is missing")
+		Eventually(exists("roll-2")).Should(BeFalse())
+		Consistently(func() bool { return exists("roll-0")() && exists("roll-1")() }, 3*time.Second).Should(BeTrue())
+		Eventually(func() []string { return eventReasons(ns, "roll") }).Should(ContainElement("MemberReplaced"))
+
+		By("the next once the replacement exists, at the new revision")
+		Expect(k8s.Create(suiteCtx, outdatedPod("2", "roll-new"))).To(Succeed())
+		Eventually(exists("roll-1")).Should(BeFalse())
+		Consistently(func() bool { return exists("roll-0")() && exists("roll-2")() }, 3*time.Second).Should(BeTrue())
+	})
+})

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/certs"
@@ -66,9 +67,33 @@ func (r *Reconciler) servingTLS(ctx context.Context, ms *v1alpha1.RedisMasterSet
 		}
 		st.RenewAt = &metav1.Time{Time: certs.RenewAt(leaf.NotBefore, leaf.NotAfter, lead)}
 	}
+	if t.ServerSecretRef != nil {
+		// The members mount a checked copy, never the user's Secret: the
+		// kubelet refreshes a mounted Secret in place, and a member
+		// restarting later would serve whatever it holds by then.
+		sec := managed.ServingSecret(ms, pair, caPEM)
+		if err := r.createOnce(ctx, ms, sec); err != nil {
+			return nil, err
+		}
+		name = sec.Name
+	}
 	st.SecretName, st.NotAfter = name, &metav1.Time{Time: leaf.NotAfter}
 	ms.Status.TLS = st
 	return &managed.Serving{Secret: name, Hash: managed.ServingHash(pair)}, nil
+}
+
+// liveServing is the certificate the StatefulSet's members mount now (nil
+// when none): what they keep serving while a new one cannot be used.
+func liveServing(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet) *managed.Serving {
+	if live == nil {
+		return nil
+	}
+	for _, v := range live.Spec.Template.Spec.Volumes {
+		if v.Name == "tls" && v.Secret != nil && strings.HasPrefix(v.Secret.SecretName, managed.ServingSecretPrefix(ms)) {
+			return &managed.Serving{Secret: v.Secret.SecretName, Hash: live.Spec.Template.Annotations[managed.AnnotationTLS]}
+		}
+	}
+	return nil
 }
 
 // currentServing reads the serving certificate in use and checks it: the
@@ -86,6 +111,16 @@ func (r *Reconciler) currentServing(ctx context.Context, ms *v1alpha1.RedisMaste
 		return ref.Name, pair, leaf, err
 	}
 	name := issuedSecretName(ms, live)
+	if name == "" && live == nil {
+		// A new set: its first certificate may be recorded in a status
+		// the cache has not caught up with yet; issuing another would
+		// leave the first behind.
+		fresh := &v1alpha1.RedisMasterSet{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ms), fresh); err != nil {
+			return "", certs.Pair{}, nil, fmt.Errorf("read master set: %w", err)
+		}
+		name = issuedSecretName(fresh, nil)
+	}
 	if name == "" {
 		return "", certs.Pair{}, nil, nil
 	}
@@ -107,15 +142,10 @@ func (r *Reconciler) currentServing(ctx context.Context, ms *v1alpha1.RedisMaste
 // last for a set: the one its StatefulSet mounts, else the one status
 // records (a new set, whose StatefulSet is created by a later reconcile).
 func issuedSecretName(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet) string {
-	prefix := managed.ServingSecretPrefix(ms)
-	if live != nil {
-		for _, v := range live.Spec.Template.Spec.Volumes {
-			if v.Secret != nil && v.Name == "tls" && strings.HasPrefix(v.Secret.SecretName, prefix) {
-				return v.Secret.SecretName
-			}
-		}
+	if cur := liveServing(ms, live); cur != nil {
+		return cur.Secret
 	}
-	if st := ms.Status.TLS; st != nil && strings.HasPrefix(st.SecretName, prefix) {
+	if st := ms.Status.TLS; st != nil && strings.HasPrefix(st.SecretName, managed.ServingSecretPrefix(ms)) {
 		return st.SecretName
 	}
 	return ""

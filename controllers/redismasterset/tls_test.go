@@ -203,28 +203,44 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 		ms := tlsSet(ns, "users", &v1alpha1.MasterTLS{ServerSecretRef: &v1alpha1.LocalSecretRef{Name: "users-cert"}})
 		userSecret("users-cert", issue(ms, nil), true)
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
-		var hash string
+		var hash, copied string
 		Eventually(func(g Gomega) {
 			sts := statefulSet(g, ns, "users")
-			g.Expect(tlsVolume(sts)).To(Equal("users-cert"))
+			copied = tlsVolume(sts)
+			g.Expect(copied).To(HavePrefix("users-tls-"), "the members mount a checked copy, not the user's Secret")
 			hash = sts.Spec.Template.Annotations[managed.AnnotationTLS]
 			g.Expect(hash).NotTo(BeEmpty())
 		}).Should(Succeed())
-		Expect(fetchSet(ns, "users").Status.TLS.SecretName).To(Equal("users-cert"))
+		Expect(fetchSet(ns, "users").Status.TLS.SecretName).To(Equal(copied))
+		cp := secret(ns, copied)
+		Expect(*cp.Immutable).To(BeTrue())
+		Expect(cp.Data[certs.CertKey]).To(Equal(secret(ns, "users-cert").Data[certs.CertKey]))
 		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "users-tls-ca"}, &corev1.Secret{})).NotTo(Succeed(), "no CA of the operator's")
 
 		By("renewing the certificate in the same Secret, as cert-manager does")
 		userSecret("users-cert", issue(ms, nil), true)
 		Eventually(func(g Gomega) {
-			g.Expect(statefulSet(g, ns, "users").Spec.Template.Annotations[managed.AnnotationTLS]).NotTo(Equal(hash))
+			sts := statefulSet(g, ns, "users")
+			g.Expect(sts.Spec.Template.Annotations[managed.AnnotationTLS]).NotTo(Equal(hash))
+			g.Expect(tlsVolume(sts)).NotTo(Equal(copied), "a new copy")
 		}).Should(Succeed())
 	})
 
-	It("rolls nothing onto bad TLS material, and says why", func() {
+	It("rolls nothing onto bad TLS material, says why, and keeps the set running", func() {
+		By("refusing bad material for a new set: nothing is created")
 		ms := tlsSet(ns, "bad", &v1alpha1.MasterTLS{ServerSecretRef: &v1alpha1.LocalSecretRef{Name: "bad-cert"}})
 		good := issue(ms, nil)
-		userSecret("bad-cert", good, true)
+		userSecret("bad-cert", good, false)
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := condition(fetchSet(ns, "bad"), v1alpha1.ConditionAvailable)
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonTLSSecretError))
+			g.Expect(c.Message).To(ContainSubstring("not labelled"))
+		}).Should(Succeed())
+		Expect(apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "bad"}, &appsv1.StatefulSet{}))).To(BeTrue())
+
+		By("running it once the material is good")
+		userSecret("bad-cert", good, true)
 		var hash string
 		Eventually(func(g Gomega) {
 			hash = statefulSet(g, ns, "bad").Spec.Template.Annotations[managed.AnnotationTLS]
@@ -247,12 +263,19 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 			By(tc.name)
 			userSecret("bad-cert", tc.pair, tc.optIn)
 			Eventually(func(g Gomega) {
-				c := condition(fetchSet(ns, "bad"), v1alpha1.ConditionAvailable)
+				c := condition(fetchSet(ns, "bad"), v1alpha1.ConditionDegraded)
+				g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 				g.Expect(c.Reason).To(Equal(v1alpha1.ReasonTLSSecretError))
 				g.Expect(c.Message).To(ContainSubstring(tc.say))
 			}).Should(Succeed())
 			Expect(statefulSet(Default, ns, "bad").Spec.Template.Annotations[managed.AnnotationTLS]).To(Equal(hash), "the members keep their certificate")
 		}
+		Eventually(func() []string { return eventReasons(ns, "bad") }).Should(ContainElement(v1alpha1.ReasonTLSSecretError))
+
+		By("admitting a new member pod meanwhile: the set keeps running")
+		pod := memberPod(fetchSet(ns, "bad"), "1")
+		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
+		Eventually(admission(pod)).ShouldNot(BeZero())
 	})
 })
 

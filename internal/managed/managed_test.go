@@ -313,36 +313,43 @@ func TestRenderTLS(t *testing.T) {
 }
 
 func TestNextToReplace(t *testing.T) {
+	// flags: o outdated, r Ready, s serving, d Down, t terminating.
 	pod := func(ord int, flags string) MemberPod {
 		return MemberPod{
 			Name: "m-" + strconv.Itoa(ord), Ordinal: ord,
 			Outdated: strings.Contains(flags, "o"), Ready: strings.Contains(flags, "r"),
-			Serving: strings.Contains(flags, "s"), Terminating: strings.Contains(flags, "t"),
+			Serving: strings.Contains(flags, "s"), Down: strings.Contains(flags, "d"), Terminating: strings.Contains(flags, "t"),
 		}
 	}
 	for _, tc := range []struct {
-		name string
-		pods []MemberPod
-		want string
+		name   string
+		pods   []MemberPod
+		want   string
+		voting bool
 	}{
 		{name: "nothing outdated", pods: []MemberPod{pod(0, "rs"), pod(1, "rs"), pod(2, "rs")}},
-		{name: "all healthy: the highest outdated ordinal", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "rs")}, want: "m-1"},
-		{name: "a replaced member not Ready yet: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "s")}},
+		{name: "all healthy: the highest outdated ordinal, by eviction", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "rs")}, want: "m-1", voting: true},
+		{name: "a replaced member not Ready yet: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "")}},
 		{name: "a replaced member Ready but not counted by the operator yet: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "r")}},
 		{name: "a pod terminating: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "orst"), pod(2, "rs")}},
 		{name: "a pod missing: wait", pods: []MemberPod{pod(0, "ors"), pod(1, "ors")}},
 		{name: "members of a new set, voting before they report Ready: none goes", pods: []MemberPod{pod(0, "os"), pod(1, "os"), pod(2, "os")}},
-		{name: "an outdated member that neither serves nor is Ready goes first", pods: []MemberPod{pod(0, "ors"), pod(1, "o"), pod(2, "ors")}, want: "m-1"},
-		{name: "two broken outdated members: the higher first, then the other", pods: []MemberPod{pod(0, "o"), pod(1, "ors"), pod(2, "o")}, want: "m-2"},
-		{name: "an outdated member Ready but not serving (probe lag) waits for the healthy rule", pods: []MemberPod{pod(0, "ors"), pod(1, "or"), pod(2, "rs")}},
-		{name: "an up-to-date member down blocks healthy members", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "")}},
+		{name: "an outdated member Down and not Ready goes first, deleted", pods: []MemberPod{pod(0, "ors"), pod(1, "od"), pod(2, "ors")}, want: "m-1"},
+		{name: "two Down outdated members: the higher first", pods: []MemberPod{pod(0, "od"), pod(1, "ors"), pod(2, "od")}, want: "m-2"},
+		{name: "an outdated member quarantined (about to vote) while another is replaced: wait", pods: []MemberPod{pod(0, "o"), pod(1, ""), pod(2, "rs")}},
+		{name: "an outdated member Down but Ready while another is replaced: wait", pods: []MemberPod{pod(0, "ord"), pod(1, ""), pod(2, "rs"), pod(3, "rs"), pod(4, "rs")}},
+		{name: "the same without a quorum serving: it goes, nothing is lost", pods: []MemberPod{pod(0, "ord"), pod(1, ""), pod(2, "rs")}, want: "m-0"},
+		{name: "Down but Ready members when no quorum serves (a CA the clients no longer trust): one goes", pods: []MemberPod{pod(0, "ord"), pod(1, "ord"), pod(2, "ord")}, want: "m-2"},
+		{name: "the last Down but Ready outdated member once the rest serve", pods: []MemberPod{pod(0, "ord"), pod(1, "rs"), pod(2, "rs")}, want: "m-0"},
+		{name: "an outdated member Ready but not serving (probe lag) waits", pods: []MemberPod{pod(0, "ors"), pod(1, "or"), pod(2, "rs")}},
+		{name: "an up-to-date member down blocks healthy members", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "d")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, why := NextToReplace(tc.pods, 3)
-			if got != tc.want {
-				t.Fatalf("NextToReplace = %q (%s), want %q", got, why, tc.want)
+			got := NextToReplace(tc.pods, max(3, len(tc.pods)))
+			if got.Name != tc.want || got.Voting != tc.voting {
+				t.Fatalf("NextToReplace = %+v, want %q (voting %v)", got, tc.want, tc.voting)
 			}
-			if got == "" && why == "" {
+			if got.Name == "" && got.Wait == "" {
 				t.Fatal("no pod and no reason")
 			}
 		})

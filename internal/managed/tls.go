@@ -86,12 +86,12 @@ func CASecret(ms *v1alpha1.RedisMasterSet, ca certs.Pair) *corev1.Secret {
 	}
 }
 
-// ServingSecret holds a serving certificate the operator issued, named by
-// its content (a renewal is a new Secret: no Secret is ever updated).
+// ServingSecret holds the certificate the members serve — one the operator
+// issued, or a checked copy of the user's — named by its content (a renewal
+// is a new Secret: none is ever updated).
 func ServingSecret(ms *v1alpha1.RedisMasterSet, p certs.Pair, caPEM []byte) *corev1.Secret {
-	sum := sha256.Sum256(p.Cert)
 	return &corev1.Secret{
-		ObjectMeta: meta(ms, ServingSecretPrefix(ms)+hex.EncodeToString(sum[:5])),
+		ObjectMeta: meta(ms, ServingSecretPrefix(ms)+ServingHash(p)[:10]),
 		Type:       corev1.SecretTypeTLS,
 		Immutable:  new(true),
 		Data:       map[string][]byte{certs.CertKey: p.Cert, certs.KeyKey: p.Key, certs.CAKey: caPEM},

@@ -158,7 +158,8 @@ func TestAuthSecretErrors(t *testing.T) {
 }
 
 // The Secret a managed set generated (controlled by the set) needs no
-// label; a Secret of the same name that the set does not control does.
+// label; a Secret of the same name that the set does not control is not
+// used, labelled or not: someone else planted it.
 func TestGeneratedSecretIsTheSetsOwn(t *testing.T) {
 	ms := &v1alpha1.RedisMasterSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "locks", UID: "u1", Generation: 1},
@@ -168,24 +169,29 @@ func TestGeneratedSecretIsTheSetsOwn(t *testing.T) {
 		},
 	}
 	for _, tc := range []struct {
-		name  string
-		owner []metav1.OwnerReference
-		ok    bool
+		name     string
+		owner    []metav1.OwnerReference
+		labelled bool
+		ok       bool
 	}{
-		{"controlled by the set", []metav1.OwnerReference{{APIVersion: "v1", Kind: "RedisMasterSet", Name: "locks", UID: "u1", Controller: new(true)}}, true},
-		{"controlled by another object", []metav1.OwnerReference{{APIVersion: "v1", Kind: "RedisMasterSet", Name: "locks", UID: "u2", Controller: new(true)}}, false},
-		{"not controlled", nil, false},
+		{"controlled by the set", []metav1.OwnerReference{{APIVersion: "v1", Kind: "RedisMasterSet", Name: "locks", UID: "u1", Controller: new(true)}}, false, true},
+		{"controlled by another object", []metav1.OwnerReference{{APIVersion: "v1", Kind: "RedisMasterSet", Name: "locks", UID: "u2", Controller: new(true)}}, false, false},
+		{"not controlled", nil, false, false},
+		{"not controlled, though labelled as credentials", nil, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "locks-auth", OwnerReferences: tc.owner},
 				Data:       map[string][]byte{"password": []byte("p")},
 			}
+			if tc.labelled {
+				s.Labels = map[string]string{v1alpha1.RedisCredentialsLabel: "true"}
+			}
 			reg := &Registry{Reader: &secretReader{secret: s}}
 			defer reg.Close()
 			_, err := reg.Password(context.Background(), ms)
-			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrNotOptedIn)) {
-				t.Fatalf("got %v, want usable %v (else ErrNotOptedIn)", err, tc.ok)
+			if (err == nil) != tc.ok || (err != nil && (!errors.Is(err, ErrNotOwned) || !SecretUnusable(err))) {
+				t.Fatalf("got %v, want usable %v (else ErrNotOwned)", err, tc.ok)
 			}
 		})
 	}

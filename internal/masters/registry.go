@@ -36,7 +36,7 @@ var ErrNotOptedIn = errors.New("not labelled " + v1alpha1.RedisCredentialsLabel 
 // key is malformed, mismatched or untrusted — as opposed to a transient
 // failure to read it.
 func SecretUnusable(err error) bool {
-	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey) || errors.Is(err, ErrNotOptedIn) ||
+	return apierrors.IsNotFound(err) || errors.Is(err, errNoKey) || errors.Is(err, ErrNotOptedIn) || errors.Is(err, ErrNotOwned) ||
 		errors.Is(err, certs.ErrNoCertificate) || errors.Is(err, certs.ErrKeyMismatch) || errors.Is(err, certs.ErrUntrusted)
 }
 

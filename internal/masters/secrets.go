@@ -20,17 +20,26 @@ import (
 // ErrTLSSecret reports a missing or unusable Secret of spec.tls.
 var ErrTLSSecret = errors.New("tls secret")
 
+// ErrNotOwned reports a Secret of a name the operator generates for a set
+// that the set does not control: someone else made it (perhaps to plant a
+// password or a CA key the operator would use). It is not used.
+var ErrNotOwned = errors.New("not made by the operator for this set")
+
 // ReadSecret reads a Secret a master set uses, in the set's namespace. A
-// Secret serves only when it carries the label
-// v1alpha1.RedisCredentialsLabel: "true" (ErrNotOptedIn otherwise) or, when
-// generated is true (the operator generates Secrets of this name for the
-// set), when the set controls it.
+// Secret the user names serves only when it carries the label
+// v1alpha1.RedisCredentialsLabel: "true" (ErrNotOptedIn otherwise); when
+// generated is true (the operator generates a Secret of this name for the
+// set), only when the set controls it (ErrNotOwned otherwise), whatever its
+// labels.
 func ReadSecret(ctx context.Context, r client.Reader, ms *v1alpha1.RedisMasterSet, name string, generated bool) (*corev1.Secret, error) {
 	s := &corev1.Secret{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ms.Namespace, Name: name}, s); err != nil {
 		return nil, err
 	}
-	if s.Labels[v1alpha1.RedisCredentialsLabel] != "true" && (!generated || !metav1.IsControlledBy(s, ms)) {
+	switch {
+	case generated && !metav1.IsControlledBy(s, ms):
+		return nil, ErrNotOwned
+	case !generated && s.Labels[v1alpha1.RedisCredentialsLabel] != "true":
 		return nil, ErrNotOptedIn
 	}
 	return s, nil
