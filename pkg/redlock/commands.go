@@ -61,18 +61,9 @@ var (
 if v == ARGV[1] then return redis.call("DEL", KEYS[1]) end
 if v == false then return -1 end
 return 0`)
-	// extendScript refreshes the lock's copy, and puts it back on a master
-	// that has none — one restarted without its keys — while still
-	// answering "no key": the restored copy is no vote for this extension
-	// (it counts from the next one), but a rolling restart of every master
-	// no longer wears the lock away one copy at a time. It never overwrites
-	// another value.
 	extendScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end
-if v == false then
-  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-  return -1
-end
+if v == false then return -1 end
 return 0`)
 
 	// fencedSetScript is SET key value NX PX ttl that, only when the SET
@@ -187,8 +178,8 @@ func extendArgs(key, value string, ttlMillis int64) []any {
 	return extendScript.args([]string{key}, value, ttlMillis)
 }
 
-// extend sets key's TTL if it holds value (args from extendArgs), and
-// restores value where key is missing (OutcomeAbsent: no vote).
+// extend sets key's TTL if it holds value (args from extendArgs); it never
+// creates the key.
 func (n *node) extend(ctx context.Context, args []any) (Outcome, error) {
 	return scriptOutcome(n.eval(ctx, extendScript, args).Int64())
 }

@@ -59,8 +59,8 @@ const (
 	OutcomeGranted
 	// OutcomeHeld: the key holds another client's value.
 	OutcomeHeld
-	// OutcomeAbsent: the key did not exist (extend and release only; an
-	// extension restores it, without counting it).
+	// OutcomeAbsent: the key does not exist (extend and release only; a
+	// successful extension then restores it, see Lock.Extend).
 	OutcomeAbsent
 	// OutcomeError: a Redis error reply, a timeout or a connection error.
 	OutcomeError

@@ -23,7 +23,11 @@ type Lock struct {
 	// straggling SET cannot land after the release (nil for restored locks).
 	acquired []chan struct{}
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// restoring[i] is closed once the latest restore of the value on master
+	// i (see restore) has answered or timed out; nil where none was sent.
+	// Later requests to master i wait for it, as for acquired.
+	restoring  []chan struct{}
 	validUntil time.Time // zero once released or known lost
 	extensions int
 	votes      []Vote // of the latest successful acquisition or extension
@@ -37,16 +41,52 @@ func (l *Lock) Votes() []Vote {
 	return append([]Vote(nil), l.votes...)
 }
 
-// afterAcquired waits until the acquisition's request to master i has ended.
-func (l *Lock) afterAcquired(ctx context.Context, i int) error {
-	if l.acquired == nil {
-		return nil
+// inflight returns, under l.mu, what a round's request to each master waits
+// for first (see after).
+func (l *Lock) inflight() (acquired, restoring []chan struct{}) {
+	return l.acquired, append([]chan struct{}(nil), l.restoring...)
+}
+
+// after waits until the acquisition's request to master i, and the latest
+// restore sent to it, have ended.
+func after(ctx context.Context, i int, acquired, restoring []chan struct{}) error {
+	for _, chans := range [][]chan struct{}{acquired, restoring} {
+		if i >= len(chans) || chans[i] == nil {
+			continue
+		}
+		select {
+		case <-chans[i]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	select {
-	case <-l.acquired[i]:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	return nil
+}
+
+// restore puts the lock's value back, for its TTL, on the masters that
+// answered a successful extension round r with "no key" — restarted without
+// their data, quarantined or not — so that restarting every master in turn
+// (a rolling update) does not wear the lock away one copy at a time; a
+// restored copy counts from the next extension. It runs only once a quorum
+// has confirmed the lock held, in the background, for each master once its
+// request in r has ended (SET NX: it never overwrites another value); later
+// requests to a master wait for it. Called with l.mu held, before r.finish.
+func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
+	args := setArgs(l.key, l.value, ttlMillis)
+	l.restoring = make([]chan struct{}, len(r.done))
+	for i, n := range l.c.nodes {
+		done := make(chan struct{})
+		l.restoring[i] = done
+		l.c.bg.Go(func() {
+			defer close(done)
+			<-r.done[i]
+			if r.answered[i] != OutcomeAbsent {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_, _ = n.set(ctx, args) // best effort: the next extension restores again
+		})
 	}
 }
 
@@ -304,17 +344,16 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquir
 }
 
 // Extend resets the lock's TTL on every master that still holds its value.
-// It succeeds only when a quorum extended within the new validity — masters
-// that had lost the key do not count — and it refuses a lock whose validity
+// It succeeds only when a quorum extended within the new validity; masters
+// that have lost the key do not count, and it refuses a lock whose validity
 // has already passed (ErrExpired) or that was released (ErrNotHeld), and a
 // TTL that with its drift exceeds the client's quarantine window
-// (ErrInvalidArgument). A master that has no key at all (one restarted
-// without its data) gets the value back, for the TTL, as no vote: the copy
-// counts from the next extension, so that restarting every master in turn
-// (a rolling update) does not wear the lock away. Restoring never
-// overwrites another value and cannot make a lost lock held again: only
-// copies that were already there count. When a quorum reports the value
-// gone, the lock is marked lost and the restored copies are removed. When a quorum extended it only after the new validity had
+// (ErrInvalidArgument). After a successful extension only, the value is put
+// back on the masters that answered "no key" (restarted without their
+// data), to count from the next extension (see restore): restarting every
+// master in turn does not wear the lock away. A failed extension never
+// re-creates a key. When a quorum reports the value gone, the lock is
+// marked lost. When a quorum extended it only after the new validity had
 // passed (ErrExpired), the lock is marked lost too and its value is removed
 // from every master like a failed acquisition's.
 func (l *Lock) Extend(ctx context.Context) error {
@@ -350,8 +389,9 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	ttlMillis := l.ttl.Milliseconds()
 	timeout := c.nodeTimeout(l.ttl)
 	args := extendArgs(l.key, l.value, ttlMillis)
+	acquired, restoring := l.inflight()
 	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
-		if err := l.afterAcquired(ctx, i); err != nil {
+		if err := after(ctx, i, acquired, restoring); err != nil {
 			return OutcomeError, err
 		}
 		return n.extend(ctx, args)
@@ -369,6 +409,7 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		l.validUntil = validUntil
 		l.extensions++
 		l.votes = v.votes
+		l.restore(r, ttlMillis, timeout)
 		return ev, nil
 	case errors.Is(res, ErrExpired):
 		// Extended, but too late to count: the lock is lost, and the copies
@@ -378,11 +419,9 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		l.validUntil = time.Time{}
 		r.abandon(l.key, l.value, timeout, v.votes, true)
 	case errors.Is(res, errNoQuorum) && v.tally.Held+v.tally.Absent >= c.quorum:
-		// A quorum says the value is gone: the lock is lost. Remove the
-		// copies the extension refreshed or restored.
+		// A quorum says the value is gone: the lock is lost.
 		kind = ErrNotHeld
 		l.validUntil = time.Time{}
-		r.abandon(l.key, l.value, timeout, v.votes, true)
 	case errors.Is(res, errNoQuorum):
 		// Failures kept the quorum from answering; the old validity stands.
 		kind = ErrQuorumUnavailable
@@ -417,8 +456,9 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	// hook that unregisters it when every request has ended waits for that.
 	registered := make(chan struct{})
 	args := releaseArgs(l.key, l.value)
+	acquired, restoring := l.inflight()
 	r, err := c.startReleaseRound(ctx, c.nodeTimeout(l.ttl), func(ctx context.Context, i int, n *node) (Outcome, error) {
-		if err := l.afterAcquired(ctx, i); err != nil {
+		if err := after(ctx, i, acquired, restoring); err != nil {
 			return OutcomeError, err
 		}
 		return n.release(ctx, args)

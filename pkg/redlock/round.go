@@ -32,6 +32,9 @@ type round struct {
 	running  atomic.Int32   // requests not yet ended
 	slots    []atomic.Int32 // slots[i]: the batcher slot state of master i's request
 	inflight *inflight      // set by Release: its entry in Client.releases
+	// answered[i] is master i's own answer, before a quarantine or a
+	// duplicate address turned it into no vote; set before done[i] closes.
+	answered []Outcome
 }
 
 // startVotingRound sends to every master for an operation that counts votes
@@ -61,6 +64,7 @@ func (c *Client) startRound(ctx context.Context, timeout time.Duration, voting b
 	r := &round{
 		c:        c,
 		votes:    make([]Vote, n),
+		answered: make([]Outcome, n),
 		done:     make([]chan struct{}, n),
 		slots:    make([]atomic.Int32, n),
 		order:    make(chan int, n),
@@ -98,6 +102,7 @@ func (r *round) run(i int) {
 		r.cancel()
 	}
 	v := Vote{Addr: n.addr, Outcome: out, Err: err, Latency: time.Since(t0)}
+	r.answered[i] = out
 	if r.voting {
 		// Checked after the answer: the answer may have come on a new
 		// connection that just found the master restarted.
