@@ -20,9 +20,12 @@
 // Release and extension use Lua scripts that compare the stored value with the
 // lock's own value (random, or the caller's unique [WithValue]), so a client
 // never deletes or prolongs a lock that another client holds, and an
-// extension never re-creates a key that is gone. An extension whose quorum
-// arrives after its new validity fails with [ErrExpired] and removes the
-// copies it refreshed.
+// extension counts only the masters that still held the value. Only after
+// an extension a quorum confirmed is the value put back (SET NX) on masters
+// that had lost the key — restarted without their data — so that restarting
+// every master in turn does not wear a held lock away; a failed extension
+// re-creates nothing. An extension whose quorum arrives after its new
+// validity fails with [ErrExpired] and removes the copies it refreshed.
 //
 // With [WithFencing], an acquisition also takes a fencing token
 // ([Lock.Token]) that is strictly increasing per key across all clients,
