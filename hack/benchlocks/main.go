@@ -1,12 +1,13 @@
 // Command benchlocks measures one operator manager holding many locks: it
 // starts a real kube-apiserver and etcd (envtest), five redis-server masters
 // and the manager in this process, creates the locks, and watches them for a
-// while. It prints a table: time to grant them all, renewals on time, lapses,
-// API writes per second and CPU of each component.
+// while. It prints a table: time to grant them all, renewals on time, lapses
+// by cause, API writes per second and CPU of each component. With -hog, a
+// CPU-burning process runs on every core beside it.
 //
-//	KUBEBUILDER_ASSETS=$(hack/build-envtest.sh) go run ./hack/benchlocks -locks 1000 -duration 2m
+//	KUBEBUILDER_ASSETS=$(hack/build-envtest.sh) go run ./hack/benchlocks -locks 1000 -duration 2m [-hog]
 //
-// (`make bench-locks` does this.)
+// (`make bench-locks BENCH_LOCKS_FLAGS=-hog` does this.)
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sort"
 	"strconv"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,9 +42,17 @@ var (
 	ttl      = flag.Duration("ttl", 10*time.Second, "lock TTL")
 	workers  = flag.Int("workers", 8, "parallel reconciles")
 	sample   = flag.Duration("sample", 2*time.Second, "how often every lock's status is checked")
+	hog      = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
 )
 
+// hogEnv makes this program a CPU hog (see startHogs).
+const hogEnv = "BENCHLOCKS_HOG"
+
 func main() {
+	if os.Getenv(hogEnv) == "1" {
+		for {
+		}
+	}
 	flag.Parse()
 	benchenv.Quiet()
 	if err := run(); err != nil {
@@ -59,6 +70,13 @@ func run() error {
 	}
 	defer env.Close()
 	k8s, reg, servers := env.Client, env.Registry, env.Servers
+	if *hog {
+		stop, err := startHogs()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	procs := findProcs(servers)
 	cpu0 := cpuTimes(procs)
@@ -102,6 +120,7 @@ func run() error {
 	renewalsW := histCount(reg, "redlock_lock_renew_lateness_seconds")
 	extendsW := opCount(reg, "extend")
 	lapses, samples := 0, 0
+	causes := map[string]int{}
 	for time.Since(watchStart) < *duration {
 		time.Sleep(*sample)
 		held, bad, err := census(ctx, k8s)
@@ -111,7 +130,14 @@ func run() error {
 		samples++
 		if held != *nLocks {
 			lapses += *nLocks - held
-			fmt.Printf("sample %d: %d of %d held; e.g. %s\n", samples, held, *nLocks, strings.Join(bad, ", "))
+			var eg []string
+			for _, b := range bad[:min(3, len(bad))] {
+				eg = append(eg, b.name+":"+b.reason)
+			}
+			fmt.Printf("sample %d: %d of %d held; e.g. %s\n", samples, held, *nLocks, strings.Join(eg, ", "))
+			for cause, n := range classify(ctx, servers, bad) {
+				causes[cause] += n
+			}
 		}
 	}
 	watched := time.Since(watchStart)
@@ -121,13 +147,20 @@ func run() error {
 	failures := counterSum(reg, "redlock_lock_renew_failures_total")
 	lateP50, lateP99, lateMax := histQuantiles(reg, "redlock_lock_renew_lateness_seconds")
 
-	fmt.Printf("\n%d locks, ttl %v (renewal every %v), 5 masters, envtest kube-apiserver + etcd, %d CPUs, watched %v\n\n",
-		*nLocks, *ttl, *ttl/3, runtime.NumCPU(), watched.Round(time.Second))
+	hogged := ""
+	if *hog {
+		hogged = fmt.Sprintf(", with a CPU hog on each of the %d cores", runtime.NumCPU())
+	}
+	fmt.Printf("\n%d locks, ttl %v (renewal every %v), 5 masters, envtest kube-apiserver + etcd, %d CPUs%s, watched %v\n\n",
+		*nLocks, *ttl, *ttl/3, runtime.NumCPU(), hogged, watched.Round(time.Second))
 	fmt.Println("| measure | value |")
 	fmt.Println("|---|---:|")
 	fmt.Printf("| time to grant all locks | %v |\n", allHeld.Round(time.Millisecond))
 	fmt.Printf("| samples × locks checked | %d × %d |\n", samples, *nLocks)
 	fmt.Printf("| lapses (a lock not Held, or past its validity, in a sample) | %d |\n", lapses)
+	for _, cause := range []string{causeRedis, causeShownLost, causeLate} {
+		fmt.Printf("| … %s | %d |\n", cause, causes[cause])
+	}
 	fmt.Printf("| renewals (extends) while watched | %d (%.1f/s; expected %.1f/s) |\n", extends, float64(extends)/watched.Seconds(), float64(*nLocks)/(*ttl/3).Seconds())
 	fmt.Printf("| renewal failures | %.0f |\n", failures)
 	fmt.Printf("| renewal lateness p50 / p99 / max bucket | %s / %s / %s |\n", lateP50, lateP99, lateMax)
@@ -147,29 +180,113 @@ func run() error {
 	return nil
 }
 
-// census counts the locks whose status shows them held and valid.
-func census(ctx context.Context, k8s client.Client) (int, []string, error) {
+// badLock is a lock a sample did not find held and valid.
+type badLock struct {
+	name, key string
+	// reason is the Held condition's reason, or "validity passed".
+	reason string
+	// shownLost: status says not held (else it says held, but its
+	// validity has passed).
+	shownLost bool
+}
+
+// census counts the locks whose status shows them held and valid, and
+// returns the others.
+func census(ctx context.Context, k8s client.Client) (int, []badLock, error) {
 	var list v1alpha1.DistributedLockList
 	if err := k8s.List(ctx, &list, client.InNamespace("bench")); err != nil {
 		return 0, nil, err
 	}
 	now := time.Now()
 	held := 0
-	var bad []string
+	var bad []badLock
 	for _, l := range list.Items {
 		c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
+		isHeld := c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil
 		// validUntil is stored in whole seconds, rounded down.
-		if c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil && now.Before(l.Status.ValidUntil.Add(time.Second)) {
+		if isHeld && now.Before(l.Status.ValidUntil.Add(time.Second)) {
 			held++
-		} else if len(bad) < 3 {
-			reason := "no condition"
-			if c != nil {
-				reason = c.Reason
-			}
-			bad = append(bad, l.Name+":"+reason)
+			continue
 		}
+		b := badLock{name: l.Name, key: l.RedisKey(), reason: "validity passed", shownLost: !isHeld}
+		switch {
+		case c == nil:
+			b.reason = "no condition"
+		case !isHeld:
+			b.reason = c.Reason
+		}
+		bad = append(bad, b)
 	}
 	return held, bad, nil
+}
+
+// Causes of a lapse.
+const (
+	causeRedis     = "Redis: the key was on fewer than a quorum of masters (renewal failed, grant lost)"
+	causeShownLost = "status: a quorum held the key, status said not held"
+	causeLate      = "status: a quorum held the key, the validity shown had passed (status written late)"
+)
+
+// classify tells, for each lock a sample found lapsed, whether Redis still
+// held it (the key, with a TTL left, on a quorum of masters): if so the
+// lapse was the status's, else the renewal's.
+func classify(ctx context.Context, servers []*redistest.Server, bad []badLock) map[string]int {
+	onMasters := make([]int, len(bad))
+	for _, s := range servers {
+		c := s.Client()
+		pipe := c.Pipeline()
+		cmds := make([]*redis.DurationCmd, len(bad))
+		for i, b := range bad {
+			cmds[i] = pipe.PTTL(ctx, b.key)
+		}
+		_, _ = pipe.Exec(ctx)
+		for i, cmd := range cmds {
+			if d, err := cmd.Result(); err == nil && d > 0 {
+				onMasters[i]++
+			}
+		}
+		_ = c.Close()
+	}
+	out := map[string]int{}
+	quorum := len(servers)/2 + 1
+	for i, b := range bad {
+		switch {
+		case onMasters[i] < quorum:
+			out[causeRedis]++
+		case b.shownLost:
+			out[causeShownLost]++
+		default:
+			out[causeLate]++
+		}
+	}
+	return out
+}
+
+// startHogs runs a CPU-burning copy of this program on every core, killed
+// with this process; stop kills them.
+func startHogs() (stop func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var cmds []*exec.Cmd
+	stop = func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	for range runtime.NumCPU() {
+		c := exec.Command(self)
+		c.Env = append(os.Environ(), hogEnv+"=1")
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("start CPU hog: %w", err)
+		}
+		cmds = append(cmds, c)
+	}
+	return stop, nil
 }
 
 // findProcs maps component names to PIDs: this process (the manager),
