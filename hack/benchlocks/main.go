@@ -50,7 +50,7 @@ const hogEnv = "BENCHLOCKS_HOG"
 
 func main() {
 	if os.Getenv(hogEnv) == "1" {
-		for {
+		for { //nolint:staticcheck // SA5002: spinning is the point of a CPU hog
 		}
 	}
 	flag.Parse()
@@ -277,7 +277,7 @@ func startHogs() (stop func(), err error) {
 		}
 	}
 	for range runtime.NumCPU() {
-		c := exec.Command(self)
+		c := exec.Command(self) //nolint:gosec // this program itself, as a CPU hog
 		c.Env = append(os.Environ(), hogEnv+"=1")
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := c.Start(); err != nil {
