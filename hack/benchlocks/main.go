@@ -43,6 +43,8 @@ var (
 	workers  = flag.Int("workers", 8, "parallel reconciles")
 	sample   = flag.Duration("sample", 2*time.Second, "how often every lock's status is checked")
 	hog      = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
+	// grantTimeout bounds the wait for every lock to be granted.
+	grantTimeout = flag.Duration("grant-timeout", 5*time.Minute, "how long to wait for every lock to be granted")
 )
 
 // hogEnv makes this program a CPU hog (see startHogs).
@@ -103,11 +105,17 @@ func run() error {
 	}
 	wg.Wait()
 	var allHeld time.Duration
-	if err := benchenv.WaitFor(ctx, 5*time.Minute, func() (bool, error) {
-		held, _, err := census(ctx, k8s)
+	lastReport, held := time.Now(), 0
+	if err := benchenv.WaitFor(ctx, *grantTimeout, func() (bool, error) {
+		var err error
+		held, _, err = census(ctx, k8s)
+		if time.Since(lastReport) > 15*time.Second {
+			fmt.Printf("%v after creating them: %d of %d locks granted\n", time.Since(createStart).Round(time.Second), held, *nLocks)
+			lastReport = time.Now()
+		}
 		return held == *nLocks, err
 	}); err != nil {
-		return fmt.Errorf("not every lock was granted: %w", err)
+		return fmt.Errorf("%d of %d locks granted after %v: %w", held, *nLocks, time.Since(createStart).Round(time.Second), err)
 	}
 	allHeld = time.Since(createStart)
 	fmt.Printf("all %d locks held after %v; watching for %v\n", *nLocks, allHeld.Round(time.Millisecond), *duration)
