@@ -105,16 +105,44 @@ func run() error {
 	}
 	wg.Wait()
 	var allHeld time.Duration
-	lastReport, held := time.Now(), 0
+	// While granting, a lock shown held once and not held and valid later
+	// has lapsed: those are classified too.
+	lastReport, held, everHeld, grantCauses := time.Now(), 0, map[string]bool{}, map[string]int{}
 	if err := benchenv.WaitFor(ctx, *grantTimeout, func() (bool, error) {
 		var err error
-		held, _, err = census(ctx, k8s)
+		var bad []badLock
+		held, bad, err = census(ctx, k8s)
+		if err != nil {
+			return false, err
+		}
 		if time.Since(lastReport) > 15*time.Second {
-			fmt.Printf("%v after creating them: %d of %d locks granted\n", time.Since(createStart).Round(time.Second), held, *nLocks)
+			var lapsed []badLock
+			for _, b := range bad {
+				if everHeld[b.name] {
+					lapsed = append(lapsed, b)
+				}
+			}
+			fmt.Printf("%v after creating them: %d of %d locks shown held and valid; %d shown lapsed after a grant\n",
+				time.Since(createStart).Round(time.Second), held, *nLocks, len(lapsed))
+			for cause, n := range classify(ctx, servers, lapsed) {
+				grantCauses[cause] += n
+			}
 			lastReport = time.Now()
 		}
-		return held == *nLocks, err
+		notHeld := map[string]bool{}
+		for _, b := range bad {
+			notHeld[b.name] = true
+		}
+		for i := range *nLocks {
+			if name := fmt.Sprintf("lock-%04d", i); !notHeld[name] {
+				everHeld[name] = true
+			}
+		}
+		return held == *nLocks, nil
 	}); err != nil {
+		for _, cause := range []string{causeRedis, causeShownLost, causeLate} {
+			fmt.Printf("lapses after a grant, in the progress reports: %s: %d\n", cause, grantCauses[cause])
+		}
 		return fmt.Errorf("%d of %d locks granted after %v: %w", held, *nLocks, time.Since(createStart).Round(time.Second), err)
 	}
 	allHeld = time.Since(createStart)
