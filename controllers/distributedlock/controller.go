@@ -64,8 +64,6 @@ const (
 	EventNotCommitted      = "GrantNotCommitted"
 	EventSuperseded        = "Superseded"
 	EventHolderRelabelled  = "HolderRelabelled"
-	// EventStatusLate: status showed a renewed grant lapsed before its write.
-	EventStatusLate = "StatusWriteLate"
 )
 
 // MasterClients gives the pkg/redlock client of each RedisMasterSet.
@@ -107,7 +105,7 @@ type Reconciler struct {
 	IgnoreNodes bool
 
 	sessions   *sessions
-	wake       wakeups
+	wake       chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
 	relabelled seen.Set // lock namespace/name → lock UID/pod UID of the relabelled holder last reported
 }
 
@@ -200,12 +198,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		if retErr == nil && s.requeue > 0 {
 			result.RequeueAfter = s.requeue
-		}
-		// A lock this manager holds keeps its place by deadline when it
-		// comes back (a retry, or the look at its shown validity); others
-		// keep theirs.
-		if h := r.sessions.get(lock.UID); h != nil && lock.Status.ValidUntil != nil {
-			result.Priority = new(deadlinePriority(lock.Status.ValidUntil.Time))
 		}
 	}()
 
@@ -633,14 +625,14 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redlock.Client) {
 	lock := s.lock
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
-	name, uid := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Name}, lock.UID
+	wake := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}
 	h.session = renewal.Hold(r.sessions.base, renewal.Grant{
 		Lock: lk, Client: c,
 		Key: lk.Key(), Value: lk.Value(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
 		ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
 	}, renewal.Config{
 		Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
-		Notify:  func() { r.enqueue(name, r.shownUntil(uid)) },
+		Notify:  func() { r.enqueue(wake) },
 		Metrics: r.Metrics,
 		Reasons: heldReason,
 	})
@@ -648,29 +640,19 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 	s.pending = h
 }
 
-// enqueue asks, without blocking the caller, for a reconcile of a held
-// lock before deadline (the validity it shows): see deadlinePriority.
-func (r *Reconciler) enqueue(name types.NamespacedName, deadline time.Time) {
-	u := wakeup{name: name, deadline: deadline}
+// enqueue asks for a reconcile of lock without blocking the caller.
+func (r *Reconciler) enqueue(lock *v1alpha1.DistributedLock) {
+	ev := event.TypedGenericEvent[*v1alpha1.DistributedLock]{Object: lock}
 	select {
-	case r.wake <- u:
+	case r.wake <- ev:
 	default:
 		go func() { // the queue is busy: never drop a wake-up
 			select {
-			case r.wake <- u:
+			case r.wake <- ev:
 			case <-r.sessions.base.Done(): // the controller stopped
 			}
 		}()
 	}
-}
-
-// shownUntil is the validity status shows of the grant this manager renews
-// for the lock uid (the zero time when none is shown yet).
-func (r *Reconciler) shownUntil(uid types.UID) time.Time {
-	if h := r.sessions.get(uid); h != nil && h.session != nil {
-		return h.session.ShownUntil()
-	}
-	return time.Time{}
 }
 
 // release stops showing the current grant and, once that status write
@@ -929,14 +911,6 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 		return err
 	}
 	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
-	if kind == "renewal" && s.orig.ValidUntil != nil {
-		slack := s.orig.ValidUntil.Sub(r.Clock.Now())
-		r.Metrics.StatusSlack.Observe(slack.Seconds())
-		if slack < 0 {
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventStatusLate, "Renew",
-				"status showed the grant's validity passed for %v before this write, though the grant was renewed in Redis: status writes are behind (the API server is slow or the client's QPS is spent)", (-slack).Round(time.Millisecond))
-		}
-	}
 	return nil
 }
 
@@ -950,7 +924,7 @@ func errString(err error) string {
 // SetupWithManager registers the controller and its renewal sessions.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.sessions = newSessions()
-	r.wake = make(wakeups, 1024)
+	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.DistributedLock], 1024)
 	if err := mgr.Add(r.sessions); err != nil {
 		return err
 	}
@@ -967,7 +941,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(specOrLifecycleChanged())).
 		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(r.wake)
+		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{}))
 	if r.Pods != nil {
 		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod)))
 		if !r.IgnoreNodes {

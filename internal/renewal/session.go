@@ -178,14 +178,6 @@ func (s *Session) State() State {
 	return st
 }
 
-// ShownUntil returns the validity readers see in status, as last recorded
-// by Shown (the zero time before the first).
-func (s *Session) ShownUntil() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.shown
-}
-
 // Shown records the validity that readers now see in status; the Session
 // asks for a new write before it could pass.
 func (s *Session) Shown(validUntil time.Time) {

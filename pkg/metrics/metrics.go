@@ -11,18 +11,14 @@ import (
 
 // Metrics holds the collectors. Register them once with Register.
 type Metrics struct {
-	OpDuration    *prometheus.HistogramVec
-	Votes         *prometheus.CounterVec
-	Quarantines   *prometheus.CounterVec
-	RenewFailures *prometheus.CounterVec
-	LocksHeld     prometheus.Gauge
-	FencingToken  *prometheus.GaugeVec
-	RenewLateness prometheus.Histogram
-	StatusWrites  *prometheus.CounterVec
-	// StatusSlack is, at each renewal's status write, how long the validity
-	// status showed until then still had to run (negative: readers saw the
-	// grant lapse before the write, which came late).
-	StatusSlack    prometheus.Histogram
+	OpDuration     *prometheus.HistogramVec
+	Votes          *prometheus.CounterVec
+	Quarantines    *prometheus.CounterVec
+	RenewFailures  *prometheus.CounterVec
+	LocksHeld      prometheus.Gauge
+	FencingToken   *prometheus.GaugeVec
+	RenewLateness  prometheus.Histogram
+	StatusWrites   *prometheus.CounterVec
 	MastersServing *prometheus.GaugeVec
 }
 
@@ -63,11 +59,6 @@ func New() *Metrics {
 			Name: "redlock_status_writes_total",
 			Help: "Status writes to the API server, by writer.",
 		}, []string{"writer"}),
-		StatusSlack: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "redlock_status_write_slack_seconds",
-			Help:    "At each renewal's status write, how long the validity shown until then still had to run; negative when it had passed (the write came late and readers saw a lapse).",
-			Buckets: []float64{-10, -5, -2, -1, -0.5, 0, 0.5, 1, 2, 5, 10, 30},
-		}),
 		MastersServing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redlock_master_set_serving",
 			Help: "Masters of a master set that can vote now.",
@@ -79,7 +70,7 @@ func New() *Metrics {
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
-		m.FencingToken, m.RenewLateness, m.StatusWrites, m.StatusSlack, m.MastersServing,
+		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
