@@ -150,8 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			next = min(next, rollInterval)
 		}
 		if out.problem != nil {
-			defer reportProblem(ms, out.problem) // after the probe's conditions
-			r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, problemReason(out.problem), "Apply", "%s; the members keep serving the certificate they have", conditions.Message(out.problem.Error()))
+			defer r.reportProblem(ms, out.problem) // after the probe's conditions
 		}
 	}
 	c, err := r.Masters.Refresh(ctx, ms)
@@ -197,32 +196,32 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// problemReason is the condition reason of a spec that cannot be applied.
-func problemReason(err error) string {
-	if errors.Is(err, masters.ErrTLSSecret) {
-		return v1alpha1.ReasonTLSSecretError
-	}
-	return v1alpha1.ReasonUnsupportedSpec
+// reportProblem shows on a running set that its spec could not be applied
+// in full — Degraded=True with the reason (Available keeps telling whether
+// a quorum serves) and a Warning event.
+func (r *Reconciler) reportProblem(ms *v1alpha1.RedisMasterSet, err error) {
+	reason, msg := reasonOf(err), conditions.Message(err.Error()+"; the members keep serving the certificate they have")
+	setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+	r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, reason, "Apply", "%s", msg)
 }
 
-// reportProblem shows on a running set that its spec could not be applied
-// in full: Degraded=True with the reason, while Available keeps telling
-// whether a quorum serves.
-func reportProblem(ms *v1alpha1.RedisMasterSet, err error) {
-	setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionTrue, problemReason(err), conditions.Message(err.Error()+"; the members keep serving the certificate they have"))
+// reasonOf is the condition reason of an error that keeps a set's spec from
+// being applied or its client from being built.
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, masters.ErrTLSSecret):
+		return v1alpha1.ReasonTLSSecretError
+	case errors.Is(err, masters.ErrNotOptedIn):
+		return v1alpha1.ReasonAuthSecretNotOptedIn
+	case errors.Is(err, masters.ErrAuthSecret):
+		return v1alpha1.ReasonAuthSecretError
+	default:
+		return v1alpha1.ReasonUnsupportedSpec
+	}
 }
 
 // setCredentialsCondition shows why no client could be built: the auth
 // Secret is not opted in, missing or unusable, or the spec is unsupported.
 func setCredentialsCondition(ms *v1alpha1.RedisMasterSet, err error) {
-	reason := v1alpha1.ReasonUnsupportedSpec
-	switch {
-	case errors.Is(err, masters.ErrTLSSecret):
-		reason = v1alpha1.ReasonTLSSecretError
-	case errors.Is(err, masters.ErrNotOptedIn):
-		reason = v1alpha1.ReasonAuthSecretNotOptedIn
-	case errors.Is(err, masters.ErrAuthSecret):
-		reason = v1alpha1.ReasonAuthSecretError
-	}
-	setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, reason, conditions.Message(err.Error()))
+	setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, reasonOf(err), conditions.Message(err.Error()))
 }

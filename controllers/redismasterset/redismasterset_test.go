@@ -199,13 +199,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 				AuthSecretRef: &v1alpha1.SecretKeyRef{Name: "someone-elses"},
 			},
 		})).To(Succeed())
-		Eventually(func(g Gomega) {
-			set := fetchSet(ns, "deputy")
-			c := meta.FindStatusCondition(set.Status.Conditions, v1alpha1.ConditionAvailable)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonAuthSecretNotOptedIn))
-			g.Expect(c.Message).To(ContainSubstring(v1alpha1.RedisCredentialsLabel))
-		}).Should(Succeed())
+		expectCondition(ns, "deputy", v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonAuthSecretNotOptedIn, v1alpha1.RedisCredentialsLabel)
 		Consistently(got, 3*time.Second).Should(BeEmpty(), "bytes were sent to the addresses")
 
 		By("labelling the Secret: now, and only now, the operator talks to the addresses")

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,13 +57,17 @@ func tlsVolume(sts *appsv1.StatefulSet) string {
 	return ""
 }
 
-func condition(ms *v1alpha1.RedisMasterSet, t string) metav1.Condition {
-	for _, c := range ms.Status.Conditions {
-		if c.Type == t {
-			return c
-		}
-	}
-	return metav1.Condition{}
+// expectCondition waits until the set's condition typ has status, reason
+// and a message that says say.
+func expectCondition(ns, name, typ string, status metav1.ConditionStatus, reason, say string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(fetchSet(ns, name).Status.Conditions, typ)
+		g.Expect(c).NotTo(BeNil(), "no %s condition", typ)
+		g.Expect(c.Status).To(Equal(status))
+		g.Expect(c.Reason).To(Equal(reason))
+		g.Expect(c.Message).To(ContainSubstring(say))
+	}).Should(Succeed())
 }
 
 var _ = Describe("Managed RedisMasterSet with operator-issued TLS", Ordered, func() {
@@ -150,11 +155,7 @@ var _ = Describe("Managed RedisMasterSet with operator-issued TLS", Ordered, fun
 		ms.Spec.MaxLockTTL = metav1.Duration{Duration: 10 * time.Minute}
 		ms.Spec.Managed.Replicas = 5
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
-		Eventually(func(g Gomega) {
-			c := condition(fetchSet(ns, "slow"), v1alpha1.ConditionAvailable)
-			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonUnsupportedSpec))
-			g.Expect(c.Message).To(ContainSubstring("certificateDuration 1h0m0s is too short"))
-		}).Should(Succeed())
+		expectCondition(ns, "slow", v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonUnsupportedSpec, "certificateDuration 1h0m0s is too short")
 		err := k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "slow"}, &appsv1.StatefulSet{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no StatefulSet: %v", err)
 	})
@@ -232,11 +233,7 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 		good := issue(ms, nil)
 		userSecret("bad-cert", good, false)
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
-		Eventually(func(g Gomega) {
-			c := condition(fetchSet(ns, "bad"), v1alpha1.ConditionAvailable)
-			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonTLSSecretError))
-			g.Expect(c.Message).To(ContainSubstring("not labelled"))
-		}).Should(Succeed())
+		expectCondition(ns, "bad", v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretError, "not labelled")
 		Expect(apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "bad"}, &appsv1.StatefulSet{}))).To(BeTrue())
 
 		By("running it once the material is good")
@@ -262,12 +259,7 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 		} {
 			By(tc.name)
 			userSecret("bad-cert", tc.pair, tc.optIn)
-			Eventually(func(g Gomega) {
-				c := condition(fetchSet(ns, "bad"), v1alpha1.ConditionDegraded)
-				g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-				g.Expect(c.Reason).To(Equal(v1alpha1.ReasonTLSSecretError))
-				g.Expect(c.Message).To(ContainSubstring(tc.say))
-			}).Should(Succeed())
+			expectCondition(ns, "bad", v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonTLSSecretError, tc.say)
 			Expect(statefulSet(Default, ns, "bad").Spec.Template.Annotations[managed.AnnotationTLS]).To(Equal(hash), "the members keep their certificate")
 		}
 		Eventually(func() []string { return eventReasons(ns, "bad") }).Should(ContainElement(v1alpha1.ReasonTLSSecretError))
@@ -326,11 +318,7 @@ var _ = Describe("External RedisMasterSet over TLS", func() {
 				},
 			},
 		})).To(Succeed())
-		Eventually(func(g Gomega) {
-			c := condition(fetchSet(ns, "tls"), v1alpha1.ConditionAvailable)
-			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonTLSSecretError))
-			g.Expect(c.Message).To(ContainSubstring("not labelled"))
-		}).Should(Succeed())
+		expectCondition(ns, "tls", v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretError, "not labelled")
 		for i, s := range servers {
 			Expect(connectionsReceived(s)).To(Equal(before[i]+1), "no connection but this check's reached %s", s.Addr())
 		}
