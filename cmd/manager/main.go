@@ -87,7 +87,9 @@ func main() {
 	})
 	flag.StringVar(&cfg.webhook.ConfigurationName, "webhook-configuration-name", "redlock-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose CA bundle the operator keeps current.")
 	watchParsed := watchFlags(flag.CommandLine, &cfg)
-	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second (renewals write status: about 1.5 writes/s per 10 held locks at ttl 10s).")
+	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second.")
+	flag.Float64Var(&cfg.statusWriteQPS, "status-write-qps", 0,
+		"Budget of status writes per second that refresh held locks' validity (about 1.16/ttl per held lock); the rest of --kube-api-qps is left to grants and releases. 0: three quarters of --kube-api-qps.")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -109,6 +111,9 @@ func main() {
 		log.Error(err, "bad flag")
 		os.Exit(2)
 	}
+	if cfg.statusWriteQPS == 0 {
+		cfg.statusWriteQPS = qps * 3 / 4
+	}
 	restCfg := ctrl.GetConfigOrDie()
 	restCfg.QPS, restCfg.Burst = float32(qps), burst
 	if err := run(ctrl.SetupSignalHandler(), restCfg, cfg); err != nil {
@@ -125,6 +130,8 @@ func checkFlags(cfg config, qps float64, burst int) error {
 		return fmt.Errorf("--kube-api-qps %v: must be positive", qps)
 	case burst < 1:
 		return fmt.Errorf("--kube-api-burst %d: must be at least 1", burst)
+	case cfg.statusWriteQPS < 0 || cfg.statusWriteQPS > qps:
+		return fmt.Errorf("--status-write-qps %v: must be between 0 (three quarters of --kube-api-qps) and --kube-api-qps %v", cfg.statusWriteQPS, qps)
 	case cfg.workers < 1:
 		return fmt.Errorf("--max-concurrent-reconciles %d: must be at least 1", cfg.workers)
 	case cfg.probeInterval < 100*time.Millisecond || cfg.probeInterval > 10*time.Minute:
@@ -157,6 +164,7 @@ type config struct {
 	lockKeySecret          types.NamespacedName
 	probeInterval          time.Duration
 	workers                int
+	statusWriteQPS         float64
 	nodeTimeout            time.Duration
 	gateImage              string
 	enableWebhook          bool
@@ -206,6 +214,8 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		ProbeInterval: cfg.probeInterval,
 		Workers:       cfg.workers,
 		Metrics:       m,
+
+		StatusWriteQPS: cfg.statusWriteQPS,
 
 		DefaultNodeTimeout: cfg.nodeTimeout,
 		GateImage:          cfg.gateImage,

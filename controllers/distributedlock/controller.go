@@ -50,6 +50,10 @@ const indexMasterSet = "spec.masterSet"
 // label no longer names it, and whose events therefore do not wake it.
 const relabelledPoll = 2 * time.Second
 
+// DefaultStatusWriteQPS is the default budget of validity refreshes per
+// second: three quarters of the manager's default client QPS (200).
+const DefaultStatusWriteQPS = 150
+
 // opTimeout bounds one Redis operation of the controller (each master is
 // bounded by the node timeout inside it).
 const opTimeout = 5 * time.Second
@@ -103,8 +107,12 @@ type Reconciler struct {
 	// (cluster-scoped), which an operator limited to some namespaces may
 	// not be allowed to read.
 	IgnoreNodes bool
+	// StatusWriteQPS is the budget of validity refreshes per second
+	// (default: 150, three quarters of the manager's default client QPS).
+	StatusWriteQPS float64
 
 	sessions   *sessions
+	writer     *statusWriter
 	wake       chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
 	relabelled seen.Set // lock namespace/name → lock UID/pod UID of the relabelled holder last reported
 }
@@ -626,6 +634,7 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 	lock := s.lock
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	wake := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}
+	uid := lock.UID
 	h.session = renewal.Hold(r.sessions.base, renewal.Grant{
 		Lock: lk, Client: c,
 		Key: lk.Key(), Value: lk.Value(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
@@ -633,6 +642,7 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 	}, renewal.Config{
 		Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
 		Notify:  func() { r.enqueue(wake) },
+		Renewed: func() { r.writer.renewed(uid) },
 		Metrics: r.Metrics,
 		Reasons: heldReason,
 	})
@@ -797,14 +807,23 @@ func (r *Reconciler) clientFor(ctx context.Context, lock *v1alpha1.DistributedLo
 }
 
 // showHolder fills status from the grant this manager renews, or hides a
-// holder whose validity has passed; either way it schedules a look at the
-// moment the shown validity passes, so that status flips by itself.
+// holder whose validity has passed. A grant status already shows is left
+// to the status writer, which refreshes its validity; a shown holder that
+// this manager does not renew gets a look at the moment its validity
+// passes, so that status flips by itself.
 func (r *Reconciler) showHolder(s *scope) {
 	lock := s.lock
 	st := &lock.Status
 	if h := r.sessions.get(lock.UID); h != nil && !s.releasing {
-		if state := h.session.State(); s.now.Before(state.ValidUntil) {
+		state := h.session.State()
+		switch {
+		case !s.now.Before(state.ValidUntil):
+			// Lost, and its Session reports it: hide it below.
+		case s.pending != h && st.Holder != nil && st.GrantID == h.grantID:
+			return // the status writer's
+		default:
 			showGrant(st, viewOf(h, state), lock.Generation)
+			return
 		}
 	}
 	if st.Holder == nil {
@@ -849,8 +868,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		}
 		r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.token))
 	}
-	if h := r.sessions.get(lock.UID); h != nil && lock.Status.GrantID == h.grantID && lock.Status.ValidUntil != nil {
-		h.session.Shown(lock.Status.ValidUntil.Time)
+	if h := r.sessions.get(lock.UID); h != nil && lock.Status.GrantID == h.grantID && lock.Status.Holder != nil && lock.Status.ValidUntil != nil {
+		r.writer.track(h, lock.Status.ValidUntil.Time, lock.Spec.TTL.Duration)
 	}
 	return nil
 }
@@ -888,14 +907,21 @@ func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *held, cause e
 }
 
 // patch sends the status patch with optimistic concurrency; see
-// patchStatus.
+// patchStatus. A conflict is retried while a fresh read shows the same
+// grant as the status this reconcile started from: the same changes are
+// sent again on the fresh version, so that a validity the status writer
+// refreshed meanwhile is kept.
 func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	lock := s.lock
 	kind := writeKind(s.orig, lock.Status)
-	base := lock.DeepCopy()
-	base.Status = s.orig
-	err := r.Status().Patch(ctx, lock, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
+	var err error
+	for attempt := 0; ; attempt++ {
+		base := lock.DeepCopy()
+		base.Status = s.orig
+		err = r.Status().Patch(ctx, lock, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if !apierrors.IsConflict(err) || attempt == patchAttempts-1 {
+			break
+		}
 		fresh := &v1alpha1.DistributedLock{}
 		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); gerr != nil {
 			return gerr
@@ -903,9 +929,7 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 		if fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig) {
 			return fmt.Errorf("status changed under this reconcile (another writer): %w", err)
 		}
-		want := lock.Status
-		lock.ObjectMeta, lock.Status = fresh.ObjectMeta, want
-		err = r.Status().Patch(ctx, lock, client.MergeFromWithOptions(fresh, client.MergeFromWithOptimisticLock{}))
+		lock.ResourceVersion = fresh.ResourceVersion
 	}
 	if err != nil {
 		return err
@@ -913,6 +937,10 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
 	return nil
 }
+
+// patchAttempts bounds the status patches of one reconcile that conflict
+// with validity refreshes.
+const patchAttempts = 4
 
 func errString(err error) string {
 	if err == nil {
@@ -924,8 +952,20 @@ func errString(err error) string {
 // SetupWithManager registers the controller and its renewal sessions.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.sessions = newSessions()
+	qps := r.StatusWriteQPS
+	if qps <= 0 {
+		qps = DefaultStatusWriteQPS
+	}
+	r.writer = newStatusWriter(r.Client, r.Recorder, r.Metrics, r.sessions, qps)
+	r.sessions.dropped = r.writer.forget
+	r.writer.superseded = func(h *held) {
+		r.enqueue(&v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name}})
+	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.DistributedLock], 1024)
 	if err := mgr.Add(r.sessions); err != nil {
+		return err
+	}
+	if err := mgr.Add(r.writer); err != nil {
 		return err
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.DistributedLock{}, indexMasterSet, func(o client.Object) []string {
@@ -1019,15 +1059,19 @@ func (r *Reconciler) locksOfMasterSet(ctx context.Context, o client.Object) []re
 }
 
 // specOrLifecycleChanged passes creations, deletions and updates that change
-// the spec, the deletion timestamp or the finalizers — not status writes,
-// which would otherwise reconcile every lock after its own writes.
+// the spec, the deletion timestamp, the finalizers or the grant status shows
+// (another manager's write) — not validity refreshes, which would otherwise
+// reconcile every held lock after each of them.
 func specOrLifecycleChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld, e.ObjectNew
+			ol, okOld := o.(*v1alpha1.DistributedLock)
+			nl, okNew := n.(*v1alpha1.DistributedLock)
 			return o.GetGeneration() != n.GetGeneration() ||
 				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
-				len(o.GetFinalizers()) != len(n.GetFinalizers())
+				len(o.GetFinalizers()) != len(n.GetFinalizers()) ||
+				!okOld || !okNew || !sameGrant(ol.Status, nl.Status)
 		},
 	}
 }

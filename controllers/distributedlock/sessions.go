@@ -34,6 +34,9 @@ type sessions struct {
 	base context.Context
 	stop context.CancelFunc
 
+	// dropped is called with each grant dropped (optional).
+	dropped func(*held)
+
 	mu       sync.Mutex
 	m        map[types.UID]*held
 	expiries map[types.UID]time.Time
@@ -73,9 +76,12 @@ func (ss *sessions) put(h *held) {
 // drop forgets h (only if it is still the grant registered for its lock).
 func (ss *sessions) drop(h *held) {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	if ss.m[h.uid] == h {
 		delete(ss.m, h.uid)
+	}
+	ss.mu.Unlock()
+	if ss.dropped != nil {
+		ss.dropped(h)
 	}
 }
 

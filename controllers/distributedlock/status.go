@@ -83,8 +83,15 @@ func setCondition(st *v1alpha1.DistributedLockStatus, generation int64, typ stri
 
 // setQuorum records the masters' votes.
 func setQuorum(st *v1alpha1.DistributedLockStatus, quorum int, votes []redlock.Vote) {
+	if q := quorumOf(quorum, votes); q != nil {
+		st.Quorum = q
+	}
+}
+
+// quorumOf is the status of the masters' votes (nil: no votes).
+func quorumOf(quorum int, votes []redlock.Vote) *v1alpha1.QuorumStatus {
 	if len(votes) == 0 {
-		return
+		return nil
 	}
 	q := &v1alpha1.QuorumStatus{Quorum: int32(quorum)} //nolint:gosec // a handful of masters
 	for _, v := range votes {
@@ -97,7 +104,7 @@ func setQuorum(st *v1alpha1.DistributedLockStatus, quorum int, votes []redlock.V
 		}
 		q.Masters = append(q.Masters, mv)
 	}
-	st.Quorum = q
+	return q
 }
 
 func voteName(o redlock.Outcome) string {

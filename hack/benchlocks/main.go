@@ -45,6 +45,8 @@ var (
 	hog      = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
 	// grantTimeout bounds the wait for every lock to be granted.
 	grantTimeout = flag.Duration("grant-timeout", 5*time.Minute, "how long to wait for every lock to be granted")
+	mgrQPS       = flag.Float64("kube-api-qps", 200, "the manager's --kube-api-qps")
+	writeQPS     = flag.Float64("status-write-qps", 0, "the manager's --status-write-qps (0: three quarters of -kube-api-qps)")
 )
 
 // hogEnv makes this program a CPU hog (see startHogs).
@@ -66,7 +68,9 @@ func main() {
 func run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, err := benchenv.Start(ctx, benchenv.Options{MaxLockTTL: *ttl, Workers: *workers, Namespace: "bench"})
+	env, err := benchenv.Start(ctx, benchenv.Options{
+		MaxLockTTL: *ttl, Workers: *workers, Namespace: "bench", ManagerQPS: float32(*mgrQPS), StatusWriteQPS: *writeQPS,
+	})
 	if err != nil {
 		return err
 	}
@@ -182,6 +186,10 @@ func run() error {
 	extends := opCount(reg, "extend") - extendsW
 	failures := counterSum(reg, "redlock_lock_renew_failures_total")
 	lateP50, lateP99, lateMax := histQuantiles(reg, "redlock_lock_renew_lateness_seconds")
+	_, slackLow, _ := histQuantiles(reg, "redlock_status_write_slack_seconds", 0.01)
+	lateWrites := counterSum(reg, "redlock_status_writes_late_total")
+	demand, budget := gaugeValue(reg, "redlock_status_write_demand_per_second"), gaugeValue(reg, "redlock_status_write_budget_per_second")
+	rss, heap := memory()
 
 	hogged := ""
 	if *hog {
@@ -197,10 +205,15 @@ func run() error {
 	for _, cause := range []string{causeRedis, causeShownLost, causeLate} {
 		fmt.Printf("| … %s | %d |\n", cause, causes[cause])
 	}
-	fmt.Printf("| renewals (extends) while watched | %d (%.1f/s; expected %.1f/s) |\n", extends, float64(extends)/watched.Seconds(), float64(*nLocks)/(*ttl/3).Seconds())
+	fmt.Printf("| renewals (extends) while watched | %d (%.1f/s; %.1f/s at one every ttl/3, more with those timed for status refreshes) |\n", extends, float64(extends)/watched.Seconds(), float64(*nLocks)/(*ttl/3).Seconds())
 	fmt.Printf("| renewal failures | %.0f |\n", failures)
 	fmt.Printf("| renewal lateness p50 / p99 / max bucket | %s / %s / %s |\n", lateP50, lateP99, lateMax)
-	fmt.Printf("| status writes while watched | %.0f (%.1f/s) |\n", writes1-writesW, (writes1-writesW)/watched.Seconds())
+	perSec := (writes1 - writesW) / watched.Seconds()
+	fmt.Printf("| status writes while watched | %.0f (%.1f/s) |\n", writes1-writesW, perSec)
+	fmt.Printf("| status writes per lock per ttl | %.2f |\n", perSec*ttl.Seconds()/float64(*nLocks))
+	fmt.Printf("| status write demand / budget (writes/s) | %.1f / %.0f |\n", demand, budget)
+	fmt.Printf("| refreshes landed late, whole run | %.0f |\n", lateWrites)
+	fmt.Printf("| validity left when a refresh landed, 1st percentile | %s |\n", slackLow)
 	fmt.Printf("| status writes, whole run | %.0f |\n", writes1-writes0)
 	_ = renewalsW
 	names := make([]string, 0, len(cpu1))
@@ -213,6 +226,10 @@ func run() error {
 	}
 	total := time.Since(wall0)
 	fmt.Printf("| CPU manager, whole run incl. granting (share of one core) | %.1f%% |\n", 100*(cpu1["manager (+ this program)"]-cpu0["manager (+ this program)"]).Seconds()/total.Seconds())
+	for _, n := range names {
+		fmt.Printf("| CPU %s per 1,000 locks while watched (share of one core) | %.1f%% |\n", n, 100*(cpu1[n]-cpuW[n]).Seconds()/watched.Seconds()*1000/float64(*nLocks))
+	}
+	fmt.Printf("| memory of manager (+ this program): RSS / Go heap in use after GC | %.0f MiB / %.0f MiB |\n", rss/(1<<20), heap/(1<<20))
 	return nil
 }
 
@@ -239,8 +256,9 @@ func census(ctx context.Context, k8s client.Client) (int, []badLock, error) {
 	for _, l := range list.Items {
 		c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
 		isHeld := c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil
-		// validUntil is stored in whole seconds, rounded down.
-		if isHeld && now.Before(l.Status.ValidUntil.Add(time.Second)) {
+		// now is after the list returned: a validity that passed while
+		// the list was served counts as a lapse.
+		if isHeld && now.Before(l.Status.ValidUntil.Time) {
 			held++
 			continue
 		}
@@ -430,9 +448,36 @@ func histCount(reg *prometheus.Registry, name string) uint64 {
 	return n
 }
 
-// histQuantiles reads p50, p99 and the highest non-empty bucket bound from a
-// histogram, as bucket upper bounds ("≤ x").
-func histQuantiles(reg *prometheus.Registry, name string) (string, string, string) {
+func gaugeValue(reg *prometheus.Registry, name string) float64 {
+	sum := 0.0
+	for _, m := range gather(reg, name) {
+		sum += m.GetGauge().GetValue()
+	}
+	return sum
+}
+
+// memory returns this process's resident set and its Go heap in use
+// after a collection, in bytes.
+func memory() (rss, heap float64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			rss = kb * 1024
+		}
+	}
+	return rss, float64(ms.HeapInuse)
+}
+
+// histQuantiles reads p50, p99 (or the given quantiles) and the highest
+// non-empty bucket bound from a histogram, as bucket upper bounds ("≤ x").
+func histQuantiles(reg *prometheus.Registry, name string, quantiles ...float64) (string, string, string) {
+	if len(quantiles) == 0 {
+		quantiles = []float64{0.5, 0.99}
+	}
 	ms := gather(reg, name)
 	if len(ms) == 0 || ms[0].GetHistogram().GetSampleCount() == 0 {
 		return "n/a", "n/a", "n/a"
@@ -458,5 +503,8 @@ func histQuantiles(reg *prometheus.Registry, name string) (string, string, strin
 	if prev < h.GetSampleCount() {
 		top = "> last bucket"
 	}
-	return q(0.5), q(0.99), top
+	if len(quantiles) == 1 {
+		return "", q(quantiles[0]), top
+	}
+	return q(quantiles[0]), q(quantiles[1]), top
 }

@@ -49,6 +49,12 @@ type Options struct {
 	Workers int
 	// Namespace holds the master set and what the benchmark creates.
 	Namespace string
+	// ManagerQPS is the manager's client QPS (default 200, the manager
+	// binary's --kube-api-qps), with a burst of twice that.
+	ManagerQPS float32
+	// StatusWriteQPS is the manager's --status-write-qps (default three
+	// quarters of ManagerQPS).
+	StatusWriteQPS float64
 	// QPS and Burst of the benchmark's own client (defaults 400 and 800).
 	QPS   float32
 	Burst int
@@ -102,7 +108,13 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	}
 	e.closers = append(e.closers, func() { _ = env.Stop() })
 	mgrCfg := rest.CopyConfig(cfg)
-	mgrCfg.QPS, mgrCfg.Burst = 200, 400 // the manager binary's defaults (--kube-api-qps, --kube-api-burst)
+	if o.ManagerQPS == 0 {
+		o.ManagerQPS = 200 // the manager binary's default --kube-api-qps
+	}
+	if o.StatusWriteQPS == 0 {
+		o.StatusWriteQPS = float64(o.ManagerQPS) * 3 / 4
+	}
+	mgrCfg.QPS, mgrCfg.Burst = o.ManagerQPS, int(2*o.ManagerQPS)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	e.Config = cfg
 	if e.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
@@ -128,7 +140,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 			return nil, err
 		}
 	}
-	if err := e.startManager(ctx, mgrCfg, scheme, o.Workers); err != nil {
+	if err := e.startManager(ctx, mgrCfg, scheme, o); err != nil {
 		return nil, err
 	}
 	if err := e.Client.Create(ctx, &v1alpha1.RedisMasterSet{
@@ -153,7 +165,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 
 // startManager runs the operator's manager in this process, as the
 // manager binary sets it up.
-func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, workers int) error {
+func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, o Options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Cache: operator.CacheOptions()})
 	if err != nil {
 		return err
@@ -166,8 +178,10 @@ func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8srun
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
 		Namespace:     "redlock-system",
 		LockKeySecret: types.NamespacedName{Namespace: "redlock-system", Name: "lock-key"},
-		Workers:       workers,
+		Workers:       o.Workers,
 		Metrics:       m,
+
+		StatusWriteQPS: o.StatusWriteQPS,
 	})
 	if err != nil {
 		return err

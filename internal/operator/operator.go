@@ -47,6 +47,9 @@ type Options struct {
 	ProbeInterval time.Duration
 	// Workers is the number of parallel DistributedLock reconciles.
 	Workers int
+	// StatusWriteQPS is the budget of held locks' validity refreshes per
+	// second (default distributedlock.DefaultStatusWriteQPS).
+	StatusWriteQPS float64
 	// Metrics receives the operator's metrics (registered by the caller).
 	Metrics *metrics.Metrics
 	// RedlockOptions are added to every master set's client (tests).
@@ -146,6 +149,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Metrics:                 o.Metrics,
 		Clock:                   o.Clock,
 		MaxConcurrentReconciles: o.Workers,
+		StatusWriteQPS:          o.StatusWriteQPS,
 		IgnoreNodes:             o.IgnoreNodes,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)

@@ -5,9 +5,12 @@
 // without touching the keys (for a handover to another process), Release
 // gives the grant back.
 //
-// A Session never talks to the Kubernetes API: it tells its owner through a
-// notify callback when the validity shown to readers needs refreshing or
-// when the grant was lost, and the owner writes status.
+// A Session never talks to the Kubernetes API, and its renewals never wait
+// on it: it tells its owner through callbacks after each renewal and when
+// the grant was lost, and the owner writes status. The Session times one
+// renewal just before the validity shown to readers (see Shown) needs
+// refreshing, so that the refresh shows a validity that is almost a whole
+// ttl away (see StatusLead, RenewLead and WriteDue).
 package renewal
 
 import (
@@ -79,10 +82,12 @@ type Config struct {
 	// Client returns the master set's current client (nil when there is
 	// none): renewals follow a client rebuilt for a new auth Secret.
 	Client func() *redlock.Client
-	// Notify is called, without blocking, when status should be written:
-	// the validity shown (see Shown) could pass before the next renewal, or
-	// the Session ended by itself.
+	// Notify is called, without blocking, when the Session ended by
+	// itself (the grant was lost).
 	Notify func()
+	// Renewed is called, without blocking, after each successful renewal
+	// (optional).
+	Renewed func()
 	// Metrics receives renewal failures and lateness (optional).
 	Metrics *metrics.Metrics
 	// Reasons maps a renewal error to a condition reason for LostError.
@@ -135,6 +140,9 @@ func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 	if s.cfg.Notify == nil {
 		s.cfg.Notify = func() {}
 	}
+	if s.cfg.Renewed == nil {
+		s.cfg.Renewed = func() {}
+	}
 	if s.cfg.Reasons == nil {
 		s.cfg.Reasons = func(error) string { return v1alpha1.ReasonLost }
 	}
@@ -179,7 +187,7 @@ func (s *Session) State() State {
 }
 
 // Shown records the validity that readers now see in status; the Session
-// asks for a new write before it could pass.
+// renews just before its refresh is due (WriteDue).
 func (s *Session) Shown(validUntil time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -266,8 +274,14 @@ func (s *Session) loop(ctx context.Context) error {
 	for {
 		st := s.State()
 		tm := s.timing()
+		s.mu.Lock()
+		shown := s.shown
+		s.mu.Unlock()
 		now := time.Now()
 		next := NextRenewal(st.RenewedAt, tm.every, failures, st.ValidUntil, now)
+		if pre := PreWriteRenewal(shown, tm.ttl, st.RenewedAt); pre.After(now) && pre.Before(next) {
+			next = pre
+		}
 		wake := next
 		if st.ValidUntil.Before(wake) {
 			wake = st.ValidUntil
@@ -289,12 +303,7 @@ func (s *Session) loop(ctx context.Context) error {
 		switch {
 		case err == nil:
 			failures, lastErr = 0, nil
-			s.mu.Lock()
-			shown := s.shown
-			s.mu.Unlock()
-			if NeedStatusWrite(shown, time.Now(), tm.every) {
-				s.cfg.Notify()
-			}
+			s.cfg.Renewed()
 			continue
 		case ctx.Err() != nil:
 			return nil
@@ -383,11 +392,55 @@ func NextRenewal(last time.Time, every time.Duration, failures int, validUntil, 
 	return next
 }
 
-// NeedStatusWrite reports whether a renewal must be written to status: when
-// the validity status shows could pass before the next renewal and its write
-// (one renew interval plus a margin). Otherwise writing every other renewal
-// halves the API writes, and status still never shows a holder past its
-// validity: the validity it shows only trails the real one.
-func NeedStatusWrite(shown, now time.Time, every time.Duration) bool {
-	return shown.Sub(now) < every+max(time.Second, every/2)
+// StatusLead is how long before the validity status shows passes its
+// refresh is due: the time a status write has to land. A tenth of the ttl,
+// and at least min(ttl/4, 500ms).
+func StatusLead(ttl time.Duration) time.Duration {
+	return max(ttl/10, min(ttl/4, 500*time.Millisecond))
+}
+
+// RenewLead is how long before a status refresh is due the renewal it
+// shows is made: a fiftieth of the ttl in [20ms, 1s], room for one
+// renewal round.
+func RenewLead(ttl time.Duration) time.Duration {
+	return min(max(ttl/50, 20*time.Millisecond), time.Second)
+}
+
+// WriteDue is when status showing validity shown must be refreshed (zero
+// when nothing is shown).
+func WriteDue(shown time.Time, ttl time.Duration) time.Time {
+	if shown.IsZero() {
+		return time.Time{}
+	}
+	return shown.Add(-StatusLead(ttl))
+}
+
+// PreWriteRenewal is when a grant renewed last at last is renewed for the
+// status refresh of validity shown: RenewLead before WriteDue, unless a
+// renewal that recent already happened (zero: no such renewal).
+func PreWriteRenewal(shown time.Time, ttl time.Duration, last time.Time) time.Time {
+	due := WriteDue(shown, ttl)
+	if due.IsZero() {
+		return time.Time{}
+	}
+	pre := due.Add(-RenewLead(ttl))
+	if !last.Before(pre.Add(-RenewLead(ttl))) {
+		return time.Time{}
+	}
+	return pre
+}
+
+// FreshForWrite reports whether a renewal made at renewedAt is the one to
+// write for validity shown: it was made within two RenewLeads of WriteDue.
+func FreshForWrite(shown time.Time, ttl time.Duration, renewedAt time.Time) bool {
+	due := WriteDue(shown, ttl)
+	return !due.IsZero() && !renewedAt.Before(due.Add(-2*RenewLead(ttl)))
+}
+
+// WritesPerTTL is how many status writes per ttl a held grant needs in
+// steady state: a write shows the validity of a renewal made RenewLead
+// before it was due, and is due StatusLead before that validity passes.
+func WritesPerTTL(ttl time.Duration) float64 {
+	cycle := ttl - redlock.Drift(ttl) - StatusLead(ttl) - RenewLead(ttl)
+	return float64(ttl) / float64(cycle)
 }

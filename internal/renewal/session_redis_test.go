@@ -62,6 +62,59 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
+func TestSessionRenewsJustBeforeTheStatusWriteIsDue(t *testing.T) {
+	const ttl = 3 * time.Second
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	lk, err := c.Acquire(context.Background(), "prewrite", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewals := make(chan renewal.State, 16)
+	var s *renewal.Session
+	ready := make(chan struct{})
+	s = renewal.Hold(context.Background(), renewal.Grant{
+		Lock: lk, Client: c, Key: "prewrite", Value: lk.Value(), TTL: ttl, Every: ttl / 3, ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
+	}, renewal.Config{
+		Client: func() *redlock.Client { return c },
+		Renewed: func() {
+			<-ready
+			renewals <- s.State()
+		},
+	})
+	t.Cleanup(s.Orphan)
+	shown := lk.ValidUntil()
+	s.Shown(shown)
+	close(ready)
+	// Regular renewals come every second; the write for shown is due
+	// StatusLead before it, and one renewal must be made just before that.
+	due := renewal.WriteDue(shown, ttl)
+	timeout := time.After(2 * ttl)
+	for {
+		select {
+		case st := <-renewals:
+			if renewal.FreshForWrite(shown, ttl, st.RenewedAt) {
+				if !st.RenewedAt.Before(due) {
+					t.Fatalf("the renewal for the write came %v after it was due", st.RenewedAt.Sub(due))
+				}
+				if st.ValidUntil.Sub(shown) < ttl-renewal.StatusLead(ttl)-2*renewal.RenewLead(ttl)-redlock.Drift(ttl) {
+					t.Errorf("the renewal for the write extends the shown validity by only %v", st.ValidUntil.Sub(shown))
+				}
+				return
+			}
+			if st.RenewedAt.After(due) {
+				t.Fatalf("no renewal between %v and the write's due time; the next came %v after it", due.Add(-2*renewal.RenewLead(ttl)), st.RenewedAt.Sub(due))
+			}
+		case <-timeout:
+			t.Fatal("no renewal was made for the status write")
+		}
+	}
+}
+
 func TestSessionRenewsUntilReleased(t *testing.T) {
 	s, servers, m, _ := session(t, "renewed", 1500*time.Millisecond)
 	first := s.State().ValidUntil

@@ -31,25 +31,51 @@ func TestNextRenewal(t *testing.T) {
 	}
 }
 
-func TestNeedStatusWrite(t *testing.T) {
+func TestStatusWriteSchedule(t *testing.T) {
 	now := time.Unix(1000, 0)
-	every := 3 * time.Second
 	for _, tc := range []struct {
-		name  string
-		shown time.Duration // shown validity, relative to now
-		want  bool
+		name             string
+		ttl              time.Duration
+		lead, renewLead  time.Duration
+		writesPerTTLLess float64
 	}{
-		{"a validity just written needs no write", 10 * time.Second, false},
-		{"a validity that survives the next renewal and its write needs none", 6 * time.Second, false},
-		{"a validity that might pass before the next renewal is written needs one", 4 * time.Second, true},
-		{"a validity ending now needs one", 0, true},
-		{"a validity already past needs one", -time.Second, true},
+		{"ttl 10s: the write lands a second ahead, its renewal 200ms before it", 10 * time.Second, time.Second, 200 * time.Millisecond, 1.16},
+		{"ttl 60s: six seconds ahead, renewal a second before", time.Minute, 6 * time.Second, time.Second, 1.15},
+		{"ttl 1s: at least a quarter of the ttl ahead", time.Second, 250 * time.Millisecond, 20 * time.Millisecond, 1.4},
+		{"ttl 3s: at least 500ms ahead", 3 * time.Second, 500 * time.Millisecond, 60 * time.Millisecond, 1.25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := NeedStatusWrite(now.Add(tc.shown), now, every); got != tc.want {
-				t.Errorf("NeedStatusWrite(+%v) = %v, want %v", tc.shown, got, tc.want)
+			if got := StatusLead(tc.ttl); got != tc.lead {
+				t.Errorf("StatusLead(%v) = %v, want %v", tc.ttl, got, tc.lead)
+			}
+			if got := RenewLead(tc.ttl); got != tc.renewLead {
+				t.Errorf("RenewLead(%v) = %v, want %v", tc.ttl, got, tc.renewLead)
+			}
+			if got := WritesPerTTL(tc.ttl); got <= 1 || got >= tc.writesPerTTLLess {
+				t.Errorf("WritesPerTTL(%v) = %.3f, want in (1, %v)", tc.ttl, got, tc.writesPerTTLLess)
+			}
+			shown := now.Add(tc.ttl)
+			due := WriteDue(shown, tc.ttl)
+			if !due.Equal(shown.Add(-tc.lead)) {
+				t.Errorf("WriteDue = shown-%v, want shown-%v", shown.Sub(due), tc.lead)
+			}
+			pre := PreWriteRenewal(shown, tc.ttl, now)
+			if !pre.Equal(due.Add(-tc.renewLead)) {
+				t.Errorf("PreWriteRenewal after an old renewal = due-%v, want due-%v", due.Sub(pre), tc.renewLead)
+			}
+			if !FreshForWrite(shown, tc.ttl, pre) {
+				t.Error("the pre-write renewal is not fresh enough to write")
+			}
+			if got := PreWriteRenewal(shown, tc.ttl, pre.Add(-tc.renewLead)); !got.IsZero() {
+				t.Errorf("a renewal a RenewLead before the pre-write one still asks for another at %v", got)
+			}
+			if FreshForWrite(shown, tc.ttl, pre.Add(-tc.renewLead-time.Millisecond)) {
+				t.Error("a renewal older than two RenewLeads before the due write counts as fresh")
 			}
 		})
+	}
+	if !WriteDue(time.Time{}, time.Second).IsZero() || !PreWriteRenewal(time.Time{}, time.Second, now).IsZero() || FreshForWrite(time.Time{}, time.Second, now) {
+		t.Error("with nothing shown, a write or pre-write renewal is scheduled")
 	}
 }
 

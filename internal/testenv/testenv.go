@@ -197,6 +197,8 @@ type Scope struct {
 	WatchNamespaces []string
 	// Clock is what the controllers read time from; nil: the real clock.
 	Clock clock.PassiveClock
+	// StatusWriteQPS is the budget of validity refreshes (0: the default).
+	StatusWriteQPS float64
 }
 
 // StartScopedManager is StartManagerWith, as s says.
@@ -245,6 +247,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 
 		WatchNamespaces: s.WatchNamespaces,
 		IgnoreNodes:     len(s.WatchNamespaces) > 0,
+		StatusWriteQPS:  s.StatusWriteQPS,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {

@@ -20,6 +20,15 @@ type Metrics struct {
 	RenewLateness  prometheus.Histogram
 	StatusWrites   *prometheus.CounterVec
 	MastersServing *prometheus.GaugeVec
+
+	// StatusWriteSlack, StatusWritesLate, StatusWriteBacklog,
+	// StatusWriteDemand and StatusWriteBudget describe the status writer
+	// that refreshes held locks' validity.
+	StatusWriteSlack   prometheus.Histogram
+	StatusWritesLate   prometheus.Counter
+	StatusWriteBacklog prometheus.Gauge
+	StatusWriteDemand  prometheus.Gauge
+	StatusWriteBudget  prometheus.Gauge
 }
 
 // New returns unregistered collectors.
@@ -63,6 +72,27 @@ func New() *Metrics {
 			Name: "redlock_master_set_serving",
 			Help: "Masters of a master set that can vote now.",
 		}, []string{"namespace", "name"}),
+		StatusWriteSlack: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "redlock_status_write_slack_seconds",
+			Help:    "Validity left in a held lock's status when the refresh replacing it landed; below zero the status showed a passed validity (a lapse) for that long.",
+			Buckets: []float64{-5, -1, -.25, 0, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		StatusWritesLate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redlock_status_writes_late_total",
+			Help: "Validity refreshes of held locks that landed after the validity status showed had passed.",
+		}),
+		StatusWriteBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_write_backlog",
+			Help: "Validity refreshes that are due and not yet sent.",
+		}),
+		StatusWriteDemand: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_write_demand_per_second",
+			Help: "Status writes per second the locks this manager holds need in steady state.",
+		}),
+		StatusWriteBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_write_budget_per_second",
+			Help: "Status writes per second the status writer may spend (--status-write-qps).",
+		}),
 	}
 }
 
@@ -71,6 +101,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
+		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

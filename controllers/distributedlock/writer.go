@@ -1,0 +1,403 @@
+package distributedlock
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+)
+
+// EventStatusWriteLate is the event of a held lock whose validity refresh
+// landed after the validity its status showed had passed.
+const EventStatusWriteLate = "StatusWriteLate"
+
+// writeTimeout bounds one validity refresh.
+const writeTimeout = 10 * time.Second
+
+// writeParallel is how many validity refreshes may be in flight at once.
+const writeParallel = 8
+
+// statusWriter refreshes the validity that held locks' status shows. It
+// is the one writer of every grant this manager renews, once the reconcile
+// that made the grant has shown it: a refresh is due StatusLead before the
+// shown validity passes, and is sent right after the renewal the Session
+// times for it (or at the due time, with the latest renewal). Refreshes
+// that are due go out nearest shown validity first, within a budget of
+// writes per second that leaves the rest of the client's QPS to reconciles
+// (grants, releases, handovers). A refresh that lands after the shown
+// validity passed is counted, observed and reported on the lock
+// (StatusWriteLate), once per lapse.
+//
+// A refresh is a JSON patch whose test operations make it conditional on
+// the object (UID) and on status still showing the grant (grant ID, fencing
+// token, holder): it never shows a holder that another write removed or
+// replaced, whatever this writer's view of the object.
+type statusWriter struct {
+	client   client.Client
+	recorder events.EventRecorder
+	metrics  *metrics.Metrics
+	sessions *sessions
+	budget   *rate.Limiter
+	// superseded asks for a reconcile of a grant's lock whose status no
+	// longer shows the grant.
+	superseded func(*held)
+
+	kick chan struct{}
+
+	mu      sync.Mutex
+	entries map[types.UID]*refresh
+	waiting refreshHeap // by due time
+	ready   refreshHeap // due: by shown validity
+	demand  float64
+	over    bool // demand exceeds the budget (logged once per crossing)
+}
+
+// refresh is the validity refresh of one grant.
+type refresh struct {
+	h      *held
+	ttl    time.Duration
+	shown  time.Time // the validity status shows
+	due    time.Time // when the next refresh is due (zero: after the next renewal)
+	lapsed bool      // a lapse was reported and has not ended
+	where  place
+	index  int // in its heap
+}
+
+type place int
+
+const (
+	parked   place = iota // waits for a renewal
+	waiting               // waits for its due time, or a fresh renewal
+	ready                 // due
+	inFlight              // being written
+)
+
+func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metrics, ss *sessions, perSecond float64) *statusWriter {
+	m.StatusWriteBudget.Set(perSecond)
+	return &statusWriter{
+		client: c, recorder: rec, metrics: m, sessions: ss,
+		budget:  rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
+		kick:    make(chan struct{}, 1),
+		entries: map[types.UID]*refresh{},
+		waiting: refreshHeap{less: func(a, b *refresh) bool { return a.due.Before(b.due) }},
+		ready:   refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
+	}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (w *statusWriter) NeedLeaderElection() bool { return true }
+
+// track makes w refresh the validity of h's grant, which status now shows
+// valid until shown; ttl is the lock's. It tells the Session what is shown.
+func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.entries[h.uid]
+	if e != nil && e.h != h {
+		w.remove(e)
+		e = nil
+	}
+	if e == nil {
+		e = &refresh{h: h, index: -1}
+		w.entries[h.uid] = e
+	} else {
+		w.setDemand(w.demand - perSecond(e.ttl))
+	}
+	e.ttl = ttl
+	w.setDemand(w.demand + perSecond(ttl))
+	if shown.After(e.shown) {
+		e.shown = shown
+	}
+	h.session.Shown(e.shown)
+	if e.where != inFlight {
+		w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+	}
+}
+
+// renewed is called after each renewal of the grant of lock uid: a renewal
+// fresh enough for the next refresh makes it due now.
+func (w *statusWriter) renewed(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.entries[uid]
+	if e == nil || (e.where != parked && e.where != waiting) {
+		return
+	}
+	if e.where == parked || renewal.FreshForWrite(e.shown, e.ttl, time.Now()) {
+		w.place(e, ready)
+	}
+}
+
+// forget stops refreshing h's grant.
+func (w *statusWriter) forget(h *held) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.entries[h.uid]; e != nil && e.h == h {
+		w.remove(e)
+	}
+}
+
+// Start implements manager.Runnable: it sends refreshes as they fall due
+// until ctx ends.
+func (w *statusWriter) Start(ctx context.Context) error {
+	sem := make(chan struct{}, writeParallel)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		w.mu.Lock()
+		now := time.Now()
+		for w.waiting.Len() > 0 && !w.waiting.items[0].due.After(now) {
+			w.place(w.waiting.items[0], ready)
+		}
+		due := w.ready.Len()
+		next := time.Hour
+		if w.waiting.Len() > 0 {
+			next = w.waiting.items[0].due.Sub(now)
+		}
+		w.metrics.StatusWriteBacklog.Set(float64(due))
+		w.mu.Unlock()
+		if due > 0 {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			if err := w.budget.Wait(ctx); err != nil {
+				return nil //nolint:nilerr // the manager is stopping
+			}
+			w.mu.Lock()
+			var e *refresh
+			if w.ready.Len() > 0 {
+				e = heap.Pop(&w.ready).(*refresh)
+				e.where, e.index = inFlight, -1
+			}
+			w.mu.Unlock()
+			if e == nil {
+				<-sem
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				w.write(ctx, e)
+			}()
+			continue
+		}
+		timer.Reset(max(next, 0))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// write sends one refresh and schedules the next.
+func (w *statusWriter) write(ctx context.Context, e *refresh) {
+	h := e.h
+	st := h.session.State()
+	w.mu.Lock()
+	shown := e.shown
+	w.mu.Unlock()
+	switch {
+	case w.sessions.get(h.uid) != h || st.ValidUntil.IsZero():
+		w.forget(h) // released, lost or replaced: the reconcile shows that
+		return
+	case !st.ValidUntil.After(shown):
+		w.reschedule(e, time.Time{}) // nothing newer: after the next renewal
+		return
+	}
+	patch, err := refreshPatch(h, st)
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "build a validity refresh", "lock", h.name)
+		w.forget(h)
+		return
+	}
+	obj := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name}}
+	octx, cancel := context.WithTimeout(ctx, writeTimeout)
+	err = w.client.Status().Patch(octx, obj, client.RawPatch(types.JSONPatchType, patch))
+	cancel()
+	now := time.Now()
+	switch {
+	case err == nil:
+	case apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// A test failed: status no longer shows this grant (released,
+		// lost, replaced) or the object is gone. The reconcile sees to
+		// the grant.
+		w.forget(h)
+		w.superseded(h)
+		return
+	default:
+		if ctx.Err() == nil {
+			logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
+		}
+		w.reschedule(e, now.Add(min(renewal.RenewLead(e.ttl), 250*time.Millisecond))) // retry soon, in deadline order
+		return
+	}
+	w.metrics.StatusWrites.WithLabelValues("renewal").Inc()
+	slack := shown.Sub(now)
+	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
+	h.session.Shown(st.ValidUntil)
+	w.mu.Lock()
+	report := slack < 0 && !e.lapsed
+	e.lapsed = slack < 0
+	if st.ValidUntil.After(e.shown) {
+		e.shown = st.ValidUntil
+	}
+	if w.entries[h.uid] == e {
+		w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+	}
+	demand, budget := w.demand, float64(w.budget.Limit())
+	w.mu.Unlock()
+	if slack < 0 {
+		w.metrics.StatusWritesLate.Inc()
+	}
+	if report {
+		ref := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name, UID: h.uid}}
+		w.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventStatusWriteLate, "Renew",
+			"status showed a validity until %s that passed %v before its refresh was written, though the masters held the grant: status writes are behind (budget %.0f/s; the locks held need %.0f/s)",
+			shown.UTC().Format(time.RFC3339Nano), (-slack).Round(time.Millisecond), budget, demand)
+	}
+}
+
+// refreshPatch is the JSON patch that shows st's validity for h's grant,
+// on the condition that status still shows that grant.
+func refreshPatch(h *held, st renewal.State) ([]byte, error) {
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	ops := []op{
+		{"test", "/metadata/uid", h.uid},
+		{"test", "/status/grantID", h.grantID},
+		{"test", "/status/fencingToken", h.token},
+		{"test", "/status/holder/identity", h.holder},
+		{"add", "/status/renewedAt", v1alpha1.NewPreciseTime(st.RenewedAt)},
+		{"add", "/status/validUntil", v1alpha1.NewPreciseTime(st.ValidUntil)},
+	}
+	if q := quorumOf(h.quorum, st.Votes); q != nil {
+		ops = append(ops, op{"add", "/status/quorum", q})
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("refresh %s: %w", h.name, err)
+	}
+	return b, nil
+}
+
+// perSecond is the status writes per second a grant of ttl needs.
+func perSecond(ttl time.Duration) float64 {
+	return renewal.WritesPerTTL(ttl) / ttl.Seconds()
+}
+
+// reschedule schedules e after its write, unless it was forgotten
+// meanwhile.
+func (w *statusWriter) reschedule(e *refresh, due time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.entries[e.h.uid] == e {
+		w.schedule(e, due)
+	}
+}
+
+// schedule puts e in the waiting heap at due, or parks it (zero due).
+// Callers hold w.mu.
+func (w *statusWriter) schedule(e *refresh, due time.Time) {
+	e.due = due
+	if due.IsZero() {
+		w.place(e, parked)
+		return
+	}
+	w.place(e, waiting)
+}
+
+// place moves e to p. Callers hold w.mu.
+func (w *statusWriter) place(e *refresh, p place) {
+	switch e.where {
+	case waiting:
+		heap.Remove(&w.waiting, e.index)
+	case ready:
+		heap.Remove(&w.ready, e.index)
+	}
+	e.where, e.index = p, -1
+	switch p {
+	case waiting:
+		heap.Push(&w.waiting, e)
+	case ready:
+		heap.Push(&w.ready, e)
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// remove forgets e. Callers hold w.mu.
+func (w *statusWriter) remove(e *refresh) {
+	w.place(e, parked)
+	if w.entries[e.h.uid] == e {
+		delete(w.entries, e.h.uid)
+		w.setDemand(w.demand - perSecond(e.ttl))
+	}
+}
+
+// setDemand records the writes per second the tracked grants need, and
+// logs when it crosses the budget. Callers hold w.mu.
+func (w *statusWriter) setDemand(d float64) {
+	w.demand = max(d, 0)
+	w.metrics.StatusWriteDemand.Set(w.demand)
+	budget := float64(w.budget.Limit())
+	if over := w.demand > budget; over != w.over {
+		w.over = over
+		logf.Log.WithName("status-writer").Info("status write demand crossed the budget",
+			"demandPerSecond", w.demand, "budgetPerSecond", budget, "over", over, "locks", len(w.entries))
+	}
+}
+
+// refreshHeap is a heap of refreshes ordered by less.
+type refreshHeap struct {
+	items []*refresh
+	less  func(a, b *refresh) bool
+}
+
+func (h refreshHeap) Len() int           { return len(h.items) }
+func (h refreshHeap) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h refreshHeap) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].index, h.items[j].index = i, j
+}
+
+func (h *refreshHeap) Push(x any) {
+	e := x.(*refresh)
+	e.index = len(h.items)
+	h.items = append(h.items, e)
+}
+
+func (h *refreshHeap) Pop() any {
+	old := h.items
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.items = old[:len(old)-1]
+	e.index = -1
+	return e
+}

@@ -1,0 +1,123 @@
+package distributedlock
+
+import (
+	"container/heap"
+	"encoding/json"
+	"testing"
+	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// TestRefreshPatchIsConditional applies validity refreshes with the JSON
+// patch library the API server applies them with: a refresh lands only on
+// the object and grant it was made for, and only while status shows that
+// grant held.
+func TestRefreshPatchIsConditional(t *testing.T) {
+	shown := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	h := &held{uid: "uid-1", grantID: "g1", holder: "team-a", token: 7, quorum: 2}
+	st := renewal.State{
+		RenewedAt: shown.Add(-time.Second), ValidUntil: shown.Add(9 * time.Second),
+		Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}, {Addr: "b:1", Outcome: redlock.OutcomeGranted}, {Addr: "c:1", Outcome: redlock.OutcomeError}},
+	}
+	patch, err := refreshPatch(h, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	showing := func(mutate func(*v1alpha1.DistributedLock)) []byte {
+		l := &v1alpha1.DistributedLock{}
+		l.UID = "uid-1"
+		showGrant(&l.Status, grantView{holder: "team-a", grantID: "g1", token: 7, acquiredAt: shown.Add(-time.Minute), renewedAt: shown.Add(-9 * time.Second), validUntil: shown}, 1)
+		if mutate != nil {
+			mutate(l)
+		}
+		b, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*v1alpha1.DistributedLock)
+		applies bool
+	}{
+		{"status shows the grant: the validity is refreshed", nil, true},
+		{"another grant was committed since", func(l *v1alpha1.DistributedLock) { l.Status.GrantID = "g2" }, false},
+		{"another token was committed since", func(l *v1alpha1.DistributedLock) { l.Status.FencingToken = 8 }, false},
+		{"the grant was released (status shows no holder)", func(l *v1alpha1.DistributedLock) {
+			clearGrant(&l.Status, 1, shown, v1alpha1.ReasonReleased, "released")
+		}, false},
+		{"another holder is shown", func(l *v1alpha1.DistributedLock) { l.Status.Holder.Identity = "team-b" }, false},
+		{"the object was re-created under the name", func(l *v1alpha1.DistributedLock) { l.UID = "uid-2" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := p.Apply(showing(tc.mutate))
+			if !tc.applies {
+				if err == nil {
+					t.Fatalf("the refresh applied: %s", out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the refresh did not apply: %v", err)
+			}
+			var l v1alpha1.DistributedLock
+			if err := json.Unmarshal(out, &l); err != nil {
+				t.Fatal(err)
+			}
+			if !l.Status.ValidUntil.Equal(st.ValidUntil) || !l.Status.RenewedAt.Equal(st.RenewedAt) {
+				t.Errorf("validity %v renewed %v, want %v and %v", l.Status.ValidUntil, l.Status.RenewedAt, st.ValidUntil, st.RenewedAt)
+			}
+			if l.Status.Quorum == nil || l.Status.Quorum.Granted != 2 || len(l.Status.Quorum.Masters) != 3 {
+				t.Errorf("quorum = %+v, want the renewal's votes", l.Status.Quorum)
+			}
+			if l.Status.Holder == nil || l.Status.Holder.Identity != "team-a" || l.Status.GrantID != "g1" || l.Status.FencingToken != 7 {
+				t.Errorf("the refresh changed the grant: %+v", l.Status)
+			}
+		})
+	}
+}
+
+// TestDueRefreshesGoNearestValidityFirst: among due refreshes, the one
+// whose shown validity passes first is sent first; waiting ones become due
+// in the order of their due times.
+func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	base := time.Unix(1000, 0)
+	mk := func(uid string, shown time.Duration) *refresh {
+		e := &refresh{h: &held{uid: types.UID(uid)}, ttl: 10 * time.Second, shown: base.Add(shown), index: -1}
+		w.entries[e.h.uid] = e
+		return e
+	}
+	for _, e := range []*refresh{mk("c", 3*time.Second), mk("a", time.Second), mk("d", 4*time.Second), mk("b", 2*time.Second)} {
+		w.place(e, ready)
+	}
+	var got string
+	for w.ready.Len() > 0 {
+		got += string(heap.Pop(&w.ready).(*refresh).h.uid)
+	}
+	if got != "abcd" {
+		t.Errorf("due refreshes went out in the order %q, want abcd", got)
+	}
+	for _, e := range []*refresh{mk("y", 20*time.Second), mk("x", 10*time.Second), mk("z", 30*time.Second)} {
+		w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+	}
+	got = ""
+	for w.waiting.Len() > 0 {
+		got += string(heap.Pop(&w.waiting).(*refresh).h.uid)
+	}
+	if got != "xyz" {
+		t.Errorf("waiting refreshes fall due in the order %q, want xyz", got)
+	}
+}

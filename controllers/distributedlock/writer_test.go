@@ -1,0 +1,164 @@
+package distributedlock_test
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// shownValidity is one validity status showed, and when the watch saw it.
+type shownValidity struct {
+	validUntil, renewedAt, seen time.Time
+	grantID                     string
+	token                       int64
+}
+
+// watchValidity records every validity lock's status shows for d, from a
+// watch on the API server.
+func watchValidity(lock *v1alpha1.DistributedLock, d time.Duration) []shownValidity {
+	wc, err := client.NewWithWatch(env.Cfg, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	w, err := wc.Watch(suiteCtx, &v1alpha1.DistributedLockList{}, client.InNamespace(lock.Namespace),
+		client.MatchingFields{"metadata.name": lock.Name})
+	Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	var out []shownValidity
+	end := time.After(d)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			Expect(ok).To(BeTrue(), "the watch ended")
+			l, isLock := ev.Object.(*v1alpha1.DistributedLock)
+			if ev.Type == watch.Error || !isLock || l.Status.ValidUntil == nil || l.Status.RenewedAt == nil {
+				continue
+			}
+			if n := len(out); n > 0 && out[n-1].validUntil.Equal(l.Status.ValidUntil.Time) {
+				continue
+			}
+			out = append(out, shownValidity{
+				validUntil: l.Status.ValidUntil.Time, renewedAt: l.Status.RenewedAt.Time, seen: time.Now(),
+				grantID: l.Status.GrantID, token: l.Status.FencingToken,
+			})
+		case <-end:
+			return out
+		}
+	}
+}
+
+var _ = Describe("The status writer", Ordered, func() {
+	var (
+		mgr *testenv.Manager
+		ms  *testenv.MasterSet
+	)
+	BeforeAll(func() {
+		mgr = env.StartManager()
+		ms = env.NewServingMasters(env.NewNamespace(), "masters", 3, 4*time.Second)
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("refreshes a held lock's validity from a renewal made just before the refresh fell due, before the shown validity passes", func() {
+		const ttl = 4 * time.Second
+		lock := newLock(ms, "refreshed", "", "team-a", ttl)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		granted := eventuallyHeldBy(lock, "team-a")
+
+		By("watching the validity status shows for four ttls")
+		shown := watchValidity(lock, 4*ttl)
+		Expect(len(shown)).To(BeNumerically(">=", 4), "refreshes seen: %+v", shown)
+
+		By("seeing every refresh keep the grant and land before the validity it replaced passed")
+		for i := 1; i < len(shown); i++ {
+			Expect(shown[i].grantID).To(Equal(granted.Status.GrantID))
+			Expect(shown[i].token).To(Equal(granted.Status.FencingToken))
+			Expect(shown[i].seen).To(BeTemporally("<", shown[i-1].validUntil), "refresh %d landed after the validity it replaced had passed", i)
+		}
+
+		By("seeing a refresh extend the shown validity by nearly a whole ttl, not by two renew intervals")
+		// A refresh shows a renewal made RenewLead before it fell due,
+		// StatusLead before the shown validity passes; writing the
+		// renewal that happened to come last (every ttl/3) would extend
+		// it by 2/3 of the ttl.
+		var gains []time.Duration
+		for i := 1; i < len(shown); i++ {
+			gains = append(gains, shown[i].validUntil.Sub(shown[i-1].validUntil))
+		}
+		slices.Sort(gains)
+		least := ttl - renewal.StatusLead(ttl) - 2*renewal.RenewLead(ttl) - redlock.Drift(ttl)
+		Expect(gains[len(gains)/2]).To(BeNumerically(">=", least), "median gain of %v", gains)
+
+		By("counting the refreshes as the status writer's, none of them late")
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", len(shown)-1))
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWritesLate)).To(BeZero())
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriteDemand)).To(BeNumerically("~", renewal.WritesPerTTL(ttl)/ttl.Seconds(), 0.01))
+		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
+	})
+})
+
+var _ = Describe("The status writer on a budget the held locks exceed", Ordered, func() {
+	var (
+		mgr *testenv.Manager
+		ms  *testenv.MasterSet
+	)
+	const budget = 1.0 // refresh per second
+	BeforeAll(func() {
+		mgr = env.StartScopedManager(testenv.Scope{StatusWriteQPS: budget}, nil)
+		ms = env.NewServingMasters(env.NewNamespace(), "masters", 3, 2*time.Second)
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("degrades visibly: refreshes land late and are reported, while Redis keeps every grant", func() {
+		const ttl, n = 2 * time.Second, 6 // about 4.2 refreshes/s needed
+		var locks []*v1alpha1.DistributedLock
+		for i := range n {
+			l := newLock(ms, fmt.Sprintf("starved-%d", i), "", "team-a", ttl)
+			Expect(k8s.Create(suiteCtx, l)).To(Succeed())
+			locks = append(locks, l)
+		}
+		By("granting every lock: grants do not wait on the refresh budget")
+		granted := map[string]*v1alpha1.DistributedLock{}
+		for _, l := range locks {
+			granted[l.Name] = eventuallyHeldBy(l, "team-a")
+		}
+		By("showing the demand above the budget")
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriteDemand) }).Should(BeNumerically(">", 4*budget))
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriteBudget)).To(Equal(budget))
+
+		By("counting late refreshes and reporting them on the locks")
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWritesLate) }).Should(BeNumerically(">", 0))
+		Eventually(func(g Gomega) {
+			late := 0
+			for _, l := range locks {
+				if slices.Contains(eventReasons(l.Namespace, l.Name), distributedlock.EventStatusWriteLate) {
+					late++
+				}
+			}
+			g.Expect(late).To(BeNumerically(">", 0), "no lock has a %s event", distributedlock.EventStatusWriteLate)
+		}).Should(Succeed())
+
+		By("refreshing every lock all the same, and keeping every grant in Redis")
+		for _, l := range locks {
+			Eventually(func(g Gomega) {
+				cur := fetch(l)
+				g.Expect(cur.Status.GrantID).To(Equal(granted[l.Name].Status.GrantID), "the grant changed")
+				g.Expect(cur.Status.RenewedAt.Time).To(BeTemporally(">", granted[l.Name].Status.RenewedAt.Time))
+				g.Expect(testenv.CountEqual(ms.ValuesOn(cur.Status.Key), expectedValue(cur))).To(BeNumerically(">=", 2))
+			}).Should(Succeed())
+		}
+		Expect(testutil.CollectAndCount(mgr.Metrics.RenewFailures)).To(BeZero(), "a renewal failed")
+		for _, l := range locks {
+			Expect(k8s.Delete(suiteCtx, l)).To(Succeed())
+		}
+	})
+})
