@@ -144,7 +144,7 @@ func run() error {
 		}
 		return held == *nLocks, nil
 	}); err != nil {
-		for _, cause := range []string{causeRedis, causeShownLost, causeLate} {
+		for _, cause := range []string{causeRedis, causeShownLost, causeLate, causeStale} {
 			fmt.Printf("lapses after a grant, in the progress reports: %s: %d\n", cause, grantCauses[cause])
 		}
 		return fmt.Errorf("%d of %d locks granted after %v: %w", held, *nLocks, time.Since(createStart).Round(time.Second), err)
@@ -169,7 +169,11 @@ func run() error {
 		}
 		samples++
 		if held != *nLocks {
-			lapses += *nLocks - held
+			for _, b := range bad {
+				if !b.stale {
+					lapses++
+				}
+			}
 			var eg []string
 			for _, b := range bad[:min(3, len(bad))] {
 				eg = append(eg, b.name+":"+b.reason)
@@ -201,10 +205,11 @@ func run() error {
 	fmt.Println("|---|---:|")
 	fmt.Printf("| time to grant all locks | %v |\n", allHeld.Round(time.Millisecond))
 	fmt.Printf("| samples × locks checked | %d × %d |\n", samples, *nLocks)
-	fmt.Printf("| lapses (a lock not Held, or past its validity, in a sample) | %d |\n", lapses)
+	fmt.Printf("| lapses (status showed a lock not Held, or past its validity, in a sample) | %d |\n", lapses)
 	for _, cause := range []string{causeRedis, causeShownLost, causeLate} {
 		fmt.Printf("| … %s | %d |\n", cause, causes[cause])
 	}
+	fmt.Printf("| not lapses: %s | %d |\n", causeStale, causes[causeStale])
 	fmt.Printf("| renewals (extends) while watched | %d (%.1f/s; %.1f/s at one every ttl/3, more with those timed for status refreshes) |\n", extends, float64(extends)/watched.Seconds(), float64(*nLocks)/(*ttl/3).Seconds())
 	fmt.Printf("| renewal failures | %.0f |\n", failures)
 	fmt.Printf("| renewal lateness p50 / p99 / max bucket | %s / %s / %s |\n", lateP50, lateP99, lateMax)
@@ -238,6 +243,9 @@ type badLock struct {
 	name, key string
 	// reason is the Held condition's reason, or "validity passed".
 	reason string
+	// stale: status showed it held and valid when the list began; the
+	// validity passed while the list was served.
+	stale bool
 	// shownLost: status says not held (else it says held, but its
 	// validity has passed).
 	shownLost bool
@@ -247,27 +255,33 @@ type badLock struct {
 // returns the others.
 func census(ctx context.Context, k8s client.Client) (int, []badLock, error) {
 	var list v1alpha1.DistributedLockList
+	start := time.Now()
 	if err := k8s.List(ctx, &list, client.InNamespace("bench")); err != nil {
 		return 0, nil, err
 	}
-	now := time.Now()
+	// The list shows status at some instant between start and end: a
+	// validity that passed before start had passed in status; one that
+	// passed between start and end may have been refreshed in time, and
+	// the reader's view went stale while the list was served.
+	end := time.Now()
 	held := 0
 	var bad []badLock
 	for _, l := range list.Items {
 		c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
 		isHeld := c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil
-		// now is after the list returned: a validity that passed while
-		// the list was served counts as a lapse.
-		if isHeld && now.Before(l.Status.ValidUntil.Time) {
+		if isHeld && end.Before(l.Status.ValidUntil.Time) {
 			held++
 			continue
 		}
-		b := badLock{name: l.Name, key: l.RedisKey(), reason: "validity passed", shownLost: !isHeld}
+		b := badLock{name: l.Name, key: l.RedisKey(), reason: "validity passed", shownLost: !isHeld,
+			stale: isHeld && !l.Status.ValidUntil.Before(start)}
 		switch {
 		case c == nil:
 			b.reason = "no condition"
 		case !isHeld:
 			b.reason = c.Reason
+		case b.stale:
+			b.reason = "validity passed while listing"
 		}
 		bad = append(bad, b)
 	}
@@ -278,7 +292,8 @@ func census(ctx context.Context, k8s client.Client) (int, []badLock, error) {
 const (
 	causeRedis     = "Redis: the key was on fewer than a quorum of masters (renewal failed, grant lost)"
 	causeShownLost = "status: a quorum held the key, status said not held"
-	causeLate      = "status: a quorum held the key, the validity shown had passed (status written late)"
+	causeLate      = "status: a quorum held the key, the validity shown had passed before the list began (status written late)"
+	causeStale     = "reader: the validity shown passed while the list was being served (the reader's view went stale)"
 )
 
 // classify tells, for each lock a sample found lapsed, whether Redis still
@@ -307,6 +322,8 @@ func classify(ctx context.Context, servers []*redistest.Server, bad []badLock) m
 		switch {
 		case onMasters[i] < quorum:
 			out[causeRedis]++
+		case b.stale:
+			out[causeStale]++
 		case b.shownLost:
 			out[causeShownLost]++
 		default:
