@@ -257,13 +257,23 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	if h == nil {
 		return nil
 	}
-	if grantIDOf(lock.Status) != h.grantID {
+	if !showsGrantOf(lock.Status, h) || lock.Status.Holder == nil {
 		// The cache may not show our own commit yet: ask the API server.
 		fresh := &v1alpha1.DistributedLock{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
 			return fmt.Errorf("read lock: %w", err)
 		}
-		if fresh.UID != lock.UID || grantIDOf(fresh.Status) != h.grantID {
+		if fresh.UID == lock.UID && grantIDOf(fresh.Status) == h.grantID && fresh.Status.Holder == nil {
+			// Status stopped showing this grant (a release whose write
+			// timed out, yet committed): finish the release.
+			s.continueFrom(fresh)
+			if err := r.releaseSession(ctx, h); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
+					"release of grant %d did not reach a quorum; copies expire with the TTL: %s", h.token, conditions.Message(err.Error()))
+			}
+			return nil
+		}
+		if fresh.UID != lock.UID || !showsGrantOf(fresh.Status, h) {
 			_ = r.releaseSession(ctx, h) // its value is unique to it: nothing else is touched
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
 				"gave up grant %d: status shows another grant (fencing token %d)", h.token, fresh.Status.FencingToken)
@@ -286,6 +296,13 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	s.clear(reason, "the grant was lost: "+errString(err))
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	return nil
+}
+
+// showsGrantOf reports whether status shows h's grant, or shows it ended
+// (same grant ID, no holder): the same grant ID and token, and, while a
+// holder is shown, h's holder.
+func showsGrantOf(st v1alpha1.DistributedLockStatus, h *held) bool {
+	return grantIDOf(st) == h.grantID && st.FencingToken == h.token && (st.Holder == nil || st.Holder.Identity == h.holder)
 }
 
 // resolveMasterSet finds the lock's master set and its client, and checks
@@ -820,7 +837,10 @@ func (r *Reconciler) showHolder(s *scope) {
 		case !s.now.Before(state.ValidUntil):
 			// Lost, and its Session reports it: hide it below.
 		case s.pending != h && st.Holder != nil && st.GrantID == h.grantID:
-			return // the status writer's
+			// The status writer refreshes its validity; the condition
+			// follows the spec's generation.
+			s.setHeld(metav1.ConditionTrue, v1alpha1.ReasonAcquired, "held by "+h.holder)
+			return
 		default:
 			showGrant(st, viewOf(h, state), lock.Generation)
 			return

@@ -61,8 +61,9 @@ type statusWriter struct {
 
 	mu      sync.Mutex
 	entries map[types.UID]*refresh
-	waiting refreshHeap // by due time
-	ready   refreshHeap // due: by shown validity
+	refused map[types.UID]time.Time // when a refresh of the lock's grant was last refused
+	waiting refreshHeap             // by due time
+	ready   refreshHeap             // due: by shown validity
 	demand  float64
 	over    bool // demand exceeds the budget (logged once per crossing)
 }
@@ -74,6 +75,7 @@ type refresh struct {
 	shown  time.Time // the validity status shows
 	due    time.Time // when the next refresh is due (zero: after the next renewal)
 	lapsed bool      // a lapse was reported and has not ended
+	fails  int       // transient write errors in a row
 	where  place
 	index  int // in its heap
 }
@@ -94,6 +96,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		budget:  rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		kick:    make(chan struct{}, 1),
 		entries: map[types.UID]*refresh{},
+		refused: map[types.UID]time.Time{},
 		waiting: refreshHeap{less: func(a, b *refresh) bool { return a.due.Before(b.due) }},
 		ready:   refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
 	}
@@ -112,22 +115,37 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 		w.remove(e)
 		e = nil
 	}
-	if e == nil {
+	fresh := e == nil
+	if fresh {
 		e = &refresh{h: h, index: -1}
 		w.entries[h.uid] = e
-	} else {
-		w.setDemand(w.demand - perSecond(e.ttl))
+		w.setDemand(w.demand + perSecond(ttl))
+	} else if e.ttl != ttl {
+		w.setDemand(w.demand - perSecond(e.ttl) + perSecond(ttl))
 	}
 	e.ttl = ttl
-	w.setDemand(w.demand + perSecond(ttl))
-	if shown.After(e.shown) {
+	moved := shown.After(e.shown)
+	if moved {
 		e.shown = shown
 	}
 	h.session.Shown(e.shown)
-	if e.where != inFlight {
-		w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+	if e.where == inFlight || (!fresh && !moved) {
+		return // its schedule stands
 	}
+	due := renewal.WriteDue(e.shown, e.ttl)
+	if at, ok := w.refused[h.uid]; ok {
+		// A refresh of this lock was refused a moment ago: the reconcile
+		// that re-tracks it may still work from a stale cache.
+		if retry := at.Add(refusedBackoff); retry.After(due) {
+			due = retry
+		}
+	}
+	w.schedule(e, due)
 }
+
+// refusedBackoff is how long after a refused refresh the lock's grant is
+// refreshed again.
+const refusedBackoff = time.Second
 
 // renewed is called after each renewal of the grant of lock uid: a renewal
 // fresh enough for the next refresh makes it due now.
@@ -214,10 +232,18 @@ func (w *statusWriter) Start(ctx context.Context) error {
 // write sends one refresh and schedules the next.
 func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	h := e.h
-	st := h.session.State()
 	w.mu.Lock()
-	shown := e.shown
+	shown, ttl := e.shown, e.ttl
 	w.mu.Unlock()
+	st := h.session.State()
+	if due := renewal.WriteDue(shown, ttl); st.RenewedAt.Before(later(due, time.Now()).Add(-2 * renewal.RenewLead(ttl))) {
+		// Sent late (or its renewal was): show a renewal made now, which
+		// also moves this lock's next refresh away from the ones it was
+		// late with.
+		rctx, cancel := context.WithTimeout(ctx, renewNowTimeout)
+		st = h.session.RenewNow(rctx)
+		cancel()
+	}
 	switch {
 	case w.sessions.get(h.uid) != h || st.ValidUntil.IsZero():
 		w.forget(h) // released, lost or replaced: the reconcile shows that
@@ -232,6 +258,9 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.forget(h)
 		return
 	}
+	// Renewals keep the keys at least until the validity shown: tell the
+	// Session before the write may commit.
+	h.session.Shown(st.ValidUntil)
 	obj := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name}}
 	octx, cancel := context.WithTimeout(ctx, writeTimeout)
 	err = w.client.Status().Patch(octx, obj, client.RawPatch(types.JSONPatchType, patch))
@@ -243,21 +272,37 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		// A test failed: status no longer shows this grant (released,
 		// lost, replaced) or the object is gone. The reconcile sees to
 		// the grant.
+		w.mu.Lock()
+		if len(w.refused) > 256 {
+			for uid, at := range w.refused {
+				if now.Sub(at) > refusedBackoff {
+					delete(w.refused, uid)
+				}
+			}
+		}
+		w.refused[h.uid] = now
+		w.mu.Unlock()
 		w.forget(h)
 		w.superseded(h)
 		return
 	default:
-		if ctx.Err() == nil {
-			logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
+		if ctx.Err() != nil {
+			return
 		}
-		w.reschedule(e, now.Add(min(renewal.RenewLead(e.ttl), 250*time.Millisecond))) // retry soon, in deadline order
+		logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
+		w.mu.Lock()
+		e.fails++
+		backoff := min(retryBase<<min(e.fails-1, 10), retryMax)
+		w.mu.Unlock()
+		w.reschedule(e, now.Add(backoff)) // then in deadline order again
 		return
 	}
 	w.metrics.StatusWrites.WithLabelValues("renewal").Inc()
 	slack := shown.Sub(now)
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
-	h.session.Shown(st.ValidUntil)
 	w.mu.Lock()
+	delete(w.refused, h.uid)
+	e.fails = 0
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
 	if st.ValidUntil.After(e.shown) {
@@ -277,6 +322,24 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 			"status showed a validity until %s that passed %v before its refresh was written, though the masters held the grant: status writes are behind (budget %.0f/s; the locks held need %.0f/s)",
 			shown.UTC().Format(time.RFC3339Nano), (-slack).Round(time.Millisecond), budget, demand)
 	}
+}
+
+// Retries of a refresh that failed without an answer (a timeout, an
+// overloaded API server) back off from retryBase to retryMax.
+const (
+	retryBase = 100 * time.Millisecond
+	retryMax  = 5 * time.Second
+)
+
+// renewNowTimeout bounds the wait for a renewal made for a late refresh;
+// past it, the latest renewal is shown.
+const renewNowTimeout = 250 * time.Millisecond
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // refreshPatch is the JSON patch that shows st's validity for h's grant,

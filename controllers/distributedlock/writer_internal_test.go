@@ -3,6 +3,7 @@ package distributedlock
 import (
 	"container/heap"
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -119,5 +120,76 @@ func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
 	}
 	if got != "xyz" {
 		t.Errorf("waiting refreshes fall due in the order %q, want xyz", got)
+	}
+}
+
+// TestRefreshQueueKeepsItsHeaps moves refreshes at random between the
+// writer's places, as tracks, renewals, dispatches, writes and forgets do,
+// and checks after each move that every tracked refresh is in the heap its
+// place names, at its index, and that both heaps keep their order.
+func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	base := time.Now()
+	var all []*refresh
+	for i := range 50 {
+		e := &refresh{h: &held{uid: types.UID(string(rune('A' + i)))}, ttl: 10 * time.Second, index: -1}
+		all = append(all, e)
+	}
+	check := func(step int) {
+		t.Helper()
+		for _, hp := range []*refreshHeap{&w.waiting, &w.ready} {
+			for i, e := range hp.items {
+				if e.index != i {
+					t.Fatalf("step %d: %s at %d has index %d", step, e.h.uid, i, e.index)
+				}
+				if c := (i - 1) / 2; i > 0 && hp.less(e, hp.items[c]) {
+					t.Fatalf("step %d: heap order broken at %d", step, i)
+				}
+			}
+		}
+		for _, e := range w.entries {
+			var hp *refreshHeap
+			switch e.where {
+			case waiting:
+				hp = &w.waiting
+			case ready:
+				hp = &w.ready
+			default:
+				if e.index != -1 {
+					t.Fatalf("step %d: %s is %v with index %d", step, e.h.uid, e.where, e.index)
+				}
+				continue
+			}
+			if e.index < 0 || e.index >= hp.Len() || hp.items[e.index] != e {
+				t.Fatalf("step %d: %s is not where its place says", step, e.h.uid)
+			}
+		}
+	}
+	for step := range 5000 {
+		e := all[rnd.IntN(len(all))]
+		tracked := w.entries[e.h.uid] == e
+		switch op := rnd.IntN(6); {
+		case op == 0: // track, with a later validity now and then
+			if !tracked {
+				w.entries[e.h.uid] = e
+			}
+			e.shown = base.Add(time.Duration(rnd.IntN(100)) * time.Second)
+			if e.where != inFlight {
+				w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+			}
+		case op == 1 && tracked && e.where != inFlight: // a fresh renewal
+			w.place(e, ready)
+		case op == 2 && w.ready.Len() > 0: // dispatched
+			d := heap.Pop(&w.ready).(*refresh)
+			d.where, d.index = inFlight, -1
+		case op == 3 && tracked && e.where == inFlight: // written
+			w.schedule(e, base.Add(time.Duration(rnd.IntN(100))*time.Second))
+		case op == 4 && tracked && e.where == inFlight: // nothing newer
+			w.schedule(e, time.Time{})
+		case op == 5 && tracked: // forgotten
+			w.remove(e)
+		}
+		check(step)
 	}
 }

@@ -112,6 +112,10 @@ type Session struct {
 	shown time.Time // the validity readers see
 	lk    *redlock.Lock
 	lkOn  *redlock.Client // the client lk belongs to
+	// renewed is closed, and replaced, after each renewal.
+	renewed chan struct{}
+	// poke asks the loop for a renewal now.
+	poke  chan struct{}
 	ttl   time.Duration
 	every time.Duration
 	err   error
@@ -134,6 +138,8 @@ func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 		lk:      g.Lock,
 		lkOn:    g.Client,
 		cancel:  cancel,
+		renewed: make(chan struct{}),
+		poke:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -191,7 +197,38 @@ func (s *Session) State() State {
 func (s *Session) Shown(validUntil time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.shown = validUntil
+	if validUntil.After(s.shown) {
+		s.shown = validUntil
+	}
+}
+
+// RenewNow asks for a renewal now rather than on schedule, and waits until
+// one that completes after the call has (or ctx ends, or the Session
+// ends). It returns the state then.
+func (s *Session) RenewNow(ctx context.Context) State {
+	s.mu.Lock()
+	n, renewed := s.state.Renewals, s.renewed
+	s.mu.Unlock()
+	select {
+	case s.poke <- struct{}{}:
+	default: // a renewal is asked for already
+	}
+	for {
+		select {
+		case <-renewed:
+		case <-ctx.Done():
+			return s.State()
+		case <-s.done:
+			return s.State()
+		}
+		s.mu.Lock()
+		done := s.state.Renewals > n
+		renewed = s.renewed
+		s.mu.Unlock()
+		if done {
+			return s.State()
+		}
+	}
 }
 
 // SetTiming follows spec changes: the next renewal uses ttl and every.
@@ -291,6 +328,7 @@ func (s *Session) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-s.poke:
 		}
 		now = time.Now()
 		if !now.Before(st.ValidUntil) {
@@ -357,6 +395,8 @@ func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.
 	if s.err == nil || errors.Is(s.err, ErrOrphaned) {
 		s.state.RenewedAt, s.state.ValidUntil, s.state.Votes = time.Now(), lk.ValidUntil(), lk.Votes()
 		s.state.Renewals++
+		close(s.renewed)
+		s.renewed = make(chan struct{})
 	}
 	return nil
 }
