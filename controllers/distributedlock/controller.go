@@ -263,9 +263,12 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
 			return fmt.Errorf("read lock: %w", err)
 		}
-		if fresh.UID == lock.UID && grantIDOf(fresh.Status) == h.grantID && fresh.Status.Holder == nil {
-			// Status stopped showing this grant (a release whose write
-			// timed out, yet committed): finish the release.
+		if fresh.UID == lock.UID && grantIDOf(fresh.Status) == h.grantID && fresh.Status.Holder == nil &&
+			s.now.Before(h.session.State().ValidUntil) {
+			// Status stopped showing this grant while it is still held: a
+			// release whose write timed out, yet committed. Finish the
+			// release. (A grant hidden because its validity passed is
+			// lost: its Session ends by itself and reports it below.)
 			s.continueFrom(fresh)
 			if err := r.releaseSession(ctx, h); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",

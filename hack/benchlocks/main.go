@@ -91,6 +91,7 @@ func run() error {
 
 	// Create the locks.
 	createStart := time.Now()
+	cpuC := cpuTimes(procs)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i := range *nLocks {
@@ -150,6 +151,7 @@ func run() error {
 		return fmt.Errorf("%d of %d locks granted after %v: %w", held, *nLocks, time.Since(createStart).Round(time.Second), err)
 	}
 	allHeld = time.Since(createStart)
+	cpuG := cpuTimes(procs)
 	fmt.Printf("all %d locks held after %v; watching for %v\n", *nLocks, allHeld.Round(time.Millisecond), *duration)
 
 	// Watch: every sample, every lock must show Held with a validity that
@@ -231,6 +233,9 @@ func run() error {
 	}
 	total := time.Since(wall0)
 	fmt.Printf("| CPU manager, whole run incl. granting (share of one core) | %.1f%% |\n", 100*(cpu1["manager (+ this program)"]-cpu0["manager (+ this program)"]).Seconds()/total.Seconds())
+	for _, n := range names {
+		fmt.Printf("| CPU %s while granting (share of one core) | %.1f%% |\n", n, 100*(cpuG[n]-cpuC[n]).Seconds()/allHeld.Seconds())
+	}
 	for _, n := range names {
 		fmt.Printf("| CPU %s per 1,000 locks while watched (share of one core) | %.1f%% |\n", n, 100*(cpu1[n]-cpuW[n]).Seconds()/watched.Seconds()*1000/float64(*nLocks))
 	}
