@@ -89,7 +89,7 @@ func main() {
 	watchParsed := watchFlags(flag.CommandLine, &cfg)
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second.")
 	flag.Float64Var(&cfg.statusWriteQPS, "status-write-qps", 0,
-		"Budget of status writes per second that refresh held locks' validity (about 1.16/ttl per held lock); the rest of --kube-api-qps is left to grants and releases. 0: three quarters of --kube-api-qps.")
+		"Budget of status writes per second that refresh held locks' validity (about 1.15/ttl per held lock), sent on a client of their own besides --kube-api-qps, so that they never queue behind grants. 0: three quarters of --kube-api-qps.")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -130,8 +130,8 @@ func checkFlags(cfg config, qps float64, burst int) error {
 		return fmt.Errorf("--kube-api-qps %v: must be positive", qps)
 	case burst < 1:
 		return fmt.Errorf("--kube-api-burst %d: must be at least 1", burst)
-	case cfg.statusWriteQPS < 0 || cfg.statusWriteQPS > qps:
-		return fmt.Errorf("--status-write-qps %v: must be between 0 (three quarters of --kube-api-qps) and --kube-api-qps %v", cfg.statusWriteQPS, qps)
+	case cfg.statusWriteQPS < 0:
+		return fmt.Errorf("--status-write-qps %v: must be 0 (three quarters of --kube-api-qps) or more", cfg.statusWriteQPS)
 	case cfg.workers < 1:
 		return fmt.Errorf("--max-concurrent-reconciles %d: must be at least 1", cfg.workers)
 	case cfg.probeInterval < 100*time.Millisecond || cfg.probeInterval > 10*time.Minute:

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -51,7 +52,7 @@ const indexMasterSet = "spec.masterSet"
 const relabelledPoll = 2 * time.Second
 
 // DefaultStatusWriteQPS is the default budget of validity refreshes per
-// second: three quarters of the manager's default client QPS (200).
+// second.
 const DefaultStatusWriteQPS = 150
 
 // opTimeout bounds one Redis operation of the controller (each master is
@@ -108,7 +109,7 @@ type Reconciler struct {
 	// not be allowed to read.
 	IgnoreNodes bool
 	// StatusWriteQPS is the budget of validity refreshes per second
-	// (default: 150, three quarters of the manager's default client QPS).
+	// (default DefaultStatusWriteQPS), sent on a client of their own.
 	StatusWriteQPS float64
 
 	sessions   *sessions
@@ -263,14 +264,17 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
 			return fmt.Errorf("read lock: %w", err)
 		}
-		if fresh.UID == lock.UID && grantIDOf(fresh.Status) == h.grantID && fresh.Status.Holder == nil &&
-			s.now.Before(h.session.State().ValidUntil) {
-			// Status stopped showing this grant while it is still held: a
-			// release whose write timed out, yet committed. Finish the
-			// release. (A grant hidden because its validity passed is
-			// lost: its Session ends by itself and reports it below.)
+		if fresh.UID == lock.UID && grantIDOf(fresh.Status) == h.grantID && fresh.Status.Holder == nil && !ended(h) {
+			// Status stopped showing this grant while its Session runs:
+			// a release whose write timed out yet committed, or a grant
+			// hidden when its validity passed (a renewal landing just
+			// after). Either way it ends here: readers were told.
 			s.continueFrom(fresh)
-			if err := r.releaseSession(ctx, h); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+			err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
+			switch reason := heldConditionReason(fresh.Status); {
+			case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
+				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.token, h.holder, reason)
+			case err != nil && !errors.Is(err, redlock.ErrNotHeld):
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
 					"release of grant %d did not reach a quorum; copies expire with the TTL: %s", h.token, conditions.Message(err.Error()))
 			}
@@ -299,6 +303,24 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	s.clear(reason, "the grant was lost: "+errString(err))
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	return nil
+}
+
+// ended reports whether h's Session has ended.
+func ended(h *held) bool {
+	select {
+	case <-h.session.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// heldConditionReason is the reason of status's Held condition, or "".
+func heldConditionReason(st v1alpha1.DistributedLockStatus) string {
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 // showsGrantOf reports whether status shows h's grant, or shows it ended
@@ -979,7 +1001,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if qps <= 0 {
 		qps = DefaultStatusWriteQPS
 	}
-	r.writer = newStatusWriter(r.Client, r.Recorder, r.Metrics, r.sessions, qps)
+	// The writer has a client of its own, limited only by its budget, so
+	// that refreshes never queue behind grants in the client's limiter.
+	wcfg := rest.CopyConfig(mgr.GetConfig())
+	wcfg.QPS, wcfg.Burst, wcfg.RateLimiter = -1, 0, nil
+	wc, err := client.New(wcfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("status writer client: %w", err)
+	}
+	r.writer = newStatusWriter(wc, r.Recorder, r.Metrics, r.sessions, qps)
 	r.sessions.dropped = r.writer.forget
 	r.writer.superseded = func(h *held) {
 		r.enqueue(&v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name}})

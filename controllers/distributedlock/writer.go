@@ -61,9 +61,9 @@ type statusWriter struct {
 
 	mu      sync.Mutex
 	entries map[types.UID]*refresh
-	refused map[types.UID]time.Time // when a refresh of the lock's grant was last refused
-	waiting refreshHeap             // by due time
-	ready   refreshHeap             // due: by shown validity
+	refused map[*held]time.Time // when a refresh of the grant was last refused
+	waiting refreshHeap         // by due time
+	ready   refreshHeap         // due: by shown validity
 	demand  float64
 	over    bool // demand exceeds the budget (logged once per crossing)
 }
@@ -76,6 +76,7 @@ type refresh struct {
 	due    time.Time // when the next refresh is due (zero: after the next renewal)
 	lapsed bool      // a lapse was reported and has not ended
 	fails  int       // transient write errors in a row
+	poked  bool      // a renewal was asked for this refresh
 	where  place
 	index  int // in its heap
 }
@@ -96,7 +97,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		budget:  rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		kick:    make(chan struct{}, 1),
 		entries: map[types.UID]*refresh{},
-		refused: map[types.UID]time.Time{},
+		refused: map[*held]time.Time{},
 		waiting: refreshHeap{less: func(a, b *refresh) bool { return a.due.Before(b.due) }},
 		ready:   refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
 	}
@@ -133,11 +134,11 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 		return // its schedule stands
 	}
 	due := renewal.WriteDue(e.shown, e.ttl)
-	if at, ok := w.refused[h.uid]; ok {
-		// A refresh of this lock was refused a moment ago: the reconcile
+	if at, ok := w.refused[h]; ok {
+		// A refresh of this grant was refused a moment ago: the reconcile
 		// that re-tracks it may still work from a stale cache.
 		if retry := at.Add(refusedBackoff); retry.After(due) {
-			due = retry
+			due = earlier(retry, e.shown.Add(-renewal.StatusLead(e.ttl)/2))
 		}
 	}
 	w.schedule(e, due)
@@ -184,6 +185,20 @@ func (w *statusWriter) Start(ctx context.Context) error {
 		for w.waiting.Len() > 0 && !w.waiting.items[0].due.After(now) {
 			w.place(w.waiting.items[0], ready)
 		}
+		var pokes []*held
+		for w.ready.Len() > 0 {
+			// A refresh sent late shows a renewal made when it is sent,
+			// which also moves its next refresh away from those it was
+			// late with: ask for one, and send when it is done (renewed)
+			// or after renewNowTimeout.
+			e := w.ready.items[0]
+			if e.poked || !e.h.session.State().RenewedAt.Before(now.Add(-2*renewal.RenewLead(e.ttl))) {
+				break
+			}
+			e.poked = true
+			w.schedule(e, now.Add(renewNowTimeout))
+			pokes = append(pokes, e.h)
+		}
 		due := w.ready.Len()
 		next := time.Hour
 		if w.waiting.Len() > 0 {
@@ -191,6 +206,9 @@ func (w *statusWriter) Start(ctx context.Context) error {
 		}
 		w.metrics.StatusWriteBacklog.Set(float64(due))
 		w.mu.Unlock()
+		for _, h := range pokes {
+			h.session.RenewSoon()
+		}
 		if due > 0 {
 			select {
 			case sem <- struct{}{}:
@@ -233,23 +251,25 @@ func (w *statusWriter) Start(ctx context.Context) error {
 func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	h := e.h
 	w.mu.Lock()
-	shown, ttl := e.shown, e.ttl
+	shown := e.shown
 	w.mu.Unlock()
 	st := h.session.State()
-	if due := renewal.WriteDue(shown, ttl); st.RenewedAt.Before(later(due, time.Now()).Add(-2 * renewal.RenewLead(ttl))) {
-		// Sent late (or its renewal was): show a renewal made now, which
-		// also moves this lock's next refresh away from the ones it was
-		// late with.
-		rctx, cancel := context.WithTimeout(ctx, renewNowTimeout)
-		st = h.session.RenewNow(rctx)
-		cancel()
-	}
 	switch {
 	case w.sessions.get(h.uid) != h || st.ValidUntil.IsZero():
 		w.forget(h) // released, lost or replaced: the reconcile shows that
 		return
 	case !st.ValidUntil.After(shown):
-		w.reschedule(e, time.Time{}) // nothing newer: after the next renewal
+		// Nothing newer: after the next renewal (or at once, if one
+		// landed since the state was read: renewed skipped it in flight).
+		w.mu.Lock()
+		if w.entries[h.uid] == e {
+			if h.session.State().Renewals > st.Renewals {
+				w.place(e, ready)
+			} else {
+				w.schedule(e, time.Time{})
+			}
+		}
+		w.mu.Unlock()
 		return
 	}
 	patch, err := refreshPatch(h, st)
@@ -268,19 +288,19 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	now := time.Now()
 	switch {
 	case err == nil:
-	case apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+	case apierrors.IsInvalid(err) || apierrors.IsNotFound(err):
 		// A test failed: status no longer shows this grant (released,
 		// lost, replaced) or the object is gone. The reconcile sees to
 		// the grant.
 		w.mu.Lock()
 		if len(w.refused) > 256 {
-			for uid, at := range w.refused {
+			for r, at := range w.refused {
 				if now.Sub(at) > refusedBackoff {
-					delete(w.refused, uid)
+					delete(w.refused, r)
 				}
 			}
 		}
-		w.refused[h.uid] = now
+		w.refused[h] = now
 		w.mu.Unlock()
 		w.forget(h)
 		w.superseded(h)
@@ -292,7 +312,9 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
 		w.mu.Lock()
 		e.fails++
-		backoff := min(retryBase<<min(e.fails-1, 10), retryMax)
+		// Back off, but not past half the time the shown validity has
+		// left: the rate limiter bounds the total.
+		backoff := min(retryBase<<min(e.fails-1, 10), retryMax, max(retryBase, e.shown.Sub(now)/2))
 		w.mu.Unlock()
 		w.reschedule(e, now.Add(backoff)) // then in deadline order again
 		return
@@ -301,8 +323,8 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	slack := shown.Sub(now)
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
 	w.mu.Lock()
-	delete(w.refused, h.uid)
-	e.fails = 0
+	delete(w.refused, h)
+	e.fails, e.poked = 0, false
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
 	if st.ValidUntil.After(e.shown) {
@@ -335,8 +357,8 @@ const (
 // past it, the latest renewal is shown.
 const renewNowTimeout = 250 * time.Millisecond
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

@@ -202,6 +202,15 @@ func (s *Session) Shown(validUntil time.Time) {
 	}
 }
 
+// RenewSoon asks for a renewal now rather than on schedule, without
+// waiting for it: Renewed is called when it is done.
+func (s *Session) RenewSoon() {
+	select {
+	case s.poke <- struct{}{}:
+	default: // a renewal is asked for already
+	}
+}
+
 // RenewNow asks for a renewal now rather than on schedule, and waits until
 // one that completes after the call has (or ctx ends, or the Session
 // ends). It returns the state then.
@@ -209,10 +218,7 @@ func (s *Session) RenewNow(ctx context.Context) State {
 	s.mu.Lock()
 	n, renewed := s.state.Renewals, s.renewed
 	s.mu.Unlock()
-	select {
-	case s.poke <- struct{}{}:
-	default: // a renewal is asked for already
-	}
+	s.RenewSoon()
 	for {
 		select {
 		case <-renewed:
@@ -341,6 +347,10 @@ func (s *Session) loop(ctx context.Context) error {
 		switch {
 		case err == nil:
 			failures, lastErr = 0, nil
+			select {
+			case <-s.poke: // this renewal answers it
+			default:
+			}
 			s.cfg.Renewed()
 			continue
 		case ctx.Err() != nil:
