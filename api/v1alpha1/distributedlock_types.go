@@ -35,6 +35,9 @@ const (
 	ReasonMasterSetNotReady = "MasterSetNotReady"
 	ReasonTTLTooLong        = "TTLExceedsMaxLockTTL"
 	ReasonInvalidSpec       = "InvalidSpec"
+	// ReasonStatusWritesBehind: a new grant waits, because the status
+	// refreshes of the locks already held are behind and go first.
+	ReasonStatusWritesBehind = "StatusWritesBehind"
 	// ReasonSuperseded: another grant of the key was committed to status
 	// (for example by a new operator leader) and this one was given up.
 	ReasonSuperseded = "Superseded"

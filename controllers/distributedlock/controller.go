@@ -55,6 +55,10 @@ const relabelledPoll = 2 * time.Second
 // second.
 const DefaultStatusWriteQPS = 150
 
+// grantWait is how long a grant waits, plus jitter, while the held locks'
+// status refreshes are behind.
+const grantWait = 250 * time.Millisecond
+
 // opTimeout bounds one Redis operation of the controller (each master is
 // bounded by the node timeout inside it).
 const opTimeout = 5 * time.Second
@@ -271,10 +275,10 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 			// after). Either way it ends here: readers were told.
 			s.continueFrom(fresh)
 			err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
-			switch reason := heldConditionReason(fresh.Status); {
-			case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
+			if reason := heldConditionReason(fresh.Status); reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost {
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.token, h.holder, reason)
-			case err != nil && !errors.Is(err, redlock.ErrNotHeld):
+			}
+			if err != nil && !errors.Is(err, redlock.ErrNotHeld) {
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
 					"release of grant %d did not reach a quorum; copies expire with the TTL: %s", h.token, conditions.Message(err.Error()))
 			}
@@ -609,6 +613,15 @@ func (r *Reconciler) cacheCurrent(ctx context.Context, s *scope) bool {
 func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	lock := s.lock
 	ttl := lock.Spec.TTL.Duration
+	if r.writer.behind() {
+		// The held locks' refreshes are behind: they go first, a new
+		// grant waits (retried soon; redlock_status_write_backlog shows
+		// why).
+		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonStatusWritesBehind,
+			"waiting: the status refreshes of held locks are behind, and go before new grants")
+		s.requeueAfter(grantWait + jitter(grantWait))
+		return
+	}
 	grantID := lockvalue.NewGrantID()
 	value := r.Values.Value(string(lock.UID), grantID)
 	octx, cancel := context.WithTimeout(ctx, opTimeout)

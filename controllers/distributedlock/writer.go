@@ -30,7 +30,7 @@ const EventStatusWriteLate = "StatusWriteLate"
 const writeTimeout = 10 * time.Second
 
 // writeParallel is how many validity refreshes may be in flight at once.
-const writeParallel = 8
+const writeParallel = 32
 
 // statusWriter refreshes the validity that held locks' status shows. It
 // is the one writer of every grant this manager renews, once the reconcile
@@ -61,9 +61,11 @@ type statusWriter struct {
 
 	mu      sync.Mutex
 	entries map[types.UID]*refresh
-	refused map[*held]time.Time // when a refresh of the grant was last refused
-	waiting refreshHeap         // by due time
-	ready   refreshHeap         // due: by shown validity
+	refused map[string]time.Time // by grant ID: when a refresh of the grant was last refused
+	pruned  time.Time            // when refused was last pruned
+	poking  int                  // refreshes waiting for the renewal they asked for
+	waiting refreshHeap          // by due time
+	ready   refreshHeap          // due: by shown validity
 	demand  float64
 	over    bool // demand exceeds the budget (logged once per crossing)
 }
@@ -77,6 +79,7 @@ type refresh struct {
 	lapsed bool      // a lapse was reported and has not ended
 	fails  int       // transient write errors in a row
 	poked  bool      // a renewal was asked for this refresh
+	poking bool      // ... and the refresh waits for it (counted in poking)
 	where  place
 	index  int // in its heap
 }
@@ -97,7 +100,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		budget:  rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		kick:    make(chan struct{}, 1),
 		entries: map[types.UID]*refresh{},
-		refused: map[*held]time.Time{},
+		refused: map[string]time.Time{},
 		waiting: refreshHeap{less: func(a, b *refresh) bool { return a.due.Before(b.due) }},
 		ready:   refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
 	}
@@ -134,7 +137,7 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 		return // its schedule stands
 	}
 	due := renewal.WriteDue(e.shown, e.ttl)
-	if at, ok := w.refused[h]; ok {
+	if at, ok := w.refused[h.grantID]; ok {
 		// A refresh of this grant was refused a moment ago: the reconcile
 		// that re-tracks it may still work from a stale cache.
 		if retry := at.Add(refusedBackoff); retry.After(due) {
@@ -162,6 +165,22 @@ func (w *statusWriter) renewed(uid types.UID) {
 	}
 }
 
+// behind reports whether refreshes that are due wait to be sent: more than
+// the writer can have in flight, or one whose shown validity passes within
+// half its lead. New grants wait meanwhile (see Reconciler.acquire).
+func (w *statusWriter) behind() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ready.Len() > writeParallel {
+		return true
+	}
+	if w.ready.Len() == 0 {
+		return false
+	}
+	e := w.ready.items[0]
+	return time.Until(e.shown) < renewal.StatusLead(e.ttl)/2
+}
+
 // forget stops refreshing h's grant.
 func (w *statusWriter) forget(h *held) {
 	w.mu.Lock()
@@ -186,16 +205,20 @@ func (w *statusWriter) Start(ctx context.Context) error {
 			w.place(w.waiting.items[0], ready)
 		}
 		var pokes []*held
-		for w.ready.Len() > 0 {
+		for w.ready.Len() > 0 && w.poking < writeParallel {
 			// A refresh sent late shows a renewal made when it is sent,
 			// which also moves its next refresh away from those it was
 			// late with: ask for one, and send when it is done (renewed)
-			// or after renewNowTimeout.
+			// or after renewNowTimeout — a few at a time, at about the
+			// pace they are sent, and not when the shown validity would
+			// pass meanwhile.
 			e := w.ready.items[0]
-			if e.poked || !e.h.session.State().RenewedAt.Before(now.Add(-2*renewal.RenewLead(e.ttl))) {
+			if e.poked || e.shown.Sub(now) < 2*renewNowTimeout ||
+				!e.h.session.State().RenewedAt.Before(now.Add(-2*renewal.RenewLead(e.ttl))) {
 				break
 			}
-			e.poked = true
+			e.poked, e.poking = true, true
+			w.poking++
 			w.schedule(e, now.Add(renewNowTimeout))
 			pokes = append(pokes, e.h)
 		}
@@ -223,6 +246,7 @@ func (w *statusWriter) Start(ctx context.Context) error {
 			if w.ready.Len() > 0 {
 				e = heap.Pop(&w.ready).(*refresh)
 				e.where, e.index = inFlight, -1
+				w.donePoking(e)
 			}
 			w.mu.Unlock()
 			if e == nil {
@@ -293,14 +317,15 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		// lost, replaced) or the object is gone. The reconcile sees to
 		// the grant.
 		w.mu.Lock()
-		if len(w.refused) > 256 {
-			for r, at := range w.refused {
+		if len(w.refused) > 256 && now.Sub(w.pruned) > refusedBackoff {
+			w.pruned = now
+			for id, at := range w.refused {
 				if now.Sub(at) > refusedBackoff {
-					delete(w.refused, r)
+					delete(w.refused, id)
 				}
 			}
 		}
-		w.refused[h] = now
+		w.refused[h.grantID] = now
 		w.mu.Unlock()
 		w.forget(h)
 		w.superseded(h)
@@ -323,7 +348,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	slack := shown.Sub(now)
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
 	w.mu.Lock()
-	delete(w.refused, h)
+	delete(w.refused, h.grantID)
 	e.fails, e.poked = 0, false
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
@@ -437,8 +462,18 @@ func (w *statusWriter) place(e *refresh, p place) {
 	}
 }
 
+// donePoking stops counting e among the refreshes waiting for their
+// renewal. Callers hold w.mu.
+func (w *statusWriter) donePoking(e *refresh) {
+	if e.poking {
+		e.poking = false
+		w.poking--
+	}
+}
+
 // remove forgets e. Callers hold w.mu.
 func (w *statusWriter) remove(e *refresh) {
+	w.donePoking(e)
 	w.place(e, parked)
 	if w.entries[e.h.uid] == e {
 		delete(w.entries, e.h.uid)

@@ -3,6 +3,7 @@ package distributedlock
 import (
 	"container/heap"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -191,5 +192,36 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 			w.remove(e)
 		}
 		check(step)
+	}
+}
+
+// TestNewGrantsWaitWhileRefreshesAreBehind: the writer is behind when more
+// refreshes are due than it can have in flight, or when the first due one
+// is about to lapse.
+func TestNewGrantsWaitWhileRefreshesAreBehind(t *testing.T) {
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	if w.behind() {
+		t.Fatal("an idle writer is behind")
+	}
+	now := time.Now()
+	add := func(uid string, shown time.Duration) {
+		e := &refresh{h: &held{uid: types.UID(uid)}, ttl: 10 * time.Second, shown: now.Add(shown), index: -1}
+		w.entries[e.h.uid] = e
+		w.place(e, ready)
+	}
+	add("far", 5*time.Second)
+	if w.behind() {
+		t.Error("one due refresh with seconds to spare counts as behind")
+	}
+	add("near", 400*time.Millisecond) // under half the 1s lead of ttl 10s
+	if !w.behind() {
+		t.Error("a due refresh about to lapse does not count as behind")
+	}
+	w.remove(w.entries["near"])
+	for i := range writeParallel {
+		add(fmt.Sprintf("more-%d", i), 5*time.Second)
+	}
+	if !w.behind() {
+		t.Errorf("%d due refreshes, more than can be in flight, do not count as behind", w.ready.Len())
 	}
 }

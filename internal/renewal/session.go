@@ -336,6 +336,10 @@ func (s *Session) loop(ctx context.Context) error {
 		case <-timer.C:
 		case <-s.poke:
 		}
+		select {
+		case <-s.poke: // asked before this renewal started: it answers that
+		default:
+		}
 		now = time.Now()
 		if !now.Before(st.ValidUntil) {
 			return &LostError{Reason: v1alpha1.ReasonValidityExpired, Err: lastErr}
@@ -347,10 +351,6 @@ func (s *Session) loop(ctx context.Context) error {
 		switch {
 		case err == nil:
 			failures, lastErr = 0, nil
-			select {
-			case <-s.poke: // this renewal answers it
-			default:
-			}
 			s.cfg.Renewed()
 			continue
 		case ctx.Err() != nil:
