@@ -292,9 +292,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		}
 		s.continueFrom(fresh)
 	}
-	select {
-	case <-h.session.Done():
-	default:
+	if !ended(h) {
 		return nil
 	}
 	r.sessions.drop(h)
@@ -307,6 +305,12 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	s.clear(reason, "the grant was lost: "+errString(err))
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	return nil
+}
+
+// lockRef is a DistributedLock object that only names a lock (and its UID,
+// when given): what a wake-up, a patch by name or an event needs.
+func lockRef(name types.NamespacedName, uid types.UID) *v1alpha1.DistributedLock {
+	return &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}}
 }
 
 // ended reports whether h's Session has ended.
@@ -688,7 +692,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redlock.Client) {
 	lock := s.lock
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
-	wake := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}
+	wake := lockRef(client.ObjectKeyFromObject(lock), "")
 	uid := lock.UID
 	h.session = renewal.Hold(r.sessions.base, renewal.Grant{
 		Lock: lk, Client: c,
@@ -1025,7 +1029,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.writer = newStatusWriter(wc, r.Recorder, r.Metrics, r.sessions, qps)
 	r.sessions.dropped = r.writer.forget
 	r.writer.superseded = func(h *held) {
-		r.enqueue(&v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name}})
+		r.enqueue(lockRef(h.name, ""))
 	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.DistributedLock], 1024)
 	if err := mgr.Add(r.sessions); err != nil {

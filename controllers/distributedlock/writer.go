@@ -11,7 +11,6 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -305,7 +304,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	// Renewals keep the keys at least until the validity shown: tell the
 	// Session before the write may commit.
 	h.session.Shown(st.ValidUntil)
-	obj := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name}}
+	obj := lockRef(h.name, "")
 	octx, cancel := context.WithTimeout(ctx, writeTimeout)
 	err = w.client.Status().Patch(octx, obj, client.RawPatch(types.JSONPatchType, patch))
 	cancel()
@@ -364,8 +363,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.metrics.StatusWritesLate.Inc()
 	}
 	if report {
-		ref := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: h.name.Namespace, Name: h.name.Name, UID: h.uid}}
-		w.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventStatusWriteLate, "Renew",
+		w.recorder.Eventf(lockRef(h.name, h.uid), nil, corev1.EventTypeWarning, EventStatusWriteLate, "Renew",
 			"status showed a validity until %s that passed %v before its refresh was written, though the masters held the grant: status writes are behind (budget %.0f/s; the locks held need %.0f/s)",
 			shown.UTC().Format(time.RFC3339Nano), (-slack).Round(time.Millisecond), budget, demand)
 	}
