@@ -62,10 +62,13 @@ type DistributedLockSpec struct {
 
 	// Key is the Redis key of the lock. Locks with the same key exclude each
 	// other, also across clusters whose operators share the masters. Defaults
-	// to `redlock:<namespace>/<name>` (shown in status.key). Immutable.
+	// to `redlock:<namespace>/<name>` (shown in status.key). Immutable. It may
+	// not end in `:fence`: `<key>:fence` holds the fencing counter of the lock
+	// `<key>` on every master.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence')",message="key must not end in ':fence': '<key>:fence' is the fencing counter of the lock '<key>'"
 	Key string `json:"key,omitempty"`
 
 	// TTL is the validity of each acquisition and renewal, from 1s to 24h in

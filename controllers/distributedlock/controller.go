@@ -304,6 +304,14 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	}
 	s.clear(reason, "the grant was lost: "+errString(err))
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
+	// Masters that still hold the lost grant's value (a minority its last
+	// renewals reached, each refreshed for a whole ttl) would keep the key
+	// from the next grant, this holder's included: once status stopped
+	// showing the grant, remove the value wherever it is left.
+	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
+		logf.FromContext(ctx).V(1).Info("released what a lost grant left", "lock", h.name, "token", h.token, "error", errString(err))
+	})
 	return nil
 }
 
@@ -503,7 +511,8 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 		if pod == nil {
 			continue
 		}
-		if !podlock.Ended(pod) && r.relabelled.First(lock.Namespace+"/"+lock.Name, string(lock.UID)+"/"+string(pod.UID)) {
+		granter := pod.Annotations[v1alpha1.LockNameAnnotation]
+		if !podlock.Ended(pod) && (granter == "" || granter == lock.Name) && r.relabelled.First(lock.Namespace+"/"+lock.Name, string(lock.UID)+"/"+string(pod.UID)) {
 			r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
 				"held %s but its label %s no longer names it: nobody else is granted the lock until it ends", lock.Name, v1alpha1.LockLabel)
 		}
@@ -522,11 +531,38 @@ func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.Distribut
 	var out []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
-		if podlock.HeldBefore(p, lock.RedisKey()) && !podlock.Ended(p) && !slices.ContainsFunc(known, func(k *corev1.Pod) bool { return k.UID == p.UID }) {
+		if !podlock.HeldBefore(p, lock.RedisKey()) || podlock.Ended(p) || slices.ContainsFunc(known, func(k *corev1.Pod) bool { return k.UID == p.UID }) {
+			continue
+		}
+		other, err := r.grantedByOther(ctx, lock, p)
+		if err != nil {
+			return nil, err
+		}
+		if !other {
 			out = append(out, p)
 		}
 	}
 	return out, nil
+}
+
+// grantedByOther reports whether pod was granted its token by another
+// DistributedLock of the same key that still exists: that lock tracks its
+// own holder, and this one must not take it for its former holder (nor
+// report it relabelled). A pod whose granting lock is gone is a former
+// holder of the key, and keeps others waiting until it ends.
+func (r *Reconciler) grantedByOther(ctx context.Context, lock *v1alpha1.DistributedLock, pod *corev1.Pod) (bool, error) {
+	granter := pod.Annotations[v1alpha1.LockNameAnnotation]
+	if granter == "" || granter == lock.Name {
+		return false, nil
+	}
+	other := &v1alpha1.DistributedLock{}
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the lock %s that granted pod %s: %w", granter, pod.Name, err)
+	}
+	return other.DeletionTimestamp.IsZero() && other.RedisKey() == lock.RedisKey(), nil
 }
 
 // podByRef reads a pod the label-selected cache does not show from the API

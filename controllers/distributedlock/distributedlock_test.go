@@ -201,6 +201,9 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, long)).To(MatchError(ContainSubstring("at most 63 characters")), "a name pods cannot put in a label")
 		Expect(k8s.Create(suiteCtx, newLock(ms, strings.Repeat("n", 63), "", "x", 2*time.Second))).To(Succeed())
 
+		Expect(k8s.Create(suiteCtx, newLock(ms, "fence-key", "k1:fence", "x", 2*time.Second))).
+			To(MatchError(ContainSubstring("must not end in ':fence'")), "another lock's fencing counter as the key")
+
 		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
 		// Retried on conflicts with the controller's own writes.

@@ -15,4 +15,13 @@
 // with optimistic concurrency against the status the reconcile started
 // from; when that fails the reconcile gives up (and gives back a grant it
 // made) instead of writing from a stale view.
+//
+// Rules the controller keeps so that every quorum that can grant a key
+// overlaps the one holding it (issue 18):
+//   - a lost grant (its Session ended) is released on every master once
+//     status stopped showing it: copies a minority still held would keep
+//     the key from the next grant, the same holder's included;
+//   - a pod granted by another DistributedLock of the same key that still
+//     exists is that lock's holder, never this lock's former holder (it is
+//     tracked, and reported relabelled, only by the lock that granted it).
 package distributedlock

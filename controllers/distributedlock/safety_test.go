@@ -312,6 +312,28 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		Eventually(func() int { return testenv.CountEqual(own.ValuesOn(first.Status.Key), expectedValue(first)) }, time.Second).Should(BeZero(),
 			"given back at once, not left to expire")
 	})
+
+	It("leaves no copy of a lost grant on the masters its last renewals reached", func() {
+		lock := newLock(ms, "lost", "lost-key", "h", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		value := expectedValue(eventuallyHeldBy(lock, "h"))
+
+		By("killing two masters of three: renewals fail at once (quorum unavailable), each refreshing the third's copy for a whole ttl, until the validity passes")
+		for _, s := range ms.Servers[1:] {
+			Expect(s.Kill()).To(Succeed())
+		}
+		Eventually(func() string { return heldReason(fetch(lock)) }).
+			Should(BeElementOf(v1alpha1.ReasonValidityExpired, v1alpha1.ReasonQuorumUnavailable, v1alpha1.ReasonLost), "lock %s/lost to be lost", ns)
+
+		By("removing the copy left on the reachable master once status stopped showing the grant, long before it would expire")
+		// Retries every quarter of the renew interval refreshed it for 4s
+		// until the loss: it would outlive this wait by more than a second.
+		Eventually(func() string { return testenv.Get(ms.Servers[0], "lost-key") }, 2*time.Second, 20*time.Millisecond).
+			ShouldNot(Equal(value), "master %s to drop the lost grant's copy", ms.Servers[0].Addr())
+		for _, s := range ms.Servers[1:] {
+			Expect(s.Restart(false)).To(Succeed())
+		}
+	})
 })
 
 // denyLabel marks the DistributedLocks a denyStatus policy applies to.

@@ -247,6 +247,33 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		Eventually(func(g Gomega) { expectHolds(g, ns, "first", b) }).Should(Succeed())
 	})
 
+	It("does not take another lock's running holder of the same key for its own former holder", func() {
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alpha"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, Key: "shared-key", TTL: metav1.Duration{Duration: 1500 * time.Millisecond}},
+		})).To(Succeed())
+		a := gatedPod(ns, "alpha-holder", "alpha", false)
+		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, ns, "alpha", a) }).Should(Succeed())
+		kubeletRuns(a)
+
+		By("creating a second lock of the same key while alpha's holder runs")
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "beta"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, Key: "shared-key", TTL: metav1.Duration{Duration: 1500 * time.Millisecond}},
+		})).To(Succeed())
+		Eventually(func(g Gomega) {
+			beta := fetchLock(ns, "beta")
+			g.Expect(beta.Status.ObservedGeneration).To(BeEquivalentTo(1), "lock %s/beta not reconciled yet", ns)
+			g.Expect(meta.FindStatusCondition(beta.Status.Conditions, v1alpha1.ConditionHeld)).NotTo(BeNil(), "lock %s/beta has no Held condition yet", ns)
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(fetchLock(ns, "beta").Status.LastHolderPod).To(BeNil(), "beta took alpha's holder for its own")
+			g.Expect(env.EventReasons(ns, a.Name)).NotTo(ContainElement(distributedlock.EventHolderRelabelled), "a false HolderRelabelled event on alpha's holder")
+			expectHolds(g, ns, "alpha", a)
+		}, time.Second).Should(Succeed())
+	})
+
 	It("keeps others waiting behind a holder whose label was removed, even after its grant was lost", func() {
 		fragile := env.NewServingMasters(ns, "unlabel-masters", 3, 2*time.Second)
 		createLock(ns, "unlabel", fragile.Name, "")

@@ -322,6 +322,9 @@ func validateKey(op Op, key string) error {
 	if len(key) > maxBulkLen {
 		return invalidf(op, "key of %d bytes exceeds Redis's limit of %d", len(key), maxBulkLen)
 	}
+	if strings.HasSuffix(key, fenceSuffix) {
+		return invalidf(op, "key %q ends in %q, reserved for fencing counters: it would be the counter of the lock %q", key, fenceSuffix, strings.TrimSuffix(key, fenceSuffix))
+	}
 	return nil
 }
 

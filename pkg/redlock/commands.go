@@ -110,9 +110,13 @@ return 1`)
 // as long as the master keeps its data; masters must run with
 // maxmemory-policy noeviction (an evicted counter falls back to the
 // master's clock, like a restart without persistence). Acquire with
-// WithFencing reads and writes it; Release and Extend never touch it. Do not
-// use another lock's fence key as a lock key.
-func FenceKey(key string) string { return key + ":fence" }
+// WithFencing reads and writes it; Release and Extend never touch it. Keys
+// that end in ":fence" are refused as lock keys (ErrInvalidArgument).
+func FenceKey(key string) string { return key + fenceSuffix }
+
+// fenceSuffix ends every fencing counter's key; lock keys may not end in it
+// (the lock "k:fence" would be the counter of the lock "k").
+const fenceSuffix = ":fence"
 
 // set sends SET key value PX ttl NX, with args from setArgs.
 func (n *node) set(ctx context.Context, args []any) (Outcome, error) {

@@ -25,7 +25,10 @@
 // that had lost the key — restarted without their data — so that restarting
 // every master in turn does not wear a held lock away; a failed extension
 // re-creates nothing. An extension whose quorum arrives after its new
-// validity fails with [ErrExpired] and removes the copies it refreshed.
+// validity fails with [ErrExpired], and one that finds the value gone from a
+// quorum fails with [ErrNotHeld]; both remove the copies they refreshed, so
+// that a lost lock leaves no copy that would keep the key from the next
+// grant (its own holder's included).
 //
 // With [WithFencing], an acquisition also takes a fencing token
 // ([Lock.Token]) that is strictly increasing per key across all clients,
@@ -50,6 +53,9 @@
 // failover to a long-running replica, a re-pointed name) keeps it out for the
 // whole window from then on, whatever its uptime. Set the window
 // longer than the longest TTL in use plus the clock drift.
+//
+// Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
+// is the fencing counter of the lock "k" (see [FenceKey]).
 //
 // Failed operations return an [*Error] with every master's vote, matching
 // the sentinels [ErrLockHeld], [ErrQuorumUnavailable], [ErrExpired],

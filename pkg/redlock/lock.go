@@ -419,9 +419,13 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		l.validUntil = time.Time{}
 		r.abandon(l.key, l.value, timeout, v.votes, true)
 	case errors.Is(res, errNoQuorum) && v.tally.Held+v.tally.Absent >= c.quorum:
-		// A quorum says the value is gone: the lock is lost.
+		// A quorum says the value is gone: the lock is lost. The minority
+		// that still held it was just refreshed for a whole TTL, which
+		// would keep the key from everyone (this client's next grant
+		// included): remove those copies, each after its request ended.
 		kind = ErrNotHeld
 		l.validUntil = time.Time{}
+		r.abandon(l.key, l.value, timeout, v.votes, true)
 	case errors.Is(res, errNoQuorum):
 		// Failures kept the quorum from answering; the old validity stands.
 		kind = ErrQuorumUnavailable

@@ -271,6 +271,13 @@ func TestBadInputSendsNothing(t *testing.T) {
 	if _, err := c.Acquire(ctx, huge, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Errorf("oversized key: err = %v", err)
 	}
+	// Another lock's fencing counter (issue 18, case 8).
+	if _, err := c.Acquire(ctx, redlock.FenceKey("k"), time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("a fence key as the key: err = %v", err)
+	}
+	if _, err := c.Restore(redlock.FenceKey("k"), "v", time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("Restore of a fence key: err = %v", err)
+	}
 	if _, err := c.Restore("k", huge, time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Errorf("oversized value: err = %v", err)
 	}
@@ -1162,6 +1169,54 @@ func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestLostExtendRemovesRefreshedCopies: an extension that finds the value
+// gone from a quorum loses the lock, and removes the copies the minority
+// still held (and had just refreshed for a whole TTL), so that they do not
+// keep the key from the next grant (issue 18, case 5).
+func TestLostExtendRemovesRefreshedCopies(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	const key = "lost-extend"
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "every master to hold the value", func() bool {
+		for _, s := range servers {
+			if value(t, s, key) != lock.Value() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range servers[:3] {
+		a := s.Client()
+		if err := a.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Close()
+	}
+	err = lock.Extend(ctx)
+	if !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("extend with the value gone from three of five: %v, want ErrNotHeld", err)
+	}
+	if got := countOutcome(votesOf(t, err), redlock.OutcomeGranted); got != 2 {
+		t.Fatalf("granted votes = %d, want the minority of 2 that still held the value", got)
+	}
+	for i, s := range servers {
+		if got := value(t, s, key); got != "" {
+			t.Errorf("master %d kept the lost lock's copy %q (PTTL %v)", i, got, pttl(t, s, key))
+		}
+	}
+	// The key is free at once on the two that held the orphan: a client
+	// of those two alone (quorum 2) is granted it.
+	minority := newClient(t, redistest.Addrs(servers[3:]), redlock.WithTries(1))
+	if _, err := minority.Acquire(ctx, key, time.Second); err != nil {
+		t.Fatalf("acquire on the former minority after the loss: %v", err)
+	}
 }
 
 // aclServers starts n masters whose only users are a disabled default user
