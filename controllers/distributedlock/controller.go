@@ -295,7 +295,24 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	if !ended(h) {
 		return nil
 	}
+	r.endSession(ctx, s, h)
+	return nil
+}
+
+// endSession forgets h, whose Session ended by itself (the grant was
+// lost), and hides its grant: status stops showing it and, once that
+// committed, its value is removed from every master.
+func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
+	lock := s.lock
 	r.sessions.drop(h)
+	if st := lock.Status; st.Holder != nil && st.ValidUntil != nil && showsGrantOf(st, h) && st.ValidUntil.After(h.session.LastShown()) {
+		// Status shows the grant renewed beyond anything this manager
+		// showed: another manager renews it now (this one was deposed
+		// while paused, and its Session lapsed meanwhile). Not this
+		// manager's to hide, nor to release.
+		logf.FromContext(ctx).Info("a lapsed session's grant is renewed by another manager", "lock", h.name, "token", h.token)
+		return
+	}
 	err := h.session.Err()
 	reason := v1alpha1.ReasonLost
 	var lost *renewal.LostError
@@ -312,7 +329,6 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
 		logf.FromContext(ctx).V(1).Info("released what a lost grant left", "lock", h.name, "token", h.token, "error", errString(err))
 	})
-	return nil
 }
 
 // lockRef is a DistributedLock object that only names a lock (and its UID,
@@ -432,7 +448,7 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 			s.requeueAfter(relabelledPoll)
 		}
 	}
-	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, pods)
+	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods)
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
 	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)
@@ -647,6 +663,35 @@ func (r *Reconciler) cacheCurrent(ctx context.Context, s *scope) bool {
 	return false
 }
 
+// requestedPodMayHold reads the requested holder pod, if a pod is
+// requested, from the API server before it is granted the lock: the cache
+// may still show it running after it finished (a manager that wakes from a
+// pause, a lagging watch), and a finished pod would be granted a token no
+// container reads. A pod that finished, whose containers stopped, that is
+// being deleted or is gone is not granted; the lock looks again once the
+// cache has caught up.
+func (r *Reconciler) requestedPodMayHold(ctx context.Context, s *scope) bool {
+	if s.requested == nil || s.requested.Pod == nil {
+		return true
+	}
+	ref := s.requested.Pod
+	pod, err := r.podByRef(ctx, s.lock.Namespace, ref)
+	switch {
+	case err != nil:
+		logf.FromContext(ctx).Error(err, "read the requested pod before granting it", "pod", ref.Name)
+	case podlock.MayHold(pod):
+		return true
+	default:
+		logf.FromContext(ctx).V(1).Info("the requested pod has stopped or is gone; the cache lags", "pod", ref.Name)
+	}
+	s.requeueAfter(staleCacheRecheck)
+	return false
+}
+
+// staleCacheRecheck is how soon a lock whose cache showed a stopped pod as
+// a candidate is looked at again.
+const staleCacheRecheck = 200 * time.Millisecond
+
 // acquire takes the lock for the requested holder under a fresh grant ID
 // and a fencing token from the masters, and starts renewing it. The grant
 // counts once the status patch commits it.
@@ -660,6 +705,9 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonStatusWritesBehind,
 			"waiting: the status refreshes of held locks are behind, and go before new grants")
 		s.requeueAfter(grantWait + jitter(grantWait))
+		return
+	}
+	if !r.requestedPodMayHold(ctx, s) {
 		return
 	}
 	grantID := lockvalue.NewGrantID()
@@ -1027,6 +1075,14 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 		if fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig) {
 			return fmt.Errorf("status changed under this reconcile (another writer): %w", err)
 		}
+		if hidesGrant(s.orig, lock.Status) && !sameValidity(fresh.Status, s.orig) {
+			// This reconcile stops showing a grant that another writer has
+			// shown renewed since it read status (the status writer, or
+			// the leader that took over from this manager): its decision
+			// rests on a stale view. The next reconcile decides again.
+			return fmt.Errorf("the grant was renewed under this reconcile, which would hide it: %w", err)
+		}
+		keepLaterValidity(&lock.Status, fresh.Status)
 		lock.ResourceVersion = fresh.ResourceVersion
 	}
 	if err != nil {

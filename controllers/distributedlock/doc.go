@@ -10,17 +10,48 @@
 //   - decide.go: what to do with the holder (pure functions);
 //   - sessions.go: the renewal sessions this manager runs, by lock UID.
 //
-// Status is the contract pods act on. The holder, token, grant ID and
-// validity are only ever written by the reconciler's single status patch,
-// with optimistic concurrency against the status the reconcile started
-// from; when that fails the reconcile gives up (and gives back a grant it
-// made) instead of writing from a stale view.
+// Status is the contract pods act on. Two writers patch it, each field
+// having one owner at a time:
+//
+//	field                          owner
+//	holder, grantID, fencingToken, the reconciler's deferred patch, with
+//	acquiredAt, releasedAt,        optimistic concurrency (resourceVersion)
+//	lastHolderPod, queue, key,     against the status the reconcile started
+//	conditions, observedGeneration from
+//	renewedAt, validUntil, quorum  the reconciler, in the patch that commits
+//	                               a grant or an adoption (and when it hides
+//	                               one); the status writer (writer.go) for
+//	                               every later refresh: a JSON patch whose
+//	                               test operations require the object, the
+//	                               grant, token and holder, and the validity
+//	                               it replaces
+//
+// A write that conflicts is sent again on the fresh version only while that
+// shows the same grant, never moving the validity back; one that would hide
+// a grant another writer has renewed since is not sent again (its decision
+// rests on a stale view). TestRefreshPatchTouchesOnlyItsFields holds the
+// writer to its fields.
 //
 // Rules the controller keeps so that every quorum that can grant a key
 // overlaps the one holding it (issue 18):
 //   - a lost grant (its Session ended) is released on every master once
 //     status stopped showing it: copies a minority still held would keep
 //     the key from the next grant, the same holder's included;
+//   - every validity write is conditional on the validity it replaces, and
+//     never moves it back: a deposed leader woken from a pause cannot move
+//     it (case 3); a Session that lapsed while status shows its grant
+//     renewed beyond anything this manager showed (another manager renews
+//     it) is dropped without hiding or releasing the grant;
+//   - the pod of the last grant status committed (status.lastHolderPod)
+//     is a former holder while it may run, whether or not the pod gate has
+//     annotated it yet: nobody else is granted meanwhile, and it is first
+//     in line (case 4). The pod gate, for its part, ungates a pod only
+//     after its annotation committed and a fresh read of the lock still
+//     shows the grant it was annotated for;
+//   - a pod is granted only after a fresh read from the API server shows
+//     it may still run (podlock.MayHold): the cache may show a pod that
+//     finished as running, e.g. after this manager woke from a pause
+//     (case 7); the pod gate never annotates a finished pod;
 //   - a pod granted by another DistributedLock of the same key that still
 //     exists is that lock's holder, never this lock's former holder (it is
 //     tracked, and reported relabelled, only by the lock that granted it).

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -311,6 +312,40 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		Expect(fetch(lock).Status.Holder).To(BeNil())
 		Eventually(func() int { return testenv.CountEqual(own.ValuesOn(first.Status.Key), expectedValue(first)) }, time.Second).Should(BeZero(),
 			"given back at once, not left to expire")
+	})
+
+	It("refuses a validity refresh made from a stale view of the validity, backwards or forwards", func() {
+		lock := newLock(ms, "stale-writer", "", "h", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		first := eventuallyHeldBy(lock, "h")
+		var now *v1alpha1.DistributedLock
+		Eventually(func(g Gomega) {
+			now = fetch(lock)
+			g.Expect(now.Status.GrantID).To(Equal(first.Status.GrantID))
+			g.Expect(now.Status.ValidUntil.Time).To(BeTemporally(">", first.Status.ValidUntil.Time), "the writer to refresh %s/stale-writer", ns)
+		}).Should(Succeed())
+
+		By("sending, as a deposed leader woken from a pause would, refreshes built while status showed the first validity")
+		stale := first.Status.ValidUntil.Time
+		for name, validUntil := range map[string]time.Time{
+			"backwards": now.Status.ValidUntil.Add(-time.Second),
+			"forwards":  now.Status.ValidUntil.Add(time.Hour),
+		} {
+			patch, err := distributedlock.RefreshPatchFor(first, validUntil.Add(-4*time.Second), validUntil, stale)
+			Expect(err).NotTo(HaveOccurred())
+			err = k8s.Status().Patch(suiteCtx, &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}, client.RawPatch(types.JSONPatchType, patch))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the %s refresh was not refused: %v", name, err)
+		}
+		Expect(fetch(lock).Status.ValidUntil.Time).To(BeTemporally(">=", now.Status.ValidUntil.Time), "the validity moved back")
+		Expect(fetch(lock).Status.ValidUntil.Time).To(BeTemporally("<", now.Status.ValidUntil.Add(time.Hour)), "the validity moved beyond the renewals")
+
+		By("accepting the same refresh made over the validity status shows")
+		cur := fetch(lock)
+		next := cur.Status.ValidUntil.Add(time.Millisecond)
+		patch, err := distributedlock.RefreshPatchFor(cur, next.Add(-4*time.Second), next, cur.Status.ValidUntil.Time)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8s.Status().Patch(suiteCtx, &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}, client.RawPatch(types.JSONPatchType, patch))).To(Succeed())
+		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
 	})
 
 	It("leaves no copy of a lost grant on the masters its last renewals reached", func() {

@@ -153,6 +153,39 @@ func sameGrant(a, b v1alpha1.DistributedLockStatus) bool {
 	return a.GrantID == b.GrantID && a.FencingToken == b.FencingToken && (a.Holder == nil) == (b.Holder == nil)
 }
 
+// hidesGrant reports whether a status write from before to after stops
+// showing the grant before shows held (a release, a handover or a loss).
+func hidesGrant(before, after v1alpha1.DistributedLockStatus) bool {
+	return before.Holder != nil && (after.Holder == nil || after.GrantID != before.GrantID || after.FencingToken != before.FencingToken)
+}
+
+// sameValidity reports whether two statuses show the same validity.
+func sameValidity(a, b v1alpha1.DistributedLockStatus) bool {
+	if a.ValidUntil == nil || b.ValidUntil == nil {
+		return a.ValidUntil == nil && b.ValidUntil == nil
+	}
+	return a.ValidUntil.Equal(b.ValidUntil.Time)
+}
+
+// keepLaterValidity makes st, about to be written over fresh, keep fresh's
+// validity (and the renewal and votes it came from) when both show the
+// same grant held and fresh shows it valid for longer: a write sent again
+// after a conflict never moves the validity back (another writer, such as
+// the status writer or a deposed leader woken from a pause, showed a later
+// renewal meanwhile).
+func keepLaterValidity(st *v1alpha1.DistributedLockStatus, fresh v1alpha1.DistributedLockStatus) {
+	if st.Holder == nil || fresh.Holder == nil || st.GrantID != fresh.GrantID || st.FencingToken != fresh.FencingToken ||
+		st.Holder.Identity != fresh.Holder.Identity || fresh.ValidUntil == nil {
+		return
+	}
+	if st.ValidUntil == nil || fresh.ValidUntil.After(st.ValidUntil.Time) {
+		st.ValidUntil, st.RenewedAt = fresh.ValidUntil.DeepCopy(), fresh.RenewedAt.DeepCopy()
+		if fresh.Quorum != nil {
+			st.Quorum = fresh.Quorum.DeepCopy()
+		}
+	}
+}
+
 // equalStatus reports whether two statuses are the same.
 func equalStatus(a, b v1alpha1.DistributedLockStatus) bool {
 	return reflect.DeepEqual(a, b)

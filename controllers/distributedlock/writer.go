@@ -295,7 +295,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.mu.Unlock()
 		return
 	}
-	patch, err := refreshPatch(h, st)
+	patch, err := refreshPatch(h, st, shown)
 	if err != nil {
 		logf.FromContext(ctx).Error(err, "build a validity refresh", "lock", h.name)
 		w.forget(h)
@@ -311,23 +311,16 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	now := time.Now()
 	switch {
 	case err == nil:
+	case apierrors.IsInvalid(err) && w.relearn(ctx, e, shown):
+		// Status shows the grant with another validity than this writer
+		// last saw (its own write that timed out yet committed, or a
+		// deposed leader's late one): sent again on the validity shown.
+		return
 	case apierrors.IsInvalid(err) || apierrors.IsNotFound(err):
 		// A test failed: status no longer shows this grant (released,
 		// lost, replaced) or the object is gone. The reconcile sees to
 		// the grant.
-		w.mu.Lock()
-		if len(w.refused) > 256 && now.Sub(w.pruned) > refusedBackoff {
-			w.pruned = now
-			for id, at := range w.refused {
-				if now.Sub(at) > refusedBackoff {
-					delete(w.refused, id)
-				}
-			}
-		}
-		w.refused[h.grantID] = now
-		w.mu.Unlock()
-		w.forget(h)
-		w.superseded(h)
+		w.refuse(h, now)
 		return
 	default:
 		if ctx.Err() != nil {
@@ -369,6 +362,59 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	}
 }
 
+// refuse stops refreshing h's grant, which status no longer shows, and
+// asks for a reconcile of its lock; the grant's refreshes are held back
+// for refusedBackoff.
+func (w *statusWriter) refuse(h *held, now time.Time) {
+	w.mu.Lock()
+	if len(w.refused) > 256 && now.Sub(w.pruned) > refusedBackoff {
+		w.pruned = now
+		for id, at := range w.refused {
+			if now.Sub(at) > refusedBackoff {
+				delete(w.refused, id)
+			}
+		}
+	}
+	w.refused[h.grantID] = now
+	w.mu.Unlock()
+	w.forget(h)
+	w.superseded(h)
+}
+
+// relearn reads the lock after a refresh of e, made while status showed
+// validity shown, was refused. When status still shows e's grant, with
+// another validity, e takes that validity as the one its next refresh
+// replaces, is due again, and relearn reports true. A refresh never
+// moves the validity back: the next one is sent only with a later one.
+func (w *statusWriter) relearn(ctx context.Context, e *refresh, shown time.Time) bool {
+	h := e.h
+	fresh := &v1alpha1.DistributedLock{}
+	octx, cancel := context.WithTimeout(ctx, writeTimeout)
+	err := w.client.Get(octx, h.name, fresh)
+	cancel()
+	st := fresh.Status
+	if err != nil || fresh.UID != h.uid || grantIDOf(st) != h.grantID || st.FencingToken != h.token ||
+		st.Holder == nil || st.Holder.Identity != h.holder || st.ValidUntil == nil ||
+		st.ValidUntil.Equal(shown.Truncate(time.Microsecond)) {
+		return false
+	}
+	logf.FromContext(ctx).Info("validity changed under the status writer", "lock", h.name, "token", h.token,
+		"expected", shown.UTC().Format(time.RFC3339Nano), "shown", st.ValidUntil.UTC().Format(time.RFC3339Nano))
+	h.session.Shown(st.ValidUntil.Time)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.entries[h.uid] != e {
+		return true // forgotten meanwhile
+	}
+	e.shown = st.ValidUntil.Time
+	if h.session.State().ValidUntil.After(e.shown) {
+		w.place(e, ready)
+	} else {
+		w.schedule(e, time.Time{}) // after the next renewal
+	}
+	return true
+}
+
 // Retries of a refresh that failed without an answer (a timeout, an
 // overloaded API server) back off from retryBase to retryMax.
 const (
@@ -388,8 +434,10 @@ func earlier(a, b time.Time) time.Time {
 }
 
 // refreshPatch is the JSON patch that shows st's validity for h's grant,
-// on the condition that status still shows that grant.
-func refreshPatch(h *held, st renewal.State) ([]byte, error) {
+// on the condition that status still shows that grant, with the validity
+// shown that it replaces: a writer with a stale view (a deposed leader
+// woken from a pause) cannot move it, backwards or forwards.
+func refreshPatch(h *held, st renewal.State, shown time.Time) ([]byte, error) {
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
@@ -400,6 +448,7 @@ func refreshPatch(h *held, st renewal.State) ([]byte, error) {
 		{"test", "/status/grantID", h.grantID},
 		{"test", "/status/fencingToken", h.token},
 		{"test", "/status/holder/identity", h.holder},
+		{"test", "/status/validUntil", v1alpha1.NewPreciseTime(shown)},
 		{"add", "/status/renewedAt", v1alpha1.NewPreciseTime(st.RenewedAt)},
 		{"add", "/status/validUntil", v1alpha1.NewPreciseTime(st.ValidUntil)},
 	}

@@ -28,7 +28,7 @@ func TestRefreshPatchIsConditional(t *testing.T) {
 		RenewedAt: shown.Add(-time.Second), ValidUntil: shown.Add(9 * time.Second),
 		Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}, {Addr: "b:1", Outcome: redlock.OutcomeGranted}, {Addr: "c:1", Outcome: redlock.OutcomeError}},
 	}
-	patch, err := refreshPatch(h, st)
+	patch, err := refreshPatch(h, st, shown)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +62,12 @@ func TestRefreshPatchIsConditional(t *testing.T) {
 		}, false},
 		{"another holder is shown", func(l *v1alpha1.DistributedLock) { l.Status.Holder.Identity = "team-b" }, false},
 		{"the object was re-created under the name", func(l *v1alpha1.DistributedLock) { l.UID = "uid-2" }, false},
+		{"another writer moved the validity forward since (a deposed leader's late refresh)", func(l *v1alpha1.DistributedLock) {
+			l.Status.ValidUntil = v1alpha1.NewPreciseTime(shown.Add(time.Second))
+		}, false},
+		{"another writer moved the validity back since", func(l *v1alpha1.DistributedLock) {
+			l.Status.ValidUntil = v1alpha1.NewPreciseTime(shown.Add(-time.Microsecond))
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := p.Apply(showing(tc.mutate))
@@ -223,5 +229,64 @@ func TestNewGrantsWaitWhileRefreshesAreBehind(t *testing.T) {
 	}
 	if !w.behind() {
 		t.Errorf("%d due refreshes, more than can be in flight, do not count as behind", w.ready.Len())
+	}
+}
+
+// TestKeepLaterValidity: a status write sent again after a conflict keeps a
+// later validity another writer showed meanwhile, and only for the same
+// grant held (issue 18, case 3).
+func TestKeepLaterValidity(t *testing.T) {
+	base := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	shown := func(grantID string, valid time.Duration) v1alpha1.DistributedLockStatus {
+		var st v1alpha1.DistributedLockStatus
+		showGrant(&st, grantView{holder: "h", grantID: grantID, token: 3, acquiredAt: base, renewedAt: base.Add(valid - 10*time.Second), validUntil: base.Add(valid)}, 1)
+		return st
+	}
+	released := shown("g1", 20*time.Second)
+	clearGrant(&released, 1, base, v1alpha1.ReasonReleased, "released")
+	for _, tc := range []struct {
+		name        string
+		mine, fresh v1alpha1.DistributedLockStatus
+		want        time.Duration // validity kept, from base; 0: none
+	}{
+		{"a later validity shown meanwhile is kept", shown("g1", 10*time.Second), shown("g1", 12*time.Second), 12 * time.Second},
+		{"an earlier validity shown meanwhile is not", shown("g1", 12*time.Second), shown("g1", 10*time.Second), 12 * time.Second},
+		{"another grant's validity is not", shown("g1", 10*time.Second), shown("g2", 12*time.Second), 10 * time.Second},
+		{"a release is not undone", released, shown("g1", 12*time.Second), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := *tc.mine.DeepCopy()
+			keepLaterValidity(&st, tc.fresh)
+			switch {
+			case tc.want == 0 && st.ValidUntil != nil:
+				t.Errorf("validity %v written into a released status", st.ValidUntil)
+			case tc.want != 0 && (st.ValidUntil == nil || !st.ValidUntil.Equal(base.Add(tc.want))):
+				t.Errorf("validity %v, want %v", st.ValidUntil, base.Add(tc.want))
+			case tc.want != 0 && !st.RenewedAt.Equal(base.Add(tc.want-10*time.Second)):
+				t.Errorf("renewedAt %v does not go with the validity kept", st.RenewedAt)
+			}
+		})
+	}
+}
+
+// TestRefreshPatchTouchesOnlyItsFields: the status writer writes only the
+// fields doc.go gives it (renewedAt, validUntil, quorum); everything else
+// in its patch is a test.
+func TestRefreshPatchTouchesOnlyItsFields(t *testing.T) {
+	now := time.Now()
+	h := &held{uid: "u", grantID: "g", holder: "h", token: 1, quorum: 2}
+	patch, err := refreshPatch(h, renewal.State{RenewedAt: now, ValidUntil: now.Add(time.Second), Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []struct{ Op, Path string }
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		t.Fatal(err)
+	}
+	owned := map[string]bool{"/status/renewedAt": true, "/status/validUntil": true, "/status/quorum": true}
+	for _, o := range ops {
+		if o.Op != "test" && !owned[o.Path] {
+			t.Errorf("the refresh %ss %s, which the reconciler owns", o.Op, o.Path)
+		}
 	}
 }

@@ -7,7 +7,9 @@
 // The DistributedLock controller decides who holds a lock (first come,
 // first served) and commits it to the lock's status; this controller only
 // acts on committed grants, in the order acquire → commit → annotate →
-// ungate, so that the token is on the pod before it runs.
+// check → ungate, so that the token is on the pod before it runs, and a
+// pod is ungated only while a fresh read of the lock, after its annotation
+// committed, still shows the grant it was annotated for.
 package podgate
 
 import (
@@ -205,7 +207,8 @@ type decision struct {
 // decide is the pure decision for pod given its lock.
 func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) decision {
 	st := lock.Status
-	holds := st.Holder != nil && st.Holder.Pod != nil && st.Holder.Pod.UID == pod.UID &&
+	// A pod that finished never acts on a grant: it is not annotated.
+	holds := st.Holder != nil && st.Holder.Pod != nil && st.Holder.Pod.UID == pod.UID && !podlock.Finished(pod) &&
 		meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionHeld) && st.ValidUntil != nil && now.Before(st.ValidUntil.Time)
 	if holds {
 		d := decision{grant: true, ready: pod.DeletionTimestamp.IsZero(), reason: "LockHeld",
@@ -254,24 +257,15 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 	gate := podlock.GateOf(pod)
 	grants := annotate || gate == podlock.GateScheduling || (gate == podlock.GateReadiness && d.ready && !hasReadiness(pod, corev1.ConditionTrue, d.reason))
 	if grants {
-		switch stands, err := r.grantStands(ctx, pod, lock); {
+		stands, err := r.grantStands(ctx, pod, lock)
+		if err == nil && stands && annotate {
+			stands, err = r.annotate(ctx, pod, lock, token, onLost)
+		}
+		switch {
 		case err != nil:
 			return ctrl.Result{}, err
 		case !stands:
 			return ctrl.Result{RequeueAfter: staleGrantRecheck}, nil
-		}
-	}
-	if annotate {
-		base := pod.DeepCopy()
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
-		pod.Annotations[v1alpha1.FencingTokenAnnotation] = token
-		pod.Annotations[v1alpha1.LockKeyAnnotation] = lock.Status.Key
-		pod.Annotations[v1alpha1.OnLostAnnotation] = onLost
-		pod.Annotations[v1alpha1.LockNameAnnotation] = lock.Name
-		if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, fmt.Errorf("annotate the holder pod: %w", err)
 		}
 	}
 	switch gate {
@@ -288,6 +282,26 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 		}
 	}
 	return ctrl.Result{RequeueAfter: d.recheck}, nil
+}
+
+// annotate puts the grant's token, key, onLost policy and lock name on the
+// holder pod, then reports whether the API server still shows the grant it
+// was made for: it may have ended while the annotation was written (a slow
+// write), and the pod is ungated only while it stands. From the annotation
+// on, the lock controller grants nobody else while the pod may run.
+func (r *Reconciler) annotate(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, token, onLost string) (bool, error) {
+	base := pod.DeepCopy()
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[v1alpha1.FencingTokenAnnotation] = token
+	pod.Annotations[v1alpha1.LockKeyAnnotation] = lock.Status.Key
+	pod.Annotations[v1alpha1.OnLostAnnotation] = onLost
+	pod.Annotations[v1alpha1.LockNameAnnotation] = lock.Name
+	if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, fmt.Errorf("annotate the holder pod: %w", err)
+	}
+	return r.grantStands(ctx, pod, lock)
 }
 
 // grantStands reports whether the API server still shows the grant the

@@ -109,6 +109,14 @@ func restarts(policy corev1.RestartPolicy, code int32) bool {
 	}
 }
 
+// MayHold reports whether pod, as read from the API server just before a
+// grant, may still be granted a lock: it exists, its containers may run
+// (it has not finished, nor have they all stopped for good) and it is not
+// being deleted.
+func MayHold(pod *corev1.Pod) bool {
+	return pod != nil && !Ended(pod) && pod.DeletionTimestamp.IsZero()
+}
+
 // Problem says why a labelled pod cannot take part; "" when it can.
 func Problem(pod *corev1.Pod) string {
 	name := pod.Labels[v1alpha1.LockLabel]
@@ -141,6 +149,11 @@ func Order(pods []*corev1.Pod) {
 	})
 }
 
+// Is reports whether pod is the pod ref names (same name and UID).
+func Is(pod *corev1.Pod, ref *v1alpha1.PodReference) bool {
+	return ref != nil && pod.UID == ref.UID && pod.Name == ref.Name
+}
+
 // Ref is a pod's reference.
 func Ref(pod *corev1.Pod) v1alpha1.PodReference {
 	return v1alpha1.PodReference{Name: pod.Name, UID: pod.UID}
@@ -165,23 +178,24 @@ type Choice struct {
 //     static holder is asked for: a lock never moves while its holder may
 //     still act on it);
 //   - a pod that held the lock before (it carries the lock's key and a
-//     fencing token) and may still run: after a lost grant it stays first in
-//     line and is granted again with a new token; while it is being
-//     deleted, or once its label no longer names the lock, nobody is
-//     granted until its containers stopped;
+//     fencing token, or it is the pod of the last grant status committed,
+//     last, whose annotation may not be written yet) and may still run:
+//     after a lost grant it stays first in line and is granted again with a
+//     new token; while it is being deleted, or once its label no longer
+//     names the lock, nobody is granted until its containers stopped;
 //   - the static holder when the spec names one;
 //   - the first candidate, first come, first served.
 //
 // pods are the pods labelled for the lock (named name), and the current
 // and last holder pods whatever their labels.
-func Choose(static, name, key string, holder *v1alpha1.LockHolder, pods []*corev1.Pod) Choice {
+func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod) Choice {
 	var candidates, prior []*corev1.Pod
 	var current *corev1.Pod
 	for _, p := range pods {
 		switch {
-		case holder != nil && holder.Pod != nil && p.UID == holder.Pod.UID && p.Name == holder.Pod.Name && !Ended(p):
+		case holder != nil && Is(p, holder.Pod) && !Ended(p):
 			current = p
-		case HeldBefore(p, key) && !Ended(p):
+		case (HeldBefore(p, key) || Is(p, last)) && !Ended(p):
 			prior = append(prior, p)
 		case Candidate(p) && !GrantedElsewhere(p, key):
 			candidates = append(candidates, p)

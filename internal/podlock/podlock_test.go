@@ -58,42 +58,48 @@ func TestChoose(t *testing.T) {
 		name        string
 		static      string
 		holder      *v1alpha1.LockHolder
+		last        *v1alpha1.PodReference
 		pods        []*corev1.Pod
 		wantStatic  string
 		wantPod     string
 		wantWaiting []string
 	}{
-		{"nobody asks: nobody holds", "", nil, nil, "", "", nil},
-		{"the oldest pod goes first, the others wait in creation order", "", nil, []*corev1.Pod{c, a, b}, "", "a", []string{"b", "c"}},
-		{"pods created together go by name", "", nil, []*corev1.Pod{pod("y", 0), pod("x", 0)}, "", "x", []string{"y"}},
-		{"a static holder is served and pods wait behind it", "team", nil, []*corev1.Pod{a, b}, "team", "", []string{"a", "b"}},
-		{"the holder keeps the lock while it runs, even if older pods arrive", "", holderOf(pod("b", time.Second)), []*corev1.Pod{a, pod("b", time.Second, running)}, "", "b", []string{"a"}},
+		{"nobody asks: nobody holds", "", nil, nil, nil, "", "", nil},
+		{"the oldest pod goes first, the others wait in creation order", "", nil, nil, []*corev1.Pod{c, a, b}, "", "a", []string{"b", "c"}},
+		{"pods created together go by name", "", nil, nil, []*corev1.Pod{pod("y", 0), pod("x", 0)}, "", "x", []string{"y"}},
+		{"a static holder is served and pods wait behind it", "team", nil, nil, []*corev1.Pod{a, b}, "team", "", []string{"a", "b"}},
+		{"the holder keeps the lock while it runs, even if older pods arrive", "", holderOf(pod("b", time.Second)), nil, []*corev1.Pod{a, pod("b", time.Second, running)}, "", "b", []string{"a"}},
 		// Granted but still gated in this view: its gate is being lifted,
 		// so it may run any moment (the e2e suite once saw two Jobs run).
-		{"a granted holder still behind its gate keeps the lock when an older pod arrives", "", holderOf(pod("y", 0)), []*corev1.Pod{pod("x", 0), pod("y", 0)}, "", "y", []string{"x"}},
-		{"a granted holder already annotated, still gated, keeps the lock", "", holderOf(pod("y", 0)), []*corev1.Pod{pod("x", 0), pod("y", 0, heldKey)}, "", "y", []string{"x"}},
-		{"a former holder annotated and still gated stays first in line", "", nil, []*corev1.Pod{pod("x", 0), pod("y", 0, heldKey)}, "", "y", []string{"x"}},
-		{"a finished holder hands over to the next", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, succeeded), b, c}, "", "b", []string{"c"}},
-		{"a holder whose object is gone hands over", "", holderOf(aRunning), []*corev1.Pod{b}, "", "b", nil},
-		{"a terminating holder whose containers still run keeps the lock", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, deleting), b}, "", "a", []string{"b"}},
-		{"a terminating holder whose containers exited hands over", "", holderOf(aRunning), []*corev1.Pod{pod("a", 0, running, deleting, containersExited), b}, "", "b", nil},
-		{"a re-created pod of the holder's name is another pod", "", &v1alpha1.LockHolder{Identity: "a", Pod: &v1alpha1.PodReference{Name: "a", UID: "old"}}, []*corev1.Pod{pod("a", 5*time.Second), b}, "", "b", []string{"a"}},
-		{"a running holder keeps the lock even when a static holder is asked for", "team", holderOf(aRunning), []*corev1.Pod{aRunning, b}, "", "a", []string{"b"}},
-		{"a former holder that still runs after its grant was lost is first in line again", "", nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey)}, "", "a", []string{"b"}},
-		{"a former holder that still runs while being deleted keeps everyone waiting", "team", nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey, deleting)}, "", "", []string{"b"}},
-		{"a former holder that stopped does not count", "", nil, []*corev1.Pod{b, pod("a", 0, running, heldKey, succeeded)}, "", "b", nil},
-		{"a pod relabelled after a grant of another key is not queued", "", nil, []*corev1.Pod{
+		{"a granted holder still behind its gate keeps the lock when an older pod arrives", "", holderOf(pod("y", 0)), nil, []*corev1.Pod{pod("x", 0), pod("y", 0)}, "", "y", []string{"x"}},
+		{"a granted holder already annotated, still gated, keeps the lock", "", holderOf(pod("y", 0)), nil, []*corev1.Pod{pod("x", 0), pod("y", 0, heldKey)}, "", "y", []string{"x"}},
+		{"a former holder annotated and still gated stays first in line", "", nil, nil, []*corev1.Pod{pod("x", 0), pod("y", 0, heldKey)}, "", "y", []string{"x"}},
+		{"a finished holder hands over to the next", "", holderOf(aRunning), nil, []*corev1.Pod{pod("a", 0, running, succeeded), b, c}, "", "b", []string{"c"}},
+		{"a holder whose object is gone hands over", "", holderOf(aRunning), nil, []*corev1.Pod{b}, "", "b", nil},
+		{"a terminating holder whose containers still run keeps the lock", "", holderOf(aRunning), nil, []*corev1.Pod{pod("a", 0, running, deleting), b}, "", "a", []string{"b"}},
+		{"a terminating holder whose containers exited hands over", "", holderOf(aRunning), nil, []*corev1.Pod{pod("a", 0, running, deleting, containersExited), b}, "", "b", nil},
+		{"a re-created pod of the holder's name is another pod", "", &v1alpha1.LockHolder{Identity: "a", Pod: &v1alpha1.PodReference{Name: "a", UID: "old"}}, nil, []*corev1.Pod{pod("a", 5*time.Second), b}, "", "b", []string{"a"}},
+		{"a running holder keeps the lock even when a static holder is asked for", "team", holderOf(aRunning), nil, []*corev1.Pod{aRunning, b}, "", "a", []string{"b"}},
+		{"a former holder that still runs after its grant was lost is first in line again", "", nil, nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey)}, "", "a", []string{"b"}},
+		{"a former holder that still runs while being deleted keeps everyone waiting", "team", nil, nil, []*corev1.Pod{b, pod("a", 5*time.Second, running, heldKey, deleting)}, "", "", []string{"b"}},
+		// The pod of the last committed grant, whose annotation is not
+		// written yet (issue 18, case 4): the pod gate may still ungate it.
+		{"the last grant's pod, not yet annotated, is first in line after the grant was lost", "", nil, &v1alpha1.PodReference{Name: "y", UID: "uid-y"}, []*corev1.Pod{pod("x", 0), pod("y", time.Second)}, "", "y", []string{"x"}},
+		{"the last grant's pod keeps everyone waiting while it is being deleted", "", nil, &v1alpha1.PodReference{Name: "y", UID: "uid-y"}, []*corev1.Pod{pod("x", 0), pod("y", time.Second, deleting)}, "", "", []string{"x"}},
+		{"the last grant's pod that finished does not count", "", nil, &v1alpha1.PodReference{Name: "y", UID: "uid-y"}, []*corev1.Pod{pod("x", 0), pod("y", time.Second, succeeded)}, "", "x", nil},
+		{"a former holder that stopped does not count", "", nil, nil, []*corev1.Pod{b, pod("a", 0, running, heldKey, succeeded)}, "", "b", nil},
+		{"a pod relabelled after a grant of another key is not queued", "", nil, nil, []*corev1.Pod{
 			pod("moved", 0, running, func(p *corev1.Pod) {
 				p.Annotations = map[string]string{v1alpha1.LockKeyAnnotation: "other-key", v1alpha1.FencingTokenAnnotation: "3"}
 			}), b,
 		}, "", "b", nil},
-		{"two former holders that still run keep everyone waiting", "", nil, []*corev1.Pod{
+		{"two former holders that still run keep everyone waiting", "", nil, nil, []*corev1.Pod{
 			b, pod("a", 5*time.Second, running, heldKey), pod("z", 6*time.Second, running, heldKey),
 		}, "", "", []string{"b"}},
-		{"a former holder relabelled after its grant keeps everyone waiting while it runs, and is not granted again", "", nil, []*corev1.Pod{
+		{"a former holder relabelled after its grant keeps everyone waiting while it runs, and is not granted again", "", nil, nil, []*corev1.Pod{
 			b, pod("a", 5*time.Second, running, heldKey, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "other" }),
 		}, "", "", []string{"b"}},
-		{"pods being deleted, finished or without a usable gate never get it", "", nil, []*corev1.Pod{
+		{"pods being deleted, finished or without a usable gate never get it", "", nil, nil, []*corev1.Pod{
 			pod("deleting", 0, deleting), pod("done", 0, succeeded), pod("ungated", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }),
 			pod("both", 0, func(p *corev1.Pod) {
 				p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
@@ -101,7 +107,7 @@ func TestChoose(t *testing.T) {
 		}, "", "c", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose(tc.static, "lock", "key", tc.holder, tc.pods)
+			got := Choose(tc.static, "lock", "key", tc.holder, tc.last, tc.pods)
 			gotPod := ""
 			if got.Pod != nil {
 				gotPod = got.Pod.Name
@@ -189,4 +195,28 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestMayHold: what a fresh read of a pod must show before it is granted a
+// lock (issue 18, case 7: a stale cache showed a finished pod running).
+func TestMayHold(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"gone", nil, false},
+		{"waiting behind its gate", pod("p", 0), true},
+		{"running", pod("p", 0, running), true},
+		{"finished", pod("p", 0, running, succeeded), false},
+		{"its containers exited and are not restarted", pod("p", 0, running, func(p *corev1.Pod) {
+			p.Spec.RestartPolicy = corev1.RestartPolicyNever
+			containersExited(p)
+		}), false},
+		{"being deleted", pod("p", 0, running, deleting), false},
+	} {
+		if got := MayHold(tc.pod); got != tc.want {
+			t.Errorf("%s: MayHold = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

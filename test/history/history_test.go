@@ -202,9 +202,14 @@ func (r *recorder) all() []history.Grant {
 	return out
 }
 
+// statusRecorder takes every status version a watch sees.
+type statusRecorder interface {
+	record(cluster string, l *v1alpha1.DistributedLock)
+}
+
 // watchLocks records every status version of the locks in c's namespace
 // until stop is closed, re-listing when a watch ends.
-func watchLocks(c *cluster, rec *recorder, stop <-chan struct{}) {
+func watchLocks(c *cluster, rec statusRecorder, stop <-chan struct{}) {
 	defer GinkgoRecover()
 	wc, err := client.NewWithWatch(c.env.Cfg, client.Options{Scheme: c.env.Scheme})
 	Expect(err).NotTo(HaveOccurred())
