@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -157,6 +158,12 @@ type scope struct {
 	releasing bool
 	// afterCommit runs, in order, once the status patch has committed.
 	afterCommit []func(context.Context)
+	// stale: status shows what another manager wrote since this one's
+	// view: the reconcile acts on nothing.
+	stale bool
+	// ownValidity is the validity this reconcile's patch shows of the
+	// grant it made or adopted, from its own Session.
+	ownValidity *time.Time
 	requeue     time.Duration // 0: none
 }
 
@@ -226,6 +233,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	lock.Status.Key = lock.RedisKey()
 	if err := r.syncSession(ctx, s); err != nil {
 		return ctrl.Result{}, err
+	}
+	if s.stale {
+		// Another manager renews what this one decided from: decide
+		// again once the cache has caught up (or this manager has exited,
+		// deposed).
+		s.requeueAfter(staleCacheRecheck)
+		return ctrl.Result{}, nil
 	}
 	c, usable, err := r.resolveMasterSet(ctx, s)
 	if err != nil || !usable {
@@ -305,12 +319,13 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
 	lock := s.lock
 	r.sessions.drop(h)
-	if st := lock.Status; st.Holder != nil && st.ValidUntil != nil && showsGrantOf(st, h) && st.ValidUntil.After(h.session.LastShown()) {
-		// Status shows the grant renewed beyond anything this manager
-		// showed: another manager renews it now (this one was deposed
-		// while paused, and its Session lapsed meanwhile). Not this
-		// manager's to hide, nor to release.
+	if st := lock.Status; st.Holder != nil && st.ValidUntil != nil && showsGrantOf(st, h) && !h.ownValidity(st.ValidUntil.Time) {
+		// Status shows the grant renewed beyond anything this manager's
+		// writes showed: another manager renews it now (this one was
+		// deposed while paused, and its Session lapsed meanwhile). Not
+		// this manager's to hide, nor to release, nor to act on further.
 		logf.FromContext(ctx).Info("a lapsed session's grant is renewed by another manager", "lock", h.name, "token", h.token)
+		s.stale = true
 		return
 	}
 	err := h.session.Err()
@@ -383,6 +398,8 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 	switch maxTTL := ms.Spec.MaxLockTTL.Duration; {
 	case ttl > maxTTL:
 		invalid, reason = fmt.Sprintf("ttl %v exceeds maxLockTTL %v of RedisMasterSet %q", ttl, maxTTL, ms.Name), v1alpha1.ReasonTTLTooLong
+	case strings.HasSuffix(lock.RedisKey(), redlock.FenceKey("")):
+		invalid = fmt.Sprintf("key %q ends in %q: that is the fencing counter of the lock %q", lock.RedisKey(), redlock.FenceKey(""), strings.TrimSuffix(lock.RedisKey(), redlock.FenceKey("")))
 	case ttl%time.Millisecond != 0 || renewInterval(lock.Spec) >= ttl:
 		invalid = fmt.Sprintf("ttl %v must be whole milliseconds and longer than the renew interval %v", ttl, renewInterval(lock.Spec))
 	}
@@ -562,23 +579,27 @@ func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.Distribut
 }
 
 // grantedByOther reports whether pod was granted its token by another
-// DistributedLock of the same key that still exists: that lock tracks its
-// own holder, and this one must not take it for its former holder (nor
-// report it relabelled). A pod whose granting lock is gone is a former
-// holder of the key, and keeps others waiting until it ends.
+// DistributedLock of the same key that still exists and tracks it (its
+// holder or last holder pod), read from the API server: that lock keeps
+// others waiting on it, and this one must not take it for its own former
+// holder (nor report it relabelled). A pod whose granting lock is gone or
+// no longer tracks it is a former holder of the key, and keeps others
+// waiting until it ends.
 func (r *Reconciler) grantedByOther(ctx context.Context, lock *v1alpha1.DistributedLock, pod *corev1.Pod) (bool, error) {
 	granter := pod.Annotations[v1alpha1.LockNameAnnotation]
 	if granter == "" || granter == lock.Name {
 		return false, nil
 	}
 	other := &v1alpha1.DistributedLock{}
-	switch err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("read the lock %s that granted pod %s: %w", granter, pod.Name, err)
 	}
-	return other.DeletionTimestamp.IsZero() && other.RedisKey() == lock.RedisKey(), nil
+	st := other.Status
+	tracks := (st.Holder != nil && podlock.Is(pod, st.Holder.Pod)) || podlock.Is(pod, st.LastHolderPod)
+	return other.DeletionTimestamp.IsZero() && other.RedisKey() == lock.RedisKey() && tracks, nil
 }
 
 // podByRef reads a pod the label-selected cache does not show from the API
@@ -739,7 +760,11 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	var lk *redlock.Lock
 	err := errors.New("status names no grant")
 	if grantID != "" {
-		lk, err = c.Restore(lock.RedisKey(), r.Values.Value(string(lock.UID), grantID), lock.Spec.TTL.Duration, st.ValidUntil.Time)
+		// The adopting extension covers at least the validity status
+		// shows (its ttl may have shrunk since the grant): the keys never
+		// expire, nor is the validity shown moved back, before that.
+		ttl := renewal.CoveringTTL(lock.Spec.TTL.Duration, st.ValidUntil.Time, time.Now())
+		lk, err = c.Restore(lock.RedisKey(), r.Values.Value(string(lock.UID), grantID), ttl, st.ValidUntil.Time)
 	}
 	if err == nil {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -969,6 +994,7 @@ func (r *Reconciler) showHolder(s *scope) {
 			return
 		default:
 			showGrant(st, viewOf(h, state), lock.Generation)
+			s.ownValidity = &state.ValidUntil
 			return
 		}
 	}
@@ -1013,6 +1039,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventGranted, "Acquire", "granted to %s with fencing token %d", h.holder, h.token)
 		}
 		r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.token))
+	}
+	if h := s.pending; h != nil && s.ownValidity != nil {
+		h.wrote(*s.ownValidity)
 	}
 	if h := r.sessions.get(lock.UID); h != nil && lock.Status.GrantID == h.grantID && lock.Status.Holder != nil && lock.Status.ValidUntil != nil {
 		r.writer.track(h, lock.Status.ValidUntil.Time, lock.Spec.TTL.Duration)
@@ -1075,7 +1104,7 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 		if fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig) {
 			return fmt.Errorf("status changed under this reconcile (another writer): %w", err)
 		}
-		if hidesGrant(s.orig, lock.Status) && !sameValidity(fresh.Status, s.orig) {
+		if hidesGrant(s.orig, lock.Status) && !sameValidity(fresh.Status, s.orig) && !r.ownValidity(lock.UID, fresh.Status) {
 			// This reconcile stops showing a grant that another writer has
 			// shown renewed since it read status (the status writer, or
 			// the leader that took over from this manager): its decision
@@ -1090,6 +1119,14 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	}
 	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
 	return nil
+}
+
+// ownValidity reports whether the validity st shows is one this manager's
+// own writes showed for the grant it renews (the status writer's refresh),
+// rather than another manager's.
+func (r *Reconciler) ownValidity(uid types.UID, st v1alpha1.DistributedLockStatus) bool {
+	h := r.sessions.get(uid)
+	return h != nil && st.ValidUntil != nil && showsGrantOf(st, h) && h.ownValidity(st.ValidUntil.Time)
 }
 
 // patchAttempts bounds the status patches of one reconcile that conflict

@@ -40,8 +40,10 @@
 //   - every validity write is conditional on the validity it replaces, and
 //     never moves it back: a deposed leader woken from a pause cannot move
 //     it (case 3); a Session that lapsed while status shows its grant
-//     renewed beyond anything this manager showed (another manager renews
-//     it) is dropped without hiding or releasing the grant;
+//     renewed beyond any validity this manager's own writes committed
+//     (another manager renews it) is dropped without hiding or releasing
+//     the grant, and that reconcile acts on nothing else; an adoption
+//     extends the keys for at least the validity status shows;
 //   - the pod of the last grant status committed (status.lastHolderPod)
 //     is a former holder while it may run, whether or not the pod gate has
 //     annotated it yet: nobody else is granted meanwhile, and it is first

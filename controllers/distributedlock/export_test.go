@@ -12,5 +12,5 @@ import (
 // writer that last saw status show the validity shown.
 func RefreshPatchFor(lock *v1alpha1.DistributedLock, renewedAt, validUntil, shown time.Time) ([]byte, error) {
 	h := &held{uid: lock.UID, grantID: lock.Status.GrantID, holder: lock.Status.Holder.Identity, token: lock.Status.FencingToken}
-	return refreshPatch(h, renewal.State{RenewedAt: renewedAt, ValidUntil: validUntil}, shown)
+	return refreshPatch(h, renewal.State{RenewedAt: renewedAt, ValidUntil: validUntil}, shown, "")
 }

@@ -24,6 +24,28 @@ type held struct {
 	acquiredAt time.Time
 	quorum     int
 	session    *renewal.Session
+
+	mu        sync.Mutex
+	committed time.Time // the latest validity of this grant that this manager's own write committed
+}
+
+// wrote records that a write of this manager committed validity v of h's
+// grant (as status shows it, to the microsecond).
+func (h *held) wrote(v time.Time) {
+	v = v.Truncate(time.Microsecond)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v.After(h.committed) {
+		h.committed = v
+	}
+}
+
+// ownValidity reports whether status's validity v of h's grant is one
+// this manager's writes showed, or earlier: not another manager's.
+func (h *held) ownValidity(v time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !v.After(h.committed)
 }
 
 // sessions is the set of grants this manager renews, by lock UID. Sessions

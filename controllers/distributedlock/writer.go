@@ -11,6 +11,8 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,16 +73,20 @@ type statusWriter struct {
 
 // refresh is the validity refresh of one grant.
 type refresh struct {
-	h      *held
-	ttl    time.Duration
-	shown  time.Time // the validity status shows
-	due    time.Time // when the next refresh is due (zero: after the next renewal)
-	lapsed bool      // a lapse was reported and has not ended
-	fails  int       // transient write errors in a row
-	poked  bool      // a renewal was asked for this refresh
-	poking bool      // ... and the refresh waits for it (counted in poking)
-	where  place
-	index  int // in its heap
+	h     *held
+	ttl   time.Duration
+	shown time.Time // the validity status shows
+	// shownText is shown as status holds it, when that is not the form
+	// this writer would write (an earlier version's whole seconds): the
+	// JSON patch's test compares the text.
+	shownText string
+	due       time.Time // when the next refresh is due (zero: after the next renewal)
+	lapsed    bool      // a lapse was reported and has not ended
+	fails     int       // transient write errors in a row
+	poked     bool      // a renewal was asked for this refresh
+	poking    bool      // ... and the refresh waits for it (counted in poking)
+	where     place
+	index     int // in its heap
 }
 
 type place int
@@ -129,7 +135,7 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 	e.ttl = ttl
 	moved := shown.After(e.shown)
 	if moved {
-		e.shown = shown
+		e.shown, e.shownText = shown, ""
 	}
 	h.session.Shown(e.shown)
 	if e.where == inFlight || (!fresh && !moved) {
@@ -274,7 +280,7 @@ func (w *statusWriter) Start(ctx context.Context) error {
 func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	h := e.h
 	w.mu.Lock()
-	shown := e.shown
+	shown, shownText := e.shown, e.shownText
 	w.mu.Unlock()
 	st := h.session.State()
 	switch {
@@ -295,7 +301,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.mu.Unlock()
 		return
 	}
-	patch, err := refreshPatch(h, st, shown)
+	patch, err := refreshPatch(h, st, shown, shownText)
 	if err != nil {
 		logf.FromContext(ctx).Error(err, "build a validity refresh", "lock", h.name)
 		w.forget(h)
@@ -336,12 +342,13 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.reschedule(e, now.Add(backoff)) // then in deadline order again
 		return
 	}
+	h.wrote(st.ValidUntil)
 	w.metrics.StatusWrites.WithLabelValues("renewal").Inc()
 	slack := shown.Sub(now)
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
 	w.mu.Lock()
 	delete(w.refused, h.grantID)
-	e.fails, e.poked = 0, false
+	e.fails, e.poked, e.shownText = 0, false, ""
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
 	if st.ValidUntil.After(e.shown) {
@@ -394,9 +401,13 @@ func (w *statusWriter) relearn(ctx context.Context, e *refresh, shown time.Time)
 	cancel()
 	st := fresh.Status
 	if err != nil || fresh.UID != h.uid || grantIDOf(st) != h.grantID || st.FencingToken != h.token ||
-		st.Holder == nil || st.Holder.Identity != h.holder || st.ValidUntil == nil ||
-		st.ValidUntil.Equal(shown.Truncate(time.Microsecond)) {
+		st.Holder == nil || st.Holder.Identity != h.holder || st.ValidUntil == nil {
 		return false
+	}
+	if st.ValidUntil.Equal(shown.Truncate(time.Microsecond)) {
+		// The same instant in another form than this writer's (an earlier
+		// version wrote whole seconds): test the text status holds.
+		return w.retestAs(ctx, e, shown)
 	}
 	logf.FromContext(ctx).Info("validity changed under the status writer", "lock", h.name, "token", h.token,
 		"expected", shown.UTC().Format(time.RFC3339Nano), "shown", st.ValidUntil.UTC().Format(time.RFC3339Nano))
@@ -411,6 +422,28 @@ func (w *statusWriter) relearn(ctx context.Context, e *refresh, shown time.Time)
 		w.place(e, ready)
 	} else {
 		w.schedule(e, time.Time{}) // after the next renewal
+	}
+	return true
+}
+
+// retestAs reads the text of the validity status shows for e's grant and,
+// when it is not the form this writer would test (shown), makes e's next
+// refresh test that text; it reports whether it did.
+func (w *statusWriter) retestAs(ctx context.Context, e *refresh, shown time.Time) bool {
+	raw := &unstructured.Unstructured{}
+	raw.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DistributedLock"))
+	octx, cancel := context.WithTimeout(ctx, writeTimeout)
+	err := w.client.Get(octx, e.h.name, raw)
+	cancel()
+	text, _, _ := unstructured.NestedString(raw.Object, "status", "validUntil")
+	if err != nil || text == "" || text == v1alpha1.NewPreciseTime(shown).UTC().Format(metav1.RFC3339Micro) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.entries[e.h.uid] == e && e.shown.Equal(shown) {
+		e.shownText = text
+		w.place(e, ready)
 	}
 	return true
 }
@@ -437,7 +470,11 @@ func earlier(a, b time.Time) time.Time {
 // on the condition that status still shows that grant, with the validity
 // shown that it replaces: a writer with a stale view (a deposed leader
 // woken from a pause) cannot move it, backwards or forwards.
-func refreshPatch(h *held, st renewal.State, shown time.Time) ([]byte, error) {
+func refreshPatch(h *held, st renewal.State, shown time.Time, shownText string) ([]byte, error) {
+	var prev any = v1alpha1.NewPreciseTime(shown)
+	if shownText != "" {
+		prev = shownText
+	}
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
@@ -448,7 +485,7 @@ func refreshPatch(h *held, st renewal.State, shown time.Time) ([]byte, error) {
 		{"test", "/status/grantID", h.grantID},
 		{"test", "/status/fencingToken", h.token},
 		{"test", "/status/holder/identity", h.holder},
-		{"test", "/status/validUntil", v1alpha1.NewPreciseTime(shown)},
+		{"test", "/status/validUntil", prev},
 		{"add", "/status/renewedAt", v1alpha1.NewPreciseTime(st.RenewedAt)},
 		{"add", "/status/validUntil", v1alpha1.NewPreciseTime(st.ValidUntil)},
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestRefreshPatchIsConditional(t *testing.T) {
 		RenewedAt: shown.Add(-time.Second), ValidUntil: shown.Add(9 * time.Second),
 		Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}, {Addr: "b:1", Outcome: redlock.OutcomeGranted}, {Addr: "c:1", Outcome: redlock.OutcomeError}},
 	}
-	patch, err := refreshPatch(h, st, shown)
+	patch, err := refreshPatch(h, st, shown, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestKeepLaterValidity(t *testing.T) {
 func TestRefreshPatchTouchesOnlyItsFields(t *testing.T) {
 	now := time.Now()
 	h := &held{uid: "u", grantID: "g", holder: "h", token: 1, quorum: 2}
-	patch, err := refreshPatch(h, renewal.State{RenewedAt: now, ValidUntil: now.Add(time.Second), Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}}}, now)
+	patch, err := refreshPatch(h, renewal.State{RenewedAt: now, ValidUntil: now.Add(time.Second), Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}}}, now, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,6 +288,49 @@ func TestRefreshPatchTouchesOnlyItsFields(t *testing.T) {
 	for _, o := range ops {
 		if o.Op != "test" && !owned[o.Path] {
 			t.Errorf("the refresh %ss %s, which the reconciler owns", o.Op, o.Path)
+		}
+	}
+}
+
+// TestRefreshPatchTestsTheTextStatusHolds: a validity an earlier version
+// wrote in whole seconds is tested as that text (the JSON patch compares
+// text, not instants), and only that text.
+func TestRefreshPatchTestsTheTextStatusHolds(t *testing.T) {
+	shown := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	h := &held{uid: "uid-1", grantID: "g1", holder: "team-a", token: 7}
+	st := renewal.State{RenewedAt: shown, ValidUntil: shown.Add(9 * time.Second)}
+	l := &v1alpha1.DistributedLock{}
+	l.UID = "uid-1"
+	showGrant(&l.Status, grantView{holder: "team-a", grantID: "g1", token: 7, acquiredAt: shown.Add(-time.Minute), renewedAt: shown.Add(-9 * time.Second), validUntil: shown}, 1)
+	micro, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seconds := []byte(strings.Replace(string(micro), `"validUntil":"2026-11-30T12:00:00.000000Z"`, `"validUntil":"2026-11-30T12:00:00Z"`, 1))
+	if string(seconds) == string(micro) {
+		t.Fatalf("no validUntil to rewrite in %s", micro)
+	}
+	for _, tc := range []struct {
+		name    string
+		text    string
+		doc     []byte
+		applies bool
+	}{
+		{"this writer's form, over its form", "", micro, true},
+		{"this writer's form, over whole seconds", "", seconds, false},
+		{"the text status holds, over it", "2026-11-30T12:00:00Z", seconds, true},
+		{"the text status held, over another form", "2026-11-30T12:00:00Z", micro, false},
+	} {
+		patch, err := refreshPatch(h, st, shown, tc.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Apply(tc.doc); (err == nil) != tc.applies {
+			t.Errorf("%s: applied = %v, want %v (%v)", tc.name, err == nil, tc.applies, err)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -28,10 +29,11 @@ const stallLabel = "test.redlock.dev/stall"
 // this test, that holds the first update adding the fencing-token
 // annotation to a pod labelled stallLabel until release is called (or 15s
 // pass), as a slow API server or a paused manager would. stalled is closed
-// once that update waits.
-func stallTokenAnnotation(ns string) (stalled <-chan struct{}, release func()) {
+// once that update waits; release reports whether it still waited.
+func stallTokenAnnotation(ns string) (stalled <-chan struct{}, release func() bool) {
 	held, freed := make(chan struct{}), make(chan struct{})
 	var once, stallOnce sync.Once
+	var timedOut atomic.Bool
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var review admissionv1.AdmissionReview
 		if err := json.NewDecoder(req.Body).Decode(&review); err != nil || review.Request == nil {
@@ -47,6 +49,7 @@ func stallTokenAnnotation(ns string) (stalled <-chan struct{}, release func()) {
 				select {
 				case <-freed:
 				case <-time.After(15 * time.Second):
+					timedOut.Store(true)
 				}
 			})
 		}
@@ -54,7 +57,10 @@ func stallTokenAnnotation(ns string) (stalled <-chan struct{}, release func()) {
 		review.Request = nil
 		_ = json.NewEncoder(w).Encode(review)
 	}))
-	free := func() { once.Do(func() { close(freed) }) }
+	free := func() bool {
+		once.Do(func() { close(freed) })
+		return !timedOut.Load()
+	}
 	DeferCleanup(srv.Close)
 	DeferCleanup(free)
 	url := srv.URL + "/stall"
@@ -120,9 +126,10 @@ var _ = Describe("A grant that ends while its pod is being annotated", Ordered, 
 			g.Expect(regrant.Status.Holder).NotTo(BeNil(), "lock %s/stalled to be granted again", ns)
 		}).Should(Succeed())
 		Expect(regrant.Status.FencingToken).To(BeNumerically(">", first))
+		Expect(getPod(a).Annotations).NotTo(HaveKey(v1alpha1.FencingTokenAnnotation), "the stalled annotation got through before the grant was lost and made again")
 
 		By("letting the stale annotation through: a is ungated only with the new grant's token, and b stays gated")
-		release()
+		Expect(release()).To(BeTrue(), "the webhook let the annotation through on its own, before the test released it")
 		Consistently(violations, 2*time.Second).Should(BeEmpty(), "two pods of %s may run at once", ns)
 		Expect(regrant.Status.Holder.Identity).To(Equal(a.Name), "the pod of the last committed grant, which may still be ungated, stays first in line")
 		Eventually(func(g Gomega) {

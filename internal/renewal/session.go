@@ -202,14 +202,6 @@ func (s *Session) Shown(validUntil time.Time) {
 	}
 }
 
-// LastShown returns the latest validity recorded with Shown, truncated to
-// the microsecond as status shows it (zero: none).
-func (s *Session) LastShown() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.shown.Truncate(time.Microsecond)
-}
-
 // RenewSoon asks for a renewal now rather than on schedule, without
 // waiting for it: Renewed is called when it is done.
 func (s *Session) RenewSoon() {

@@ -91,11 +91,15 @@ func leaseHolder(ms []*cluster) *cluster {
 
 var _ = Describe("Two managers on one API server, the leader paused for longer than its Lease", func() {
 	It("never moves a grant's validity back, and never hides a grant whose shown validity stands", func() {
+		// Pauses alternate: longer than the Lease (2s, cluster.start) but
+		// not the ttl, and longer than the ttl too, so that the woken
+		// leader's Sessions have lapsed while the new leader renews their
+		// grants.
 		const (
 			lockTTL = 6 * time.Second
-			pause   = 3 * time.Second // the Lease lasts 2s (cluster.start)
 			locks   = 8
 		)
+		pauses := []time.Duration{3 * time.Second, lockTTL + 1500*time.Millisecond}
 		rounds := max(3, int(*durationFlag/(12*time.Second)))
 		logs := GinkgoT().TempDir()
 
@@ -137,6 +141,7 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 			}
 		}
 		for round := range rounds {
+			pause := pauses[round%len(pauses)]
 			By(fmt.Sprintf("round %d: every lock held, then the leader SIGSTOPped for %v", round+1, pause))
 			Eventually(allHeld, 60*time.Second, 100*time.Millisecond).Should(Succeed())
 			var leader *cluster
@@ -166,7 +171,7 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 		By("checking every status version watched")
 		grants := tracker.all()
 		table := fmt.Sprintf("\nleader pauses: %d rounds of %v, %d status versions, %d grants of %d locks (%d granted again after a lapse); validity moved back %d times, grants hidden while valid %d\n",
-			rounds, pause, tracker.events, len(grants), locks, len(grants)-locks, len(tracker.decreases), len(tracker.dropped))
+			rounds, pauses, tracker.events, len(grants), locks, len(grants)-locks, len(tracker.decreases), len(tracker.dropped))
 		fmt.Fprint(GinkgoWriter, table)
 		_, _ = os.Stdout.WriteString(table)
 		Expect(tracker.decreases).To(BeEmpty(), "a grant's validity moved back")
