@@ -544,8 +544,7 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 		if pod == nil {
 			continue
 		}
-		granter := pod.Annotations[v1alpha1.LockNameAnnotation]
-		if !podlock.Ended(pod) && (granter == "" || granter == lock.Name) && r.relabelled.First(lock.Namespace+"/"+lock.Name, string(lock.UID)+"/"+string(pod.UID)) {
+		if !podlock.Ended(pod) && podlock.GrantedBy(pod, lock.Name) && r.relabelled.First(lock.Namespace+"/"+lock.Name, string(lock.UID)+"/"+string(pod.UID)) {
 			r.Recorder.Eventf(pod, lock, corev1.EventTypeWarning, EventHolderRelabelled, "Hold",
 				"held %s but its label %s no longer names it: nobody else is granted the lock until it ends", lock.Name, v1alpha1.LockLabel)
 		}
@@ -586,10 +585,10 @@ func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.Distribut
 // no longer tracks it is a former holder of the key, and keeps others
 // waiting until it ends.
 func (r *Reconciler) grantedByOther(ctx context.Context, lock *v1alpha1.DistributedLock, pod *corev1.Pod) (bool, error) {
-	granter := pod.Annotations[v1alpha1.LockNameAnnotation]
-	if granter == "" || granter == lock.Name {
+	if podlock.GrantedBy(pod, lock.Name) {
 		return false, nil
 	}
+	granter := pod.Annotations[v1alpha1.LockNameAnnotation]
 	other := &v1alpha1.DistributedLock{}
 	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
 	case apierrors.IsNotFound(err):

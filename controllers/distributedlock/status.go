@@ -174,8 +174,7 @@ func sameValidity(a, b v1alpha1.DistributedLockStatus) bool {
 // the status writer or a deposed leader woken from a pause, showed a later
 // renewal meanwhile).
 func keepLaterValidity(st *v1alpha1.DistributedLockStatus, fresh v1alpha1.DistributedLockStatus) {
-	if st.Holder == nil || fresh.Holder == nil || st.GrantID != fresh.GrantID || st.FencingToken != fresh.FencingToken ||
-		st.Holder.Identity != fresh.Holder.Identity || fresh.ValidUntil == nil {
+	if st.Holder == nil || !sameGrant(*st, fresh) || st.Holder.Identity != fresh.Holder.Identity || fresh.ValidUntil == nil {
 		return
 	}
 	if st.ValidUntil == nil || fresh.ValidUntil.After(st.ValidUntil.Time) {

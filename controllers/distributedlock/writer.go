@@ -400,8 +400,7 @@ func (w *statusWriter) relearn(ctx context.Context, e *refresh, shown time.Time)
 	err := w.client.Get(octx, h.name, fresh)
 	cancel()
 	st := fresh.Status
-	if err != nil || fresh.UID != h.uid || grantIDOf(st) != h.grantID || st.FencingToken != h.token ||
-		st.Holder == nil || st.Holder.Identity != h.holder || st.ValidUntil == nil {
+	if err != nil || fresh.UID != h.uid || st.Holder == nil || !showsGrantOf(st, h) || st.ValidUntil == nil {
 		return false
 	}
 	if st.ValidUntil.Equal(shown.Truncate(time.Microsecond)) {

@@ -174,7 +174,7 @@ func (r *Reconciler) unlabelled(ctx context.Context, pod *corev1.Pod) error {
 // onLost policy, recorded on the pod at the grant, applies.
 func (r *Reconciler) lockGone(ctx context.Context, pod *corev1.Pod, name string) error {
 	token := pod.Annotations[v1alpha1.FencingTokenAnnotation]
-	if granter := pod.Annotations[v1alpha1.LockNameAnnotation]; token == "" || podlock.Stopped(pod) || (granter != "" && granter != name) {
+	if token == "" || podlock.Stopped(pod) || !podlock.GrantedBy(pod, name) {
 		// Not granted by the lock its label names: it waits for it.
 		if err := r.setReady(ctx, pod, false, "LockNotFound", fmt.Sprintf("DistributedLock %q does not exist (yet)", name)); err != nil {
 			return err

@@ -108,11 +108,7 @@ var _ = Describe("A grant that ends while its pod is being annotated", Ordered, 
 		first := fetchLock(ns, "stalled").Status.FencingToken
 
 		By("queueing b, older than a, for the lock; then losing a's grant and letting the masters serve again")
-		Eventually(func() error {
-			cur := getPod(b)
-			cur.Labels[v1alpha1.LockLabel] = "stalled"
-			return k8s.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		relabel(b, "stalled")
 		for _, s := range fragile.Servers[:2] {
 			Expect(s.Stop()).To(Succeed())
 		}

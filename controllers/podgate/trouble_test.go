@@ -229,11 +229,7 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		kubeletRuns(a)
 
 		By("relabelling the holder for another lock")
-		Eventually(func() error {
-			cur := getPod(a)
-			cur.Labels[v1alpha1.LockLabel] = "second"
-			return k8s.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		relabel(a, "second")
 		Eventually(func() map[string]string { return getPod(a).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("labelled for second")))
 		Consistently(func(g Gomega) {
 			expectHolds(g, ns, "first", a)

@@ -230,6 +230,14 @@ func GrantedElsewhere(pod *corev1.Pod, key string) bool {
 	return pod.Annotations[v1alpha1.FencingTokenAnnotation] != "" && k != "" && k != key
 }
 
+// GrantedBy reports whether pod, if it was granted a lock, was granted it
+// by the DistributedLock named name (pods granted before the lock-name
+// annotation existed count as granted by any).
+func GrantedBy(pod *corev1.Pod, name string) bool {
+	granter := pod.Annotations[v1alpha1.LockNameAnnotation]
+	return granter == "" || granter == name
+}
+
 // HeldBefore reports whether pod was granted the lock key before: it
 // carries the key and a fencing token.
 func HeldBefore(pod *corev1.Pod, key string) bool {

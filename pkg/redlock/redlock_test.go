@@ -1116,14 +1116,7 @@ func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "every master to hold the value", func() bool {
-		for _, s := range servers {
-			if value(t, s, key) != held.Value() {
-				return false
-			}
-		}
-		return true
-	})
+	waitHeldEverywhere(t, servers, key, held.Value())
 	lock, err := c.Restore(key, held.Value(), ttl, time.Now().Add(ttl))
 	if err != nil {
 		t.Fatal(err)
@@ -1157,6 +1150,20 @@ func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 		t.Fatal("the lock is still valid after a late extension")
 	}
 	expectCopiesRemoved(t, servers, key, votesOf(t, err))
+}
+
+// waitHeldEverywhere waits until every master holds value at key (an
+// acquisition returns once a quorum has it).
+func waitHeldEverywhere(t *testing.T, servers []*redistest.Server, key, val string) {
+	t.Helper()
+	waitFor(t, 2*time.Second, "every master to hold the value", func() bool {
+		for _, s := range servers {
+			if value(t, s, key) != val {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // expectCopiesRemoved checks what a failed extension leaves of key: the
@@ -1194,14 +1201,7 @@ func TestLostExtendRemovesRefreshedCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "every master to hold the value", func() bool {
-		for _, s := range servers {
-			if value(t, s, key) != lock.Value() {
-				return false
-			}
-		}
-		return true
-	})
+	waitHeldEverywhere(t, servers, key, lock.Value())
 	for _, s := range servers[:3] {
 		a := s.Client()
 		if err := a.Del(ctx, key).Err(); err != nil {

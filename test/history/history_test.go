@@ -121,12 +121,20 @@ func (c *cluster) kill() {
 // ensureRunning restarts a manager that exited (it exits when it loses its
 // Lease, e.g. after a pause).
 func (c *cluster) ensureRunning() bool {
+	if !c.hasExited() {
+		return false
+	}
+	c.start()
+	return true
+}
+
+// hasExited reports whether the current manager process has exited.
+func (c *cluster) hasExited() bool {
 	c.mu.Lock()
 	exited := c.exited
 	c.mu.Unlock()
 	select {
 	case <-exited:
-		c.start()
 		return true
 	default:
 		return false

@@ -73,14 +73,12 @@ func (t *validityTracker) record(cl string, l *v1alpha1.DistributedLock) {
 // acquired the leader Lease, or nil.
 func leaseHolder(ms []*cluster) *cluster {
 	for _, m := range ms {
-		m.mu.Lock()
-		exited, starts := m.exited, m.starts
-		m.mu.Unlock()
-		select {
-		case <-exited:
+		if m.hasExited() {
 			continue
-		default:
 		}
+		m.mu.Lock()
+		starts := m.starts
+		m.mu.Unlock()
 		b, err := os.ReadFile(filepath.Join(m.logs, fmt.Sprintf("%s-manager-%d.log", m.name, starts)))
 		if err == nil && strings.Contains(strings.ToLower(string(b)), "successfully acquired lease") {
 			return m
@@ -151,17 +149,7 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 			leader.signal(syscall.SIGCONT)
 
 			By("the woken leader, deposed, exits; it is started again as the standby")
-			Eventually(func() bool {
-				leader.mu.Lock()
-				exited := leader.exited
-				leader.mu.Unlock()
-				select {
-				case <-exited:
-					return true
-				default:
-					return false
-				}
-			}, 30*time.Second, 50*time.Millisecond).Should(BeTrue(), "the deposed manager %s to exit", leader.name)
+			Eventually(leader.hasExited, 30*time.Second, 50*time.Millisecond).Should(BeTrue(), "the deposed manager %s to exit", leader.name)
 			leader.start()
 		}
 		Eventually(allHeld, 60*time.Second, 100*time.Millisecond).Should(Succeed())
