@@ -99,6 +99,7 @@ vet: ## Run go vet against code (the benchmark module included).
 lint: ## Run golangci-lint (pinned in hack/tools/go.mod), the e2e suite included.
 	$(GOLANGCI_LINT) run ./...
 	$(GOLANGCI_LINT) run --build-tags e2e ./test/e2e/
+	$(GOLANGCI_LINT) run --build-tags gateclocktest ./cmd/gate/
 
 .PHONY: lint-fix
 lint-fix: ## Run golangci-lint and apply its fixes.

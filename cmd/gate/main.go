@@ -47,7 +47,7 @@ func main() {
 	flag.StringVar(&cfg.StateDir, "state-dir", "/gate/state", "Directory that outlives container restarts (an emptyDir) for the record of runs.")
 	flag.StringVar(&cfg.Persistence, "persistence", gate.PersistenceNone, "Persistence of the master: None, AOFEverySec or AOFAlways.")
 	flag.DurationVar(&cfg.RestartDelay, "restart-delay", 0, "How long a master that lost its keys stays out of service (longer than the longest lock TTL plus drift).")
-	flag.DurationVar(&cfg.Heartbeat, "heartbeat", time.Second, "How often the record is refreshed while Redis runs.")
+	flag.DurationVar(&cfg.Heartbeat, "heartbeat", time.Second, "How often the record of the run is refreshed while Redis runs (for people reading it).")
 	flag.StringVar(&cfg.AdmissionFile, "admission-file", "", "Downward-API annotations file carrying "+gate.AdmissionAnnotation+".")
 	flag.DurationVar(&cfg.Poll, "poll", time.Second, "How often the admission file is read while waiting.")
 	flag.IntVar(&portBase, "port-base", 0, "With --ordinal-env: append --port BASE+ORDINAL to the command (members on one host network).")
@@ -67,6 +67,7 @@ func main() {
 		cfg.Command = append(cfg.Command, directive, strconv.Itoa(port))
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "gate")
+	cfg.Clock = gate.Clock{Wall: wallClock()}
 
 	switch {
 	case cfg.RestartDelay <= 0:
@@ -102,7 +103,11 @@ func probe(args []string) {
 		fail(err.Error())
 	}
 	if *votingAfter > 0 {
-		if err := gate.Voting(*stateDir, *votingAfter, time.Now()); err != nil {
+		now, err := gate.Clock{Wall: wallClock()}.Now()
+		if err != nil {
+			fail(err.Error())
+		}
+		if err := gate.Voting(*stateDir, *votingAfter, now); err != nil {
 			fail(err.Error())
 		}
 	}

@@ -85,6 +85,9 @@ type Reconciler struct {
 	// rolling update replaced last (the next waits until the cache shows
 	// it going).
 	probed, replaced sync.Map
+	// served holds, per set, when this process last saw each member
+	// serving, on its own clock (see ownServing).
+	served sync.Map // types.NamespacedName → servedBy
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
@@ -102,6 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			r.Masters.Forget(req.NamespacedName)
 			r.probed.Delete(req.NamespacedName)
 			r.replaced.Delete(req.NamespacedName)
+			r.served.Delete(req.NamespacedName)
 			r.Metrics.MastersServing.DeleteLabelValues(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -172,6 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 // that changed state, and returns how soon to probe again.
 func (r *Reconciler) applyProbe(ms *v1alpha1.RedisMasterSet, results []redlock.ProbeResult, now time.Time) time.Duration {
 	members, changes, next := membersFromProbe(ms.Status.Members, results, now)
+	r.recordServing(ms, members, now)
 	for _, c := range changes {
 		r.Recorder.Eventf(ms, nil, c.eventType, c.reason, "Probe", "%s", c.note)
 	}

@@ -260,16 +260,19 @@ func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet,
 		if ord < len(members) {
 			member = &members[ord]
 		}
-		at := managed.AdmitAt(member, delay, lag, now)
+		at := managed.AdmitAt(member, r.ownServing(ms, member), delay, lag, now)
 		patch := client.MergeFrom(pod.DeepCopy())
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
+		// The gate counts the delay on its own clock; the instant is for
+		// people (and gates older than the delay annotation).
+		pod.Annotations[managed.ServeDelay] = managed.AdmissionDelay(at, now)
 		pod.Annotations[managed.ServeAfter] = at.UTC().Format(time.RFC3339Nano)
 		if err := r.Patch(ctx, pod, patch); err != nil {
 			return fmt.Errorf("admit pod %s: %w", pod.Name, err)
 		}
-		r.Recorder.Eventf(ms, pod, corev1.EventTypeNormal, EventAdmitted, "Admit", "member %d (pod %s) may serve from %s", ord, pod.Name, at.UTC().Format(time.RFC3339))
+		r.Recorder.Eventf(ms, pod, corev1.EventTypeNormal, EventAdmitted, "Admit", "member %d (pod %s) may serve in %s (at %s)", ord, pod.Name, pod.Annotations[managed.ServeDelay], at.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

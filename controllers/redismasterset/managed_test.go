@@ -175,8 +175,8 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		Eventually(func() []string { return eventReasons(ns, "locks") }).Should(ContainElement("MemberAdmitted"))
 	})
 
-	It("admits a replacement pod restartDelay after the member was last seen serving, across an operator restart", func() {
-		// Simulated history: member 1 served until 5s ago.
+	It("admits a replacement pod a full restart delay from now when another process saw the member serving (an operator restart)", func() {
+		By("recording that member 1 served until 5s ago, as an earlier operator process would have")
 		lastServing := time.Now().Add(-5 * time.Second).Truncate(time.Second)
 		set := fetchSet(ns, "locks")
 		base := set.DeepCopy()
@@ -187,11 +187,17 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		pod := memberPod(ms, "1")
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
 		mgr = startManager()
+		created := time.Now()
 		Eventually(admission(pod)).ShouldNot(BeZero())
-		// restartDelay (20s + drift + 1s) after it was last seen serving, plus
-		// the lag of the probes that saw it (interval 500ms + probe timeout
-		// 200ms + 1s): its death may have come up to that much later.
-		Expect(admission(pod)()).To(BeTemporally("~", lastServing.Add(20*time.Second+200*time.Millisecond+2*time.Millisecond+time.Second+1700*time.Millisecond), 10*time.Millisecond))
+		By("admitting it a whole restart delay (20s + drift + 1s) from now: the earlier process stamped lastServingAt on its own clock, which this one does not compare with its own")
+		Expect(admission(pod)()).To(BeTemporally("~", created.Add(21202*time.Millisecond), 3*time.Second))
+		Expect(admission(pod)()).To(BeTemporally(">", lastServing.Add(20*time.Second+200*time.Millisecond+2*time.Millisecond+time.Second+1700*time.Millisecond)))
+		By("telling the gate the delay, which it counts on its own clock")
+		cur := &corev1.Pod{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(pod), cur)).To(Succeed())
+		d, err := time.ParseDuration(cur.Annotations[managed.ServeDelay])
+		Expect(err).NotTo(HaveOccurred(), "pod %s annotation %s", pod.Name, managed.ServeDelay)
+		Expect(d).To(BeNumerically("~", 21202*time.Millisecond, 3*time.Second))
 	})
 
 	It("admits a pod of a member with no history only after a full restart delay", func() {

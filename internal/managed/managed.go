@@ -15,6 +15,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/certs"
+	"github.com/redlock-operator/redlock-operator/pkg/gate"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -38,7 +39,8 @@ const (
 	LabelManagedBy    = "app.kubernetes.io/managed-by"
 	AnnotationConfig  = "redlock.dev/config-hash"
 	AnnotationTLS     = "redlock.dev/tls-hash"
-	ServeAfter        = "redlock.dev/serve-after"
+	ServeAfter        = gate.AdmissionAnnotation
+	ServeDelay        = gate.AdmissionDelayAnnotation
 	PodIndexLabel     = "apps.kubernetes.io/pod-index"
 	PasswordKey       = "password"
 	restartMargin     = time.Second
@@ -208,24 +210,32 @@ func ProbeLag(interval, probeTimeout time.Duration) time.Duration {
 	return interval + probeTimeout + probeSlack
 }
 
-// AdmitAt computes when a new pod of a member may serve (the value of the
-// redlock.dev/serve-after annotation): a member that never served may serve
-// now; when nothing is known of the member, now + restartDelay. A member last
-// seen serving at T may have kept serving, unseen, until T + probeLag (see
-// ProbeLag): its new pod may serve at T + probeLag + restartDelay (its keys
-// are gone; locks granted on them are valid until then). When the last probe
-// still found the member serving, its end has not been observed at all: it
-// served until its pod was replaced, at the latest now (a StatefulSet
-// creates the new pod only once the old one is gone), so the new pod waits
-// at least until now + restartDelay — which also covers probes that stalled.
-func AdmitAt(member *v1alpha1.MemberStatus, restartDelay, probeLag time.Duration, now time.Time) time.Time {
+// AdmitAt computes when a new pod of a member may serve: a member that
+// never served may serve now; when nothing is known of the member, now +
+// restartDelay. seen is when this very process last saw the member serving,
+// on its own clock, when that is what status records (nil otherwise): the
+// member may have kept serving, unseen, until seen + probeLag (see
+// ProbeLag), so its new pod may serve at seen + probeLag + restartDelay (its
+// keys are gone; locks granted on them are valid until then). A
+// lastServingAt another process wrote (an earlier leader, on another node's
+// clock) is not compared with this process's clock: the new pod then waits
+// a full restartDelay from now. So does one whose end has not been observed
+// at all (the last probe still found it serving): it served until its pod
+// was replaced, at the latest now (a StatefulSet creates the new pod only
+// once the old one is gone) — which also covers probes that stalled.
+//
+// The pod's gate counts the delay from this instant (the
+// redlock.dev/serve-delay annotation) on its own clock: see AdmissionDelay.
+func AdmitAt(member *v1alpha1.MemberStatus, seen *time.Time, restartDelay, probeLag time.Duration, now time.Time) time.Time {
 	switch {
 	case member == nil || (member.LastServingAt == nil && !member.NeverServed):
 		return now.Add(restartDelay)
 	case member.LastServingAt == nil:
 		return now
+	case seen == nil:
+		return now.Add(restartDelay)
 	default:
-		end := member.LastServingAt.Add(probeLag)
+		end := seen.Add(probeLag)
 		if member.State == v1alpha1.MemberServing && end.Before(now) {
 			end = now
 		}
@@ -235,4 +245,14 @@ func AdmitAt(member *v1alpha1.MemberStatus, restartDelay, probeLag time.Duration
 		}
 		return at
 	}
+}
+
+// AdmissionDelay is the value of the redlock.dev/serve-delay annotation for
+// a pod admitted at at, computed now: how long its gate keeps Redis back
+// from when it reads the annotation, which is after now. Each side measures
+// a duration on its own clock; no instant of one is compared on the other.
+// It is rounded up to the millisecond.
+func AdmissionDelay(at, now time.Time) string {
+	d := max(at.Sub(now), 0)
+	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
 }

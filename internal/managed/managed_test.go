@@ -271,10 +271,21 @@ func TestAdmitAt(t *testing.T) {
 			seen(v1alpha1.MemberServing, time.Hour), now.Add(delay)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := AdmitAt(tc.member, delay, lag, now); !got.Equal(tc.want) {
+			var own *time.Time
+			if tc.member != nil && tc.member.LastServingAt != nil {
+				own = &tc.member.LastServingAt.Time
+			}
+			if got := AdmitAt(tc.member, own, delay, lag, now); !got.Equal(tc.want) {
 				t.Errorf("AdmitAt = now%+v, want now%+v", got.Sub(now), tc.want.Sub(now))
 			}
 		})
+	}
+	// A lastServingAt another process wrote (an earlier leader, stamped on
+	// another node's clock) is not compared with this one's.
+	for _, ago := range []time.Duration{10 * time.Second, time.Hour} {
+		if got := AdmitAt(seen(v1alpha1.MemberDown, ago), nil, delay, lag, now); !got.Equal(now.Add(delay)) {
+			t.Errorf("AdmitAt of a member another process saw serving %v ago = now%+v, want a full delay from now", ago, got.Sub(now))
+		}
 	}
 }
 
@@ -353,5 +364,22 @@ func TestNextToReplace(t *testing.T) {
 				t.Fatal("no pod and no reason")
 			}
 		})
+	}
+}
+
+func TestAdmissionDelay(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	for _, tc := range []struct {
+		at   time.Time
+		want string
+	}{
+		{now, "0s"},
+		{now.Add(-time.Hour), "0s"},
+		{now.Add(7060 * time.Millisecond), "7.06s"},
+		{now.Add(7060*time.Millisecond + time.Nanosecond), "7.061s"}, // rounded up, never down
+	} {
+		if got := AdmissionDelay(tc.at, now); got != tc.want {
+			t.Errorf("AdmissionDelay(now%+v) = %s, want %s", tc.at.Sub(now), got, tc.want)
+		}
 	}
 }

@@ -11,11 +11,20 @@
 //   - the previous run shut down cleanly: no wait, unless persistence is
 //     None (the keys are gone either way);
 //   - persistence AOFAlways: no wait (every write was fsynced);
-//   - first run in a new pod: until the operator's admission, the pod
-//     annotation redlock.dev/serve-after read through a downward-API file.
+//   - first run in a new pod: for the operator's admission, the pod
+//     annotation redlock.dev/serve-delay read through a downward-API file.
 //
-// A death whose moment was not recorded (the whole container was killed) is
-// bounded by the last heartbeat the gate wrote while Redis ran.
+// A death whose moment was not recorded (the whole container was killed)
+// counts from the start of the next gate: the heartbeat the gate records
+// while Redis runs says it was alive then, not that it died soon after.
+//
+// Every wait is a duration measured on one clock, never an instant of one
+// clock compared on another: the gate measures the time since a death on
+// the node's boot clock (see Clock), which no wall-clock step moves, and
+// the operator's admission is a duration the gate counts from when it first
+// reads it. The only assumption on clocks is the one Redlock makes anyway:
+// they run at about the same rate. A node whose wall clock is off or steps
+// neither shortens a restart delay nor lengthens it.
 package gate
 
 import (
@@ -35,8 +44,16 @@ const (
 	AOFAlways       = "AOFAlways"
 )
 
-// AdmissionAnnotation is the pod annotation holding the instant (RFC 3339)
-// from which a new pod's Redis may serve.
+// AdmissionDelayAnnotation is the pod annotation holding how long (a Go
+// duration) a new pod's Redis stays out of service, counted from when the
+// gate first reads it. The operator measured it on its own clock; the gate
+// measures it on its own: no two clocks are compared.
+const AdmissionDelayAnnotation = "redlock.dev/serve-delay"
+
+// AdmissionAnnotation is the pod annotation holding the instant (RFC 3339,
+// on the operator's clock) from which a new pod's Redis may serve. It is
+// there for people, and for a pod an operator older than serve-delay
+// admitted: only then does the gate compare it with its own wall clock.
 const AdmissionAnnotation = "redlock.dev/serve-after"
 
 // stateFile is the name of the record in the state directory.
@@ -48,10 +65,19 @@ type State struct {
 	Runs int `json:"runs"`
 	// StartedAt is when the latest run started.
 	StartedAt time.Time `json:"startedAt"`
-	// AliveAt is the latest heartbeat while the run was alive.
+	// AliveAt is the latest heartbeat while the run was alive (for people:
+	// it does not bound when an unrecorded run ended).
 	AliveAt time.Time `json:"aliveAt"`
 	// EndedAt is when the run ended; zero when its end was not recorded.
 	EndedAt time.Time `json:"endedAt,omitzero"`
+	// BootID is the node's boot the boot-clock readings below belong to;
+	// empty in a record of a gate older than them.
+	BootID string `json:"bootID,omitempty"`
+	// StartedBoot, AliveBoot and EndedBoot are StartedAt, AliveAt and
+	// EndedAt on the boot clock: what the gate's waits are measured on.
+	StartedBoot time.Duration `json:"startedBoot,omitempty"`
+	AliveBoot   time.Duration `json:"aliveBoot,omitempty"`
+	EndedBoot   time.Duration `json:"endedBoot,omitempty"`
 	// Clean is true when Redis exited with status 0 (a clean shutdown).
 	Clean bool `json:"clean"`
 	// Exit describes how the run ended ("exit status 0", "signal: killed").
@@ -105,38 +131,57 @@ func SaveState(dir string, s *State) error {
 
 // Decision is what the gate waits for before starting Redis.
 type Decision struct {
-	// Until is the instant from which Redis may serve; zero: at once.
-	Until time.Time
-	// NeedAdmission: wait for the admission annotation (a new pod); Until
-	// is then unknown until the annotation appears.
+	// Wait is how long from now Redis stays out of service; 0: start at once.
+	Wait time.Duration
+	// NeedAdmission: wait for the operator's admission (a new pod); Wait is
+	// then unknown until the annotation appears.
 	NeedAdmission bool
 	// Reason explains the decision for the log.
 	Reason string
 }
 
 // Decide returns what to wait for, given the record of the previous run in
-// this pod (nil: none), the persistence mode, the restart delay and the
-// heartbeat interval that bounds an unrecorded death.
-func Decide(prev *State, persistence string, restartDelay, heartbeat time.Duration) Decision {
+// this pod (nil: none), the persistence mode, the restart delay and the time
+// now.
+func Decide(prev *State, persistence string, restartDelay time.Duration, now Instant) Decision {
 	switch {
 	case prev == nil:
-		return Decision{NeedAdmission: true, Reason: "first run in this pod: waiting for the operator's admission (" + AdmissionAnnotation + ")"}
+		return Decision{NeedAdmission: true, Reason: "first run in this pod: waiting for the operator's admission (" + AdmissionDelayAnnotation + ")"}
 	case persistence == AOFAlways:
 		return Decision{Reason: "persistence AOFAlways: every acknowledged write is on disk"}
 	case !prev.EndedAt.IsZero() && prev.Clean && persistence != PersistenceNone:
 		return Decision{Reason: "the previous run shut down cleanly and persisted its keys"}
-	case !prev.EndedAt.IsZero() && prev.Clean:
-		return Decision{Until: prev.EndedAt.Add(restartDelay),
-			Reason: fmt.Sprintf("the previous run shut down cleanly at %s but persistence is None: its keys are gone", stamp(prev.EndedAt))}
 	case !prev.EndedAt.IsZero():
-		return Decision{Until: prev.EndedAt.Add(restartDelay),
-			Reason: fmt.Sprintf("the previous run crashed at %s (%s)", stamp(prev.EndedAt), prev.Exit)}
+		what := fmt.Sprintf("the previous run crashed at %s (%s)", stamp(prev.EndedAt), prev.Exit)
+		if prev.Clean {
+			what = fmt.Sprintf("the previous run shut down cleanly at %s but persistence is None: its keys are gone", stamp(prev.EndedAt))
+		}
+		wait, how := restAfter(prev, prev.EndedAt, prev.EndedBoot, restartDelay, now)
+		return Decision{Wait: wait, Reason: what + how}
 	default:
-		// The whole container died with Redis: the death was after the last
-		// heartbeat and before the next one.
-		death := latest(prev.AliveAt, prev.StartedAt).Add(heartbeat)
-		return Decision{Until: death.Add(restartDelay),
-			Reason: fmt.Sprintf("the previous run ended unrecorded after its last heartbeat at %s", stamp(latest(prev.AliveAt, prev.StartedAt)))}
+		// The whole container died with Redis and nothing recorded when. It
+		// was before this gate started (the kubelet starts a container once
+		// the previous one is gone), and that is the only bound: the last
+		// heartbeat is not one, since a heartbeat can come late (a stalled
+		// disk, a starved process) while Redis goes on serving.
+		return Decision{Wait: restartDelay, Reason: fmt.Sprintf("the previous run ended unrecorded after its last heartbeat at %s: the delay counts from now", stamp(latest(prev.AliveAt, prev.StartedAt)))}
+	}
+}
+
+// restAfter is how long from now a master that died at deathWall (wall
+// clock) and deathBoot (boot clock) stays out: restartDelay after its death
+// on the boot clock; the whole delay from now when the node rebooted since
+// (boot-clock readings of two boots do not compare, and the death was
+// before now); on the wall clock only for a record of an older gate, which
+// has no boot-clock readings. The text says which clock measured it.
+func restAfter(prev *State, deathWall time.Time, deathBoot, restartDelay time.Duration, now Instant) (time.Duration, string) {
+	switch {
+	case prev.BootID != "" && prev.BootID == now.BootID:
+		return max(restartDelay-(now.Boot-deathBoot), 0), ""
+	case prev.BootID != "":
+		return restartDelay, "; the node rebooted since: the delay counts from now"
+	default:
+		return max(deathWall.Add(restartDelay).Sub(now.Wall), 0), "; a record of an older gate: measured on the wall clock"
 	}
 }
 

@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	gateBin = filepath.Join(dir, "gate")
-	out, err := exec.Command("go", "build", "-o", gateBin, "github.com/redlock-operator/redlock-operator/cmd/gate").CombinedOutput()
+	// The tag gateclocktest lets a test shift the gate's wall clock.
+	out, err := exec.Command("go", "build", "-tags", "gateclocktest", "-o", gateBin, "github.com/redlock-operator/redlock-operator/cmd/gate").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build gate: %v\n%s", err, out)
 		os.Exit(1)
@@ -57,7 +58,14 @@ type pod struct {
 	port        int
 	persistence string
 	delay       time.Duration
+	// wallOffset shifts the wall clock of the gates started from now on:
+	// a node whose clock is off, or stepped between two runs.
+	wallOffset time.Duration
 }
+
+// clockOffsetEnv is cmd/gate's ClockOffsetEnv (a gate built with the tag
+// gateclocktest).
+const clockOffsetEnv = "GATE_TEST_WALL_CLOCK_OFFSET"
 
 func newPod(t *testing.T, persistence string, delay time.Duration) *pod {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -75,12 +83,16 @@ func newPod(t *testing.T, persistence string, delay time.Duration) *pod {
 	return p
 }
 
-// admit writes the operator's admission annotation.
-func (p *pod) admit(at time.Time) {
-	line := fmt.Sprintf("%s=%q\n", gate.AdmissionAnnotation, at.UTC().Format(time.RFC3339Nano))
-	if err := os.WriteFile(p.admission, []byte(line), 0o600); err != nil {
+// admit writes the operator's admission annotations as the operator does:
+// the delay, and the instant it ends on the operator's (the test's) clock.
+// It returns when the delay was written.
+func (p *pod) admit(delay time.Duration) time.Time {
+	now := time.Now()
+	text := fmt.Sprintf("%s=%q\n%s=%q\n", gate.AdmissionAnnotation, now.Add(delay).UTC().Format(time.RFC3339Nano), gate.AdmissionDelayAnnotation, delay.String())
+	if err := os.WriteFile(p.admission, []byte(text), 0o600); err != nil {
 		p.t.Fatal(err)
 	}
+	return now
 }
 
 // container is one run of the gate.
@@ -127,6 +139,7 @@ func (p *pod) start() *container {
 		"--", bin, "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1", "--dir", p.dataDir,
 		"--save", "", "--appendonly", appendonly, "--appendfsync", fsync, "--loglevel", "warning")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Env = append(os.Environ(), clockOffsetEnv+"="+p.wallOffset.String())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		p.t.Fatal(err)
@@ -247,33 +260,46 @@ func (p *pod) has(key string) bool {
 	return err == nil
 }
 
+// A crash keeps Redis out for the restart delay, and a wall-clock step
+// between the crash and the restart (NTP correcting a node, a VM resumed)
+// does not shorten it: the gate measures the time since the crash on the
+// boot clock.
 func TestCrashKeepsRedisOutForTheRestartDelay(t *testing.T) {
-	const delay = 1500 * time.Millisecond
-	p := newPod(t, gate.PersistenceNone, delay)
-	p.admit(time.Now())
-	c := p.start()
-	p.firstServing(10 * time.Second)
+	for _, step := range []time.Duration{0, time.Hour} {
+		t.Run("wall clock stepped "+step.String(), func(t *testing.T) {
+			const delay = 1500 * time.Millisecond
+			p := newPod(t, gate.PersistenceNone, delay)
+			p.admit(0)
+			c := p.start()
+			p.firstServing(10 * time.Second)
 
-	if err := syscall.Kill(c.redisPID(t), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	crashed := time.Now()
-	if code := c.wait(t); code != 128+int(syscall.SIGKILL) {
-		t.Fatalf("gate exit code %d, want 137 (the crash propagated)", code)
-	}
-	p.start() // the kubelet restarts the container
-	served := p.firstServing(delay + 10*time.Second)
-	if gap := served.Sub(crashed); gap < delay {
-		t.Fatalf("redis served %v after the crash, before the restart delay %v", gap, delay)
-	} else {
-		t.Logf("crash → first accepted connection: %v (restart delay %v)", gap.Round(time.Millisecond), delay)
+			crashed := time.Now() // before the kill: the gap measured is never longer than the real one
+			if err := syscall.Kill(c.redisPID(t), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if code := c.wait(t); code != 128+int(syscall.SIGKILL) {
+				t.Fatalf("gate exit code %d, want 137 (the crash propagated)", code)
+			}
+			p.wallOffset = step
+			p.start() // the kubelet restarts the container
+			served := p.firstServing(delay + 10*time.Second)
+			if gap := served.Sub(crashed); gap < delay {
+				t.Fatalf("with the wall clock stepped %v, redis served %v after the crash, before the restart delay %v", step, gap, delay)
+			} else {
+				t.Logf("crash → first accepted connection: %v (restart delay %v)", gap.Round(time.Millisecond), delay)
+			}
+		})
 	}
 }
 
-func TestUnrecordedDeathIsBoundedByTheHeartbeat(t *testing.T) {
+// A death nothing recorded counts from the next gate's start, not from the
+// last heartbeat: a heartbeat says Redis was alive then, not that it died
+// soon after (a late heartbeat, a stalled disk). The kubelet here restarts
+// the container a second (five heartbeats) after the kill.
+func TestUnrecordedDeathCountsFromTheRestart(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	p := newPod(t, gate.AOFEverySec, delay)
-	p.admit(time.Now())
+	p.admit(0)
 	c := p.start()
 	p.firstServing(10 * time.Second)
 	waitFor(t, "a heartbeat", func() bool {
@@ -284,22 +310,24 @@ func TestUnrecordedDeathIsBoundedByTheHeartbeat(t *testing.T) {
 	if err := c.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	killed := time.Now()
 	c.wait(t)
 	st, err := gate.LoadState(p.stateDir)
 	if err != nil || st == nil || !st.EndedAt.IsZero() || st.AliveAt.IsZero() {
 		t.Fatalf("record after an unrecorded death: %+v, %v", st, err)
 	}
+	restart := time.NewTimer(time.Second) // the kubelet's restart, later than a heartbeat
+	<-restart.C
+	restarted := time.Now()
 	p.start()
-	if gap := p.firstServing(delay + 10*time.Second).Sub(killed); gap < delay {
-		t.Fatalf("redis served %v after the container died, before the restart delay %v", gap, delay)
+	if gap := p.firstServing(delay + 10*time.Second).Sub(restarted); gap < delay {
+		t.Fatalf("redis served %v after the container restarted, before the restart delay %v: an unrecorded death was bounded by a heartbeat", gap, delay)
 	}
 }
 
 func TestCleanShutdownWithAOFRestartsAtOnce(t *testing.T) {
 	const delay = time.Minute
 	p := newPod(t, gate.AOFEverySec, delay)
-	p.admit(time.Now())
+	p.admit(0)
 	c := p.start()
 	p.firstServing(10 * time.Second)
 	p.set("kept")
@@ -322,7 +350,7 @@ func TestCleanShutdownWithAOFRestartsAtOnce(t *testing.T) {
 
 func TestAOFAlwaysRestartsAtOnceAfterACrash(t *testing.T) {
 	p := newPod(t, gate.AOFAlways, time.Minute)
-	p.admit(time.Now())
+	p.admit(0)
 	c := p.start()
 	p.firstServing(10 * time.Second)
 	p.set("fsynced")
@@ -340,7 +368,7 @@ func TestAOFAlwaysRestartsAtOnceAfterACrash(t *testing.T) {
 func TestPersistenceNoneWaitsEvenAfterACleanShutdown(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	p := newPod(t, gate.PersistenceNone, delay)
-	p.admit(time.Now())
+	p.admit(0)
 	c := p.start()
 	p.firstServing(10 * time.Second)
 	// The delay counts from when the gate recorded its stop, which comes
@@ -369,10 +397,10 @@ func TestNewPodWaitsForAdmission(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	admitted := time.Now().Add(800 * time.Millisecond)
-	p.admit(admitted)
-	if served := p.firstServing(10 * time.Second); served.Before(admitted) {
-		t.Fatalf("served at %v, before the admitted instant %v", served, admitted)
+	const delay = 800 * time.Millisecond
+	admitted := p.admit(delay)
+	if gap := p.firstServing(10 * time.Second).Sub(admitted); gap < delay {
+		t.Fatalf("served %v after the admission, before its delay %v", gap, delay)
 	}
 	// SIGTERM while waiting for nothing more: the gate exits 0.
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
@@ -391,5 +419,27 @@ func TestTerminationWhileWaitingStartsNothing(t *testing.T) {
 	}
 	if st, _ := gate.LoadState(p.stateDir); st != nil {
 		t.Fatalf("a run was recorded although none started: %+v", st)
+	}
+}
+
+// The operator's clock and the member's node's clock never meet: the
+// admission is a delay the gate counts on its own clock, so a gate whose
+// wall clock is an hour ahead of the operator's waits the whole delay, and
+// one an hour behind does not wait an hour more.
+func TestAdmissionDoesNotDependOnTheNodesWallClock(t *testing.T) {
+	for _, offset := range []time.Duration{time.Hour, -time.Hour} {
+		t.Run("gate clock "+offset.String(), func(t *testing.T) {
+			const delay = 1500 * time.Millisecond
+			p := newPod(t, gate.PersistenceNone, time.Minute)
+			p.wallOffset = offset
+			c := p.start()
+			c.waitLog(t, "waiting for admission")
+			admitted := p.admit(delay)
+			gap := p.firstServing(delay + 10*time.Second).Sub(admitted)
+			if gap < delay {
+				t.Fatalf("with its wall clock %v off the operator's, the gate served %v after an admission of %v", offset, gap, delay)
+			}
+			t.Logf("admission (delay %v) → first accepted connection: %v", delay, gap.Round(time.Millisecond))
+		})
 	}
 }

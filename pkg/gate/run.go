@@ -23,7 +23,7 @@ type Config struct {
 	// its keys: longer than the longest lock TTL plus drift.
 	RestartDelay time.Duration
 	// Heartbeat is how often the record is refreshed while Redis runs
-	// (default 1s); it bounds a death that could not be recorded.
+	// (default 1s), for people reading it.
 	Heartbeat time.Duration
 	// AdmissionFile is the downward-API annotations file. Empty: a first run
 	// waits RestartDelay from now, since nothing is known of earlier ones.
@@ -32,6 +32,8 @@ type Config struct {
 	Poll time.Duration
 	// Command is the program to run (redis-server and its arguments).
 	Command []string
+	// Clock tells the time (the real clocks when zero).
+	Clock Clock
 	// Log receives what the gate waits for and why.
 	Log *slog.Logger
 }
@@ -60,7 +62,11 @@ func Run(ctx context.Context, cfg Config, sigs <-chan os.Signal) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	if stop := wait(ctx, cfg, prev, sigs); stop {
+	stop, err := wait(ctx, cfg, prev, sigs)
+	if err != nil {
+		return 2, err
+	}
+	if stop {
 		return 0, nil
 	}
 	return supervise(ctx, cfg, prev, sigs)
@@ -68,37 +74,46 @@ func Run(ctx context.Context, cfg Config, sigs <-chan os.Signal) (int, error) {
 
 // wait blocks until Redis may serve. It reports true when a termination
 // signal or ctx ended the wait.
-func wait(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Signal) bool {
-	d := Decide(prev, cfg.Persistence, cfg.RestartDelay, cfg.Heartbeat)
+func wait(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Signal) (bool, error) {
+	now, err := cfg.Clock.Now()
+	if err != nil {
+		return false, err
+	}
+	d := Decide(prev, cfg.Persistence, cfg.RestartDelay, now)
 	if d.NeedAdmission && cfg.AdmissionFile == "" {
-		d = Decision{Until: time.Now().Add(cfg.RestartDelay), Reason: "first run in this pod and no admission file: nothing is known of earlier runs"}
+		d = Decision{Wait: cfg.RestartDelay, Reason: "first run in this pod and no admission file: nothing is known of earlier runs"}
 	}
 	if d.NeedAdmission {
 		cfg.Log.Info("waiting for admission", "reason", d.Reason, "file", cfg.AdmissionFile)
 		for {
-			t, ok, err := ReadAdmission(cfg.AdmissionFile)
+			a, ok, err := ReadAdmission(cfg.AdmissionFile)
 			if err != nil {
 				cfg.Log.Info("unreadable admission, waiting", "error", err.Error())
 			}
 			if ok {
-				d.Until = t
-				cfg.Log.Info("admitted", "serveAfter", stamp(t))
+				now, err := cfg.Clock.Now()
+				if err != nil {
+					return false, err
+				}
+				d.Wait = a.Wait(now.Wall)
+				if a.HasDelay {
+					cfg.Log.Info("admitted", "serveDelay", a.Delay.String(), "serveAfter", stamp(a.After))
+				} else {
+					cfg.Log.Info("admitted by an operator that sent no delay: its instant is compared with this node's wall clock", "serveAfter", stamp(a.After))
+				}
 				break
 			}
 			if stop := sleep(ctx, cfg.Poll, sigs); stop {
-				return true
+				return true, nil
 			}
 		}
 	}
-	if wait := time.Until(d.Until); wait > 0 {
-		cfg.Log.Info("holding redis back", "reason", d.Reason, "until", stamp(d.Until), "for", wait.Round(time.Millisecond).String())
-		if stop := sleep(ctx, wait, sigs); stop {
-			return true
-		}
-	} else {
-		cfg.Log.Info("starting redis at once", "reason", d.Reason)
+	if d.Wait > 0 {
+		cfg.Log.Info("holding redis back", "reason", d.Reason, "for", d.Wait.Round(time.Millisecond).String())
+		return sleep(ctx, d.Wait, sigs), nil
 	}
-	return false
+	cfg.Log.Info("starting redis at once", "reason", d.Reason)
+	return false, nil
 }
 
 // sleep waits d; true when a termination signal or ctx came first. Other
@@ -123,12 +138,16 @@ func sleep(ctx context.Context, d time.Duration, sigs <-chan os.Signal) bool {
 // supervise runs the command, keeps the record's heartbeat fresh, forwards
 // signals, and records how the run ended.
 func supervise(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Signal) (int, error) {
-	st := State{StartedAt: time.Now()}
+	now, err := cfg.Clock.Now()
+	if err != nil {
+		return 2, err
+	}
+	st := State{StartedAt: now.Wall, StartedBoot: now.Boot, BootID: now.BootID}
 	if prev != nil {
 		st.Runs = prev.Runs
 	}
 	st.Runs++
-	st.AliveAt = st.StartedAt
+	st.AliveAt, st.AliveBoot = st.StartedAt, st.StartedBoot
 	if err := SaveState(cfg.StateDir, &st); err != nil {
 		return 2, err
 	}
@@ -137,7 +156,8 @@ func supervise(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Sign
 	// Redis dies with the gate, as it does with its container.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		st.EndedAt, st.Exit = time.Now(), "failed to start: "+err.Error()
+		st.end(cfg.Clock)
+		st.Exit = "failed to start: " + err.Error()
 		_ = SaveState(cfg.StateDir, &st)
 		return 127, fmt.Errorf("start %s: %w", cfg.Command[0], err)
 	}
@@ -154,9 +174,14 @@ func supervise(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Sign
 			select {
 			case <-done:
 				return
-			case now := <-t.C:
+			case <-t.C:
+				now, err := cfg.Clock.Now()
+				if err != nil {
+					cfg.Log.Info("heartbeat not recorded", "error", err.Error())
+					continue
+				}
 				mu.Lock()
-				st.AliveAt = now
+				st.AliveAt, st.AliveBoot = now.Wall, now.Boot
 				if err := SaveState(cfg.StateDir, &st); err != nil {
 					cfg.Log.Info("heartbeat not recorded", "error", err.Error())
 				}
@@ -175,7 +200,7 @@ func supervise(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Sign
 			close(done)
 			mu.Lock()
 			defer mu.Unlock()
-			st.EndedAt = time.Now()
+			st.end(cfg.Clock)
 			st.Exit = cmd.ProcessState.String()
 			st.Clean = err == nil && cmd.ProcessState.ExitCode() == 0
 			if serr := SaveState(cfg.StateDir, &st); serr != nil {
@@ -184,6 +209,15 @@ func supervise(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Sign
 			cfg.Log.Info("redis ended", "exit", st.Exit, "clean", st.Clean)
 			return exitCode(cmd.ProcessState), nil
 		}
+	}
+}
+
+// end records the end of the run. Should the clocks fail to answer now, the
+// end stays unrecorded: the next gate then bounds the death by the last
+// heartbeat.
+func (st *State) end(c Clock) {
+	if now, err := c.Now(); err == nil {
+		st.EndedAt, st.EndedBoot = now.Wall, now.Boot
 	}
 }
 

@@ -3,6 +3,7 @@ package gate
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -87,16 +88,21 @@ func Probe(addr string, timeout time.Duration, useTLS bool) error {
 
 // Voting reports whether the current Redis run has been up for at least
 // delay — the quarantine clients apply to a restarted master — according to
-// the gate's record in stateDir.
-func Voting(stateDir string, delay time.Duration, now time.Time) error {
+// the gate's record in stateDir, measured on the boot clock (on the wall
+// clock for a record of an older gate).
+func Voting(stateDir string, delay time.Duration, now Instant) error {
 	st, err := LoadState(stateDir)
 	if err != nil {
 		return err
 	}
 	if st == nil || !st.EndedAt.IsZero() {
-		return fmt.Errorf("redis is not running")
+		return errors.New("redis is not running")
 	}
-	if up := now.Sub(st.StartedAt); up < delay {
+	up := now.Wall.Sub(st.StartedAt)
+	if st.BootID != "" && st.BootID == now.BootID {
+		up = now.Boot - st.StartedBoot
+	}
+	if up < delay {
 		return fmt.Errorf("redis up for %v: clients do not count it before %v", up.Round(time.Second), delay)
 	}
 	return nil

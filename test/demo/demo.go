@@ -404,11 +404,12 @@ func (d *demo) crash(ctx context.Context) error {
 	set := d.snap.set
 	token := tokenOf(d.snap.lockNamed(IdentityLk))
 	d.mu.Unlock()
-	if err := KillContainer(ctx, d.o.ClusterState, pod); err != nil {
+	at, err := KillContainer(ctx, d.o.ClusterState, pod)
+	if err != nil {
 		return err
 	}
 	d.mu.Lock()
-	d.rep.Crash = &Crash{Member: CrashMember, At: time.Now(), RestartDelay: managed.RestartDelay(set), TokenBefore: token}
+	d.rep.Crash = &Crash{Member: CrashMember, At: at, RestartDelay: managed.RestartDelay(set), TokenBefore: token}
 	d.mu.Unlock()
 	d.event("killed Redis member #%d (kill -9): it must stay out for its restart delay", CrashMember)
 	return nil
@@ -432,12 +433,14 @@ func (d *demo) observe(ctx context.Context) error {
 	sort.Slice(s.jobs, func(i, j int) bool { return s.jobs[i].Name < s.jobs[j].Name })
 	sort.Slice(s.pods, func(i, j int) bool { return s.pods[i].Name < s.pods[j].Name })
 
-	crashServed := false
+	// servedAt is after the connection the member accepted: measured from
+	// the kill, the gap is never longer than the member really stayed out.
+	var servedAt time.Time
 	d.mu.Lock()
 	crashed := d.rep.Crash != nil && d.rep.Crash.ServedAgain.IsZero()
 	d.mu.Unlock()
-	if crashed {
-		crashServed = Serves(ctx, fmt.Sprintf("127.0.0.1:%d", d.o.BasePort+CrashMember))
+	if crashed && Serves(ctx, fmt.Sprintf("127.0.0.1:%d", d.o.BasePort+CrashMember)) {
+		servedAt = time.Now()
 	}
 
 	d.mu.Lock()
@@ -449,9 +452,9 @@ func (d *demo) observe(ctx context.Context) error {
 		if st := s.memberState(c.Member); len(c.States) == 0 || c.States[len(c.States)-1] != st {
 			c.States = append(c.States, st)
 		}
-		if crashServed && c.ServedAgain.IsZero() {
-			c.ServedAgain = s.at
-			c.OutOfService = s.at.Sub(c.At)
+		if !servedAt.IsZero() && c.ServedAgain.IsZero() {
+			c.ServedAgain = servedAt
+			c.OutOfService = servedAt.Sub(c.At)
 		}
 	}
 	return nil

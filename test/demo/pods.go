@@ -95,29 +95,34 @@ func Serves(ctx context.Context, addr string) bool {
 
 // KillContainer SIGKILLs the main process of the pod's first container, as
 // a crash would, through the local cluster's containerd (clusterState is
-// hack/local-cluster's state directory); the kubelet restarts it.
-func KillContainer(ctx context.Context, clusterState string, p *corev1.Pod) error {
+// hack/local-cluster's state directory); the kubelet restarts it. It
+// returns the instant just before the signal: the crash was no earlier, so
+// a gap measured from it to an instant known to be later is never longer
+// than the real one (a loaded machine cannot make a check that the member
+// stayed out long enough pass wrongly, nor fail wrongly).
+func KillContainer(ctx context.Context, clusterState string, p *corev1.Pod) (time.Time, error) {
 	if len(p.Status.ContainerStatuses) == 0 {
-		return fmt.Errorf("pod %s has no container yet", p.Name)
+		return time.Time{}, fmt.Errorf("pod %s has no container yet", p.Name)
 	}
 	id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	sock := filepath.Join(clusterState, "containerd", "containerd.sock")
 	out, err := exec.CommandContext(ctx, "ctr", "-a", sock, "-n", "k8s.io", "tasks", "ls").CombinedOutput() //nolint:gosec // the local cluster's socket
 
 	if err != nil {
-		return fmt.Errorf("ctr tasks ls: %w: %s", err, out)
+		return time.Time{}, fmt.Errorf("ctr tasks ls: %w: %s", err, out)
 	}
 	for line := range strings.SplitSeq(string(out), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == id {
 			pid, err := strconv.Atoi(f[1])
 			if err != nil {
-				return fmt.Errorf("ctr listed pid %q: %w", f[1], err)
+				return time.Time{}, fmt.Errorf("ctr listed pid %q: %w", f[1], err)
 			}
+			at := time.Now()
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				return fmt.Errorf("kill %d: %w", pid, err)
+				return time.Time{}, fmt.Errorf("kill %d: %w", pid, err)
 			}
-			return nil
+			return at, nil
 		}
 	}
-	return fmt.Errorf("no task for container %s of pod %s", id, p.Name)
+	return time.Time{}, fmt.Errorf("no task for container %s of pod %s", id, p.Name)
 }

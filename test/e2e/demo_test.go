@@ -32,12 +32,14 @@ var _ = Describe("make demo", func() {
 		cmd := exec.Command(bin, "--duration", "4m", "--report", report, "--namespace", "demo", "--base-port", "17100")
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
-		Expect(cmd.Run()).To(Succeed(), "the demo reported failures (see its output)")
+		runErr := cmd.Run()
 		data, err := os.ReadFile(report) //nolint:gosec // the test's own file
-		Expect(err).NotTo(HaveOccurred())
+		Expect(err).NotTo(HaveOccurred(), "the demo wrote no report (it exited with %v)", runErr)
 		rep := &demo.Report{}
 		Expect(json.Unmarshal(data, rep)).To(Succeed())
-		Expect(rep.Failures()).To(BeEmpty())
+		// The failures first: a CI log keeps the summary, not the demo's output.
+		Expect(rep.Failures()).To(BeEmpty(), "the demo's failures (done: %q)", rep.Done)
+		Expect(runErr).NotTo(HaveOccurred(), "the demo exited with an error (see its output)")
 
 		By("a lock granted to its static identity, which a rival of the same key never got")
 		Expect(rep.IdentityHolder).To(Equal(demo.Identity))

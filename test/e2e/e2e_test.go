@@ -171,11 +171,14 @@ func held(l *v1alpha1.DistributedLock) bool {
 func serves(port int) bool { return demo.Serves(ctx, fmt.Sprintf("127.0.0.1:%d", port)) }
 
 // killMember SIGKILLs the main process (the gate) of member i's Redis
-// container, as a crash would; the kubelet restarts the container.
-func killMember(i int) {
+// container, as a crash would; the kubelet restarts the container. It
+// returns the instant just before the kill.
+func killMember(i int) time.Time {
 	pod := &corev1.Pod{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("masters-%d", i)}, pod)).To(Succeed())
-	Expect(demo.KillContainer(ctx, state, pod)).To(Succeed())
+	at, err := demo.KillContainer(ctx, state, pod)
+	Expect(err).NotTo(HaveOccurred())
+	return at
 }
 
 var _ = Describe("delayed restart", Ordered, func() {
@@ -190,8 +193,7 @@ var _ = Describe("delayed restart", Ordered, func() {
 	})
 
 	It("keeps a crashed member out of service for the restart delay while the lock stays held", func() {
-		killMember(0)
-		crashed := time.Now()
+		crashed := killMember(0)
 		// Throughout, the holder keeps the lock and the rival never gets it.
 		var served time.Time
 		for served.IsZero() {
