@@ -14,6 +14,12 @@ const (
 	ConditionAvailable = "Available"
 	// ConditionDegraded is True when some master is down or quarantined.
 	ConditionDegraded = "Degraded"
+	// ConditionOwnWindow is False when another set sharing the masters (in
+	// another namespace or cluster) registered a longer quarantine window
+	// on them than this set's own: the operator quarantines restarted
+	// masters by the longer window (status.quarantineWindow), never by its
+	// own, and says so here.
+	ConditionOwnWindow = "OwnQuarantineWindow"
 )
 
 // Reasons used in RedisMasterSet conditions.
@@ -35,6 +41,12 @@ const (
 	ReasonProbeNotYetRun   = "ProbeNotYetRun"
 	ReasonUnsupportedSpec  = "UnsupportedSpec"
 	ReasonMembersAvailable = "MembersAvailable"
+	// ReasonWindowOwn: no set sharing the masters registered a longer
+	// quarantine window than this set's own.
+	ReasonWindowOwn = "OwnWindowIsLongest"
+	// ReasonWindowShared: a set sharing the masters registered a longer
+	// quarantine window, which this set's clients use.
+	ReasonWindowShared = "LongerWindowShared"
 )
 
 // Member states.
@@ -343,8 +355,10 @@ type MemberStatus struct {
 	// QuarantinedUntil is when a restarted master votes again.
 	// +optional
 	QuarantinedUntil *metav1.Time `json:"quarantinedUntil,omitempty"`
-	// LastServingAt is when the member was last seen serving (managed
-	// masters: the admission of a replacement pod is computed from it).
+	// LastServingAt is when the member was last seen serving, on the clock
+	// of the operator process that saw it (managed masters: the admission
+	// of a replacement pod is computed from it only by that same process;
+	// another waits a full restart delay).
 	// +optional
 	LastServingAt *metav1.Time `json:"lastServingAt,omitempty"`
 	// NeverServed marks a member of a new managed set that has not served
@@ -400,7 +414,17 @@ type RedisMasterSetStatus struct {
 	// +optional
 	// +listType=atomic
 	Members []MemberStatus `json:"members,omitempty"`
-	// Conditions: Available and Degraded.
+	// QuarantineWindow is the longest quarantine window known for the
+	// set's masters: the set's own (from maxLockTTL), or a longer one that
+	// a set sharing the servers (another namespace or cluster, whatever the
+	// address it names them by) registered on them. The operator's clients
+	// quarantine restarted masters by it, and the operator never lowers
+	// it, so a window learned while the servers were up survives their
+	// restart and the operator's (recreate the set to start again from its
+	// own window).
+	// +optional
+	QuarantineWindow *metav1.Duration `json:"quarantineWindow,omitempty"`
+	// Conditions: Available, Degraded and OwnQuarantineWindow.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -563,6 +563,11 @@ func (in *RedisMasterSetStatus) DeepCopyInto(out *RedisMasterSetStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.QuarantineWindow != nil {
+		in, out := &in.QuarantineWindow, &out.QuarantineWindow
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

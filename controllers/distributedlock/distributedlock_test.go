@@ -16,6 +16,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 var _ = Describe("DistributedLock", Ordered, func() {
@@ -203,6 +204,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 
 		Expect(k8s.Create(suiteCtx, newLock(ms, "fence-key", "k1:fence", "x", 2*time.Second))).
 			To(MatchError(ContainSubstring("must not end in ':fence'")), "another lock's fencing counter as the key")
+		Expect(k8s.Create(suiteCtx, newLock(ms, "window-key", redlock.WindowKey, "x", 2*time.Second))).
+			To(MatchError(ContainSubstring("is reserved")), "the masters' quarantine window as the key")
 
 		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -41,6 +42,9 @@ const (
 	EventQuarantined = "MemberQuarantined"
 	EventRejoined    = "MemberRejoined"
 	EventDown        = "MemberDown"
+	// EventWindowShared: a set sharing the masters registered a longer
+	// quarantine window, which this set's clients now use.
+	EventWindowShared = "LongerQuarantineWindow"
 )
 
 // MasterClients gives the pkg/redlock client of each RedisMasterSet.
@@ -166,6 +170,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, perr
 		}
 		next = min(next, r.applyProbe(ms, results, now))
+		wasShared := meta.IsStatusConditionFalse(ms.Status.Conditions, v1alpha1.ConditionOwnWindow)
+		if setWindow(ms, masters.Quarantine(ms), c.Masters()) && !wasShared {
+			r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventWindowShared, "Probe", "%s", meta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionOwnWindow).Message)
+		}
 		r.probed.Store(req.NamespacedName, true)
 	}
 	return ctrl.Result{RequeueAfter: next}, nil

@@ -119,3 +119,30 @@ func setSetCondition(ms *v1alpha1.RedisMasterSet, typ string, status metav1.Cond
 		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: ms.Generation,
 	})
 }
+
+// setWindow records in status the longest quarantine window known for the
+// set's masters — its own, the one status kept, and any longer one another
+// set registered on them (each master's window as its client learned it) —
+// and the OwnQuarantineWindow condition. The window never goes down. It
+// reports whether another set's longer window governs.
+func setWindow(ms *v1alpha1.RedisMasterSet, own time.Duration, masters []redlock.MasterStatus) bool {
+	known := own
+	if w := ms.Status.QuarantineWindow; w != nil {
+		known = max(known, w.Duration)
+	}
+	for _, m := range masters {
+		known = max(known, m.Window)
+	}
+	if known <= 0 {
+		return false
+	}
+	ms.Status.QuarantineWindow = &metav1.Duration{Duration: known}
+	if known > own {
+		setSetCondition(ms, v1alpha1.ConditionOwnWindow, metav1.ConditionFalse, v1alpha1.ReasonWindowShared,
+			fmt.Sprintf("a set sharing these masters registered a quarantine window of %v, longer than this set's %v: restarted masters are quarantined by %v (give the sets sharing servers the same maxLockTTL, or each its own servers)", known, own, known))
+		return true
+	}
+	setSetCondition(ms, v1alpha1.ConditionOwnWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowOwn,
+		fmt.Sprintf("no set sharing these masters registered a quarantine window longer than this set's %v", own))
+	return false
+}

@@ -2,10 +2,12 @@ package gate
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -76,4 +78,41 @@ func ReadAdmission(path string) (Admission, bool, error) {
 		return Admission{}, false, fmt.Errorf("read admission: %w", err)
 	}
 	return a, found, nil
+}
+
+// admittedFile records, in the state directory, when the admission a gate
+// read ends: a gate restarted while it waits (a startup probe, an eviction
+// of the container) goes on waiting for the same end instead of counting
+// the whole delay again from its own start, so a member always comes back.
+const admittedFile = "gate-admitted.json"
+
+// Admitted is the end of an admission's wait on the boot clock.
+type Admitted struct {
+	BootID    string        `json:"bootID"`
+	UntilBoot time.Duration `json:"untilBoot"`
+}
+
+// loadAdmitted returns the recorded end of the admission's wait, when it
+// belongs to the current boot (boot-clock readings of another boot do not
+// compare: the annotation is read again and its whole delay waited).
+func loadAdmitted(dir string, now Instant) (time.Duration, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, admittedFile)) //nolint:gosec // the gate's own state directory
+	if err != nil {
+		return 0, false
+	}
+	var a Admitted
+	if json.Unmarshal(b, &a) != nil || a.BootID == "" || a.BootID != now.BootID {
+		return 0, false
+	}
+	return max(a.UntilBoot-now.Boot, 0), true
+}
+
+// saveAdmitted records the end of the admission's wait; a failure only
+// costs a restarted gate the whole delay again.
+func saveAdmitted(dir string, now Instant, wait time.Duration) error {
+	b, err := json.Marshal(Admitted{BootID: now.BootID, UntilBoot: now.Boot + wait})
+	if err != nil {
+		return err
+	}
+	return writeAtomic(dir, admittedFile, b)
 }

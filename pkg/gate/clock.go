@@ -13,8 +13,10 @@ import (
 // and for records an older gate wrote, and on the node's boot clock
 // (CLOCK_BOOTTIME), which every process of the node shares, which no clock
 // step or NTP slew moves, and which counts time suspended. The gate measures
-// every wait on the boot clock; a boot-clock reading means something only
-// within the boot named by BootID.
+// the time since a recorded moment on the boot clock, and sleeps on Go's
+// monotonic timers (which stop while the node is suspended: a longer wait,
+// never a shorter one); a boot-clock reading means something only within
+// the boot named by BootID.
 type Instant struct {
 	Wall   time.Time
 	Boot   time.Duration

@@ -107,7 +107,12 @@ func SaveState(dir string, s *State) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, stateFile+".*")
+	return writeAtomic(dir, stateFile, b)
+}
+
+// writeAtomic writes name in dir atomically (write, fsync, rename).
+func writeAtomic(dir, name string, b []byte) error {
+	tmp, err := os.CreateTemp(dir, name+".*")
 	if err != nil {
 		return fmt.Errorf("write gate state: %w", err)
 	}
@@ -123,7 +128,7 @@ func SaveState(dir string, s *State) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write gate state: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, stateFile)); err != nil {
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
 		return fmt.Errorf("write gate state: %w", err)
 	}
 	return nil

@@ -103,18 +103,19 @@ type container struct {
 	logs   chan string // the gate's log lines
 }
 
-// waitLog waits for a log line of the gate containing s.
-func (c *container) waitLog(t *testing.T, s string) {
+// waitLog waits for a log line of the gate containing s and returns it.
+func (c *container) waitLog(t *testing.T, s string) string {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
 		case line := <-c.logs:
 			if strings.Contains(line, s) {
-				return
+				return line
 			}
 		case <-timeout:
 			t.Fatalf("the gate never logged %q", s)
+			return ""
 		}
 	}
 }
@@ -273,7 +274,7 @@ func TestCrashKeepsRedisOutForTheRestartDelay(t *testing.T) {
 			c := p.start()
 			p.firstServing(10 * time.Second)
 
-			crashed := time.Now() // before the kill: the gap measured is never longer than the real one
+			crashed := time.Now() // before the kill: the gap measured is never shorter than the real one
 			if err := syscall.Kill(c.redisPID(t), syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -436,10 +437,45 @@ func TestAdmissionDoesNotDependOnTheNodesWallClock(t *testing.T) {
 			c.waitLog(t, "waiting for admission")
 			admitted := p.admit(delay)
 			gap := p.firstServing(delay + 10*time.Second).Sub(admitted)
+			// The test-only hook shifted the gate's wall clock (else this
+			// test would prove nothing): its record shows the shifted time.
+			if st, err := gate.LoadState(p.stateDir); err != nil || st == nil || time.Since(st.StartedAt).Abs() < offset.Abs()/2 {
+				t.Fatalf("the gate's record %+v (%v) does not show its wall clock %v off: was it built with the tag gateclocktest?", st, err, offset)
+			}
 			if gap < delay {
 				t.Fatalf("with its wall clock %v off the operator's, the gate served %v after an admission of %v", offset, gap, delay)
 			}
 			t.Logf("admission (delay %v) → first accepted connection: %v", delay, gap.Round(time.Millisecond))
 		})
+	}
+}
+
+// A gate restarted while it waits out its admission (a startup probe, an
+// eviction of the container) waits only the rest of that admission's delay:
+// counting the whole delay again from every start could keep a member out
+// for good.
+func TestRestartedGateWaitsTheRestOfItsAdmission(t *testing.T) {
+	const delay = 3 * time.Second
+	p := newPod(t, gate.PersistenceNone, time.Minute)
+	c := p.start()
+	c.waitLog(t, "waiting for admission")
+	admitted := p.admit(delay)
+	c.waitLog(t, "holding redis back")
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	if code := c.wait(t); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	c = p.start()
+	line := c.waitLog(t, "holding redis back")
+	if !strings.Contains(line, "admitted before this gate restarted") {
+		t.Fatalf("the restarted gate did not resume its admission: %s", line)
+	}
+	_, rest, _ := strings.Cut(line, " for=")
+	left, err := time.ParseDuration(strings.Fields(rest + " ")[0])
+	if err != nil || left <= 0 || left >= delay {
+		t.Fatalf("the restarted gate waits %q (%v), want the rest of the %v delay", rest, err, delay)
+	}
+	if gap := p.firstServing(delay + 10*time.Second).Sub(admitted); gap < delay {
+		t.Fatalf("served %v after the admission, before its delay %v", gap, delay)
 	}
 }

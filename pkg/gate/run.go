@@ -84,6 +84,11 @@ func wait(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Signal) (
 		d = Decision{Wait: cfg.RestartDelay, Reason: "first run in this pod and no admission file: nothing is known of earlier runs"}
 	}
 	if d.NeedAdmission {
+		if wait, ok := loadAdmitted(cfg.StateDir, now); ok {
+			d = Decision{Wait: wait, Reason: "admitted before this gate restarted: the rest of that admission's delay"}
+		}
+	}
+	if d.NeedAdmission {
 		cfg.Log.Info("waiting for admission", "reason", d.Reason, "file", cfg.AdmissionFile)
 		for {
 			a, ok, err := ReadAdmission(cfg.AdmissionFile)
@@ -96,6 +101,9 @@ func wait(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Signal) (
 					return false, err
 				}
 				d.Wait = a.Wait(now.Wall)
+				if err := saveAdmitted(cfg.StateDir, now, d.Wait); err != nil {
+					cfg.Log.Info("admission not recorded: a restarted gate waits its whole delay again", "error", err.Error())
+				}
 				if a.HasDelay {
 					cfg.Log.Info("admitted", "serveDelay", a.Delay.String(), "serveAfter", stamp(a.After))
 				} else {
@@ -213,8 +221,8 @@ func supervise(ctx context.Context, cfg Config, prev *State, sigs <-chan os.Sign
 }
 
 // end records the end of the run. Should the clocks fail to answer now, the
-// end stays unrecorded: the next gate then bounds the death by the last
-// heartbeat.
+// end stays unrecorded: the next gate then waits the whole delay from its
+// start.
 func (st *State) end(c Clock) {
 	if now, err := c.Now(); err == nil {
 		st.EndedAt, st.EndedBoot = now.Wall, now.Boot

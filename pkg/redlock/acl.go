@@ -11,7 +11,8 @@ package redlock
 //
 //	user redlock-operator on >PASSWORD ~* resetchannels -@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth
 //
-// and `user default off` disables the default user. Lock keys are the
-// DistributedLocks' keys and their "<key>:fence" counters: narrow ~* to
-// their prefix when every lock uses one.
+// and `user default off` disables the default user. Keys are the
+// DistributedLocks' keys, their "<key>:fence" counters and WindowKey
+// (redlock-operator:quarantine-window): narrow ~* to the locks' prefix
+// plus ~redlock-operator:quarantine-window when every lock uses one.
 const ACLRules = "-@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth"

@@ -47,7 +47,11 @@ type node struct {
 	mu               sync.Mutex
 	runID            string
 	quarantinedUntil time.Time
-	duplicateOf      string // another node with the same run_id
+	// window is the largest quarantine window known for the server at this
+	// address: this client's own, and any larger one another client
+	// registered on it (see onConnect), carried over its restarts.
+	window      time.Duration
+	duplicateOf string // another node with the same run_id
 
 	batch batcher // the lock requests to this master
 }
@@ -62,6 +66,10 @@ type MasterStatus struct {
 	// QuarantinedUntil is when the master votes again; zero or in the past
 	// when it votes now.
 	QuarantinedUntil time.Time
+	// Window is the largest quarantine window known for the master: this
+	// client's own or a larger one another client registered on it (zero
+	// when the quarantine check is off).
+	Window time.Duration
 }
 
 // New returns a Client for the given master addresses ("host:port"). The
@@ -146,7 +154,7 @@ func (c *Client) Masters() []MasterStatus {
 	out := make([]MasterStatus, len(c.nodes))
 	for i, n := range c.nodes {
 		n.mu.Lock()
-		out[i] = MasterStatus{Addr: n.addr, RunID: n.runID, QuarantinedUntil: n.quarantinedUntil}
+		out[i] = MasterStatus{Addr: n.addr, RunID: n.runID, QuarantinedUntil: n.quarantinedUntil, Window: n.window}
 		n.mu.Unlock()
 	}
 	return out
@@ -175,11 +183,13 @@ func (c *Client) Close() error {
 
 // onConnect runs on every new connection to the master. A restart always
 // breaks the connections, so every restart is seen here: with a quarantine
-// window set, it reads run_id and uptime and quarantines a master that came
-// up less than a window ago, or that is another server than before.
+// window set, it reads run_id and uptime, registers on the master the
+// largest window this client knows for it and learns any larger one other
+// clients registered there (see registerWindow), and quarantines a master
+// that came up less than that window ago, or that is another server than
+// before.
 func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
-	window := n.cfg.quarantine
-	if window <= 0 {
+	if n.cfg.quarantine <= 0 {
 		return nil
 	}
 	info, err := cn.Info(ctx, "server").Result()
@@ -191,8 +201,12 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil {
 		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
 	}
+	window, err := n.registerWindow(ctx, cn)
+	if err != nil {
+		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
+	}
 
-	n.apply(runID, uptime)
+	n.apply(runID, uptime, window)
 	// Two addresses of one server would let it vote twice: mark both.
 	for _, p := range *n.peers {
 		if p != n && p.currentRunID() == runID {
@@ -201,6 +215,39 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 		}
 	}
 	return nil
+}
+
+// WindowKey is the key on every master that holds, in milliseconds, the
+// largest quarantine window any client registered on it. Clients of sets
+// with different maxLockTTLs sharing a server (in one cluster or several)
+// thereby all quarantine it by the largest: a server that restarted empty
+// does not vote for any of them while a lock granted with the longest TTL
+// may still be valid. Lock keys may not be WindowKey.
+const WindowKey = "redlock-operator:quarantine-window"
+
+// windowScript raises WindowKey to ARGV[1] (ms) and returns the largest.
+const windowScript = `local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local w = tonumber(ARGV[1])
+if w > cur then
+  redis.call('SET', KEYS[1], ARGV[1])
+  cur = w
+end
+return cur`
+
+// registerWindow writes the largest window this client knows for the
+// server at this address (its own, or one learned from it before a
+// restart, which a master without persistence forgot) and returns the
+// largest the server holds. A window registered on a run of the server is
+// carried over to the next run by every client that learned it.
+func (n *node) registerWindow(ctx context.Context, cn *redis.Conn) (time.Duration, error) {
+	n.mu.Lock()
+	known := max(n.window, n.cfg.quarantine)
+	n.mu.Unlock()
+	ms, err := cn.Eval(ctx, windowScript, []string{WindowKey}, known.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("register the quarantine window in key %s (an ACL user needs EVAL and access to that key): %w", WindowKey, err)
+	}
+	return max(known, time.Duration(ms)*time.Millisecond), nil
 }
 
 func (n *node) markDuplicate(of string) {
@@ -217,18 +264,20 @@ func (n *node) duplicate() string {
 	return n.duplicateOf
 }
 
-// apply records what a new connection found: the master's incarnation and
-// how long it has been up. A master up for less than the quarantine window
-// does not vote until the window has passed on this client's clock. A run_id
-// other than the one this client saw before means another server answers at
-// the address (a restart, a failover to a replica, a re-pointed name): it
-// lacks the keys the previous one held, however long it has been up, so it
-// sits out the full window from now. The first connection to an address has
-// no earlier run_id to compare with and is judged by its uptime alone.
-func (n *node) apply(runID string, uptime time.Duration) {
+// apply records what a new connection found: the master's incarnation, how
+// long it has been up, and the largest quarantine window known for it. A
+// master up for less than that window does not vote until the window has
+// passed on this client's clock. A run_id other than the one this client saw
+// before means another server answers at the address (a restart, a failover
+// to a replica, a re-pointed name): it lacks the keys the previous one held,
+// however long it has been up, so it sits out the full window from now. The
+// first connection to an address has no earlier run_id to compare with and
+// is judged by its uptime alone.
+func (n *node) apply(runID string, uptime, window time.Duration) {
 	now := n.cfg.now()
-	window := n.cfg.quarantine
 	n.mu.Lock()
+	n.window = max(n.window, window)
+	window = n.window
 	changed := n.runID != "" && n.runID != runID
 	n.runID = runID
 	var event *QuarantineEvent
@@ -321,6 +370,9 @@ func validateKey(op Op, key string) error {
 	}
 	if len(key) > maxBulkLen {
 		return invalidf(op, "key of %d bytes exceeds Redis's limit of %d", len(key), maxBulkLen)
+	}
+	if key == WindowKey {
+		return invalidf(op, "key %q is reserved for the masters' quarantine window", key)
 	}
 	if strings.HasSuffix(key, fenceSuffix) {
 		return invalidf(op, "key %q ends in %q, reserved for fencing counters: it would be the counter of the lock %q", key, fenceSuffix, strings.TrimSuffix(key, fenceSuffix))

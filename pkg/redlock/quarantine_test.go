@@ -203,3 +203,69 @@ func TestRunIDChangeQuarantinesLongRunningServer(t *testing.T) {
 		t.Errorf("quarantine events %+v, want the switched long-running servers", ev)
 	}
 }
+
+// Two clients name the same servers by different addresses (127.0.0.1 and
+// localhost) with different quarantine windows, as two RedisMasterSets with
+// different maxLockTTLs sharing servers would. After a majority of the
+// servers restarts empty, the short-window client must not grant the key
+// while the long-window holder's validity still stands: it quarantines the
+// restarted servers by the largest window registered on them before their
+// restart.
+func TestSharedServersQuarantineByTheLargestWindow(t *testing.T) {
+	const short, long, ttl = 1500 * time.Millisecond, 6 * time.Second, 5 * time.Second
+	masters := redistest.StartN(t, 3, redistest.Options{})
+	waitFor(t, 3*long, "every server to be up for longer than the long window", func() bool {
+		for _, s := range masters {
+			if uptime(t, s) < long {
+				return false
+			}
+		}
+		return true
+	})
+	aliases := make([]string, len(masters))
+	for i, s := range masters {
+		aliases[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
+	}
+	ctx := context.Background()
+	holder := newClient(t, redistest.Addrs(masters), redlock.WithTries(1), redlock.WithQuarantine(long), redlock.WithNodeTimeout(500*time.Millisecond))
+	contender := newClient(t, aliases, redlock.WithTries(1), redlock.WithQuarantine(short), redlock.WithNodeTimeout(500*time.Millisecond))
+	lock, err := holder.Acquire(ctx, "shared", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := contender.Acquire(ctx, "shared", time.Second); !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("the contender while the holder holds the key: %v, want ErrLockHeld", err)
+	}
+	// An attempt may end before every connection is made: a probe waits
+	// for every master.
+	if _, err := contender.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range contender.Masters() {
+		if m.Window != long {
+			t.Fatalf("the contender's view of %s: window %v, want the holder's %v registered on the server", m.Addr, m.Window, long)
+		}
+	}
+
+	// A majority of the servers restarts without its keys.
+	for _, s := range masters[1:] {
+		if err := s.Restart(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attempts := 0
+	for time.Now().Before(lock.ValidUntil()) {
+		l, err := contender.Acquire(ctx, "shared", time.Second)
+		if err == nil {
+			t.Fatalf("the short-window client acquired the key %v before the long-window holder's validity ended (attempt %d, token %d)",
+				time.Until(lock.ValidUntil()).Round(time.Millisecond), attempts+1, l.Token())
+		}
+		attempts++
+	}
+	t.Logf("%d attempts of the short-window client within the holder's validity, all refused", attempts)
+	for _, m := range contender.Masters()[1:] {
+		if m.Window != long {
+			t.Errorf("restarted master %s: window %v after the restart, want %v carried over", m.Addr, m.Window, long)
+		}
+	}
+}

@@ -278,6 +278,9 @@ func TestBadInputSendsNothing(t *testing.T) {
 	if _, err := c.Restore(redlock.FenceKey("k"), "v", time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Errorf("Restore of a fence key: err = %v", err)
 	}
+	if _, err := c.Acquire(ctx, redlock.WindowKey, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("the masters' quarantine window as the key: err = %v", err)
+	}
 	if _, err := c.Restore("k", huge, time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Errorf("oversized value: err = %v", err)
 	}

@@ -97,9 +97,10 @@ func Serves(ctx context.Context, addr string) bool {
 // a crash would, through the local cluster's containerd (clusterState is
 // hack/local-cluster's state directory); the kubelet restarts it. It
 // returns the instant just before the signal: the crash was no earlier, so
-// a gap measured from it to an instant known to be later is never longer
-// than the real one (a loaded machine cannot make a check that the member
-// stayed out long enough pass wrongly, nor fail wrongly).
+// a gap measured from it to an instant no earlier than the member's return
+// is never shorter than the real one (a loaded machine cannot make a check
+// that the member stayed out long enough fail wrongly; it can hide a
+// violation no larger than the measuring slack).
 func KillContainer(ctx context.Context, clusterState string, p *corev1.Pod) (time.Time, error) {
 	if len(p.Status.ContainerStatuses) == 0 {
 		return time.Time{}, fmt.Errorf("pod %s has no container yet", p.Name)
