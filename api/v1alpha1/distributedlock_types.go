@@ -64,13 +64,13 @@ type DistributedLockSpec struct {
 	// other, also across clusters whose operators share the masters. Defaults
 	// to `redlock:<namespace>/<name>` (shown in status.key). Immutable. It may
 	// not end in `:fence`: `<key>:fence` holds the fencing counter of the lock
-	// `<key>` on every master. `redlock-operator:quarantine-window` is
+	// `<key>` on every master. `redlock:quarantine-window` is
 	// reserved too: every master keeps the longest quarantine window there.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence')",message="key must not end in ':fence': '<key>:fence' is the fencing counter of the lock '<key>'"
-	// +kubebuilder:validation:XValidation:rule="self != 'redlock-operator:quarantine-window'",message="key 'redlock-operator:quarantine-window' is reserved: every master keeps the quarantine window there"
+	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
 	Key string `json:"key,omitempty"`
 
 	// TTL is the validity of each acquisition and renewal, from 1s to 24h in

@@ -47,6 +47,11 @@ const (
 	// ReasonWindowShared: a set sharing the masters registered a longer
 	// quarantine window, which this set's clients use.
 	ReasonWindowShared = "LongerWindowShared"
+	// ReasonWindowNotRegistered: a master refused the window registration
+	// (an ACL without EVAL or without access to the key
+	// redlock:quarantine-window): restarted masters are quarantined by the
+	// set's own window only, whatever sets sharing them registered.
+	ReasonWindowNotRegistered = "WindowNotRegistered"
 )
 
 // Member states.
@@ -417,13 +422,17 @@ type RedisMasterSetStatus struct {
 	// QuarantineWindow is the longest quarantine window known for the
 	// set's masters: the set's own (from maxLockTTL), or a longer one that
 	// a set sharing the servers (another namespace or cluster, whatever the
-	// address it names them by) registered on them. The operator's clients
-	// quarantine restarted masters by it, and the operator never lowers
-	// it, so a window learned while the servers were up survives their
-	// restart and the operator's (recreate the set to start again from its
-	// own window).
+	// address it names them by) registered on them, which the operator's
+	// clients quarantine restarted masters by. Kept here so that a window
+	// learned while the servers were up holds across the operator's
+	// restart and theirs, until quarantineWindowUntil.
 	// +optional
 	QuarantineWindow *metav1.Duration `json:"quarantineWindow,omitempty"`
+	// QuarantineWindowUntil is when a longer window lapses unless the set
+	// that registered it does so again (twice the window after its last
+	// registration); empty while the set's own window is the longest.
+	// +optional
+	QuarantineWindowUntil *metav1.Time `json:"quarantineWindowUntil,omitempty"`
 	// Conditions: Available, Degraded and OwnQuarantineWindow.
 	// +optional
 	// +listType=map

@@ -568,6 +568,10 @@ func (in *RedisMasterSetStatus) DeepCopyInto(out *RedisMasterSetStatus) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.QuarantineWindowUntil != nil {
+		in, out := &in.QuarantineWindowUntil, &out.QuarantineWindowUntil
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

@@ -1,8 +1,6 @@
 package distributedlock_test
 
 import (
-	"net"
-	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -33,10 +31,7 @@ var _ = Describe("Sets of different maxLockTTLs sharing servers", Ordered, func(
 	share := func(other *testenv.Env, key string) {
 		nsLong, nsShort := env.NewNamespace(), other.NewNamespace()
 		long := env.NewServingMasters(nsLong, "long", 3, longTTL)
-		aliases := make([]string, len(long.Servers))
-		for i, s := range long.Servers {
-			aliases[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
-		}
+		aliases := testenv.Aliases(long.Servers)
 		shortSet := &v1alpha1.RedisMasterSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: nsShort, Name: "short"},
 			Spec: v1alpha1.RedisMasterSetSpec{
@@ -70,19 +65,31 @@ var _ = Describe("Sets of different maxLockTTLs sharing servers", Ordered, func(
 			g.Expect(other.Client.Get(suiteCtx, client.ObjectKeyFromObject(shortSet), cur)).To(Succeed())
 			g.Expect(cur.Status.QuarantineWindow).NotTo(BeNil(), "set %s/short's status.quarantineWindow", nsShort)
 			g.Expect(cur.Status.QuarantineWindow.Duration).To(Equal(longWindow), "set %s/short's status.quarantineWindow", nsShort)
+			g.Expect(cur.Status.QuarantineWindowUntil).NotTo(BeNil(), "set %s/short's status.quarantineWindowUntil", nsShort)
 			c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionOwnWindow)
 			g.Expect(c).NotTo(BeNil(), "set %s/short's %s condition", nsShort, v1alpha1.ConditionOwnWindow)
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonWindowShared))
 		}).Should(Succeed())
 
-		By("restarting two of the three servers without their keys")
-		lastValid := fetch(holder).Status.ValidUntil.Time
+		By("restarting two of the three servers without their keys, just after a renewal of the holder's grant")
+		// The grant's real validity, not the one status shows (refreshed
+		// only near its end): the key's remaining life on a master, read
+		// just after a renewal.
+		admin := long.Servers[0].Client()
+		DeferCleanup(admin.Close)
+		var lastValid time.Time
+		Eventually(func(g Gomega) {
+			left, err := admin.PTTL(suiteCtx, key).Result()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(left).To(BeNumerically(">", 4500*time.Millisecond), "key %s on %s just renewed", key, long.Servers[0].Addr())
+			lastValid = time.Now().Add(left - time.Second) // the drift and the renewal's own time, generously
+		}, 10*time.Second, 10*time.Millisecond).Should(Succeed())
 		for _, s := range long.Servers[1:] {
 			Expect(s.Restart(false)).To(Succeed())
 		}
 
-		By("sampling both locks: the waiter is not granted while the holder's last shown validity stands")
+		By("sampling both locks: the waiter is not granted while the holder's grant is valid")
 		deadline := time.Now().Add(longWindow + 2*time.Second)
 		for time.Now().Before(deadline) {
 			if h := fetch(holder); h.Status.ValidUntil != nil && h.Status.ValidUntil.After(lastValid) {
@@ -90,7 +97,7 @@ var _ = Describe("Sets of different maxLockTTLs sharing servers", Ordered, func(
 			}
 			w := fetchWaiter()
 			Expect(heldBy(w, "short") && time.Now().Before(lastValid)).To(BeFalse(),
-				"lock %s/waiter granted at %v while lock %s/holder showed a validity until %v", nsShort, w.Status.AcquiredAt, nsLong, lastValid)
+				"lock %s/waiter granted at %v while the grant of lock %s/holder was valid until %v", nsShort, w.Status.AcquiredAt, nsLong, lastValid)
 			time.Sleep(50 * time.Millisecond)
 		}
 	}

@@ -2,6 +2,7 @@ package redismasterset
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -120,29 +121,47 @@ func setSetCondition(ms *v1alpha1.RedisMasterSet, typ string, status metav1.Cond
 	})
 }
 
-// setWindow records in status the longest quarantine window known for the
-// set's masters — its own, the one status kept, and any longer one another
-// set registered on them (each master's window as its client learned it) —
-// and the OwnQuarantineWindow condition. The window never goes down. It
-// reports whether another set's longer window governs.
-func setWindow(ms *v1alpha1.RedisMasterSet, own time.Duration, masters []redlock.MasterStatus) bool {
-	known := own
-	if w := ms.Status.QuarantineWindow; w != nil {
-		known = max(known, w.Duration)
-	}
-	for _, m := range masters {
-		known = max(known, m.Window)
-	}
-	if known <= 0 {
+// setWindow records in status the longest quarantine window standing for
+// the set's masters — its own, the longer one status kept while it stands,
+// and any longer one another set registered on them (each master's window
+// as its client learned it) — and the OwnQuarantineWindow condition. It
+// reports whether another set's longer window governs. A set without a
+// quarantine (managed AOFAlways) has neither.
+func setWindow(ms *v1alpha1.RedisMasterSet, own time.Duration, masters []redlock.MasterStatus, now time.Time) bool {
+	if own <= 0 {
+		ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil = nil, nil
+		meta.RemoveStatusCondition(&ms.Status.Conditions, v1alpha1.ConditionOwnWindow)
 		return false
 	}
-	ms.Status.QuarantineWindow = &metav1.Duration{Duration: known}
+	known, until := own, time.Time{}
+	if w, u := ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil; w != nil && u != nil && w.Duration > own && now.Before(u.Time) {
+		known, until = w.Duration, u.Time
+	}
+	var refused []string
+	for _, m := range masters {
+		if m.WindowErr != nil {
+			refused = append(refused, m.Addr+": "+m.WindowErr.Error())
+		}
+		if m.Window > known || (m.Window == known && known > own && m.WindowUntil.After(until)) {
+			known, until = m.Window, m.WindowUntil
+		}
+	}
+	ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil = &metav1.Duration{Duration: known}, nil
 	if known > own {
+		ms.Status.QuarantineWindowUntil = &metav1.Time{Time: until}
+	}
+	switch {
+	case len(refused) > 0:
+		setSetCondition(ms, v1alpha1.ConditionOwnWindow, metav1.ConditionUnknown, v1alpha1.ReasonWindowNotRegistered,
+			fmt.Sprintf("masters refused the window registration, so restarted masters are quarantined by %v whatever window a set sharing them uses: %s", known, strings.Join(refused, "; ")))
+		return false
+	case known > own:
 		setSetCondition(ms, v1alpha1.ConditionOwnWindow, metav1.ConditionFalse, v1alpha1.ReasonWindowShared,
 			fmt.Sprintf("a set sharing these masters registered a quarantine window of %v, longer than this set's %v: restarted masters are quarantined by %v (give the sets sharing servers the same maxLockTTL, or each its own servers)", known, own, known))
 		return true
+	default:
+		setSetCondition(ms, v1alpha1.ConditionOwnWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowOwn,
+			fmt.Sprintf("no set sharing these masters registered a quarantine window longer than this set's %v", own))
+		return false
 	}
-	setSetCondition(ms, v1alpha1.ConditionOwnWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowOwn,
-		fmt.Sprintf("no set sharing these masters registered a quarantine window longer than this set's %v", own))
-	return false
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -90,6 +91,59 @@ func TestSetMembersConditions(t *testing.T) {
 				if got != want {
 					t.Errorf("%s = %s, want %s", typ, got, want)
 				}
+			}
+		})
+	}
+}
+
+func TestSetWindow(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	own, long := 5*time.Second, time.Minute
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: now.Add(d)} }
+	for _, tc := range []struct {
+		name       string
+		own        time.Duration
+		status     *metav1.Duration
+		until      *metav1.Time
+		masters    []redlock.MasterStatus
+		wantWindow time.Duration // 0: none recorded
+		wantUntil  *metav1.Time
+		wantCond   metav1.ConditionStatus // "": no condition
+		shared     bool
+	}{
+		{"own window only", own, nil, nil, []redlock.MasterStatus{{Window: own}}, own, nil, metav1.ConditionTrue, false},
+		{"a longer window registered on a master", own, nil, nil, []redlock.MasterStatus{{Window: own}, {Window: long, WindowUntil: now.Add(2 * long)}}, long, at(2 * long), metav1.ConditionFalse, true},
+		{"a longer window kept in status while it stands (the masters forgot it)", own, &metav1.Duration{Duration: long}, at(time.Second), []redlock.MasterStatus{{Window: own}}, long, at(time.Second), metav1.ConditionFalse, true},
+		{"a longer window kept in status lapses", own, &metav1.Duration{Duration: long}, at(-time.Second), []redlock.MasterStatus{{Window: own}}, own, nil, metav1.ConditionTrue, false},
+		{"a master refused the registration", own, nil, nil, []redlock.MasterStatus{{Window: own, WindowErr: errors.New("NOPERM")}}, own, nil, metav1.ConditionUnknown, false},
+		{"no quarantine (AOFAlways): nothing recorded", 0, &metav1.Duration{Duration: long}, at(time.Second), []redlock.MasterStatus{{}}, 0, nil, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := &v1alpha1.RedisMasterSet{}
+			ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil = tc.status, tc.until
+			if tc.own == 0 {
+				meta.SetStatusCondition(&ms.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionOwnWindow, Status: metav1.ConditionFalse, Reason: "x"})
+			}
+			shared := setWindow(ms, tc.own, tc.masters, now)
+			if shared != tc.shared {
+				t.Errorf("shared = %v, want %v", shared, tc.shared)
+			}
+			var got time.Duration
+			if ms.Status.QuarantineWindow != nil {
+				got = ms.Status.QuarantineWindow.Duration
+			}
+			if got != tc.wantWindow {
+				t.Errorf("quarantineWindow %v, want %v", got, tc.wantWindow)
+			}
+			if (ms.Status.QuarantineWindowUntil == nil) != (tc.wantUntil == nil) || (tc.wantUntil != nil && !ms.Status.QuarantineWindowUntil.Equal(tc.wantUntil)) {
+				t.Errorf("quarantineWindowUntil %v, want %v", ms.Status.QuarantineWindowUntil, tc.wantUntil)
+			}
+			c := meta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionOwnWindow)
+			switch {
+			case tc.wantCond == "" && c != nil:
+				t.Errorf("condition %+v, want none", c)
+			case tc.wantCond != "" && (c == nil || c.Status != tc.wantCond):
+				t.Errorf("condition %+v, want %s", c, tc.wantCond)
 			}
 		})
 	}

@@ -215,7 +215,13 @@ func (r *Registry) Close() {
 func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet, addrs []string, cred credentials) (*redlock.Client, error) {
 	opts := []redlock.Option{
 		redlock.WithTries(1), // the controllers retry with their own jitter
-		redlock.WithQuarantine(Window(ms)),
+		redlock.WithQuarantine(Quarantine(ms)),
+	}
+	// A longer window learned from the masters before this client was
+	// built (kept in status across an operator restart) holds while it
+	// stands.
+	if w, u := ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil; w != nil && u != nil && Quarantine(ms) > 0 && w.Duration > Quarantine(ms) && w.Duration <= redlock.MaxWindow {
+		opts = append(opts, redlock.WithKnownWindow(w.Duration, u.Time))
 	}
 	if cred.pass != "" || cred.user != "" {
 		opts = append(opts, redlock.WithAuth(cred.user, cred.pass))
@@ -294,19 +300,6 @@ func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
 		return 0
 	}
 	return delay
-}
-
-// Window is the quarantine window a set's client starts with: its own
-// (Quarantine), or the longer one status kept from the masters (a set
-// sharing them registered it; see redlock.WindowKey), so that a window
-// learned while the servers were up holds across the operator's restart
-// and theirs.
-func Window(ms *v1alpha1.RedisMasterSet) time.Duration {
-	own := Quarantine(ms)
-	if w := ms.Status.QuarantineWindow; w != nil && own > 0 {
-		return max(own, w.Duration)
-	}
-	return own
 }
 
 // Password returns the password of the set's auth Secret when it may be

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -276,6 +278,10 @@ type MasterSet struct {
 	Servers []*redistest.Server
 	Name    string
 	NS      string
+	// Addresses name the servers in the RedisMasterSet (default: their
+	// 127.0.0.1 addresses); e.g. localhost aliases, for a set naming the
+	// same servers by other addresses.
+	Addresses []string
 }
 
 var startMu sync.Mutex
@@ -321,11 +327,28 @@ func (e *Env) CreateMasterSet(ms *MasterSet, maxTTL time.Duration) {
 	Expect(e.Client.Create(e.Ctx, &v1alpha1.RedisMasterSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ms.NS, Name: ms.Name},
 		Spec: v1alpha1.RedisMasterSetSpec{
-			External:    &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(ms.Servers)},
+			External:    &v1alpha1.ExternalMasters{Addresses: ms.addresses()},
 			MaxLockTTL:  metav1.Duration{Duration: maxTTL},
 			NodeTimeout: &metav1.Duration{Duration: MasterNodeTimeout},
 		},
 	})).To(Succeed())
+}
+
+func (ms *MasterSet) addresses() []string {
+	if len(ms.Addresses) > 0 {
+		return ms.Addresses
+	}
+	return redistest.Addrs(ms.Servers)
+}
+
+// Aliases names servers by localhost rather than 127.0.0.1: the same
+// servers under other address strings.
+func Aliases(servers []*redistest.Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
+	}
+	return out
 }
 
 // NewNamespace creates a namespace for one test.

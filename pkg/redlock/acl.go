@@ -13,6 +13,8 @@ package redlock
 //
 // and `user default off` disables the default user. Keys are the
 // DistributedLocks' keys, their "<key>:fence" counters and WindowKey
-// (redlock-operator:quarantine-window): narrow ~* to the locks' prefix
-// plus ~redlock-operator:quarantine-window when every lock uses one.
+// (redlock:quarantine-window): narrow ~* to the locks' prefix when every
+// lock uses one, keeping WindowKey (~redlock:* covers it and the default
+// keys). A master that refuses WindowKey still votes, but restarted masters
+// are then quarantined by each set's own window only.
 const ACLRules = "-@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth"

@@ -47,10 +47,14 @@ type node struct {
 	mu               sync.Mutex
 	runID            string
 	quarantinedUntil time.Time
-	// window is the largest quarantine window known for the server at this
-	// address: this client's own, and any larger one another client
-	// registered on it (see onConnect), carried over its restarts.
-	window      time.Duration
+	// carried is the longest quarantine window another client registered
+	// on the server at this address (see registerWindow), kept over the
+	// server's restarts until carriedUntil (this client's clock).
+	carried      time.Duration
+	carriedUntil time.Time
+	// windowErr is why the window could not be registered (an ACL without
+	// access to WindowKey); the client then quarantines by its own window.
+	windowErr   error
 	duplicateOf string // another node with the same run_id
 
 	batch batcher // the lock requests to this master
@@ -66,10 +70,16 @@ type MasterStatus struct {
 	// QuarantinedUntil is when the master votes again; zero or in the past
 	// when it votes now.
 	QuarantinedUntil time.Time
-	// Window is the largest quarantine window known for the master: this
-	// client's own or a larger one another client registered on it (zero
-	// when the quarantine check is off).
-	Window time.Duration
+	// Window is the longest quarantine window known for the master: this
+	// client's own, or a longer one another client registered on it (zero
+	// when the quarantine check is off). WindowUntil is when a longer one
+	// lapses unless registered again (zero for the client's own).
+	Window      time.Duration
+	WindowUntil time.Time
+	// WindowErr is why the window could not be registered on the master
+	// (an ACL without access to WindowKey): the client quarantines it by
+	// its own window only.
+	WindowErr error
 }
 
 // New returns a Client for the given master addresses ("host:port"). The
@@ -104,7 +114,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 }
 
 func newNode(addr string, cfg *config, peers *[]*node) *node {
-	n := &node{addr: addr, cfg: cfg, peers: peers}
+	n := &node{addr: addr, cfg: cfg, peers: peers, carried: cfg.knownWindow, carriedUntil: cfg.knownUntil}
 	opt := &redis.Options{
 		Addr:            addr,
 		Username:        cfg.username,
@@ -154,7 +164,10 @@ func (c *Client) Masters() []MasterStatus {
 	out := make([]MasterStatus, len(c.nodes))
 	for i, n := range c.nodes {
 		n.mu.Lock()
-		out[i] = MasterStatus{Addr: n.addr, RunID: n.runID, QuarantinedUntil: n.quarantinedUntil, Window: n.window}
+		out[i] = MasterStatus{Addr: n.addr, RunID: n.runID, QuarantinedUntil: n.quarantinedUntil, Window: n.windowLocked(c.cfg.now()), WindowErr: n.windowErr}
+		if out[i].Window > n.cfg.quarantine {
+			out[i].WindowUntil = n.carriedUntil
+		}
 		n.mu.Unlock()
 	}
 	return out
@@ -201,12 +214,10 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil {
 		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
 	}
-	window, err := n.registerWindow(ctx, cn)
-	if err != nil {
+	if err := n.registerWindow(ctx, cn); err != nil {
 		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
 	}
-
-	n.apply(runID, uptime, window)
+	n.apply(runID, uptime)
 	// Two addresses of one server would let it vote twice: mark both.
 	for _, p := range *n.peers {
 		if p != n && p.currentRunID() == runID {
@@ -215,39 +226,6 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 		}
 	}
 	return nil
-}
-
-// WindowKey is the key on every master that holds, in milliseconds, the
-// largest quarantine window any client registered on it. Clients of sets
-// with different maxLockTTLs sharing a server (in one cluster or several)
-// thereby all quarantine it by the largest: a server that restarted empty
-// does not vote for any of them while a lock granted with the longest TTL
-// may still be valid. Lock keys may not be WindowKey.
-const WindowKey = "redlock-operator:quarantine-window"
-
-// windowScript raises WindowKey to ARGV[1] (ms) and returns the largest.
-const windowScript = `local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-local w = tonumber(ARGV[1])
-if w > cur then
-  redis.call('SET', KEYS[1], ARGV[1])
-  cur = w
-end
-return cur`
-
-// registerWindow writes the largest window this client knows for the
-// server at this address (its own, or one learned from it before a
-// restart, which a master without persistence forgot) and returns the
-// largest the server holds. A window registered on a run of the server is
-// carried over to the next run by every client that learned it.
-func (n *node) registerWindow(ctx context.Context, cn *redis.Conn) (time.Duration, error) {
-	n.mu.Lock()
-	known := max(n.window, n.cfg.quarantine)
-	n.mu.Unlock()
-	ms, err := cn.Eval(ctx, windowScript, []string{WindowKey}, known.Milliseconds()).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("register the quarantine window in key %s (an ACL user needs EVAL and access to that key): %w", WindowKey, err)
-	}
-	return max(known, time.Duration(ms)*time.Millisecond), nil
 }
 
 func (n *node) markDuplicate(of string) {
@@ -273,11 +251,10 @@ func (n *node) duplicate() string {
 // however long it has been up, so it sits out the full window from now. The
 // first connection to an address has no earlier run_id to compare with and
 // is judged by its uptime alone.
-func (n *node) apply(runID string, uptime, window time.Duration) {
+func (n *node) apply(runID string, uptime time.Duration) {
 	now := n.cfg.now()
 	n.mu.Lock()
-	n.window = max(n.window, window)
-	window = n.window
+	window := n.windowLocked(now)
 	changed := n.runID != "" && n.runID != runID
 	n.runID = runID
 	var event *QuarantineEvent

@@ -57,15 +57,16 @@
 // Clients with different windows may share servers (sets of different
 // maxLockTTLs, in one cluster or several, naming a server by any address):
 // the window that protects a lock is the longest window of any client that
-// may have granted it. So every new connection also raises [WindowKey] on
-// the master to the longest window the client knows for it and reads back
-// the longest any client registered; the client quarantines the master by
-// that, and carries it over the master's restart (which, without
-// persistence, forgets the key) and registers it on the new run. A client
-// that has never met a server before its restart learns the longest
-// window only from a client that has (it re-registers on reconnecting);
-// the operator keeps the longest window learned in each set's status so
-// that its own restarts forget nothing.
+// may have granted it. So every new connection and every [Client.Probe]
+// registers the client's window on the master ([WindowKey]), and reads back
+// the longest any client registered there; the client quarantines the
+// master by that, carries it over the master's restart (which, without
+// persistence, forgets the key) and registers it on the new run. A
+// registration lapses twice its window after the last one (a set deleted
+// or given a shorter maxLockTTL stops holding the others back), and windows
+// over [MaxWindow] are ignored. What is not covered: a client that first
+// registered less than one probe interval before a majority of the servers
+// restarted, when the others have not probed since.
 //
 // Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
 // is the fencing counter of the lock "k" (see [FenceKey]); so is
@@ -77,8 +78,10 @@
 // error matching [ErrInvalidArgument] and send nothing; a closed client
 // returns [ErrClosed].
 //
-// The quarantine check needs the INFO command and EVAL over [WindowKey]: an
-// ACL user without them cannot vote while the check is on. With the check on, two addresses that reach the
+// The quarantine check needs the INFO command: an ACL user without it cannot
+// vote while the check is on. Registering the window needs EVAL and access
+// to [WindowKey]; a master that refuses it (NOPERM) still votes, by the
+// client's own window only, and [MasterStatus].WindowErr says why. With the check on, two addresses that reach the
 // same server (same run_id) are detected and neither votes.
 //
 // The package does not depend on Kubernetes: the operator builds on it, and

@@ -43,6 +43,8 @@ type config struct {
 	retryMin      time.Duration
 	retryMax      time.Duration
 	quarantine    time.Duration
+	knownWindow   time.Duration // see WithKnownWindow
+	knownUntil    time.Time
 	maxExtensions int // 0: unlimited
 	observer      Observer
 	username      string
@@ -118,6 +120,21 @@ func WithQuarantine(window time.Duration) Option {
 			return fmt.Errorf("quarantine window %v: must not be negative", window)
 		}
 		c.quarantine = window
+		return nil
+	}
+}
+
+// WithKnownWindow starts the client carrying a quarantine window longer
+// than its own that another client registered on the masters, until until
+// (a window learned before the client was built, e.g. kept in a
+// RedisMasterSet's status across an operator restart). It has effect only
+// with WithQuarantine.
+func WithKnownWindow(window time.Duration, until time.Time) Option {
+	return func(c *config) error {
+		if window < 0 || window > MaxWindow {
+			return fmt.Errorf("known window %v: must be in [0, %v]", window, MaxWindow)
+		}
+		c.knownWindow, c.knownUntil = window, until
 		return nil
 	}
 }

@@ -30,7 +30,10 @@ func (p ProbeResult) Serving(now time.Time) bool {
 // Probe asks every master for INFO server concurrently, each bounded by the
 // node timeout (MaxNodeTimeout without WithNodeTimeout), over the same
 // connections locks use, so that a restart found by the probe quarantines
-// the master for locks too.
+// the master for locks too. With the quarantine check on, it also registers
+// this client's window on every master again and learns the longest any
+// client registered (see WindowKey): a client learns a longer window within
+// one probe of its registration, on connections it made long before.
 func (c *Client) Probe(ctx context.Context) ([]ProbeResult, error) {
 	c.mu.RLock()
 	if c.closed {
@@ -55,6 +58,13 @@ func (c *Client) Probe(ctx context.Context) ([]ProbeResult, error) {
 			r := ProbeResult{Addr: n.addr, Err: err, Latency: time.Since(t0)}
 			if err == nil {
 				r.RunID, r.Uptime, r.Err = parseServerInfo(info)
+			}
+			if r.Err == nil && c.cfg.quarantine > 0 {
+				// Learn a window another client registered since this
+				// client connected, and quarantine by it.
+				if r.Err = n.registerWindow(nctx, nil); r.Err == nil {
+					n.apply(r.RunID, r.Uptime)
+				}
 			}
 			_, r.QuarantinedUntil = n.quarantined()
 			out[i] = r

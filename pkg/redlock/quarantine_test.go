@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -209,63 +210,150 @@ func TestRunIDChangeQuarantinesLongRunningServer(t *testing.T) {
 // different maxLockTTLs sharing servers would. After a majority of the
 // servers restarts empty, the short-window client must not grant the key
 // while the long-window holder's validity still stands: it quarantines the
-// restarted servers by the largest window registered on them before their
-// restart.
+// restarted servers by the longest window registered on them before their
+// restart — whichever client met the servers first (the short one learns a
+// window registered after it connected on its next probe, as the operator
+// probes every set's masters periodically).
 func TestSharedServersQuarantineByTheLargestWindow(t *testing.T) {
-	const short, long, ttl = 1500 * time.Millisecond, 6 * time.Second, 5 * time.Second
-	masters := redistest.StartN(t, 3, redistest.Options{})
-	waitFor(t, 3*long, "every server to be up for longer than the long window", func() bool {
-		for _, s := range masters {
-			if uptime(t, s) < long {
-				return false
+	for _, shortFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("short-window client connected first: %v", shortFirst), func(t *testing.T) {
+			const short, long, ttl = 1200 * time.Millisecond, 3 * time.Second, 2500 * time.Millisecond
+			masters := redistest.StartN(t, 3, redistest.Options{})
+			waitFor(t, 3*long, "every server to be up for longer than the long window", func() bool {
+				for _, s := range masters {
+					if uptime(t, s) < long {
+						return false
+					}
+				}
+				return true
+			})
+			aliases := make([]string, len(masters))
+			for i, s := range masters {
+				aliases[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
 			}
-		}
-		return true
-	})
-	aliases := make([]string, len(masters))
-	for i, s := range masters {
-		aliases[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
+			ctx := context.Background()
+			contender := newClient(t, aliases, redlock.WithTries(1), redlock.WithQuarantine(short), redlock.WithNodeTimeout(500*time.Millisecond))
+			if shortFirst {
+				if _, err := contender.Probe(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			holder := newClient(t, redistest.Addrs(masters), redlock.WithTries(1), redlock.WithQuarantine(long), redlock.WithNodeTimeout(500*time.Millisecond))
+			lock, err := holder.Acquire(ctx, "shared", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := contender.Acquire(ctx, "shared", time.Second); !errors.Is(err, redlock.ErrLockHeld) {
+				t.Fatalf("the contender while the holder holds the key: %v, want ErrLockHeld", err)
+			}
+			// The operator's periodic probe: it registers and learns on every
+			// master, on connections made before the holder registered.
+			if _, err := contender.Probe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range contender.Masters() {
+				if m.Window != long || m.WindowErr != nil {
+					t.Fatalf("the contender's view of %s: window %v (%v), want the holder's %v registered on the server", m.Addr, m.Window, m.WindowErr, long)
+				}
+			}
+
+			// A majority of the servers restarts without its keys.
+			for _, s := range masters[1:] {
+				if err := s.Restart(false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			attempts := 0
+			for time.Now().Before(lock.ValidUntil()) {
+				l, err := contender.Acquire(ctx, "shared", time.Second)
+				if err == nil {
+					t.Fatalf("the short-window client acquired the key %v before the long-window holder's validity ended (attempt %d, token %d)",
+						time.Until(lock.ValidUntil()).Round(time.Millisecond), attempts+1, l.Token())
+				}
+				attempts++
+			}
+			t.Logf("%d attempts of the short-window client within the holder's validity, all refused", attempts)
+			for _, m := range contender.Masters()[1:] {
+				if m.Window != long {
+					t.Errorf("restarted master %s: window %v after the restart, want %v carried over", m.Addr, m.Window, long)
+				}
+			}
+		})
 	}
+}
+
+// A registration lapses twice its window after the last one: a set deleted
+// (or given a shorter maxLockTTL) stops holding the others back, and not
+// before its locks have expired.
+func TestRegisteredWindowLapses(t *testing.T) {
+	const short, long = 300 * time.Millisecond, time.Second
+	masters := redistest.StartN(t, 1, redistest.Options{})
 	ctx := context.Background()
-	holder := newClient(t, redistest.Addrs(masters), redlock.WithTries(1), redlock.WithQuarantine(long), redlock.WithNodeTimeout(500*time.Millisecond))
-	contender := newClient(t, aliases, redlock.WithTries(1), redlock.WithQuarantine(short), redlock.WithNodeTimeout(500*time.Millisecond))
-	lock, err := holder.Acquire(ctx, "shared", ttl)
+	longClient, err := redlock.New(redistest.Addrs(masters), redlock.WithQuarantine(long))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := contender.Acquire(ctx, "shared", time.Second); !errors.Is(err, redlock.ErrLockHeld) {
-		t.Fatalf("the contender while the holder holds the key: %v, want ErrLockHeld", err)
-	}
-	// An attempt may end before every connection is made: a probe waits
-	// for every master.
-	if _, err := contender.Probe(ctx); err != nil {
+	if _, err := longClient.Probe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range contender.Masters() {
-		if m.Window != long {
-			t.Fatalf("the contender's view of %s: window %v, want the holder's %v registered on the server", m.Addr, m.Window, long)
-		}
+	registered := time.Now()
+	_ = longClient.Close()
+	shortClient := newClient(t, redistest.Addrs(masters), redlock.WithQuarantine(short))
+	if _, err := shortClient.Probe(ctx); err != nil {
+		t.Fatal(err)
 	}
-
-	// A majority of the servers restarts without its keys.
-	for _, s := range masters[1:] {
-		if err := s.Restart(false); err != nil {
+	if w := shortClient.Masters()[0].Window; w != long {
+		t.Fatalf("window %v, want the %v registered", w, long)
+	}
+	waitFor(t, 10*time.Second, "the registration to lapse", func() bool {
+		if _, err := shortClient.Probe(ctx); err != nil {
 			t.Fatal(err)
 		}
+		return shortClient.Masters()[0].Window == short
+	})
+	if lapsed := time.Since(registered); lapsed < 2*long {
+		t.Fatalf("the %v window lapsed %v after its last registration, before twice the window", long, lapsed)
 	}
-	attempts := 0
-	for time.Now().Before(lock.ValidUntil()) {
-		l, err := contender.Acquire(ctx, "shared", time.Second)
-		if err == nil {
-			t.Fatalf("the short-window client acquired the key %v before the long-window holder's validity ended (attempt %d, token %d)",
-				time.Until(lock.ValidUntil()).Round(time.Millisecond), attempts+1, l.Token())
+}
+
+// A master whose ACL does not allow the window registration (narrowed to
+// the application's keys before WindowKey existed) still votes, by the
+// client's own window, and the client says why; an ACL narrowed to the
+// operator's default prefix covers WindowKey.
+func TestWindowRegistrationRefusedByTheACL(t *testing.T) {
+	ctx := context.Background()
+	narrow := redistest.StartN(t, 3, redistest.Options{
+		ACL:      []string{"user default off", "user locker on >pw ~app:* resetchannels " + redlock.ACLRules},
+		Username: "locker", Password: "pw",
+	})
+	// Fresh servers sit out the window first.
+	acquire := func(c *redlock.Client, key string) {
+		t.Helper()
+		var err error
+		waitFor(t, 10*time.Second, "an acquisition once the fresh servers vote", func() bool {
+			_, err = c.Acquire(ctx, key, time.Second)
+			return err == nil
+		})
+	}
+	c := newClient(t, redistest.Addrs(narrow), redlock.WithAuth("locker", "pw"), redlock.WithQuarantine(1100*time.Millisecond))
+	acquire(c, "app:x")
+	for _, m := range c.Masters() {
+		if m.WindowErr == nil || !strings.Contains(m.WindowErr.Error(), "NOPERM") {
+			t.Errorf("master %s: WindowErr %v, want the NOPERM refusal", m.Addr, m.WindowErr)
 		}
-		attempts++
 	}
-	t.Logf("%d attempts of the short-window client within the holder's validity, all refused", attempts)
-	for _, m := range contender.Masters()[1:] {
-		if m.Window != long {
-			t.Errorf("restarted master %s: window %v after the restart, want %v carried over", m.Addr, m.Window, long)
+	prefixed := redistest.StartN(t, 3, redistest.Options{
+		ACL:      []string{"user default off", "user locker on >pw ~redlock:* resetchannels " + redlock.ACLRules},
+		Username: "locker", Password: "pw",
+	})
+	c = newClient(t, redistest.Addrs(prefixed), redlock.WithAuth("locker", "pw"), redlock.WithQuarantine(1100*time.Millisecond))
+	acquire(c, "redlock:ns/x")
+	if _, err := c.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Masters() {
+		if m.WindowErr != nil {
+			t.Errorf("master %s with ~redlock:*: %v", m.Addr, m.WindowErr)
 		}
 	}
 }

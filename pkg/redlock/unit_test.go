@@ -125,14 +125,14 @@ func TestQuarantineClock(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.quarantine, cfg.now, cfg.observer = 10*time.Second, func() time.Time { return now }, obs
 	n := &node{addr: "x:1", cfg: &cfg}
-	n.apply("run1", 2*time.Second, cfg.quarantine)
+	n.apply("run1", 2*time.Second)
 	if q, until := n.quarantined(); !q || !until.Equal(now.Add(8*time.Second)) {
 		t.Fatalf("quarantined = %v until %v, want true until +8s", q, until)
 	}
 	if len(events) != 1 || events[0].RunID != "run1" {
 		t.Fatalf("events = %+v, want one for run1", events)
 	}
-	n.apply("run1", 2*time.Second, cfg.quarantine) // another new connection, same incarnation
+	n.apply("run1", 2*time.Second) // another new connection, same incarnation
 	if len(events) != 1 {
 		t.Fatalf("a second connection to the same incarnation re-reported the quarantine")
 	}
@@ -140,39 +140,52 @@ func TestQuarantineClock(t *testing.T) {
 	if q, _ := n.quarantined(); q {
 		t.Fatalf("still quarantined after the window")
 	}
-	n.apply("run1", 20*time.Second, cfg.quarantine) // long-running master: no quarantine
+	n.apply("run1", 20*time.Second) // long-running master: no quarantine
 	if q, _ := n.quarantined(); q {
 		t.Fatalf("quarantined a master up for longer than the window")
 	}
-	n.apply("run2", 0, cfg.quarantine) // restarted
+	n.apply("run2", 0) // restarted
 	if q, until := n.quarantined(); !q || !until.Equal(now.Add(10*time.Second)) || len(events) != 2 {
 		t.Fatalf("restart not quarantined for the full window: %v %v %d", q, until, len(events))
 	}
 	now = now.Add(10 * time.Second)
 	// Another server, up for an hour, answers at the address: it lacks the
 	// keys the previous one held.
-	n.apply("run3", time.Hour, cfg.quarantine)
+	n.apply("run3", time.Hour)
 	if q, until := n.quarantined(); !q || !until.Equal(now.Add(10*time.Second)) || len(events) != 3 || events[2].RunID != "run3" {
 		t.Fatalf("run_id change with a long uptime: quarantined = %v until %v, %d events; want the full window", q, until, len(events))
 	}
 	// The first connection to an address has nothing to compare with: its
 	// uptime decides.
 	fresh := &node{addr: "y:1", cfg: &cfg}
-	fresh.apply("other", time.Hour, cfg.quarantine)
+	fresh.apply("other", time.Hour)
 	if q, _ := fresh.quarantined(); q {
 		t.Fatalf("first connection to a long-running master quarantined")
 	}
-	// A larger window another client registered on the master governs, and
-	// is carried over the master's restart although the new run forgot it.
+	// A longer window another client registered on the master governs
+	// while it stands, and is carried over the master's restart although
+	// the new run forgot it.
 	now = now.Add(time.Hour)
-	n.apply("run3", 15*time.Second, time.Minute)
+	n.learn(time.Minute, 2*time.Minute, now)
+	n.apply("run3", 15*time.Second)
 	if q, until := n.quarantined(); !q || !until.Equal(now.Add(45*time.Second)) {
 		t.Fatalf("a master up 15s with a 1m window registered on it: quarantined = %v until %v, want until +45s", q, until)
 	}
-	now = now.Add(time.Hour)
-	n.apply("run4", 0, cfg.quarantine)
+	now = now.Add(time.Minute)
+	n.apply("run4", 0)
 	if q, until := n.quarantined(); !q || !until.Equal(now.Add(time.Minute)) {
-		t.Fatalf("restart after a 1m window was learned: quarantined = %v until %v, want the 1m window", q, until)
+		t.Fatalf("restart a minute after a 1m window was learned: quarantined = %v until %v, want the 1m window", q, until)
+	}
+	// Once nobody registered it for its whole life, it lapses.
+	now = now.Add(2 * time.Minute)
+	n.apply("run5", 0)
+	if q, until := n.quarantined(); !q || !until.Equal(now.Add(10*time.Second)) {
+		t.Fatalf("restart after the 1m window lapsed: quarantined = %v until %v, want the own 10s window", q, until)
+	}
+	// A window over MaxWindow is not learned.
+	n.learn(MaxWindow+time.Hour, time.Hour, now)
+	if w := n.windowLocked(now); w != 10*time.Second {
+		t.Fatalf("a window over MaxWindow was learned: %v", w)
 	}
 }
 

@@ -7,7 +7,11 @@
 // watch of each API server (every status version, not samples) and the
 // history is checked: no two grants of one key have overlapping validity,
 // fencing tokens per key increase in grant order, and once the chaos stops
-// and a quorum serves, every requested key is held again.
+// and a quorum serves, every requested key is held again. The two clusters'
+// master sets name the same servers by different addresses (127.0.0.1 and
+// localhost) and with different maxLockTTLs (4s and 2s): a master restarted
+// empty must not vote for cluster b while a grant of cluster a's longer
+// ttl may still be valid.
 //
 // `make test` runs it briefly; `make soak-controller SEED=… DURATION=10m`
 // runs it longer and prints a table.
@@ -45,9 +49,10 @@ var (
 	durationFlag = flag.Duration("duration", 40*time.Second, "how long the chaos runs")
 )
 
+// The ttls (and maxLockTTLs) of cluster b's locks and of cluster a's.
 const (
-	ttl    = 2 * time.Second
-	maxTTL = 2 * time.Second
+	ttl     = 2 * time.Second
+	longTTL = 4 * time.Second
 )
 
 func TestHistory(t *testing.T) {
@@ -70,6 +75,7 @@ var _ = BeforeSuite(func() {
 // cluster is one API server with its manager process and locks.
 type cluster struct {
 	name       string
+	ttl        time.Duration // of its locks, and its set's maxLockTTL
 	env        *testenv.Env
 	kubeconfig string
 	logs       string
@@ -267,10 +273,10 @@ var _ = Describe("The operator under chaos", func() {
 		}
 		fmt.Fprintf(GinkgoWriter, "manager logs in %s\n", logs)
 
-		By("starting two API servers sharing five masters, each with a manager process")
-		a := &cluster{name: "a", env: testenv.Start(), logs: logs}
+		By("starting two API servers sharing five masters (under other addresses, with other maxLockTTLs), each with a manager process")
+		a := &cluster{name: "a", ttl: longTTL, env: testenv.Start(), logs: logs}
 		DeferCleanup(a.env.Stop)
-		b := &cluster{name: "b", env: testenv.Start(), logs: logs}
+		b := &cluster{name: "b", ttl: ttl, env: testenv.Start(), logs: logs}
 		DeferCleanup(b.env.Stop)
 		clusters := []*cluster{a, b}
 		a.kubeconfig = a.env.Kubeconfig(filepath.Join(logs))
@@ -278,9 +284,9 @@ var _ = Describe("The operator under chaos", func() {
 		Expect(os.Mkdir(bdir, 0o700)).To(Succeed())
 		b.kubeconfig = b.env.Kubeconfig(bdir)
 		a.ns = a.env.NewNamespace()
-		ms := a.env.NewMasters(a.ns, "masters", 5, maxTTL)
+		ms := a.env.NewMasters(a.ns, "masters", 5, a.ttl)
 		b.ns = b.env.NewNamespace()
-		b.env.CreateMasterSet(&testenv.MasterSet{Servers: ms.Servers, Name: ms.Name, NS: b.ns}, maxTTL)
+		b.env.CreateMasterSet(&testenv.MasterSet{Servers: ms.Servers, Name: ms.Name, NS: b.ns, Addresses: testenv.Aliases(ms.Servers)}, b.ttl)
 		for _, c := range clusters {
 			c.start()
 			DeferCleanup(c.kill)
@@ -294,7 +300,7 @@ var _ = Describe("The operator under chaos", func() {
 		create := func(l lockSpec, holder string) {
 			err := l.cluster.env.Client.Create(l.cluster.env.Ctx, &v1alpha1.DistributedLock{
 				ObjectMeta: metav1.ObjectMeta{Namespace: l.cluster.ns, Name: l.name},
-				Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, Key: l.key, TTL: metav1.Duration{Duration: ttl}, HolderIdentity: holder},
+				Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, Key: l.key, TTL: metav1.Duration{Duration: l.cluster.ttl}, HolderIdentity: holder},
 			})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				Expect(err).NotTo(HaveOccurred())
@@ -351,7 +357,7 @@ var _ = Describe("The operator under chaos", func() {
 				if paused {
 					break
 				}
-				pause := ttl + time.Duration(rnd.IntN(1500))*time.Millisecond
+				pause := c.ttl + time.Duration(rnd.IntN(1500))*time.Millisecond
 				c.signal(syscall.SIGSTOP)
 				actions["SIGSTOP a manager for longer than the TTL"]++
 				pauses.Go(func() {
