@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,6 +70,10 @@ type Options struct {
 	// the operator reads Nodes (cluster-scoped): a namespaced install may
 	// not be allowed to.
 	IgnoreNodes bool
+	// PodCacheConfig is the connection the cache of gated pods watches
+	// through; nil: the manager's. Tests route it through a proxy they can
+	// stall, to make that cache stale while fresh reads still answer.
+	PodCacheConfig *rest.Config
 }
 
 // CacheOptions limits the manager's cache to the objects it owns, so that
@@ -135,7 +140,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
 	recorder := mgr.GetEventRecorder("redlock-operator")
-	pods, err := PodCache(mgr, o.WatchNamespaces...)
+	pods, err := PodCache(mgr, o.PodCacheConfig, o.WatchNamespaces...)
 	if err != nil {
 		return nil, err
 	}
@@ -188,12 +193,15 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 // redlock.dev/lock), added to mgr: the operator watches no other pod but
 // the members of managed master sets (see CacheOptions). With namespaces,
 // only the labelled pods of those.
-func PodCache(mgr manager.Manager, namespaces ...string) (cache.Cache, error) {
+func PodCache(mgr manager.Manager, cfg *rest.Config, namespaces ...string) (cache.Cache, error) {
 	sel, err := labels.Parse(v1alpha1.LockLabel)
 	if err != nil {
 		return nil, err
 	}
-	c, err := cache.New(mgr.GetConfig(), cache.Options{
+	if cfg == nil {
+		cfg = mgr.GetConfig()
+	}
+	c, err := cache.New(cfg, cache.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		DefaultNamespaces: WatchNamespaces(namespaces),
 		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sel}},

@@ -201,6 +201,9 @@ type Scope struct {
 	Clock clock.PassiveClock
 	// StatusWriteQPS is the budget of validity refreshes (0: the default).
 	StatusWriteQPS float64
+	// PodCacheCfg is the connection the cache of gated pods watches
+	// through (nil: the manager's), e.g. through a proxy a test stalls.
+	PodCacheCfg *rest.Config
 }
 
 // StartScopedManager is StartManagerWith, as s says.
@@ -250,6 +253,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		WatchNamespaces: s.WatchNamespaces,
 		IgnoreNodes:     len(s.WatchNamespaces) > 0,
 		StatusWriteQPS:  s.StatusWriteQPS,
+		PodCacheConfig:  s.PodCacheCfg,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {

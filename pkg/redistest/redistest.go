@@ -414,8 +414,15 @@ type Proxy struct {
 	p *toxiproxy.Proxy
 }
 
+// T is what NewProxy needs of a test: testing.TB, or Ginkgo's GinkgoT().
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(f func())
+}
+
 // NewProxy starts a proxy in front of addr; it stops with the test.
-func NewProxy(tb testing.TB, addr string) *Proxy {
+func NewProxy(tb T, addr string) *Proxy {
 	tb.Helper()
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	p := toxiproxy.NewProxy(server, "proxy-"+addr, "127.0.0.1:0", addr)
@@ -442,4 +449,24 @@ func (p *Proxy) Delay(latency time.Duration) error {
 		return fmt.Errorf("redistest: delay %s: %w", p.p.Upstream, err)
 	}
 	return nil
+}
+
+// Stall holds every byte in both directions from now on, on open
+// connections too, without closing them (toxiproxy's timeout toxic with no
+// timeout): what is behind the proxy sees nothing new until Resume.
+func (p *Proxy) Stall() error {
+	for _, stream := range []string{"upstream", "downstream"} {
+		toxic := fmt.Sprintf(`{"name":"stall-%s","type":"timeout","stream":"%s","attributes":{"timeout":0}}`, stream, stream)
+		if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+			return fmt.Errorf("redistest: stall %s: %w", p.p.Upstream, err)
+		}
+	}
+	return nil
+}
+
+// Resume lets the bytes Stall held through.
+func (p *Proxy) Resume() {
+	for _, stream := range []string{"upstream", "downstream"} {
+		_ = p.p.Toxics.RemoveToxic(context.Background(), "stall-"+stream)
+	}
 }
