@@ -57,10 +57,15 @@ func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64
 }
 
 // clearGrant removes the holder from status at now; the token and grant ID
-// of the latest grant stay.
+// of the latest grant stay. A grant whose validity passed ended at its
+// validity, not earlier: a reconcile that started a moment before the end
+// (now) and found the session lapsed on its way records the end shown.
 func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, now time.Time, reason, msg string) {
 	if st.Holder != nil {
 		st.ReleasedAt = v1alpha1.NewPreciseTime(now)
+		if reason == v1alpha1.ReasonValidityExpired && st.ValidUntil != nil && now.Before(st.ValidUntil.Time) {
+			st.ReleasedAt = st.ValidUntil.DeepCopy()
+		}
 	}
 	st.Holder, st.AcquiredAt, st.RenewedAt, st.ValidUntil = nil, nil, nil, nil
 	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHolderReachable)

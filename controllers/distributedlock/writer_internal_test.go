@@ -334,3 +334,23 @@ func TestRefreshPatchTestsTheTextStatusHolds(t *testing.T) {
 		}
 	}
 }
+
+func TestAnExpiredGrantEndsAtItsValidity(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	for _, tc := range []struct {
+		reason string
+		until  time.Time
+		want   time.Time
+	}{
+		{v1alpha1.ReasonValidityExpired, now.Add(5 * time.Millisecond), now.Add(5 * time.Millisecond)}, // the reconcile began just before the end
+		{v1alpha1.ReasonValidityExpired, now.Add(-time.Second), now},
+		{v1alpha1.ReasonReleased, now.Add(time.Second), now}, // given back while valid: it ends now
+		{v1alpha1.ReasonLost, now.Add(time.Second), now},
+	} {
+		st := v1alpha1.DistributedLockStatus{Holder: &v1alpha1.LockHolder{Identity: "h"}, ValidUntil: v1alpha1.NewPreciseTime(tc.until)}
+		clearGrant(&st, 1, now, tc.reason, "x")
+		if st.ReleasedAt == nil || !st.ReleasedAt.Equal(tc.want) {
+			t.Errorf("%s with validity until now%+v: releasedAt %v, want now%+v", tc.reason, tc.until.Sub(now), st.ReleasedAt, tc.want.Sub(now))
+		}
+	}
+}

@@ -186,9 +186,21 @@ func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 	o := r.grants[id]
 	if st.Holder != nil && st.AcquiredAt != nil && st.ValidUntil != nil {
 		if o == nil {
+			// A grant is shown from the status version that first shows it:
+			// no earlier than this watch saw it. (acquiredAt is when its
+			// acquisition round began, before its quorum — a round that
+			// began before another cluster's release and won after it is
+			// not two grants at once.) It ends at releasedAt, the start of
+			// the reconcile that hid it, before its keys were given back:
+			// a grant shown before another one ended is a violation for
+			// certain, whatever the watches' latency.
+			seen := time.Now()
+			if seen.After(st.ValidUntil.Time) { // seen late: shown until its validity at most
+				seen = st.ValidUntil.Time
+			}
 			o = &observed{g: history.Grant{
 				Key: st.Key, Holder: cl + "/" + l.Name + "/" + st.Holder.Identity,
-				Start: st.AcquiredAt.Time, End: st.ValidUntil.Time, Token: st.FencingToken,
+				Start: seen, End: st.ValidUntil.Time, Token: st.FencingToken,
 			}}
 			r.grants[id] = o
 		}
@@ -202,6 +214,9 @@ func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 		o.released = true
 		if st.ReleasedAt.Before(o.g.End) {
 			o.g.End = st.ReleasedAt.Time
+		}
+		if o.g.End.Before(o.g.Start) { // seen only after its hiding began
+			o.g.End = o.g.Start
 		}
 	}
 }
