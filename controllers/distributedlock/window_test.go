@@ -12,6 +12,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 // Issue 18, case 1: two RedisMasterSets with different maxLockTTLs name the
@@ -31,7 +32,7 @@ var _ = Describe("Sets of different maxLockTTLs sharing servers", Ordered, func(
 	share := func(other *testenv.Env, key string) {
 		nsLong, nsShort := env.NewNamespace(), other.NewNamespace()
 		long := env.NewServingMasters(nsLong, "long", 3, longTTL)
-		aliases := testenv.Aliases(long.Servers)
+		aliases := redistest.Aliases(long.Servers)
 		shortSet := &v1alpha1.RedisMasterSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: nsShort, Name: "short"},
 			Spec: v1alpha1.RedisMasterSetSpec{

@@ -171,7 +171,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		next = min(next, r.applyProbe(ms, results, now))
 		wasShared := meta.IsStatusConditionFalse(ms.Status.Conditions, v1alpha1.ConditionOwnWindow)
-		if setWindow(ms, masters.Quarantine(ms), c.Masters(), r.Clock.Now()) && !wasShared {
+		if setWindow(ms, masters.Quarantine(ms), c.Masters(), now) && !wasShared {
 			r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventWindowShared, "Probe", "%s", meta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionOwnWindow).Message)
 		}
 		r.probed.Store(req.NamespacedName, true)

@@ -213,14 +213,15 @@ func (r *Registry) Close() {
 }
 
 func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet, addrs []string, cred credentials) (*redlock.Client, error) {
+	own := Quarantine(ms)
 	opts := []redlock.Option{
 		redlock.WithTries(1), // the controllers retry with their own jitter
-		redlock.WithQuarantine(Quarantine(ms)),
+		redlock.WithQuarantine(own),
 	}
 	// A longer window learned from the masters before this client was
 	// built (kept in status across an operator restart) holds while it
 	// stands.
-	if w, u := ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil; w != nil && u != nil && Quarantine(ms) > 0 && w.Duration > Quarantine(ms) && w.Duration <= redlock.MaxWindow {
+	if w, u := ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil; w != nil && u != nil && own > 0 && w.Duration > own && w.Duration <= redlock.MaxWindow {
 		opts = append(opts, redlock.WithKnownWindow(w.Duration, u.Time))
 	}
 	if cred.pass != "" || cred.user != "" {

@@ -8,11 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -343,16 +341,6 @@ func (ms *MasterSet) addresses() []string {
 		return ms.Addresses
 	}
 	return redistest.Addrs(ms.Servers)
-}
-
-// Aliases names servers by localhost rather than 127.0.0.1: the same
-// servers under other address strings.
-func Aliases(servers []*redistest.Server) []string {
-	out := make([]string, len(servers))
-	for i, s := range servers {
-		out[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
-	}
-	return out
 }
 
 // NewNamespace creates a namespace for one test.

@@ -155,6 +155,16 @@ func Addrs(servers []*Server) []string {
 	return out
 }
 
+// Aliases names the servers by localhost rather than 127.0.0.1: the same
+// servers under other address strings.
+func Aliases(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
+	}
+	return out
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -62,7 +62,7 @@ func (c *Client) Probe(ctx context.Context) ([]ProbeResult, error) {
 			if r.Err == nil && c.cfg.quarantine > 0 {
 				// Learn a window another client registered since this
 				// client connected, and quarantine by it.
-				if r.Err = n.registerWindow(nctx, nil); r.Err == nil {
+				if r.Err = n.registerWindow(nctx, n.rdb); r.Err == nil {
 					n.apply(r.RunID, r.Uptime)
 				}
 			}

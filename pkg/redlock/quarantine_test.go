@@ -227,10 +227,7 @@ func TestSharedServersQuarantineByTheLargestWindow(t *testing.T) {
 				}
 				return true
 			})
-			aliases := make([]string, len(masters))
-			for i, s := range masters {
-				aliases[i] = net.JoinHostPort("localhost", strconv.Itoa(s.Port()))
-			}
+			aliases := redistest.Aliases(masters)
 			ctx := context.Background()
 			contender := newClient(t, aliases, redlock.WithTries(1), redlock.WithQuarantine(short), redlock.WithNodeTimeout(500*time.Millisecond))
 			if shortFirst {

@@ -2,9 +2,7 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,36 +61,31 @@ if #parts > 0 then
 end
 return {string.format('%.0f', best), string.format('%.0f', life)}`
 
-// registerWindow registers on the master, over cn (nil: the client's pool),
-// this client's own window and the longest it carries for the server (one
-// another client registered, which a master without persistence forgot on
-// restarting), and learns the longest standing there. A master that refuses
+// registerWindow registers on the master, over s (the connection being set
+// up, or the client's pool), this client's own window and the longest it
+// carries for the server (one another client registered, which a master
+// without persistence forgot on restarting), and learns the longest
+// standing there. A master that refuses
 // the script for want of permission still votes, quarantined by this
 // client's own window only: the error is kept for the set's status (an ACL
 // narrowed before WindowKey existed must not take every master out on an
 // upgrade).
-func (n *node) registerWindow(ctx context.Context, cn *redis.Conn) error {
+func (n *node) registerWindow(ctx context.Context, s redis.Scripter) error {
 	now := n.cfg.now()
 	// No lock outlives MaxWindow (the API caps maxLockTTL at 24h): a
 	// longer own window protects no other set's locks more.
 	own := min(n.cfg.quarantine, MaxWindow)
+	var carried, life time.Duration
 	n.mu.Lock()
-	carried, life := n.carried, n.carriedUntil.Sub(now)
-	n.mu.Unlock()
-	if life <= 0 || carried <= own {
-		carried, life = 0, 0
+	if w := n.windowLocked(now); w > n.cfg.quarantine {
+		carried, life = w, n.carriedUntil.Sub(now)
 	}
+	n.mu.Unlock()
 	keys := []string{WindowKey}
 	args := []any{own.Milliseconds(), windowLife(own).Milliseconds(), carried.Milliseconds(), life.Milliseconds(), MaxWindow.Milliseconds()}
-	var cmd *redis.Cmd
-	if cn != nil {
-		cmd = cn.Eval(ctx, windowScript, keys, args...)
-	} else {
-		cmd = n.rdb.Eval(ctx, windowScript, keys, args...)
-	}
-	res, err := cmd.StringSlice()
+	res, err := s.Eval(ctx, windowScript, keys, args...).StringSlice()
 	if err != nil {
-		if isNoPerm(err) {
+		if redis.HasErrorPrefix(err, "NOPERM") {
 			n.mu.Lock()
 			n.windowErr = fmt.Errorf("register the quarantine window in key %s: %w (allow EVAL and that key to the ACL user)", WindowKey, err)
 			n.mu.Unlock()
@@ -133,10 +126,4 @@ func (n *node) windowLocked(now time.Time) time.Duration {
 		return n.carried
 	}
 	return n.cfg.quarantine
-}
-
-// isNoPerm reports a Redis ACL refusal.
-func isNoPerm(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/history"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 var (
@@ -301,7 +302,7 @@ var _ = Describe("The operator under chaos", func() {
 		a.ns = a.env.NewNamespace()
 		ms := a.env.NewMasters(a.ns, "masters", 5, a.ttl)
 		b.ns = b.env.NewNamespace()
-		b.env.CreateMasterSet(&testenv.MasterSet{Servers: ms.Servers, Name: ms.Name, NS: b.ns, Addresses: testenv.Aliases(ms.Servers)}, b.ttl)
+		b.env.CreateMasterSet(&testenv.MasterSet{Servers: ms.Servers, Name: ms.Name, NS: b.ns, Addresses: redistest.Aliases(ms.Servers)}, b.ttl)
 		for _, c := range clusters {
 			c.start()
 			DeferCleanup(c.kill)
