@@ -129,8 +129,15 @@ verify: manifests generate api-docs ## Fail when generated files (the Helm chart
 	@$(MAKE) --no-print-directory helm-lint
 
 .PHONY: test
+# CI keeps only the tail of a run's output: when a run fails, its failures
+# are printed again last, with what failed.
+TEST_LOG ?= $(CURDIR)/bin/test.log
+E2E_REPORT ?= $(CURDIR)/bin/e2e-report.json
+
 test: redis envtest ## Run all tests against real redis-server processes and a real kube-apiserver + etcd.
-	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) test $(TEST_FLAGS) ./...
+	@mkdir -p $(dir $(TEST_LOG))
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) test $(TEST_FLAGS) ./... 2>&1 | tee $(TEST_LOG) || \
+		{ echo "== failures again, from $(TEST_LOG):"; grep -E -A6 -e '--- FAIL|\[FAILED\]|^panic:' $(TEST_LOG) | cut -c1-400 | tail -80; exit 1; }
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest (cached; a no-op once built).
@@ -213,7 +220,9 @@ cluster-up: ## Bring up a real single-node cluster (etcd, apiserver, controller-
 
 .PHONY: e2e
 e2e: ## End-to-end suite on a fresh local cluster (root): operator in-cluster, managed masters, crashes.
-	hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v
+	@mkdir -p $(dir $(E2E_REPORT)) && rm -f $(E2E_REPORT)
+	hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v \
+		-ginkgo.json-report=$(E2E_REPORT) $(E2E_ARGS) || { $(GO) run ./hack/failures $(E2E_REPORT); exit 1; }
 
 .PHONY: cluster-down
 cluster-down: ## Tear the local cluster down and restore the host.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -251,4 +252,31 @@ var _ = Describe("delayed restart", Ordered, func() {
 		Eventually(func() bool { return held(get(holder)) || held(get(rival)) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue())
 		Expect(held(get(holder)) && held(get(rival))).To(BeFalse(), "both locks of one key held")
 	})
+})
+
+// The manager never restarted during the suite: a restart (a panic, a
+// failed probe, an OOM kill) hands the locks to a new leader and would
+// explain other specs' failures, so it is a failure of its own, with the
+// end of the log of the container that stopped.
+var _ = AfterSuite(func() {
+	var pods corev1.PodList
+	Expect(k8s.List(ctx, &pods, client.InNamespace("redlock-system"))).To(Succeed())
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount == 0 {
+				continue
+			}
+			var reason string
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				reason = fmt.Sprintf("%s, exit code %d", t.Reason, t.ExitCode)
+			}
+			logs, _ := filepath.Glob(filepath.Join("/var/log/pods", "redlock-system_"+p.Name+"_*", cs.Name, "*.log"))
+			var tail []byte
+			if len(logs) > 0 {
+				slices.Sort(logs)
+				tail, _ = exec.Command("tail", "-n", "15", logs[0]).CombinedOutput()
+			}
+			Fail(fmt.Sprintf("container %s of %s restarted %d times (%s); the end of its first log:\n%s", cs.Name, p.Name, cs.RestartCount, reason, tail))
+		}
+	}
 })
