@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +24,11 @@ const maxBulkLen = 512 << 20
 type Client struct {
 	cfg    config
 	nodes  []*node
-	quorum int
+	quorum int // of the list given to New
+	// lists are the lists of masters (indices into nodes) each voting
+	// operation needs a quorum of: the one given to New, and during a
+	// membership change (WithJoint) the previous one.
+	lists []list
 
 	mu     sync.RWMutex // guards closed against bg.Add after Close
 	closed bool
@@ -98,20 +103,107 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("redlock: new: %w: no masters", ErrInvalidArgument)
 	}
-	seen := make(map[string]bool, len(addrs))
 	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1, workers: newWorkers()}
-	for _, addr := range addrs {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("redlock: new: %w: master address %q: %w", ErrInvalidArgument, addr, err)
+	index := make(map[string]int, len(addrs)+len(cfg.previous))
+	current, err := c.addList(addrs, index)
+	if err != nil {
+		return nil, err
+	}
+	c.lists = []list{current}
+	if cfg.previous != nil {
+		previous, err := c.addList(cfg.previous, index)
+		if err != nil {
+			return nil, fmt.Errorf("%w (previous list)", err)
 		}
-		if seen[addr] {
-			return nil, fmt.Errorf("redlock: new: %w: master %q listed twice (it would vote twice)", ErrInvalidArgument, addr)
+		if !slices.Equal(sortedCopy(previous.members), sortedCopy(current.members)) {
+			c.lists = append(c.lists, previous)
+			// Masters only in the new list have no copy of what was
+			// granted before: they do not vote yet.
+			for _, i := range current.members {
+				if !slices.Contains(previous.members, i) {
+					c.nodes[i].quarantinedUntil = cfg.newVoteAfter
+				}
+			}
 		}
-		seen[addr] = true
-		c.nodes = append(c.nodes, newNode(addr, &c.cfg, &c.nodes))
 	}
 	return c, nil
 }
+
+// list is one list of masters and its quorum.
+type list struct {
+	members []int // indices into Client.nodes
+	quorum  int
+}
+
+// addList adds the masters of addrs not yet in index (address → node) to the
+// client's nodes and returns the list.
+func (c *Client) addList(addrs []string, index map[string]int) (list, error) {
+	l := list{quorum: len(addrs)/2 + 1}
+	seen := make(map[string]bool, len(addrs))
+	for _, addr := range addrs {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return list{}, fmt.Errorf("redlock: new: %w: master address %q: %w", ErrInvalidArgument, addr, err)
+		}
+		if seen[addr] {
+			return list{}, fmt.Errorf("redlock: new: %w: master %q listed twice (it would vote twice)", ErrInvalidArgument, addr)
+		}
+		seen[addr] = true
+		i, ok := index[addr]
+		if !ok {
+			i = len(c.nodes)
+			index[addr] = i
+			c.nodes = append(c.nodes, newNode(addr, &c.cfg, &c.nodes))
+		}
+		l.members = append(l.members, i)
+	}
+	return l, nil
+}
+
+func sortedCopy(s []int) []int {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// tallies counts votes (one per node) per list.
+func (c *Client) tallies(votes []Vote) []Tally {
+	ts := make([]Tally, len(c.lists))
+	for g, l := range c.lists {
+		for _, i := range l.members {
+			ts[g] = tallyAdd(ts[g], votes[i].Outcome)
+		}
+	}
+	return ts
+}
+
+// everyList reports whether f holds for the tally of every list; anyList
+// whether it holds for one.
+func (c *Client) everyList(ts []Tally, f func(t Tally, size, quorum int) bool) bool {
+	for g, l := range c.lists {
+		if !f(ts[g], len(l.members), l.quorum) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Client) anyList(ts []Tally, f func(t Tally, size, quorum int) bool) bool {
+	return !c.everyList(ts, func(t Tally, size, quorum int) bool { return !f(t, size, quorum) })
+}
+
+// granted reports whether a quorum of every list granted.
+func (c *Client) granted(ts []Tally) bool {
+	return c.everyList(ts, func(t Tally, _, quorum int) bool { return t.Granted >= quorum })
+}
+
+// unreachable reports whether the masters that gave no usable answer leave
+// some list short of a quorum.
+func (c *Client) unreachable(ts []Tally) bool {
+	return c.anyList(ts, func(t Tally, size, quorum int) bool { return size-t.unavailable() < quorum })
+}
+
+// Joint reports whether the client is one of a membership change (WithJoint).
+func (c *Client) Joint() bool { return len(c.lists) > 1 }
 
 func newNode(addr string, cfg *config, peers *[]*node) *node {
 	n := &node{addr: addr, cfg: cfg, peers: peers, carried: cfg.knownWindow, carriedUntil: cfg.knownUntil}
@@ -155,7 +247,9 @@ func newNode(addr string, cfg *config, peers *[]*node) *node {
 	return n
 }
 
-// Quorum returns how many masters must grant a lock: N/2+1.
+// Quorum returns how many masters of the list given to New must grant a
+// lock: N/2+1. A joint client (WithJoint) needs as many of the previous
+// list too.
 func (c *Client) Quorum() int { return c.quorum }
 
 // Masters returns what the client currently knows about each master, in the

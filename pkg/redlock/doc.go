@@ -68,6 +68,22 @@
 // registered less than one probe interval before a majority of the servers
 // restarted, when the others have not probed since.
 //
+// The list of masters can change under held locks only through joint
+// quorums, as consensus systems change membership ([WithJoint]): while a
+// grant made on the previous list alone may still be valid, every
+// acquisition, extension and fencing write-back needs a quorum of the
+// previous list and a quorum of the new one, so that it shares a master
+// holding the first grant with any grant of either kind; masters only in the
+// new list do not vote until the caller's instant (they hold no copy of the
+// earlier grants and no counter), but get a held lock's value put back by
+// each extension, so that a lock held through the change is held on a quorum
+// of the new list once the previous one is dropped. Fencing tokens keep
+// rising because every joint grant reads the counters of a quorum of the
+// previous list and writes its token to a quorum of each. What is not
+// covered: a key whose last fenced grant was made before the change and
+// that is not granted during it takes, on the new list, the masters'
+// clock as its floor rather than that grant's counter.
+//
 // Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
 // is the fencing counter of the lock "k" (see [FenceKey]); so is
 // [WindowKey].

@@ -219,16 +219,19 @@ func (c *Client) retryDelay() time.Duration {
 }
 
 // decidedForQuorum reports whether a quorum operation's outcome is known:
-// a quorum granted, or too many masters refused for a quorum to be possible.
-func (c *Client) decidedForQuorum(t Tally) bool {
-	refused := t.Held + t.Absent + t.Error + t.Quarantined
-	return t.Granted >= c.quorum || len(c.nodes)-refused < c.quorum
+// a quorum of every list granted, or too many masters of one list refused
+// for its quorum to be possible.
+func (c *Client) decidedForQuorum(lists []Tally) bool {
+	return c.granted(lists) || c.anyList(lists, func(t Tally, size, quorum int) bool {
+		return size-(t.Held+t.Absent+t.Error+t.Quarantined) < quorum
+	})
 }
 
 // failureKind names why a quorum operation failed: unavailability when the
-// masters that answered usably could not form a quorum, otherwise contention.
-func (c *Client) failureKind(t Tally, contention error) error {
-	if len(c.nodes)-t.unavailable() < c.quorum {
+// masters that answered usably could not form a quorum of some list,
+// otherwise contention.
+func (c *Client) failureKind(lists []Tally, contention error) error {
+	if c.unreachable(lists) {
 		return ErrQuorumUnavailable
 	}
 	return contention
@@ -269,7 +272,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 	end := v.decidedAt
 
 	var e *Error
-	res := v.result(c.quorum, validUntil)
+	res := v.result(c, validUntil)
 	switch {
 	case res == nil:
 		var token int64
@@ -295,7 +298,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
 	case errors.Is(res, errNoQuorum):
-		e = c.opError(OpAcquire, key, c.failureKind(v.tally, ErrLockHeld), nil, v.votes)
+		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrLockHeld), nil, v.votes)
 	default:
 		e = c.opError(OpAcquire, key, res, v.ctxErr, v.votes)
 	}
@@ -331,7 +334,7 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquir
 		return e
 	}
 	defer r.finish()
-	res := v.result(c.quorum, validUntil)
+	res := v.result(c, validUntil)
 	switch {
 	case res == nil:
 		return nil
@@ -404,7 +407,7 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 
 	ev := &OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: v.decidedAt.Sub(r.start), Votes: v.votes}
 	var kind error
-	switch res := v.result(c.quorum, validUntil); {
+	switch res := v.result(c, validUntil); {
 	case res == nil:
 		l.validUntil = validUntil
 		l.extensions++
@@ -418,8 +421,9 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		kind = ErrExpired
 		l.validUntil = time.Time{}
 		r.abandon(l.key, l.value, timeout, v.votes, true)
-	case errors.Is(res, errNoQuorum) && v.tally.Held+v.tally.Absent >= c.quorum:
-		// A quorum says the value is gone: the lock is lost. The minority
+	case errors.Is(res, errNoQuorum) && c.anyList(v.lists, func(t Tally, _, quorum int) bool { return t.Held+t.Absent >= quorum }):
+		// A quorum (of some list) says the value is gone: the lock is
+		// lost. The minority
 		// that still held it was just refreshed for a whole TTL, which
 		// would keep the key from everyone (this client's next grant
 		// included): remove those copies, each after its request ended.
@@ -476,15 +480,15 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	r.inflight = c.releases.add(l.key, r.done)
 	close(registered)
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, func(t Tally) bool {
-		return t.Granted+t.Held+t.Absent >= c.quorum || len(c.nodes)-t.unavailable() < c.quorum
+	votes, ctxErr := r.collect(ctx, func(lists []Tally) bool {
+		return c.unreachable(lists) || c.everyList(lists, func(t Tally, _, quorum int) bool { return t.Granted+t.Held+t.Absent >= quorum })
 	})
 	t := Count(votes)
 	var kind error
 	switch {
 	case ctxErr != nil:
 		kind = ErrCancelled
-	case len(votes)-t.unavailable() < c.quorum:
+	case c.unreachable(c.tallies(votes)):
 		kind = ErrQuorumUnavailable
 	case t.Granted == 0:
 		kind = ErrNotHeld

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,7 +46,9 @@ type config struct {
 	quarantine    time.Duration
 	knownWindow   time.Duration // see WithKnownWindow
 	knownUntil    time.Time
-	maxExtensions int // 0: unlimited
+	previous      []string  // see WithJoint
+	newVoteAfter  time.Time // when masters only in the new list vote
+	maxExtensions int       // 0: unlimited
 	observer      Observer
 	username      string
 	password      string
@@ -120,6 +123,36 @@ func WithQuarantine(window time.Duration) Option {
 			return fmt.Errorf("quarantine window %v: must not be negative", window)
 		}
 		c.quarantine = window
+		return nil
+	}
+}
+
+// WithJoint makes the client one of a membership change, joint as in
+// consensus systems: the addresses given to New are the new list, previous
+// the list grants were made on until now, and every voting operation
+// (acquire, extend, the fencing write-back) needs a quorum of each list.
+// Releases go to the masters of both lists. Any grant made on previous
+// alone, and any grant this client makes, then share a master of previous
+// holding the first; any grant this client makes and any made later on the
+// new list alone share a master of the new list. Masters only in the new
+// list hold no copy of the locks granted before and no fencing counter:
+// they do not vote before newVoteAfter, but get the value put back (see
+// Lock.Extend) like a restarted master, so that a lock held through the
+// change is held on the new list when the change ends.
+//
+// The caller keeps the joint client until every grant made on previous
+// alone has passed its validity (the longest TTL plus its drift after the
+// last such grant could be made) and newVoteAfter has passed, and only then
+// uses a client of the new list alone. Two changes at once (a joint client
+// whose previous list is itself mid-change) are not supported: finish one
+// first.
+func WithJoint(previous []string, newVoteAfter time.Time) Option {
+	return func(c *config) error {
+		if len(previous) == 0 {
+			return errors.New("joint: no previous masters")
+		}
+		c.previous = slices.Clone(previous)
+		c.newVoteAfter = newVoteAfter
 		return nil
 	}
 }

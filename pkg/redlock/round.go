@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -129,6 +130,7 @@ var errNoQuorum = errors.New("no quorum")
 type verdict struct {
 	votes     []Vote // snapshot at the decision: OutcomePending for stragglers
 	tally     Tally
+	lists     []Tally   // the tally of each of the client's lists
 	ctxErr    error     // the caller's context ended first
 	decidedAt time.Time // when the outcome was known
 }
@@ -143,42 +145,46 @@ func (c *Client) quorumRound(ctx context.Context, timeout time.Duration, send se
 		return nil, verdict{}, err
 	}
 	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
-	return r, verdict{votes: votes, tally: Count(votes), ctxErr: ctxErr, decidedAt: time.Now()}, nil
+	return r, verdict{votes: votes, tally: Count(votes), lists: c.tallies(votes), ctxErr: ctxErr, decidedAt: time.Now()}, nil
 }
 
 // result classifies the verdict against the end of the validity the round
-// was for: nil when a quorum granted before validUntil, ErrCancelled when the
-// context ended first, ErrExpired when the quorum came too late, errNoQuorum
-// otherwise.
-func (v verdict) result(quorum int, validUntil time.Time) error {
+// was for: nil when a quorum (of every list) granted before validUntil,
+// ErrCancelled when the context ended first, ErrExpired when the quorum came
+// too late, errNoQuorum otherwise.
+func (v verdict) result(c *Client, validUntil time.Time) error {
 	switch {
 	case v.ctxErr != nil:
 		return ErrCancelled
-	case v.tally.Granted >= quorum && v.decidedAt.Before(validUntil):
+	case c.granted(v.lists) && v.decidedAt.Before(validUntil):
 		return nil
-	case v.tally.Granted >= quorum:
+	case c.granted(v.lists):
 		return ErrExpired
 	default:
 		return errNoQuorum
 	}
 }
 
-// collect waits until decided reports a known outcome, every master has
-// answered, or ctx ends. It returns a snapshot of the votes with
-// OutcomePending for masters that had not answered, and ctx's error if ctx
-// ended first.
-func (r *round) collect(ctx context.Context, decided func(Tally) bool) ([]Vote, error) {
+// collect waits until decided, given the tally of each of the client's
+// lists, reports a known outcome, every master has answered, or ctx ends. It
+// returns a snapshot of the votes with OutcomePending for masters that had
+// not answered, and ctx's error if ctx ended first.
+func (r *round) collect(ctx context.Context, decided func(lists []Tally) bool) ([]Vote, error) {
 	answered := make([]bool, len(r.votes))
-	var t Tally
+	ts := make([]Tally, len(r.c.lists))
 	var ctxErr error
 	for got := 0; got < len(r.votes); got++ {
-		if decided(t) {
+		if decided(ts) {
 			break
 		}
 		select {
 		case i := <-r.order:
 			answered[i] = true
-			t = tallyAdd(t, r.votes[i].Outcome)
+			for g, l := range r.c.lists {
+				if slices.Contains(l.members, i) {
+					ts[g] = tallyAdd(ts[g], r.votes[i].Outcome)
+				}
+			}
 			continue
 		case <-ctx.Done():
 			ctxErr = ctx.Err()

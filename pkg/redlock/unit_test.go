@@ -58,8 +58,8 @@ func TestDecisionAndFailureKind(t *testing.T) {
 		{7, Tally{Granted: 3, Error: 4}, true, ErrQuorumUnavailable},
 	}
 	for _, tc := range tests {
-		c := &Client{nodes: make([]*node, tc.n), quorum: tc.n/2 + 1}
-		if got := c.decidedForQuorum(tc.t); got != tc.decided {
+		c := &Client{nodes: make([]*node, tc.n), quorum: tc.n/2 + 1, lists: []list{{members: make([]int, tc.n), quorum: tc.n/2 + 1}}}
+		if got := c.decidedForQuorum([]Tally{tc.t}); got != tc.decided {
 			t.Errorf("n=%d %+v: decided = %v, want %v", tc.n, tc.t, got, tc.decided)
 		}
 		if !tc.decided || tc.t.Granted >= c.quorum {
@@ -69,8 +69,39 @@ func TestDecisionAndFailureKind(t *testing.T) {
 		if tc.t.Absent > 0 {
 			contention = ErrNotHeld
 		}
-		if got := c.failureKind(tc.t, contention); !errors.Is(got, tc.kind) {
+		if got := c.failureKind([]Tally{tc.t}, contention); !errors.Is(got, tc.kind) {
 			t.Errorf("n=%d %+v: failure kind = %v, want %v", tc.n, tc.t, got, tc.kind)
+		}
+	}
+}
+
+// TestJointQuorum checks the decisions of a joint client (WithJoint) over
+// the tallies of its two lists: one member of five replaced (four shared),
+// the new one not voting yet.
+func TestJointQuorum(t *testing.T) {
+	tests := []struct {
+		name              string
+		current, previous Tally
+		decided, granted  bool
+		unreachable       bool
+	}{
+		{"a quorum of the previous list only", Tally{Granted: 2, Quarantined: 1, Pending: 2}, Tally{Granted: 3, Pending: 2}, false, false, false},
+		{"a quorum of each", Tally{Granted: 3, Quarantined: 1, Pending: 1}, Tally{Granted: 3, Pending: 2}, true, true, false},
+		{"the previous list held elsewhere", Tally{Granted: 3, Quarantined: 1, Pending: 1}, Tally{Granted: 2, Held: 3}, true, false, false},
+		{"the new list short of voters", Tally{Granted: 2, Quarantined: 1, Error: 2}, Tally{Granted: 2, Error: 2, Pending: 1}, true, false, true},
+		{"the previous list short of voters", Tally{Granted: 3, Quarantined: 1, Pending: 1}, Tally{Granted: 2, Error: 3}, true, false, true},
+	}
+	c := &Client{nodes: make([]*node, 6), quorum: 3, lists: []list{{members: []int{0, 1, 2, 3, 4}, quorum: 3}, {members: []int{0, 1, 2, 3, 5}, quorum: 3}}}
+	for _, tc := range tests {
+		ts := []Tally{tc.current, tc.previous}
+		if got := c.decidedForQuorum(ts); got != tc.decided {
+			t.Errorf("%s: decided = %v, want %v", tc.name, got, tc.decided)
+		}
+		if got := c.granted(ts); got != tc.granted {
+			t.Errorf("%s: granted = %v, want %v", tc.name, got, tc.granted)
+		}
+		if got := c.unreachable(ts); got != tc.unreachable {
+			t.Errorf("%s: unreachable = %v, want %v", tc.name, got, tc.unreachable)
 		}
 	}
 }
