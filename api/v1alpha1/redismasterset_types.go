@@ -20,6 +20,12 @@ const (
 	// masters by the longer window (status.quarantineWindow), never by its
 	// own, and says so here.
 	ConditionOwnWindow = "OwnQuarantineWindow"
+	// ConditionMembershipChanging is True while the list of masters
+	// changes (status.membershipChange): every grant and renewal needs a
+	// quorum of the previous list and of the new one until the change
+	// ends. A further edit of the list waits for it (reason
+	// ChangeQueued).
+	ConditionMembershipChanging = "MembershipChanging"
 )
 
 // Reasons used in RedisMasterSet conditions.
@@ -52,6 +58,14 @@ const (
 	// redlock:quarantine-window): restarted masters are quarantined by the
 	// set's own window only, whatever sets sharing them registered.
 	ReasonWindowNotRegistered = "WindowNotRegistered"
+	// ReasonJointQuorums: a membership change is under way.
+	ReasonJointQuorums = "JointQuorums"
+	// ReasonChangeQueued: the spec names yet another list while a change
+	// is under way; it starts when the current one ends.
+	ReasonChangeQueued = "ChangeQueued"
+	// ReasonMembershipStable: no change under way; locks are granted on
+	// status.addresses.
+	ReasonMembershipStable = "MembershipStable"
 )
 
 // Member states.
@@ -433,11 +447,47 @@ type RedisMasterSetStatus struct {
 	// registration); empty while the set's own window is the longest.
 	// +optional
 	QuarantineWindowUntil *metav1.Time `json:"quarantineWindowUntil,omitempty"`
-	// Conditions: Available, Degraded and OwnQuarantineWindow.
+	// Addresses are the masters locks are granted on: the spec's list once
+	// the operator adopted it. An edit of the list is adopted through a
+	// membership change (membershipChange), never at once.
+	// +optional
+	// +listType=atomic
+	Addresses []string `json:"addresses,omitempty"`
+	// MembershipChange is the change of the list of masters under way, if
+	// any: from previous to addresses, with joint quorums.
+	// +optional
+	MembershipChange *MembershipChange `json:"membershipChange,omitempty"`
+	// MembershipEpoch counts the starts and ends of membership changes, so
+	// that a view of the set older than the newest change is never acted
+	// on.
+	// +optional
+	MembershipEpoch int64 `json:"membershipEpoch,omitempty"`
+	// Conditions: Available, Degraded, OwnQuarantineWindow and
+	// MembershipChanging.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MembershipChange is a change of a set's list of masters under way. Until
+// it ends, every acquisition, renewal and fencing write-back needs a quorum
+// of previous and a quorum of the new list (status.addresses), and masters
+// only in the new list do not vote. It ends once every grant made on
+// previous alone has expired and the new masters have sat out their
+// quarantine window, both counted on the clock of the operator process
+// that ends it from when that process stopped using any client of previous
+// alone.
+type MembershipChange struct {
+	// Previous is the list grants were made on before the change.
+	// +listType=atomic
+	Previous []string `json:"previous"`
+	// Since is when the change started.
+	Since metav1.Time `json:"since"`
+	// Duration is how long the change lasts at least: the longer of the
+	// set's quarantine window and its longest lock TTL plus drift and
+	// margin.
+	Duration metav1.Duration `json:"duration"`
 }
 
 // RedisMasterSet is a set of independent Redis masters that arbitrate

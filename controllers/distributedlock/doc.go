@@ -56,5 +56,14 @@
 //     (case 7); the pod gate never annotates a finished pod;
 //   - a pod granted by another DistributedLock of the same key that still
 //     exists is that lock's holder, never this lock's former holder (it is
-//     tracked, and reported relabelled, only by the lock that granted it).
+//     tracked, and reported relabelled, only by the lock that granted it);
+//   - every grant and renewal goes through the client the masters
+//     registry (internal/masters) builds from the set's status, never from
+//     its spec: the list the RedisMasterSet controller adopted
+//     (status.addresses) and, during a membership change, the joint client
+//     of it and the previous list (case 2). The registry never builds a
+//     client from a view of the set older than the newest change
+//     (status.membershipEpoch), and the RedisMasterSet controller ends a
+//     change only once this process has used the joint client alone for
+//     the change's duration (Registry.JointFor).
 package distributedlock

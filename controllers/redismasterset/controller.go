@@ -57,6 +57,9 @@ type MasterClients interface {
 	ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration
 	// Password returns the password of ms's auth Secret, when it may be used.
 	Password(ctx context.Context, ms *v1alpha1.RedisMasterSet) (string, error)
+	// JointFor returns for how long the set's client has been the joint
+	// client of the membership change of epoch, and only that kind.
+	JointFor(name types.NamespacedName, epoch int64) (time.Duration, bool)
 }
 
 // rollInterval is how often a set with a rolling update under way is
@@ -161,22 +164,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			defer r.reportProblem(ms, out.problem) // after the probe's conditions
 		}
 	}
+	if desired, err := masters.Addresses(ms); err == nil {
+		changed, wait := r.reconcileMembership(ms, desired, now)
+		if changed {
+			// No client is built from a list status does not show yet.
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		if wait > 0 {
+			next = min(next, wait)
+		}
+	}
+	probeNext, err := r.probe(ctx, ms, now)
+	return ctrl.Result{RequeueAfter: min(next, probeNext)}, err
+}
+
+// probe probes the set's masters through its client and writes what it
+// found into status; it returns how soon to probe again.
+func (r *Reconciler) probe(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) (time.Duration, error) {
 	c, err := r.Masters.Refresh(ctx, ms)
 	if err != nil {
 		setCredentialsCondition(ms, err)
-	} else {
-		results, perr := c.Probe(ctx)
-		if perr != nil {
-			return ctrl.Result{}, perr
-		}
-		next = min(next, r.applyProbe(ms, results, now))
-		wasShared := meta.IsStatusConditionFalse(ms.Status.Conditions, v1alpha1.ConditionOwnWindow)
-		if setWindow(ms, masters.Quarantine(ms), c.Masters(), now) && !wasShared {
-			r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventWindowShared, "Probe", "%s", meta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionOwnWindow).Message)
-		}
-		r.probed.Store(req.NamespacedName, true)
+		return time.Hour, nil
 	}
-	return ctrl.Result{RequeueAfter: next}, nil
+	results, err := c.Probe(ctx)
+	if err != nil {
+		return 0, err
+	}
+	next := r.applyProbe(ms, results, now)
+	wasShared := meta.IsStatusConditionFalse(ms.Status.Conditions, v1alpha1.ConditionOwnWindow)
+	if setWindow(ms, masters.Quarantine(ms), c.Masters(), now) && !wasShared {
+		r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventWindowShared, "Probe", "%s", meta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionOwnWindow).Message)
+	}
+	r.probed.Store(types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}, true)
+	return next, nil
 }
 
 // applyProbe writes the members' states and the conditions computed from

@@ -2,6 +2,7 @@ package redismasterset
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,28 +75,46 @@ func changeOf(old v1alpha1.MemberStatus, seen bool, m v1alpha1.MemberStatus) (me
 
 // setMembers writes the members, the counts and the Available and Degraded
 // conditions into status, and returns how many members serve.
+//
+// During a membership change the members are those of both lists (the new
+// list's first); the counts are the new list's, and Available needs a
+// quorum of each list serving.
 func setMembers(ms *v1alpha1.RedisMasterSet, members []v1alpha1.MemberStatus) int32 {
-	var serving int32
-	for _, m := range members {
-		if m.State == v1alpha1.MemberServing {
-			serving++
+	count := func(addrs []string) (serving, total int32) {
+		for _, m := range members {
+			if addrs == nil || slices.Contains(addrs, m.Address) {
+				total++
+				if m.State == v1alpha1.MemberServing {
+					serving++
+				}
+			}
 		}
+		return serving, total
 	}
-	total := int32(len(members)) //nolint:gosec // at most 15 members
+	serving, total := count(ms.Status.Addresses)
 	quorum := total/2 + 1
 	ms.Status.Members, ms.Status.Serving, ms.Status.Total, ms.Status.Quorum = members, serving, total, quorum
-	if serving >= quorum {
+	previousServes := true
+	if ch := ms.Status.MembershipChange; ch != nil {
+		s, t := count(ch.Previous)
+		previousServes = s >= t/2+1
+	}
+	switch {
+	case serving >= quorum && !previousServes:
+		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonQuorumLost,
+			fmt.Sprintf("%d of %d masters serve, but not a quorum of the previous list %s, which every grant needs until the membership change ends", serving, total, list(ms.Status.MembershipChange.Previous)))
+	case serving >= quorum:
 		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionTrue, v1alpha1.ReasonQuorumServing,
 			fmt.Sprintf("%d of %d masters serve; a lock needs %d", serving, total, quorum))
-	} else {
+	default:
 		setSetCondition(ms, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonQuorumLost,
 			fmt.Sprintf("only %d of %d masters serve; a lock needs %d", serving, total, quorum))
 	}
-	if serving == total {
+	if allServing, all := count(nil); allServing == all {
 		setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAllServing, "every master serves")
 	} else {
 		setSetCondition(ms, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonMembersDown,
-			fmt.Sprintf("%d of %d masters down or quarantined", total-serving, total))
+			fmt.Sprintf("%d of %d masters down or quarantined", all-allServing, all))
 	}
 	return serving
 }

@@ -71,6 +71,15 @@ type entry struct {
 	// old client cannot land after the new client's requests on the same
 	// keys.
 	ready chan struct{}
+	uid   types.UID
+	// epoch is the set's status.membershipEpoch the client was built from;
+	// a view of the set with a lower one is older than the client and is
+	// not built from.
+	epoch int64
+	// jointSince, for a joint client (a membership change), is when this
+	// process stopped using any client of the previous list alone: when
+	// the first joint client of the change became ready. Zero until then.
+	jointSince time.Time
 }
 
 // Client returns the client for ms, building it when the set is new or its
@@ -116,13 +125,13 @@ func (r *Registry) client(ctx context.Context, ms *v1alpha1.RedisMasterSet, forc
 // caller waits for its ready channel, outside the registry's mutex.
 func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force bool) (*entry, error) {
 	name := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
-	addrs, err := Addresses(ms)
+	addrs, err := GrantAddresses(ms)
 	if err != nil {
 		return nil, err
 	}
-	spec := strconv.FormatInt(ms.Generation, 10) + "/" + string(ms.UID) + "/" + strings.Join(addrs, ",")
+	spec := specOf(ms, addrs)
 	r.mu.Lock()
-	if e, ok := r.entries[name]; ok && e.spec == spec && !force && (!namesSecrets(ms) || time.Since(e.checked) < SecretRecheck) {
+	if e, ok := r.entries[name]; ok && (e.newerThan(ms) || e.spec == spec && !force && (!namesSecrets(ms) || time.Since(e.checked) < SecretRecheck)) {
 		r.mu.Unlock()
 		return e, nil
 	}
@@ -148,7 +157,7 @@ func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force
 	fp := spec + "/" + cred.version
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.entries[name]; ok && e.fingerprint == fp {
+	if e, ok := r.entries[name]; ok && (e.fingerprint == fp || e.newerThan(ms)) {
 		e.checked = time.Now()
 		return e, nil
 	}
@@ -156,22 +165,71 @@ func (r *Registry) entry(ctx context.Context, ms *v1alpha1.RedisMasterSet, force
 	if err != nil {
 		return nil, err
 	}
+	e := &entry{spec: spec, fingerprint: fp, client: c, checked: time.Now(), ready: make(chan struct{}), uid: ms.UID, epoch: ms.Status.MembershipEpoch}
+	r.install(name, e)
+	return e, nil
+}
+
+// specOf identifies what a set's client is built from, the auth Secret
+// aside: its generation and UID, its membership epoch and lists.
+func specOf(ms *v1alpha1.RedisMasterSet, addrs []string) string {
+	spec := strconv.FormatInt(ms.Generation, 10) + "/" + string(ms.UID) + "/" + strconv.FormatInt(ms.Status.MembershipEpoch, 10) + "/" + strings.Join(addrs, ",")
+	if ch := ms.Status.MembershipChange; ch != nil {
+		spec += "/joint:" + strings.Join(ch.Previous, ",")
+	}
+	return spec
+}
+
+// newerThan reports whether the entry was built from a view of the set
+// newer than ms (an informer behind the status the set's controller
+// wrote): a client of an earlier list is never built again.
+func (e *entry) newerThan(ms *v1alpha1.RedisMasterSet) bool {
+	return e.uid == ms.UID && e.epoch > ms.Status.MembershipEpoch
+}
+
+// install makes e the set's entry, with r.mu held: e is ready once the
+// client it replaces is closed.
+func (r *Registry) install(name types.NamespacedName, e *entry) {
 	if r.entries == nil {
 		r.entries = map[types.NamespacedName]*entry{}
 	}
-	ready := make(chan struct{})
-	if old, ok := r.entries[name]; ok {
-		go func() {
+	c := e.client
+	old, replaces := r.entries[name]
+	if replaces && c.Joint() && old.client.Joint() && old.uid == e.uid && old.epoch == e.epoch {
+		// Rebuilt within one change (a new Secret): no client of the
+		// previous list alone ran in between.
+		e.jointSince = old.jointSince
+	}
+	go func() {
+		if replaces {
 			_ = old.client.Close() // waits for its in-flight requests
 			<-old.ready            // and for those of the clients it replaced
-			close(ready)
-		}()
-	} else {
-		close(ready)
-	}
-	e := &entry{spec: spec, fingerprint: fp, client: c, checked: time.Now(), ready: ready}
+		}
+		if c.Joint() {
+			r.mu.Lock()
+			if e.jointSince.IsZero() {
+				e.jointSince = time.Now()
+			}
+			r.mu.Unlock()
+		}
+		close(e.ready)
+	}()
 	r.entries[name] = e
-	return e, nil
+}
+
+// JointFor returns, when the set's current client is the joint client of
+// the membership change of epoch, for how long it has been the only kind
+// of client this process uses: since the clients of the previous list
+// alone it replaced were closed. ok is false before that, or when the
+// client is another change's or not joint.
+func (r *Registry) JointFor(name types.NamespacedName, epoch int64) (d time.Duration, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, found := r.entries[name]
+	if !found || e.epoch != epoch || !e.client.Joint() || e.jointSince.IsZero() {
+		return 0, false
+	}
+	return time.Since(e.jointSince), true
 }
 
 // Lookup returns the current client of a master set without reading
@@ -224,6 +282,10 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 	if w, u := ms.Status.QuarantineWindow, ms.Status.QuarantineWindowUntil; w != nil && u != nil && own > 0 && w.Duration > own && w.Duration <= redlock.MaxWindow {
 		opts = append(opts, redlock.WithKnownWindow(w.Duration, u.Time))
 	}
+	if ch := ms.Status.MembershipChange; ch != nil {
+		// Masters only in the new list vote once the change could end.
+		opts = append(opts, redlock.WithJoint(ch.Previous, time.Now().Add(ch.Duration.Duration)))
+	}
 	if cred.pass != "" || cred.user != "" {
 		opts = append(opts, redlock.WithAuth(cred.user, cred.pass))
 	}
@@ -264,8 +326,26 @@ func (r *Registry) ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration {
 	return redlock.MaxNodeTimeout
 }
 
-// Addresses returns the masters' addresses: the external list, or the
-// managed members' (see managed.Addresses).
+// GrantAddresses returns the masters locks are granted on: the list the
+// set's controller adopted (status.addresses), or the spec's list for a set
+// it has not reconciled yet.
+func GrantAddresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
+	if len(ms.Status.Addresses) > 0 {
+		return ms.Status.Addresses, nil
+	}
+	return Addresses(ms)
+}
+
+// ChangeDuration is how long a membership change of the set lasts at
+// least: every grant made on the previous list alone must have expired
+// (maxLockTTL plus drift and margin, managed.SitOut) and the new masters
+// must have sat out the set's quarantine window.
+func ChangeDuration(ms *v1alpha1.RedisMasterSet) time.Duration {
+	return max(Quarantine(ms), managed.SitOut(ms.Spec.MaxLockTTL.Duration))
+}
+
+// Addresses returns the masters' addresses the spec names: the external
+// list, or the managed members' (see managed.Addresses).
 func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
 	switch {
 	case ms.Spec.External != nil && len(ms.Spec.External.Addresses) > 0:

@@ -185,3 +185,59 @@ func TestRebuiltClientWaitsForTheOldClientsRequests(t *testing.T) {
 		t.Fatalf("the new client's first request (event %d) came before the old client's last I/O (event %d): %+v", firstFresh, lastOld, log)
 	}
 }
+
+// A membership change builds the joint client, and no view of the set
+// older than the newest change (an informer behind the status the set's
+// controller wrote) builds a client of an earlier list again.
+func TestRegistryFollowsMembershipChangesForwardOnly(t *testing.T) {
+	ctx := context.Background()
+	a, b := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"}
+	name := types.NamespacedName{Namespace: "n", Name: "s"}
+	stable := &v1alpha1.RedisMasterSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: "u", Generation: 1},
+		Spec:       v1alpha1.RedisMasterSetSpec{External: &v1alpha1.ExternalMasters{Addresses: b}, MaxLockTTL: metav1.Duration{Duration: time.Second}},
+		Status:     v1alpha1.RedisMasterSetStatus{Addresses: a},
+	}
+	r := &Registry{}
+	defer r.Close()
+	before, err := r.Client(ctx, stable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Joint() || len(before.Masters()) != 3 || before.Masters()[2].Addr != a[2] {
+		t.Fatalf("before the change: a client of %v, want one of status.addresses %v alone", before.Masters(), a)
+	}
+	changing := stable.DeepCopy()
+	changing.Status.Addresses, changing.Status.MembershipEpoch = b, 1
+	changing.Status.MembershipChange = &v1alpha1.MembershipChange{Previous: a, Duration: metav1.Duration{Duration: 2 * time.Second}}
+	joint, err := r.Client(ctx, changing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !joint.Joint() {
+		t.Fatal("during the change: not a joint client")
+	}
+	if _, ok := r.JointFor(name, 1); !ok {
+		t.Fatal("JointFor the change under way: not ok once its client is handed out")
+	}
+	if _, ok := r.JointFor(name, 0); ok {
+		t.Fatal("JointFor another epoch: ok")
+	}
+	if c, err := r.Client(ctx, stable); err != nil || c != joint {
+		t.Fatalf("a view from before the change: %v (%v), want the joint client kept", c, err)
+	}
+	ended := changing.DeepCopy()
+	ended.Status.MembershipChange, ended.Status.MembershipEpoch = nil, 2
+	after, err := r.Client(ctx, ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Joint() || after == joint {
+		t.Fatal("after the change: still the joint client")
+	}
+	for _, older := range []*v1alpha1.RedisMasterSet{stable, changing} {
+		if c, err := r.Client(ctx, older); err != nil || c != after {
+			t.Fatalf("a view of epoch %d after the change ended: %v (%v), want the new list's client kept", older.Status.MembershipEpoch, c, err)
+		}
+	}
+}
