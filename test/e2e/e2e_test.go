@@ -117,7 +117,7 @@ var _ = AfterEach(func() {
 		return
 	}
 	for _, namespace := range []string{ns, "demo"} {
-		out, _ := exec.Command(os.Getenv("KUBECTL"), "get", "pods,dlock,jobs", "-n", namespace, "-o", "yaml").CombinedOutput()
+		out, _ := exec.Command(os.Getenv("KUBECTL"), "get", "pods,dlock,rms,jobs", "-n", namespace, "-o", "yaml").CombinedOutput()
 		GinkgoWriter.Printf("--- objects in %s:\n%s\n", namespace, out)
 		out, _ = exec.Command(os.Getenv("KUBECTL"), "get", "events", "-n", namespace, "--sort-by=.lastTimestamp").CombinedOutput()
 		GinkgoWriter.Printf("--- events in %s:\n%s\n", namespace, out)
