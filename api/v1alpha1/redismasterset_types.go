@@ -108,15 +108,15 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.persistence) || (has(self.persistence) && self.persistence == oldSelf.persistence)",message="persistence is immutable: its volumes are fixed when the set is created"
 // +kubebuilder:validation:XValidation:rule="has(self.storage) == has(oldSelf.storage) && (!has(self.storage) || self.storage == oldSelf.storage)",message="storage is immutable: its volumes are fixed when the set is created"
 type ManagedMasters struct {
-	// Replicas is the number of masters: odd, 1 to 15. Immutable: changing
-	// N while locks are held breaks quorum intersection. To migrate, create
-	// a new set and move the locks to it (see the README).
+	// Replicas is the number of masters: odd, 1 to 15. It may grow, not
+	// shrink: the new members join through a membership change with joint
+	// quorums (status.membershipChange), so that locks stay held.
 	// +optional
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=15
 	// +kubebuilder:validation:XValidation:rule="self % 2 == 1",message="replicas must be odd"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="replicas is immutable: create a new RedisMasterSet and move the locks"
+	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="replicas may grow, not shrink: to run fewer masters, create a new RedisMasterSet and move the locks"
 	Replicas int32 `json:"replicas,omitempty"`
 
 	// Image of redis-server (Redis 7).

@@ -765,7 +765,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		// shows (its ttl may have shrunk since the grant): the keys never
 		// expire, nor is the validity shown moved back, before that.
 		ttl := renewal.CoveringTTL(lock.Spec.TTL.Duration, st.ValidUntil.Time, time.Now())
-		lk, err = c.Restore(lock.RedisKey(), r.Values.Value(string(lock.UID), grantID), ttl, st.ValidUntil.Time)
+		lk, err = c.Restore(lock.RedisKey(), r.Values.Value(string(lock.UID), grantID), ttl, st.ValidUntil.Time, redlock.WithToken(st.FencingToken))
 	}
 	if err == nil {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -806,7 +806,7 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 	uid := lock.UID
 	h.session = renewal.Hold(r.sessions.base, renewal.Grant{
 		Lock: lk, Client: c,
-		Key: lk.Key(), Value: lk.Value(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
+		Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
 		ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
 	}, renewal.Config{
 		Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
@@ -1180,7 +1180,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(specOrLifecycleChanged())).
 		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, listAdopted()))).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{}))
 	if r.Pods != nil {
 		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod)))
@@ -1240,6 +1240,19 @@ func nodeReadinessChanged() predicate.Predicate {
 			o, okOld := e.ObjectOld.(*corev1.Node)
 			n, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || nodeReady(o) != nodeReady(n)
+		},
+	}
+}
+
+// listAdopted passes an update of a master set that changed the list locks
+// are granted on (status.addresses adopted, a membership change started or
+// ended): locks waiting for it go at once.
+func listAdopted() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, okOld := e.ObjectOld.(*v1alpha1.RedisMasterSet)
+			n, okNew := e.ObjectNew.(*v1alpha1.RedisMasterSet)
+			return okOld && okNew && (o.Status.MembershipEpoch != n.Status.MembershipEpoch || len(o.Status.Addresses) == 0 && len(n.Status.Addresses) > 0)
 		},
 	}
 }

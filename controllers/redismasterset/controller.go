@@ -59,7 +59,7 @@ type MasterClients interface {
 	Password(ctx context.Context, ms *v1alpha1.RedisMasterSet) (string, error)
 	// JointFor returns for how long the set's client has been the joint
 	// client of the membership change of epoch, and only that kind.
-	JointFor(name types.NamespacedName, epoch int64) (time.Duration, bool)
+	JointFor(name types.NamespacedName, uid types.UID, epoch int64) (time.Duration, bool)
 }
 
 // rollInterval is how often a set with a rolling update under way is

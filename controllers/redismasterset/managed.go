@@ -96,14 +96,7 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 			return managedOutcome{}, err
 		}
 	}
-	if live == nil && len(ms.Status.Members) == 0 {
-		// A new set: record its members as never served before any of their
-		// pods exists, so that their first pods are admitted at once. A set
-		// whose StatefulSet exists without records knows nothing of its
-		// members: their pods wait a full restart delay.
-		for _, a := range managed.Addresses(ms) {
-			ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
-		}
+	if recordNewMembers(ms, live != nil) {
 		return managedOutcome{recorded: true}, nil
 	}
 	if live != nil {
@@ -120,6 +113,24 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 	}
 	rolling, err := r.rollMembers(ctx, ms, live)
 	return managedOutcome{rolling: rolling, problem: problem}, err
+}
+
+// recordNewMembers records members that never served before any of their
+// pods exists, so that their first pods are admitted at once, and reports
+// whether it did: every member of a new set, and the new members of a set
+// that grew (they vote only once the membership change lets them). A set
+// whose StatefulSet exists without records knows nothing of its members:
+// their pods wait a full restart delay.
+func recordNewMembers(ms *v1alpha1.RedisMasterSet, running bool) bool {
+	addrs := managed.Addresses(ms)
+	have := len(ms.Status.Members)
+	if running && have == 0 || have >= len(addrs) {
+		return false
+	}
+	for _, a := range addrs[have:] {
+		ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
+	}
+	return true
 }
 
 // EventReplaced is the event of a member pod deleted for a rolling update.

@@ -62,13 +62,13 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 		}))).To(Succeed())
 	})
 
-	It("keeps replicas, persistence and storage immutable", func() {
+	It("keeps persistence and storage immutable, and replicas from shrinking", func() {
 		ms := managed("fixed", func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Replicas = 3 })
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
 		for want, mutate := range map[string]func(m *v1alpha1.ManagedMasters){
-			"replicas is immutable":    func(m *v1alpha1.ManagedMasters) { m.Replicas = 5 },
-			"persistence is immutable": func(m *v1alpha1.ManagedMasters) { m.Persistence = v1alpha1.PersistenceAOFAlways },
-			"storage is immutable":     func(m *v1alpha1.ManagedMasters) { m.Storage = &v1alpha1.StorageSpec{} },
+			"replicas may grow, not shrink": func(m *v1alpha1.ManagedMasters) { m.Replicas = 1 },
+			"persistence is immutable":      func(m *v1alpha1.ManagedMasters) { m.Persistence = v1alpha1.PersistenceAOFAlways },
+			"storage is immutable":          func(m *v1alpha1.ManagedMasters) { m.Storage = &v1alpha1.StorageSpec{} },
 		} {
 			cur := fetchSet(ns, "fixed")
 			mutate(cur.Spec.Managed)

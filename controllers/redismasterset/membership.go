@@ -31,6 +31,13 @@ const (
 	// version before membership changes) adopts the spec's at once: no
 	// client of another list was ever built from its status.
 	stepAdopt
+	// stepAdoptChanged: a set run by an operator version before membership
+	// changes, whose members (status.members, the list that version used)
+	// are not the spec's: a change from them starts.
+	stepAdoptChanged
+	// stepReorder: the spec names the same masters in another order: the
+	// quorums are the same, no change is needed.
+	stepReorder
 	// stepStart: the spec names another list; a change starts.
 	stepStart
 	// stepWait: a change is under way and cannot end yet.
@@ -46,10 +53,14 @@ const (
 func nextMembership(st *v1alpha1.RedisMasterSetStatus, desired []string, jointFor time.Duration, jointOK bool) (step membershipStep, wait time.Duration) {
 	ch := st.MembershipChange
 	switch {
+	case len(st.Addresses) == 0 && ch == nil && !sameSet(membersOf(st), desired):
+		return stepAdoptChanged, 0
 	case len(st.Addresses) == 0 && ch == nil:
 		return stepAdopt, 0
 	case ch == nil && slices.Equal(st.Addresses, desired):
 		return stepNone, 0
+	case ch == nil && sameSet(st.Addresses, desired):
+		return stepReorder, 0
 	case ch == nil:
 		return stepStart, 0
 	case jointOK && jointFor >= ch.Duration.Duration:
@@ -72,15 +83,19 @@ func (r *Reconciler) reconcileMembership(ms *v1alpha1.RedisMasterSet, desired []
 	var jointFor time.Duration
 	var jointOK bool
 	if st.MembershipChange != nil {
-		jointFor, jointOK = r.Masters.JointFor(name, st.MembershipEpoch)
+		jointFor, jointOK = r.Masters.JointFor(name, ms.UID, st.MembershipEpoch)
 	}
 	step, wait := nextMembership(st, desired, jointFor, jointOK)
 	switch step {
-	case stepAdopt:
+	case stepAdopt, stepReorder:
 		st.Addresses = slices.Clone(desired)
-	case stepStart:
+	case stepAdoptChanged, stepStart:
+		previous := st.Addresses
+		if step == stepAdoptChanged {
+			previous = membersOf(st)
+		}
 		st.MembershipChange = &v1alpha1.MembershipChange{
-			Previous: st.Addresses, Since: metav1.Time{Time: now}, Duration: metav1.Duration{Duration: masters.ChangeDuration(ms)},
+			Previous: previous, Since: metav1.Time{Time: now}, Duration: metav1.Duration{Duration: masters.ChangeDuration(ms)},
 		}
 		st.Addresses = slices.Clone(desired)
 		st.MembershipEpoch++
@@ -94,9 +109,8 @@ func (r *Reconciler) reconcileMembership(ms *v1alpha1.RedisMasterSet, desired []
 	}
 	setMembershipCondition(ms, desired)
 	switch step {
-	case stepAdopt:
-		return false, 0
-	case stepStart, stepEnd:
+	case stepAdopt, stepReorder, stepAdoptChanged, stepStart, stepEnd:
+		// No client is built from a list status does not show yet.
 		return true, time.Millisecond
 	case stepWait:
 		return false, wait + 100*time.Millisecond
@@ -123,3 +137,22 @@ func setMembershipCondition(ms *v1alpha1.RedisMasterSet, desired []string) {
 }
 
 func list(addrs []string) string { return "[" + strings.Join(addrs, " ") + "]" }
+
+// membersOf returns the addresses of the members status records (the list
+// an operator version before membership changes used), or nil.
+func membersOf(st *v1alpha1.RedisMasterSetStatus) []string {
+	var out []string
+	for _, m := range st.Members {
+		out = append(out, m.Address)
+	}
+	return out
+}
+
+// sameSet reports whether a and b name the same masters, in any order; an
+// empty a matches anything (nothing recorded).
+func sameSet(a, b []string) bool {
+	if len(a) == 0 {
+		return true
+	}
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}

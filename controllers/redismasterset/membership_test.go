@@ -30,6 +30,9 @@ func TestNextMembership(t *testing.T) {
 		{"the joint client for the whole change", v1alpha1.RedisMasterSetStatus{Addresses: b, MembershipChange: change}, b, 4 * time.Second, true, stepEnd, 0},
 		{"another edit waits for the change under way", v1alpha1.RedisMasterSetStatus{Addresses: b, MembershipChange: change}, a, time.Second, true, stepWait, 3 * time.Second},
 		{"and ends it before it starts", v1alpha1.RedisMasterSetStatus{Addresses: b, MembershipChange: change}, a, 5 * time.Second, true, stepEnd, 0},
+		{"the same masters in another order need no change", v1alpha1.RedisMasterSetStatus{Addresses: a}, []string{"c:1", "a:1", "b:1"}, 0, false, stepReorder, 0},
+		{"a set an older operator ran on other members changes from them", v1alpha1.RedisMasterSetStatus{Members: []v1alpha1.MemberStatus{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}}, b, 0, false, stepAdoptChanged, 0},
+		{"a set an older operator ran on the spec's members adopts them", v1alpha1.RedisMasterSetStatus{Members: []v1alpha1.MemberStatus{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}}, a, 0, false, stepAdopt, 0},
 	}
 	for _, tc := range tests {
 		step, wait := nextMembership(&tc.st, tc.desired, tc.jointFor, tc.jointOK)

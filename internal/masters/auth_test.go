@@ -111,6 +111,7 @@ func TestAuthSecretErrors(t *testing.T) {
 					AuthSecretRef: &v1alpha1.SecretKeyRef{Name: "auth"},
 					External:      &v1alpha1.ExternalMasters{Addresses: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}},
 				},
+				Status: v1alpha1.RedisMasterSetStatus{Addresses: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}},
 			}
 			var prior *redlock.Client
 			if tc.prior {

@@ -218,15 +218,15 @@ func (r *Registry) install(name types.NamespacedName, e *entry) {
 }
 
 // JointFor returns, when the set's current client is the joint client of
-// the membership change of epoch, for how long it has been the only kind
+// the membership change of epoch (of the set with that UID), for how long it has been the only kind
 // of client this process uses: since the clients of the previous list
 // alone it replaced were closed. ok is false before that, or when the
 // client is another change's or not joint.
-func (r *Registry) JointFor(name types.NamespacedName, epoch int64) (d time.Duration, ok bool) {
+func (r *Registry) JointFor(name types.NamespacedName, uid types.UID, epoch int64) (d time.Duration, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, found := r.entries[name]
-	if !found || e.epoch != epoch || !e.client.Joint() || e.jointSince.IsZero() {
+	if !found || e.epoch != epoch || e.uid != uid || !e.client.Joint() || e.jointSince.IsZero() {
 		return 0, false
 	}
 	return time.Since(e.jointSince), true
@@ -326,14 +326,18 @@ func (r *Registry) ProbeTimeout(ms *v1alpha1.RedisMasterSet) time.Duration {
 	return redlock.MaxNodeTimeout
 }
 
+// ErrNotAdopted reports a set whose controller has not adopted a list of
+// masters yet (status.addresses): no lock is granted on a list status does
+// not show.
+var ErrNotAdopted = errors.New("the set's list of masters is not adopted yet (status.addresses is empty)")
+
 // GrantAddresses returns the masters locks are granted on: the list the
-// set's controller adopted (status.addresses), or the spec's list for a set
-// it has not reconciled yet.
+// set's controller adopted (status.addresses), never the spec's.
 func GrantAddresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
-	if len(ms.Status.Addresses) > 0 {
-		return ms.Status.Addresses, nil
+	if len(ms.Status.Addresses) == 0 {
+		return nil, ErrNotAdopted
 	}
-	return Addresses(ms)
+	return ms.Status.Addresses, nil
 }
 
 // ChangeDuration is how long a membership change of the set lasts at

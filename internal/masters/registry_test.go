@@ -99,6 +99,7 @@ func TestRebuiltClientWaitsForTheOldClientsRequests(t *testing.T) {
 			NodeTimeout: &metav1.Duration{Duration: 10 * time.Second},
 			External:    &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(servers)},
 		},
+		Status: v1alpha1.RedisMasterSetStatus{Addresses: redistest.Addrs(servers)},
 	}
 	name := types.NamespacedName{Namespace: "ns", Name: "locks"}
 
@@ -200,9 +201,17 @@ func TestRegistryFollowsMembershipChangesForwardOnly(t *testing.T) {
 	}
 	r := &Registry{}
 	defer r.Close()
+	unadopted := stable.DeepCopy()
+	unadopted.Status.Addresses = nil
+	if _, err := r.Client(ctx, unadopted); !errors.Is(err, ErrNotAdopted) {
+		t.Fatalf("a set without status.addresses: %v, want ErrNotAdopted (never the spec's list)", err)
+	}
 	before, err := r.Client(ctx, stable)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := r.JointFor(name, "other", 1); ok {
+		t.Fatal("JointFor a set of another UID: ok")
 	}
 	if before.Joint() || len(before.Masters()) != 3 || before.Masters()[2].Addr != a[2] {
 		t.Fatalf("before the change: a client of %v, want one of status.addresses %v alone", before.Masters(), a)
@@ -217,10 +226,10 @@ func TestRegistryFollowsMembershipChangesForwardOnly(t *testing.T) {
 	if !joint.Joint() {
 		t.Fatal("during the change: not a joint client")
 	}
-	if _, ok := r.JointFor(name, 1); !ok {
+	if _, ok := r.JointFor(name, "u", 1); !ok {
 		t.Fatal("JointFor the change under way: not ok once its client is handed out")
 	}
-	if _, ok := r.JointFor(name, 0); ok {
+	if _, ok := r.JointFor(name, "u", 0); ok {
 		t.Fatal("JointFor another epoch: ok")
 	}
 	if c, err := r.Client(ctx, stable); err != nil || c != joint {

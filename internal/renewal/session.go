@@ -67,6 +67,9 @@ type Grant struct {
 	Client *redlock.Client
 	// Key and Value identify the grant on the masters.
 	Key, Value string
+	// Token is the grant's fencing token (0 when unfenced): renewals carry
+	// it to the masters they put the value back on (redlock.WithToken).
+	Token int64
 	// TTL is the time to live of each renewal.
 	TTL time.Duration
 	// Every is the renew interval.
@@ -267,7 +270,7 @@ func (s *Session) Release(ctx context.Context) error {
 	if lk == nil {
 		// Restored with no validity: a lock that can only be released.
 		var err error
-		if lk, err = c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, time.Time{}); err != nil {
+		if lk, err = c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, time.Time{}, redlock.WithToken(s.grant.Token)); err != nil {
 			return fmt.Errorf("release %q: %w", s.grant.Key, err)
 		}
 	}
@@ -390,7 +393,7 @@ func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.
 	s.mu.Unlock()
 	if lk == nil {
 		var err error
-		if lk, err = c.Restore(s.grant.Key, s.grant.Value, ttl, validUntil); err != nil {
+		if lk, err = c.Restore(s.grant.Key, s.grant.Value, ttl, validUntil, redlock.WithToken(s.grant.Token)); err != nil {
 			return fmt.Errorf("renew %q: %w", s.grant.Key, err)
 		}
 	}

@@ -60,7 +60,11 @@ type node struct {
 	// windowErr is why the window could not be registered (an ACL without
 	// access to WindowKey); the client then quarantines by its own window.
 	windowErr   error
-	duplicateOf string // another node with the same run_id
+	duplicateOf string // another node of a list of this one's with the same run_id
+	// lists has bit g set when the node is in the client's list g: a
+	// server under two addresses votes twice only within one list (a
+	// server renamed by a membership change is one master of each list).
+	lists uint8
 
 	batch batcher // the lock requests to this master
 }
@@ -105,13 +109,13 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1, workers: newWorkers()}
 	index := make(map[string]int, len(addrs)+len(cfg.previous))
-	current, err := c.addList(addrs, index)
+	current, err := c.addList(addrs, index, 1)
 	if err != nil {
 		return nil, err
 	}
 	c.lists = []list{current}
 	if cfg.previous != nil {
-		previous, err := c.addList(cfg.previous, index)
+		previous, err := c.addList(cfg.previous, index, 2)
 		if err != nil {
 			return nil, fmt.Errorf("%w (previous list)", err)
 		}
@@ -136,8 +140,8 @@ type list struct {
 }
 
 // addList adds the masters of addrs not yet in index (address → node) to the
-// client's nodes and returns the list.
-func (c *Client) addList(addrs []string, index map[string]int) (list, error) {
+// client's nodes, marks them with the list's bit and returns the list.
+func (c *Client) addList(addrs []string, index map[string]int, bit uint8) (list, error) {
 	l := list{quorum: len(addrs)/2 + 1}
 	seen := make(map[string]bool, len(addrs))
 	for _, addr := range addrs {
@@ -154,6 +158,7 @@ func (c *Client) addList(addrs []string, index map[string]int) (list, error) {
 			index[addr] = i
 			c.nodes = append(c.nodes, newNode(addr, &c.cfg, &c.nodes))
 		}
+		c.nodes[i].lists |= bit
 		l.members = append(l.members, i)
 	}
 	return l, nil
@@ -312,9 +317,10 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 		return fmt.Errorf("quarantine check on %s: %w", n.addr, err)
 	}
 	n.apply(runID, uptime)
-	// Two addresses of one server would let it vote twice: mark both.
+	// Two addresses of one server in one list would let it vote twice
+	// there: mark both.
 	for _, p := range *n.peers {
-		if p != n && p.currentRunID() == runID {
+		if p != n && p.lists&n.lists != 0 && p.currentRunID() == runID {
 			n.markDuplicate(p.addr)
 			p.markDuplicate(n.addr)
 		}

@@ -79,10 +79,14 @@
 // each extension, so that a lock held through the change is held on a quorum
 // of the new list once the previous one is dropped. Fencing tokens keep
 // rising because every joint grant reads the counters of a quorum of the
-// previous list and writes its token to a quorum of each. What is not
-// covered: a key whose last fenced grant was made before the change and
-// that is not granted during it takes, on the new list, the masters'
-// clock as its floor rather than that grant's counter.
+// previous list and writes its token to a quorum of each, and each
+// extension of a lock restored [WithToken] raises the counter to its token
+// where it puts the value back. A server under two addresses is a
+// duplicate only within one list: renamed by a change, it is one master of
+// each (an acquisition's SET NX is granted at one of its addresses only).
+// What is not covered: a key neither held nor granted during the change,
+// whose last fenced grant was made before it, takes on the new list the
+// masters' clock as its floor rather than that grant's counter.
 //
 // Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
 // is the fencing counter of the lock "k" (see [FenceKey]); so is

@@ -48,7 +48,7 @@ func TestJointQuorumReplacesADeadMasterWithALockHeld(t *testing.T) {
 	if !joint.Joint() {
 		t.Fatal("a client with another previous list is not joint")
 	}
-	lock, err := joint.Restore(held.Key(), held.Value(), ttl, held.ValidUntil())
+	lock, err := joint.Restore(held.Key(), held.Value(), ttl, held.ValidUntil(), redlock.WithToken(held.Token()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,9 +67,12 @@ func TestJointQuorumReplacesADeadMasterWithALockHeld(t *testing.T) {
 		waitFor(t, ttl, "the next extension's turn", func() bool { return time.Until(lock.ValidUntil()) < ttl/2 })
 	}
 	t.Logf("%d extensions through the joint client", extensions)
-	waitFor(t, ttl, "the new master to hold the lock's value", func() bool {
-		v, err := servers[5].Client().Get(ctx, "job").Result()
-		return err == nil && v == held.Value()
+	spare := servers[5].Client()
+	defer spare.Close()
+	waitFor(t, ttl, "the new master to hold the lock's value, and its fencing counter at least the lock's token", func() bool {
+		v, err := spare.Get(ctx, "job").Result()
+		counter, cerr := spare.Get(ctx, redlock.FenceKey("job")).Int64()
+		return err == nil && v == held.Value() && cerr == nil && counter >= held.Token()
 	})
 
 	// The change is over: the new list alone, two of the shared masters gone.
@@ -135,5 +138,39 @@ func TestJointQuorumRefusesARivalOfAGrantOnThePreviousList(t *testing.T) {
 	}
 	if _, err := joint.Acquire(ctx, "swap", ttl); err != nil {
 		t.Fatalf("the joint client once the key is free on both lists: %v", err)
+	}
+}
+
+// A master the change only renames (another address string of the same
+// server) is one master of each list: its extensions count in both, not as
+// a server listed twice. (An acquisition's SET NX reaches it twice, and
+// only the first is granted: a renamed master counts once there.)
+func TestJointQuorumCountsARenamedMasterInBothLists(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	previous := redistest.Addrs(servers)
+	current := append(slices.Clone(previous[:2]), redistest.Aliases(servers)[2])
+	const window = 1500 * time.Millisecond // duplicates are found by the quarantine check
+	waitFor(t, 3*window, "every server to be up for longer than the window", func() bool {
+		for _, s := range servers {
+			if uptime(t, s) < window {
+				return false
+			}
+		}
+		return true
+	})
+	ctx := context.Background()
+	joint := newClient(t, current, redlock.WithNodeTimeout(500*time.Millisecond), redlock.WithQuarantine(window), redlock.WithJoint(previous, time.Time{}))
+	if _, err := joint.Probe(ctx); err != nil { // connects to every address
+		t.Fatal(err)
+	}
+	lock, err := joint.Acquire(ctx, "renamed", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Extend(ctx); err != nil {
+		t.Fatalf("with one shared master down, the renamed master and the other shared one must make a quorum of each list: %v", err)
 	}
 }

@@ -73,6 +73,10 @@ func after(ctx context.Context, i int, acquired, restoring []chan struct{}) erro
 // requests to a master wait for it. Called with l.mu held, before r.finish.
 func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
 	args := setArgs(l.key, l.value, ttlMillis)
+	var fence []any
+	if l.token > 0 {
+		fence = raiseFenceArgs(l.key, l.token)
+	}
 	l.restoring = make([]chan struct{}, len(r.done))
 	for i, n := range l.c.nodes {
 		done := make(chan struct{})
@@ -86,6 +90,12 @@ func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			_, _ = n.set(ctx, args) // best effort: the next extension restores again
+			if fence != nil {
+				// The master lost (or, new to the list, never had) the
+				// key's counter too: later grants it votes in must see
+				// this lock's token.
+				_, _ = n.raiseFence(ctx, fence)
+			}
 		})
 	}
 }
@@ -95,7 +105,8 @@ func (l *Lock) Key() string { return l.key }
 
 // Token returns the fencing token of the acquisition: strictly greater than
 // the token of every earlier fenced grant of the same key, by any client. It
-// is 0 when the lock was acquired without WithFencing, or restored.
+// is 0 when the lock was acquired without WithFencing, or restored without
+// WithToken.
 func (l *Lock) Token() int64 { return l.token }
 
 // Value returns the value that identifies this acquisition (random unless
@@ -508,9 +519,9 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 // lock that can only be released. Like Acquire, it refuses (ErrInvalidArgument)
 // a TTL that, with its drift allowance, exceeds the client's quarantine
 // window, unless validUntil has passed: releasing is always safe.
-// The restored lock's Token is 0: persist the token beside the other fields
-// when the new holder needs it.
-func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time) (*Lock, error) {
+// The restored lock's Token is 0 unless given with WithToken: persist the
+// token beside the other fields.
+func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time, opts ...RestoreOption) (*Lock, error) {
 	const op = Op("restore")
 	if err := validateKey(op, key); err != nil {
 		return nil, err
@@ -529,5 +540,24 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 	if limit := time.Now().Add(ttl - Drift(ttl)); validUntil.After(limit) {
 		validUntil = limit
 	}
-	return &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}, nil
+	l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}
+	for i, o := range opts {
+		if o == nil {
+			return nil, invalidf(op, "restore option %d is nil", i)
+		}
+		o(l)
+	}
+	return l, nil
+}
+
+// RestoreOption configures a restored lock.
+type RestoreOption func(*Lock)
+
+// WithToken gives a restored lock the fencing token of its acquisition
+// (Lock.Token). Besides Token, it lets each extension carry the token to
+// the masters it puts the value back on (restarted without their data, or
+// new to the list during a membership change), so that the key's counter
+// there is at least the token and later grants stay above it.
+func WithToken(token int64) RestoreOption {
+	return func(l *Lock) { l.token = token }
 }
