@@ -259,6 +259,12 @@ down() {
 		rm -f "$STATE/pid/$name"
 	done
 	pkill -9 -f "containerd-shim.*$STATE" 2>/dev/null
+	# Strays of this state directory whose pid file was lost or rewritten
+	# (a containerd still serving the socket would break the next up).
+	if pkill -9 -f -- "$STATE/(containerd/config.toml|etcd|kubelet/root|pki|kubeconfig)" 2>/dev/null; then
+		log "down: killed stray processes of $STATE"
+		sleep 1
+	fi
 	grep " $STATE" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
 	for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
 		[ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null

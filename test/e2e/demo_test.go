@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -33,6 +34,7 @@ var _ = Describe("make demo", func() {
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
 		runErr := cmd.Run()
+		removeAfterSpec(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}})
 		data, err := os.ReadFile(report) //nolint:gosec // the test's own file
 		Expect(err).NotTo(HaveOccurred(), "the demo wrote no report (it exited with %v)", runErr)
 		rep := &demo.Report{}

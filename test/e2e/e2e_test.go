@@ -24,6 +24,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -128,6 +129,17 @@ var _ = AfterEach(func() {
 		GinkgoWriter.Printf("--- manager log %s:\n%s\n", f, out)
 	}
 })
+
+// removeAfterSpec deletes obj (a set's members, with their exec probes, or
+// a whole namespace) once the spec ends, so that later specs do not run on
+// a node busy with earlier specs' pods.
+func removeAfterSpec(obj client.Object) {
+	DeferCleanup(func() {
+		if err := k8s.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+	})
+}
 
 type quiet struct{}
 

@@ -32,6 +32,7 @@ var _ = Describe("a managed set growing from 3 to 5 members", func() {
 			},
 		}
 		Expect(k8s.Create(ctx, grow)).To(Succeed())
+		removeAfterSpec(grow)
 		fetchSet := func() *v1alpha1.RedisMasterSet {
 			cur := &v1alpha1.RedisMasterSet{}
 			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(grow), cur)).To(Succeed())

@@ -21,9 +21,11 @@ var _ = Describe("a managed set in a namespace enforcing Pod Security restricted
 		// is not Available); what is checked is that the kubelet runs them
 		// under the restricted level and Redis answers its own probes.
 		const restricted = "e2e-restricted"
-		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 			Name: restricted, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-		}})).To(Succeed())
+		}}
+		Expect(k8s.Create(ctx, namespace)).To(Succeed())
+		removeAfterSpec(namespace)
 		Expect(k8s.Create(ctx, &v1alpha1.RedisMasterSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: restricted, Name: "masters"},
 			Spec: v1alpha1.RedisMasterSetSpec{

@@ -62,6 +62,7 @@ var _ = Describe("a managed set with TLS", Ordered, func() {
 	}
 	BeforeAll(func() {
 		Expect(k8s.Create(ctx, secure)).To(Succeed())
+		removeAfterSpec(secure)
 		Eventually(serving, 3*time.Minute, time.Second).Should(Succeed())
 	})
 
