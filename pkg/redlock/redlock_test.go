@@ -548,8 +548,13 @@ func TestCancelledAcquireCleansUp(t *testing.T) {
 
 func TestReleaseNeverDeletesAnotherHoldersKey(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	// Retries: a 100ms grant takes more than one try on a loaded machine
+	// (its node timeout is 50ms), and the test is about the release.
+	c := newClient(t, redistest.Addrs(servers))
 	ctx := context.Background()
+	if _, err := c.Probe(ctx); err != nil { // connects first
+		t.Fatal(err)
+	}
 	old, err := c.Acquire(ctx, "handover", 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)

@@ -11,13 +11,17 @@
 // master sets name the same servers by different addresses (127.0.0.1 and
 // localhost) and with different maxLockTTLs (4s and 2s): a master restarted
 // empty must not vote for cluster b while a grant of cluster a's longer
-// ttl may still be valid.
+// ttl may still be valid. A set of cluster a's own has its list of masters
+// edited by the schedule (one of two spare servers named in place of a
+// listed one): each edit is a membership change with joint quorums, under
+// the same manager pauses and kills.
 //
 // `make test` runs it briefly; `make soak-controller SEED=… DURATION=10m`
 // runs it longer and prints a table.
 package history_test
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -25,6 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -160,6 +165,7 @@ type lockSpec struct {
 	cluster *cluster
 	name    string
 	key     string // "" for the default key
+	set     string // the master set ("" for the shared one)
 }
 
 // observed is a grant as the watches saw it.
@@ -303,20 +309,25 @@ var _ = Describe("The operator under chaos", func() {
 		ms := a.env.NewMasters(a.ns, "masters", 5, a.ttl)
 		b.ns = b.env.NewNamespace()
 		b.env.CreateMasterSet(&testenv.MasterSet{Servers: ms.Servers, Name: ms.Name, NS: b.ns, Addresses: redistest.Aliases(ms.Servers)}, b.ttl)
+		// A set of cluster a's own whose list of masters the chaos edits
+		// (a membership change with joint quorums): three of five servers.
+		moving := a.env.NewMasters(a.ns, "moving", 3, a.ttl)
+		movingAddrs := redistest.Addrs(append(moving.Servers, testenv.StartServers(2, redistest.Options{})...))
 		for _, c := range clusters {
 			c.start()
 			DeferCleanup(c.kill)
 		}
 
 		locks := []lockSpec{
-			{a, "a-k1", "k1"}, {a, "a-k1-twin", "k1"}, {a, "a-k2", "k2"}, {a, "a-own", ""},
-			{b, "b-k1", "k1"}, {b, "b-k2", "k2"},
+			{a, "a-k1", "k1", ""}, {a, "a-k1-twin", "k1", ""}, {a, "a-k2", "k2", ""}, {a, "a-own", "", ""},
+			{b, "b-k1", "k1", ""}, {b, "b-k2", "k2", ""},
+			{a, "a-moved", "moved", moving.Name}, {a, "a-moved-twin", "moved", moving.Name},
 		}
 		holders := []string{"", "x", "y", "z"}
 		create := func(l lockSpec, holder string) {
 			err := l.cluster.env.Client.Create(l.cluster.env.Ctx, &v1alpha1.DistributedLock{
 				ObjectMeta: metav1.ObjectMeta{Namespace: l.cluster.ns, Name: l.name},
-				Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, Key: l.key, TTL: metav1.Duration{Duration: l.cluster.ttl}, HolderIdentity: holder},
+				Spec:       v1alpha1.DistributedLockSpec{MasterSet: cmp.Or(l.set, ms.Name), Key: l.key, TTL: metav1.Duration{Duration: l.cluster.ttl}, HolderIdentity: holder},
 			})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				Expect(err).NotTo(HaveOccurred())
@@ -405,6 +416,25 @@ var _ = Describe("The operator under chaos", func() {
 					delete(downMasters, i)
 					mastersMu.Unlock()
 				})
+			case p < 82:
+				// Name one of the two spare servers in place of a listed one.
+				cur := &v1alpha1.RedisMasterSet{}
+				if a.env.Client.Get(a.env.Ctx, client.ObjectKey{Namespace: a.ns, Name: moving.Name}, cur) != nil {
+					break
+				}
+				listed := cur.Spec.External.Addresses
+				var spares []string
+				for _, addr := range movingAddrs {
+					if !slices.Contains(listed, addr) {
+						spares = append(spares, addr)
+					}
+				}
+				listed = slices.Clone(listed)
+				listed[rnd.IntN(len(listed))] = spares[rnd.IntN(len(spares))]
+				cur.Spec.External.Addresses = listed
+				if a.env.Client.Update(a.env.Ctx, cur) == nil {
+					actions["replace a master of a set (membership change)"]++
+				}
 			}
 			time.Sleep(time.Duration(100+rnd.IntN(400)) * time.Millisecond) // the schedule's pace
 		}
