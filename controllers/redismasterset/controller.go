@@ -2,7 +2,21 @@
 // masters of every set and reports each member's state and whether a quorum
 // serves; for managed sets it also runs the members (StatefulSet, Service,
 // configuration, PodDisruptionBudget, generated Secret) and admits
-// replacement member pods only after their restart delay.
+// replacement member pods only after their restart delay. It adopts the
+// spec's list of masters through membership changes with joint quorums
+// (membership.go).
+//
+// Status has one writer, this controller's deferred patch (optimistic
+// concurrency against the status the reconcile read); by file:
+//
+//	field                                        computed in
+//	addresses, membershipChange, membershipEpoch membership.go
+//	members, serving, total, quorum, conditions  status.go (probe results)
+//	  Available, Degraded
+//	quarantineWindow(Until), OwnQuarantineWindow status.go (setWindow)
+//	MembershipChanging condition                 membership.go
+//	gateImage, tls, member records of new sets   managed.go, tls.go
+//	observedGeneration                           controller.go
 package redismasterset
 
 import (
