@@ -209,7 +209,7 @@ func (r *Reconciler) probe(ctx context.Context, ms *v1alpha1.RedisMasterSet, now
 	if setWindow(ms, masters.Quarantine(ms), c.Masters(), now) && !wasShared {
 		r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventWindowShared, "Probe", "%s", meta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionOwnWindow).Message)
 	}
-	r.probed.Store(types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}, true)
+	r.probed.Store(client.ObjectKeyFromObject(ms), true)
 	return next, nil
 }
 

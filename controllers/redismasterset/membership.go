@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
@@ -78,12 +78,11 @@ func nextMembership(st *v1alpha1.RedisMasterSetStatus, desired []string, jointFo
 // changed the list grants are made on (the caller then builds no client
 // from this view before status is written), and how soon to look again.
 func (r *Reconciler) reconcileMembership(ms *v1alpha1.RedisMasterSet, desired []string, now time.Time) (changed bool, next time.Duration) {
-	name := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
 	st := &ms.Status
 	var jointFor time.Duration
 	var jointOK bool
 	if st.MembershipChange != nil {
-		jointFor, jointOK = r.Masters.JointFor(name, ms.UID, st.MembershipEpoch)
+		jointFor, jointOK = r.Masters.JointFor(client.ObjectKeyFromObject(ms), ms.UID, st.MembershipEpoch)
 	}
 	step, wait := nextMembership(st, desired, jointFor, jointOK)
 	switch step {

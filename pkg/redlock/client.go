@@ -61,7 +61,8 @@ type node struct {
 	// access to WindowKey); the client then quarantines by its own window.
 	windowErr   error
 	duplicateOf string // another node of a list of this one's with the same run_id
-	// lists has bit g set when the node is in the client's list g: a
+	// lists has bit g set when the node is in the client's list g (see
+	// inList): a
 	// server under two addresses votes twice only within one list (a
 	// server renamed by a membership change is one master of each list).
 	lists uint8
@@ -109,23 +110,23 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, quorum: len(addrs)/2 + 1, workers: newWorkers()}
 	index := make(map[string]int, len(addrs)+len(cfg.previous))
-	current, err := c.addList(addrs, index, 1)
+	current, err := c.addList(addrs, index, 0)
 	if err != nil {
 		return nil, err
 	}
 	c.lists = []list{current}
 	if cfg.previous != nil {
-		previous, err := c.addList(cfg.previous, index, 2)
+		previous, err := c.addList(cfg.previous, index, 1)
 		if err != nil {
 			return nil, fmt.Errorf("%w (previous list)", err)
 		}
-		if !slices.Equal(sortedCopy(previous.members), sortedCopy(current.members)) {
+		if slices.ContainsFunc(c.nodes, func(n *node) bool { return !n.inList(0) || !n.inList(1) }) {
 			c.lists = append(c.lists, previous)
 			// Masters only in the new list have no copy of what was
 			// granted before: they do not vote yet.
-			for _, i := range current.members {
-				if !slices.Contains(previous.members, i) {
-					c.nodes[i].quarantinedUntil = cfg.newVoteAfter
+			for _, n := range c.nodes {
+				if !n.inList(1) {
+					n.quarantinedUntil = cfg.newVoteAfter
 				}
 			}
 		}
@@ -140,8 +141,8 @@ type list struct {
 }
 
 // addList adds the masters of addrs not yet in index (address → node) to the
-// client's nodes, marks them with the list's bit and returns the list.
-func (c *Client) addList(addrs []string, index map[string]int, bit uint8) (list, error) {
+// client's nodes, marks them as members of list g and returns the list.
+func (c *Client) addList(addrs []string, index map[string]int, g int) (list, error) {
 	l := list{quorum: len(addrs)/2 + 1}
 	seen := make(map[string]bool, len(addrs))
 	for _, addr := range addrs {
@@ -158,16 +159,10 @@ func (c *Client) addList(addrs []string, index map[string]int, bit uint8) (list,
 			index[addr] = i
 			c.nodes = append(c.nodes, newNode(addr, &c.cfg, &c.nodes))
 		}
-		c.nodes[i].lists |= bit
+		c.nodes[i].lists |= 1 << g
 		l.members = append(l.members, i)
 	}
 	return l, nil
-}
-
-func sortedCopy(s []int) []int {
-	s = slices.Clone(s)
-	slices.Sort(s)
-	return s
 }
 
 // tallies counts votes (one per node) per list.
@@ -327,6 +322,9 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	}
 	return nil
 }
+
+// inList reports whether the node is a master of the client's list g.
+func (n *node) inList(g int) bool { return n.lists&(1<<g) != 0 }
 
 func (n *node) markDuplicate(of string) {
 	n.mu.Lock()

@@ -22,14 +22,7 @@ func TestJointQuorumReplacesADeadMasterWithALockHeld(t *testing.T) {
 	servers := redistest.StartN(t, 6, redistest.Options{})
 	addrs := redistest.Addrs(servers)
 	previous, current := addrs[:5], append(slices.Clone(addrs[:4]), addrs[5])
-	waitFor(t, 3*window, "every server to be up for longer than the window", func() bool {
-		for _, s := range servers {
-			if uptime(t, s) < window {
-				return false
-			}
-		}
-		return true
-	})
+	waitUp(t, servers, window)
 	ctx := context.Background()
 	// Rivals try once; the holder's own acquisition retries, as the
 	// operator's would, on a loaded machine.
@@ -150,14 +143,7 @@ func TestJointQuorumCountsARenamedMasterInBothLists(t *testing.T) {
 	previous := redistest.Addrs(servers)
 	current := append(slices.Clone(previous[:2]), redistest.Aliases(servers)[2])
 	const window = 1500 * time.Millisecond // duplicates are found by the quarantine check
-	waitFor(t, 3*window, "every server to be up for longer than the window", func() bool {
-		for _, s := range servers {
-			if uptime(t, s) < window {
-				return false
-			}
-		}
-		return true
-	})
+	waitUp(t, servers, window)
 	ctx := context.Background()
 	joint := newClient(t, current, redlock.WithNodeTimeout(500*time.Millisecond), redlock.WithQuarantine(window), redlock.WithJoint(previous, time.Time{}))
 	if _, err := joint.Probe(ctx); err != nil { // connects to every address

@@ -110,6 +110,20 @@ func (p *switchProxy) close() {
 	clear(p.conns)
 }
 
+// waitUp waits until every server has been up for at least d: longer than
+// a quarantine window, they vote on a first connection.
+func waitUp(t *testing.T, servers []*redistest.Server, d time.Duration) {
+	t.Helper()
+	waitFor(t, 3*d, fmt.Sprintf("every server to be up for longer than %v", d), func() bool {
+		for _, s := range servers {
+			if uptime(t, s) < d {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // uptime reads a server's uptime_in_seconds.
 func uptime(t *testing.T, s *redistest.Server) time.Duration {
 	t.Helper()
@@ -143,14 +157,7 @@ func TestRunIDChangeQuarantinesLongRunningServer(t *testing.T) {
 	masters := redistest.StartN(t, 3, redistest.Options{})
 	others := redistest.StartN(t, 2, redistest.Options{})
 	all := append(append([]*redistest.Server(nil), masters...), others...)
-	waitFor(t, 3*window, "every server to be up for longer than the window", func() bool {
-		for _, s := range all {
-			if uptime(t, s) < window {
-				return false
-			}
-		}
-		return true
-	})
+	waitUp(t, all, window)
 	proxies := make([]*switchProxy, len(masters))
 	addrs := make([]string, len(masters))
 	for i, s := range masters {
@@ -219,14 +226,7 @@ func TestSharedServersQuarantineByTheLargestWindow(t *testing.T) {
 		t.Run(fmt.Sprintf("short-window client connected first: %v", shortFirst), func(t *testing.T) {
 			const short, long, ttl = 1200 * time.Millisecond, 3 * time.Second, 2500 * time.Millisecond
 			masters := redistest.StartN(t, 3, redistest.Options{})
-			waitFor(t, 3*long, "every server to be up for longer than the long window", func() bool {
-				for _, s := range masters {
-					if uptime(t, s) < long {
-						return false
-					}
-				}
-				return true
-			})
+			waitUp(t, masters, long)
 			aliases := redistest.Aliases(masters)
 			ctx := context.Background()
 			contender := newClient(t, aliases, redlock.WithTries(1), redlock.WithQuarantine(short), redlock.WithNodeTimeout(500*time.Millisecond))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -180,8 +179,8 @@ func (r *round) collect(ctx context.Context, decided func(lists []Tally) bool) (
 		select {
 		case i := <-r.order:
 			answered[i] = true
-			for g, l := range r.c.lists {
-				if slices.Contains(l.members, i) {
+			for g := range ts {
+				if r.c.nodes[i].inList(g) {
 					ts[g] = tallyAdd(ts[g], r.votes[i].Outcome)
 				}
 			}
