@@ -22,13 +22,23 @@ import (
 // growBasePort is where the growing set's members listen (host network).
 const growBasePort = 17300
 
+// growNodeTimeout is the growing set's per-master timeout. While the change
+// lasts the two new members do not vote yet, so every extension needs all
+// three old members (a quorum of three in the list of five): with the
+// timeout derived from the 4s ttl (50ms), one slow answer on a loaded CI
+// machine, where two members are starting, fails an extension, and a few
+// seconds of them lapsed the lock. The spec is about the change, not about
+// answering within 50ms.
+const growNodeTimeout = 200 * time.Millisecond
+
 var _ = Describe("a managed set growing from 3 to 5 members", func() {
 	It("keeps a lock held with the same token through the membership change, then serves on five", func() {
 		grow := &v1alpha1.RedisMasterSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "grow"},
 			Spec: v1alpha1.RedisMasterSetSpec{
-				MaxLockTTL: metav1.Duration{Duration: ttl},
-				Managed:    &v1alpha1.ManagedMasters{Replicas: 3, Image: "redis:7-local", Port: growBasePort, HostNetwork: true},
+				MaxLockTTL:  metav1.Duration{Duration: ttl},
+				NodeTimeout: &metav1.Duration{Duration: growNodeTimeout},
+				Managed:     &v1alpha1.ManagedMasters{Replicas: 3, Image: "redis:7-local", Port: growBasePort, HostNetwork: true},
 			},
 		}
 		Expect(k8s.Create(ctx, grow)).To(Succeed())
