@@ -224,37 +224,126 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !lock.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
+	return ctrl.Result{}, runPhases(ctx, s, r.phases())
+}
+
+// flow says how a reconcile goes on after a phase.
+type flow int
+
+const (
+	next   flow = iota // run the next phase
+	finish             // run only the phases that always run
+	halt               // run no more phases
+)
+
+// phase is one step of the reconcile of a lock that is not being deleted.
+type phase struct {
+	name string
+	// always: the phase runs also after an earlier one finished early or
+	// failed.
+	always bool
+	run    func(context.Context, *scope) (flow, error)
+}
+
+// phases are the steps of a reconcile, in order; the status patch follows
+// them (see Reconcile).
+func (r *Reconciler) phases() []phase {
+	return []phase{
+		// The finalizer first: a grant is never made for an object that
+		// could go without its release.
+		{name: "finalizer", run: r.ensureFinalizer},
+		// This manager's session against status: a lost grant is cleared,
+		// one status no longer shows is given back. Halts when status is
+		// another manager's (stale view) or could not be read.
+		{name: "session", run: r.sessionPhase},
+		// The master set and what only the controller can check (Ready).
+		// Finishes early when the set cannot be used.
+		{name: "master set", run: r.masterSetPhase},
+		// Who should hold the lock, and acquire, adopt, hand over or
+		// release accordingly.
+		{name: "holder", run: r.holderPhase},
+		// Whatever failed after the session phase, status shows only what
+		// is held, and flips by itself when the shown validity passes.
+		{name: "show", always: true, run: r.showPhase},
+		// HolderReachable, from the holder pod's node (the pods the holder
+		// phase read).
+		{name: "holder node", run: r.holderNodePhase},
+	}
+}
+
+// runPhases runs phases in order for s: a phase that fails or finishes
+// early skips the rest but those that always run; halt stops them all.
+// It returns the phases' errors, each named by its phase.
+func runPhases(ctx context.Context, s *scope, phases []phase) error {
+	var errs []error
+	early := false
+	for _, p := range phases {
+		if early && !p.always {
+			continue
+		}
+		f, err := p.run(ctx, s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+			early = true
+		}
+		if f == halt {
+			break
+		}
+		early = early || f == finish
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+// ensureFinalizer adds the finalizer and sets status.key.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, s *scope) (flow, error) {
+	lock := s.lock
 	if controllerutil.AddFinalizer(lock, Finalizer) {
 		if err := r.Update(ctx, lock); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+			return halt, fmt.Errorf("add finalizer: %w", err)
 		}
 		s.orig = *lock.Status.DeepCopy() // the server's status came back with the update
 	}
 	lock.Status.Key = lock.RedisKey()
+	return next, nil
+}
+
+func (r *Reconciler) sessionPhase(ctx context.Context, s *scope) (flow, error) {
 	if err := r.syncSession(ctx, s); err != nil {
-		return ctrl.Result{}, err
+		return halt, err
 	}
 	if s.stale {
 		// Another manager renews what this one decided from: decide
 		// again once the cache has caught up (or this manager has exited,
 		// deposed).
 		s.requeueAfter(staleCacheRecheck)
-		return ctrl.Result{}, nil
+		return halt, nil
 	}
+	return next, nil
+}
+
+func (r *Reconciler) masterSetPhase(ctx context.Context, s *scope) (flow, error) {
 	c, usable, err := r.resolveMasterSet(ctx, s)
 	if err != nil || !usable {
 		// A transient error, or a master set that cannot be used: renew
-		// with the last good client while it works, show only what is held.
-		r.showHolder(s)
-		return ctrl.Result{}, err
+		// with the last good client while it works.
+		return finish, err
 	}
 	s.client = c
-	err = r.reconcileHolder(ctx, s)
-	// Whatever failed, status shows only what is held, and flips by itself
-	// when the shown validity passes.
+	return next, nil
+}
+
+func (r *Reconciler) holderPhase(ctx context.Context, s *scope) (flow, error) {
+	return next, r.reconcileHolder(ctx, s)
+}
+
+func (r *Reconciler) showPhase(_ context.Context, s *scope) (flow, error) {
 	r.showHolder(s)
+	return next, nil
+}
+
+func (r *Reconciler) holderNodePhase(ctx context.Context, s *scope) (flow, error) {
 	r.checkHolderNode(ctx, s)
-	return ctrl.Result{}, err
+	return next, nil
 }
 
 // releaseOthers releases the grants of objects named name other than uid:
@@ -802,20 +891,18 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redlock.Client) {
 	lock := s.lock
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
-	wake := lockRef(client.ObjectKeyFromObject(lock), "")
-	uid := lock.UID
-	h.session = renewal.Hold(r.sessions.base, renewal.Grant{
-		Lock: lk, Client: c,
-		Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
-		ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
-	}, renewal.Config{
-		Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
-		Notify:  func() { r.enqueue(wake) },
-		Renewed: func() { r.writer.renewed(uid) },
-		Metrics: r.Metrics,
-		Reasons: heldReason,
+	r.sessions.hold(h, func() *renewal.Session {
+		return renewal.Hold(r.sessions.base, renewal.Grant{
+			Lock: lk, Client: c,
+			Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
+			ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
+		}, renewal.Config{
+			Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
+			Reports: r.writer.reports,
+			Metrics: r.Metrics,
+			Reasons: heldReason,
+		})
 	})
-	r.sessions.put(h)
 	s.pending = h
 }
 
@@ -1158,7 +1245,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.writer = newStatusWriter(wc, r.Recorder, r.Metrics, r.sessions, qps)
 	r.sessions.dropped = r.writer.forget
-	r.writer.superseded = func(h *held) {
+	r.writer.reconcile = func(h *held) {
 		r.enqueue(lockRef(h.name, ""))
 	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.DistributedLock], 1024)

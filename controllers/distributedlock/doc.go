@@ -4,11 +4,18 @@
 // renewal.Session, and releases it.
 //
 // Layout, in the manner of cluster-api's machineset package:
-//   - controller.go: fetch, finalizer, the phases of a reconcile and the one
-//     deferred, conditional status patch;
+//   - controller.go: fetch, the one deferred, conditional status patch, and
+//     the reconcile's phases declared in one list (Reconciler.phases:
+//     finalizer, session, master set, holder, show, holder node), run by
+//     runPhases; deletion has its own path (reconcileDelete);
 //   - status.go: status computed from gathered inputs (pure functions);
 //   - decide.go: what to do with the holder (pure functions);
-//   - sessions.go: the renewal sessions this manager runs, by lock UID.
+//   - sessions.go: the renewal sessions this manager runs, by lock UID;
+//   - writer.go: the status writer, which owns the refresh schedule of
+//     held grants' validity (when a refresh is due, when the renewal it
+//     shows is asked for) and reads the Sessions' reports
+//     (renewal.Reports): renewals and losses. A Session knows nothing of
+//     status but the validity its keys must outlive (Session.Shown).
 //
 // Status is the contract pods act on. Two writers patch it, each field
 // having one owner at a time:

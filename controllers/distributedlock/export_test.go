@@ -14,3 +14,10 @@ func RefreshPatchFor(lock *v1alpha1.DistributedLock, renewedAt, validUntil, show
 	h := &held{uid: lock.UID, grantID: lock.Status.GrantID, holder: lock.Status.Holder.Identity, token: lock.Status.FencingToken}
 	return refreshPatch(h, renewal.State{RenewedAt: renewedAt, ValidUntil: validUntil}, shown, "")
 }
+
+// The refresh schedule (see statusLead, renewLead and writesPerTTL).
+var (
+	StatusLead   = statusLead
+	RenewLead    = renewLead
+	WritesPerTTL = writesPerTTL
+)

@@ -59,14 +59,15 @@ type sessions struct {
 	// dropped is called with each grant dropped (optional).
 	dropped func(*held)
 
-	mu       sync.Mutex
-	m        map[types.UID]*held
-	expiries map[types.UID]time.Time
+	mu        sync.Mutex
+	m         map[types.UID]*held
+	bySession map[*renewal.Session]*held
+	expiries  map[types.UID]time.Time
 }
 
 func newSessions() *sessions {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &sessions{base: ctx, stop: cancel, m: map[types.UID]*held{}}
+	return &sessions{base: ctx, stop: cancel, m: map[types.UID]*held{}, bySession: map[*renewal.Session]*held{}}
 }
 
 // Start implements manager.Runnable: it blocks until the manager stops,
@@ -89,10 +90,24 @@ func (ss *sessions) get(uid types.UID) *held {
 	return ss.m[uid]
 }
 
-func (ss *sessions) put(h *held) {
+// hold registers h with the Session start returns, called under the lock
+// ofSession takes: a report the Session posts at once still finds h.
+func (ss *sessions) hold(h *held, start func() *renewal.Session) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	h.session = start()
+	if old := ss.m[h.uid]; old != nil {
+		delete(ss.bySession, old.session)
+	}
 	ss.m[h.uid] = h
+	ss.bySession[h.session] = h
+}
+
+// ofSession returns the grant s renews, while it is registered.
+func (ss *sessions) ofSession(s *renewal.Session) *held {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.bySession[s]
 }
 
 // drop forgets h (only if it is still the grant registered for its lock).
@@ -100,6 +115,9 @@ func (ss *sessions) drop(h *held) {
 	ss.mu.Lock()
 	if ss.m[h.uid] == h {
 		delete(ss.m, h.uid)
+	}
+	if ss.bySession[h.session] == h {
+		delete(ss.bySession, h.session)
 	}
 	ss.mu.Unlock()
 	if ss.dropped != nil {

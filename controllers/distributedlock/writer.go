@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 // EventStatusWriteLate is the event of a held lock whose validity refresh
@@ -35,14 +37,20 @@ const writeParallel = 32
 
 // statusWriter refreshes the validity that held locks' status shows. It
 // is the one writer of every grant this manager renews, once the reconcile
-// that made the grant has shown it: a refresh is due StatusLead before the
-// shown validity passes, and is sent right after the renewal the Session
-// times for it (or at the due time, with the latest renewal). Refreshes
-// that are due go out nearest shown validity first, within a budget of
-// writes per second that leaves the rest of the client's QPS to reconciles
-// (grants, releases, handovers). A refresh that lands after the shown
-// validity passed is counted, observed and reported on the lock
-// (StatusWriteLate), once per lapse.
+// that made the grant has shown it, and it owns the refresh schedule: a
+// refresh is due statusLead before the shown validity passes; renewLead
+// before that the writer asks the grant's Session for a renewal
+// (RenewSoon), and sends the refresh as soon as the Session reports it (or
+// at the due time, with the latest renewal). Refreshes that are due go out
+// nearest shown validity first, within a budget of writes per second that
+// leaves the rest of the client's QPS to reconciles (grants, releases,
+// handovers). A refresh that lands after the shown validity passed is
+// counted, observed and reported on the lock (StatusWriteLate), once per
+// lapse.
+//
+// The writer reads the Sessions' reports (renewal.Reports): a renewal may
+// make a refresh due, and a Session that ended by itself (the grant was
+// lost) asks for a reconcile of its lock, which shows the loss.
 //
 // A refresh is a JSON patch whose test operations make it conditional on
 // the object (UID) and on status still showing the grant (grant ID, fencing
@@ -54,9 +62,12 @@ type statusWriter struct {
 	metrics  *metrics.Metrics
 	sessions *sessions
 	budget   *rate.Limiter
-	// superseded asks for a reconcile of a grant's lock whose status no
-	// longer shows the grant.
-	superseded func(*held)
+	// reports carries the renewals and losses of every Session this
+	// manager starts.
+	reports *renewal.Reports
+	// reconcile asks for a reconcile of a grant's lock: its status no
+	// longer shows the grant, or its Session lost it.
+	reconcile func(*held)
 
 	kick chan struct{}
 
@@ -81,19 +92,22 @@ type refresh struct {
 	// JSON patch's test compares the text.
 	shownText string
 	due       time.Time // when the next refresh is due (zero: after the next renewal)
-	lapsed    bool      // a lapse was reported and has not ended
-	fails     int       // transient write errors in a row
-	poked     bool      // a renewal was asked for this refresh
-	poking    bool      // ... and the refresh waits for it (counted in poking)
-	where     place
-	index     int // in its heap
+	// wake is when the writer next acts on a waiting refresh: renewLead
+	// before due, to ask for the renewal it will show, then due.
+	wake   time.Time
+	lapsed bool // a lapse was reported and has not ended
+	fails  int  // transient write errors in a row
+	poked  bool // a renewal was asked for this refresh
+	poking bool // ... and the refresh waits for it (counted in poking)
+	where  place
+	index  int // in its heap
 }
 
 type place int
 
 const (
 	parked   place = iota // waits for a renewal
-	waiting               // waits for its due time, or a fresh renewal
+	waiting               // waits for its wake time, or a fresh renewal
 	ready                 // due
 	inFlight              // being written
 )
@@ -103,10 +117,11 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 	return &statusWriter{
 		client: c, recorder: rec, metrics: m, sessions: ss,
 		budget:  rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
+		reports: renewal.NewReports(),
 		kick:    make(chan struct{}, 1),
 		entries: map[types.UID]*refresh{},
 		refused: map[string]time.Time{},
-		waiting: refreshHeap{less: func(a, b *refresh) bool { return a.due.Before(b.due) }},
+		waiting: refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
 		ready:   refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
 	}
 }
@@ -141,12 +156,12 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 	if e.where == inFlight || (!fresh && !moved) {
 		return // its schedule stands
 	}
-	due := renewal.WriteDue(e.shown, e.ttl)
+	due := writeDue(e.shown, e.ttl)
 	if at, ok := w.refused[h.grantID]; ok {
 		// A refresh of this grant was refused a moment ago: the reconcile
 		// that re-tracks it may still work from a stale cache.
 		if retry := at.Add(refusedBackoff); retry.After(due) {
-			due = earlier(retry, e.shown.Add(-renewal.StatusLead(e.ttl)/2))
+			due = earlier(retry, e.shown.Add(-statusLead(e.ttl)/2))
 		}
 	}
 	w.schedule(e, due)
@@ -165,8 +180,29 @@ func (w *statusWriter) renewed(uid types.UID) {
 	if e == nil || (e.where != parked && e.where != waiting) {
 		return
 	}
-	if e.where == parked || renewal.FreshForWrite(e.shown, e.ttl, time.Now()) {
+	if e.where == parked || freshForWrite(e.shown, e.ttl, time.Now()) {
 		w.place(e, ready)
+	}
+}
+
+// readReports reads the Sessions' reports until ctx ends.
+func (w *statusWriter) readReports(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.reports.Ready():
+		}
+		for _, s := range w.reports.Take() {
+			h := w.sessions.ofSession(s)
+			switch {
+			case h == nil: // released or replaced meanwhile
+			case errors.Is(s.Err(), renewal.ErrLost):
+				w.reconcile(h)
+			case s.Err() == nil:
+				w.renewed(h.uid)
+			}
+		}
 	}
 }
 
@@ -183,7 +219,7 @@ func (w *statusWriter) behind() bool {
 		return false
 	}
 	e := w.ready.items[0]
-	return time.Until(e.shown) < renewal.StatusLead(e.ttl)/2
+	return time.Until(e.shown) < statusLead(e.ttl)/2
 }
 
 // forget stops refreshing h's grant.
@@ -203,13 +239,11 @@ func (w *statusWriter) Start(ctx context.Context) error {
 	defer timer.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Go(func() { w.readReports(ctx) })
 	for {
 		w.mu.Lock()
 		now := time.Now()
-		for w.waiting.Len() > 0 && !w.waiting.items[0].due.After(now) {
-			w.place(w.waiting.items[0], ready)
-		}
-		var pokes []*held
+		pokes := w.wakeUp(now)
 		for w.ready.Len() > 0 && w.poking < writeParallel {
 			// A refresh sent late shows a renewal made when it is sent,
 			// which also moves its next refresh away from those it was
@@ -219,7 +253,7 @@ func (w *statusWriter) Start(ctx context.Context) error {
 			// pass meanwhile.
 			e := w.ready.items[0]
 			if e.poked || e.shown.Sub(now) < 2*renewNowTimeout ||
-				!e.h.session.State().RenewedAt.Before(now.Add(-2*renewal.RenewLead(e.ttl))) {
+				!e.h.session.State().RenewedAt.Before(now.Add(-2*renewLead(e.ttl))) {
 				break
 			}
 			e.poked, e.poking = true, true
@@ -230,7 +264,7 @@ func (w *statusWriter) Start(ctx context.Context) error {
 		due := w.ready.Len()
 		next := time.Hour
 		if w.waiting.Len() > 0 {
-			next = w.waiting.items[0].due.Sub(now)
+			next = w.waiting.items[0].wake.Sub(now)
 		}
 		w.metrics.StatusWriteBacklog.Set(float64(due))
 		w.mu.Unlock()
@@ -274,6 +308,25 @@ func (w *statusWriter) Start(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// wakeUp acts on the waiting refreshes whose wake time has come by now:
+// one that is due, or whose grant was renewed fresh enough to show, is
+// ready to send; one renewLead before its due time asks for the renewal it
+// will show (returned, for RenewSoon) and waits until due, or until the
+// Session reports that renewal (renewed). Callers hold w.mu.
+func (w *statusWriter) wakeUp(now time.Time) (ask []*held) {
+	for w.waiting.Len() > 0 && !w.waiting.items[0].wake.After(now) {
+		e := w.waiting.items[0]
+		if !now.Before(e.due) || freshForWrite(e.shown, e.ttl, e.h.session.State().RenewedAt) {
+			w.place(e, ready)
+			continue
+		}
+		e.wake = e.due
+		heap.Fix(&w.waiting, e.index)
+		ask = append(ask, e.h)
+	}
+	return ask
 }
 
 // write sends one refresh and schedules the next.
@@ -355,7 +408,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		e.shown = st.ValidUntil
 	}
 	if w.entries[h.uid] == e {
-		w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+		w.schedule(e, writeDue(e.shown, e.ttl))
 	}
 	demand, budget := w.demand, float64(w.budget.Limit())
 	w.mu.Unlock()
@@ -385,7 +438,7 @@ func (w *statusWriter) refuse(h *held, now time.Time) {
 	w.refused[h.grantID] = now
 	w.mu.Unlock()
 	w.forget(h)
-	w.superseded(h)
+	w.reconcile(h)
 }
 
 // relearn reads the lock after a refresh of e, made while status showed
@@ -500,7 +553,50 @@ func refreshPatch(h *held, st renewal.State, shown time.Time, shownText string) 
 
 // perSecond is the status writes per second a grant of ttl needs.
 func perSecond(ttl time.Duration) float64 {
-	return renewal.WritesPerTTL(ttl) / ttl.Seconds()
+	return writesPerTTL(ttl) / ttl.Seconds()
+}
+
+// The refresh schedule. A refresh is due statusLead before the validity
+// status shows passes; the renewal it shows is asked for renewLead before
+// that, and any renewal made within two renewLeads of the due time is
+// fresh enough to send at once.
+
+// statusLead is how long before the validity status shows passes its
+// refresh is due: the time a status write has to land. A tenth of the ttl,
+// and at least min(ttl/4, 500ms).
+func statusLead(ttl time.Duration) time.Duration {
+	return max(ttl/10, min(ttl/4, 500*time.Millisecond))
+}
+
+// renewLead is how long before a refresh is due the renewal it shows is
+// asked for: a fiftieth of the ttl in [20ms, 1s], room for one renewal
+// round.
+func renewLead(ttl time.Duration) time.Duration {
+	return min(max(ttl/50, 20*time.Millisecond), time.Second)
+}
+
+// writeDue is when status showing validity shown must be refreshed (zero
+// when nothing is shown).
+func writeDue(shown time.Time, ttl time.Duration) time.Time {
+	if shown.IsZero() {
+		return time.Time{}
+	}
+	return shown.Add(-statusLead(ttl))
+}
+
+// freshForWrite reports whether a renewal made at renewedAt is the one to
+// write for validity shown: it was made within two renewLeads of writeDue.
+func freshForWrite(shown time.Time, ttl time.Duration, renewedAt time.Time) bool {
+	due := writeDue(shown, ttl)
+	return !due.IsZero() && !renewedAt.Before(due.Add(-2*renewLead(ttl)))
+}
+
+// writesPerTTL is how many status writes per ttl a held grant needs in
+// steady state: a write shows the validity of a renewal made renewLead
+// before it was due, and is due statusLead before that validity passes.
+func writesPerTTL(ttl time.Duration) float64 {
+	cycle := ttl - redlock.Drift(ttl) - statusLead(ttl) - renewLead(ttl)
+	return float64(ttl) / float64(cycle)
 }
 
 // reschedule schedules e after its write, unless it was forgotten
@@ -513,14 +609,16 @@ func (w *statusWriter) reschedule(e *refresh, due time.Time) {
 	}
 }
 
-// schedule puts e in the waiting heap at due, or parks it (zero due).
-// Callers hold w.mu.
+// schedule puts e in the waiting heap, to be sent at due (parked when due
+// is zero, until the next renewal); it wakes renewLead before due to ask
+// for the renewal the refresh will show. Callers hold w.mu.
 func (w *statusWriter) schedule(e *refresh, due time.Time) {
 	e.due = due
 	if due.IsZero() {
 		w.place(e, parked)
 		return
 	}
+	e.wake = due.Add(-renewLead(e.ttl))
 	w.place(e, waiting)
 }
 

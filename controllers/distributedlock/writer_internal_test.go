@@ -98,6 +98,107 @@ func TestRefreshPatchIsConditional(t *testing.T) {
 	}
 }
 
+// TestRefreshSchedule: a refresh is due a tenth of the ttl (at least
+// min(ttl/4, 500ms)) before the shown validity passes, asks for its
+// renewal a fiftieth of the ttl (in [20ms, 1s]) before that, and takes
+// any renewal within two of those as fresh.
+func TestRefreshSchedule(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name             string
+		ttl              time.Duration
+		lead, renewLead  time.Duration
+		writesPerTTLLess float64
+	}{
+		{"ttl 10s: the write lands a second ahead, its renewal 200ms before it", 10 * time.Second, time.Second, 200 * time.Millisecond, 1.16},
+		{"ttl 60s: six seconds ahead, renewal a second before", time.Minute, 6 * time.Second, time.Second, 1.15},
+		{"ttl 1s: at least a quarter of the ttl ahead", time.Second, 250 * time.Millisecond, 20 * time.Millisecond, 1.4},
+		{"ttl 3s: at least 500ms ahead", 3 * time.Second, 500 * time.Millisecond, 60 * time.Millisecond, 1.25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := statusLead(tc.ttl); got != tc.lead {
+				t.Errorf("statusLead(%v) = %v, want %v", tc.ttl, got, tc.lead)
+			}
+			if got := renewLead(tc.ttl); got != tc.renewLead {
+				t.Errorf("renewLead(%v) = %v, want %v", tc.ttl, got, tc.renewLead)
+			}
+			if got := writesPerTTL(tc.ttl); got <= 1 || got >= tc.writesPerTTLLess {
+				t.Errorf("writesPerTTL(%v) = %.3f, want in (1, %v)", tc.ttl, got, tc.writesPerTTLLess)
+			}
+			shown := now.Add(tc.ttl)
+			due := writeDue(shown, tc.ttl)
+			if !due.Equal(shown.Add(-tc.lead)) {
+				t.Errorf("writeDue = shown-%v, want shown-%v", shown.Sub(due), tc.lead)
+			}
+			if !freshForWrite(shown, tc.ttl, due.Add(-tc.renewLead)) {
+				t.Error("the renewal asked for before the write is not fresh enough to write")
+			}
+			if freshForWrite(shown, tc.ttl, due.Add(-2*tc.renewLead-time.Millisecond)) {
+				t.Error("a renewal older than two renewLeads before the due write counts as fresh")
+			}
+			w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+			e := &refresh{h: &held{uid: "a"}, ttl: tc.ttl, shown: shown, index: -1}
+			w.schedule(e, due)
+			if !e.wake.Equal(due.Add(-tc.renewLead)) {
+				t.Errorf("a scheduled refresh wakes at due-%v, want due-%v", due.Sub(e.wake), tc.renewLead)
+			}
+		})
+	}
+	if !writeDue(time.Time{}, time.Second).IsZero() || freshForWrite(time.Time{}, time.Second, now) {
+		t.Error("with nothing shown, a write is scheduled")
+	}
+}
+
+// TestRefreshAsksForItsRenewal: renewLead before a refresh is due, the
+// writer asks the grant's Session for the renewal the refresh will show,
+// unless one fresh enough was made; at the due time it sends what it has.
+func TestRefreshAsksForItsRenewal(t *testing.T) {
+	const ttl = 10 * time.Second
+	// A Session renewing on its own only in half an hour: its last
+	// renewal is the grant's (now).
+	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
+		renewal.Config{Client: func() *redlock.Client { return nil }})
+	t.Cleanup(s.Orphan)
+	renewed := s.State().RenewedAt
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	track := func(uid string, due time.Time) *refresh {
+		e := &refresh{h: &held{uid: types.UID(uid), session: s}, ttl: ttl, shown: due.Add(statusLead(ttl)), index: -1}
+		w.entries[e.h.uid] = e
+		w.schedule(e, due)
+		return e
+	}
+
+	t.Log("a refresh due in 5s, its grant renewed now: it asks at due-200ms and waits until due")
+	old := track("old", renewed.Add(5*time.Second))
+	if ask := w.wakeUp(old.wake.Add(-time.Millisecond)); len(ask) != 0 || old.where != waiting {
+		t.Fatalf("before its wake time: asked %d, place %v", len(ask), old.where)
+	}
+	if ask := w.wakeUp(old.wake); len(ask) != 1 || ask[0] != old.h || old.where != waiting || !old.wake.Equal(old.due) {
+		t.Fatalf("at its wake time: asked %d, place %v, wakes at due%+v", len(ask), old.where, old.wake.Sub(old.due))
+	}
+	if ask := w.wakeUp(old.due); len(ask) != 0 || old.where != ready {
+		t.Fatalf("at its due time: asked %d, place %v; want it ready without asking again", len(ask), old.where)
+	}
+
+	t.Log("a refresh due in 300ms: the grant's renewal now is fresh enough, sent at its wake time without asking")
+	fresh := track("fresh", renewed.Add(300*time.Millisecond))
+	if ask := w.wakeUp(fresh.wake); len(ask) != 0 || fresh.where != ready {
+		t.Fatalf("asked %d, place %v; want it ready", len(ask), fresh.where)
+	}
+
+	t.Log("a reported renewal fresh enough makes a waiting refresh ready before its due time")
+	soon := track("soon", time.Now().Add(100*time.Millisecond))
+	w.renewed(soon.h.uid)
+	if soon.where != ready {
+		t.Fatalf("after a fresh renewal: place %v, want ready", soon.where)
+	}
+	later := track("later", time.Now().Add(5*time.Second))
+	w.renewed(later.h.uid)
+	if later.where != waiting {
+		t.Fatalf("after a renewal too early to show: place %v, want waiting", later.where)
+	}
+}
+
 // TestDueRefreshesGoNearestValidityFirst: among due refreshes, the one
 // whose shown validity passes first is sent first; waiting ones become due
 // in the order of their due times.
@@ -120,7 +221,7 @@ func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
 		t.Errorf("due refreshes went out in the order %q, want abcd", got)
 	}
 	for _, e := range []*refresh{mk("y", 20*time.Second), mk("x", 10*time.Second), mk("z", 30*time.Second)} {
-		w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+		w.schedule(e, writeDue(e.shown, e.ttl))
 	}
 	got = ""
 	for w.waiting.Len() > 0 {
@@ -139,9 +240,12 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	base := time.Now()
+	sess := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: 10 * time.Second, Every: time.Hour, ValidUntil: base.Add(2 * time.Hour)},
+		renewal.Config{Client: func() *redlock.Client { return nil }})
+	t.Cleanup(sess.Orphan)
 	var all []*refresh
 	for i := range 50 {
-		e := &refresh{h: &held{uid: types.UID(string(rune('A' + i)))}, ttl: 10 * time.Second, index: -1}
+		e := &refresh{h: &held{uid: types.UID(string(rune('A' + i))), session: sess}, ttl: 10 * time.Second, index: -1}
 		all = append(all, e)
 	}
 	check := func(step int) {
@@ -177,14 +281,14 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 	for step := range 5000 {
 		e := all[rnd.IntN(len(all))]
 		tracked := w.entries[e.h.uid] == e
-		switch op := rnd.IntN(6); {
+		switch op := rnd.IntN(7); {
 		case op == 0: // track, with a later validity now and then
 			if !tracked {
 				w.entries[e.h.uid] = e
 			}
 			e.shown = base.Add(time.Duration(rnd.IntN(100)) * time.Second)
 			if e.where != inFlight {
-				w.schedule(e, renewal.WriteDue(e.shown, e.ttl))
+				w.schedule(e, writeDue(e.shown, e.ttl))
 			}
 		case op == 1 && tracked && e.where != inFlight: // a fresh renewal
 			w.place(e, ready)
@@ -197,6 +301,8 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 			w.schedule(e, time.Time{})
 		case op == 5 && tracked: // forgotten
 			w.remove(e)
+		case op == 6: // the writer wakes: asks for renewals, readies due refreshes
+			w.wakeUp(base.Add(time.Duration(rnd.IntN(100)) * time.Second))
 		}
 		check(step)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
-	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -86,8 +85,8 @@ var _ = Describe("The status writer", Ordered, func() {
 		}
 
 		By("seeing a refresh extend the shown validity by nearly a whole ttl, not by two renew intervals")
-		// A refresh shows a renewal made RenewLead before it fell due,
-		// StatusLead before the shown validity passes; writing the
+		// A refresh shows a renewal made renewLead before it fell due,
+		// statusLead before the shown validity passes; writing the
 		// renewal that happened to come last (every ttl/3) would extend
 		// it by 2/3 of the ttl.
 		var gains []time.Duration
@@ -95,13 +94,13 @@ var _ = Describe("The status writer", Ordered, func() {
 			gains = append(gains, shown[i].validUntil.Sub(shown[i-1].validUntil))
 		}
 		slices.Sort(gains)
-		least := ttl - renewal.StatusLead(ttl) - 2*renewal.RenewLead(ttl) - redlock.Drift(ttl)
+		least := ttl - distributedlock.StatusLead(ttl) - 2*distributedlock.RenewLead(ttl) - redlock.Drift(ttl)
 		Expect(gains[len(gains)/2]).To(BeNumerically(">=", least), "median gain of %v", gains)
 
 		By("counting the refreshes as the status writer's, none of them late")
 		Expect(testutil.ToFloat64(mgr.Metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", len(shown)-1))
 		Expect(testutil.ToFloat64(mgr.Metrics.StatusWritesLate)).To(BeZero())
-		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriteDemand)).To(BeNumerically("~", renewal.WritesPerTTL(ttl)/ttl.Seconds(), 0.01))
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriteDemand)).To(BeNumerically("~", distributedlock.WritesPerTTL(ttl)/ttl.Seconds(), 0.01))
 		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
 	})
 })

@@ -6,11 +6,14 @@
 // gives the grant back.
 //
 // A Session never talks to the Kubernetes API, and its renewals never wait
-// on it: it tells its owner through callbacks after each renewal and when
-// the grant was lost, and the owner writes status. The Session times one
-// renewal just before the validity shown to readers (see Shown) needs
-// refreshing, so that the refresh shows a validity that is almost a whole
-// ttl away (see StatusLead, RenewLead and WriteDue).
+// on it: it posts itself to its owner's Reports after each renewal and when
+// the grant was lost, and the owner reads them (State, Err) and writes
+// status. A Session renews on its own schedule (every interval, sooner
+// after a failure, never later than a third of the remaining validity) and
+// when its owner asks (RenewSoon): when status is refreshed, and so when a
+// renewal is wanted just before, is the owner's to decide. What the Session
+// keeps from status is one floor: renewals keep the keys at least until the
+// validity readers were shown (Shown).
 package renewal
 
 import (
@@ -85,12 +88,9 @@ type Config struct {
 	// Client returns the master set's current client (nil when there is
 	// none): renewals follow a client rebuilt for a new auth Secret.
 	Client func() *redlock.Client
-	// Notify is called, without blocking, when the Session ended by
-	// itself (the grant was lost).
-	Notify func()
-	// Renewed is called, without blocking, after each successful renewal
-	// (optional).
-	Renewed func()
+	// Reports receives the Session after each successful renewal and when
+	// it ended by itself (the grant was lost); optional.
+	Reports *Reports
 	// Metrics receives renewal failures and lateness (optional).
 	Metrics *metrics.Metrics
 	// Reasons maps a renewal error to a condition reason for LostError.
@@ -115,8 +115,6 @@ type Session struct {
 	shown time.Time // the validity readers see
 	lk    *redlock.Lock
 	lkOn  *redlock.Client // the client lk belongs to
-	// renewed is closed, and replaced, after each renewal.
-	renewed chan struct{}
 	// poke asks the loop for a renewal now.
 	poke  chan struct{}
 	ttl   time.Duration
@@ -141,16 +139,9 @@ func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 		lk:      g.Lock,
 		lkOn:    g.Client,
 		cancel:  cancel,
-		renewed: make(chan struct{}),
 		poke:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
 		done:    make(chan struct{}),
-	}
-	if s.cfg.Notify == nil {
-		s.cfg.Notify = func() {}
-	}
-	if s.cfg.Renewed == nil {
-		s.cfg.Renewed = func() {}
 	}
 	if s.cfg.Reasons == nil {
 		s.cfg.Reasons = func(error) string { return v1alpha1.ReasonLost }
@@ -165,7 +156,7 @@ func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 			err = ErrOrphaned // ctx ended: nobody asked for anything else
 		}
 		if s.end(err) && errors.Is(err, ErrLost) {
-			s.cfg.Notify()
+			s.cfg.Reports.post(s)
 		}
 	}()
 	return s
@@ -195,8 +186,8 @@ func (s *Session) State() State {
 	return st
 }
 
-// Shown records the validity that readers now see in status; the Session
-// renews just before its refresh is due (WriteDue).
+// Shown records a validity that readers now see in status: renewals keep
+// the keys at least until then, whatever the TTL (see CoveringTTL).
 func (s *Session) Shown(validUntil time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,37 +197,11 @@ func (s *Session) Shown(validUntil time.Time) {
 }
 
 // RenewSoon asks for a renewal now rather than on schedule, without
-// waiting for it: Renewed is called when it is done.
+// waiting for it: the Session posts itself to Reports when it is done.
 func (s *Session) RenewSoon() {
 	select {
 	case s.poke <- struct{}{}:
 	default: // a renewal is asked for already
-	}
-}
-
-// RenewNow asks for a renewal now rather than on schedule, and waits until
-// one that completes after the call has (or ctx ends, or the Session
-// ends). It returns the state then.
-func (s *Session) RenewNow(ctx context.Context) State {
-	s.mu.Lock()
-	n, renewed := s.state.Renewals, s.renewed
-	s.mu.Unlock()
-	s.RenewSoon()
-	for {
-		select {
-		case <-renewed:
-		case <-ctx.Done():
-			return s.State()
-		case <-s.done:
-			return s.State()
-		}
-		s.mu.Lock()
-		done := s.state.Renewals > n
-		renewed = s.renewed
-		s.mu.Unlock()
-		if done {
-			return s.State()
-		}
 	}
 }
 
@@ -320,14 +285,8 @@ func (s *Session) loop(ctx context.Context) error {
 	for {
 		st := s.State()
 		tm := s.timing()
-		s.mu.Lock()
-		shown := s.shown
-		s.mu.Unlock()
 		now := time.Now()
-		next := NextRenewal(st.RenewedAt, tm.every, failures, st.ValidUntil, now)
-		if pre := PreWriteRenewal(shown, tm.ttl, st.RenewedAt); pre.After(now) && pre.Before(next) {
-			next = pre
-		}
+		next := nextRenewal(st.RenewedAt, tm.every, failures, st.ValidUntil, now)
 		wake := next
 		if st.ValidUntil.Before(wake) {
 			wake = st.ValidUntil
@@ -354,7 +313,7 @@ func (s *Session) loop(ctx context.Context) error {
 		switch {
 		case err == nil:
 			failures, lastErr = 0, nil
-			s.cfg.Renewed()
+			s.cfg.Reports.post(s)
 			continue
 		case ctx.Err() != nil:
 			return nil
@@ -408,8 +367,6 @@ func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.
 	if s.err == nil || errors.Is(s.err, ErrOrphaned) {
 		s.state.RenewedAt, s.state.ValidUntil, s.state.Votes = time.Now(), lk.ValidUntil(), lk.Votes()
 		s.state.Renewals++
-		close(s.renewed)
-		s.renewed = make(chan struct{})
 	}
 	return nil
 }
@@ -430,10 +387,10 @@ func CoveringTTL(ttl time.Duration, shown, now time.Time) time.Duration {
 	return max(ttl, t)
 }
 
-// NextRenewal returns when a held grant is next renewed: every after the
+// nextRenewal returns when a held grant is next renewed: every after the
 // last renewal, or sooner after a failure, and never later than a third of
 // the remaining validity before the deadline.
-func NextRenewal(last time.Time, every time.Duration, failures int, validUntil, now time.Time) time.Time {
+func nextRenewal(last time.Time, every time.Duration, failures int, validUntil, now time.Time) time.Time {
 	next := last.Add(every)
 	if failures > 0 {
 		retry := min(every/4, time.Second)
@@ -443,57 +400,4 @@ func NextRenewal(last time.Time, every time.Duration, failures int, validUntil, 
 		next = latest
 	}
 	return next
-}
-
-// StatusLead is how long before the validity status shows passes its
-// refresh is due: the time a status write has to land. A tenth of the ttl,
-// and at least min(ttl/4, 500ms).
-func StatusLead(ttl time.Duration) time.Duration {
-	return max(ttl/10, min(ttl/4, 500*time.Millisecond))
-}
-
-// RenewLead is how long before a status refresh is due the renewal it
-// shows is made: a fiftieth of the ttl in [20ms, 1s], room for one
-// renewal round.
-func RenewLead(ttl time.Duration) time.Duration {
-	return min(max(ttl/50, 20*time.Millisecond), time.Second)
-}
-
-// WriteDue is when status showing validity shown must be refreshed (zero
-// when nothing is shown).
-func WriteDue(shown time.Time, ttl time.Duration) time.Time {
-	if shown.IsZero() {
-		return time.Time{}
-	}
-	return shown.Add(-StatusLead(ttl))
-}
-
-// PreWriteRenewal is when a grant renewed last at last is renewed for the
-// status refresh of validity shown: RenewLead before WriteDue, unless a
-// renewal that recent already happened (zero: no such renewal).
-func PreWriteRenewal(shown time.Time, ttl time.Duration, last time.Time) time.Time {
-	due := WriteDue(shown, ttl)
-	if due.IsZero() {
-		return time.Time{}
-	}
-	pre := due.Add(-RenewLead(ttl))
-	if !last.Before(pre.Add(-RenewLead(ttl))) {
-		return time.Time{}
-	}
-	return pre
-}
-
-// FreshForWrite reports whether a renewal made at renewedAt is the one to
-// write for validity shown: it was made within two RenewLeads of WriteDue.
-func FreshForWrite(shown time.Time, ttl time.Duration, renewedAt time.Time) bool {
-	due := WriteDue(shown, ttl)
-	return !due.IsZero() && !renewedAt.Before(due.Add(-2*RenewLead(ttl)))
-}
-
-// WritesPerTTL is how many status writes per ttl a held grant needs in
-// steady state: a write shows the validity of a renewal made RenewLead
-// before it was due, and is due StatusLead before that validity passes.
-func WritesPerTTL(ttl time.Duration) float64 {
-	cycle := ttl - redlock.Drift(ttl) - StatusLead(ttl) - RenewLead(ttl)
-	return float64(ttl) / float64(cycle)
 }

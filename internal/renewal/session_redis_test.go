@@ -16,8 +16,45 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
+// reported counts what a Session's owner reads from its Reports.
+type reported struct {
+	takes atomic.Int32 // reports taken
+	lost  atomic.Int32 // reports taken once the Session was lost
+	// next receives the Session's state at each report taken (dropped
+	// when nobody reads it).
+	next chan renewal.State
+}
+
+// read takes reports until the test ends, as an owner does.
+func read(t *testing.T, r *renewal.Reports) *reported {
+	t.Helper()
+	out := &reported{next: make(chan renewal.State, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.Ready():
+			}
+			for _, s := range r.Take() {
+				out.takes.Add(1)
+				if errors.Is(s.Err(), renewal.ErrLost) {
+					out.lost.Add(1)
+				}
+				select {
+				case out.next <- s.State():
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
 // session acquires key on three real masters and holds it in a Session.
-func session(t *testing.T, key string, ttl time.Duration) (*renewal.Session, []*redistest.Server, *metrics.Metrics, *atomic.Int32) {
+func session(t *testing.T, key string, ttl time.Duration) (*renewal.Session, []*redistest.Server, *metrics.Metrics, *reported) {
 	t.Helper()
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(200*time.Millisecond))
@@ -30,16 +67,16 @@ func session(t *testing.T, key string, ttl time.Duration) (*renewal.Session, []*
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	var notified atomic.Int32
+	reports := renewal.NewReports()
 	s := renewal.Hold(context.Background(), renewal.Grant{
 		Lock: lk, Client: c, Key: key, Value: lk.Value(), TTL: ttl, Every: ttl / 3, ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
 	}, renewal.Config{
 		Client:  func() *redlock.Client { return c },
-		Notify:  func() { notified.Add(1) },
+		Reports: reports,
 		Metrics: m,
 	})
 	t.Cleanup(s.Orphan)
-	return s, servers, m, &notified
+	return s, servers, m, read(t, reports)
 }
 
 func valueOn(t *testing.T, s *redistest.Server, key string) string {
@@ -62,75 +99,30 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-func TestSessionRenewsJustBeforeTheStatusWriteIsDue(t *testing.T) {
-	const ttl = 3 * time.Second
-	servers := redistest.StartN(t, 3, redistest.Options{})
-	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	lk, err := c.Acquire(context.Background(), "prewrite", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewals := make(chan renewal.State, 16)
-	var s *renewal.Session
-	ready := make(chan struct{})
-	s = renewal.Hold(context.Background(), renewal.Grant{
-		Lock: lk, Client: c, Key: "prewrite", Value: lk.Value(), TTL: ttl, Every: ttl / 3, ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
-	}, renewal.Config{
-		Client: func() *redlock.Client { return c },
-		Renewed: func() {
-			<-ready
-			renewals <- s.State()
-		},
-	})
-	t.Cleanup(s.Orphan)
-	shown := lk.ValidUntil()
-	s.Shown(shown)
-	close(ready)
-	// Regular renewals come every second; the write for shown is due
-	// StatusLead before it, and one renewal must be made just before that.
-	due := renewal.WriteDue(shown, ttl)
-	timeout := time.After(2 * ttl)
-	for {
-		select {
-		case st := <-renewals:
-			if renewal.FreshForWrite(shown, ttl, st.RenewedAt) {
-				// RenewedAt is stamped when the renewal completed: allow a
-				// loaded machine a moment past the due time.
-				if !st.RenewedAt.Before(due.Add(200 * time.Millisecond)) {
-					t.Fatalf("the renewal for the write came %v after it was due", st.RenewedAt.Sub(due))
-				}
-				if st.ValidUntil.Sub(shown) < ttl-renewal.StatusLead(ttl)-2*renewal.RenewLead(ttl)-redlock.Drift(ttl) {
-					t.Errorf("the renewal for the write extends the shown validity by only %v", st.ValidUntil.Sub(shown))
-				}
-				return
-			}
-			if st.RenewedAt.After(due.Add(200 * time.Millisecond)) {
-				t.Fatalf("no renewal between %v and the write's due time; the next came %v after it", due.Add(-2*renewal.RenewLead(ttl)), st.RenewedAt.Sub(due))
-			}
-		case <-timeout:
-			t.Fatal("no renewal was made for the status write")
-		}
-	}
-}
-
-func TestRenewNowRenewsAtOnce(t *testing.T) {
-	s, _, _, _ := session(t, "renew-now", 3*time.Second)
+func TestRenewSoonRenewsAtOnceAndReportsIt(t *testing.T) {
+	// Every 1s on its own: a renewal within a few hundred milliseconds of
+	// the ask is the ask's.
+	s, _, _, rep := session(t, "renew-soon", 3*time.Second)
 	before := s.State()
 	asked := time.Now()
-	st := s.RenewNow(context.Background())
+	s.RenewSoon()
+	var st renewal.State
+	select {
+	case st = <-rep.next:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal was reported after RenewSoon")
+	}
 	if st.Renewals <= before.Renewals || st.RenewedAt.Before(asked) {
-		t.Fatalf("RenewNow returned without a renewal made after it was called: %+v, asked at %v", st, asked)
+		t.Fatalf("the report shows no renewal made after the ask: %+v, asked at %v", st, asked)
 	}
 	if !st.ValidUntil.After(before.ValidUntil) {
 		t.Errorf("the renewal did not extend the validity: %v, then %v", before.ValidUntil, st.ValidUntil)
 	}
 	s.Orphan()
-	if got := s.RenewNow(context.Background()); !got.ValidUntil.Equal(st.ValidUntil) || got.Renewals != st.Renewals {
-		t.Errorf("RenewNow on an ended session renewed: %+v", got)
+	after := s.State()
+	s.RenewSoon()
+	if got := s.State(); got.Renewals != after.Renewals || !got.ValidUntil.Equal(after.ValidUntil) {
+		t.Errorf("RenewSoon on an ended session renewed: %+v, then %+v", after, got)
 	}
 }
 
@@ -174,7 +166,7 @@ func TestSessionRenewsUntilReleased(t *testing.T) {
 }
 
 func TestSessionOrphanKeepsTheKeys(t *testing.T) {
-	s, servers, _, notified := session(t, "orphaned", 3*time.Second)
+	s, servers, _, rep := session(t, "orphaned", 3*time.Second)
 	// The acquisition returned on a quorum: a slow master may not hold the
 	// key, and never will once its SET timed out. Those that do must keep it.
 	var holding []int
@@ -195,13 +187,13 @@ func TestSessionOrphanKeepsTheKeys(t *testing.T) {
 			t.Errorf("master %d lost the key of an orphaned grant", i)
 		}
 	}
-	if notified.Load() != 0 {
-		t.Error("an orphaned session asked for a status write")
+	if rep.lost.Load() != 0 {
+		t.Error("an orphaned session reported a loss")
 	}
 }
 
 func TestSessionReportsLossWhenTheKeysAreGone(t *testing.T) {
-	s, servers, _, notified := session(t, "stolen", 1500*time.Millisecond)
+	s, servers, _, rep := session(t, "stolen", 1500*time.Millisecond)
 	for _, srv := range servers {
 		rdb := srv.Client()
 		if err := rdb.Del(context.Background(), "stolen").Err(); err != nil {
@@ -218,13 +210,9 @@ func TestSessionReportsLossWhenTheKeysAreGone(t *testing.T) {
 	if !errors.As(s.Err(), &lost) || !errors.Is(s.Err(), redlock.ErrNotHeld) {
 		t.Fatalf("Err = %v, want a LostError wrapping ErrNotHeld", s.Err())
 	}
-	// The loss is recorded (Done) before the reconciler is asked to write
-	// it, so that the reconciler it wakes sees it.
-	for deadline := time.Now().Add(2 * time.Second); notified.Load() == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a lost session did not ask for a status write")
-		}
-	}
+	// The loss is recorded (Done, Err) before it is reported, so that the
+	// owner reading the report sees it.
+	waitFor(t, "the lost session's report was read", 2*time.Second, func() bool { return rep.lost.Load() > 0 })
 	if !s.State().ValidUntil.IsZero() {
 		t.Error("a lost session still reports a validity")
 	}

@@ -24,59 +24,44 @@ func TestNextRenewal(t *testing.T) {
 		{"an interval too long for the validity is pulled in to two thirds of it", 8 * time.Second, 0, now, now.Add(6 * time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := NextRenewal(now, tc.every, tc.failures, valid, tc.at); !got.Equal(tc.want) {
-				t.Errorf("NextRenewal = +%v, want +%v", got.Sub(now), tc.want.Sub(now))
+			if got := nextRenewal(now, tc.every, tc.failures, valid, tc.at); !got.Equal(tc.want) {
+				t.Errorf("nextRenewal = +%v, want +%v", got.Sub(now), tc.want.Sub(now))
 			}
 		})
 	}
 }
 
-func TestStatusWriteSchedule(t *testing.T) {
-	now := time.Unix(1000, 0)
-	for _, tc := range []struct {
-		name             string
-		ttl              time.Duration
-		lead, renewLead  time.Duration
-		writesPerTTLLess float64
-	}{
-		{"ttl 10s: the write lands a second ahead, its renewal 200ms before it", 10 * time.Second, time.Second, 200 * time.Millisecond, 1.16},
-		{"ttl 60s: six seconds ahead, renewal a second before", time.Minute, 6 * time.Second, time.Second, 1.15},
-		{"ttl 1s: at least a quarter of the ttl ahead", time.Second, 250 * time.Millisecond, 20 * time.Millisecond, 1.4},
-		{"ttl 3s: at least 500ms ahead", 3 * time.Second, 500 * time.Millisecond, 60 * time.Millisecond, 1.25},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := StatusLead(tc.ttl); got != tc.lead {
-				t.Errorf("StatusLead(%v) = %v, want %v", tc.ttl, got, tc.lead)
-			}
-			if got := RenewLead(tc.ttl); got != tc.renewLead {
-				t.Errorf("RenewLead(%v) = %v, want %v", tc.ttl, got, tc.renewLead)
-			}
-			if got := WritesPerTTL(tc.ttl); got <= 1 || got >= tc.writesPerTTLLess {
-				t.Errorf("WritesPerTTL(%v) = %.3f, want in (1, %v)", tc.ttl, got, tc.writesPerTTLLess)
-			}
-			shown := now.Add(tc.ttl)
-			due := WriteDue(shown, tc.ttl)
-			if !due.Equal(shown.Add(-tc.lead)) {
-				t.Errorf("WriteDue = shown-%v, want shown-%v", shown.Sub(due), tc.lead)
-			}
-			pre := PreWriteRenewal(shown, tc.ttl, now)
-			if !pre.Equal(due.Add(-tc.renewLead)) {
-				t.Errorf("PreWriteRenewal after an old renewal = due-%v, want due-%v", due.Sub(pre), tc.renewLead)
-			}
-			if !FreshForWrite(shown, tc.ttl, pre) {
-				t.Error("the pre-write renewal is not fresh enough to write")
-			}
-			if got := PreWriteRenewal(shown, tc.ttl, pre.Add(-tc.renewLead)); !got.IsZero() {
-				t.Errorf("a renewal a RenewLead before the pre-write one still asks for another at %v", got)
-			}
-			if FreshForWrite(shown, tc.ttl, pre.Add(-tc.renewLead-time.Millisecond)) {
-				t.Error("a renewal older than two RenewLeads before the due write counts as fresh")
-			}
-		})
+func TestReports(t *testing.T) {
+	r := NewReports()
+	a, b := &Session{}, &Session{}
+	select {
+	case <-r.Ready():
+		t.Fatal("Ready fired with nothing posted")
+	default:
 	}
-	if !WriteDue(time.Time{}, time.Second).IsZero() || !PreWriteRenewal(time.Time{}, time.Second, now).IsZero() || FreshForWrite(time.Time{}, time.Second, now) {
-		t.Error("with nothing shown, a write or pre-write renewal is scheduled")
+	for range 10000 { // nobody reads: posting must neither block nor pile up
+		r.post(a)
 	}
+	r.post(b)
+	r.post(a)
+	select {
+	case <-r.Ready():
+	default:
+		t.Fatal("Ready did not fire after posts")
+	}
+	if got := r.Take(); len(got) != 2 || got[0] != a || got[1] != b {
+		t.Fatalf("Take = %v, want a then b, each once", got)
+	}
+	if got := r.Take(); len(got) != 0 {
+		t.Fatalf("a second Take returned %v", got)
+	}
+	r.post(b)
+	<-r.Ready()
+	if got := r.Take(); len(got) != 1 || got[0] != b {
+		t.Fatalf("a post after a Take: Take = %v, want b", got)
+	}
+	var none *Reports
+	none.post(a) // a Session without Reports posts nowhere
 }
 
 func TestCoveringTTL(t *testing.T) {
