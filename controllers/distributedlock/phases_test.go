@@ -48,3 +48,22 @@ func TestRunPhases(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcilePhases holds the declared list to its order: the session is
+// checked against status before anything acts, and only the phase that
+// shows what is held runs after an earlier one stopped.
+func TestReconcilePhases(t *testing.T) {
+	var names, always []string
+	for _, p := range (&Reconciler{}).phases() {
+		names = append(names, p.name)
+		if p.always {
+			always = append(always, p.name)
+		}
+	}
+	if got, want := strings.Join(names, ", "), "finalizer, session, master set, holder, show, holder node"; got != want {
+		t.Errorf("phases %q, want %q", got, want)
+	}
+	if got := strings.Join(always, ", "); got != "show" {
+		t.Errorf("phases that always run: %q, want show", got)
+	}
+}

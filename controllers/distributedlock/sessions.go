@@ -91,14 +91,12 @@ func (ss *sessions) get(uid types.UID) *held {
 }
 
 // hold registers h with the Session start returns, called under the lock
-// ofSession takes: a report the Session posts at once still finds h.
+// ofSession takes: a report the Session posts at once still finds h. (A
+// grant it would replace keeps its reports until it is dropped.)
 func (ss *sessions) hold(h *held, start func() *renewal.Session) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	h.session = start()
-	if old := ss.m[h.uid]; old != nil {
-		delete(ss.bySession, old.session)
-	}
 	ss.m[h.uid] = h
 	ss.bySession[h.session] = h
 }

@@ -69,7 +69,9 @@ type statusWriter struct {
 	// longer shows the grant, or its Session lost it.
 	reconcile func(*held)
 
-	kick chan struct{}
+	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
+	// wakes send (a refresh is ready).
+	kickSchedule, kickSend chan struct{}
 
 	mu      sync.Mutex
 	entries map[types.UID]*refresh
@@ -94,13 +96,16 @@ type refresh struct {
 	due       time.Time // when the next refresh is due (zero: after the next renewal)
 	// wake is when the writer next acts on a waiting refresh: renewLead
 	// before due, to ask for the renewal it will show, then due.
-	wake   time.Time
-	lapsed bool // a lapse was reported and has not ended
-	fails  int  // transient write errors in a row
-	poked  bool // a renewal was asked for this refresh
-	poking bool // ... and the refresh waits for it (counted in poking)
-	where  place
-	index  int // in its heap
+	wake time.Time
+	// notBefore: a reported renewal does not make the refresh ready
+	// before then (a backoff).
+	notBefore time.Time
+	lapsed    bool // a lapse was reported and has not ended
+	fails     int  // transient write errors in a row
+	poked     bool // a renewal was asked for this refresh
+	poking    bool // ... and the refresh waits for it (counted in poking)
+	where     place
+	index     int // in its heap
 }
 
 type place int
@@ -116,13 +121,14 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 	m.StatusWriteBudget.Set(perSecond)
 	return &statusWriter{
 		client: c, recorder: rec, metrics: m, sessions: ss,
-		budget:  rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
-		reports: renewal.NewReports(),
-		kick:    make(chan struct{}, 1),
-		entries: map[types.UID]*refresh{},
-		refused: map[string]time.Time{},
-		waiting: refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
-		ready:   refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
+		budget:       rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
+		reports:      renewal.NewReports(),
+		kickSchedule: make(chan struct{}, 1),
+		kickSend:     make(chan struct{}, 1),
+		entries:      map[types.UID]*refresh{},
+		refused:      map[string]time.Time{},
+		waiting:      refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
+		ready:        refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
 	}
 }
 
@@ -161,7 +167,8 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 		// A refresh of this grant was refused a moment ago: the reconcile
 		// that re-tracks it may still work from a stale cache.
 		if retry := at.Add(refusedBackoff); retry.After(due) {
-			due = earlier(retry, e.shown.Add(-statusLead(e.ttl)/2))
+			w.backOff(e, earlier(retry, e.shown.Add(-statusLead(e.ttl)/2)))
+			return
 		}
 	}
 	w.schedule(e, due)
@@ -171,16 +178,17 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 // refreshed again.
 const refusedBackoff = time.Second
 
-// renewed is called after each renewal of the grant of lock uid: a renewal
-// fresh enough for the next refresh makes it due now.
-func (w *statusWriter) renewed(uid types.UID) {
+// renewed is called after each renewal of h's grant: a renewal fresh
+// enough for the next refresh makes it due now (unless it backs off).
+func (w *statusWriter) renewed(h *held) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := w.entries[uid]
-	if e == nil || (e.where != parked && e.where != waiting) {
+	e := w.entries[h.uid]
+	if e == nil || e.h != h || (e.where != parked && e.where != waiting) {
 		return
 	}
-	if e.where == parked || freshForWrite(e.shown, e.ttl, time.Now()) {
+	now := time.Now()
+	if e.where == parked || (!now.Before(e.notBefore) && freshForWrite(e.shown, e.ttl, now)) {
 		w.place(e, ready)
 	}
 }
@@ -200,7 +208,7 @@ func (w *statusWriter) readReports(ctx context.Context) {
 			case errors.Is(s.Err(), renewal.ErrLost):
 				w.reconcile(h)
 			case s.Err() == nil:
-				w.renewed(h.uid)
+				w.renewed(h)
 			}
 		}
 	}
@@ -234,79 +242,105 @@ func (w *statusWriter) forget(h *held) {
 // Start implements manager.Runnable: it sends refreshes as they fall due
 // until ctx ends.
 func (w *statusWriter) Start(ctx context.Context) error {
-	sem := make(chan struct{}, writeParallel)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { w.readReports(ctx) })
+	wg.Go(func() { w.scheduleLoop(ctx) })
+	w.send(ctx, &wg)
+	return nil
+}
+
+// scheduleLoop readies waiting refreshes as they wake and asks Sessions
+// for the renewals refreshes will show, on a timer of its own: a sender
+// blocked on the budget or on writes in flight delays no ask.
+func (w *statusWriter) scheduleLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		w.mu.Lock()
 		now := time.Now()
-		pokes := w.wakeUp(now)
-		for w.ready.Len() > 0 && w.poking < writeParallel {
-			// A refresh sent late shows a renewal made when it is sent,
-			// which also moves its next refresh away from those it was
-			// late with: ask for one, and send when it is done (renewed)
-			// or after renewNowTimeout — a few at a time, at about the
-			// pace they are sent, and not when the shown validity would
-			// pass meanwhile.
-			e := w.ready.items[0]
-			if e.poked || e.shown.Sub(now) < 2*renewNowTimeout ||
-				!e.h.session.State().RenewedAt.Before(now.Add(-2*renewLead(e.ttl))) {
-				break
-			}
-			e.poked, e.poking = true, true
-			w.poking++
-			w.schedule(e, now.Add(renewNowTimeout))
-			pokes = append(pokes, e.h)
-		}
-		due := w.ready.Len()
+		asks := w.wakeUp(now)
+		asks = append(asks, w.askForLate(now)...)
 		next := time.Hour
 		if w.waiting.Len() > 0 {
 			next = w.waiting.items[0].wake.Sub(now)
 		}
-		w.metrics.StatusWriteBacklog.Set(float64(due))
 		w.mu.Unlock()
-		for _, h := range pokes {
+		for _, h := range asks {
 			h.session.RenewSoon()
-		}
-		if due > 0 {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil
-			}
-			if err := w.budget.Wait(ctx); err != nil {
-				return nil //nolint:nilerr // the manager is stopping
-			}
-			w.mu.Lock()
-			var e *refresh
-			if w.ready.Len() > 0 {
-				e = heap.Pop(&w.ready).(*refresh)
-				e.where, e.index = inFlight, -1
-				w.donePoking(e)
-			}
-			w.mu.Unlock()
-			if e == nil {
-				<-sem
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				w.write(ctx, e)
-			}()
-			continue
 		}
 		timer.Reset(max(next, 0))
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-w.kick:
+			return
+		case <-w.kickSchedule:
 		case <-timer.C:
 		}
+	}
+}
+
+// askForLate asks for a renewal for the first ready refreshes that are
+// late: a refresh sent late shows a renewal made when it is sent, which
+// also moves its next refresh away from those it was late with. Each waits
+// until its renewal is reported (renewed) or for renewNowTimeout — a few
+// at a time, at about the pace they are sent, and not when the shown
+// validity would pass meanwhile. Callers hold w.mu.
+func (w *statusWriter) askForLate(now time.Time) (ask []*held) {
+	for w.ready.Len() > 0 && w.poking < writeParallel {
+		e := w.ready.items[0]
+		if e.poked || e.shown.Sub(now) < 2*renewNowTimeout ||
+			!e.h.session.State().RenewedAt.Before(now.Add(-2*renewLead(e.ttl))) {
+			break
+		}
+		e.poked, e.poking = true, true
+		w.poking++
+		w.awaitRenewal(e, now.Add(renewNowTimeout))
+		ask = append(ask, e.h)
+	}
+	return ask
+}
+
+// send writes ready refreshes, nearest shown validity first, within the
+// budget and at most writeParallel at a time, until ctx ends.
+func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
+	sem := make(chan struct{}, writeParallel)
+	for {
+		w.mu.Lock()
+		due := w.ready.Len()
+		w.metrics.StatusWriteBacklog.Set(float64(due))
+		w.mu.Unlock()
+		if due == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.kickSend:
+			}
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		if err := w.budget.Wait(ctx); err != nil {
+			return // the manager is stopping
+		}
+		w.mu.Lock()
+		var e *refresh
+		if w.ready.Len() > 0 {
+			e = heap.Pop(&w.ready).(*refresh)
+			e.where, e.index = inFlight, -1
+			w.donePoking(e)
+		}
+		w.mu.Unlock()
+		if e == nil {
+			<-sem
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			w.write(ctx, e)
+		})
 	}
 }
 
@@ -599,26 +633,45 @@ func writesPerTTL(ttl time.Duration) float64 {
 	return float64(ttl) / float64(cycle)
 }
 
-// reschedule schedules e after its write, unless it was forgotten
-// meanwhile.
+// reschedule retries e at due after a failed write, unless it was
+// forgotten meanwhile.
 func (w *statusWriter) reschedule(e *refresh, due time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.entries[e.h.uid] == e {
-		w.schedule(e, due)
+		w.backOff(e, due)
 	}
 }
 
 // schedule puts e in the waiting heap, to be sent at due (parked when due
 // is zero, until the next renewal); it wakes renewLead before due to ask
-// for the renewal the refresh will show. Callers hold w.mu.
+// for the renewal the refresh will show, and a renewal fresh enough to
+// show makes it ready at once. Callers hold w.mu.
 func (w *statusWriter) schedule(e *refresh, due time.Time) {
-	e.due = due
+	w.wait(e, due, due.Add(-renewLead(e.ttl)), time.Time{})
+}
+
+// backOff puts e in the waiting heap to be sent at due and not before,
+// whatever renewals come meanwhile: a retry after a failed or refused
+// write. Callers hold w.mu.
+func (w *statusWriter) backOff(e *refresh, due time.Time) {
+	w.wait(e, due, due, due)
+}
+
+// awaitRenewal puts e, which asked for a renewal, in the waiting heap
+// until the renewal is reported (renewed) or due. Callers hold w.mu.
+func (w *statusWriter) awaitRenewal(e *refresh, due time.Time) {
+	w.wait(e, due, due, time.Time{})
+}
+
+// wait places e to wake at wake, be sent at due (parked when zero), and
+// not readied by a renewal before notBefore. Callers hold w.mu.
+func (w *statusWriter) wait(e *refresh, due, wake, notBefore time.Time) {
+	e.due, e.wake, e.notBefore = due, wake, notBefore
 	if due.IsZero() {
 		w.place(e, parked)
 		return
 	}
-	e.wake = due.Add(-renewLead(e.ttl))
 	w.place(e, waiting)
 }
 
@@ -637,8 +690,16 @@ func (w *statusWriter) place(e *refresh, p place) {
 	case ready:
 		heap.Push(&w.ready, e)
 	}
+	kick(w.kickSchedule)
+	if p == ready {
+		kick(w.kickSend)
+	}
+}
+
+// kick signals c without blocking.
+func kick(c chan struct{}) {
 	select {
-	case w.kick <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }

@@ -188,14 +188,114 @@ func TestRefreshAsksForItsRenewal(t *testing.T) {
 
 	t.Log("a reported renewal fresh enough makes a waiting refresh ready before its due time")
 	soon := track("soon", time.Now().Add(100*time.Millisecond))
-	w.renewed(soon.h.uid)
+	w.renewed(soon.h)
 	if soon.where != ready {
 		t.Fatalf("after a fresh renewal: place %v, want ready", soon.where)
 	}
 	later := track("later", time.Now().Add(5*time.Second))
-	w.renewed(later.h.uid)
+	w.renewed(later.h)
 	if later.where != waiting {
 		t.Fatalf("after a renewal too early to show: place %v, want waiting", later.where)
+	}
+}
+
+// TestBackedOffRefreshesWaitTheirTime: a refresh retried after a failed
+// or refused write is not sent before its retry time, whatever renewals
+// come meanwhile; a late refresh that asked for a renewal is sent when the
+// renewal is reported, not on an older one at its wake time.
+func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
+	const ttl = time.Minute // renewLead 1s: as long as the refused backoff
+	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
+		renewal.Config{Client: func() *redlock.Client { return nil }})
+	t.Cleanup(s.Orphan)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	now := time.Now()
+	entry := func(uid string) *refresh {
+		// Due now, the grant's last renewal (now) fresh enough to show.
+		e := &refresh{h: &held{uid: types.UID(uid), session: s}, ttl: ttl, shown: now.Add(statusLead(ttl)), index: -1}
+		w.entries[e.h.uid] = e
+		return e
+	}
+
+	t.Log("a refused refresh re-tracked by a reconcile backs off for a second")
+	w.refused["g-refused"] = now
+	refused := &held{uid: "refused", grantID: "g-refused", session: s}
+	w.track(refused, now.Add(statusLead(ttl)), ttl)
+	e := w.entries["refused"]
+	if e.where != waiting || e.due.Before(now.Add(refusedBackoff)) && e.due.Before(e.shown.Add(-statusLead(ttl)/2)) {
+		t.Fatalf("re-tracked after a refusal: place %v, due in %v", e.where, e.due.Sub(now))
+	}
+	w.renewed(refused)
+	if ask := w.wakeUp(e.due.Add(-time.Millisecond)); len(ask) != 0 || e.where != waiting {
+		t.Fatalf("before its retry time, after a fresh renewal: place %v, asked %d; want it waiting", e.where, len(ask))
+	}
+	w.wakeUp(e.due)
+	if e.where != ready {
+		t.Fatalf("at its retry time: place %v, want ready", e.where)
+	}
+
+	t.Log("a refresh whose write failed retries at its backoff, not on the next renewal")
+	failed := entry("failed")
+	failed.where = inFlight
+	w.reschedule(failed, now.Add(500*time.Millisecond))
+	w.renewed(failed.h)
+	if ask := w.wakeUp(now.Add(499 * time.Millisecond)); len(ask) != 0 || failed.where != waiting {
+		t.Fatalf("before its backoff passed: place %v, asked %d; want it waiting", failed.where, len(ask))
+	}
+
+	t.Log("a late refresh that asked for a renewal waits for it, not for an older one")
+	w.remove(e)
+	w.remove(failed)
+	late := entry("late")
+	w.place(late, ready)
+	// Its grant's last renewal is older than two renewLeads: ask.
+	if ask := w.askForLate(now.Add(3 * time.Second)); len(ask) != 1 || ask[0] != late.h || late.where != waiting {
+		t.Fatalf("a late refresh: asked %d, place %v; want it asking and waiting", len(ask), late.where)
+	}
+	if ask := w.wakeUp(now.Add(3 * time.Second)); len(ask) != 0 || late.where != waiting {
+		t.Fatalf("right after asking: place %v, asked %d; want it waiting for the renewal", late.where, len(ask))
+	}
+	w.renewed(late.h)
+	if late.where != ready {
+		t.Fatalf("after the renewal it asked for: place %v, want ready", late.where)
+	}
+	w.renewed(&held{uid: "late", session: s})
+	if late.where != ready || w.entries["late"].h != late.h {
+		t.Fatal("a renewal of another grant of the same lock moved the refresh")
+	}
+}
+
+// TestReportsReachTheWriter: a Session that lost its grant asks, through
+// its report, for a reconcile of its lock; a Session no longer registered
+// asks for nothing.
+func TestReportsReachTheWriter(t *testing.T) {
+	ss := newSessions()
+	w := newStatusWriter(nil, nil, metrics.New(), ss, 10)
+	asked := make(chan *held, 2)
+	w.reconcile = func(h *held) { asked <- h }
+	go w.readReports(t.Context())
+	// Sessions without a client: they fail to renew until their validity
+	// passes, then report the loss.
+	lose := func() *renewal.Session {
+		return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Second, Every: 20 * time.Millisecond, ValidUntil: time.Now().Add(200 * time.Millisecond)},
+			renewal.Config{Client: func() *redlock.Client { return nil }, Reports: w.reports})
+	}
+	gone := lose() // never registered
+	h := &held{uid: "a", name: types.NamespacedName{Namespace: "ns", Name: "a"}}
+	ss.hold(h, lose)
+	select {
+	case got := <-asked:
+		if got != h {
+			t.Fatalf("a reconcile was asked for %v, want the registered grant", got.uid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lost session's report asked for no reconcile")
+	}
+	<-gone.Done()
+	select {
+	case got := <-asked:
+		t.Fatalf("a second reconcile was asked for, for %v", got.uid)
+	case <-time.After(100 * time.Millisecond): // the unregistered loss, reported meanwhile
 	}
 }
 
