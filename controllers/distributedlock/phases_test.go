@@ -50,8 +50,9 @@ func TestRunPhases(t *testing.T) {
 }
 
 // TestReconcilePhases holds the declared list to its order: the session is
-// checked against status before anything acts, and only the phase that
-// shows what is held runs after an earlier one stopped.
+// checked against status before any grant is made, released or shown, and
+// only the phase that shows what is held runs after an earlier one
+// stopped.
 func TestReconcilePhases(t *testing.T) {
 	var names, always []string
 	for _, p := range (&Reconciler{}).phases() {

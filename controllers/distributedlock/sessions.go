@@ -91,14 +91,27 @@ func (ss *sessions) get(uid types.UID) *held {
 }
 
 // hold registers h with the Session start returns, called under the lock
-// ofSession takes: a report the Session posts at once still finds h. (A
-// grant it would replace keeps its reports until it is dropped.)
+// ofSession takes: a report the Session posts at once still finds h.
 func (ss *sessions) hold(h *held, start func() *renewal.Session) {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	old := ss.m[h.uid]
+	if old == h {
+		old = nil
+	}
 	h.session = start()
 	ss.m[h.uid] = h
 	ss.bySession[h.session] = h
+	if old != nil {
+		delete(ss.bySession, old.session)
+	}
+	ss.mu.Unlock()
+	if old != nil {
+		// Not reached: a reconcile acquires or adopts only when this
+		// manager renews nothing for the lock, and reconciles of one lock
+		// run one at a time. Were it reached, the replaced Session stops
+		// rather than renew a grant nobody tracks.
+		old.session.Orphan()
+	}
 }
 
 // ofSession returns the grant s renews, while it is registered.

@@ -100,10 +100,11 @@ type refresh struct {
 	// notBefore: a reported renewal does not make the refresh ready
 	// before then (a backoff).
 	notBefore time.Time
-	lapsed    bool // a lapse was reported and has not ended
-	fails     int  // transient write errors in a row
-	poked     bool // a renewal was asked for this refresh
-	poking    bool // ... and the refresh waits for it (counted in poking)
+	lapsed    bool      // a lapse was reported and has not ended
+	fails     int       // transient write errors in a row
+	poked     bool      // a renewal was asked for this refresh
+	askedAt   time.Time // when it was asked for (late refreshes): an older one is not shown
+	poking    bool      // ... and the refresh waits for it (counted in poking)
 	where     place
 	index     int // in its heap
 }
@@ -187,8 +188,12 @@ func (w *statusWriter) renewed(h *held) {
 	if e == nil || e.h != h || (e.where != parked && e.where != waiting) {
 		return
 	}
-	now := time.Now()
-	if e.where == parked || (!now.Before(e.notBefore) && freshForWrite(e.shown, e.ttl, now)) {
+	if e.where == parked {
+		w.place(e, ready)
+		return
+	}
+	at := h.session.State().RenewedAt
+	if !time.Now().Before(e.notBefore) && !at.Before(e.askedAt) && freshForWrite(e.shown, e.ttl, at) {
 		w.place(e, ready)
 	}
 }
@@ -292,9 +297,10 @@ func (w *statusWriter) askForLate(now time.Time) (ask []*held) {
 			!e.h.session.State().RenewedAt.Before(now.Add(-2*renewLead(e.ttl))) {
 			break
 		}
-		e.poked, e.poking = true, true
-		w.poking++
 		w.awaitRenewal(e, now.Add(renewNowTimeout))
+		e.poked, e.poking, e.askedAt = true, true, now
+		w.poking++
+		w.backlogChanged()
 		ask = append(ask, e.h)
 	}
 	return ask
@@ -307,7 +313,6 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 	for {
 		w.mu.Lock()
 		due := w.ready.Len()
-		w.metrics.StatusWriteBacklog.Set(float64(due))
 		w.mu.Unlock()
 		if due == 0 {
 			select {
@@ -331,6 +336,7 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 			e = heap.Pop(&w.ready).(*refresh)
 			e.where, e.index = inFlight, -1
 			w.donePoking(e)
+			w.backlogChanged()
 		}
 		w.mu.Unlock()
 		if e == nil {
@@ -665,9 +671,12 @@ func (w *statusWriter) awaitRenewal(e *refresh, due time.Time) {
 }
 
 // wait places e to wake at wake, be sent at due (parked when zero), and
-// not readied by a renewal before notBefore. Callers hold w.mu.
+// not readied by a renewal before notBefore. A renewal it asked for is no
+// longer waited for. Callers hold w.mu.
 func (w *statusWriter) wait(e *refresh, due, wake, notBefore time.Time) {
 	e.due, e.wake, e.notBefore = due, wake, notBefore
+	w.donePoking(e)
+	e.poked, e.askedAt = false, time.Time{}
 	if due.IsZero() {
 		w.place(e, parked)
 		return
@@ -690,6 +699,7 @@ func (w *statusWriter) place(e *refresh, p place) {
 	case ready:
 		heap.Push(&w.ready, e)
 	}
+	w.backlogChanged()
 	kick(w.kickSchedule)
 	if p == ready {
 		kick(w.kickSend)
@@ -710,7 +720,15 @@ func (w *statusWriter) donePoking(e *refresh) {
 	if e.poking {
 		e.poking = false
 		w.poking--
+		w.backlogChanged()
+		kick(w.kickSchedule) // room to ask for another late refresh's renewal
 	}
+}
+
+// backlogChanged sets the backlog gauge: refreshes due, including late
+// ones waiting for the renewal they asked for. Callers hold w.mu.
+func (w *statusWriter) backlogChanged() {
+	w.metrics.StatusWriteBacklog.Set(float64(w.ready.Len() + w.poking))
 }
 
 // remove forgets e. Callers hold w.mu.

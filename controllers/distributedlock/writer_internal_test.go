@@ -217,12 +217,14 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 		return e
 	}
 
-	t.Log("a refused refresh re-tracked by a reconcile backs off for a second")
-	w.refused["g-refused"] = now
+	t.Log("a refused refresh re-tracked by a reconcile backs off")
+	// Refused "later" than now, so that the backoff (then up to half the
+	// lead before the shown validity: 3s) does not pass while the test runs.
+	w.refused["g-refused"] = now.Add(time.Hour)
 	refused := &held{uid: "refused", grantID: "g-refused", session: s}
 	w.track(refused, now.Add(statusLead(ttl)), ttl)
 	e := w.entries["refused"]
-	if e.where != waiting || e.due.Before(now.Add(refusedBackoff)) && e.due.Before(e.shown.Add(-statusLead(ttl)/2)) {
+	if e.where != waiting || !e.due.Equal(e.shown.Add(-statusLead(ttl)/2)) {
 		t.Fatalf("re-tracked after a refusal: place %v, due in %v", e.where, e.due.Sub(now))
 	}
 	w.renewed(refused)
@@ -237,9 +239,9 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 	t.Log("a refresh whose write failed retries at its backoff, not on the next renewal")
 	failed := entry("failed")
 	failed.where = inFlight
-	w.reschedule(failed, now.Add(500*time.Millisecond))
+	w.reschedule(failed, now.Add(30*time.Second))
 	w.renewed(failed.h)
-	if ask := w.wakeUp(now.Add(499 * time.Millisecond)); len(ask) != 0 || failed.where != waiting {
+	if ask := w.wakeUp(now.Add(30*time.Second - time.Millisecond)); len(ask) != 0 || failed.where != waiting {
 		t.Fatalf("before its backoff passed: place %v, asked %d; want it waiting", failed.where, len(ask))
 	}
 
@@ -256,46 +258,64 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 		t.Fatalf("right after asking: place %v, asked %d; want it waiting for the renewal", late.where, len(ask))
 	}
 	w.renewed(late.h)
+	if late.where != waiting {
+		t.Fatalf("a renewal older than the ask made it ready: place %v", late.where)
+	}
+	late.askedAt = time.Time{} // as if the renewal came after the ask
+	w.renewed(&held{uid: "late", session: s})
+	if late.where != waiting {
+		t.Fatal("a renewal of another grant of the same lock moved the refresh")
+	}
+	w.renewed(late.h)
 	if late.where != ready {
 		t.Fatalf("after the renewal it asked for: place %v, want ready", late.where)
 	}
-	w.renewed(&held{uid: "late", session: s})
-	if late.where != ready || w.entries["late"].h != late.h {
-		t.Fatal("a renewal of another grant of the same lock moved the refresh")
+	if w.poking != 1 {
+		t.Fatalf("%d refreshes counted as waiting for their renewal, want 1", w.poking)
+	}
+	w.track(late.h, late.shown.Add(time.Second), ttl)
+	if w.poking != 0 || late.poked {
+		t.Fatalf("re-tracked with a later validity, it still waits for the renewal it asked for (poking %d)", w.poking)
 	}
 }
 
 // TestReportsReachTheWriter: a Session that lost its grant asks, through
-// its report, for a reconcile of its lock; a Session no longer registered
-// asks for nothing.
+// its report, for a reconcile of its lock; a Session never or no longer
+// registered asks for nothing.
 func TestReportsReachTheWriter(t *testing.T) {
 	ss := newSessions()
 	w := newStatusWriter(nil, nil, metrics.New(), ss, 10)
-	asked := make(chan *held, 2)
+	asked := make(chan *held, 4)
 	w.reconcile = func(h *held) { asked <- h }
 	go w.readReports(t.Context())
-	// Sessions without a client: they fail to renew until their validity
-	// passes, then report the loss.
-	lose := func() *renewal.Session {
-		return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Second, Every: 20 * time.Millisecond, ValidUntil: time.Now().Add(200 * time.Millisecond)},
-			renewal.Config{Client: func() *redlock.Client { return nil }, Reports: w.reports})
-	}
-	gone := lose() // never registered
-	h := &held{uid: "a", name: types.NamespacedName{Namespace: "ns", Name: "a"}}
-	ss.hold(h, lose)
-	select {
-	case got := <-asked:
-		if got != h {
-			t.Fatalf("a reconcile was asked for %v, want the registered grant", got.uid)
+	// Sessions without a client fail to renew until their validity passes,
+	// then report the loss.
+	loseIn := func(d time.Duration) func() *renewal.Session {
+		return func() *renewal.Session {
+			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Second, Every: 20 * time.Millisecond, ValidUntil: time.Now().Add(d)},
+				renewal.Config{Client: func() *redlock.Client { return nil }, Reports: w.reports})
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lost session's report asked for no reconcile")
 	}
-	<-gone.Done()
-	select {
-	case got := <-asked:
-		t.Fatalf("a second reconcile was asked for, for %v", got.uid)
-	case <-time.After(100 * time.Millisecond): // the unregistered loss, reported meanwhile
+	registered := &held{uid: "a"}
+	ss.hold(registered, loseIn(200*time.Millisecond))
+	loseIn(200 * time.Millisecond)() // never registered
+	dropped := &held{uid: "b"}
+	ss.hold(dropped, loseIn(200*time.Millisecond))
+	ss.drop(dropped)
+	// Lost last: once its report is read, the others' were (in order).
+	last := &held{uid: "c"}
+	ss.hold(last, loseIn(time.Second))
+	var got []types.UID
+	for len(got) < 2 {
+		select {
+		case h := <-asked:
+			got = append(got, h.uid)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("reconciles asked for %v; want a then c", got)
+		}
+	}
+	if got[0] != "a" || got[1] != "c" {
+		t.Fatalf("reconciles asked for %v; want a then c (b was dropped, the other never registered)", got)
 	}
 }
 
