@@ -42,10 +42,23 @@ func (r *Recorder) Grants() []Grant {
 	return slices.Clone(r.grants)
 }
 
+// Overlap is the violation of two grants of one key whose windows overlap.
+type Overlap struct {
+	Key            string
+	Earlier, Later Grant
+}
+
+// Error describes the overlap.
+func (o *Overlap) Error() string {
+	return fmt.Sprintf("key %q: %s held it from %s until %s, but %s got it at %s (overlap %v)",
+		o.Key, o.Earlier.Holder, o.Earlier.Start.Format(time.RFC3339Nano), o.Earlier.End.Format(time.RFC3339Nano),
+		o.Later.Holder, o.Later.Start.Format(time.RFC3339Nano), o.Earlier.End.Sub(o.Later.Start))
+}
+
 // Check returns an error describing the first violation in grants: a grant
 // whose window ends before it starts, two grants of one key whose windows
-// overlap, or a fencing token that does not exceed the one of an earlier
-// grant of the same key. Windows that only touch (one ends when the next
+// overlap (an *Overlap), or a fencing token that does not exceed the one of
+// an earlier grant of the same key. Windows that only touch (one ends when the next
 // starts) do not overlap.
 func Check(grants []Grant) error {
 	byKey := map[string][]Grant{}
@@ -67,9 +80,7 @@ func Check(grants []Grant) error {
 		top := gs[0]  // the grant with the largest token among those seen
 		for _, g := range gs[1:] {
 			if g.Start.Before(last.End) {
-				return fmt.Errorf("key %q: %s held it from %s until %s, but %s got it at %s (overlap %v)",
-					k, last.Holder, last.Start.Format(time.RFC3339Nano), last.End.Format(time.RFC3339Nano),
-					g.Holder, g.Start.Format(time.RFC3339Nano), last.End.Sub(g.Start))
+				return &Overlap{Key: k, Earlier: last, Later: g}
 			}
 			if top.Token != 0 && g.Token != 0 && g.Token <= top.Token {
 				return fmt.Errorf("key %q: fencing token %d of %s does not exceed token %d of the earlier holder %s",

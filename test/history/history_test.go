@@ -22,6 +22,8 @@ package history_test
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -39,7 +41,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -106,7 +110,7 @@ func (c *cluster) start() {
 		"--leader-election-namespace", testenv.OperatorNamespace,
 		"--lock-key-secret", testenv.LockKeySecret.String(),
 		"--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1500ms", "--leader-elect-retry-period", "200ms",
-		"--probe-interval", "500ms",
+		"--probe-interval", "500ms", "--zap-log-level", "1", "--zap-time-encoding", "rfc3339nano",
 		"--enable-webhook=false") // no webhook configuration on these API servers
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -176,9 +180,17 @@ type observed struct {
 
 // recorder turns watched status versions into grants.
 type recorder struct {
-	mu     sync.Mutex
-	grants map[string]*observed // cluster/uid/grantID
-	events int
+	mu       sync.Mutex
+	grants   map[string]*observed // cluster/uid/grantID
+	events   int
+	versions []version // every version seen, for the report of a violation
+}
+
+// version is one status version as a watch saw it.
+type version struct {
+	seen time.Time
+	lock string // cluster/name
+	text string
 }
 
 func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
@@ -190,6 +202,7 @@ func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events++
+	r.versions = append(r.versions, version{seen: time.Now(), lock: cl + "/" + l.Name, text: describe(l)})
 	o := r.grants[id]
 	if st.Holder != nil && st.AcquiredAt != nil && st.ValidUntil != nil {
 		if o == nil {
@@ -226,6 +239,65 @@ func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 			o.g.End = o.g.Start
 		}
 	}
+}
+
+// describe is one line of a lock's status version.
+func describe(l *v1alpha1.DistributedLock) string {
+	st := l.Status
+	at := func(t *v1alpha1.PreciseTime) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format("15:04:05.000000")
+	}
+	holder := "-"
+	if st.Holder != nil {
+		holder = st.Holder.Identity
+	}
+	held := ""
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld); c != nil {
+		held = fmt.Sprintf("%s/%s %q", c.Status, c.Reason, c.Message)
+	}
+	return fmt.Sprintf("uid %.8s rv %s grant %s holder %s token %d acquired %s valid %s released %s held %s",
+		l.UID, l.ResourceVersion, st.GrantID, holder, st.FencingToken, at(st.AcquiredAt), at(st.ValidUntil), at(st.ReleasedAt), held)
+}
+
+// explain prints what the watches and the API servers' events say about
+// the two grants of an overlap, from 10s before the first to 10s after the
+// second.
+func (r *recorder) explain(o *history.Overlap, clusters []*cluster) {
+	from, to := o.Earlier.Start.Add(-10*time.Second), o.Later.Start.Add(10*time.Second)
+	lockOf := func(holder string) string { // cluster/lock/identity
+		parts := strings.SplitN(holder, "/", 3)
+		return parts[0] + "/" + parts[1]
+	}
+	locks := []string{lockOf(o.Earlier.Holder), lockOf(o.Later.Holder)}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n== what the watches saw of %v (seen time, lock, status)\n", locks)
+	r.mu.Lock()
+	for _, v := range r.versions {
+		if slices.Contains(locks, v.lock) && !v.seen.Before(from) && !v.seen.After(to) {
+			fmt.Fprintf(&b, "%s %s %s\n", v.seen.UTC().Format("15:04:05.000000"), v.lock, v.text)
+		}
+	}
+	r.mu.Unlock()
+	fmt.Fprintf(&b, "== their events (event time, lock, reason, note)\n")
+	for _, c := range clusters {
+		var evs eventsv1.EventList
+		if err := c.env.Client.List(context.Background(), &evs, client.InNamespace(c.ns)); err != nil {
+			fmt.Fprintf(&b, "cluster %s: list events: %v\n", c.name, err)
+			continue
+		}
+		slices.SortFunc(evs.Items, func(x, y eventsv1.Event) int { return x.EventTime.Compare(y.EventTime.Time) })
+		for _, e := range evs.Items {
+			name := c.name + "/" + e.Regarding.Name
+			if slices.Contains(locks, name) && !e.EventTime.Time.Before(from) && !e.EventTime.After(to) {
+				fmt.Fprintf(&b, "%s %s %s %s\n", e.EventTime.UTC().Format("15:04:05.000000"), name, e.Reason, e.Note)
+			}
+		}
+	}
+	fmt.Fprint(GinkgoWriter, b.String())
+	_, _ = os.Stdout.WriteString(b.String())
 }
 
 func (r *recorder) all() []history.Grant {
@@ -493,6 +565,9 @@ var _ = Describe("The operator under chaos", func() {
 		By("checking the history")
 		grants := rec.all()
 		report(seed, *durationFlag, actions, grants, rec.events)
+		if o := (*history.Overlap)(nil); errors.As(history.Check(grants), &o) {
+			rec.explain(o, clusters)
+		}
 		Expect(history.Check(grants)).To(Succeed())
 		Expect(len(grants)).To(BeNumerically(">=", len(locks)), "too few grants to mean anything")
 	})
