@@ -1109,8 +1109,13 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		err = r.patch(ctx, s)
 	}
 	if err != nil {
-		if h := s.pending; h != nil && !r.committedAnyway(ctx, lock, h, err) {
-			r.dropPending(ctx, s, h, err)
+		if h := s.pending; h != nil {
+			switch r.writeOutcome(ctx, lock, h, err) {
+			case writeRefused:
+				r.dropPending(ctx, s, h, err)
+			case writeUnknown:
+				r.leavePending(s, h, err)
+			}
 		}
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -1137,20 +1142,56 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// committedAnyway reports whether a status write that returned err may
-// still have committed the grant h: a refusal (conflict, invalid, gone)
-// did not; for any other error (a timeout, a reset connection) a fresh read
-// tells. An unknown outcome counts as committed: the grant stays renewed,
-// and the next reconcile sets status straight.
-func (r *Reconciler) committedAnyway(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, err error) bool {
+// writeResult is what a failed status write did with the grant it showed.
+type writeResult int
+
+const (
+	writeRefused   writeResult = iota // not committed, and never will be
+	writeCommitted                    // committed all the same
+	writeUnknown                      // not committed yet: it may still be
+)
+
+// writeOutcome tells what a status write that returned err did with the
+// grant h (see commitOutcome), reading the lock afresh when the error
+// does not say.
+func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, err error) writeResult {
+	return commitOutcome(err, func() (bool, error) {
+		fresh := &v1alpha1.DistributedLock{}
+		if gerr := r.APIReader.Get(context.WithoutCancel(ctx), client.ObjectKeyFromObject(lock), fresh); gerr != nil {
+			return false, gerr
+		}
+		return fresh.UID == h.uid && fresh.Status.GrantID == h.grantID && fresh.Status.Holder != nil, nil
+	})
+}
+
+// commitOutcome decides what a failed status write did with its grant. A
+// refusal (conflict, invalid, gone, forbidden, bad request) committed
+// nothing. Any other error (a timeout, a reset connection, a request
+// cancelled while the manager stops) leaves the write in flight at the API
+// server, where it may still be applied after any read made now: a fresh
+// read that shows the grant says it committed; one that does not, or that
+// fails, says nothing for certain.
+func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
 	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-		return false
+		return writeRefused
 	}
-	fresh := &v1alpha1.DistributedLock{}
-	if gerr := r.APIReader.Get(context.WithoutCancel(ctx), client.ObjectKeyFromObject(lock), fresh); gerr != nil {
-		return true
+	if shows, rerr := showsGrant(); rerr == nil && shows {
+		return writeCommitted
 	}
-	return fresh.UID == h.uid && fresh.Status.GrantID == h.grantID && fresh.Status.Holder != nil
+	return writeUnknown
+}
+
+// leavePending stops renewing a grant whose status write may still be
+// applied, and leaves its keys to expire: they outlive any validity a late
+// commit shows (it shows this Session's), and the next reconcile adopts the
+// grant if status shows it. Releasing it could leave status showing a
+// grant whose keys are gone, for another lock of the key to be granted
+// meanwhile.
+func (r *Reconciler) leavePending(s *scope, h *held, cause error) {
+	r.sessions.drop(h)
+	h.session.Orphan()
+	r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
+		"grant %d to %s is left to expire: whether its status write committed is not known: %s", h.token, h.holder, conditions.Message(cause.Error()))
 }
 
 // dropPending gives back a grant this reconcile made or adopted whose

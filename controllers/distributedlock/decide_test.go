@@ -1,11 +1,15 @@
 package distributedlock
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -71,5 +75,34 @@ func TestRenewalTiming(t *testing.T) {
 	}
 	if d := retryDelay(time.Minute, func(time.Duration) time.Duration { return 0 }); d != 2*time.Second {
 		t.Errorf("retry delay floor for 1m = %v", d)
+	}
+}
+
+// TestCommitOutcome: a failed status write's grant is given back only when
+// the write was refused; a write that may still be applied is left to
+// expire unless a fresh read shows it committed.
+func TestCommitOutcome(t *testing.T) {
+	gr := schema.GroupResource{Group: "coordination.redlock.dev", Resource: "distributedlocks"}
+	shows := func(b bool, err error) func() (bool, error) { return func() (bool, error) { return b, err } }
+	unread := func() (bool, error) { t.Error("a refused write was read back"); return false, nil }
+	for _, tc := range []struct {
+		name string
+		err  error
+		read func() (bool, error)
+		want writeResult
+	}{
+		{"a conflict committed nothing", apierrors.NewConflict(gr, "l", errors.New("rv")), unread, writeRefused},
+		{"an invalid write committed nothing", apierrors.NewInvalid(schema.GroupKind{Kind: "DistributedLock"}, "l", nil), unread, writeRefused},
+		{"a gone object took no write", apierrors.NewNotFound(gr, "l"), unread, writeRefused},
+		{"a timeout, and status shows the grant: committed", apierrors.NewTimeoutError("slow", 1), shows(true, nil), writeCommitted},
+		{"a timeout, and status does not show it yet: unknown", apierrors.NewTimeoutError("slow", 1), shows(false, nil), writeUnknown},
+		{"a request cancelled as the manager stops: unknown", context.Canceled, shows(false, nil), writeUnknown},
+		{"a failed read says nothing", errors.New("connection reset"), shows(false, errors.New("read failed")), writeUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := commitOutcome(tc.err, tc.read); got != tc.want {
+				t.Errorf("commitOutcome = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
