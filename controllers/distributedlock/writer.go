@@ -100,13 +100,14 @@ type refresh struct {
 	// notBefore: a reported renewal does not make the refresh ready
 	// before then (a backoff).
 	notBefore time.Time
-	lapsed    bool      // a lapse was reported and has not ended
-	fails     int       // transient write errors in a row
-	poked     bool      // a renewal was asked for this refresh
-	askedAt   time.Time // when it was asked for (late refreshes): an older one is not shown
-	poking    bool      // ... and the refresh waits for it (counted in poking)
-	where     place
-	index     int // in its heap
+	lapsed    bool // a lapse was reported and has not ended
+	fails     int  // transient write errors in a row
+	// askedAt is when a renewal was asked for this late refresh (zero:
+	// none): an older one is not shown.
+	askedAt time.Time
+	poking  bool // ... and the refresh waits for it (counted in poking)
+	where   place
+	index   int // in its heap
 }
 
 type place int
@@ -293,12 +294,12 @@ func (w *statusWriter) scheduleLoop(ctx context.Context) {
 func (w *statusWriter) askForLate(now time.Time) (ask []*held) {
 	for w.ready.Len() > 0 && w.poking < writeParallel {
 		e := w.ready.items[0]
-		if e.poked || e.shown.Sub(now) < 2*renewNowTimeout ||
+		if !e.askedAt.IsZero() || e.shown.Sub(now) < 2*renewNowTimeout ||
 			!e.h.session.State().RenewedAt.Before(now.Add(-2*renewLead(e.ttl))) {
 			break
 		}
 		w.awaitRenewal(e, now.Add(renewNowTimeout))
-		e.poked, e.poking, e.askedAt = true, true, now
+		e.poking, e.askedAt = true, now
 		w.poking++
 		w.backlogChanged()
 		ask = append(ask, e.h)
@@ -441,7 +442,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
 	w.mu.Lock()
 	delete(w.refused, h.grantID)
-	e.fails, e.poked, e.shownText = 0, false, ""
+	e.fails, e.askedAt, e.shownText = 0, time.Time{}, ""
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
 	if st.ValidUntil.After(e.shown) {
@@ -676,7 +677,7 @@ func (w *statusWriter) awaitRenewal(e *refresh, due time.Time) {
 func (w *statusWriter) wait(e *refresh, due, wake, notBefore time.Time) {
 	e.due, e.wake, e.notBefore = due, wake, notBefore
 	w.donePoking(e)
-	e.poked, e.askedAt = false, time.Time{}
+	e.askedAt = time.Time{}
 	if due.IsZero() {
 		w.place(e, parked)
 		return

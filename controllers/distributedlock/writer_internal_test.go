@@ -274,7 +274,7 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 		t.Fatalf("%d refreshes counted as waiting for their renewal, want 1", w.poking)
 	}
 	w.track(late.h, late.shown.Add(time.Second), ttl)
-	if w.poking != 0 || late.poked {
+	if w.poking != 0 || !late.askedAt.IsZero() {
 		t.Fatalf("re-tracked with a later validity, it still waits for the renewal it asked for (poking %d)", w.poking)
 	}
 }
