@@ -62,7 +62,10 @@ if v == ARGV[1] then return redis.call("DEL", KEYS[1]) end
 if v == false then return -1 end
 return 0`)
 	extendScript = newScript(`local v = redis.call("GET", KEYS[1])
-if v == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end
+if v == ARGV[1] then
+  redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
+  return 1
+end
 if v == false then return -1 end
 return 0`)
 
@@ -183,7 +186,10 @@ func extendArgs(key, value string, ttlMillis int64) []any {
 }
 
 // extend sets key's TTL if it holds value (args from extendArgs); it never
-// creates the key.
+// creates the key, nor shortens a copy's remaining life: another process
+// may renew the same value with a longer TTL (a lock restored by an
+// adopter), and a late extension must not cut its copies short (PEXPIRE
+// GT, Redis 7: no command beyond ACLRules).
 func (n *node) extend(ctx context.Context, args []any) (Outcome, error) {
 	return scriptOutcome(n.eval(ctx, extendScript, args).Int64())
 }

@@ -26,9 +26,16 @@
 // every master in turn does not wear a held lock away; a failed extension
 // re-creates nothing. An extension whose quorum arrives after its new
 // validity fails with [ErrExpired], and one that finds the value gone from a
-// quorum fails with [ErrNotHeld]; both remove the copies they refreshed, so
-// that a lost lock leaves no copy that would keep the key from the next
-// grant (its own holder's included).
+// quorum fails with [ErrNotHeld]. When Acquire generated the value, both
+// remove the copies they refreshed, so that a lost lock leaves no copy that
+// would keep the key from the next grant (its own holder's included). A
+// value given with [WithValue], or a restored lock's, may be renewed by
+// another process at the same time (a new leader adopting a grant while
+// the old one, paused, still extends it): a failed extension leaves it to
+// expire, and only [Lock.Release] removes it — the caller releases once it
+// knows no one else renews the value. For the same reason an extension never
+// shortens a copy's remaining TTL: a late extension by the process with the
+// shorter TTL does not cut short the copies another renews.
 //
 // With [WithFencing], an acquisition also takes a fencing token
 // ([Lock.Token]) that is strictly increasing per key across all clients,

@@ -1107,47 +1107,29 @@ func TestProbe(t *testing.T) {
 
 // TestLateExtendReleasesRefreshedCopies: an extension that reaches its
 // quorum only after the new validity has passed fails with ErrExpired, but
-// the masters did reset the key's TTL. Those copies are removed, so the next
+// the masters did reset the key's TTL. Those copies are removed when
+// Acquire generated the value (no other process can renew it), so the next
 // grant is not kept waiting for a whole TTL.
 func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	t.Cleanup(func() {
-		for _, s := range servers[1:] {
-			_ = s.Cont()
-		}
-	})
-	const key, ttl = "late-extend", time.Second
+	const key, ttl = "late-extend", 2 * time.Second
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(10*time.Second))
 	ctx := context.Background()
+	lock, err := c.Acquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeldEverywhere(t, servers, key, lock.Value())
 	// The masters hold the value for long enough to outlive the stall below.
-	held, err := c.Acquire(ctx, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitHeldEverywhere(t, servers, key, held.Value())
-	lock, err := c.Restore(key, held.Value(), ttl, time.Now().Add(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range servers[1:] {
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
+	for i, s := range servers {
+		a := s.Client()
+		ok, err := a.PExpire(ctx, key, time.Minute).Result()
+		_ = a.Close()
+		if err != nil || !ok {
+			t.Fatalf("lengthening master %d's copy: %v, %v", i, ok, err)
 		}
 	}
-	extended := make(chan error, 1)
-	go func() { extended <- lock.Extend(ctx) }()
-	// Master 0 extends at once, after the round started; once its copy has
-	// expired, a whole TTL has passed since the start: the new validity is
-	// over before the frozen masters can answer.
-	waitFor(t, 5*time.Second, "master 0's extended copy to expire", func() bool {
-		return value(t, servers[0], key) == ""
-	})
-	for _, s := range servers[1:] {
-		if err := s.Cont(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err = <-extended
+	err = extendLate(t, servers, lock)
 	if !errors.Is(err, redlock.ErrExpired) {
 		t.Fatalf("err = %v, want ErrExpired", err)
 	}
@@ -1158,6 +1140,138 @@ func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 		t.Fatal("the lock is still valid after a late extension")
 	}
 	expectCopiesRemoved(t, servers, key, votesOf(t, err))
+}
+
+// TestLateExtendLeavesASharedValue: a deposed operator leader, paused in
+// the middle of an extension, wakes up after its validity has passed while
+// a new leader renews the same grant (same value, restored). Its late
+// extension fails with ErrExpired and must leave the copies alone — nor
+// shorten them to its own TTL — or the key is free while the new leader's
+// validity stands (make soak-controller seed 404: a grant replaced while
+// its status showed it valid for another second). Fails where a late
+// extension removed the copies.
+func TestLateExtendLeavesASharedValue(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const key, val = "late-shared", "grant-1"
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(10*time.Second))
+	ctx := context.Background()
+	adopter, err := c.Acquire(ctx, key, time.Minute, redlock.WithValue(val))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeldEverywhere(t, servers, key, val)
+	deposed, err := c.Restore(key, val, time.Second, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = extendLate(t, servers, deposed)
+	if !errors.Is(err, redlock.ErrExpired) {
+		t.Fatalf("the deposed copy's extension: %v, want ErrExpired", err)
+	}
+	for i, s := range servers {
+		if got, left := value(t, s, key), pttl(t, s, key); got != val || left < 30*time.Second {
+			t.Errorf("master %d after the late extension: value %q with %v left, want %q with the adopter's minute", i, got, left, val)
+		}
+	}
+	if err := adopter.Extend(ctx); err != nil {
+		t.Fatalf("the adopter's next extension: %v", err)
+	}
+}
+
+// TestLostExtendLeavesASharedValue: an extension that finds a value given
+// with WithValue gone from a quorum loses the lock but removes none of the
+// minority's copies: another process may renew that value, and its owner
+// releases it. (Its own generated value's copies are removed:
+// TestLostExtendRemovesRefreshedCopies.)
+func TestLostExtendLeavesASharedValue(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	const key, val = "lost-shared", "grant-2"
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	if _, err := c.Acquire(ctx, key, time.Minute, redlock.WithValue(val)); err != nil {
+		t.Fatal(err)
+	}
+	waitHeldEverywhere(t, servers, key, val)
+	for _, s := range servers[:3] {
+		a := s.Client()
+		if err := a.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Close()
+	}
+	other := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	lock, err := other.Restore(key, val, time.Minute, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("extend with the value gone from three of five: %v, want ErrNotHeld", err)
+	}
+	// Close waits for everything the client started, clean-ups included.
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers[3:] {
+		if got := value(t, s, key); got != val {
+			t.Errorf("master %d: value %q after the lost extension, want %q left for its owner", i+3, got, val)
+		}
+	}
+}
+
+// extendLate extends lock while servers[1:] are frozen, and lets them
+// answer only once the extension's new validity has passed; it returns
+// Extend's error. The round started before master 0 saw its request, so
+// its validity (start + ttl − drift) has passed one ttl after that.
+func extendLate(t *testing.T, servers []*redistest.Server, lock *redlock.Lock) error {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, s := range servers[1:] {
+			_ = s.Cont()
+		}
+	})
+	before := scriptCalls(t, servers[0])
+	for _, s := range servers[1:] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(context.Background()) }()
+	waitFor(t, 5*time.Second, "the extension to reach master 0", func() bool {
+		return scriptCalls(t, servers[0]) > before
+	})
+	// Waiting for the instant itself: nothing else marks it.
+	time.Sleep(time.Until(time.Now().Add(lock.TTL())))
+	for _, s := range servers[1:] {
+		if err := s.Cont(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return <-extended
+}
+
+// scriptCalls is how many scripts (EVALSHA and EVAL) s has run.
+func scriptCalls(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats on %s: %v", s.Addr(), err)
+	}
+	var n int64
+	for line := range strings.Lines(info) {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				var calls int64
+				if _, err := fmt.Sscanf(rest, "calls=%d", &calls); err != nil {
+					t.Fatalf("INFO commandstats on %s: %q: %v", s.Addr(), line, err)
+				}
+				n += calls
+			}
+		}
+	}
+	return n
 }
 
 // waitHeldEverywhere waits until every master holds value at key (an
