@@ -156,6 +156,10 @@ type scope struct {
 	// stops showing it has committed (afterCommit), so that status never
 	// shows a grant whose keys are already gone.
 	releasing bool
+	// givingBack is set when this reconcile stops showing a grant and
+	// releases it once that committed (afterCommit): an acquisition that
+	// meets its copies meanwhile tries again right after.
+	givingBack bool
 	// afterCommit runs, in order, once the status patch has committed.
 	afterCommit []func(context.Context)
 	// stale: status shows what another manager wrote since this one's
@@ -424,6 +428,7 @@ func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
 		reason = lost.Reason
 	}
 	s.clear(reason, "the grant was lost: "+errString(err))
+	s.givingBack = true
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	// Masters that still hold the lost grant's value (a minority its last
 	// renewals reached, each refreshed for a whole ttl) would keep the key
@@ -821,6 +826,12 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	if !r.requestedPodMayHold(ctx, s) {
 		return
 	}
+	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil {
+		// Status still shows a grant whose validity passed (decideHolder)
+		// and that no Session here renews: it is replaced or hidden by
+		// this reconcile's patch, and what it left released after that.
+		r.giveBackShown(s, c)
+	}
 	grantID := lockvalue.NewGrantID()
 	value := r.Values.Value(string(lock.UID), grantID)
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -830,6 +841,11 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
 		s.requeueAfter(retryDelay(ttl, jitter))
+		if s.givingBack && errors.Is(err, redlock.ErrLockHeld) {
+			// Perhaps the copies of the grant this reconcile stops
+			// showing: try again once they are released.
+			s.requeueAfter(time.Millisecond)
+		}
 		return
 	}
 	h := &held{
@@ -869,6 +885,10 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		return
 	}
 	if err != nil {
+		// The adopting extension may have refreshed copies (a minority's,
+		// or a quorum's too late): released once status stopped showing
+		// the grant.
+		r.giveBackShown(s, c)
 		s.clear(v1alpha1.ReasonLost, "the masters no longer hold this grant: "+err.Error())
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost", st.FencingToken, st.Holder.Identity)
 		r.acquire(ctx, s, c)
@@ -946,6 +966,29 @@ func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
 				"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, conditions.Message(err.Error()))
 		}
+	})
+}
+
+// giveBackShown releases, once the patch that stops showing it has
+// committed, the grant status shows now, which no Session of this manager
+// renews (lost at adoption, or its validity passed): copies it left — a
+// minority's, or a quorum's refreshed by a late extension — would keep the
+// key from the next grant for up to a TTL. Released only after the commit,
+// which is conditional on the status read: another manager may renew the
+// same grant (same value) on a view this one has not seen.
+func (r *Reconciler) giveBackShown(s *scope, c *redlock.Client) {
+	lock := s.lock
+	g := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}
+	if g.grantID == "" || lock.Status.Holder == nil || s.givingBack {
+		return
+	}
+	s.givingBack = true
+	name := client.ObjectKeyFromObject(lock)
+	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		err := r.releaseGrant(octx, g, c)
+		logf.FromContext(ctx).V(1).Info("released what a grant no longer shown left", "lock", name, "grantID", g.grantID, "error", errString(err))
 	})
 }
 
@@ -1090,6 +1133,9 @@ func (r *Reconciler) showHolder(s *scope) {
 		return
 	}
 	if st.ValidUntil == nil || !s.now.Before(st.ValidUntil.Time) {
+		if r.sessions.get(lock.UID) == nil {
+			r.giveBackShown(s, s.client)
+		}
 		s.clear(v1alpha1.ReasonValidityExpired, "the grant's validity passed without renewal")
 		return
 	}

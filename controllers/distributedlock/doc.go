@@ -43,7 +43,10 @@
 // overlaps the one holding it (issue 18):
 //   - a lost grant (its Session ended) is released on every master once
 //     status stopped showing it: copies a minority still held would keep
-//     the key from the next grant, the same holder's included;
+//     the key from the next grant, the same holder's included. That guarded
+//     release is the only removal: grants' values are derived (UID, grant
+//     ID), so another manager may renew the same value, and pkg/redlock's
+//     failed extensions leave such values alone;
 //   - every validity write is conditional on the validity it replaces, and
 //     never moves it back: a deposed leader woken from a pause cannot move
 //     it (case 3); a Session that lapsed while status shows its grant

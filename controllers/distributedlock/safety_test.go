@@ -235,6 +235,60 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		Eventually(func() []string { return eventReasons(ns, "legacy") }).Should(ContainElement("Adopted"))
 	})
 
+	It("releases what a grant it stops showing left: lost at adoption, or lapsed while no manager ran", func() {
+		// A window long enough to adopt a validity shown 8s ahead.
+		set := env.NewServingMasters(ns, "giveback-masters", 3, 10*time.Second)
+		lapsed := newLock(set, "lapsed-unrun", "lapsed-unrun-key", "", 4*time.Second)
+		lost := newLock(set, "lost-at-adoption", "lost-at-adoption-key", "", 4*time.Second)
+		for _, l := range []*v1alpha1.DistributedLock{lapsed, lost} {
+			Expect(k8s.Create(suiteCtx, l)).To(Succeed())
+			Eventually(func() string { return readyReason(fetch(l)) }).Should(Equal("True/"+v1alpha1.ReasonValid), "lock %s/%s to be ready", ns, l.Name)
+		}
+		mgr.Stop()
+
+		By("showing grant g1 of each, with copies that outlive its validity by a minute: on every master for the lapsed one (as a late extension leaves them), on one of three for the other")
+		showGrant := func(l *v1alpha1.DistributedLock, validUntil time.Time, copies []*redistest.Server) string {
+			cur := fetch(l)
+			value := env.Values.Value(string(cur.UID), "g1")
+			for _, srv := range copies {
+				rdb := srv.Client()
+				Expect(rdb.Set(suiteCtx, cur.Status.Key, value, time.Minute).Err()).To(Succeed())
+				_ = rdb.Close()
+			}
+			now := time.Now()
+			raw := map[string]any{"status": map[string]any{
+				"holder":       map[string]any{"identity": "h"},
+				"grantID":      "g1",
+				"fencingToken": 5,
+				"acquiredAt":   now.UTC().Format(time.RFC3339Nano),
+				"renewedAt":    now.UTC().Format(time.RFC3339Nano),
+				"validUntil":   validUntil.UTC().Format(time.RFC3339Nano),
+			}}
+			Expect(k8s.Status().Patch(suiteCtx, cur, client.RawPatch(types.MergePatchType, mustJSON(raw)))).To(Succeed())
+			cur = fetch(l)
+			cur.Spec.HolderIdentity = "h"
+			Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+			return value
+		}
+		lapsedValue := showGrant(lapsed, time.Now().Add(-time.Second), set.Servers)
+		lostValue := showGrant(lost, time.Now().Add(8*time.Second), set.Servers[:1])
+		mgr = env.StartManager()
+
+		By("granting both again, to a new grant, well before the copies would have expired")
+		for _, c := range []struct {
+			lock  *v1alpha1.DistributedLock
+			value string
+		}{{lapsed, lapsedValue}, {lost, lostValue}} {
+			Eventually(func(g Gomega) {
+				cur := fetch(c.lock)
+				expectHeldBy(g, cur, "h")
+				g.Expect(cur.Status.GrantID).NotTo(Equal("g1"), "a new grant")
+				g.Expect(testenv.CountEqual(set.ValuesOn(cur.Status.Key), c.value)).To(BeZero(), "copies of g1 left on the masters")
+			}, 20*time.Second).Should(Succeed(), "lock %s/%s", ns, c.lock.Name)
+		}
+		Expect(eventReasons(ns, "lost-at-adoption")).To(ContainElement("Lost"))
+	})
+
 	It("never lets the keys expire before the validity status shows when the ttl shrinks", func() {
 		lock := newLock(ms, "shrinking", "", "h", 4*time.Second)
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())

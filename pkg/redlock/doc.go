@@ -26,16 +26,15 @@
 // every master in turn does not wear a held lock away; a failed extension
 // re-creates nothing. An extension whose quorum arrives after its new
 // validity fails with [ErrExpired], and one that finds the value gone from a
-// quorum fails with [ErrNotHeld]. When Acquire generated the value, both
-// remove the copies they refreshed, so that a lost lock leaves no copy that
-// would keep the key from the next grant (its own holder's included). A
-// value given with [WithValue], or a restored lock's, may be renewed by
-// another process at the same time (a new leader adopting a grant while
-// the old one, paused, still extends it): a failed extension leaves it to
-// expire, and only [Lock.Release] removes it — the caller releases once it
-// knows no one else renews the value. For the same reason an extension never
-// shortens a copy's remaining TTL: a late extension by the process with the
-// shorter TTL does not cut short the copies another renews.
+// quorum fails with [ErrNotHeld]. Neither removes the copies it refreshed:
+// a lock's value may be renewed by more than one process at a time (a lock
+// restored elsewhere — a new leader adopting a grant while the old one,
+// paused, still extends it), and a copy removed under the other would free
+// the key while its validity stands. A lost lock's copies expire with its
+// TTL; [Lock.Release] removes them at once, and the caller calls it once it
+// knows no one else renews the value. For the same reason an extension
+// never shortens a copy's remaining TTL: a late extension with a shorter
+// TTL does not cut short the copies another process renews.
 //
 // With [WithFencing], an acquisition also takes a fencing token
 // ([Lock.Token]) that is strictly increasing per key across all clients,

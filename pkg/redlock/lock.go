@@ -17,11 +17,6 @@ type Lock struct {
 	value string
 	ttl   time.Duration
 	token int64 // fencing token; 0 without WithFencing and when restored
-	// own is set when Acquire generated the value: no other process can
-	// renew it, so a failed extension may remove its copies. A value the
-	// caller gave (WithValue) or restored may be renewed by another
-	// process too, and only Release removes it.
-	own bool
 
 	// acquired[i] is closed once the acquisition's SET to master i has
 	// answered or timed out: later requests to master i wait for it, so a
@@ -150,7 +145,6 @@ type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
 	value   string
-	own     bool // value generated here, not given
 	fencing bool
 }
 
@@ -200,7 +194,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		o(&ac)
 	}
 	if ac.value == "" {
-		ac.value, ac.own = crand.Text(), true
+		ac.value = crand.Text()
 	} else if err := validateValue(OpAcquire, ac.value); err != nil {
 		return nil, err
 	}
@@ -311,7 +305,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 				break
 			}
 		}
-		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, own: ac.own, validUntil: validUntil, acquired: r.done, votes: v.votes}
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, acquired: r.done, votes: v.votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
 	case errors.Is(res, errNoQuorum):
@@ -374,11 +368,13 @@ func (c *Client) raiseFence(ctx context.Context, key string, token int64, acquir
 // master in turn does not wear the lock away. A failed extension never
 // re-creates a key. When a quorum reports the value gone, the lock is
 // marked lost. When a quorum extended it only after the new validity had
-// passed (ErrExpired), the lock is marked lost too. Either way a value
-// Acquire generated is then removed from every master like a failed
-// acquisition's; a value given with WithValue or restored is left to
-// expire (another process may renew it), for its owner to Release. An
-// extension never shortens a copy's remaining TTL.
+// passed (ErrExpired), the lock is marked lost too. Either way the copies
+// the extension refreshed stay until they expire or the caller calls
+// Release: another process may renew the same value (a lock restored
+// elsewhere, such as a new operator leader adopting it while this one,
+// paused, was extending it), and removing copies under it would free the
+// key while its validity stands. An extension never shortens a copy's
+// remaining TTL, for the same reason.
 func (l *Lock) Extend(ctx context.Context) error {
 	return l.observed(l.extend(ctx))
 }
@@ -435,19 +431,15 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		l.restore(r, ttlMillis, timeout)
 		return ev, nil
 	case errors.Is(res, ErrExpired):
-		// Extended, but too late to count: the lock is lost, and the copies
-		// the extension just refreshed for a whole TTL would keep the key
-		// from everyone. Remove them, each after its request ended — unless
-		// another process may renew the same value (see dropLost).
+		// Extended, but too late to count: the lock is lost. The copies
+		// stay (see Extend): another process may renew the same value.
 		kind = ErrExpired
-		l.dropLost(r, timeout, v.votes)
+		l.validUntil = time.Time{}
 	case errors.Is(res, errNoQuorum) && c.anyList(v.lists, func(t Tally, _, quorum int) bool { return t.Held+t.Absent >= quorum }):
 		// A quorum (of some list) says the value is gone: the lock is
-		// lost. The minority that still held it was just refreshed for a
-		// whole TTL, which would keep the key from everyone (this client's
-		// next grant included): remove those copies as above.
+		// lost; the minority's copies stay, as above.
 		kind = ErrNotHeld
-		l.dropLost(r, timeout, v.votes)
+		l.validUntil = time.Time{}
 	case errors.Is(res, errNoQuorum):
 		// Failures kept the quorum from answering; the old validity stands.
 		kind = ErrQuorumUnavailable
@@ -457,20 +449,6 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	e := c.opError(OpExtend, l.key, kind, v.ctxErr, v.votes)
 	ev.Err = e
 	return ev, e
-}
-
-// dropLost marks the lock lost after a failed extension (r, with votes)
-// and, when the value is its own, removes the copies the extension
-// refreshed, each after its request ended. A value given with WithValue or
-// restored is left to expire: another process may renew it (a new operator
-// leader adopting the grant while this one, paused, was extending it), and
-// a copy removed under it would free the key while that process's validity
-// stands. Its owner releases it (Release) once it knows no one renews it.
-func (l *Lock) dropLost(r *round, timeout time.Duration, votes []Vote) {
-	l.validUntil = time.Time{}
-	if l.own {
-		r.abandon(l.key, l.value, timeout, votes, true)
-	}
 }
 
 // Release deletes the lock's value from every master that holds it, never

@@ -712,6 +712,10 @@ func TestRestoreHandsOverToAnotherClient(t *testing.T) {
 	if err := restored.Release(ctx); err != nil {
 		t.Fatalf("Release of a restored lock: %v", err)
 	}
+	// Release returns once a quorum answered; Close waits for the rest.
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range servers {
 		if v := value(t, s, key); v != "" {
 			t.Fatalf("key left on %s", s.Addr())
@@ -1105,21 +1109,19 @@ func TestProbe(t *testing.T) {
 	}
 }
 
-// TestLateExtendReleasesRefreshedCopies: an extension that reaches its
-// quorum only after the new validity has passed fails with ErrExpired, but
-// the masters did reset the key's TTL. Those copies are removed when
-// Acquire generated the value (no other process can renew it), so the next
-// grant is not kept waiting for a whole TTL.
-func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
+// TestReleaseAfterLateExtendRemovesCopies: an extension that reaches its
+// quorum only after the new validity has passed fails with ErrExpired and
+// leaves the copies (another process may renew the value); the caller's
+// Release then removes them, so the next grant is not kept waiting.
+func TestReleaseAfterLateExtendRemovesCopies(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	const key, ttl = "late-extend", 2 * time.Second
+	const key, ttl = "late-extend", 3 * time.Second
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(10*time.Second))
 	ctx := context.Background()
 	lock, err := c.Acquire(ctx, key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHeldEverywhere(t, servers, key, lock.Value())
 	// The masters hold the value for long enough to outlive the stall below.
 	for i, s := range servers {
 		a := s.Client()
@@ -1133,13 +1135,22 @@ func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 	if !errors.Is(err, redlock.ErrExpired) {
 		t.Fatalf("err = %v, want ErrExpired", err)
 	}
-	if got := countOutcome(votesOf(t, err), redlock.OutcomeGranted); got < 2 {
+	votes := votesOf(t, err)
+	if got := countOutcome(votes, redlock.OutcomeGranted); got < 2 {
 		t.Fatalf("granted votes = %d, want a (late) quorum", got)
 	}
 	if lock.Valid() {
 		t.Fatal("the lock is still valid after a late extension")
 	}
-	expectCopiesRemoved(t, servers, key, votesOf(t, err))
+	for i, v := range votes {
+		if v.Outcome == redlock.OutcomeGranted && value(t, servers[i], key) != lock.Value() {
+			t.Errorf("master %d granted the late extension, and its copy is gone before any release", i)
+		}
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("release after the late extension: %v", err)
+	}
+	expectCopiesRemoved(t, servers, key)
 }
 
 // TestLateExtendLeavesASharedValue: a deposed operator leader, paused in
@@ -1152,7 +1163,7 @@ func TestLateExtendReleasesRefreshedCopies(t *testing.T) {
 // extension removed the copies.
 func TestLateExtendLeavesASharedValue(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	const key, val = "late-shared", "grant-1"
+	const key, val, ttl = "late-shared", "grant-1", 2 * time.Second
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(10*time.Second))
 	ctx := context.Background()
 	adopter, err := c.Acquire(ctx, key, time.Minute, redlock.WithValue(val))
@@ -1160,7 +1171,7 @@ func TestLateExtendLeavesASharedValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHeldEverywhere(t, servers, key, val)
-	deposed, err := c.Restore(key, val, time.Second, time.Now().Add(time.Second))
+	deposed, err := c.Restore(key, val, ttl, time.Now().Add(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1178,20 +1189,20 @@ func TestLateExtendLeavesASharedValue(t *testing.T) {
 	}
 }
 
-// TestLostExtendLeavesASharedValue: an extension that finds a value given
-// with WithValue gone from a quorum loses the lock but removes none of the
-// minority's copies: another process may renew that value, and its owner
-// releases it. (Its own generated value's copies are removed:
-// TestLostExtendRemovesRefreshedCopies.)
-func TestLostExtendLeavesASharedValue(t *testing.T) {
+// TestLostExtendLeavesTheCopies: an extension that finds the value gone
+// from a quorum loses the lock but removes none of the minority's copies:
+// another process may renew that value (TestReleaseAfterLostExtendRemovesCopies
+// has its caller release them).
+func TestLostExtendLeavesTheCopies(t *testing.T) {
 	servers := redistest.StartN(t, 5, redistest.Options{})
-	const key, val = "lost-shared", "grant-2"
+	const key = "lost-shared"
 	ctx := context.Background()
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
-	if _, err := c.Acquire(ctx, key, time.Minute, redlock.WithValue(val)); err != nil {
+	lock, err := c.Acquire(ctx, key, time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitHeldEverywhere(t, servers, key, val)
+	waitHeldEverywhere(t, servers, key, lock.Value())
 	for _, s := range servers[:3] {
 		a := s.Client()
 		if err := a.Del(ctx, key).Err(); err != nil {
@@ -1199,21 +1210,16 @@ func TestLostExtendLeavesASharedValue(t *testing.T) {
 		}
 		_ = a.Close()
 	}
-	other := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
-	lock, err := other.Restore(key, val, time.Minute, time.Now().Add(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := lock.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("extend with the value gone from three of five: %v, want ErrNotHeld", err)
 	}
 	// Close waits for everything the client started, clean-ups included.
-	if err := other.Close(); err != nil {
+	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range servers[3:] {
-		if got := value(t, s, key); got != val {
-			t.Errorf("master %d: value %q after the lost extension, want %q left for its owner", i+3, got, val)
+		if got := value(t, s, key); got != lock.Value() {
+			t.Errorf("master %d: value %q after the lost extension, want %q left for its owner", i+3, got, lock.Value())
 		}
 	}
 }
@@ -1241,7 +1247,7 @@ func extendLate(t *testing.T, servers []*redistest.Server, lock *redlock.Lock) e
 		return scriptCalls(t, servers[0]) > before
 	})
 	// Waiting for the instant itself: nothing else marks it.
-	time.Sleep(time.Until(time.Now().Add(lock.TTL())))
+	time.Sleep(lock.TTL())
 	for _, s := range servers[1:] {
 		if err := s.Cont(); err != nil {
 			t.Fatal(err)
@@ -1288,18 +1294,10 @@ func waitHeldEverywhere(t *testing.T, servers []*redistest.Server, key, val stri
 	})
 }
 
-// expectCopiesRemoved checks what a failed extension leaves of key: the
-// masters that answered (votes) are clean when Extend returns, a straggler
-// right after its answer.
-func expectCopiesRemoved(t *testing.T, servers []*redistest.Server, key string, votes []redlock.Vote) {
+// expectCopiesRemoved waits for every master to be clean of key (a
+// release returns once a quorum answered; stragglers follow).
+func expectCopiesRemoved(t *testing.T, servers []*redistest.Server, key string) {
 	t.Helper()
-	for i, v := range votes {
-		if v.Outcome != redlock.OutcomePending {
-			if got := value(t, servers[i], key); got != "" {
-				t.Errorf("master %d answered, and kept the refreshed copy %q (PTTL %v)", i, got, pttl(t, servers[i], key))
-			}
-		}
-	}
 	waitFor(t, 5*time.Second, "every copy to be removed", func() bool {
 		for _, s := range servers {
 			if value(t, s, key) != "" {
@@ -1310,11 +1308,11 @@ func expectCopiesRemoved(t *testing.T, servers []*redistest.Server, key string, 
 	})
 }
 
-// TestLostExtendRemovesRefreshedCopies: an extension that finds the value
-// gone from a quorum loses the lock, and removes the copies the minority
-// still held (and had just refreshed for a whole TTL), so that they do not
-// keep the key from the next grant (issue 18, case 5).
-func TestLostExtendRemovesRefreshedCopies(t *testing.T) {
+// TestReleaseAfterLostExtendRemovesCopies: an extension that finds the
+// value gone from a quorum loses the lock; the copies the minority still
+// held (just refreshed for a whole TTL) stay until the caller releases
+// them, and then the key is free at once (issue 18, case 5).
+func TestReleaseAfterLostExtendRemovesCopies(t *testing.T) {
 	servers := redistest.StartN(t, 5, redistest.Options{})
 	const key = "lost-extend"
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
@@ -1335,17 +1333,14 @@ func TestLostExtendRemovesRefreshedCopies(t *testing.T) {
 	if !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("extend with the value gone from three of five: %v, want ErrNotHeld", err)
 	}
-	// Decided once three said "absent": the minority's answers may still
-	// be on their way (pending). The masters that answered are clean when
-	// Extend returns; a straggler right after its answer, well within the
-	// minute its refreshed copy would otherwise live.
-	votes := votesOf(t, err)
-	if got := countOutcome(votes, redlock.OutcomeGranted) + countOutcome(votes, redlock.OutcomePending); got != 2 {
-		t.Fatalf("granted or pending votes = %d, want the minority of 2 that still held the value: %+v", got, votes)
+	// A quorum answers "no key" first (ErrNotHeld); the minority's
+	// deletions follow.
+	if err := lock.Release(ctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("release after the loss: %v", err)
 	}
-	expectCopiesRemoved(t, servers, key, votes)
-	// The key is free at once on the two that held the orphan: a client
-	// of those two alone (quorum 2) is granted it.
+	expectCopiesRemoved(t, servers, key)
+	// The key is free on the two that held the orphan: a client of those
+	// two alone (quorum 2) is granted it.
 	minority := newClient(t, redistest.Addrs(servers[3:]), redlock.WithTries(1))
 	if _, err := minority.Acquire(ctx, key, time.Second); err != nil {
 		t.Fatalf("acquire on the former minority after the loss: %v", err)
