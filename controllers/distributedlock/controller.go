@@ -826,7 +826,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	if !r.requestedPodMayHold(ctx, s) {
 		return
 	}
-	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil {
+	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && lapsedForRelease(lock, s.now) {
 		// Status still shows a grant whose validity passed (decideHolder)
 		// and that no Session here renews: it is replaced or hidden by
 		// this reconcile's patch, and what it left released after that.
@@ -984,12 +984,27 @@ func (r *Reconciler) giveBackShown(s *scope, c *redlock.Client) {
 	}
 	s.givingBack = true
 	name := client.ObjectKeyFromObject(lock)
+	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		if c == nil {
+			// The master set was not resolved in this reconcile (the show
+			// phase runs anyway): its last good client.
+			c = r.Masters.Lookup(ms)
+		}
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 		err := r.releaseGrant(octx, g, c)
 		logf.FromContext(ctx).V(1).Info("released what a grant no longer shown left", "lock", name, "grantID", g.grantID, "error", errString(err))
 	})
+}
+
+// lapsedForRelease reports whether lock's shown grant, which no Session
+// here renews, lapsed long enough ago to be released: its validity may
+// come from another manager's clock, so the clock drift allowance passes
+// first (until then its copies would have been there anyway).
+func lapsedForRelease(lock *v1alpha1.DistributedLock, now time.Time) bool {
+	st := lock.Status
+	return st.ValidUntil == nil || !now.Before(st.ValidUntil.Add(redlock.Drift(lock.Spec.TTL.Duration)))
 }
 
 // grantRef names a grant in Redis.
@@ -1056,6 +1071,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	lock := s.lock
 	if !controllerutil.ContainsFinalizer(lock, Finalizer) {
 		return nil
+	}
+	if h := r.sessions.get(lock.UID); h != nil && (lock.Status.Holder == nil || !showsGrantOf(lock.Status, h)) {
+		// The cache may show the deletion but not this manager's own last
+		// commit (a grant made just before it): what status shows decides
+		// between giving the Session back now and hiding its grant first.
+		fresh := &v1alpha1.DistributedLock{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
+			return fmt.Errorf("read lock: %w", err)
+		}
+		if fresh.UID != lock.UID {
+			return nil
+		}
+		s.continueFrom(fresh)
+		lock = s.lock
 	}
 	c := r.clientFor(ctx, lock)
 	if lock.Status.Holder != nil {
@@ -1134,6 +1163,12 @@ func (r *Reconciler) showHolder(s *scope) {
 	}
 	if st.ValidUntil == nil || !s.now.Before(st.ValidUntil.Time) {
 		if r.sessions.get(lock.UID) == nil {
+			if !lapsedForRelease(lock, s.now) {
+				// Its validity passed; readers see that. It is hidden
+				// and released together once the drift allowance passed.
+				s.requeueAfter(st.ValidUntil.Add(redlock.Drift(lock.Spec.TTL.Duration)).Sub(s.now))
+				return
+			}
 			r.giveBackShown(s, s.client)
 		}
 		s.clear(v1alpha1.ReasonValidityExpired, "the grant's validity passed without renewal")

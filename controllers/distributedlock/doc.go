@@ -41,12 +41,15 @@
 //
 // Rules the controller keeps so that every quorum that can grant a key
 // overlaps the one holding it (issue 18):
-//   - a lost grant (its Session ended) is released on every master once
-//     status stopped showing it: copies a minority still held would keep
-//     the key from the next grant, the same holder's included. That guarded
-//     release is the only removal: grants' values are derived (UID, grant
-//     ID), so another manager may renew the same value, and pkg/redlock's
-//     failed extensions leave such values alone;
+//   - a grant lost or lapsed is released on every master once the patch
+//     that stops showing it committed — its Session ended, an adoption
+//     found it lost, or status shows it lapsed (by the drift allowance too,
+//     its validity may come from another manager's clock) with no Session
+//     here: copies a minority still held, or a late extension refreshed,
+//     would keep the key from the next grant, the same holder's included.
+//     That guarded release is the only removal of a lost grant's value:
+//     values are derived (UID, grant ID), so another manager may renew the
+//     same one, and pkg/redlock's failed extensions remove no copies;
 //   - every validity write is conditional on the validity it replaces, and
 //     never moves it back: a deposed leader woken from a pause cannot move
 //     it (case 3); a Session that lapsed while status shows its grant

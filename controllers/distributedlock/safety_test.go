@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -18,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
@@ -239,15 +242,16 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		// A window long enough to adopt a validity shown 8s ahead.
 		set := env.NewServingMasters(ns, "giveback-masters", 3, 10*time.Second)
 		lapsed := newLock(set, "lapsed-unrun", "lapsed-unrun-key", "", 4*time.Second)
+		unasked := newLock(set, "lapsed-unasked", "lapsed-unasked-key", "", 4*time.Second)
 		lost := newLock(set, "lost-at-adoption", "lost-at-adoption-key", "", 4*time.Second)
-		for _, l := range []*v1alpha1.DistributedLock{lapsed, lost} {
+		for _, l := range []*v1alpha1.DistributedLock{lapsed, unasked, lost} {
 			Expect(k8s.Create(suiteCtx, l)).To(Succeed())
 			Eventually(func() string { return readyReason(fetch(l)) }).Should(Equal("True/"+v1alpha1.ReasonValid), "lock %s/%s to be ready", ns, l.Name)
 		}
 		mgr.Stop()
 
-		By("showing grant g1 of each, with copies that outlive its validity by a minute: on every master for the lapsed one (as a late extension leaves them), on one of three for the other")
-		showGrant := func(l *v1alpha1.DistributedLock, validUntil time.Time, copies []*redistest.Server) string {
+		By("showing grant g1 of each, with copies that outlive its validity by a minute: on every master for the lapsed ones (as a late extension leaves them), on one of three for the one still shown valid")
+		showGrant := func(l *v1alpha1.DistributedLock, validUntil time.Time, copies []*redistest.Server, holder string) string {
 			cur := fetch(l)
 			value := env.Values.Value(string(cur.UID), "g1")
 			for _, srv := range copies {
@@ -266,13 +270,21 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 			}}
 			Expect(k8s.Status().Patch(suiteCtx, cur, client.RawPatch(types.MergePatchType, mustJSON(raw)))).To(Succeed())
 			cur = fetch(l)
-			cur.Spec.HolderIdentity = "h"
+			cur.Spec.HolderIdentity = holder
 			Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
 			return value
 		}
-		lapsedValue := showGrant(lapsed, time.Now().Add(-time.Second), set.Servers)
-		lostValue := showGrant(lost, time.Now().Add(8*time.Second), set.Servers[:1])
+		lapsedValue := showGrant(lapsed, time.Now().Add(-time.Second), set.Servers, "h")
+		unaskedValue := showGrant(unasked, time.Now().Add(-time.Second), set.Servers, "")
+		lostValue := showGrant(lost, time.Now().Add(8*time.Second), set.Servers[:1], "h")
 		mgr = env.StartManager()
+
+		By("hiding the lapsed grant nobody asks for any more, and releasing its copies")
+		Eventually(func(g Gomega) {
+			cur := fetch(unasked)
+			g.Expect(cur.Status.Holder).To(BeNil(), "the lapsed grant is still shown")
+			g.Expect(testenv.CountEqual(set.ValuesOn(cur.Status.Key), unaskedValue)).To(BeZero(), "copies of g1 left on the masters")
+		}, 20*time.Second).Should(Succeed(), "lock %s/lapsed-unasked", ns)
 
 		By("granting both again, to a new grant, well before the copies would have expired")
 		for _, c := range []struct {
@@ -286,7 +298,77 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 				g.Expect(testenv.CountEqual(set.ValuesOn(cur.Status.Key), c.value)).To(BeZero(), "copies of g1 left on the masters")
 			}, 20*time.Second).Should(Succeed(), "lock %s/%s", ns, c.lock.Name)
 		}
-		Expect(eventReasons(ns, "lost-at-adoption")).To(ContainElement("Lost"))
+		Eventually(func() []string { return eventReasons(ns, "lost-at-adoption") }).Should(ContainElement("Lost"), "lock %s/lost-at-adoption lost at its adoption", ns)
+	})
+
+	It("on deletion, releases in Redis only a grant status stopped showing, even when the cache shows the deletion but not its grant", func() {
+		lock := newLock(ms, "deleted-lagging", "deleted-lagging-key", "", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("True/"+v1alpha1.ReasonValid), "lock %s/deleted-lagging to be ready", ns)
+		ungranted := fetch(lock).Status
+
+		var (
+			stale      atomic.Bool // the next cached read of the deleted lock lags
+			mu         sync.Mutex
+			violations []string
+		)
+		isLock := func(o client.Object) bool { return o.GetNamespace() == ns && o.GetName() == "deleted-lagging" }
+		// Before any write of the lock: if the API server shows a grant
+		// still valid, a quorum of the masters holds its value.
+		check := func(what string) {
+			cur := &v1alpha1.DistributedLock{}
+			if err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), cur); err != nil || cur.Status.Holder == nil || cur.Status.ValidUntil == nil || !time.Now().Before(cur.Status.ValidUntil.Time) {
+				return
+			}
+			if n := testenv.CountEqual(ms.ValuesOn(cur.Status.Key), expectedValue(cur)); n < 2 {
+				mu.Lock()
+				violations = append(violations, fmt.Sprintf("before %s: status shows grant %s valid until %s, held on %d of 3 masters", what, cur.Status.GrantID, cur.Status.ValidUntil.Format(time.RFC3339Nano), n))
+				mu.Unlock()
+			}
+		}
+		mgr.Stop()
+		mgr = env.StartScopedManager(testenv.Scope{Intercept: &interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if err := c.Get(ctx, key, obj, opts...); err != nil {
+					return err
+				}
+				if l, ok := obj.(*v1alpha1.DistributedLock); ok && isLock(l) && !l.DeletionTimestamp.IsZero() && stale.CompareAndSwap(true, false) {
+					l.Status = *ungranted.DeepCopy() // the deletion is in the cache, the grant's commit not yet
+				}
+				return nil
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if isLock(obj) {
+					check("an update")
+				}
+				return c.Update(ctx, obj, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if isLock(obj) {
+					check("a status patch")
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}}, nil)
+
+		By("granting the lock, then deleting it while the manager's next cached read lags behind the grant")
+		cur := fetch(lock)
+		cur.Spec.HolderIdentity = "h"
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+		eventuallyHeldBy(lock, "h")
+		stale.Store(true)
+		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
+
+		By("letting the object go with its grant hidden before its keys were released")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), &v1alpha1.DistributedLock{}))
+		}).Should(BeTrue(), "lock %s/deleted-lagging to be gone", ns)
+		Expect(stale.Load()).To(BeFalse(), "the lagging read was served")
+		mu.Lock()
+		defer mu.Unlock()
+		Expect(violations).To(BeEmpty())
+		mgr.Stop()
+		mgr = env.StartManager()
 	})
 
 	It("never lets the keys expire before the validity status shows when the ttl shrinks", func() {

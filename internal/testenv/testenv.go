@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -202,6 +203,10 @@ type Scope struct {
 	// PodCacheCfg is the connection the cache of gated pods watches
 	// through (nil: the manager's), e.g. through a proxy a test stalls.
 	PodCacheCfg *rest.Config
+	// Intercept, when set, sits between the controllers and the manager's
+	// client (cached reads, writes): a test's fault, such as a cache read
+	// that lags behind the API server, or a check before a write.
+	Intercept *interceptor.Funcs
 }
 
 // StartScopedManager is StartManagerWith, as s says.
@@ -217,7 +222,18 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 	if wh != nil {
 		server = webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: wh.Port, CertDir: wh.Options.CertDir})
 	}
+	var newClient client.NewClientFunc
+	if s.Intercept != nil {
+		newClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, opts)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, *s.Intercept), nil
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewClient:                     newClient,
 		WebhookServer:                 server,
 		Scheme:                        e.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},

@@ -397,6 +397,12 @@ func parseServerInfo(info string) (runID string, uptime time.Duration, err error
 			continue
 		}
 		switch k {
+		case "redis_version":
+			// Extensions use PEXPIRE … GT (Redis 7): an older server
+			// would fail every one of them.
+			if major, _, _ := strings.Cut(v, "."); len(major) == 1 && major < "7" {
+				return "", 0, fmt.Errorf("redis_version %s: Redis 7 or later is needed", v)
+			}
 		case "run_id":
 			runID = v
 		case "uptime_in_seconds":

@@ -104,7 +104,9 @@
 // error matching [ErrInvalidArgument] and send nothing; a closed client
 // returns [ErrClosed].
 //
-// The quarantine check needs the INFO command: an ACL user without it cannot
+// The quarantine check reads INFO server, and a master older than Redis 7
+// (extensions use PEXPIRE … GT) does not vote, with an error that says so.
+// It needs the INFO command: an ACL user without it cannot
 // vote while the check is on. Registering the window needs EVAL and access
 // to [WindowKey]; a master that refuses it (NOPERM) still votes, by the
 // client's own window only, and [MasterStatus].WindowErr says why. With the check on, two addresses that reach the

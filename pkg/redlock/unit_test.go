@@ -17,6 +17,8 @@ func TestParseServerInfo(t *testing.T) {
 		wantErr bool
 	}{
 		{"redis 7", "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n", "abc123", 42 * time.Second, false},
+		{"redis 6", "# Server\r\nredis_version:6.2.14\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n", "", 0, true},
+		{"redis 10", "# Server\r\nredis_version:10.0.0\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n", "abc123", 42 * time.Second, false},
 		{"no run_id", "# Server\r\nuptime_in_seconds:42\r\n", "", 0, true},
 		{"no uptime", "run_id:abc\r\n", "", 0, true},
 		{"bad uptime", "run_id:abc\r\nuptime_in_seconds:x\r\n", "", 0, true},
