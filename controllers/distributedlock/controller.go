@@ -1077,13 +1077,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		// commit (a grant made just before it): what status shows decides
 		// between giving the Session back now and hiding its grant first.
 		fresh := &v1alpha1.DistributedLock{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
-			return fmt.Errorf("read lock: %w", err)
-		}
-		if fresh.UID != lock.UID {
+		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); {
+		case apierrors.IsNotFound(err):
+			// Gone, so nothing shows the grant any more.
+			_ = r.releaseSession(ctx, h)
 			return nil
+		case err != nil:
+			return fmt.Errorf("read lock: %w", err)
+		case fresh.UID != lock.UID:
+			return nil // re-created: releaseOthers gives the Session back
 		}
-		s.continueFrom(fresh)
+		// Nothing of the cached view is kept: the deletion computes no
+		// Ready or key of its own.
+		*s.lock = *fresh.DeepCopy()
+		s.orig = *fresh.Status.DeepCopy()
 		lock = s.lock
 	}
 	c := r.clientFor(ctx, lock)
@@ -1191,7 +1198,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	}
 	if err != nil {
 		if h := s.pending; h != nil {
-			switch r.writeOutcome(ctx, lock, h, err) {
+			switch r.writeOutcome(ctx, lock, h, s.adopted, err) {
 			case writeRefused:
 				r.dropPending(ctx, s, h, err)
 			case writeUnknown:
@@ -1235,8 +1242,8 @@ const (
 // writeOutcome tells what a status write that returned err did with the
 // grant h (see commitOutcome), reading the lock afresh when the error
 // does not say.
-func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, err error) writeResult {
-	return commitOutcome(err, func() (bool, error) {
+func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, adopted bool, err error) writeResult {
+	return commitOutcome(err, !adopted, func() (bool, error) {
 		fresh := &v1alpha1.DistributedLock{}
 		if gerr := r.APIReader.Get(context.WithoutCancel(ctx), client.ObjectKeyFromObject(lock), fresh); gerr != nil {
 			return false, gerr
@@ -1247,13 +1254,19 @@ func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.Distribute
 
 // commitOutcome decides what a failed status write did with its grant. A
 // refusal (conflict, invalid, gone, forbidden, bad request) committed
-// nothing. Any other error (a timeout, a reset connection, a request
-// cancelled while the manager stops) leaves the write in flight at the API
-// server, where it may still be applied after any read made now: a fresh
-// read that shows the grant says it committed; one that does not, or that
-// fails, says nothing for certain.
-func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
+// nothing — unless the grant is new (its ID was never shown before) and a
+// fresh read shows it: the refusal then answered a resend of a request
+// that had committed (client-go resends after a 5xx with Retry-After).
+// Any other error (a timeout, a reset connection, a request cancelled
+// while the manager stops) leaves the write in flight at the API server,
+// where it may still be applied after any read made now: a fresh read that
+// shows the grant says it committed; one that does not, or that fails,
+// says nothing for certain.
+func commitOutcome(err error, newGrant bool, showsGrant func() (bool, error)) writeResult {
 	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+		if shows, rerr := showsGrant(); newGrant && apierrors.IsConflict(err) && rerr == nil && shows {
+			return writeCommitted
+		}
 		return writeRefused
 	}
 	if shows, rerr := showsGrant(); rerr == nil && shows {
