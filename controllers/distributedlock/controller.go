@@ -826,7 +826,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	if !r.requestedPodMayHold(ctx, s) {
 		return
 	}
-	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && lapsedForRelease(lock, s.now) {
+	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) {
 		// Status still shows a grant whose validity passed (decideHolder)
 		// and that no Session here renews: it is replaced or hidden by
 		// this reconcile's patch, and what it left released after that.
@@ -998,13 +998,16 @@ func (r *Reconciler) giveBackShown(s *scope, c *redlock.Client) {
 	})
 }
 
-// lapsedForRelease reports whether lock's shown grant, which no Session
-// here renews, lapsed long enough ago to be released: its validity may
-// come from another manager's clock, so the clock drift allowance passes
-// first (until then its copies would have been there anyway).
-func lapsedForRelease(lock *v1alpha1.DistributedLock, now time.Time) bool {
-	st := lock.Status
-	return st.ValidUntil == nil || !now.Before(st.ValidUntil.Add(redlock.Drift(lock.Spec.TTL.Duration)))
+// releasableAt is when lock's shown grant, which no Session here renews,
+// has lapsed long enough to be released (zero: no validity is shown): its
+// validity may come from another manager's clock, so the clock drift
+// allowance passes first (until then its copies would have been there
+// anyway).
+func releasableAt(lock *v1alpha1.DistributedLock) time.Time {
+	if vu := lock.Status.ValidUntil; vu != nil {
+		return vu.Add(redlock.Drift(lock.Spec.TTL.Duration))
+	}
+	return time.Time{}
 }
 
 // grantRef names a grant in Redis.
@@ -1170,10 +1173,10 @@ func (r *Reconciler) showHolder(s *scope) {
 	}
 	if st.ValidUntil == nil || !s.now.Before(st.ValidUntil.Time) {
 		if r.sessions.get(lock.UID) == nil {
-			if !lapsedForRelease(lock, s.now) {
+			if at := releasableAt(lock); s.now.Before(at) {
 				// Its validity passed; readers see that. It is hidden
 				// and released together once the drift allowance passed.
-				s.requeueAfter(st.ValidUntil.Add(redlock.Drift(lock.Spec.TTL.Duration)).Sub(s.now))
+				s.requeueAfter(at.Sub(s.now))
 				return
 			}
 			r.giveBackShown(s, s.client)
@@ -1264,8 +1267,10 @@ func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.Distribute
 // says nothing for certain.
 func commitOutcome(err error, newGrant bool, showsGrant func() (bool, error)) writeResult {
 	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-		if shows, rerr := showsGrant(); newGrant && apierrors.IsConflict(err) && rerr == nil && shows {
-			return writeCommitted
+		if newGrant && apierrors.IsConflict(err) {
+			if shows, rerr := showsGrant(); rerr == nil && shows {
+				return writeCommitted
+			}
 		}
 		return writeRefused
 	}

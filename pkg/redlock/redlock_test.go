@@ -1196,8 +1196,25 @@ func TestLateExtendLeavesASharedValue(t *testing.T) {
 func TestLostExtendLeavesTheCopies(t *testing.T) {
 	servers := redistest.StartN(t, 5, redistest.Options{})
 	const key = "lost-shared"
-	ctx := context.Background()
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	lock := loseToAMajority(t, servers, c, key)
+	// Close waits for everything the client started, clean-ups included.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers[3:] {
+		if got := value(t, s, key); got != lock.Value() {
+			t.Errorf("master %d: value %q after the lost extension, want %q left for its owner", i+3, got, lock.Value())
+		}
+	}
+}
+
+// loseToAMajority acquires key for a minute on the five servers with c,
+// removes its value from three of them, and returns the lock once an
+// extension has found it lost (ErrNotHeld); the other two still hold it.
+func loseToAMajority(t *testing.T, servers []*redistest.Server, c *redlock.Client, key string) *redlock.Lock {
+	t.Helper()
+	ctx := context.Background()
 	lock, err := c.Acquire(ctx, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -1213,15 +1230,7 @@ func TestLostExtendLeavesTheCopies(t *testing.T) {
 	if err := lock.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("extend with the value gone from three of five: %v, want ErrNotHeld", err)
 	}
-	// Close waits for everything the client started, clean-ups included.
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range servers[3:] {
-		if got := value(t, s, key); got != lock.Value() {
-			t.Errorf("master %d: value %q after the lost extension, want %q left for its owner", i+3, got, lock.Value())
-		}
-	}
+	return lock
 }
 
 // extendLate extends lock while servers[1:] are frozen, and lets them
@@ -1317,22 +1326,7 @@ func TestReleaseAfterLostExtendRemovesCopies(t *testing.T) {
 	const key = "lost-extend"
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
 	ctx := context.Background()
-	lock, err := c.Acquire(ctx, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitHeldEverywhere(t, servers, key, lock.Value())
-	for _, s := range servers[:3] {
-		a := s.Client()
-		if err := a.Del(ctx, key).Err(); err != nil {
-			t.Fatal(err)
-		}
-		_ = a.Close()
-	}
-	err = lock.Extend(ctx)
-	if !errors.Is(err, redlock.ErrNotHeld) {
-		t.Fatalf("extend with the value gone from three of five: %v, want ErrNotHeld", err)
-	}
+	lock := loseToAMajority(t, servers, c, key)
 	// A quorum answers "no key" first (ErrNotHeld); the minority's
 	// deletions follow.
 	if err := lock.Release(ctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
