@@ -889,7 +889,10 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		// or a quorum's too late): released once status stopped showing
 		// the grant.
 		r.giveBackShown(s, c)
-		s.clear(v1alpha1.ReasonLost, "the masters no longer hold this grant: "+err.Error())
+		// A validity that passed between this reconcile's start and the
+		// adopting extension (ErrExpired) ended at the validity shown,
+		// which clearGrant records, not at this reconcile's start.
+		s.clear(heldReason(err), "the grant could not be adopted: "+err.Error())
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost", st.FencingToken, st.Holder.Identity)
 		r.acquire(ctx, s, c)
 		return

@@ -371,6 +371,70 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		mgr = env.StartManager()
 	})
 
+	It("records a grant whose validity passed before its adoption as ended at that validity, not earlier", func() {
+		lock := newLock(ms, "adopted-late", "adopted-late-key", "", 4*time.Second)
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("True/"+v1alpha1.ReasonValid), "lock %s/adopted-late to be ready", ns)
+		mgr.Stop()
+
+		By("showing grant g1 valid until a moment ago, with its copies on every master (so that the hiding write is not also a new grant's)")
+		cur := fetch(lock)
+		value := env.Values.Value(string(cur.UID), "g1")
+		for _, srv := range ms.Servers {
+			rdb := srv.Client()
+			Expect(rdb.Set(suiteCtx, cur.Status.Key, value, time.Minute).Err()).To(Succeed())
+			_ = rdb.Close()
+		}
+		validUntil := time.Now().Add(-300 * time.Millisecond).Truncate(time.Microsecond)
+		raw := map[string]any{"status": map[string]any{
+			"holder":       map[string]any{"identity": "h"},
+			"grantID":      "g1",
+			"fencingToken": 5,
+			"acquiredAt":   validUntil.Add(-4 * time.Second).UTC().Format(time.RFC3339Nano),
+			"renewedAt":    validUntil.Add(-4 * time.Second).UTC().Format(time.RFC3339Nano),
+			"validUntil":   validUntil.UTC().Format(time.RFC3339Nano),
+		}}
+		Expect(k8s.Status().Patch(suiteCtx, cur, client.RawPatch(types.MergePatchType, mustJSON(raw)))).To(Succeed())
+		cur = fetch(lock)
+		cur.Spec.HolderIdentity = "h"
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+
+		By("starting a manager whose reconcile began, by its clock, before that validity passed: a pause between a reconcile's start and its adopting extension, as a loaded machine gives")
+		var (
+			mu  sync.Mutex
+			hid *v1alpha1.DistributedLockStatus // the committed status that stopped showing g1
+		)
+		mgr = env.StartScopedManager(testenv.Scope{
+			Clock: laggingClock{lag: 10 * time.Second},
+			Intercept: &interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					err := c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+					if l, ok := obj.(*v1alpha1.DistributedLock); ok && err == nil && l.Namespace == ns && l.Name == "adopted-late" && l.Status.GrantID == "g1" && l.Status.Holder == nil {
+						mu.Lock()
+						if hid == nil {
+							hid = l.Status.DeepCopy()
+						}
+						mu.Unlock()
+					}
+					return err
+				},
+			},
+		}, nil)
+
+		By("hiding g1 with the end it showed, its validity, as when status stopped showing it")
+		hidden := func() *v1alpha1.DistributedLockStatus {
+			mu.Lock()
+			defer mu.Unlock()
+			return hid
+		}
+		Eventually(hidden, 20*time.Second).ShouldNot(BeNil(), "a committed status of lock %s/adopted-late that hides g1", ns)
+		Expect(hidden().ReleasedAt).NotTo(BeNil(), "releasedAt of the status of lock %s/adopted-late that hid g1", ns)
+		Expect(hidden().ReleasedAt.Time).To(BeTemporally(">=", validUntil), "lock %s/adopted-late: g1 recorded as ended before the validity status showed", ns)
+		Eventually(func() []string { return eventReasons(ns, "adopted-late") }).Should(ContainElement("Lost"), "lock %s/adopted-late lost at its adoption", ns)
+		mgr.Stop()
+		mgr = env.StartManager()
+	})
+
 	It("never lets the keys expire before the validity status shows when the ttl shrinks", func() {
 		lock := newLock(ms, "shrinking", "", "h", 4*time.Second)
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
@@ -653,3 +717,9 @@ func mustJSON(v any) []byte {
 	Expect(err).NotTo(HaveOccurred())
 	return b
 }
+
+// laggingClock reads real time lag behind.
+type laggingClock struct{ lag time.Duration }
+
+func (c laggingClock) Now() time.Time                  { return time.Now().Add(-c.lag) }
+func (c laggingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
