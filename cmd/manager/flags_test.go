@@ -90,6 +90,7 @@ func TestCheckFlags(t *testing.T) {
 		{flag: "--kube-api-qps", qps: -1, burst: 400},
 		{flag: "--kube-api-burst", qps: 200, burst: 0},
 		{flag: "--status-write-qps", mutate: func(c *config) { c.statusWriteQPS = -1 }},
+		{flag: "--failover-slack", mutate: func(c *config) { c.failoverSlack = -time.Second }},
 		{flag: "--max-concurrent-reconciles", mutate: func(c *config) { c.workers = 0 }},
 		{flag: "--probe-interval", mutate: func(c *config) { c.probeInterval = time.Millisecond }},
 		{flag: "--redis-node-timeout", mutate: func(c *config) { c.nodeTimeout = time.Minute }},
@@ -119,4 +120,25 @@ func TestCheckFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// The failover slack derived from the leader election flags covers a
+// standby that sees the crashed leader's last renewal a jittered retry
+// period late, waits out the Lease, takes it on its next jittered try and
+// adopts within adoptAllowance.
+func TestTakeoverTime(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		lease, retry time.Duration
+		want         time.Duration
+	}{
+		{"the defaults", 8 * time.Second, time.Second, 14400 * time.Millisecond},
+		{"client-go's defaults", 15 * time.Second, 2 * time.Second, 25800 * time.Millisecond},
+		{"a short Lease", 4 * time.Second, 500 * time.Millisecond, 8200 * time.Millisecond},
+		{"the test managers' Lease", 2 * time.Second, 200 * time.Millisecond, 4880 * time.Millisecond},
+	} {
+		if got := takeoverTime(tc.lease, tc.retry); got != tc.want {
+			t.Errorf("%s: takeoverTime(%v, %v) = %v, want %v", tc.name, tc.lease, tc.retry, got, tc.want)
+		}
+	}
 }

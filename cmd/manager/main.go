@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -65,9 +66,9 @@ func main() {
 	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
 	flag.StringVar(&cfg.leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
-	flag.DurationVar(&cfg.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a leader's Lease lasts without renewal; a replica waits that long before taking over from a leader that vanished.")
-	flag.DurationVar(&cfg.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its Lease before it stops leading (and the process exits).")
-	flag.DurationVar(&cfg.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
+	flag.DurationVar(&cfg.leaseDuration, "leader-elect-lease-duration", 8*time.Second, "How long a leader's Lease lasts without renewal; a replica waits that long before taking over from a leader that vanished.")
+	flag.DurationVar(&cfg.renewDeadline, "leader-elect-renew-deadline", 6*time.Second, "How long the leader keeps trying to renew its Lease before it stops leading (and the process exits).")
+	flag.DurationVar(&cfg.retryPeriod, "leader-elect-retry-period", time.Second, "How often replicas try to acquire or renew the Lease.")
 	flag.StringVar(&lockSecret, "lock-key-secret", namespace+"/redlock-operator-lock-key",
 		"namespace/name of the Secret holding the key lock values are derived from (created when missing).")
 	flag.DurationVar(&cfg.probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
@@ -90,6 +91,8 @@ func main() {
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second.")
 	flag.Float64Var(&cfg.statusWriteQPS, "status-write-qps", 0,
 		"Budget of status writes per second that refresh held locks' validity (about 1.15/ttl per held lock), sent on a client of their own besides --kube-api-qps, so that they never queue behind grants. 0: three quarters of --kube-api-qps.")
+	flag.DurationVar(&cfg.failoverSlack, "failover-slack", 0,
+		"Validity that held locks' status keeps ahead so that a standby taking over from a crashed leader adopts every lock before its status lapses; kept for locks whose ttl is at least twice it. 0: derived from the leader election flags (lease duration + 4.4 retry periods + 2s to adopt; 14.4s with the defaults), or none without leader election.")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -114,12 +117,29 @@ func main() {
 	if cfg.statusWriteQPS == 0 {
 		cfg.statusWriteQPS = qps * 3 / 4
 	}
+	if cfg.failoverSlack == 0 && cfg.leaderElect {
+		cfg.failoverSlack = takeoverTime(cfg.leaseDuration, cfg.retryPeriod)
+	}
 	restCfg := ctrl.GetConfigOrDie()
 	restCfg.QPS, restCfg.Burst = float32(qps), burst
 	if err := run(ctrl.SetupSignalHandler(), restCfg, cfg); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
 	}
+}
+
+// adoptAllowance is the time takeoverTime allows a new leader to start its
+// controllers and adopt the held locks once it leads.
+const adoptAllowance = 2 * time.Second
+
+// takeoverTime bounds how long after a crashed leader's last Lease renewal
+// a standby leads and has adopted the held locks: it observes that renewal
+// up to one jittered retry period late (client-go tries every retry period
+// × [1, 1+JitterFactor]), waits the lease duration from then, takes the
+// Lease on its next try, and adopts within adoptAllowance.
+func takeoverTime(lease, retry time.Duration) time.Duration {
+	jittered := time.Duration(float64(retry) * (1 + leaderelection.JitterFactor))
+	return lease + 2*jittered + adoptAllowance
 }
 
 // checkFlags refuses flag values the manager cannot run with, naming the
@@ -132,6 +152,8 @@ func checkFlags(cfg config, qps float64, burst int) error {
 		return fmt.Errorf("--kube-api-burst %d: must be at least 1", burst)
 	case cfg.statusWriteQPS < 0:
 		return fmt.Errorf("--status-write-qps %v: must be 0 (three quarters of --kube-api-qps) or more", cfg.statusWriteQPS)
+	case cfg.failoverSlack < 0:
+		return fmt.Errorf("--failover-slack %v: must be 0 (derived from the leader election flags) or more", cfg.failoverSlack)
 	case cfg.workers < 1:
 		return fmt.Errorf("--max-concurrent-reconciles %d: must be at least 1", cfg.workers)
 	case cfg.probeInterval < 100*time.Millisecond || cfg.probeInterval > 10*time.Minute:
@@ -165,6 +187,7 @@ type config struct {
 	probeInterval          time.Duration
 	workers                int
 	statusWriteQPS         float64
+	failoverSlack          time.Duration
 	nodeTimeout            time.Duration
 	gateImage              string
 	enableWebhook          bool
@@ -216,6 +239,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		Metrics:       m,
 
 		StatusWriteQPS: cfg.statusWriteQPS,
+		FailoverSlack:  cfg.failoverSlack,
 
 		DefaultNodeTimeout: cfg.nodeTimeout,
 		GateImage:          cfg.gateImage,

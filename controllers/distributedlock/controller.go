@@ -116,6 +116,11 @@ type Reconciler struct {
 	// StatusWriteQPS is the budget of validity refreshes per second
 	// (default DefaultStatusWriteQPS), sent on a client of their own.
 	StatusWriteQPS float64
+	// FailoverSlack is how long after the leader's last Lease renewal a
+	// standby may take to lead and adopt every held lock (0: no standby to
+	// wait for): status keeps that much validity ahead when the ttl is at
+	// least twice it, so that a crash of the leader lapses no lock.
+	FailoverSlack time.Duration
 
 	sessions   *sessions
 	writer     *statusWriter
@@ -1386,7 +1391,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err != nil {
 		return fmt.Errorf("status writer client: %w", err)
 	}
-	r.writer = newStatusWriter(wc, r.Recorder, r.Metrics, r.sessions, qps)
+	r.writer = newStatusWriter(wc, r.Recorder, r.Metrics, r.sessions, qps, r.FailoverSlack)
 	r.sessions.dropped = r.writer.forget
 	r.writer.reconcile = func(h *held) {
 		r.enqueue(lockRef(h.name, ""))

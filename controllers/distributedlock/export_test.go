@@ -15,9 +15,10 @@ func RefreshPatchFor(lock *v1alpha1.DistributedLock, renewedAt, validUntil, show
 	return refreshPatch(h, renewal.State{RenewedAt: renewedAt, ValidUntil: validUntil}, shown, "")
 }
 
-// The refresh schedule (see statusLead, renewLead and writesPerTTL).
+// The refresh schedule of a manager with no failover slack (see
+// refreshSchedule).
 var (
 	StatusLead   = statusLead
 	RenewLead    = renewLead
-	WritesPerTTL = writesPerTTL
+	WritesPerTTL = refreshSchedule{}.writesPerTTL
 )

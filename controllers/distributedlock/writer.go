@@ -38,7 +38,8 @@ const writeParallel = 32
 // statusWriter refreshes the validity that held locks' status shows. It
 // is the one writer of every grant this manager renews, once the reconcile
 // that made the grant has shown it, and it owns the refresh schedule: a
-// refresh is due statusLead before the shown validity passes; renewLead
+// refresh is due a lead before the shown validity passes (refreshSchedule:
+// enough to outlast a failover when the ttl allows); renewLead
 // before that the writer asks the grant's Session for a renewal
 // (RenewSoon), and sends the refresh as soon as the Session reports it (or
 // at the due time, with the latest renewal). Refreshes that are due go out
@@ -62,6 +63,7 @@ type statusWriter struct {
 	metrics  *metrics.Metrics
 	sessions *sessions
 	budget   *rate.Limiter
+	sched    refreshSchedule
 	// reports carries the renewals and losses of every Session this
 	// manager starts.
 	reports *renewal.Reports
@@ -119,10 +121,13 @@ const (
 	inFlight              // being written
 )
 
-func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metrics, ss *sessions, perSecond float64) *statusWriter {
+// newStatusWriter returns a writer of perSecond refreshes at most, whose
+// refreshes keep failover of validity ahead when the ttl allows.
+func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metrics, ss *sessions, perSecond float64, failover time.Duration) *statusWriter {
 	m.StatusWriteBudget.Set(perSecond)
 	return &statusWriter{
 		client: c, recorder: rec, metrics: m, sessions: ss,
+		sched:        refreshSchedule{failover: failover},
 		budget:       rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		reports:      renewal.NewReports(),
 		kickSchedule: make(chan struct{}, 1),
@@ -151,9 +156,9 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 	if fresh {
 		e = &refresh{h: h, index: -1}
 		w.entries[h.uid] = e
-		w.setDemand(w.demand + perSecond(ttl))
+		w.setDemand(w.demand + w.sched.perSecond(ttl))
 	} else if e.ttl != ttl {
-		w.setDemand(w.demand - perSecond(e.ttl) + perSecond(ttl))
+		w.setDemand(w.demand - w.sched.perSecond(e.ttl) + w.sched.perSecond(ttl))
 	}
 	e.ttl = ttl
 	moved := shown.After(e.shown)
@@ -164,12 +169,12 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 	if e.where == inFlight || (!fresh && !moved) {
 		return // its schedule stands
 	}
-	due := writeDue(e.shown, e.ttl)
+	due := w.sched.due(e.shown, e.ttl)
 	if at, ok := w.refused[h.grantID]; ok {
 		// A refresh of this grant was refused a moment ago: the reconcile
 		// that re-tracks it may still work from a stale cache.
 		if retry := at.Add(refusedBackoff); retry.After(due) {
-			w.backOff(e, earlier(retry, e.shown.Add(-statusLead(e.ttl)/2)))
+			w.backOff(e, earlier(retry, e.shown.Add(-w.sched.lead(e.ttl)/2)))
 			return
 		}
 	}
@@ -194,7 +199,7 @@ func (w *statusWriter) renewed(h *held) {
 		return
 	}
 	at := h.session.State().RenewedAt
-	if !time.Now().Before(e.notBefore) && !at.Before(e.askedAt) && freshForWrite(e.shown, e.ttl, at) {
+	if !time.Now().Before(e.notBefore) && !at.Before(e.askedAt) && w.sched.fresh(e.shown, e.ttl, at) {
 		w.place(e, ready)
 	}
 }
@@ -233,7 +238,7 @@ func (w *statusWriter) behind() bool {
 		return false
 	}
 	e := w.ready.items[0]
-	return time.Until(e.shown) < statusLead(e.ttl)/2
+	return time.Until(e.shown) < w.sched.lead(e.ttl)/2
 }
 
 // forget stops refreshing h's grant.
@@ -359,7 +364,7 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 func (w *statusWriter) wakeUp(now time.Time) (ask []*held) {
 	for w.waiting.Len() > 0 && !w.waiting.items[0].wake.After(now) {
 		e := w.waiting.items[0]
-		if !now.Before(e.due) || freshForWrite(e.shown, e.ttl, e.h.session.State().RenewedAt) {
+		if !now.Before(e.due) || w.sched.fresh(e.shown, e.ttl, e.h.session.State().RenewedAt) {
 			w.place(e, ready)
 			continue
 		}
@@ -449,7 +454,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		e.shown = st.ValidUntil
 	}
 	if w.entries[h.uid] == e {
-		w.schedule(e, writeDue(e.shown, e.ttl))
+		w.schedule(e, w.sched.due(e.shown, e.ttl))
 	}
 	demand, budget := w.demand, float64(w.budget.Limit())
 	w.mu.Unlock()
@@ -593,18 +598,63 @@ func refreshPatch(h *held, st renewal.State, shown time.Time, shownText string) 
 }
 
 // perSecond is the status writes per second a grant of ttl needs.
-func perSecond(ttl time.Duration) float64 {
-	return writesPerTTL(ttl) / ttl.Seconds()
+// The refresh schedule. A refresh is due a lead before the validity status
+// shows passes; the renewal it shows is asked for renewLead before that, and
+// any renewal made within two renewLeads of the due time is fresh enough to
+// send at once.
+//
+// The lead is what status keeps ahead of now, so it is what carries a lock
+// through a time with no writes: a slow API server, or the time a standby
+// takes to lead and adopt after the leader crashed (failover). It is the
+// failover slack when the ttl is at least twice that (then status never
+// lapses on a crash failover, for under 2.2 writes per ttl), and otherwise
+// statusLead: raising the lead of a shorter ttl would cost up to twice the
+// writes and still not cover a failover (see docs/failover.md).
+type refreshSchedule struct {
+	// failover is how long after the leader's last Lease renewal a standby
+	// may take to lead and adopt (0: nothing to cover).
+	failover time.Duration
 }
 
-// The refresh schedule. A refresh is due statusLead before the validity
-// status shows passes; the renewal it shows is asked for renewLead before
-// that, and any renewal made within two renewLeads of the due time is
-// fresh enough to send at once.
+// lead is how long before the shown validity passes a refresh is due.
+func (p refreshSchedule) lead(ttl time.Duration) time.Duration {
+	if p.failover > 0 && ttl >= 2*p.failover {
+		return max(p.failover, statusLead(ttl))
+	}
+	return statusLead(ttl)
+}
 
-// statusLead is how long before the validity status shows passes its
-// refresh is due: the time a status write has to land. A tenth of the ttl,
-// and at least min(ttl/4, 500ms).
+// due is when status showing validity shown must be refreshed (zero when
+// nothing is shown).
+func (p refreshSchedule) due(shown time.Time, ttl time.Duration) time.Time {
+	if shown.IsZero() {
+		return time.Time{}
+	}
+	return shown.Add(-p.lead(ttl))
+}
+
+// fresh reports whether a renewal made at renewedAt is the one to write for
+// validity shown: it was made within two renewLeads of the due time.
+func (p refreshSchedule) fresh(shown time.Time, ttl time.Duration, renewedAt time.Time) bool {
+	due := p.due(shown, ttl)
+	return !due.IsZero() && !renewedAt.Before(due.Add(-2*renewLead(ttl)))
+}
+
+// writesPerTTL is how many status writes per ttl a held grant needs in
+// steady state: a write shows the validity of a renewal made renewLead
+// before it was due, and is due a lead before that validity passes.
+func (p refreshSchedule) writesPerTTL(ttl time.Duration) float64 {
+	cycle := ttl - redlock.Drift(ttl) - p.lead(ttl) - renewLead(ttl)
+	return float64(ttl) / float64(cycle)
+}
+
+// perSecond is writesPerTTL per second.
+func (p refreshSchedule) perSecond(ttl time.Duration) float64 {
+	return p.writesPerTTL(ttl) / ttl.Seconds()
+}
+
+// statusLead is the least lead of a refresh: the time a status write has to
+// land. A tenth of the ttl, and at least min(ttl/4, 500ms).
 func statusLead(ttl time.Duration) time.Duration {
 	return max(ttl/10, min(ttl/4, 500*time.Millisecond))
 }
@@ -614,30 +664,6 @@ func statusLead(ttl time.Duration) time.Duration {
 // round.
 func renewLead(ttl time.Duration) time.Duration {
 	return min(max(ttl/50, 20*time.Millisecond), time.Second)
-}
-
-// writeDue is when status showing validity shown must be refreshed (zero
-// when nothing is shown).
-func writeDue(shown time.Time, ttl time.Duration) time.Time {
-	if shown.IsZero() {
-		return time.Time{}
-	}
-	return shown.Add(-statusLead(ttl))
-}
-
-// freshForWrite reports whether a renewal made at renewedAt is the one to
-// write for validity shown: it was made within two renewLeads of writeDue.
-func freshForWrite(shown time.Time, ttl time.Duration, renewedAt time.Time) bool {
-	due := writeDue(shown, ttl)
-	return !due.IsZero() && !renewedAt.Before(due.Add(-2*renewLead(ttl)))
-}
-
-// writesPerTTL is how many status writes per ttl a held grant needs in
-// steady state: a write shows the validity of a renewal made renewLead
-// before it was due, and is due statusLead before that validity passes.
-func writesPerTTL(ttl time.Duration) float64 {
-	cycle := ttl - redlock.Drift(ttl) - statusLead(ttl) - renewLead(ttl)
-	return float64(ttl) / float64(cycle)
 }
 
 // reschedule retries e at due after a failed write, unless it was
@@ -738,7 +764,7 @@ func (w *statusWriter) remove(e *refresh) {
 	w.place(e, parked)
 	if w.entries[e.h.uid] == e {
 		delete(w.entries, e.h.uid)
-		w.setDemand(w.demand - perSecond(e.ttl))
+		w.setDemand(w.demand - w.sched.perSecond(e.ttl))
 	}
 }
 

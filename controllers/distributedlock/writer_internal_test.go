@@ -99,44 +99,50 @@ func TestRefreshPatchIsConditional(t *testing.T) {
 }
 
 // TestRefreshSchedule: a refresh is due a tenth of the ttl (at least
-// min(ttl/4, 500ms)) before the shown validity passes, asks for its
-// renewal a fiftieth of the ttl (in [20ms, 1s]) before that, and takes
-// any renewal within two of those as fresh.
+// min(ttl/4, 500ms)) before the shown validity passes, or the failover
+// slack when the ttl is at least twice that; it asks for its renewal a
+// fiftieth of the ttl (in [20ms, 1s]) before that, and takes any renewal
+// within two of those as fresh.
 func TestRefreshSchedule(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for _, tc := range []struct {
 		name             string
-		ttl              time.Duration
+		ttl, failover    time.Duration
 		lead, renewLead  time.Duration
 		writesPerTTLLess float64
 	}{
-		{"ttl 10s: the write lands a second ahead, its renewal 200ms before it", 10 * time.Second, time.Second, 200 * time.Millisecond, 1.16},
-		{"ttl 60s: six seconds ahead, renewal a second before", time.Minute, 6 * time.Second, time.Second, 1.15},
-		{"ttl 1s: at least a quarter of the ttl ahead", time.Second, 250 * time.Millisecond, 20 * time.Millisecond, 1.4},
-		{"ttl 3s: at least 500ms ahead", 3 * time.Second, 500 * time.Millisecond, 60 * time.Millisecond, 1.25},
+		{"ttl 10s: the write lands a second ahead, its renewal 200ms before it", 10 * time.Second, 0, time.Second, 200 * time.Millisecond, 1.16},
+		{"ttl 60s: six seconds ahead, renewal a second before", time.Minute, 0, 6 * time.Second, time.Second, 1.15},
+		{"ttl 1s: at least a quarter of the ttl ahead", time.Second, 0, 250 * time.Millisecond, 20 * time.Millisecond, 1.4},
+		{"ttl 3s: at least 500ms ahead", 3 * time.Second, 0, 500 * time.Millisecond, 60 * time.Millisecond, 1.25},
+		{"ttl 60s, failover 21s: the failover slack ahead, at 40% more writes", time.Minute, 21 * time.Second, 21 * time.Second, time.Second, 1.62},
+		{"ttl 42s, failover 21s: exactly twice the slack, under 2.2 writes per ttl", 42 * time.Second, 21 * time.Second, 21 * time.Second, 840 * time.Millisecond, 2.2},
+		{"ttl 41s, failover 21s: too short to cover a failover, a tenth as without one", 41 * time.Second, 21 * time.Second, 4100 * time.Millisecond, 820 * time.Millisecond, 1.16},
+		{"ttl 10s, failover 21s: a tenth", 10 * time.Second, 21 * time.Second, time.Second, 200 * time.Millisecond, 1.16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := statusLead(tc.ttl); got != tc.lead {
-				t.Errorf("statusLead(%v) = %v, want %v", tc.ttl, got, tc.lead)
+			p := refreshSchedule{failover: tc.failover}
+			if got := p.lead(tc.ttl); got != tc.lead {
+				t.Errorf("lead(%v) = %v, want %v", tc.ttl, got, tc.lead)
 			}
 			if got := renewLead(tc.ttl); got != tc.renewLead {
 				t.Errorf("renewLead(%v) = %v, want %v", tc.ttl, got, tc.renewLead)
 			}
-			if got := writesPerTTL(tc.ttl); got <= 1 || got >= tc.writesPerTTLLess {
+			if got := p.writesPerTTL(tc.ttl); got <= 1 || got >= tc.writesPerTTLLess {
 				t.Errorf("writesPerTTL(%v) = %.3f, want in (1, %v)", tc.ttl, got, tc.writesPerTTLLess)
 			}
 			shown := now.Add(tc.ttl)
-			due := writeDue(shown, tc.ttl)
+			due := p.due(shown, tc.ttl)
 			if !due.Equal(shown.Add(-tc.lead)) {
-				t.Errorf("writeDue = shown-%v, want shown-%v", shown.Sub(due), tc.lead)
+				t.Errorf("due = shown-%v, want shown-%v", shown.Sub(due), tc.lead)
 			}
-			if !freshForWrite(shown, tc.ttl, due.Add(-tc.renewLead)) {
+			if !p.fresh(shown, tc.ttl, due.Add(-tc.renewLead)) {
 				t.Error("the renewal asked for before the write is not fresh enough to write")
 			}
-			if freshForWrite(shown, tc.ttl, due.Add(-2*tc.renewLead-time.Millisecond)) {
+			if p.fresh(shown, tc.ttl, due.Add(-2*tc.renewLead-time.Millisecond)) {
 				t.Error("a renewal older than two renewLeads before the due write counts as fresh")
 			}
-			w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+			w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, tc.failover)
 			e := &refresh{h: &held{uid: "a"}, ttl: tc.ttl, shown: shown, index: -1}
 			w.schedule(e, due)
 			if !e.wake.Equal(due.Add(-tc.renewLead)) {
@@ -144,7 +150,7 @@ func TestRefreshSchedule(t *testing.T) {
 			}
 		})
 	}
-	if !writeDue(time.Time{}, time.Second).IsZero() || freshForWrite(time.Time{}, time.Second, now) {
+	if p := (refreshSchedule{}); !p.due(time.Time{}, time.Second).IsZero() || p.fresh(time.Time{}, time.Second, now) {
 		t.Error("with nothing shown, a write is scheduled")
 	}
 }
@@ -160,7 +166,7 @@ func TestRefreshAsksForItsRenewal(t *testing.T) {
 		renewal.Config{Client: func() *redlock.Client { return nil }})
 	t.Cleanup(s.Orphan)
 	renewed := s.State().RenewedAt
-	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	track := func(uid string, due time.Time) *refresh {
 		e := &refresh{h: &held{uid: types.UID(uid), session: s}, ttl: ttl, shown: due.Add(statusLead(ttl)), index: -1}
 		w.entries[e.h.uid] = e
@@ -208,7 +214,7 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
 		renewal.Config{Client: func() *redlock.Client { return nil }})
 	t.Cleanup(s.Orphan)
-	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	now := time.Now()
 	entry := func(uid string) *refresh {
 		// Due now, the grant's last renewal (now) fresh enough to show.
@@ -284,7 +290,7 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 // registered asks for nothing.
 func TestReportsReachTheWriter(t *testing.T) {
 	ss := newSessions()
-	w := newStatusWriter(nil, nil, metrics.New(), ss, 10)
+	w := newStatusWriter(nil, nil, metrics.New(), ss, 10, 0)
 	asked := make(chan *held, 4)
 	w.reconcile = func(h *held) { asked <- h }
 	go w.readReports(t.Context())
@@ -323,7 +329,7 @@ func TestReportsReachTheWriter(t *testing.T) {
 // whose shown validity passes first is sent first; waiting ones become due
 // in the order of their due times.
 func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
-	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	base := time.Unix(1000, 0)
 	mk := func(uid string, shown time.Duration) *refresh {
 		e := &refresh{h: &held{uid: types.UID(uid)}, ttl: 10 * time.Second, shown: base.Add(shown), index: -1}
@@ -341,7 +347,7 @@ func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
 		t.Errorf("due refreshes went out in the order %q, want abcd", got)
 	}
 	for _, e := range []*refresh{mk("y", 20*time.Second), mk("x", 10*time.Second), mk("z", 30*time.Second)} {
-		w.schedule(e, writeDue(e.shown, e.ttl))
+		w.schedule(e, w.sched.due(e.shown, e.ttl))
 	}
 	got = ""
 	for w.waiting.Len() > 0 {
@@ -357,7 +363,7 @@ func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
 // and checks after each move that every tracked refresh is in the heap its
 // place names, at its index, and that both heaps keep their order.
 func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
-	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	base := time.Now()
 	sess := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: 10 * time.Second, Every: time.Hour, ValidUntil: base.Add(2 * time.Hour)},
@@ -408,7 +414,7 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 			}
 			e.shown = base.Add(time.Duration(rnd.IntN(100)) * time.Second)
 			if e.where != inFlight {
-				w.schedule(e, writeDue(e.shown, e.ttl))
+				w.schedule(e, w.sched.due(e.shown, e.ttl))
 			}
 		case op == 1 && tracked && e.where != inFlight: // a fresh renewal
 			w.place(e, ready)
@@ -432,7 +438,7 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 // refreshes are due than it can have in flight, or when the first due one
 // is about to lapse.
 func TestNewGrantsWaitWhileRefreshesAreBehind(t *testing.T) {
-	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	if w.behind() {
 		t.Fatal("an idle writer is behind")
 	}

@@ -51,6 +51,10 @@ type Options struct {
 	// StatusWriteQPS is the budget of held locks' validity refreshes per
 	// second (default distributedlock.DefaultStatusWriteQPS).
 	StatusWriteQPS float64
+	// FailoverSlack is how long after the leader's last Lease renewal a
+	// standby may take to lead and adopt every held lock; status keeps that
+	// much validity ahead when a lock's ttl is at least twice it (0: none).
+	FailoverSlack time.Duration
 	// Metrics receives the operator's metrics (registered by the caller).
 	Metrics *metrics.Metrics
 	// RedlockOptions are added to every master set's client (tests).
@@ -155,6 +159,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Clock:                   o.Clock,
 		MaxConcurrentReconciles: o.Workers,
 		StatusWriteQPS:          o.StatusWriteQPS,
+		FailoverSlack:           o.FailoverSlack,
 		IgnoreNodes:             o.IgnoreNodes,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)

@@ -316,12 +316,23 @@ func (e *Env) NewMasters(ns, name string, n int, maxTTL time.Duration) *MasterSe
 // every master serving (fresh masters sit out their quarantine first).
 func (e *Env) NewServingMasters(ns, name string, n int, maxTTL time.Duration) *MasterSet {
 	ms := e.NewMasters(ns, name, n, maxTTL)
+	e.WaitServing(ms, 0)
+	return ms
+}
+
+// WaitServing waits until a running manager shows every master of ms
+// serving (fresh masters sit out their quarantine first), for up to
+// timeout (0: the suite's default).
+func (e *Env) WaitServing(ms *MasterSet, timeout time.Duration) {
+	var intervals []any
+	if timeout > 0 {
+		intervals = append(intervals, timeout)
+	}
 	Eventually(func(g Gomega) {
 		set := &v1alpha1.RedisMasterSet{}
-		g.Expect(e.Client.Get(e.Ctx, client.ObjectKey{Namespace: ns, Name: name}, set)).To(Succeed())
-		g.Expect(set.Status.Serving).To(BeEquivalentTo(n), "fresh masters sit out their quarantine first")
-	}).Should(Succeed())
-	return ms
+		g.Expect(e.Client.Get(e.Ctx, client.ObjectKey{Namespace: ms.NS, Name: ms.Name}, set)).To(Succeed())
+		g.Expect(set.Status.Serving).To(BeEquivalentTo(len(ms.Servers)), "fresh masters sit out their quarantine first")
+	}, intervals...).Should(Succeed(), "master set %s/%s to serve", ms.NS, ms.Name)
 }
 
 // StartServers starts n redis-server processes, stopped when the spec ends.

@@ -70,6 +70,35 @@ func (t *validityTracker) record(cl string, l *v1alpha1.DistributedLock) {
 	}
 }
 
+// twoManagers starts an API server, a set of n masters whose maxLockTTL is
+// maxTTL, and two manager processes with leader election, stopped when the
+// spec ends.
+func twoManagers(n int, maxTTL time.Duration) (*testenv.Env, string, *testenv.MasterSet, []*cluster) {
+	logs := GinkgoT().TempDir()
+	env := testenv.Start()
+	DeferCleanup(env.Stop)
+	kubeconfig := env.Kubeconfig(logs)
+	ns := env.NewNamespace()
+	ms := env.NewMasters(ns, "masters", n, maxTTL)
+	managers := []*cluster{
+		{name: "m1", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns},
+		{name: "m2", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns},
+	}
+	for _, m := range managers {
+		m.start()
+		DeferCleanup(m.kill)
+	}
+	return env, ns, ms, managers
+}
+
+// createHeldLock creates lock-i on ms for the static holder "holder".
+func createHeldLock(env *testenv.Env, ns string, ms *testenv.MasterSet, i int, ttl time.Duration) {
+	Expect(env.Client.Create(env.Ctx, &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("lock-%d", i)},
+		Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: ttl}, HolderIdentity: "holder"},
+	})).To(Succeed())
+}
+
 // leaderElectionID names the Lease cmd/manager elects its leader with.
 const leaderElectionID = "redlock-operator.redlock.dev"
 
@@ -103,27 +132,10 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 		)
 		pauses := []time.Duration{3 * time.Second, lockTTL + 1500*time.Millisecond}
 		rounds := max(3, int(*durationFlag/(12*time.Second)))
-		logs := GinkgoT().TempDir()
-
 		By("starting one API server, five masters and two manager processes with leader election")
-		env := testenv.Start()
-		DeferCleanup(env.Stop)
-		kubeconfig := env.Kubeconfig(logs)
-		ns := env.NewNamespace()
-		ms := env.NewMasters(ns, "masters", 5, lockTTL)
-		managers := []*cluster{
-			{name: "m1", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns},
-			{name: "m2", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns},
-		}
-		for _, m := range managers {
-			m.start()
-			DeferCleanup(m.kill)
-		}
+		env, ns, ms, managers := twoManagers(5, lockTTL)
 		for i := range locks {
-			Expect(env.Client.Create(env.Ctx, &v1alpha1.DistributedLock{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("lock-%d", i)},
-				Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: lockTTL}, HolderIdentity: "holder"},
-			})).To(Succeed())
+			createHeldLock(env, ns, ms, i, lockTTL)
 		}
 		tracker := &validityTracker{
 			recorder: &recorder{grants: map[string]*observed{}},
