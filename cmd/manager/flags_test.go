@@ -97,6 +97,10 @@ func TestCheckFlags(t *testing.T) {
 		{flag: "--gate-image", mutate: func(c *config) { c.gateImage = "" }},
 		{flag: "--webhook-port", mutate: func(c *config) { c.webhookPort = 70000 }},
 		{flag: "--leader-elect-renew-deadline", mutate: func(c *config) { c.renewDeadline = 20 * time.Second }},
+		{flag: "--leader-elect-retry-period", mutate: func(c *config) { c.retryPeriod = 9 * time.Second }}, // client-go: renew deadline > 1.2 × retry period
+		{flag: "--leader-elect-lease-duration", mutate: func(c *config) {
+			c.leaseDuration, c.renewDeadline, c.retryPeriod = 900*time.Millisecond, 800*time.Millisecond, 100*time.Millisecond
+		}}, // whole seconds in the Lease
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			cfg := good

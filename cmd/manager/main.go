@@ -90,7 +90,7 @@ func main() {
 	watchParsed := watchFlags(flag.CommandLine, &cfg)
 	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second.")
 	flag.Float64Var(&cfg.statusWriteQPS, "status-write-qps", 0,
-		"Budget of status writes per second that refresh held locks' validity (about 1.15/ttl per held lock), sent on a client of their own besides --kube-api-qps, so that they never queue behind grants. 0: three quarters of --kube-api-qps.")
+		"Budget of status writes per second that refresh held locks' validity (about 1.15/ttl per held lock; more for ttls that keep the failover slack), sent on a client of their own besides --kube-api-qps, so that they never queue behind grants. 0: three quarters of --kube-api-qps.")
 	flag.DurationVar(&cfg.failoverSlack, "failover-slack", 0,
 		"Validity that held locks' status keeps ahead so that a standby taking over from a crashed leader adopts every lock before its status lapses; kept for locks whose ttl is at least twice it. 0: derived from the leader election flags (lease duration + 4.4 retry periods + 2s to adopt; 14.4s with the defaults), or none without leader election.")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
@@ -164,8 +164,11 @@ func checkFlags(cfg config, qps float64, burst int) error {
 		return errors.New("--gate-image: must name an image (the operator's own)")
 	case cfg.enableWebhook && (cfg.webhookPort < 1 || cfg.webhookPort > 65535):
 		return fmt.Errorf("--webhook-port %d: must be a port, 1 to 65535", cfg.webhookPort)
-	case cfg.leaderElect && (cfg.retryPeriod <= 0 || cfg.renewDeadline <= cfg.retryPeriod || cfg.leaseDuration <= cfg.renewDeadline):
-		return fmt.Errorf("--leader-elect-lease-duration %v, --leader-elect-renew-deadline %v, --leader-elect-retry-period %v: want lease duration > renew deadline > retry period > 0",
+	case cfg.leaderElect && (cfg.retryPeriod <= 0 || cfg.renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(cfg.retryPeriod)) ||
+		cfg.leaseDuration <= cfg.renewDeadline || cfg.leaseDuration < time.Second):
+		// client-go refuses a renew deadline within 1.2 retry periods, and
+		// keeps the lease duration in whole seconds.
+		return fmt.Errorf("--leader-elect-lease-duration %v, --leader-elect-renew-deadline %v, --leader-elect-retry-period %v: want lease duration ≥ 1s, lease duration > renew deadline > 1.2 × retry period > 0",
 			cfg.leaseDuration, cfg.renewDeadline, cfg.retryPeriod)
 	}
 	return nil

@@ -897,7 +897,11 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		// A validity that passed between this reconcile's start and the
 		// adopting extension (ErrExpired) ended at the validity shown,
 		// which clearGrant records, not at this reconcile's start.
-		s.clear(heldReason(err), "the grant could not be adopted: "+err.Error())
+		reason := v1alpha1.ReasonLost
+		if errors.Is(err, redlock.ErrExpired) {
+			reason = v1alpha1.ReasonValidityExpired
+		}
+		s.clear(reason, "the grant could not be adopted: "+err.Error())
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost", st.FencingToken, st.Holder.Identity)
 		r.acquire(ctx, s, c)
 		return

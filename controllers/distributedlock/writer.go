@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -251,14 +253,59 @@ func (w *statusWriter) forget(h *held) {
 }
 
 // Start implements manager.Runnable: it sends refreshes as they fall due
-// until ctx ends.
+// until ctx ends, then hands over (handOver).
 func (w *statusWriter) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })
 	w.send(ctx, &wg)
+	wg.Wait()
+	w.handOver(logf.FromContext(ctx))
 	return nil
+}
+
+// handoverTimeout bounds the refreshes of a stopping leader, within the
+// manager's graceful shutdown timeout (30s).
+const handoverTimeout = 15 * time.Second
+
+// handOver runs when the manager stops: it refreshes, with its latest
+// renewal, every held lock whose shown validity passes within the failover
+// slack, nearest first. The manager still leads (it releases its Lease once
+// its runnables have stopped), and the next leader takes the released Lease
+// within a few retry periods and adopts: a lock whose lead is a tenth of its
+// ttl would otherwise lapse meanwhile (a rollout of the operator).
+func (w *statusWriter) handOver(log logr.Logger) {
+	if w.sched.failover <= 0 {
+		return // no standby to hand over to
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handoverTimeout)
+	defer cancel()
+	w.mu.Lock()
+	var due []*refresh
+	limit := time.Now().Add(w.sched.failover)
+	for _, e := range w.entries {
+		if e.where != inFlight && e.shown.Before(limit) {
+			w.place(e, inFlight)
+			due = append(due, e)
+		}
+	}
+	w.mu.Unlock()
+	slices.SortFunc(due, func(a, b *refresh) int { return a.shown.Compare(b.shown) })
+	start := time.Now()
+	sem := make(chan struct{}, writeParallel)
+	var wg sync.WaitGroup
+	for _, e := range due {
+		if w.budget.Wait(ctx) != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			w.write(ctx, e)
+		})
+	}
+	wg.Wait()
+	log.Info("refreshed the held locks' validity before handing over", "locks", len(due), "took", time.Since(start), "error", errString(ctx.Err()))
 }
 
 // scheduleLoop readies waiting refreshes as they wake and asks Sessions
@@ -597,7 +644,6 @@ func refreshPatch(h *held, st renewal.State, shown time.Time, shownText string) 
 	return b, nil
 }
 
-// perSecond is the status writes per second a grant of ttl needs.
 // The refresh schedule. A refresh is due a lead before the validity status
 // shows passes; the renewal it shows is asked for renewLead before that, and
 // any renewal made within two renewLeads of the due time is fresh enough to

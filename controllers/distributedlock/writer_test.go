@@ -165,3 +165,56 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 		}
 	})
 })
+
+var _ = Describe("A stopping manager that a standby takes over from", func() {
+	It("refreshes, before it stops leading, every held lock whose shown validity passes within the failover slack", func() {
+		// ttl 4s is less than twice the slack (3s): refreshes are due half
+		// a second ahead (statusLead), and a standby taking the released
+		// Lease a few retry periods later would find some lapsed.
+		const (
+			ttl   = 4 * time.Second
+			slack = 3 * time.Second
+			locks = 20
+		)
+		mgr := env.StartScopedManager(testenv.Scope{FailoverSlack: slack}, nil)
+		stopped := false
+		DeferCleanup(func() {
+			if !stopped {
+				mgr.Stop()
+			}
+		})
+		ms := env.NewServingMasters(env.NewNamespace(), "masters", 3, ttl)
+
+		By("granting the locks one by one over a ttl, so that their shown validities spread over the refresh cycle")
+		tick := time.NewTicker(ttl / locks)
+		defer tick.Stop()
+		var created []*v1alpha1.DistributedLock
+		for i := range locks {
+			l := newLock(ms, fmt.Sprintf("handed-over-%d", i), "", "h", ttl)
+			Expect(k8s.Create(suiteCtx, l)).To(Succeed())
+			created = append(created, l)
+			<-tick.C // spreading the grants is the setup, not a wait for anything
+		}
+		for _, l := range created {
+			Eventually(func(g Gomega) {
+				cur := fetch(l)
+				g.Expect(cur.Status.Holder).NotTo(BeNil())
+				g.Expect(cur.Status.RenewedAt.After(cur.Status.AcquiredAt.Time)).To(BeTrue(), "not refreshed yet")
+			}, 20*time.Second).Should(Succeed(), "lock %s/%s refreshed once", l.Namespace, l.Name)
+		}
+
+		By("stopping the manager, and finding every lock showing its latest renewal: well over the lead ahead")
+		at := time.Now()
+		mgr.Stop()
+		stopped = true
+		// The Sessions renew every ttl/3: the latest renewal shows at least
+		// ttl − ttl/3 − drift (2.6s) ahead of the stop; a lock the stopping
+		// manager did not refresh may show as little as the lead (0.5s).
+		for _, l := range created {
+			cur := fetch(l)
+			Expect(cur.Status.Holder).NotTo(BeNil(), "lock %s/%s is not held", cur.Namespace, cur.Name)
+			Expect(cur.Status.ValidUntil.Sub(at)).To(BeNumerically(">=", 1500*time.Millisecond),
+				"lock %s/%s shows less validity ahead of the stop than its latest renewal", cur.Namespace, cur.Name)
+		}
+	})
+})

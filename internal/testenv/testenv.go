@@ -200,6 +200,8 @@ type Scope struct {
 	Clock clock.PassiveClock
 	// StatusWriteQPS is the budget of validity refreshes (0: the default).
 	StatusWriteQPS float64
+	// FailoverSlack is the manager's --failover-slack (0: none).
+	FailoverSlack time.Duration
 	// PodCacheCfg is the connection the cache of gated pods watches
 	// through (nil: the manager's), e.g. through a proxy a test stalls.
 	PodCacheCfg *rest.Config
@@ -267,6 +269,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		WatchNamespaces: s.WatchNamespaces,
 		IgnoreNodes:     len(s.WatchNamespaces) > 0,
 		StatusWriteQPS:  s.StatusWriteQPS,
+		FailoverSlack:   s.FailoverSlack,
 		PodCacheConfig:  s.PodCacheCfg,
 	})
 	Expect(err).NotTo(HaveOccurred())

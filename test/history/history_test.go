@@ -90,6 +90,7 @@ type cluster struct {
 	kubeconfig string
 	logs       string
 	ns         string
+	args       []string // more flags of its manager (the last of a flag given twice wins)
 
 	mu      sync.Mutex
 	proc    *exec.Cmd
@@ -112,6 +113,7 @@ func (c *cluster) start() {
 		"--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1500ms", "--leader-elect-retry-period", "200ms",
 		"--probe-interval", "500ms", "--zap-log-level", "1", "--zap-time-encoding", "rfc3339nano",
 		"--enable-webhook=false") // no webhook configuration on these API servers
+	cmd.Args = append(cmd.Args, c.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	Expect(cmd.Start()).To(Succeed())

@@ -71,9 +71,9 @@ func (t *validityTracker) record(cl string, l *v1alpha1.DistributedLock) {
 }
 
 // twoManagers starts an API server, a set of n masters whose maxLockTTL is
-// maxTTL, and two manager processes with leader election, stopped when the
-// spec ends.
-func twoManagers(n int, maxTTL time.Duration) (*testenv.Env, string, *testenv.MasterSet, []*cluster) {
+// maxTTL, and two manager processes with leader election (and args),
+// stopped when the spec ends.
+func twoManagers(n int, maxTTL time.Duration, args ...string) (*testenv.Env, string, *testenv.MasterSet, []*cluster) {
 	logs := GinkgoT().TempDir()
 	env := testenv.Start()
 	DeferCleanup(env.Stop)
@@ -81,8 +81,8 @@ func twoManagers(n int, maxTTL time.Duration) (*testenv.Env, string, *testenv.Ma
 	ns := env.NewNamespace()
 	ms := env.NewMasters(ns, "masters", n, maxTTL)
 	managers := []*cluster{
-		{name: "m1", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns},
-		{name: "m2", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns},
+		{name: "m1", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns, args: args},
+		{name: "m2", env: env, kubeconfig: kubeconfig, logs: logs, ns: ns, args: args},
 	}
 	for _, m := range managers {
 		m.start()
@@ -122,15 +122,15 @@ func leaseHolder(ms []*cluster) *cluster {
 
 var _ = Describe("Two managers on one API server, the leader paused for longer than its Lease", func() {
 	It("never moves a grant's validity back, and never hides a grant whose shown validity stands", func() {
-		// Pauses alternate: longer than the Lease (2s, cluster.start) but
-		// not the ttl, and longer than the ttl too, so that the woken
-		// leader's Sessions have lapsed while the new leader renews their
-		// grants.
+		// Pauses alternate: longer than a standby takes to lead (2s Lease
+		// + 4 × 220ms, cluster.start) but not the ttl, and longer than the
+		// ttl too, so that the woken leader's Sessions have lapsed while
+		// the new leader renews their grants.
 		const (
 			lockTTL = 6 * time.Second
 			locks   = 8
 		)
-		pauses := []time.Duration{3 * time.Second, lockTTL + 1500*time.Millisecond}
+		pauses := []time.Duration{4 * time.Second, lockTTL + 1500*time.Millisecond}
 		rounds := max(3, int(*durationFlag/(12*time.Second)))
 		By("starting one API server, five masters and two manager processes with leader election")
 		env, ns, ms, managers := twoManagers(5, lockTTL)
@@ -200,7 +200,7 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 		for _, m := range managers {
 			m.ensureRunning()
 		}
-		Expect(deposed).To(BeNumerically(">=", 1), "no pause deposed the leader in %d rounds: the standby never took the Lease", 2*rounds)
+		Expect(deposed).To(Equal(rounds), "pauses that deposed the leader in %d tries: the standby did not take the Lease in the others", 2*rounds)
 		Eventually(allHeld, 60*time.Second, 100*time.Millisecond).Should(Succeed())
 		close(stop)
 		watchers.Wait()
