@@ -167,6 +167,11 @@ bench-locks: redis envtest ## One manager holding 1000 locks (ttl 10s) on envtes
 bench-locks-10k: redis envtest ## One manager holding 10,000 locks (ttl 60s, --kube-api-qps 400) for 5 minutes; prints a table (about 10 minutes).
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchlocks -locks 10000 -ttl 60s -duration 5m -sample 10s -kube-api-qps 400 -grant-timeout 10m $(BENCH_LOCKS_FLAGS)
 
+.PHONY: bench-failover
+bench-failover: redis envtest ## Leader handovers (SIGTERM, then SIGKILL) with 1,000 locks at ttl 10s and 10,000 at ttl 60s held by two manager processes; prints tables (about 20 minutes).
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchfailover -locks 1000 -ttl 10s $(BENCH_FAILOVER_FLAGS)
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchfailover -locks 10000 -ttl 60s -kube-api-qps 400 -grant-timeout 10m $(BENCH_FAILOVER_FLAGS)
+
 BENCH_MEMORY_FLAGS ?=
 .PHONY: bench-memory
 bench-memory: envtest ## The manager's memory before and after 1,000 unrelated ConfigMaps and Secrets appear; prints a table.

@@ -145,10 +145,9 @@ type scope struct {
 	lock *v1alpha1.DistributedLock
 	orig v1alpha1.DistributedLockStatus // status as read: the base and precondition of the patch
 	now  time.Time
-	// pending is a grant this reconcile made or adopted: it counts once the
-	// status patch has committed it, and is given back otherwise.
+	// pending is a grant this reconcile made: it counts once the status
+	// patch has committed it, and is given back otherwise.
 	pending *held
-	adopted bool
 	// requested is who should hold the lock (nil: nobody).
 	requested *v1alpha1.LockHolder
 	// pods are the pods that take part: those labelled for the lock, and
@@ -902,7 +901,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 			reason = v1alpha1.ReasonValidityExpired
 		}
 		s.clear(reason, "the grant could not be adopted: "+err.Error())
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost", st.FencingToken, st.Holder.Identity)
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost at its adoption: %s", st.FencingToken, st.Holder.Identity, conditions.Message(err.Error()))
 		r.acquire(ctx, s, c)
 		return
 	}
@@ -915,8 +914,18 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		grantID: grantID, holder: st.Holder.Identity, pod: st.Holder.Pod, token: st.FencingToken,
 		acquiredAt: acquiredAt, quorum: c.Quorum(),
 	}
-	s.adopted = true
+	// Adopted without a status write: status shows the grant, and this
+	// manager's writer refreshes it when due, nearest shown validity
+	// first, as it does every grant it renews (tracked once this
+	// reconcile's patch, if any, committed). A write per adopted lock
+	// would make a new leader's adoption of thousands of locks take longer
+	// than their shown validity (make bench-failover). The validity shown
+	// becomes this manager's to renew.
 	r.startSession(s, h, lk, c)
+	s.pending = nil
+	h.wrote(st.ValidUntil.Time)
+	r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventAdopted, "Renew", "resumed renewing the grant to %s (fencing token %d)", h.holder, h.token)
+	r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.token))
 }
 
 // startSession starts renewing a grant made or adopted by this reconcile.
@@ -1213,7 +1222,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	}
 	if err != nil {
 		if h := s.pending; h != nil {
-			switch r.writeOutcome(ctx, lock, h, s.adopted, err) {
+			switch r.writeOutcome(ctx, lock, h, err) {
 			case writeRefused:
 				r.dropPending(ctx, s, h, err)
 			case writeUnknown:
@@ -1229,11 +1238,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		f(context.WithoutCancel(ctx))
 	}
 	if h := s.pending; h != nil {
-		if s.adopted {
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventAdopted, "Renew", "resumed renewing the grant to %s (fencing token %d)", h.holder, h.token)
-		} else {
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventGranted, "Acquire", "granted to %s with fencing token %d", h.holder, h.token)
-		}
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventGranted, "Acquire", "granted to %s with fencing token %d", h.holder, h.token)
 		r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.token))
 	}
 	if h := s.pending; h != nil && s.ownValidity != nil {
@@ -1257,8 +1262,8 @@ const (
 // writeOutcome tells what a status write that returned err did with the
 // grant h (see commitOutcome), reading the lock afresh when the error
 // does not say.
-func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, adopted bool, err error) writeResult {
-	return commitOutcome(err, !adopted, func() (bool, error) {
+func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, err error) writeResult {
+	return commitOutcome(err, func() (bool, error) {
 		fresh := &v1alpha1.DistributedLock{}
 		if gerr := r.APIReader.Get(context.WithoutCancel(ctx), client.ObjectKeyFromObject(lock), fresh); gerr != nil {
 			return false, gerr
@@ -1267,19 +1272,20 @@ func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.Distribute
 	})
 }
 
-// commitOutcome decides what a failed status write did with its grant. A
-// refusal (conflict, invalid, gone, forbidden, bad request) committed
-// nothing — unless the grant is new (its ID was never shown before) and a
-// fresh read shows it: the refusal then answered a resend of a request
-// that had committed (client-go resends after a 5xx with Retry-After).
+// commitOutcome decides what a failed status write did with its new grant
+// (its ID was never shown before). A refusal (conflict, invalid, gone,
+// forbidden, bad request) committed nothing — unless it is a conflict and a
+// fresh read shows the grant: the refusal then answered a resend of a
+// request that had committed (client-go resends after a 5xx with
+// Retry-After).
 // Any other error (a timeout, a reset connection, a request cancelled
 // while the manager stops) leaves the write in flight at the API server,
 // where it may still be applied after any read made now: a fresh read that
 // shows the grant says it committed; one that does not, or that fails,
 // says nothing for certain.
-func commitOutcome(err error, newGrant bool, showsGrant func() (bool, error)) writeResult {
+func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
 	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-		if newGrant && apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) {
 			if shows, rerr := showsGrant(); rerr == nil && shows {
 				return writeCommitted
 			}
@@ -1305,17 +1311,10 @@ func (r *Reconciler) leavePending(s *scope, h *held, cause error) {
 		"grant %d to %s is left to expire: whether its status write committed is not known: %s", h.token, h.holder, conditions.Message(cause.Error()))
 }
 
-// dropPending gives back a grant this reconcile made or adopted whose
-// status write did not commit. An adopted grant that status still shows is
-// left standing (orphaned: the next reconcile adopts it again); anything
-// else is released, its value being unique to it.
+// dropPending gives back a grant this reconcile made whose status write
+// did not commit: it is released, its value being unique to it.
 func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *held, cause error) {
 	lock := s.lock
-	if s.adopted && grantIDOf(s.orig) == h.grantID && s.orig.Holder != nil {
-		r.sessions.drop(h)
-		h.session.Orphan()
-		return
-	}
 	_ = r.releaseSession(context.WithoutCancel(ctx), h)
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
 		"grant %d to %s was given back: status could not be written: %s", h.token, h.holder, conditions.Message(cause.Error()))
@@ -1397,6 +1396,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.writer = newStatusWriter(wc, r.Recorder, r.Metrics, r.sessions, qps, r.FailoverSlack)
 	r.sessions.dropped = r.writer.forget
+	r.sessions.last = r.writer.handedOver
 	r.writer.reconcile = func(h *held) {
 		r.enqueue(lockRef(h.name, ""))
 	}

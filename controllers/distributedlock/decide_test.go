@@ -78,8 +78,8 @@ func TestRenewalTiming(t *testing.T) {
 	}
 }
 
-// TestCommitOutcome: a failed status write's grant is given back only when
-// the write was refused; a write that may still be applied is left to
+// TestCommitOutcome: a failed status write's new grant is given back only
+// when the write was refused; a write that may still be applied is left to
 // expire unless a fresh read shows it committed.
 func TestCommitOutcome(t *testing.T) {
 	gr := schema.GroupResource{Group: "coordination.redlock.dev", Resource: "distributedlocks"}
@@ -87,25 +87,23 @@ func TestCommitOutcome(t *testing.T) {
 	unread := func() (bool, error) { t.Error("a refused write was read back"); return false, nil }
 	conflict := apierrors.NewConflict(gr, "l", errors.New("rv"))
 	for _, tc := range []struct {
-		name     string
-		err      error
-		newGrant bool
-		read     func() (bool, error)
-		want     writeResult
+		name string
+		err  error
+		read func() (bool, error)
+		want writeResult
 	}{
-		{"a conflict committed nothing", conflict, true, shows(false, nil), writeRefused},
-		{"a conflict answering the resend of a committed new grant: committed", conflict, true, shows(true, nil), writeCommitted},
-		{"a conflict on an adoption committed nothing, and is not read back: status showed the grant before", conflict, false, unread, writeRefused},
-		{"a conflict and a failed read: refused", conflict, true, shows(false, errors.New("read failed")), writeRefused},
-		{"an invalid write committed nothing", apierrors.NewInvalid(schema.GroupKind{Kind: "DistributedLock"}, "l", nil), true, unread, writeRefused},
-		{"a gone object took no write", apierrors.NewNotFound(gr, "l"), true, unread, writeRefused},
-		{"a timeout, and status shows the grant: committed", apierrors.NewTimeoutError("slow", 1), true, shows(true, nil), writeCommitted},
-		{"a timeout, and status does not show it yet: unknown", apierrors.NewTimeoutError("slow", 1), true, shows(false, nil), writeUnknown},
-		{"a request cancelled as the manager stops: unknown", context.Canceled, true, shows(false, nil), writeUnknown},
-		{"a failed read says nothing", errors.New("connection reset"), true, shows(false, errors.New("read failed")), writeUnknown},
+		{"a conflict committed nothing", conflict, shows(false, nil), writeRefused},
+		{"a conflict answering the resend of a committed new grant: committed", conflict, shows(true, nil), writeCommitted},
+		{"a conflict and a failed read: refused", conflict, shows(false, errors.New("read failed")), writeRefused},
+		{"an invalid write committed nothing", apierrors.NewInvalid(schema.GroupKind{Kind: "DistributedLock"}, "l", nil), unread, writeRefused},
+		{"a gone object took no write", apierrors.NewNotFound(gr, "l"), unread, writeRefused},
+		{"a timeout, and status shows the grant: committed", apierrors.NewTimeoutError("slow", 1), shows(true, nil), writeCommitted},
+		{"a timeout, and status does not show it yet: unknown", apierrors.NewTimeoutError("slow", 1), shows(false, nil), writeUnknown},
+		{"a request cancelled as the manager stops: unknown", context.Canceled, shows(false, nil), writeUnknown},
+		{"a failed read says nothing", errors.New("connection reset"), shows(false, errors.New("read failed")), writeUnknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := commitOutcome(tc.err, tc.newGrant, tc.read); got != tc.want {
+			if got := commitOutcome(tc.err, tc.read); got != tc.want {
 				t.Errorf("commitOutcome = %v, want %v", got, tc.want)
 			}
 		})

@@ -26,9 +26,12 @@
 //	lastHolderPod, queue, key,     against the status the reconcile started
 //	conditions, observedGeneration from
 //	renewedAt, validUntil, quorum  the reconciler, in the patch that commits
-//	                               a grant or an adoption (and when it hides
-//	                               one); the status writer (writer.go) for
-//	                               every later refresh: a JSON patch whose
+//	                               a grant (and when it hides one); the
+//	                               status writer (writer.go) for every
+//	                               later refresh, and for the first refresh
+//	                               of an adopted grant (an adoption writes
+//	                               nothing: the validity shown becomes this
+//	                               manager's to renew): a JSON patch whose
 //	                               test operations require the object, the
 //	                               grant, token and holder, and the validity
 //	                               it replaces
@@ -56,7 +59,10 @@
 //     renewed beyond any validity this manager's own writes committed
 //     (another manager renews it) is dropped without hiding or releasing
 //     the grant, and that reconcile acts on nothing else; an adoption
-//     extends the keys for at least the validity status shows;
+//     extends the keys for at least the validity status shows, and
+//     writes nothing: the writer refreshes adopted grants when due, nearest
+//     shown validity first, so that a new leader adopting thousands of
+//     locks does not spend their validity on a write each;
 //   - the pod of the last grant status committed (status.lastHolderPod)
 //     is a former holder while it may run, whether or not the pod gate has
 //     annotated it yet: nobody else is granted meanwhile, and it is first

@@ -58,6 +58,10 @@ type sessions struct {
 
 	// dropped is called with each grant dropped (optional).
 	dropped func(*held)
+	// last, when set, is closed once the stopping manager's last status
+	// writes are done (the writer's handover): the Sessions renew until
+	// then, for those writes to show fresh renewals.
+	last <-chan struct{}
 
 	mu        sync.Mutex
 	m         map[types.UID]*held
@@ -70,10 +74,14 @@ func newSessions() *sessions {
 	return &sessions{base: ctx, stop: cancel, m: map[types.UID]*held{}, bySession: map[*renewal.Session]*held{}}
 }
 
-// Start implements manager.Runnable: it blocks until the manager stops,
-// then orphans every session and waits for them.
+// Start implements manager.Runnable: it blocks until the manager stops
+// (and its last status writes are done), then orphans every session and
+// waits for them.
 func (ss *sessions) Start(ctx context.Context) error {
 	<-ctx.Done()
+	if ss.last != nil {
+		<-ss.last
+	}
 	ss.stop()
 	for _, h := range ss.all() {
 		h.session.Orphan()

@@ -73,6 +73,8 @@ type statusWriter struct {
 	// longer shows the grant, or its Session lost it.
 	reconcile func(*held)
 
+	// handedOver is closed once the writer stopped, after its handover.
+	handedOver chan struct{}
 	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
 	// wakes send (a refresh is ready).
 	kickSchedule, kickSend chan struct{}
@@ -132,6 +134,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		sched:        refreshSchedule{failover: failover},
 		budget:       rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		reports:      renewal.NewReports(),
+		handedOver:   make(chan struct{}),
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
 		entries:      map[types.UID]*refresh{},
@@ -253,8 +256,9 @@ func (w *statusWriter) forget(h *held) {
 }
 
 // Start implements manager.Runnable: it sends refreshes as they fall due
-// until ctx ends, then hands over (handOver).
+// until ctx ends, then hands over (handOver) and closes handedOver.
 func (w *statusWriter) Start(ctx context.Context) error {
+	defer close(w.handedOver)
 	var wg sync.WaitGroup
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })
@@ -268,12 +272,13 @@ func (w *statusWriter) Start(ctx context.Context) error {
 // manager's graceful shutdown timeout (30s).
 const handoverTimeout = 15 * time.Second
 
-// handOver runs when the manager stops: it refreshes, with its latest
-// renewal, every held lock whose shown validity passes within the failover
-// slack, nearest first. The manager still leads (it releases its Lease once
-// its runnables have stopped), and the next leader takes the released Lease
-// within a few retry periods and adopts: a lock whose lead is a tenth of its
-// ttl would otherwise lapse meanwhile (a rollout of the operator).
+// handOver runs when the manager stops: it refreshes every held lock whose
+// shown validity passes within the failover slack, nearest first, with a
+// renewal asked for then (the Sessions renew until the handover is done:
+// sessions.last). The manager still leads (it releases its Lease once its
+// runnables have stopped), and the next leader takes the released Lease
+// within a few retry periods and adopts: a lock whose lead is a tenth of
+// its ttl would otherwise lapse meanwhile (a rollout of the operator).
 func (w *statusWriter) handOver(log logr.Logger) {
 	if w.sched.failover <= 0 {
 		return // no standby to hand over to
@@ -301,6 +306,7 @@ func (w *statusWriter) handOver(log logr.Logger) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			awaitRenewal(ctx, e.h.session, renewNowTimeout)
 			w.write(ctx, e)
 		})
 	}
@@ -599,6 +605,25 @@ const (
 	retryBase = 100 * time.Millisecond
 	retryMax  = 5 * time.Second
 )
+
+// awaitRenewal asks s for a renewal and waits until it is made, for up to
+// timeout.
+func awaitRenewal(ctx context.Context, s *renewal.Session, timeout time.Duration) {
+	before := s.State().Renewals
+	s.RenewSoon()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(timeout)
+	for s.State().Renewals == before {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			return
+		case <-tick.C:
+		}
+	}
+}
 
 // renewNowTimeout bounds the wait for a renewal made for a late refresh;
 // past it, the latest renewal is shown.

@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"sort"
 	"strconv"
@@ -49,14 +48,8 @@ var (
 	writeQPS     = flag.Float64("status-write-qps", 0, "the manager's --status-write-qps (0: three quarters of -kube-api-qps)")
 )
 
-// hogEnv makes this program a CPU hog (see startHogs).
-const hogEnv = "BENCHLOCKS_HOG"
-
 func main() {
-	if os.Getenv(hogEnv) == "1" {
-		for { //nolint:staticcheck // SA5002: spinning is the point of a CPU hog
-		}
-	}
+	benchenv.HogIfAsked()
 	flag.Parse()
 	benchenv.Quiet()
 	if err := run(); err != nil {
@@ -77,7 +70,7 @@ func run() error {
 	defer env.Close()
 	k8s, reg, servers := env.Client, env.Registry, env.Servers
 	if *hog {
-		stop, err := startHogs()
+		stop, err := benchenv.StartHogs()
 		if err != nil {
 			return err
 		}
@@ -336,33 +329,6 @@ func classify(ctx context.Context, servers []*redistest.Server, bad []badLock) m
 		}
 	}
 	return out
-}
-
-// startHogs runs a CPU-burning copy of this program on every core, killed
-// with this process; stop kills them.
-func startHogs() (stop func(), err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	var cmds []*exec.Cmd
-	stop = func() {
-		for _, c := range cmds {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-	}
-	for range runtime.NumCPU() {
-		c := exec.Command(self) //nolint:gosec // this program itself, as a CPU hog
-		c.Env = append(os.Environ(), hogEnv+"=1")
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
-			stop()
-			return nil, fmt.Errorf("start CPU hog: %w", err)
-		}
-		cmds = append(cmds, c)
-	}
-	return stop, nil
 }
 
 // findProcs maps component names to PIDs: this process (the manager),

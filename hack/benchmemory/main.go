@@ -74,16 +74,8 @@ func run(ctx context.Context, bin string, n int, settle time.Duration) error {
 	if err != nil {
 		return err
 	}
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	kubeconfig, err := benchenv.Kubeconfig(env, dir)
 	if err != nil {
-		return err
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return err
 	}
 	for _, ns := range []string{"redlock-system", "locks"} {

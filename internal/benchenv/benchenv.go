@@ -9,9 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -58,6 +63,66 @@ type Options struct {
 	// QPS and Burst of the benchmark's own client (defaults 400 and 800).
 	QPS   float32
 	Burst int
+	// ManagerBinary, when set, runs ManagerProcesses (default 2) manager
+	// processes of that binary with leader election instead of the manager
+	// in this process, each with ManagerArgs besides the connection flags
+	// and with its log in a file.
+	ManagerBinary    string
+	ManagerProcesses int
+	ManagerArgs      []string
+	// KeepLogs leaves the directory with the masters' data and the
+	// managers' logs behind.
+	KeepLogs bool
+}
+
+// withDefaults fills in what o leaves out.
+func (o Options) withDefaults() Options {
+	if o.Masters == 0 {
+		o.Masters = 5
+	}
+	if o.QPS == 0 {
+		o.QPS, o.Burst = 400, 800
+	}
+	if o.ManagerQPS == 0 {
+		o.ManagerQPS = 200 // the manager binary's default --kube-api-qps
+	}
+	if o.StatusWriteQPS == 0 {
+		o.StatusWriteQPS = float64(o.ManagerQPS) * 3 / 4
+	}
+	return o
+}
+
+// Process is one manager process.
+type Process struct {
+	Name string
+	Cmd  *exec.Cmd
+	// Log is its log file; MetricsAddr its plain-HTTP metrics endpoint.
+	Log, MetricsAddr string
+
+	bin, dir string
+	args     []string
+	starts   int
+	exited   chan struct{}
+}
+
+// Done is closed once the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.exited }
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Leading reports whether the process runs and its log shows it acquired
+// the leader Lease.
+func (p *Process) Leading() bool {
+	b, err := os.ReadFile(p.Log)
+	return err == nil && !p.Exited() && strings.Contains(strings.ToLower(string(b)), "successfully acquired lease")
 }
 
 // Env is a running control plane, masters and manager.
@@ -71,6 +136,8 @@ type Env struct {
 	Registry *prometheus.Registry
 	// Namespace is Options.Namespace.
 	Namespace string
+	// Managers are the manager processes (Options.ManagerBinary).
+	Managers []*Process
 
 	closers []func()
 }
@@ -82,12 +149,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run KUBEBUILDER_ASSETS=$(hack/build-envtest.sh), or the make target")
 	}
-	if o.Masters == 0 {
-		o.Masters = 5
-	}
-	if o.QPS == 0 {
-		o.QPS, o.Burst = 400, 800
-	}
+	o = o.withDefaults()
 	e = &Env{Namespace: o.Namespace}
 	defer func() {
 		if err != nil {
@@ -108,12 +170,6 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	}
 	e.closers = append(e.closers, func() { _ = env.Stop() })
 	mgrCfg := rest.CopyConfig(cfg)
-	if o.ManagerQPS == 0 {
-		o.ManagerQPS = 200 // the manager binary's default --kube-api-qps
-	}
-	if o.StatusWriteQPS == 0 {
-		o.StatusWriteQPS = float64(o.ManagerQPS) * 3 / 4
-	}
 	mgrCfg.QPS, mgrCfg.Burst = o.ManagerQPS, int(2*o.ManagerQPS)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	e.Config = cfg
@@ -125,7 +181,11 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.closers = append(e.closers, func() { _ = os.RemoveAll(dir) })
+	if o.KeepLogs {
+		fmt.Printf("the managers' logs stay in %s\n", dir)
+	} else {
+		e.closers = append(e.closers, func() { _ = os.RemoveAll(dir) })
+	}
 	for i := range o.Masters {
 		s, err := redistest.Start(filepath.Join(dir, strconv.Itoa(i)), redistest.Options{})
 		if err != nil {
@@ -140,7 +200,12 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 			return nil, err
 		}
 	}
-	if err := e.startManager(ctx, mgrCfg, scheme, o); err != nil {
+	if o.ManagerBinary != "" {
+		err = e.startProcesses(env, dir, o)
+	} else {
+		err = e.startManager(ctx, mgrCfg, scheme, o)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := e.Client.Create(ctx, &v1alpha1.RedisMasterSet{
@@ -198,6 +263,91 @@ func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8srun
 	return nil
 }
 
+// startProcesses runs the manager processes of o.ManagerBinary against
+// env's API server.
+func (e *Env) startProcesses(env *envtest.Environment, dir string, o Options) error {
+	kubeconfig, err := Kubeconfig(env, dir)
+	if err != nil {
+		return err
+	}
+	if o.ManagerProcesses == 0 {
+		o.ManagerProcesses = 2
+	}
+	for i := range o.ManagerProcesses {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		p := &Process{Name: fmt.Sprintf("m%d", i+1), MetricsAddr: addr, dir: dir}
+		p.args = append([]string{"--kubeconfig", kubeconfig, "--enable-webhook=false", "--health-probe-bind-address=0",
+			"--metrics-secure=false", "--metrics-bind-address=" + addr,
+			"--leader-election-namespace=redlock-system", "--lock-key-secret=redlock-system/lock-key",
+			fmt.Sprintf("--kube-api-qps=%v", o.ManagerQPS), fmt.Sprintf("--kube-api-burst=%d", int(2*o.ManagerQPS)),
+			fmt.Sprintf("--status-write-qps=%v", o.StatusWriteQPS), fmt.Sprintf("--max-concurrent-reconciles=%d", max(o.Workers, 1))}, o.ManagerArgs...)
+		p.bin = o.ManagerBinary
+		if err := p.start(); err != nil {
+			return err
+		}
+		e.Managers = append(e.Managers, p)
+		e.closers = append(e.closers, func() {
+			_ = p.Cmd.Process.Kill()
+			<-p.exited
+		})
+	}
+	return nil
+}
+
+// start runs the process, logging to a new file in its directory.
+func (p *Process) start() error {
+	p.starts++
+	p.Log = filepath.Join(p.dir, fmt.Sprintf("%s-%d.log", p.Name, p.starts))
+	logf, err := os.Create(p.Log)
+	if err != nil {
+		return err
+	}
+	p.Cmd = exec.Command(p.bin, p.args...) //nolint:gosec // the binary to measure
+	p.Cmd.Env = append(os.Environ(), "POD_NAMESPACE=redlock-system")
+	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.Cmd.Start(); err != nil {
+		_ = logf.Close()
+		return err
+	}
+	exited, cmd := make(chan struct{}), p.Cmd
+	p.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		_ = logf.Close()
+		close(exited)
+	}()
+	return nil
+}
+
+// Restart starts an exited manager process again, with a new log.
+func (e *Env) Restart(p *Process) error {
+	if !p.Exited() {
+		return fmt.Errorf("manager %s still runs", p.Name)
+	}
+	return p.start()
+}
+
+// Kubeconfig writes a kubeconfig of an administrator of env's API server
+// into dir, for a manager process, and returns its path.
+func Kubeconfig(env *envtest.Environment, dir string) (string, error) {
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, kc, 0o600)
+}
+
 // Close stops the manager, the masters and the control plane, in that
 // order.
 func (e *Env) Close() {
@@ -239,4 +389,43 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// hogEnv makes a benchmark program a CPU hog (see StartHogs).
+const hogEnv = "REDLOCK_BENCH_HOG"
+
+// HogIfAsked spins for ever when this process was started by StartHogs;
+// call it first thing in main.
+func HogIfAsked() {
+	if os.Getenv(hogEnv) == "1" {
+		for { //nolint:staticcheck // SA5002: spinning is the point of a CPU hog
+		}
+	}
+}
+
+// StartHogs runs a CPU-burning copy of this program (see HogIfAsked) on
+// every core, killed by the returned stop (or with this process).
+func StartHogs() (stop func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var cmds []*exec.Cmd
+	stop = func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	for range runtime.NumCPU() {
+		c := exec.Command(self) //nolint:gosec // this program itself, as a CPU hog
+		c.Env = append(os.Environ(), hogEnv+"=1")
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("start CPU hog: %w", err)
+		}
+		cmds = append(cmds, c)
+	}
+	return stop, nil
 }

@@ -1,0 +1,361 @@
+// Command benchfailover measures a leader handover with many locks held: it
+// starts a real kube-apiserver and etcd (envtest), five redis-server masters
+// and two manager processes with leader election, grants the locks (spread
+// over one ttl), then stops the leader twice — SIGTERM, then, once the
+// stopped manager runs again as the standby, SIGKILL — and prints a table
+// per handover: locks granted again (their status lapsed before the new
+// leader adopted them), refreshes that landed late, lapses a watch saw, and
+// how long until the new leader had refreshed every lock. With -hog, a
+// CPU-burning process runs on every core beside it.
+//
+//	KUBEBUILDER_ASSETS=$(hack/build-envtest.sh) go run ./hack/benchfailover -locks 1000 -ttl 10s [-hog]
+//
+// (`make bench-failover` runs 1,000 locks at ttl 10s and 10,000 at 60s.)
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/benchenv"
+)
+
+var (
+	nLocks       = flag.Int("locks", 1000, "locks to hold")
+	ttl          = flag.Duration("ttl", 10*time.Second, "lock TTL")
+	mgrQPS       = flag.Float64("kube-api-qps", 200, "the managers' --kube-api-qps")
+	workers      = flag.Int("workers", 8, "the managers' --max-concurrent-reconciles")
+	hog          = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
+	grantTimeout = flag.Duration("grant-timeout", 5*time.Minute, "how long to wait for every lock to be granted, or adopted")
+	managerArgs  = flag.String("manager-args", "", "more flags of both managers, space-separated (e.g. --failover-slack=20s)")
+	keepLogs     = flag.Bool("keep-logs", false, "leave the managers' logs (at log level 1) behind, and say where")
+)
+
+func main() {
+	benchenv.HogIfAsked()
+	flag.Parse()
+	benchenv.Quiet()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchfailover:", err)
+		os.Exit(1)
+	}
+}
+
+// result is what one handover did.
+type result struct {
+	signal     string
+	regranted  int           // locks granted again with a new token
+	expired    int           // ... of which the validity passed before the adoption
+	late       float64       // refreshes the new leader wrote after the shown validity passed
+	seenLapses int           // locks a watch saw with no valid status for a while
+	worstLapse time.Duration // the longest of those
+	adopted    time.Duration // signal → every lock refreshed by the new leader
+	leastAhead time.Duration // the least validity any lock showed ahead at the signal
+	errors     int           // API errors while watching (counted, not fatal)
+}
+
+func run() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, err := os.MkdirTemp("", "benchfailover")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	bin := filepath.Join(dir, "manager")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/manager").CombinedOutput(); err != nil { //nolint:gosec // a temporary path of ours
+		return fmt.Errorf("build manager: %w: %s", err, out)
+	}
+	env, err := benchenv.Start(ctx, benchenv.Options{
+		MaxLockTTL: *ttl, Workers: *workers, Namespace: "bench", ManagerQPS: float32(*mgrQPS),
+		ManagerBinary: bin, ManagerArgs: strings.Fields(*managerArgs), KeepLogs: *keepLogs,
+	})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if *hog {
+		stop, err := benchenv.StartHogs()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	k8s := env.Client
+
+	fmt.Printf("creating %d locks over one ttl (%v)...\n", *nLocks, *ttl)
+	start := time.Now()
+	tick := time.NewTicker(max(*ttl/time.Duration(*nLocks), time.Millisecond))
+	for i := range *nLocks {
+		if err := k8s.Create(ctx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: fmt.Sprintf("lock-%05d", i)},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: benchenv.MasterSet, TTL: metav1.Duration{Duration: *ttl}, HolderIdentity: fmt.Sprintf("holder-%d", i)},
+		}); err != nil {
+			return err
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	if err := waitAll(ctx, env, func(l v1alpha1.DistributedLock) bool { return l.Status.Holder != nil }); err != nil {
+		return fmt.Errorf("granting: %w", err)
+	}
+	fmt.Printf("every lock granted %v after the first was created\n", time.Since(start).Round(time.Millisecond))
+
+	var results []result
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		r, err := handover(ctx, env, sig)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	hogged := ""
+	if *hog {
+		hogged = ", a CPU hog per core"
+	}
+	fmt.Printf("\n%d locks at ttl %v, 5 masters, two manager processes (--kube-api-qps %v, %d workers%s; %s)\n\n",
+		*nLocks, *ttl, *mgrQPS, *workers, hogged, strings.Join(append([]string{"default Lease"}, strings.Fields(*managerArgs)...), " "))
+	fmt.Println("| leader stopped by | least validity shown ahead | granted again (validity passed) | late refreshes | lapses a watch saw (longest) | every lock refreshed by the new leader | watch errors |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range results {
+		fmt.Printf("| %s | %v | %d (%d) | %.0f | %d (%v) | %v | %d |\n", r.signal, r.leastAhead.Round(time.Millisecond), r.regranted, r.expired,
+			r.late, r.seenLapses, r.worstLapse.Round(time.Millisecond), r.adopted.Round(time.Millisecond), r.errors)
+	}
+	return nil
+}
+
+// handover stops the leading manager with sig once every lock has been
+// refreshed since the last handover, measures until the new leader has
+// refreshed every lock, and starts the stopped manager again.
+func handover(ctx context.Context, env *benchenv.Env, sig syscall.Signal) (result, error) {
+	r := result{signal: map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGKILL: "SIGKILL"}[sig]}
+	settled := time.Now()
+	if err := waitAll(ctx, env, func(l v1alpha1.DistributedLock) bool {
+		return l.Status.Holder != nil && l.Status.RenewedAt != nil && l.Status.RenewedAt.After(settled)
+	}); err != nil {
+		return r, fmt.Errorf("before %v: %w", sig, err)
+	}
+	var leader, standby *benchenv.Process
+	if err := benchenv.WaitFor(ctx, time.Minute, func() (bool, error) {
+		leader, standby = nil, nil
+		for _, p := range env.Managers {
+			switch {
+			case p.Leading():
+				leader = p
+			case !p.Exited():
+				standby = p
+			}
+		}
+		return leader != nil && standby != nil, nil
+	}); err != nil {
+		return r, fmt.Errorf("no leader and standby: %w", err)
+	}
+	before, err := list(ctx, env)
+	if err != nil {
+		return r, err
+	}
+	late0, _ := counter(standby.MetricsAddr, "redlock_status_writes_late_total")
+
+	// Watch every version: a lapse is a lock whose shown validity passed
+	// before a version that showed it again was seen.
+	w := &watcher{shown: map[string]time.Time{}}
+	for _, l := range before {
+		if l.Status.ValidUntil != nil {
+			w.shown[l.Name] = l.Status.ValidUntil.Time
+		}
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run(wctx, env) })
+
+	r.leastAhead = time.Duration(1<<63 - 1)
+	for _, l := range before {
+		if l.Status.ValidUntil != nil {
+			r.leastAhead = min(r.leastAhead, time.Until(l.Status.ValidUntil.Time))
+		}
+	}
+	fmt.Printf("%v to the leader %s...\n", sig, leader.Name)
+	at := time.Now()
+	if err := leader.Cmd.Process.Signal(sig); err != nil {
+		return r, err
+	}
+	err = waitAll(ctx, env, func(l v1alpha1.DistributedLock) bool {
+		return l.Status.Holder != nil && l.Status.RenewedAt != nil && l.Status.RenewedAt.After(at)
+	})
+	r.adopted = time.Since(at)
+	stopWatch()
+	wg.Wait()
+	if err != nil {
+		return r, fmt.Errorf("after %v: %w", sig, err)
+	}
+	after, err := list(ctx, env)
+	if err != nil {
+		return r, err
+	}
+	grants := map[string]string{}
+	for _, l := range before {
+		grants[l.Name] = l.Status.GrantID
+	}
+	for _, l := range after {
+		if l.Status.GrantID != grants[l.Name] {
+			r.regranted++
+		}
+	}
+	r.expired = expiredAdoptions(ctx, env, at)
+	late1, _ := counter(standby.MetricsAddr, "redlock_status_writes_late_total")
+	r.late = late1 - late0
+	r.seenLapses, r.worstLapse, r.errors = w.result()
+
+	fmt.Printf("restarting %s as the standby...\n", leader.Name)
+	<-leader.Done()
+	if err := env.Restart(leader); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// watcher records, per lock, the validity status last showed and the lapses
+// seen: a version arriving after the validity before it had passed.
+type watcher struct {
+	mu     sync.Mutex
+	shown  map[string]time.Time
+	lapses map[string]time.Duration
+	errors int
+}
+
+func (w *watcher) run(ctx context.Context, env *benchenv.Env) {
+	for ctx.Err() == nil {
+		var list v1alpha1.DistributedLockList
+		wi, err := env.Client.Watch(ctx, &list, client.InNamespace(env.Namespace))
+		if err != nil {
+			w.mu.Lock()
+			w.errors++
+			w.mu.Unlock()
+			continue
+		}
+		for ev := range wi.ResultChan() {
+			l, ok := ev.Object.(*v1alpha1.DistributedLock)
+			if !ok || ev.Type == watch.Error {
+				continue
+			}
+			now := time.Now()
+			w.mu.Lock()
+			if prev, ok := w.shown[l.Name]; ok && now.After(prev) {
+				if w.lapses == nil {
+					w.lapses = map[string]time.Duration{}
+				}
+				w.lapses[l.Name] = max(w.lapses[l.Name], now.Sub(prev))
+			}
+			if l.Status.ValidUntil != nil && l.Status.Holder != nil {
+				w.shown[l.Name] = l.Status.ValidUntil.Time
+			}
+			w.mu.Unlock()
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		wi.Stop()
+	}
+}
+
+func (w *watcher) result() (n int, worst time.Duration, errors int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for name, prev := range w.shown {
+		if now.After(prev) { // passed and never shown again
+			w.lapses[name] = max(w.lapses[name], now.Sub(prev))
+		}
+	}
+	for _, d := range w.lapses {
+		worst = max(worst, d)
+	}
+	return len(w.lapses), worst, w.errors
+}
+
+// expiredAdoptions counts the Lost events since at whose note says the
+// validity had passed before the adoption.
+func expiredAdoptions(ctx context.Context, env *benchenv.Env, at time.Time) int {
+	var evs eventsv1.EventList
+	if err := env.Client.List(ctx, &evs, client.InNamespace(env.Namespace)); err != nil {
+		return -1
+	}
+	n := 0
+	for _, ev := range evs.Items {
+		if ev.Reason == "Lost" && ev.EventTime.After(at) && strings.Contains(ev.Note, "at its adoption") && strings.Contains(ev.Note, "expired") {
+			n++
+		}
+	}
+	return n
+}
+
+func list(ctx context.Context, env *benchenv.Env) ([]v1alpha1.DistributedLock, error) {
+	var l v1alpha1.DistributedLockList
+	if err := env.Client.List(ctx, &l, client.InNamespace(env.Namespace)); err != nil {
+		return nil, err
+	}
+	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
+	return l.Items, nil
+}
+
+// waitAll waits until every lock satisfies ok.
+func waitAll(ctx context.Context, env *benchenv.Env, ok func(v1alpha1.DistributedLock) bool) error {
+	return benchenv.WaitFor(ctx, *grantTimeout, func() (bool, error) {
+		items, err := list(ctx, env)
+		if err != nil {
+			return false, nil // counted by the caller's timeout: the API server is busy
+		}
+		if len(items) < *nLocks {
+			return false, nil
+		}
+		for _, l := range items {
+			if !ok(l) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// counter reads a counter (summed over its labels) from a manager's
+// metrics endpoint.
+func counter(addr, name string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics") //nolint:noctx // a local benchmark
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
