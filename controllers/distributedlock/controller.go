@@ -914,16 +914,15 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		grantID: grantID, holder: st.Holder.Identity, pod: st.Holder.Pod, token: st.FencingToken,
 		acquiredAt: acquiredAt, quorum: c.Quorum(),
 	}
-	// Adopted without a status write: status shows the grant, and this
-	// manager's writer refreshes it when due, nearest shown validity
-	// first, as it does every grant it renews (tracked once this
-	// reconcile's patch, if any, committed). A write per adopted lock
-	// would make a new leader's adoption of thousands of locks take longer
-	// than their shown validity (make bench-failover). The validity shown
-	// becomes this manager's to renew.
+	// Adopted without a status write of this reconcile's: the writer
+	// refreshes the grant at once, adopted grants nearest shown validity
+	// first, within its budget (writeAdopted), so that a new leader's
+	// adoption of thousands of locks does not wait on a write each (make
+	// bench-failover). The validity shown becomes this manager's to renew.
 	r.startSession(s, h, lk, c)
 	s.pending = nil
 	h.wrote(st.ValidUntil.Time)
+	r.writer.writeAdopted(h, st.ValidUntil.Time, lock.Spec.TTL.Duration)
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventAdopted, "Renew", "resumed renewing the grant to %s (fencing token %d)", h.holder, h.token)
 	r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.token))
 }

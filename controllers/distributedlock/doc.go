@@ -29,9 +29,10 @@
 //	                               a grant (and when it hides one); the
 //	                               status writer (writer.go) for every
 //	                               later refresh, and for the first refresh
-//	                               of an adopted grant (an adoption writes
-//	                               nothing: the validity shown becomes this
-//	                               manager's to renew): a JSON patch whose
+//	                               of an adopted grant (the adopting
+//	                               reconcile writes nothing: the validity
+//	                               shown becomes this manager's to renew): a
+//	                               JSON patch whose
 //	                               test operations require the object, the
 //	                               grant, token and holder, and the validity
 //	                               it replaces
@@ -59,10 +60,12 @@
 //     renewed beyond any validity this manager's own writes committed
 //     (another manager renews it) is dropped without hiding or releasing
 //     the grant, and that reconcile acts on nothing else; an adoption
-//     extends the keys for at least the validity status shows, and
-//     writes nothing: the writer refreshes adopted grants when due, nearest
-//     shown validity first, so that a new leader adopting thousands of
-//     locks does not spend their validity on a write each;
+//     extends the keys for at least the validity status shows, and its
+//     reconcile writes nothing: the writer refreshes adopted grants at
+//     once, nearest shown validity first within its budget (that write
+//     fences off a deposed leader's write decided on the same status), so
+//     that a new leader adopting thousands of locks does not wait on a
+//     write each;
 //   - the pod of the last grant status committed (status.lastHolderPod)
 //     is a former holder while it may run, whether or not the pod gate has
 //     annotated it yet: nobody else is granted meanwhile, and it is first

@@ -186,6 +186,22 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 	w.schedule(e, due)
 }
 
+// writeAdopted tracks h's grant, adopted while status shows it valid until
+// shown, and readies its first refresh at once (sent nearest shown validity
+// first, within the budget). Until a write of this manager's changes the
+// lock's status, a write another manager decided on the same status (a
+// deposed leader woken from a pause, hiding the grant) would still commit:
+// the refresh fences it off, as the adoption's own write did when adoptions
+// wrote status.
+func (w *statusWriter) writeAdopted(h *held, shown time.Time, ttl time.Duration) {
+	w.track(h, shown, ttl)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.entries[h.uid]; e != nil && e.h == h && e.where != inFlight && e.where != ready {
+		w.place(e, ready)
+	}
+}
+
 // refusedBackoff is how long after a refused refresh the lock's grant is
 // refreshed again.
 const refusedBackoff = time.Second

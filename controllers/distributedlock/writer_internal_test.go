@@ -586,3 +586,31 @@ func TestAnExpiredGrantEndsAtItsValidity(t *testing.T) {
 		}
 	}
 }
+
+// TestAdoptedGrantsAreRefreshedAtOnce: an adopted grant's first refresh is
+// ready at once, however far its shown validity (that write fences off a
+// deposed leader's write decided on the same status), and adopted grants
+// go nearest shown validity first; a grant tracked otherwise waits for its
+// due time.
+func TestAdoptedGrantsAreRefreshedAtOnce(t *testing.T) {
+	const ttl = time.Minute
+	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
+		renewal.Config{Client: func() *redlock.Client { return nil }})
+	t.Cleanup(s.Orphan)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
+	now := time.Now()
+	far, near := &held{uid: "far", grantID: "g-far", session: s}, &held{uid: "near", grantID: "g-near", session: s}
+	w.writeAdopted(far, now.Add(50*time.Second), ttl)
+	w.writeAdopted(near, now.Add(20*time.Second), ttl)
+	tracked := &held{uid: "tracked", grantID: "g-tracked", session: s}
+	w.track(tracked, now.Add(40*time.Second), ttl)
+	if got := w.entries["tracked"].where; got != waiting {
+		t.Errorf("a grant tracked with 40s shown: place %v, want waiting", got)
+	}
+	if w.ready.Len() != 2 {
+		t.Fatalf("%d refreshes ready, want the 2 adopted", w.ready.Len())
+	}
+	if first := w.ready.items[0].h.uid; first != "near" {
+		t.Errorf("first ready refresh %s, want the adopted grant nearest its shown validity", first)
+	}
+}
