@@ -64,6 +64,7 @@ func main() {
 	flag.BoolVar(&cfg.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics and webhook servers (off: HTTP/2 Rapid Reset and Stream Cancellation, CVE-2023-44487 and CVE-2023-39325).")
 	showVersion := flag.Bool("version", false, "Print the version and exit.")
 	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
+	flag.StringVar(&cfg.pprofAddr, "pprof-bind-address", "0", "Address of Go's pprof endpoints (/debug/pprof/), for profiling; 0 disables them. Plain HTTP without authentication: bind it to localhost.")
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
 	flag.StringVar(&cfg.leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
 	flag.DurationVar(&cfg.leaseDuration, "leader-elect-lease-duration", 8*time.Second, "How long a leader's Lease lasts without renewal; a replica waits that long before taking over from a leader that vanished.")
@@ -178,6 +179,7 @@ func checkFlags(cfg config, qps float64, burst int) error {
 type config struct {
 	namespace              string // the operator's own (POD_NAMESPACE)
 	metricsAddr, probeAddr string
+	pprofAddr              string
 	metricsSecure          bool
 	metricsCertDir         string
 	enableHTTP2            bool
@@ -209,6 +211,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		Scheme:                        scheme,
 		Metrics:                       metricsOptions(cfg),
 		HealthProbeBindAddress:        cfg.probeAddr,
+		PprofBindAddress:              cfg.pprofAddr,
 		LeaderElection:                cfg.leaderElect,
 		LeaderElectionID:              "redlock-operator.redlock.dev",
 		LeaderElectionNamespace:       cfg.leaderNamespace,
