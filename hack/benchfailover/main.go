@@ -14,16 +14,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -172,7 +169,7 @@ func handover(ctx context.Context, env *benchenv.Env, sig syscall.Signal) (resul
 	if err != nil {
 		return r, err
 	}
-	late0, _ := counter(standby.MetricsAddr, "redlock_status_writes_late_total")
+	late0, _ := benchenv.Metric(standby.MetricsAddr, "redlock_status_writes_late_total")
 
 	// Watch every version: a lapse is a lock whose shown validity passed
 	// before a version that showed it again was seen.
@@ -221,7 +218,7 @@ func handover(ctx context.Context, env *benchenv.Env, sig syscall.Signal) (resul
 		}
 	}
 	r.expired = expiredAdoptions(ctx, env, at)
-	late1, _ := counter(standby.MetricsAddr, "redlock_status_writes_late_total")
+	late1, _ := benchenv.Metric(standby.MetricsAddr, "redlock_status_writes_late_total")
 	r.late = late1 - late0
 	r.seenLapses, r.worstLapse, r.errors = w.result()
 
@@ -334,28 +331,4 @@ func waitAll(ctx context.Context, env *benchenv.Env, ok func(v1alpha1.Distribute
 		}
 		return true, nil
 	})
-}
-
-// counter reads a counter (summed over its labels) from a manager's
-// metrics endpoint.
-func counter(addr, name string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics") //nolint:noctx // a local benchmark
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum, sc.Err()
 }

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,20 +188,10 @@ func rssMiB(pid int) (float64, error) {
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }
 
+// heapMiB is the manager's heap in use, from its metrics endpoint.
 func heapMiB(addr string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics") //nolint:noctx // a local benchmark
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			b, err := strconv.ParseFloat(rest, 64)
-			return b / (1 << 20), err
-		}
-	}
-	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes at %s", addr)
+	b, err := benchenv.Metric(addr, "go_memstats_heap_inuse_bytes")
+	return b / (1 << 20), err
 }
 
 func freeAddr() (string, error) {

@@ -6,10 +6,12 @@
 package benchenv
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -331,6 +333,39 @@ func (e *Env) Restart(p *Process) error {
 		return fmt.Errorf("manager %s still runs", p.Name)
 	}
 	return p.start()
+}
+
+// Metric reads a metric from a manager's plain-HTTP metrics endpoint at
+// addr, summed over its series; it is an error when no series of it is
+// exposed.
+func Metric(addr, name string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics") //nolint:noctx // a local benchmark
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s at %s: %w", name, addr, err)
+		}
+		sum, found = sum+v, true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, fmt.Errorf("no %s at %s", name, addr)
+	}
+	return sum, nil
 }
 
 // Kubeconfig writes a kubeconfig of an administrator of env's API server
