@@ -38,6 +38,10 @@ const (
 	// ReasonStatusWritesBehind: a new grant waits, because the status
 	// refreshes of the locks already held are behind and go first.
 	ReasonStatusWritesBehind = "StatusWritesBehind"
+	// ReasonShed: the grant was released because the operator's status
+	// writes could not keep every held lock's validity refreshed; the
+	// youngest grants go first (docs/overload.md).
+	ReasonShed = "Shed"
 	// ReasonSuperseded: another grant of the key was committed to status
 	// (for example by a new operator leader) and this one was given up.
 	ReasonSuperseded = "Superseded"

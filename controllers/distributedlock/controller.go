@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -68,6 +70,7 @@ const opTimeout = 5 * time.Second
 const (
 	EventGranted           = "Granted"
 	EventAdopted           = "Adopted"
+	EventShed              = "Shed"
 	EventReleased          = "Released"
 	EventReleaseIncomplete = "ReleaseIncomplete"
 	EventLost              = "Lost"
@@ -126,6 +129,20 @@ type Reconciler struct {
 	writer     *statusWriter
 	wake       chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
 	relabelled seen.Set // lock namespace/name → lock UID/pod UID of the relabelled holder last reported
+	// written holds the UIDs of the locks this manager has written since
+	// it started (markWritten): only their cache can lag behind a write of
+	// its own.
+	written sync.Map
+}
+
+// markWritten records a committed write of this manager's to lock uid.
+func (r *Reconciler) markWritten(uid types.UID) { r.written.Store(uid, struct{}{}) }
+
+// wroteBefore reports whether this manager has written lock uid since it
+// started.
+func (r *Reconciler) wroteBefore(uid types.UID) bool {
+	_, ok := r.written.Load(uid)
+	return ok
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
@@ -164,6 +181,8 @@ type scope struct {
 	// releases it once that committed (afterCommit): an acquisition that
 	// meets its copies meanwhile tries again right after.
 	givingBack bool
+	// shedding is set when this reconcile shows the grant shed (shedGrant).
+	shedding bool
 	// afterCommit runs, in order, once the status patch has committed.
 	afterCommit []func(context.Context)
 	// stale: status shows what another manager wrote since this one's
@@ -309,6 +328,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, s *scope) (flow, error
 		if err := r.Update(ctx, lock); err != nil {
 			return halt, fmt.Errorf("add finalizer: %w", err)
 		}
+		r.markWritten(lock.UID)
 		s.orig = *lock.Status.DeepCopy() // the server's status came back with the update
 	}
 	lock.Status.Key = lock.RedisKey()
@@ -318,6 +338,12 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, s *scope) (flow, error
 func (r *Reconciler) sessionPhase(ctx context.Context, s *scope) (flow, error) {
 	if err := r.syncSession(ctx, s); err != nil {
 		return halt, err
+	}
+	if s.shedding {
+		// Shown shed by this reconcile's patch; granted again once the
+		// writer admits it.
+		s.requeueAfter(grantWait + jitter(grantWait))
+		return finish, nil
 	}
 	if s.stale {
 		// Another manager renews what this one decided from: decide
@@ -404,10 +430,31 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		s.continueFrom(fresh)
 	}
 	if !ended(h) {
+		if why, shed := r.writer.shedding(h); shed {
+			r.shedGrant(s, h, why)
+		}
 		return nil
 	}
 	r.endSession(ctx, s, h)
 	return nil
+}
+
+// shedGrant stops showing h's grant, which the status writer sheds
+// (load.go): Held=False with reason Shed and, once that committed, the
+// grant is released. Its holder has lost it (a pod gets LockLost, and
+// onLost applies); it is granted again when status writes leave room.
+func (r *Reconciler) shedGrant(s *scope, h *held, why string) {
+	lock := s.lock
+	s.shedding, s.releasing = true, true
+	s.clear(v1alpha1.ReasonShed, why)
+	s.givingBack = true
+	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}
+	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		err := r.giveBack(ctx, h, grant, nil)
+		r.Metrics.LocksShed.Inc()
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
+		logf.FromContext(ctx).Info("shed a grant", "lock", h.name, "token", h.token, "error", errString(err))
+	})
 }
 
 // endSession forgets h, whose Session ended by itself (the grant was
@@ -575,10 +622,14 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 // act carries out a holder decision.
 func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in holderInputs) error {
 	c := s.client
-	if action == actAdopt && !r.cacheCurrent(ctx, s) {
-		// The cache lags (typically behind this manager's own last
-		// write): decide again on the fresh object rather than adopt a
-		// grant that may be gone.
+	if action == actAdopt && r.wroteBefore(s.lock.UID) && !r.cacheCurrent(ctx, s) {
+		// The cache lags behind this manager's own last write: decide
+		// again on the fresh object rather than adopt a grant that may be
+		// gone. A lock this manager has not written since it started (a
+		// new leader's adoptions: thousands at once) is adopted without
+		// that read: a cache behind another manager's write adopts a
+		// grant whose first refresh, conditional on status still showing
+		// it, is refused, and the reconcile that follows sees to it.
 		return r.reconcileHolder(ctx, s)
 	}
 	logf.FromContext(ctx).V(1).Info("holder decision", "action", action.String(), "requested", in.Requested, "holder", in.Holder)
@@ -818,12 +869,20 @@ const staleCacheRecheck = 200 * time.Millisecond
 func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	lock := s.lock
 	ttl := lock.Spec.TTL.Duration
-	if r.writer.behind() {
-		// The held locks' refreshes are behind: they go first, a new
-		// grant waits (retried soon; redlock_status_write_backlog shows
-		// why).
-		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonStatusWritesBehind,
-			"waiting: the status refreshes of held locks are behind, and go before new grants")
+	if behind, admitted := r.writer.behind(), r.writer.admits(ttl); behind || !admitted {
+		// The held locks' refreshes are behind, or would be with this
+		// grant: they go first, a new grant waits (retried soon;
+		// redlock_status_write_backlog, _demand_per_second and
+		// _capacity_per_second show why). A shed grant keeps showing
+		// Shed meanwhile.
+		reason, msg := v1alpha1.ReasonStatusWritesBehind, "waiting: the status refreshes of held locks are behind, and go before new grants"
+		if !admitted {
+			msg = "waiting: the locks held need all the status writes the API server takes now; a grant is made when they leave room (see redlock_status_write_capacity_per_second)"
+		}
+		if heldConditionReason(lock.Status) == v1alpha1.ReasonShed {
+			reason = v1alpha1.ReasonShed
+		}
+		s.setHeld(metav1.ConditionFalse, reason, msg)
 		s.requeueAfter(grantWait + jitter(grantWait))
 		return
 	}
@@ -1148,6 +1207,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	if err := r.Update(ctx, lock); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	r.written.Delete(lock.UID)
 	return nil
 }
 
@@ -1355,6 +1415,7 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
+	r.markWritten(lock.UID)
 	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
 	return nil
 }
@@ -1396,6 +1457,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.writer = newStatusWriter(wc, r.Recorder, r.Metrics, r.sessions, qps, r.FailoverSlack)
 	r.sessions.dropped = r.writer.forget
 	r.sessions.last = r.writer.handedOver
+	r.writer.committed = r.markWritten
 	r.writer.reconcile = func(h *held) {
 		r.enqueue(lockRef(h.name, ""))
 	}
@@ -1416,7 +1478,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		workers = 4
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(specOrLifecycleChanged())).
+		Named("distributedlock").
+		// Held locks first when a new leader starts: see adoptionPriority.
+		Watches(&v1alpha1.DistributedLock{}, &adoptFirst{now: r.Clock.Now}, builder.WithPredicates(specOrLifecycleChanged())).
 		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, listAdopted()))).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.DistributedLock]{}))
@@ -1426,8 +1490,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.locksOnNode), builder.WithPredicates(nodeReadinessChanged()))
 		}
 	}
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: rateLimiter()}).
-		Named("distributedlock").
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: rateLimiter(), UsePriorityQueue: ptr.To(true)}).
 		Complete(r)
 }
 

@@ -72,6 +72,8 @@ type statusWriter struct {
 	// reconcile asks for a reconcile of a grant's lock: its status no
 	// longer shows the grant, or its Session lost it.
 	reconcile func(*held)
+	// committed records a refresh that committed (Reconciler.markWritten).
+	committed func(types.UID)
 
 	// handedOver is closed once the writer stopped, after its handover.
 	handedOver chan struct{}
@@ -88,6 +90,18 @@ type statusWriter struct {
 	ready   refreshHeap          // due: by shown validity
 	demand  float64
 	over    bool // demand exceeds the budget (logged once per crossing)
+
+	// Load (load.go): the current window's measurements, the state they
+	// lead to, and the grants shed and not yet forgotten.
+	load          loadState
+	win           loadWindow
+	backlogSince  time.Time // when the backlog last became non-empty (zero: empty)
+	adopting      int       // adopted grants whose first refresh has not committed
+	adoptWindows  int       // windows in a row not judged for adoptions
+	overloadSince time.Time
+	strikes       int                    // overloaded windows in a row
+	shed          map[types.UID]shedMark // by lock UID: the grants being shed
+	shedDemand    float64                // the refreshes per second of those
 }
 
 // refresh is the validity refresh of one grant.
@@ -113,7 +127,8 @@ type refresh struct {
 	askedAt time.Time
 	poking  bool // ... and the refresh waits for it (counted in poking)
 	where   place
-	index   int // in its heap
+	index   int  // in its heap
+	adopted bool // its first refresh since this manager adopted it is not written yet
 }
 
 type place int
@@ -138,6 +153,8 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
 		entries:      map[types.UID]*refresh{},
+		shed:         map[types.UID]shedMark{},
+		load:         initialLoad(perSecond),
 		refused:      map[string]time.Time{},
 		waiting:      refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
 		ready:        refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
@@ -197,8 +214,14 @@ func (w *statusWriter) writeAdopted(h *held, shown time.Time, ttl time.Duration)
 	w.track(h, shown, ttl)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e := w.entries[h.uid]; e != nil && e.h == h && e.where != inFlight && e.where != ready {
-		w.place(e, ready)
+	if e := w.entries[h.uid]; e != nil && e.h == h {
+		if !e.adopted {
+			e.adopted = true
+			w.adopting++
+		}
+		if e.where != inFlight && e.where != ready {
+			w.place(e, ready)
+		}
 	}
 }
 
@@ -278,6 +301,7 @@ func (w *statusWriter) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })
+	wg.Go(func() { w.loadLoop(ctx) })
 	w.send(ctx, &wg)
 	wg.Wait()
 	w.handOver(logf.FromContext(ctx))
@@ -511,10 +535,14 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		return
 	}
 	h.wrote(st.ValidUntil)
+	if w.committed != nil {
+		w.committed(h.uid)
+	}
 	w.metrics.StatusWrites.WithLabelValues("renewal").Inc()
 	slack := shown.Sub(now)
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
 	w.mu.Lock()
+	w.count(e, slack)
 	delete(w.refused, h.grantID)
 	e.fails, e.askedAt, e.shownText = 0, time.Time{}, ""
 	report := slack < 0 && !e.lapsed
@@ -534,6 +562,20 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.recorder.Eventf(lockRef(h.name, h.uid), nil, corev1.EventTypeWarning, EventStatusWriteLate, "Renew",
 			"status showed a validity until %s that passed %v before its refresh was written, though the masters held the grant: status writes are behind (budget %.0f/s; the locks held need %.0f/s)",
 			shown.UTC().Format(time.RFC3339Nano), (-slack).Round(time.Millisecond), budget, demand)
+	}
+}
+
+// count adds a refresh of e that committed with slack left to the load
+// window. Callers hold w.mu.
+func (w *statusWriter) count(e *refresh, slack time.Duration) {
+	w.win.written++
+	if e.adopted {
+		// An adopted grant's first refresh is written whatever validity
+		// it inherited: it says nothing of this writer's pace.
+		e.adopted = false
+		w.adopting--
+	} else if slack < w.sched.lead(e.ttl)/2 {
+		w.win.tight++
 	}
 }
 
@@ -842,7 +884,15 @@ func (w *statusWriter) donePoking(e *refresh) {
 // backlogChanged sets the backlog gauge: refreshes due, including late
 // ones waiting for the renewal they asked for. Callers hold w.mu.
 func (w *statusWriter) backlogChanged() {
-	w.metrics.StatusWriteBacklog.Set(float64(w.ready.Len() + w.poking))
+	n := w.ready.Len() + w.poking
+	w.metrics.StatusWriteBacklog.Set(float64(n))
+	switch {
+	case n > 0 && w.backlogSince.IsZero():
+		w.backlogSince = time.Now()
+	case n == 0 && !w.backlogSince.IsZero():
+		w.win.backlogged += time.Since(w.backlogSince)
+		w.backlogSince = time.Time{}
+	}
 }
 
 // remove forgets e. Callers hold w.mu.
@@ -852,6 +902,14 @@ func (w *statusWriter) remove(e *refresh) {
 	if w.entries[e.h.uid] == e {
 		delete(w.entries, e.h.uid)
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl))
+		if e.adopted {
+			e.adopted = false
+			w.adopting--
+		}
+		if m, ok := w.shed[e.h.uid]; ok {
+			delete(w.shed, e.h.uid)
+			w.shedDemand -= m.perSecond
+		}
 	}
 }
 
@@ -894,4 +952,126 @@ func (h *refreshHeap) Pop() any {
 	h.items = old[:len(old)-1]
 	e.index = -1
 	return e
+}
+
+// maxAdoptWindows bounds the windows in a row that adoptions keep from
+// being judged.
+const maxAdoptWindows = 30
+
+// loadLoop judges the writer's load every loadTick (load.go) until ctx
+// ends, and asks for a reconcile of each grant it sheds.
+func (w *statusWriter) loadLoop(ctx context.Context) {
+	tick := time.NewTicker(loadTick)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		shed := w.judgeLoad(now, now.Sub(start))
+		start = now
+		for _, h := range shed {
+			w.reconcile(h)
+		}
+	}
+}
+
+// judgeLoad closes the window of span ending at now, moves the load state
+// on and returns the grants to shed.
+func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	win := w.win
+	w.win = loadWindow{}
+	if !w.backlogSince.IsZero() {
+		win.backlogged += now.Sub(w.backlogSince)
+		w.backlogSince = now
+	}
+	if w.adopting > 0 && w.adoptWindows < maxAdoptWindows {
+		// A new leader's adoptions: their refreshes go out at once, a
+		// burst that says nothing of steady state.
+		w.adoptWindows++
+		return nil
+	}
+	w.adoptWindows = 0
+	win.span, win.budget = span, float64(w.budget.Limit())
+	win.demand = max(w.demand-w.shedDemand, 0)
+	prev := w.load
+	var shedPerSecond float64
+	w.load, shedPerSecond = nextLoad(prev, win)
+	w.metrics.StatusWriteCapacity.Set(w.load.capacity)
+	log := logf.Log.WithName("status-writer")
+	switch {
+	case w.load.overloaded && !prev.overloaded:
+		w.overloadSince = now
+		w.metrics.StatusWriterOverloaded.Set(1)
+		log.Info("status writes overloaded: new grants wait, the youngest grants are shed",
+			"demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity, "budgetPerSecond", win.budget,
+			"committed", win.written, "tight", win.tight, "backlogged", win.backlogged, "locks", len(w.entries))
+	case !w.load.overloaded && prev.overloaded:
+		w.metrics.StatusWriterOverloaded.Set(0)
+		log.Info("status writes keep up again", "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity,
+			"overloadedFor", now.Sub(w.overloadSince), "locks", len(w.entries))
+	}
+	if !w.load.overloaded {
+		w.strikes = 0
+		return nil
+	}
+	w.strikes++
+	if w.strikes < 2 && win.demand <= win.budget {
+		return nil // one window may be a blip: shed when it lasts
+	}
+	cands := make([]shedCandidate, 0, len(w.entries))
+	for uid, e := range w.entries {
+		if _, ok := w.shed[uid]; ok {
+			continue
+		}
+		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.acquiredAt, perSecond: w.sched.perSecond(e.ttl)})
+	}
+	uids := chooseShed(cands, shedPerSecond)
+	out := make([]*held, 0, len(uids))
+	why := fmt.Sprintf("status writes cannot keep every held lock refreshed: the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed",
+		win.demand, w.load.capacity, win.budget)
+	for _, uid := range uids {
+		e := w.entries[uid]
+		m := shedMark{why: why, perSecond: w.sched.perSecond(e.ttl)}
+		w.shed[uid] = m
+		w.shedDemand += m.perSecond
+		out = append(out, e.h)
+	}
+	if len(out) > 0 {
+		log.Info("shedding grants", "grants", len(out), "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity)
+	}
+	return out
+}
+
+// shedding reports why h's grant is to be shed, if it is.
+func (w *statusWriter) shedding(h *held) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.entries[h.uid]; e == nil || e.h != h {
+		return "", false
+	}
+	m, ok := w.shed[h.uid]
+	return m.why, ok
+}
+
+// shedMark is a grant being shed: why, and the refreshes per second it
+// needed when it was chosen (its demand is counted out until it is
+// forgotten).
+type shedMark struct {
+	why       string
+	perSecond float64
+}
+
+// admits reports whether a new grant of a lock of ttl may be made: the
+// writer is not overloaded, and the refreshes it adds keep demand within
+// what the writer can send (loadState.admits).
+func (w *statusWriter) admits(ttl time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.load.admits(max(w.demand-w.shedDemand, 0), w.sched.perSecond(ttl))
 }

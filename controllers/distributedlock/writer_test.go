@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -110,55 +111,100 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 		mgr *testenv.Manager
 		ms  *testenv.MasterSet
 	)
-	const budget = 1.0 // refresh per second
+	const budget = 2.0 // refreshes per second
 	BeforeAll(func() {
 		mgr = env.StartScopedManager(testenv.Scope{StatusWriteQPS: budget}, nil)
-		ms = env.NewServingMasters(env.NewNamespace(), "masters", 3, 2*time.Second)
+		ms = env.NewServingMasters(env.NewNamespace(), "masters", 3, 4*time.Second)
 	})
 	AfterAll(func() { mgr.Stop() })
 
-	It("degrades visibly: refreshes land late and are reported, while Redis keeps every grant", func() {
-		const ttl, n = 2 * time.Second, 6 // about 4.2 refreshes/s needed
+	It("grants no more than it can keep refreshed, then sheds the youngest grants, shown Shed, and keeps the oldest lapse-free", func() {
+		const (
+			slow, fast = 4 * time.Second, 2 * time.Second
+			n          = 6
+		)
+		perLock := func(ttl time.Duration) float64 { return distributedlock.WritesPerTTL(ttl) / ttl.Seconds() }
+		// Admitted while demand stays within 80 % of the budget (1.6/s):
+		// five locks at ttl 4s (0.3/s each), not six.
+		admitted := int(0.8 * budget / perLock(slow))
+		Expect(admitted).To(Equal(5), "the setup's arithmetic")
+
+		By("granting the locks one at a time, oldest first, until the next would need more writes than the budget leaves")
 		var locks []*v1alpha1.DistributedLock
 		for i := range n {
-			l := newLock(ms, fmt.Sprintf("starved-%d", i), "", "team-a", ttl)
+			l := newLock(ms, fmt.Sprintf("loaded-%d", i), "", "team-a", slow)
 			Expect(k8s.Create(suiteCtx, l)).To(Succeed())
 			locks = append(locks, l)
+			if i < admitted {
+				eventuallyHeldBy(l, "team-a")
+			}
 		}
-		By("granting every lock: grants do not wait on the refresh budget")
+		last := locks[n-1]
+		Eventually(func(g Gomega) {
+			cond := meta.FindStatusCondition(fetch(last).Status.Conditions, v1alpha1.ConditionHeld)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonStatusWritesBehind))
+			g.Expect(cond.Message).To(ContainSubstring("need all the status writes"))
+		}).Should(Succeed(), "lock %s waits for room in the status writes", last.Name)
+		Consistently(func() *v1alpha1.LockHolder { return fetch(last).Status.Holder }, 3*time.Second).Should(BeNil(), "lock %s was granted beyond the budget", last.Name)
+		Expect(k8s.Delete(suiteCtx, last)).To(Succeed())
+		locks = locks[:admitted]
+
+		By("halving every held lock's ttl: the held locks now need more refreshes than the budget")
 		granted := map[string]*v1alpha1.DistributedLock{}
 		for _, l := range locks {
-			granted[l.Name] = eventuallyHeldBy(l, "team-a")
+			cur := fetch(l)
+			granted[l.Name] = cur
+			cur.Spec.TTL.Duration = fast
+			Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
 		}
-		By("showing the demand above the budget")
-		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriteDemand) }).Should(BeNumerically(">", 4*budget))
-		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriteBudget)).To(Equal(budget))
+		Expect(float64(admitted)*perLock(fast)).To(BeNumerically(">", budget), "the setup's arithmetic")
 
-		By("counting late refreshes and reporting them on the locks")
-		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWritesLate) }).Should(BeNumerically(">", 0))
+		By("shedding grants until the overload ends: Held=False with reason Shed, their keys released in Redis")
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.LocksShed) }, 20*time.Second).Should(BeNumerically(">", 0))
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded) }, 20*time.Second).Should(BeZero(), "still overloaded")
+		var kept, shed []*v1alpha1.DistributedLock
 		Eventually(func(g Gomega) {
-			late := 0
+			kept, shed = nil, nil
 			for _, l := range locks {
-				if slices.Contains(eventReasons(l.Namespace, l.Name), distributedlock.EventStatusWriteLate) {
-					late++
-				}
-			}
-			g.Expect(late).To(BeNumerically(">", 0), "no lock has a %s event", distributedlock.EventStatusWriteLate)
-		}).Should(Succeed())
-
-		By("refreshing every lock over and over all the same, and keeping every grant in Redis")
-		// Each lock gets about one refresh in n seconds: one showing a
-		// renewal made two ttls after this point means it was refreshed
-		// again and again, none parked or forgotten.
-		mark := time.Now()
-		for _, l := range locks {
-			Eventually(func(g Gomega) {
 				cur := fetch(l)
-				g.Expect(cur.Status.GrantID).To(Equal(granted[l.Name].Status.GrantID), "the grant changed")
-				g.Expect(cur.Status.RenewedAt.Time).To(BeTemporally(">", mark.Add(2*ttl)), "not refreshed since")
-				g.Expect(testenv.CountEqual(ms.ValuesOn(cur.Status.Key), expectedValue(cur))).To(BeNumerically(">=", 2))
-			}, 30*time.Second).Should(Succeed())
+				if cur.Status.Holder != nil {
+					g.Expect(cur.Status.GrantID).To(Equal(granted[l.Name].Status.GrantID), "lock %s was granted again", l.Name)
+					kept = append(kept, cur)
+					continue
+				}
+				cond := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionHeld)
+				g.Expect(cond).NotTo(BeNil())
+				g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonShed), "lock %s is not held for another reason", l.Name)
+				g.Expect(testenv.CountEqual(ms.ValuesOn(cur.Status.Key), expectedValue(granted[l.Name]))).To(BeZero(), "the shed grant's keys of lock %s", l.Name)
+				g.Expect(eventReasons(l.Namespace, l.Name)).To(ContainElement(distributedlock.EventShed))
+				shed = append(shed, cur)
+			}
+			g.Expect(float64(len(shed))).To(Equal(testutil.ToFloat64(mgr.Metrics.LocksShed)), "shed locks against the counter")
+		}, 20*time.Second).Should(Succeed())
+		By(fmt.Sprintf("finding the %d oldest grants kept (%d shed), within what the budget refreshes", len(kept), len(shed)))
+		Expect(kept).NotTo(BeEmpty())
+		Expect(float64(len(kept)) * perLock(fast)).To(BeNumerically("<=", 0.8*budget))
+		for _, k := range kept {
+			for _, sh := range shed {
+				Expect(granted[k.Name].Status.AcquiredAt.Before(granted[sh.Name].Status.AcquiredAt.Time)).To(BeTrue(),
+					"kept %s was granted after shed %s", k.Name, sh.Name)
+			}
 		}
+
+		By("refreshing the kept grants in time from now on, while the shed ones wait")
+		shown := watchValidity(kept[0], 4*fast)
+		Expect(len(shown)).To(BeNumerically(">=", 3), "refreshes seen: %+v", shown)
+		for i := 1; i < len(shown); i++ {
+			Expect(shown[i].grantID).To(Equal(granted[kept[0].Name].Status.GrantID))
+			Expect(shown[i].seen).To(BeTemporally("<", shown[i-1].validUntil), "refresh %d landed after the validity it replaced had passed", i)
+		}
+		for _, l := range shed {
+			cur := fetch(l)
+			Expect(cur.Status.Holder).To(BeNil(), "lock %s was granted again beyond the budget", l.Name)
+			Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionHeld).Reason).To(Equal(v1alpha1.ReasonShed))
+		}
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded)).To(BeZero(), "still overloaded")
 		Expect(testutil.CollectAndCount(mgr.Metrics.RenewFailures)).To(BeZero(), "a renewal failed")
 		for _, l := range locks {
 			Expect(k8s.Delete(suiteCtx, l)).To(Succeed())

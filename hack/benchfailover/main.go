@@ -44,6 +44,7 @@ var (
 	grantTimeout = flag.Duration("grant-timeout", 5*time.Minute, "how long to wait for every lock to be granted, or adopted")
 	managerArgs  = flag.String("manager-args", "", "more flags of both managers, space-separated (e.g. --failover-slack=20s)")
 	keepLogs     = flag.Bool("keep-logs", false, "leave the managers' logs (at log level 1) behind, and say where")
+	profile      = flag.String("profile", "", "write a CPU profile of the new leader over the 20 s after each signal to this directory")
 )
 
 func main() {
@@ -67,6 +68,12 @@ type result struct {
 	adopted    time.Duration // signal → every lock refreshed by the new leader
 	leastAhead time.Duration // the least validity any lock showed ahead at the signal
 	errors     int           // API errors while watching (counted, not fatal)
+	// cpu is the CPU time the API server, etcd and the new leader used,
+	// over the time until every lock was refreshed by the new leader, in
+	// cores; throttled the time its requests waited in its client's rate
+	// limiter (rest_client_rate_limiter_duration_seconds).
+	cpu       map[string]float64
+	throttled time.Duration
 }
 
 func run() error {
@@ -136,6 +143,12 @@ func run() error {
 		fmt.Printf("| %s | %v | %d (%d) | %.0f | %d (%v) | %v | %d |\n", r.signal, r.leastAhead.Round(time.Millisecond), r.regranted, r.expired,
 			r.late, r.seenLapses, r.worstLapse.Round(time.Millisecond), r.adopted.Round(time.Millisecond), r.errors)
 	}
+	fmt.Println("\nuntil every lock was refreshed by the new leader, in cores (of 2), and the time the new leader's requests waited in its client's rate limiter:")
+	fmt.Println("\n| leader stopped by | kube-apiserver | etcd | new leader | client throttling |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, r := range results {
+		fmt.Printf("| %s | %.2f | %.2f | %.2f | %v |\n", r.signal, r.cpu["kube-apiserver"], r.cpu["etcd"], r.cpu["new leader"], r.throttled.Round(time.Millisecond))
+	}
 	return nil
 }
 
@@ -170,6 +183,10 @@ func handover(ctx context.Context, env *benchenv.Env, sig syscall.Signal) (resul
 		return r, err
 	}
 	late0, _ := benchenv.Metric(standby.MetricsAddr, "redlock_status_writes_late_total")
+	throttled0, _ := benchenv.Metric(standby.MetricsAddr, "rest_client_rate_limiter_duration_seconds_sum")
+	procs := benchenv.ControlPlane()
+	procs["new leader"] = []int{standby.Cmd.Process.Pid}
+	cpu0 := benchenv.CPUTimes(procs)
 
 	// Watch every version: a lapse is a lock whose shown validity passed
 	// before a version that showed it again was seen.
@@ -191,6 +208,16 @@ func handover(ctx context.Context, env *benchenv.Env, sig syscall.Signal) (resul
 		}
 	}
 	fmt.Printf("%v to the leader %s...\n", sig, leader.Name)
+	if *profile != "" {
+		path := filepath.Join(*profile, fmt.Sprintf("%s-%s.pprof", standby.Name, r.signal))
+		wg.Go(func() {
+			if err := standby.Profile(ctx, 20*time.Second, path); err != nil {
+				fmt.Fprintln(os.Stderr, "benchfailover:", err)
+				return
+			}
+			fmt.Println("profile of the new leader:", path)
+		})
+	}
 	at := time.Now()
 	if err := leader.Cmd.Process.Signal(sig); err != nil {
 		return r, err
@@ -199,6 +226,13 @@ func handover(ctx context.Context, env *benchenv.Env, sig syscall.Signal) (resul
 		return l.Status.Holder != nil && l.Status.RenewedAt != nil && l.Status.RenewedAt.After(at)
 	})
 	r.adopted = time.Since(at)
+	cpu1 := benchenv.CPUTimes(procs)
+	r.cpu = map[string]float64{}
+	for name, t := range cpu1 {
+		r.cpu[name] = (t - cpu0[name]).Seconds() / r.adopted.Seconds()
+	}
+	throttled1, _ := benchenv.Metric(standby.MetricsAddr, "rest_client_rate_limiter_duration_seconds_sum")
+	r.throttled = time.Duration((throttled1 - throttled0) * float64(time.Second))
 	stopWatch()
 	wg.Wait()
 	if err != nil {

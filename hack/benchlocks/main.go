@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -335,20 +334,8 @@ func classify(ctx context.Context, servers []*redistest.Server, bad []badLock) m
 // kube-apiserver and etcd (children of this process), and the masters.
 func findProcs(servers []*redistest.Server) map[string][]int {
 	procs := map[string][]int{"manager (+ this program)": {os.Getpid()}}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, ppid := statOf(pid)
-		if ppid != os.Getpid() {
-			continue
-		}
-		switch comm {
-		case "kube-apiserver", "etcd":
-			procs[comm] = append(procs[comm], pid)
-		}
+	for comm, pids := range benchenv.ControlPlane() {
+		procs[comm] = pids
 	}
 	for _, s := range servers {
 		procs["redis-server ×5"] = append(procs["redis-server ×5"], s.PID())
@@ -356,47 +343,8 @@ func findProcs(servers []*redistest.Server) map[string][]int {
 	return procs
 }
 
-// statOf returns a process's command name and parent PID.
-func statOf(pid int) (string, int) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", 0
-	}
-	s := string(b)
-	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || closing < 0 {
-		return "", 0
-	}
-	fields := strings.Fields(s[closing+2:])
-	ppid, _ := strconv.Atoi(fields[1])
-	return s[open+1 : closing], ppid
-}
-
 // cpuTimes returns user+system CPU time per component.
-func cpuTimes(procs map[string][]int) map[string]time.Duration {
-	tick := 100.0 // USER_HZ on Linux
-	out := map[string]time.Duration{}
-	for name, pids := range procs {
-		for _, pid := range pids {
-			if pid == os.Getpid() {
-				var ru syscall.Rusage
-				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-				out[name] += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-				continue
-			}
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err != nil {
-				continue
-			}
-			s := string(b)
-			fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-			ut, _ := strconv.ParseFloat(fields[11], 64)
-			st, _ := strconv.ParseFloat(fields[12], 64)
-			out[name] += time.Duration((ut + st) / tick * float64(time.Second))
-		}
-	}
-	return out
-}
+func cpuTimes(procs map[string][]int) map[string]time.Duration { return benchenv.CPUTimes(procs) }
 
 func gather(reg *prometheus.Registry, name string) []*dto.Metric {
 	mfs, _ := reg.Gather()

@@ -13,7 +13,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +82,7 @@ func run(ctx context.Context, bin string, n int, settle time.Duration) error {
 		}
 	}
 
-	metricsAddr, err := freeAddr()
+	metricsAddr, err := benchenv.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -192,13 +191,4 @@ func rssMiB(pid int) (float64, error) {
 func heapMiB(addr string) (float64, error) {
 	b, err := benchenv.Metric(addr, "go_memstats_heap_inuse_bytes")
 	return b / (1 << 20), err
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -98,8 +99,9 @@ func (o Options) withDefaults() Options {
 type Process struct {
 	Name string
 	Cmd  *exec.Cmd
-	// Log is its log file; MetricsAddr its plain-HTTP metrics endpoint.
-	Log, MetricsAddr string
+	// Log is its log file; MetricsAddr its plain-HTTP metrics endpoint;
+	// PprofAddr its Go pprof endpoint (--pprof-bind-address).
+	Log, MetricsAddr, PprofAddr string
 
 	bin, dir string
 	args     []string
@@ -276,15 +278,17 @@ func (e *Env) startProcesses(env *envtest.Environment, dir string, o Options) er
 		o.ManagerProcesses = 2
 	}
 	for i := range o.ManagerProcesses {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := FreeAddr()
 		if err != nil {
 			return err
 		}
-		addr := l.Addr().String()
-		_ = l.Close()
-		p := &Process{Name: fmt.Sprintf("m%d", i+1), MetricsAddr: addr, dir: dir}
+		pprofAddr, err := FreeAddr()
+		if err != nil {
+			return err
+		}
+		p := &Process{Name: fmt.Sprintf("m%d", i+1), MetricsAddr: addr, PprofAddr: pprofAddr, dir: dir}
 		p.args = append([]string{"--kubeconfig", kubeconfig, "--enable-webhook=false", "--health-probe-bind-address=0",
-			"--metrics-secure=false", "--metrics-bind-address=" + addr,
+			"--metrics-secure=false", "--metrics-bind-address=" + addr, "--pprof-bind-address=" + pprofAddr,
 			"--leader-election-namespace=redlock-system", "--lock-key-secret=redlock-system/lock-key",
 			fmt.Sprintf("--kube-api-qps=%v", o.ManagerQPS), fmt.Sprintf("--kube-api-burst=%d", int(2*o.ManagerQPS)),
 			fmt.Sprintf("--status-write-qps=%v", o.StatusWriteQPS), fmt.Sprintf("--max-concurrent-reconciles=%d", max(o.Workers, 1))}, o.ManagerArgs...)
@@ -299,6 +303,42 @@ func (e *Env) startProcesses(env *envtest.Environment, dir string, o Options) er
 		})
 	}
 	return nil
+}
+
+// FreeAddr returns a loopback address no listener has at the moment.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
+}
+
+// Profile writes a CPU profile of the process over d to path.
+func (p *Process) Profile(ctx context.Context, d time.Duration, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.PprofAddr, int(d.Seconds())), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", p.Name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", p.Name, resp.Status)
+	}
+	f, err := os.Create(path) //nolint:gosec // the caller's path
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // start runs the process, logging to a new file in its directory.
@@ -463,4 +503,69 @@ func StartHogs() (stop func(), err error) {
 		cmds = append(cmds, c)
 	}
 	return stop, nil
+}
+
+// ControlPlane maps the command names kube-apiserver and etcd to the PIDs
+// of this process's children of those names (envtest's control plane).
+func ControlPlane() map[string][]int {
+	procs := map[string][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, ppid := statOf(pid)
+		if ppid != os.Getpid() {
+			continue
+		}
+		switch comm {
+		case "kube-apiserver", "etcd":
+			procs[comm] = append(procs[comm], pid)
+		}
+	}
+	return procs
+}
+
+// statOf returns a process's command name and parent PID.
+func statOf(pid int) (string, int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0
+	}
+	s := string(b)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < 0 {
+		return "", 0
+	}
+	fields := strings.Fields(s[closing+2:])
+	ppid, _ := strconv.Atoi(fields[1])
+	return s[open+1 : closing], ppid
+}
+
+// CPUTimes returns the user+system CPU time of each group of PIDs (this
+// process's own PID counts this process).
+func CPUTimes(procs map[string][]int) map[string]time.Duration {
+	tick := 100.0 // USER_HZ on Linux
+	out := map[string]time.Duration{}
+	for name, pids := range procs {
+		for _, pid := range pids {
+			if pid == os.Getpid() {
+				var ru syscall.Rusage
+				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+				out[name] += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+				continue
+			}
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				continue
+			}
+			s := string(b)
+			fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+			ut, _ := strconv.ParseFloat(fields[11], 64)
+			st, _ := strconv.ParseFloat(fields[12], 64)
+			out[name] += time.Duration((ut + st) / tick * float64(time.Second))
+		}
+	}
+	return out
 }

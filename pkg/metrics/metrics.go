@@ -29,6 +29,12 @@ type Metrics struct {
 	StatusWriteBacklog prometheus.Gauge
 	StatusWriteDemand  prometheus.Gauge
 	StatusWriteBudget  prometheus.Gauge
+	// StatusWriteCapacity, StatusWriterOverloaded and LocksShed describe
+	// its overload: the writes per second it estimates the API server
+	// takes, whether it is overloaded, and the grants it shed.
+	StatusWriteCapacity    prometheus.Gauge
+	StatusWriterOverloaded prometheus.Gauge
+	LocksShed              prometheus.Counter
 }
 
 // New returns unregistered collectors.
@@ -93,6 +99,18 @@ func New() *Metrics {
 			Name: "redlock_status_write_budget_per_second",
 			Help: "Status writes per second the status writer may spend (--status-write-qps).",
 		}),
+		StatusWriteCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_write_capacity_per_second",
+			Help: "Status writes per second the status writer estimates the API server takes (at most the budget): what it committed while refreshes waited.",
+		}),
+		StatusWriterOverloaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_writer_overloaded",
+			Help: "1 while the held locks need more status writes than the API server takes, or refreshes land close to the validity they replace: new grants wait and the youngest grants are shed.",
+		}),
+		LocksShed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redlock_locks_shed_total",
+			Help: "Grants released because status writes could not keep them all refreshed (Held reason Shed).",
+		}),
 	}
 }
 
@@ -102,6 +120,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
 		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
+		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

@@ -1,0 +1,113 @@
+package distributedlock
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestNextLoad(t *testing.T) {
+	const budget = 150.0
+	win := func(written, tight int, backlogged time.Duration, demand float64) loadWindow {
+		return loadWindow{span: time.Second, written: written, tight: tight, backlogged: backlogged, demand: demand, budget: budget}
+	}
+	for _, tc := range []struct {
+		name      string
+		prev      loadState
+		w         loadWindow
+		want      loadState
+		wantShed  float64
+		admitsAdd float64 // a grant of this many writes/s is admitted after the window...
+		admits    bool    // ... or not
+	}{
+		{
+			name: "keeping up: the budget stands",
+			prev: initialLoad(budget), w: win(100, 0, 100*time.Millisecond, 110),
+			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
+		},
+		{
+			name: "keeping up, demand near the budget: no grant beyond shedTarget of it",
+			prev: initialLoad(budget), w: win(115, 0, 0, 119.5),
+			want: loadState{capacity: budget}, admitsAdd: 1, admits: false,
+		},
+		{
+			name: "saturated below demand: overloaded, shed down to shedTarget of what committed",
+			prev: initialLoad(budget), w: win(60, 0, 950*time.Millisecond, 115),
+			want: loadState{capacity: 60, measured: true, overloaded: true}, wantShed: 115 - shedTarget*60, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "saturated by the budget itself (demand above it): overloaded at the budget",
+			prev: initialLoad(budget), w: win(150, 0, time.Second, 230),
+			want: loadState{capacity: budget, overloaded: true}, wantShed: 230 - shedTarget*budget, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "demand above the budget, before any backlog: overloaded at once",
+			prev: initialLoad(budget), w: win(100, 0, 0, 160),
+			want: loadState{capacity: budget, overloaded: true}, wantShed: 160 - shedTarget*budget, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "saturated but demand within what committed: a burst, not overload",
+			prev: initialLoad(budget), w: win(120, 0, 900*time.Millisecond, 80),
+			want: loadState{capacity: 120, measured: true}, admitsAdd: 10, admits: true,
+		},
+		{
+			name: "refreshes landing tight: overloaded though not saturated, shed the least share",
+			prev: initialLoad(budget), w: win(100, 20, 200*time.Millisecond, 100),
+			want: loadState{capacity: budget, overloaded: true}, wantShed: shedLeast * 100, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "a few tight refreshes are no overload",
+			prev: initialLoad(budget), w: win(100, 5, 200*time.Millisecond, 100),
+			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
+		},
+		{
+			name: "after overload, a calm window: capacity recovers by a tenth, grants within shedTarget of it",
+			prev: loadState{capacity: 60, measured: true, overloaded: true}, w: win(45, 0, 0, 45),
+			want: loadState{capacity: 66, measured: true}, admitsAdd: 7, admits: true,
+		},
+		{
+			name: "recovered up to the budget: measured no more",
+			prev: loadState{capacity: 140, measured: true}, w: win(45, 0, 0, 45),
+			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, shed := nextLoad(tc.prev, tc.w)
+			if got.overloaded != tc.want.overloaded || got.measured != tc.want.measured || !near(got.capacity, tc.want.capacity) {
+				t.Errorf("state = %+v, want %+v", got, tc.want)
+			}
+			if !near(shed, tc.wantShed) {
+				t.Errorf("shed %.2f/s, want %.2f/s", shed, tc.wantShed)
+			}
+			if a := got.admits(tc.w.demand, tc.admitsAdd); a != tc.admits {
+				t.Errorf("admits(%v + %v) = %v, want %v", tc.w.demand, tc.admitsAdd, a, tc.admits)
+			}
+		})
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
+func TestChooseShedTakesTheYoungest(t *testing.T) {
+	now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	c := func(uid string, age time.Duration) shedCandidate {
+		return shedCandidate{uid: types.UID(uid), acquiredAt: now.Add(-age), perSecond: 0.1}
+	}
+	cands := []shedCandidate{c("oldest", time.Hour), c("youngest", 0), c("middle", time.Minute), c("second", 2*time.Second)}
+	for _, tc := range []struct {
+		perSecond float64
+		want      []types.UID
+	}{
+		{0, nil},
+		{0.05, []types.UID{"youngest"}},
+		{0.2, []types.UID{"youngest", "second"}},
+		{0.25, []types.UID{"youngest", "second", "middle"}},
+		{10, []types.UID{"youngest", "second", "middle", "oldest"}},
+	} {
+		if got := chooseShed(cands, tc.perSecond); !slices.Equal(got, tc.want) {
+			t.Errorf("chooseShed(%.2f/s) = %v, want %v", tc.perSecond, got, tc.want)
+		}
+	}
+}
