@@ -246,6 +246,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if retErr == nil && s.requeue > 0 {
 			result.RequeueAfter = s.requeue
 		}
+		// A requeue goes at the default priority, whatever brought the
+		// lock in (a new leader's adoption order: see adoptionPriority).
+		result.Priority = ptr.To(0)
 	}()
 
 	if !lock.DeletionTimestamp.IsZero() {
@@ -440,20 +443,38 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 }
 
 // shedGrant stops showing h's grant, which the status writer sheds
-// (load.go): Held=False with reason Shed and, once that committed, the
-// grant is released. Its holder has lost it (a pod gets LockLost, and
-// onLost applies); it is granted again when status writes leave room.
+// (load.go): Held=False with reason Shed. Once that committed, the grant's
+// Session stops renewing, and its keys, which outlive the validity status
+// showed, are left to expire and removed after it (a reader's view of the
+// shown validity may be stale: nobody else is granted the key before it
+// passes). Its holder has lost it (a pod gets LockLost, and onLost applies);
+// it is granted again when status writes leave room.
 func (r *Reconciler) shedGrant(s *scope, h *held, why string) {
 	lock := s.lock
 	s.shedding, s.releasing = true, true
+	shown := time.Time{}
+	if vu := s.orig.ValidUntil; vu != nil {
+		shown = vu.Time
+	}
 	s.clear(v1alpha1.ReasonShed, why)
 	s.givingBack = true
 	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}
+	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
-		err := r.giveBack(ctx, h, grant, nil)
+		r.sessions.drop(h)
+		h.session.Orphan()
+		until := shown
+		if v := h.session.State().ValidUntil; v.After(until) {
+			until = v
+		}
+		time.AfterFunc(time.Until(until.Add(redlock.Drift(grant.ttl))), func() {
+			octx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			_ = r.releaseGrant(octx, grant, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
+		})
 		r.Metrics.LocksShed.Inc()
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
-		logf.FromContext(ctx).Info("shed a grant", "lock", h.name, "token", h.token, "error", errString(err))
+		logf.FromContext(ctx).Info("shed a grant", "lock", h.name, "token", h.token, "keysUntil", until)
 	})
 }
 

@@ -9,43 +9,63 @@ import (
 
 // Overload and shedding. The status writer measures, every loadTick, how
 // many refreshes committed, how many landed with less than half their lead
-// left (or late), and how long refreshes that were due waited unsent. From
-// that it estimates the writes per second the API server takes (capacity):
-// what it committed in a window in which refreshes waited throughout, at
-// most the budget (--status-write-qps), recovering by a tenth per window
-// otherwise. The writer is overloaded when the held grants need more than
-// that (demand above a saturated capacity, or above the budget), or when
-// more than a tenth of its refreshes land tight: deadline-first order then
-// makes every lock miss in turn. Overloaded for two windows in a row (at
-// once when demand exceeds the budget: that needs no measuring), it sheds
-// the youngest grants (the oldest are kept: their holders have the most
-// work under way) until demand is shedTarget of capacity: each shed grant is shown Held=False (reason
-// Shed) by a reconcile of its lock before its shown validity passes, then
-// released in Redis. New grants wait while the demand they add would take
-// it above shedTarget of capacity (of the budget, until a saturated window
-// measured less): a manager never grants what it cannot keep refreshed.
+// left, how many landed late, and how long refreshes that were due waited
+// unsent. From that it estimates the writes per second the API server takes
+// (capacity): what it committed in a window in which refreshes waited
+// throughout, at most the budget (--status-write-qps); after a cool-down it
+// recovers by a twentieth per window in which the writer kept up. A window
+// in which nothing committed while refreshes waited (the API server
+// unreachable, the manager paused) says nothing of capacity and changes
+// nothing.
+//
+// The writer is overloaded when the held grants need more than capacity
+// (demand above a saturated capacity, or above the budget), or when a tenth
+// of its refreshes land tight. It then sheds grants when that lasts two
+// windows (at once when demand exceeds the budget, which needs no
+// measuring): down to shedTarget of capacity when the writes cannot keep
+// up, a twentieth of the demand when refreshes land late (a slow API server
+// whose latency, not throughput, is the limit; tight refreshes alone only
+// hold new grants back). The youngest grants go first (the oldest are kept:
+// their holders have the most work under way). No more is shed while grants
+// chosen before are still being shed, and those not yet shown shed are
+// spared once the overload ends. Each shed grant is shown Held=False (reason
+// Shed) by a reconcile of its lock, refreshed as usual until then; its keys
+// are left to expire after the validity status showed (a reader's view of
+// it may be stale), then removed.
+//
+// New grants wait while the demand they add would take it above shedTarget
+// of capacity, and while overloaded: a manager never grants what it cannot
+// keep refreshed.
 const (
 	loadTick = time.Second
 	// saturatedShare of a window with refreshes waiting makes what
 	// committed in it the capacity.
 	saturatedShare = 0.8
-	// tightShare of a window's refreshes landing tight is overload.
+	// tightShare of a window's refreshes landing tight (or late, for
+	// shedding) is overload, counted from minSample refreshes.
 	tightShare = 0.1
+	minSample  = 5
 	// shedTarget is the share of capacity demand is brought down to, and
-	// new grants are admitted up to once capacity was measured.
+	// new grants are admitted up to.
 	shedTarget = 0.8
-	// shedLeast is the least share of demand shed in an overloaded window.
+	// shedLeast is the share of demand shed in a window whose refreshes
+	// land late.
 	shedLeast = 0.05
 	// recovery is how much a capacity estimate grows per window in which
-	// the writer kept up.
-	recovery = 1.1
+	// the writer kept up, after cooldownWindows windows since a shed.
+	recovery        = 1.05
+	cooldownWindows = 30
+	// staleSpan: a window this much longer than loadTick (the manager was
+	// paused) says nothing of capacity.
+	staleSpan = 3 * loadTick
 )
 
 // loadWindow is what the writer measured over one window.
 type loadWindow struct {
 	span       time.Duration
 	written    int           // refreshes committed
-	tight      int           // ... with less than half their lead left, or late
+	tight      int           // ... with less than half their lead left
+	late       int           // ... after the validity they replaced had passed
 	backlogged time.Duration // time refreshes were due and unsent
 	demand     float64       // refreshes per second the held grants need
 	budget     float64       // --status-write-qps
@@ -59,6 +79,8 @@ type loadState struct {
 	capacity   float64
 	measured   bool
 	overloaded bool
+	// cooldown is how many windows capacity stays put after a shed.
+	cooldown int
 }
 
 // initialLoad is the state before anything was measured.
@@ -67,28 +89,47 @@ func initialLoad(budget float64) loadState { return loadState{capacity: budget} 
 // nextLoad is the load state after window w, and how many refreshes per
 // second of demand to shed.
 func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
-	next := prev
-	rate := float64(w.written) / w.span.Seconds()
 	saturated := w.backlogged >= time.Duration(saturatedShare*float64(w.span))
+	if w.span > staleSpan || (w.written == 0 && saturated) {
+		return prev, 0 // no information
+	}
+	next := prev
+	next.cooldown = max(prev.cooldown-1, 0)
+	rate := float64(w.written) / w.span.Seconds()
 	switch {
 	case saturated:
 		next.capacity, next.measured = min(w.budget, rate), rate < w.budget
+	case prev.cooldown > 0:
 	case prev.capacity*recovery >= w.budget:
 		next.capacity, next.measured = w.budget, false
 	default:
 		next.capacity = max(prev.capacity*recovery, min(rate, w.budget))
 	}
-	tight := w.written > 0 && float64(w.tight) > tightShare*float64(w.written)
-	next.overloaded = (saturated && w.demand > next.capacity) || tight || w.demand > w.budget
-	if !next.overloaded {
-		return next, 0
+	sampled := w.written >= minSample
+	tight := sampled && float64(w.tight) > tightShare*float64(w.written)
+	late := sampled && float64(w.late) > tightShare*float64(w.written)
+	behind := (saturated && w.demand > next.capacity) || w.demand > w.budget
+	next.overloaded = behind || tight || late
+	var shed float64
+	switch {
+	case behind:
+		shed = max(w.demand-shedTarget*next.capacity, shedLeast*w.demand)
+	case late:
+		shed = shedLeast * w.demand
 	}
-	return next, max(w.demand-shedTarget*next.capacity, shedLeast*w.demand)
+	if shed > 0 {
+		next.cooldown = cooldownWindows
+	}
+	return next, shed
 }
 
 // admits reports whether a new grant that needs add refreshes per second
-// may be made while the held grants need demand.
-func (l loadState) admits(demand, add float64) bool {
+// may be made while the held grants need demand. With nothing held, a grant
+// the budget can refresh always is.
+func (l loadState) admits(demand, add, budget float64) bool {
+	if demand <= 0 {
+		return add <= budget
+	}
 	return !l.overloaded && demand+add <= shedTarget*l.capacity
 }
 

@@ -10,9 +10,10 @@ import (
 
 func TestNextLoad(t *testing.T) {
 	const budget = 150.0
-	win := func(written, tight int, backlogged time.Duration, demand float64) loadWindow {
-		return loadWindow{span: time.Second, written: written, tight: tight, backlogged: backlogged, demand: demand, budget: budget}
+	win := func(written, tight, late int, backlogged time.Duration, demand float64) loadWindow {
+		return loadWindow{span: time.Second, written: written, tight: tight, late: late, backlogged: backlogged, demand: demand, budget: budget}
 	}
+	measured := func(c float64) loadState { return loadState{capacity: c, measured: true} }
 	for _, tc := range []struct {
 		name      string
 		prev      loadState
@@ -24,64 +25,94 @@ func TestNextLoad(t *testing.T) {
 	}{
 		{
 			name: "keeping up: the budget stands",
-			prev: initialLoad(budget), w: win(100, 0, 100*time.Millisecond, 110),
+			prev: initialLoad(budget), w: win(100, 0, 0, 100*time.Millisecond, 110),
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
 		},
 		{
 			name: "keeping up, demand near the budget: no grant beyond shedTarget of it",
-			prev: initialLoad(budget), w: win(115, 0, 0, 119.5),
+			prev: initialLoad(budget), w: win(115, 0, 0, 0, 119.5),
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: false,
 		},
 		{
-			name: "saturated below demand: overloaded, shed down to shedTarget of what committed",
-			prev: initialLoad(budget), w: win(60, 0, 950*time.Millisecond, 115),
-			want: loadState{capacity: 60, measured: true, overloaded: true}, wantShed: 115 - shedTarget*60, admitsAdd: 0.1, admits: false,
+			name: "saturated below demand: overloaded, shed down to shedTarget of what committed, then a cool-down",
+			prev: initialLoad(budget), w: win(60, 0, 0, 950*time.Millisecond, 115),
+			want: loadState{capacity: 60, measured: true, overloaded: true, cooldown: cooldownWindows}, wantShed: 115 - shedTarget*60, admitsAdd: 0.1, admits: false,
 		},
 		{
 			name: "saturated by the budget itself (demand above it): overloaded at the budget",
-			prev: initialLoad(budget), w: win(150, 0, time.Second, 230),
-			want: loadState{capacity: budget, overloaded: true}, wantShed: 230 - shedTarget*budget, admitsAdd: 0.1, admits: false,
+			prev: initialLoad(budget), w: win(150, 0, 0, time.Second, 230),
+			want: loadState{capacity: budget, overloaded: true, cooldown: cooldownWindows}, wantShed: 230 - shedTarget*budget, admitsAdd: 0.1, admits: false,
 		},
 		{
 			name: "demand above the budget, before any backlog: overloaded at once",
-			prev: initialLoad(budget), w: win(100, 0, 0, 160),
-			want: loadState{capacity: budget, overloaded: true}, wantShed: 160 - shedTarget*budget, admitsAdd: 0.1, admits: false,
+			prev: initialLoad(budget), w: win(100, 0, 0, 0, 160),
+			want: loadState{capacity: budget, overloaded: true, cooldown: cooldownWindows}, wantShed: 160 - shedTarget*budget, admitsAdd: 0.1, admits: false,
 		},
 		{
 			name: "saturated but demand within what committed: a burst, not overload",
-			prev: initialLoad(budget), w: win(120, 0, 900*time.Millisecond, 80),
-			want: loadState{capacity: 120, measured: true}, admitsAdd: 10, admits: true,
+			prev: initialLoad(budget), w: win(120, 0, 0, 900*time.Millisecond, 80),
+			want: measured(120), admitsAdd: 10, admits: true,
 		},
 		{
-			name: "refreshes landing tight: overloaded though not saturated, shed the least share",
-			prev: initialLoad(budget), w: win(100, 20, 200*time.Millisecond, 100),
-			want: loadState{capacity: budget, overloaded: true}, wantShed: shedLeast * 100, admitsAdd: 0.1, admits: false,
+			name: "nothing committed while refreshes waited (API server unreachable): no information",
+			prev: measured(90), w: win(0, 0, 0, time.Second, 60),
+			want: measured(90), admitsAdd: 1, admits: true,
+		},
+		{
+			name: "a window far longer than a tick (the manager paused): no information",
+			prev: measured(90), w: loadWindow{span: 10 * time.Second, written: 3, backlogged: 10 * time.Second, demand: 60, budget: budget},
+			want: measured(90), admitsAdd: 1, admits: true,
+		},
+		{
+			name: "refreshes landing tight: overloaded (grants wait), nothing shed",
+			prev: initialLoad(budget), w: win(100, 20, 0, 200*time.Millisecond, 100),
+			want: loadState{capacity: budget, overloaded: true}, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "refreshes landing late: overloaded, shed the least share",
+			prev: initialLoad(budget), w: win(100, 20, 20, 200*time.Millisecond, 100),
+			want: loadState{capacity: budget, overloaded: true, cooldown: cooldownWindows}, wantShed: shedLeast * 100, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "tight and late, but too few refreshes to tell",
+			prev: initialLoad(budget), w: win(2, 2, 2, 0, 2),
+			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
 		},
 		{
 			name: "a few tight refreshes are no overload",
-			prev: initialLoad(budget), w: win(100, 5, 200*time.Millisecond, 100),
+			prev: initialLoad(budget), w: win(100, 5, 0, 200*time.Millisecond, 100),
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
 		},
 		{
-			name: "after overload, a calm window: capacity recovers by a tenth, grants within shedTarget of it",
-			prev: loadState{capacity: 60, measured: true, overloaded: true}, w: win(45, 0, 0, 45),
-			want: loadState{capacity: 66, measured: true}, admitsAdd: 7, admits: true,
+			name: "calm during the cool-down after a shed: capacity stays put",
+			prev: loadState{capacity: 60, measured: true, overloaded: true, cooldown: 5}, w: win(45, 0, 0, 0, 45),
+			want: loadState{capacity: 60, measured: true, cooldown: 4}, admitsAdd: 3, admits: true,
+		},
+		{
+			name: "calm after the cool-down: capacity recovers by a twentieth",
+			prev: measured(60), w: win(45, 0, 0, 0, 45),
+			want: measured(63), admitsAdd: 5, admits: true,
 		},
 		{
 			name: "recovered up to the budget: measured no more",
-			prev: loadState{capacity: 140, measured: true}, w: win(45, 0, 0, 45),
+			prev: measured(145), w: win(45, 0, 0, 0, 45),
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
+		},
+		{
+			name: "nothing held: any grant the budget can refresh is admitted, whatever the capacity",
+			prev: loadState{capacity: 0.5, measured: true}, w: win(0, 0, 0, 0, 0),
+			want: loadState{capacity: 0.525, measured: true}, admitsAdd: 1, admits: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, shed := nextLoad(tc.prev, tc.w)
-			if got.overloaded != tc.want.overloaded || got.measured != tc.want.measured || !near(got.capacity, tc.want.capacity) {
+			if got.overloaded != tc.want.overloaded || got.measured != tc.want.measured || got.cooldown != tc.want.cooldown || !near(got.capacity, tc.want.capacity) {
 				t.Errorf("state = %+v, want %+v", got, tc.want)
 			}
 			if !near(shed, tc.wantShed) {
 				t.Errorf("shed %.2f/s, want %.2f/s", shed, tc.wantShed)
 			}
-			if a := got.admits(tc.w.demand, tc.admitsAdd); a != tc.admits {
+			if a := got.admits(tc.w.demand, tc.admitsAdd, budget); a != tc.admits {
 				t.Errorf("admits(%v + %v) = %v, want %v", tc.w.demand, tc.admitsAdd, a, tc.admits)
 			}
 		})

@@ -97,11 +97,10 @@ type statusWriter struct {
 	win           loadWindow
 	backlogSince  time.Time // when the backlog last became non-empty (zero: empty)
 	adopting      int       // adopted grants whose first refresh has not committed
-	adoptWindows  int       // windows in a row not judged for adoptions
+	adoptSince    time.Time // when adopted grants last began waiting for their first refresh
 	overloadSince time.Time
-	strikes       int                    // overloaded windows in a row
-	shed          map[types.UID]shedMark // by lock UID: the grants being shed
-	shedDemand    float64                // the refreshes per second of those
+	strikes       int                  // overloaded windows in a row
+	shed          map[types.UID]string // by lock UID: why the grant is being shed
 }
 
 // refresh is the validity refresh of one grant.
@@ -153,7 +152,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
 		entries:      map[types.UID]*refresh{},
-		shed:         map[types.UID]shedMark{},
+		shed:         map[types.UID]string{},
 		load:         initialLoad(perSecond),
 		refused:      map[string]time.Time{},
 		waiting:      refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
@@ -217,6 +216,9 @@ func (w *statusWriter) writeAdopted(h *held, shown time.Time, ttl time.Duration)
 	if e := w.entries[h.uid]; e != nil && e.h == h {
 		if !e.adopted {
 			e.adopted = true
+			if w.adopting == 0 {
+				w.adoptSince = time.Now()
+			}
 			w.adopting++
 		}
 		if e.where != inFlight && e.where != ready {
@@ -576,6 +578,9 @@ func (w *statusWriter) count(e *refresh, slack time.Duration) {
 		w.adopting--
 	} else if slack < w.sched.lead(e.ttl)/2 {
 		w.win.tight++
+		if slack < 0 {
+			w.win.late++
+		}
 	}
 }
 
@@ -906,10 +911,7 @@ func (w *statusWriter) remove(e *refresh) {
 			e.adopted = false
 			w.adopting--
 		}
-		if m, ok := w.shed[e.h.uid]; ok {
-			delete(w.shed, e.h.uid)
-			w.shedDemand -= m.perSecond
-		}
+		delete(w.shed, e.h.uid)
 	}
 }
 
@@ -954,9 +956,8 @@ func (h *refreshHeap) Pop() any {
 	return e
 }
 
-// maxAdoptWindows bounds the windows in a row that adoptions keep from
-// being judged.
-const maxAdoptWindows = 30
+// adoptionGrace bounds the time adoptions keep the load from being judged.
+const adoptionGrace = 30 * time.Second
 
 // loadLoop judges the writer's load every loadTick (load.go) until ctx
 // ends, and asks for a reconcile of each grant it sheds.
@@ -990,15 +991,16 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 		win.backlogged += now.Sub(w.backlogSince)
 		w.backlogSince = now
 	}
-	if w.adopting > 0 && w.adoptWindows < maxAdoptWindows {
+	if w.adopting > 0 && now.Sub(w.adoptSince) < adoptionGrace {
 		// A new leader's adoptions: their refreshes go out at once, a
 		// burst that says nothing of steady state.
-		w.adoptWindows++
+		w.strikes = 0
 		return nil
 	}
-	w.adoptWindows = 0
 	win.span, win.budget = span, float64(w.budget.Limit())
-	win.demand = max(w.demand-w.shedDemand, 0)
+	// The grants being shed count until they are gone: their refreshes
+	// go on until then.
+	win.demand = w.demand
 	prev := w.load
 	var shedPerSecond float64
 	w.load, shedPerSecond = nextLoad(prev, win)
@@ -1018,11 +1020,14 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 	}
 	if !w.load.overloaded {
 		w.strikes = 0
+		clear(w.shed) // grants chosen and not shown shed yet are spared
 		return nil
 	}
 	w.strikes++
-	if w.strikes < 2 && win.demand <= win.budget {
-		return nil // one window may be a blip: shed when it lasts
+	if shedPerSecond <= 0 || len(w.shed) > 0 || (w.strikes < 2 && win.demand <= win.budget) {
+		// Nothing to shed, grants chosen before are still being shed, or
+		// one window may be a blip: shed when it lasts.
+		return nil
 	}
 	cands := make([]shedCandidate, 0, len(w.entries))
 	for uid, e := range w.entries {
@@ -1036,11 +1041,8 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 	why := fmt.Sprintf("status writes cannot keep every held lock refreshed: the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed",
 		win.demand, w.load.capacity, win.budget)
 	for _, uid := range uids {
-		e := w.entries[uid]
-		m := shedMark{why: why, perSecond: w.sched.perSecond(e.ttl)}
-		w.shed[uid] = m
-		w.shedDemand += m.perSecond
-		out = append(out, e.h)
+		w.shed[uid] = why
+		out = append(out, w.entries[uid].h)
 	}
 	if len(out) > 0 {
 		log.Info("shedding grants", "grants", len(out), "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity)
@@ -1055,16 +1057,8 @@ func (w *statusWriter) shedding(h *held) (string, bool) {
 	if e := w.entries[h.uid]; e == nil || e.h != h {
 		return "", false
 	}
-	m, ok := w.shed[h.uid]
-	return m.why, ok
-}
-
-// shedMark is a grant being shed: why, and the refreshes per second it
-// needed when it was chosen (its demand is counted out until it is
-// forgotten).
-type shedMark struct {
-	why       string
-	perSecond float64
+	why, ok := w.shed[h.uid]
+	return why, ok
 }
 
 // admits reports whether a new grant of a lock of ttl may be made: the
@@ -1073,5 +1067,5 @@ type shedMark struct {
 func (w *statusWriter) admits(ttl time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.load.admits(max(w.demand-w.shedDemand, 0), w.sched.perSecond(ttl))
+	return w.load.admits(w.demand, w.sched.perSecond(ttl), float64(w.budget.Limit()))
 }

@@ -4,7 +4,11 @@
 // a Markdown table with the ratios.
 //
 // It lives in its own module so that redsync never enters the main module's
-// dependencies. Run it with `make bench`.
+// dependencies. Run it with `make bench` (`BENCH_FLAGS=-hog` runs a
+// CPU-burning process on every core beside it). A failed operation is
+// counted, per implementation, and reported next to its latency; it never
+// aborts the run: on a loaded machine every implementation times out now
+// and then.
 package main
 
 import (
@@ -25,6 +29,7 @@ import (
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock-operator/redlock-operator/internal/hog"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -38,6 +43,7 @@ var (
 	rounds      = flag.Int("rounds", 5, "interleaved rounds; the table shows the median")
 	ttl         = flag.Duration("ttl", 10*time.Second, "lock TTL")
 	mastersFlag = flag.Int("masters", 5, "number of masters")
+	hogFlag     = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
 )
 
 // contender is one lock implementation under test.
@@ -53,9 +59,13 @@ type result struct {
 	p50, p99   time.Duration
 	opsPerSec  float64
 	stoppedP50 time.Duration
+	// errors: failed acquire+release pairs of the latency and throughput
+	// measurements, out of ops attempted.
+	errors, ops int64
 }
 
 func main() {
+	hog.IfAsked()
 	flag.Parse()
 	redis.SetLogger(quiet{})
 	if err := run(); err != nil {
@@ -95,20 +105,25 @@ func run() error {
 		return err
 	}
 	defer closeAll()
+	if *hogFlag {
+		stop, err := hog.Start()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	results := map[string][]result{}
 	for r := range *rounds {
-		lat, err := measureLatency(contenders)
+		lat, latErrs, err := measureLatency(contenders)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", r+1, err)
 		}
 		for _, c := range contenders {
-			ops, err := measureThroughput(c)
-			if err != nil {
-				return fmt.Errorf("round %d, %s: %w", r+1, c.name, err)
-			}
+			ops, tpOps, tpErrs := measureThroughput(c)
 			results[c.name] = append(results[c.name], result{
 				p50: percentile(lat[c.name], 0.50), p99: percentile(lat[c.name], 0.99), opsPerSec: ops,
+				errors: latErrs[c.name] + tpErrs, ops: int64(*latencyOps) + tpOps,
 			})
 		}
 	}
@@ -268,60 +283,68 @@ func newKey(prefix string) string { return fmt.Sprintf("%s-%d", prefix, keySeq.A
 
 // measureLatency times sequential acquire+release pairs, one contender
 // after another op by op (the first contender rotating), so that every
-// contender meets the same moments of a noisy machine.
-func measureLatency(contenders []contender) (map[string][]time.Duration, error) {
+// contender meets the same moments of a noisy machine. A pair that fails is
+// counted in errs, not timed; it is an error only when a contender has no
+// pair left to time.
+func measureLatency(contenders []contender) (lat map[string][]time.Duration, errs map[string]int64, err error) {
 	ctx := context.Background()
-	lat := make(map[string][]time.Duration, len(contenders))
+	lat = make(map[string][]time.Duration, len(contenders))
+	errs = make(map[string]int64, len(contenders))
 	for _, c := range contenders {
 		// Warm up connections.
 		for range 50 {
-			rel, err := c.acquire(ctx, newKey("warm"))
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
+			if rel, err := c.acquire(ctx, newKey("warm")); err == nil {
+				_ = rel(ctx)
 			}
-			_ = rel(ctx)
 		}
 		lat[c.name] = make([]time.Duration, 0, *latencyOps)
 	}
 	for i := range *latencyOps {
 		for j := range contenders {
 			c := contenders[(i+j)%len(contenders)]
-			key := newKey("lat")
 			t0 := time.Now()
-			rel, err := c.acquire(ctx, key)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-			if err := rel(ctx); err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
+			if err := pair(ctx, c, newKey("lat")); err != nil {
+				errs[c.name]++
+				continue
 			}
 			lat[c.name] = append(lat[c.name], time.Since(t0))
 		}
 	}
-	return lat, nil
+	for _, c := range contenders {
+		if len(lat[c.name]) == 0 {
+			return nil, nil, fmt.Errorf("%s: all %d acquire+release pairs failed", c.name, *latencyOps)
+		}
+	}
+	return lat, errs, nil
+}
+
+// pair acquires key with c and releases it.
+func pair(ctx context.Context, c contender, key string) error {
+	rel, err := c.acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	return rel(ctx)
 }
 
 // measureThroughput runs acquire+release pairs from many goroutines, each
-// on its own key, for the configured duration and returns operations per
-// second.
-func measureThroughput(c contender) (float64, error) {
+// on its own key, for the configured duration and returns the pairs that
+// succeeded per second, the pairs attempted, and those that failed (a
+// failed pair may leave its key held until the TTL: that goroutine moves on
+// to a new key).
+func measureThroughput(c contender) (perSecond float64, attempted, failed int64) {
 	ctx := context.Background()
-	var ops atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
+	var ops, errs atomic.Int64
 	deadline := time.Now().Add(*duration)
 	var wg sync.WaitGroup
 	for w := range *workers {
 		wg.Go(func() {
 			key := fmt.Sprintf("tp-%s-%d", c.name, w)
 			for time.Now().Before(deadline) {
-				rel, err := c.acquire(ctx, key)
-				if err == nil {
-					err = rel(ctx)
-				}
-				if err != nil {
-					errOnce.Do(func() { firstErr = err })
-					return
+				if err := pair(ctx, c, key); err != nil {
+					errs.Add(1)
+					key = newKey(fmt.Sprintf("tp-%s-%d", c.name, w))
+					continue
 				}
 				ops.Add(1)
 			}
@@ -329,10 +352,7 @@ func measureThroughput(c contender) (float64, error) {
 	}
 	start := time.Now()
 	wg.Wait()
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	return float64(ops.Load()) / time.Since(start).Seconds(), nil
+	return float64(ops.Load()) / time.Since(start).Seconds(), ops.Load() + errs.Load(), errs.Load()
 }
 
 func measureStopped(c contender) (time.Duration, error) {
@@ -342,13 +362,17 @@ func measureStopped(c contender) (time.Duration, error) {
 		n = *slowOps
 	}
 	lat := make([]time.Duration, 0, n)
+	var last error
 	for range n {
 		t0 := time.Now()
-		_, err := c.acquire(ctx, newKey("stopped")) // not released: expires with the TTL
-		if err != nil {
-			return 0, err
+		if _, err := c.acquire(ctx, newKey("stopped")); err != nil { // not released: expires with the TTL
+			last = err
+			continue
 		}
 		lat = append(lat, time.Since(t0))
+	}
+	if len(lat) == 0 {
+		return 0, fmt.Errorf("all %d acquisitions failed: %w", n, last)
 	}
 	return percentile(lat, 0.50), nil
 }
@@ -370,23 +394,31 @@ func printTable(contenders []contender, results map[string][]result) {
 		name              string
 		p50, p99, stopped time.Duration
 		ops               float64
+		errors, attempted int64
 	}
 	rows := make([]row, 0, len(contenders))
 	for _, c := range contenders {
 		rs := results[c.name]
 		var p50, p99, st []time.Duration
 		var ops []float64
+		var errs, attempted int64
 		for _, r := range rs {
 			p50, p99, st, ops = append(p50, r.p50), append(p99, r.p99), append(st, r.stoppedP50), append(ops, r.opsPerSec)
+			errs, attempted = errs+r.errors, attempted+r.ops
 		}
-		rows = append(rows, row{c.name, median(p50), median(p99), median(st), median(ops)})
+		rows = append(rows, row{c.name, median(p50), median(p99), median(st), median(ops), errs, attempted})
 	}
-	fmt.Printf("\n%d masters, ttl %v, median of %d rounds; latency = acquire+release, one client, %d ops per implementation interleaved op by op; throughput = %d goroutines on distinct keys for %v; stopped = acquire p50 with 2 of %d masters SIGSTOPped\n\n",
-		*mastersFlag, *ttl, *rounds, *latencyOps, *workers, *duration, *mastersFlag)
-	fmt.Println("| implementation | latency p50 | latency p99 | throughput (ops/s) | stopped: acquire p50 |")
-	fmt.Println("|---|---:|---:|---:|---:|")
+	hogged := ""
+	if *hogFlag {
+		hogged = ", a CPU hog on every core"
+	}
+	fmt.Printf("\n%d masters, ttl %v, median of %d rounds%s; latency = acquire+release, one client, %d ops per implementation interleaved op by op; throughput = %d goroutines on distinct keys for %v; stopped = acquire p50 with 2 of %d masters SIGSTOPped; errors = failed acquire+release pairs of the latency and throughput measurements, all rounds\n\n",
+		*mastersFlag, *ttl, *rounds, hogged, *latencyOps, *workers, *duration, *mastersFlag)
+	fmt.Println("| implementation | latency p50 | latency p99 | throughput (ops/s) | errors (of pairs) | stopped: acquire p50 |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %v | %v | %.0f | %v |\n", r.name, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.ops, r.stopped.Round(time.Microsecond))
+		fmt.Printf("| %s | %v | %v | %.0f | %d (%.3f%% of %d) | %v |\n", r.name, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.ops,
+			r.errors, 100*float64(r.errors)/float64(max(r.attempted, 1)), r.attempted, r.stopped.Round(time.Microsecond))
 	}
 	ours, rsDef, rsFF, fanFloor, floor := rows[0], rows[1], rows[2], rows[3], rows[4]
 	ratio := func(a, b time.Duration) float64 { return float64(a) / float64(b) }

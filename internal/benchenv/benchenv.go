@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +38,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/hog"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
@@ -466,44 +466,11 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, erro
 	}
 }
 
-// hogEnv makes a benchmark program a CPU hog (see StartHogs).
-const hogEnv = "REDLOCK_BENCH_HOG"
+// HogIfAsked is hog.IfAsked.
+func HogIfAsked() { hog.IfAsked() }
 
-// HogIfAsked spins for ever when this process was started by StartHogs;
-// call it first thing in main.
-func HogIfAsked() {
-	if os.Getenv(hogEnv) == "1" {
-		for { //nolint:staticcheck // SA5002: spinning is the point of a CPU hog
-		}
-	}
-}
-
-// StartHogs runs a CPU-burning copy of this program (see HogIfAsked) on
-// every core, killed by the returned stop (or with this process).
-func StartHogs() (stop func(), err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	var cmds []*exec.Cmd
-	stop = func() {
-		for _, c := range cmds {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-	}
-	for range runtime.NumCPU() {
-		c := exec.Command(self) //nolint:gosec // this program itself, as a CPU hog
-		c.Env = append(os.Environ(), hogEnv+"=1")
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
-			stop()
-			return nil, fmt.Errorf("start CPU hog: %w", err)
-		}
-		cmds = append(cmds, c)
-	}
-	return stop, nil
-}
+// StartHogs is hog.Start.
+func StartHogs() (stop func(), err error) { return hog.Start() }
 
 // ControlPlane maps the command names kube-apiserver and etcd to the PIDs
 // of this process's children of those names (envtest's control plane).
