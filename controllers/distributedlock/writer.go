@@ -143,6 +143,7 @@ const (
 // refreshes keep failover of validity ahead when the ttl allows.
 func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metrics, ss *sessions, perSecond float64, failover time.Duration) *statusWriter {
 	m.StatusWriteBudget.Set(perSecond)
+	m.StatusWriteCapacity.Set(perSecond) // until a window measures less
 	return &statusWriter{
 		client: c, recorder: rec, metrics: m, sessions: ss,
 		sched:        refreshSchedule{failover: failover},
