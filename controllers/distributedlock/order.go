@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -32,6 +33,11 @@ const (
 	// holder whose validity passed: after every lock that can still be
 	// adopted, ahead of the rest.
 	lapsedPriority = 1
+	// wakePriority is the priority of a wake-up from this manager's own
+	// Sessions and status writer (a grant lost, shed, or no longer shown):
+	// ahead of requeues and of grants waiting for room, which may be
+	// thousands when the writer is overloaded.
+	wakePriority = 1
 )
 
 // adoptionPriority is the queue priority of a lock that status shows as
@@ -68,4 +74,20 @@ func (a *adoptFirst) Create(ctx context.Context, evt event.CreateEvent, q workqu
 		}
 	}
 	a.TypedEnqueueRequestForObject.Create(ctx, evt, q)
+}
+
+// wakeFirst enqueues the locks of the wake channel (Reconciler.enqueue) at
+// wakePriority when the queue is a priority queue.
+type wakeFirst struct {
+	handler.TypedFuncs[*v1alpha1.DistributedLock, reconcile.Request]
+}
+
+// Generic implements handler.TypedEventHandler.
+func (wakeFirst) Generic(_ context.Context, evt event.TypedGenericEvent[*v1alpha1.DistributedLock], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: evt.Object.Namespace, Name: evt.Object.Name}}
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(wakePriority)}, req)
+		return
+	}
+	q.Add(req)
 }

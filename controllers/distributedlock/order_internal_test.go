@@ -2,10 +2,13 @@ package distributedlock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -81,4 +84,23 @@ func TestNewLeaderAdoptsNearestValidityFirst(t *testing.T) {
 		}
 		q.Done(req)
 	}
+}
+
+// TestWakeUpsGoAheadOfRequeues: a wake-up from this manager's Sessions or
+// status writer (a lost or shed grant) goes ahead of requeues at the
+// default priority, such as thousands of grants waiting for room.
+func TestWakeUpsGoAheadOfRequeues(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("wake-order-test")
+	defer q.ShutDown()
+	for i := range 5 {
+		q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(0)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("waiting-%d", i)}})
+	}
+	wakeFirst{}.Generic(context.Background(), event.TypedGenericEvent[*v1alpha1.DistributedLock]{
+		Object: &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shed"}},
+	}, q)
+	req, _, _ := q.GetWithPriority()
+	if req.Name != "shed" {
+		t.Fatalf("first item is %s, want the wake-up", req.Name)
+	}
+	q.Done(req)
 }
