@@ -12,10 +12,7 @@ import (
 // left, how many landed late, and how long refreshes that were due waited
 // unsent. From that it estimates the writes per second the API server takes
 // (capacity): what it committed in a window in which refreshes waited
-// throughout and a tenth of them lost half their lead waiting (a backlog
-// whose refreshes land with most of their lead left is the writer pacing
-// itself: 32 writes in flight at a time), at most the budget
-// (--status-write-qps); after a cool-down it
+// throughout, at most the budget (--status-write-qps); after a cool-down it
 // recovers by a twentieth per window in which the writer kept up. A window
 // in which nothing committed while refreshes waited (the API server
 // unreachable, the manager paused) says nothing of capacity and changes
@@ -92,21 +89,13 @@ func initialLoad(budget float64) loadState { return loadState{capacity: budget} 
 // nextLoad is the load state after window w, and how many refreshes per
 // second of demand to shed.
 func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
-	waited := w.backlogged >= time.Duration(saturatedShare*float64(w.span))
-	if w.span > staleSpan || (w.written == 0 && waited) {
+	saturated := w.backlogged >= time.Duration(saturatedShare*float64(w.span))
+	if w.span > staleSpan || (w.written == 0 && saturated) {
 		return prev, 0 // no information
 	}
 	next := prev
 	next.cooldown = max(prev.cooldown-1, 0)
 	rate := float64(w.written) / w.span.Seconds()
-	sampled := w.written >= minSample
-	tight := sampled && float64(w.tight) > tightShare*float64(w.written)
-	late := sampled && float64(w.late) > tightShare*float64(w.written)
-	// Saturated: refreshes waited throughout and lost half their lead
-	// waiting. A backlog whose refreshes still land with most of their
-	// lead left (a burst of grants' first refreshes, a long lead) is the
-	// writer pacing itself, and says nothing of the API server.
-	saturated := waited && tight
 	switch {
 	case saturated:
 		next.capacity, next.measured = min(w.budget, rate), rate < w.budget
@@ -116,6 +105,9 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	default:
 		next.capacity = max(prev.capacity*recovery, min(rate, w.budget))
 	}
+	sampled := w.written >= minSample
+	tight := sampled && float64(w.tight) > tightShare*float64(w.written)
+	late := sampled && float64(w.late) > tightShare*float64(w.written)
 	behind := (saturated && w.demand > next.capacity) || w.demand > w.budget
 	next.overloaded = behind || tight || late
 	var shed float64

@@ -34,13 +34,13 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: false,
 		},
 		{
-			name: "saturated below demand (waited throughout, refreshes tight): overloaded, shed down to shedTarget of what committed, then a cool-down",
-			prev: initialLoad(budget), w: win(60, 10, 0, 950*time.Millisecond, 115),
+			name: "saturated below demand: overloaded, shed down to shedTarget of what committed, then a cool-down",
+			prev: initialLoad(budget), w: win(60, 0, 0, 950*time.Millisecond, 115),
 			want: loadState{capacity: 60, measured: true, overloaded: true, cooldown: cooldownWindows}, wantShed: 115 - shedTarget*60, admitsAdd: 0.1, admits: false,
 		},
 		{
 			name: "saturated by the budget itself (demand above it): overloaded at the budget",
-			prev: initialLoad(budget), w: win(150, 30, 0, time.Second, 230),
+			prev: initialLoad(budget), w: win(150, 0, 0, time.Second, 230),
 			want: loadState{capacity: budget, overloaded: true, cooldown: cooldownWindows}, wantShed: 230 - shedTarget*budget, admitsAdd: 0.1, admits: false,
 		},
 		{
@@ -49,14 +49,9 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: budget, overloaded: true, cooldown: cooldownWindows}, wantShed: 160 - shedTarget*budget, admitsAdd: 0.1, admits: false,
 		},
 		{
-			name: "waited throughout, refreshes tight, demand within what committed: capacity measured, overloaded by the tight refreshes only",
-			prev: initialLoad(budget), w: win(120, 20, 0, 900*time.Millisecond, 80),
-			want: loadState{capacity: 120, measured: true, overloaded: true}, admitsAdd: 1, admits: false,
-		},
-		{
-			name: "waited throughout with most of the lead left (the writer pacing a burst): no capacity measured, no overload",
-			prev: initialLoad(budget), w: win(50, 0, 0, time.Second, 95),
-			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
+			name: "saturated but demand within what committed: a burst, not overload",
+			prev: initialLoad(budget), w: win(120, 0, 0, 900*time.Millisecond, 80),
+			want: measured(120), admitsAdd: 10, admits: true,
 		},
 		{
 			name: "nothing committed while refreshes waited (API server unreachable): no information",
