@@ -890,16 +890,17 @@ const staleCacheRecheck = 200 * time.Millisecond
 func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	lock := s.lock
 	ttl := lock.Spec.TTL.Duration
-	if behind, admitted := r.writer.behind(), r.writer.admits(ttl); behind || !admitted {
+	if r.writer.behind() || !r.writer.admits(ttl) {
 		// The held locks' refreshes are behind, or would be with this
 		// grant: they go first, a new grant waits (retried soon;
 		// redlock_status_write_backlog, _demand_per_second and
 		// _capacity_per_second show why). A shed grant keeps showing
 		// Shed meanwhile.
-		reason, msg := v1alpha1.ReasonStatusWritesBehind, "waiting: the status refreshes of held locks are behind, and go before new grants"
-		if !admitted {
-			msg = "waiting: the locks held need all the status writes the API server takes now; a grant is made when they leave room (see redlock_status_write_capacity_per_second)"
-		}
+		// One message for both causes: a waiting lock is reconciled every
+		// few hundred milliseconds, and a message alternating between them
+		// would cost a status write each time.
+		reason, msg := v1alpha1.ReasonStatusWritesBehind,
+			"waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
 		if heldConditionReason(lock.Status) == v1alpha1.ReasonShed {
 			reason = v1alpha1.ReasonShed
 		}

@@ -145,7 +145,7 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 			cond := meta.FindStatusCondition(fetch(last).Status.Conditions, v1alpha1.ConditionHeld)
 			g.Expect(cond).NotTo(BeNil())
 			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonStatusWritesBehind))
-			g.Expect(cond.Message).To(ContainSubstring("need all the status writes"))
+			g.Expect(cond.Message).To(ContainSubstring("go first"))
 		}).Should(Succeed(), "lock %s waits for room in the status writes", last.Name)
 		Consistently(func() *v1alpha1.LockHolder { return fetch(last).Status.Holder }, 3*time.Second).Should(BeNil(), "lock %s was granted beyond the budget", last.Name)
 		Expect(k8s.Delete(suiteCtx, last)).To(Succeed())
