@@ -894,11 +894,10 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// The held locks' refreshes are behind, or would be with this
 		// grant: they go first, a new grant waits (retried soon;
 		// redlock_status_write_backlog, _demand_per_second and
-		// _capacity_per_second show why). A shed grant keeps showing
-		// Shed meanwhile.
-		// One message for both causes: a waiting lock is reconciled every
-		// few hundred milliseconds, and a message alternating between them
-		// would cost a status write each time.
+		// _capacity_per_second show why). One message for both causes: a
+		// waiting lock is reconciled every few hundred milliseconds, and
+		// a message alternating between them would cost a status write
+		// each time. A shed grant keeps showing Shed meanwhile.
 		reason, msg := v1alpha1.ReasonStatusWritesBehind,
 			"waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
 		if heldConditionReason(lock.Status) == v1alpha1.ReasonShed {

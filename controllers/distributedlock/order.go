@@ -6,7 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -65,11 +64,9 @@ type adoptFirst struct {
 
 // Create implements handler.EventHandler.
 func (a *adoptFirst) Create(ctx context.Context, evt event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	pq, isPQ := q.(priorityqueue.PriorityQueue[reconcile.Request])
-	lock, isLock := evt.Object.(*v1alpha1.DistributedLock)
-	if isPQ && isLock && evt.IsInInitialList {
+	if lock, isLock := evt.Object.(*v1alpha1.DistributedLock); isLock && evt.IsInInitialList {
 		if p, ok := adoptionPriority(lock.Status, a.now()); ok {
-			pq.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lock.Namespace, Name: lock.Name}})
+			addAt(q, lock, p)
 			return
 		}
 	}
@@ -84,9 +81,15 @@ type wakeFirst struct {
 
 // Generic implements handler.TypedEventHandler.
 func (wakeFirst) Generic(_ context.Context, evt event.TypedGenericEvent[*v1alpha1.DistributedLock], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: evt.Object.Namespace, Name: evt.Object.Name}}
+	addAt(q, evt.Object, wakePriority)
+}
+
+// addAt enqueues lock at priority when q is a priority queue, plainly
+// otherwise.
+func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], lock *v1alpha1.DistributedLock, priority int) {
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lock.Namespace, Name: lock.Name}}
 	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(wakePriority)}, req)
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority}, req)
 		return
 	}
 	q.Add(req)

@@ -572,17 +572,25 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 // window. Callers hold w.mu.
 func (w *statusWriter) count(e *refresh, slack time.Duration) {
 	w.win.written++
-	if e.adopted {
-		// An adopted grant's first refresh is written whatever validity
-		// it inherited: it says nothing of this writer's pace.
-		e.adopted = false
-		w.adopting--
-	} else if slack < w.sched.lead(e.ttl)/2 {
+	// An adopted grant's first refresh is written whatever validity it
+	// inherited: it says nothing of this writer's pace.
+	if !w.settleAdoption(e) && slack < w.sched.lead(e.ttl)/2 {
 		w.win.tight++
 		if slack < 0 {
 			w.win.late++
 		}
 	}
+}
+
+// settleAdoption stops counting e among the adopted grants waiting for
+// their first refresh, and reports whether it was one. Callers hold w.mu.
+func (w *statusWriter) settleAdoption(e *refresh) bool {
+	if !e.adopted {
+		return false
+	}
+	e.adopted = false
+	w.adopting--
+	return true
 }
 
 // refuse stops refreshing h's grant, which status no longer shows, and
@@ -908,10 +916,7 @@ func (w *statusWriter) remove(e *refresh) {
 	if w.entries[e.h.uid] == e {
 		delete(w.entries, e.h.uid)
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl))
-		if e.adopted {
-			e.adopted = false
-			w.adopting--
-		}
+		w.settleAdoption(e)
 		delete(w.shed, e.h.uid)
 	}
 }

@@ -408,12 +408,8 @@ func printTable(contenders []contender, results map[string][]result) {
 		}
 		rows = append(rows, row{c.name, median(p50), median(p99), median(st), median(ops), errs, attempted})
 	}
-	hogged := ""
-	if *hogFlag {
-		hogged = ", a CPU hog on every core"
-	}
 	fmt.Printf("\n%d masters, ttl %v, median of %d rounds%s; latency = acquire+release, one client, %d ops per implementation interleaved op by op; throughput = %d goroutines on distinct keys for %v; stopped = acquire p50 with 2 of %d masters SIGSTOPped; errors = failed acquire+release pairs of the latency and throughput measurements, all rounds\n\n",
-		*mastersFlag, *ttl, *rounds, hogged, *latencyOps, *workers, *duration, *mastersFlag)
+		*mastersFlag, *ttl, *rounds, hog.Describe(*hogFlag), *latencyOps, *workers, *duration, *mastersFlag)
 	fmt.Println("| implementation | latency p50 | latency p99 | throughput (ops/s) | errors (of pairs) | stopped: acquire p50 |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	for _, r := range rows {

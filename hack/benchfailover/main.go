@@ -33,6 +33,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/benchenv"
+	"github.com/redlock-operator/redlock-operator/internal/hog"
 )
 
 var (
@@ -40,7 +41,7 @@ var (
 	ttl          = flag.Duration("ttl", 10*time.Second, "lock TTL")
 	mgrQPS       = flag.Float64("kube-api-qps", 200, "the managers' --kube-api-qps")
 	workers      = flag.Int("workers", 8, "the managers' --max-concurrent-reconciles")
-	hog          = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
+	hogFlag      = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
 	grantTimeout = flag.Duration("grant-timeout", 5*time.Minute, "how long to wait for every lock to be granted, or adopted")
 	managerArgs  = flag.String("manager-args", "", "more flags of both managers, space-separated (e.g. --failover-slack=20s)")
 	keepLogs     = flag.Bool("keep-logs", false, "leave the managers' logs (at log level 1) behind, and say where")
@@ -48,7 +49,7 @@ var (
 )
 
 func main() {
-	benchenv.HogIfAsked()
+	hog.IfAsked()
 	flag.Parse()
 	benchenv.Quiet()
 	if err := run(); err != nil {
@@ -96,8 +97,8 @@ func run() error {
 		return err
 	}
 	defer env.Close()
-	if *hog {
-		stop, err := benchenv.StartHogs()
+	if *hogFlag {
+		stop, err := hog.Start()
 		if err != nil {
 			return err
 		}
@@ -131,12 +132,8 @@ func run() error {
 		}
 		results = append(results, r)
 	}
-	hogged := ""
-	if *hog {
-		hogged = ", a CPU hog per core"
-	}
 	fmt.Printf("\n%d locks at ttl %v, 5 masters, two manager processes (--kube-api-qps %v, %d workers%s; %s)\n\n",
-		*nLocks, *ttl, *mgrQPS, *workers, hogged, strings.Join(append([]string{"default Lease"}, strings.Fields(*managerArgs)...), " "))
+		*nLocks, *ttl, *mgrQPS, *workers, hog.Describe(*hogFlag), strings.Join(append([]string{"default Lease"}, strings.Fields(*managerArgs)...), " "))
 	fmt.Println("| leader stopped by | least validity shown ahead | granted again (validity passed) | late refreshes | lapses a watch saw (longest) | every lock refreshed by the new leader | watch errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/benchenv"
+	"github.com/redlock-operator/redlock-operator/internal/hog"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
@@ -43,7 +44,7 @@ var (
 	ttl      = flag.Duration("ttl", 10*time.Second, "lock TTL")
 	workers  = flag.Int("workers", 8, "parallel reconciles")
 	sample   = flag.Duration("sample", 2*time.Second, "how often every lock's status is checked")
-	hog      = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
+	hogFlag  = flag.Bool("hog", false, "run a CPU-burning process on every core beside the benchmark")
 	// grantTimeout bounds the wait for every lock to be granted.
 	grantTimeout = flag.Duration("grant-timeout", 5*time.Minute, "how long to wait for every lock to be granted")
 	mgrQPS       = flag.Float64("kube-api-qps", 200, "the manager's --kube-api-qps")
@@ -51,7 +52,7 @@ var (
 )
 
 func main() {
-	benchenv.HogIfAsked()
+	hog.IfAsked()
 	flag.Parse()
 	benchenv.Quiet()
 	if err := run(); err != nil {
@@ -71,8 +72,8 @@ func run() error {
 	}
 	defer env.Close()
 	k8s, reg, servers := env.Client, env.Registry, env.Servers
-	if *hog {
-		stop, err := benchenv.StartHogs()
+	if *hogFlag {
+		stop, err := hog.Start()
 		if err != nil {
 			return err
 		}
@@ -195,12 +196,8 @@ func run() error {
 	demand, budget := gaugeValue(reg, "redlock_status_write_demand_per_second"), gaugeValue(reg, "redlock_status_write_budget_per_second")
 	rss, heap := memory()
 
-	hogged := ""
-	if *hog {
-		hogged = fmt.Sprintf(", with a CPU hog on each of the %d cores", runtime.NumCPU())
-	}
 	fmt.Printf("\n%d locks, ttl %v (renewal every %v), 5 masters, envtest kube-apiserver + etcd, %d CPUs%s, watched %v\n\n",
-		*nLocks, *ttl, *ttl/3, runtime.NumCPU(), hogged, watched.Round(time.Second))
+		*nLocks, *ttl, *ttl/3, runtime.NumCPU(), hog.Describe(*hogFlag), watched.Round(time.Second))
 	fmt.Println("| measure | value |")
 	fmt.Println("|---|---:|")
 	fmt.Printf("| time to grant all locks (or the last grant the manager admitted) | %v |\n", allHeld.Round(time.Millisecond))

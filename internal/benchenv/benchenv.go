@@ -38,7 +38,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/hog"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
 	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
@@ -465,12 +464,6 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, erro
 		}
 	}
 }
-
-// HogIfAsked is hog.IfAsked.
-func HogIfAsked() { hog.IfAsked() }
-
-// StartHogs is hog.Start.
-func StartHogs() (stop func(), err error) { return hog.Start() }
 
 // ControlPlane maps the command names kube-apiserver and etcd to the PIDs
 // of this process's children of those names (envtest's control plane).

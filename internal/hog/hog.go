@@ -24,6 +24,15 @@ func IfAsked() {
 	}
 }
 
+// Describe is how a benchmark's table heading says whether hogs ran beside
+// it: "" when on is false.
+func Describe(on bool) string {
+	if !on {
+		return ""
+	}
+	return fmt.Sprintf(", a CPU hog on each of the %d cores", runtime.NumCPU())
+}
+
 // Start runs a CPU-burning copy of this program (see IfAsked) on every
 // core, killed by the returned stop (or with this process).
 func Start() (stop func(), err error) {
