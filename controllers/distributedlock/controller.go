@@ -1,6 +1,7 @@
 package distributedlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,8 +59,8 @@ const relabelledPoll = 2 * time.Second
 // second.
 const DefaultStatusWriteQPS = 150
 
-// grantWait is how long a grant waits, plus jitter, while the held locks'
-// status refreshes are behind.
+// grantWait is how soon, plus jitter, a lock shown shed is looked at
+// again, to wait for room as new grants do (waiters.go).
 const grantWait = 250 * time.Millisecond
 
 // opTimeout bounds one Redis operation of the controller (each master is
@@ -124,6 +125,10 @@ type Reconciler struct {
 	// wait for): status keeps that much validity ahead when the ttl is at
 	// least twice it, so that a crash of the leader lapses no lock.
 	FailoverSlack time.Duration
+	// GrantRecheck is how long a lock whose grant waits for room in the
+	// status writes waits, plus jitter, for a reconcile the writer does
+	// not ask for (0: grantRecheck).
+	GrantRecheck time.Duration
 
 	sessions   *sessions
 	writer     *statusWriter
@@ -235,6 +240,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		r.releaseOthers(ctx, req.NamespacedName, "")
 		r.relabelled.Forget(req.String())
+		r.writer.stopWaiting(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
@@ -654,6 +660,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 		return r.reconcileHolder(ctx, s)
 	}
 	logf.FromContext(ctx).V(1).Info("holder decision", "action", action.String(), "requested", in.Requested, "holder", in.Holder)
+	if action != actAcquire && action != actAdopt {
+		r.writer.stopWaiting(client.ObjectKeyFromObject(s.lock)) // it asks for no grant now
+	}
 	switch action {
 	case actAcquire:
 		r.acquire(ctx, s, c)
@@ -890,21 +899,22 @@ const staleCacheRecheck = 200 * time.Millisecond
 func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	lock := s.lock
 	ttl := lock.Spec.TTL.Duration
-	if r.writer.behind() || !r.writer.admits(ttl) {
+	if !r.writer.admit(client.ObjectKeyFromObject(lock), ttl) {
 		// The held locks' refreshes are behind, or would be with this
-		// grant: they go first, a new grant waits (retried soon;
-		// redlock_status_write_backlog, _demand_per_second and
-		// _capacity_per_second show why). One message for both causes: a
-		// waiting lock is reconciled every few hundred milliseconds, and
-		// a message alternating between them would cost a status write
-		// each time. A shed grant keeps showing Shed meanwhile.
+		// grant: they go first, a new grant waits until the writer has
+		// room and asks for a reconcile (waiters.go; at the latest after
+		// grantRecheck). redlock_status_write_backlog, _demand_per_second
+		// and _capacity_per_second show why. One message for both
+		// causes: a message alternating between them would cost a status
+		// write each time. A shed grant keeps showing Shed meanwhile.
 		reason, msg := v1alpha1.ReasonStatusWritesBehind,
 			"waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
 		if heldConditionReason(lock.Status) == v1alpha1.ReasonShed {
 			reason = v1alpha1.ReasonShed
 		}
 		s.setHeld(metav1.ConditionFalse, reason, msg)
-		s.requeueAfter(grantWait + jitter(grantWait))
+		recheck := cmp.Or(r.GrantRecheck, grantRecheck)
+		s.requeueAfter(recheck + jitter(recheck))
 		return
 	}
 	if !r.requestedPodMayHold(ctx, s) {
@@ -1172,6 +1182,7 @@ func (r *Reconciler) releaseGrant(ctx context.Context, g grantRef, c *redlock.Cl
 // trails the real validity by less than a TTL), plus the drift allowance.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	lock := s.lock
+	r.writer.stopWaiting(client.ObjectKeyFromObject(lock))
 	if !controllerutil.ContainsFinalizer(lock, Finalizer) {
 		return nil
 	}
@@ -1481,6 +1492,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.writer.committed = r.markWritten
 	r.writer.reconcile = func(h *held) {
 		r.enqueue(lockRef(h.name, ""))
+	}
+	r.writer.wakeLock = func(name types.NamespacedName) {
+		r.enqueue(lockRef(name, ""))
 	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.DistributedLock], 1024)
 	if err := mgr.Add(r.sessions); err != nil {

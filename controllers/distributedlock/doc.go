@@ -16,6 +16,10 @@
 //     shows is asked for) and reads the Sessions' reports
 //     (renewal.Reports): renewals and losses. A Session knows nothing of
 //     status but the validity its keys must outlive (Session.Shown).
+//   - load.go: overload and shedding (pure decisions, then the writer's
+//     measuring of them); waiters.go: the grants that wait for room, woken
+//     when it appears; order.go: the work queue's order (a new leader's
+//     held locks first, the writer's wake-ups ahead of requeues);
 //
 // Status is the contract pods act on. Two writers patch it, each field
 // having one owner at a time:

@@ -12,7 +12,8 @@ import (
 // left, how many landed late, and how long refreshes that were due waited
 // unsent. From that it estimates the writes per second the API server takes
 // (capacity): what it committed in a window in which refreshes waited
-// throughout, at most the budget (--status-write-qps); after a cool-down it
+// throughout for the API server (not for the budget, --status-write-qps),
+// at most the budget; after a cool-down it
 // recovers by a twentieth per window in which the writer kept up. A window
 // in which nothing committed while refreshes waited (the API server
 // unreachable, the manager paused) says nothing of capacity and changes
@@ -67,6 +68,7 @@ type loadWindow struct {
 	tight      int           // ... with less than half their lead left
 	late       int           // ... after the validity they replaced had passed
 	backlogged time.Duration // time refreshes were due and unsent
+	limited    time.Duration // ... of which the budget held them back
 	demand     float64       // refreshes per second the held grants need
 	budget     float64       // --status-write-qps
 }
@@ -89,7 +91,10 @@ func initialLoad(budget float64) loadState { return loadState{capacity: budget} 
 // nextLoad is the load state after window w, and how many refreshes per
 // second of demand to shed.
 func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
-	saturated := w.backlogged >= time.Duration(saturatedShare*float64(w.span))
+	// Saturated: refreshes waited throughout, and not mostly for the
+	// budget (the writer's own limit, not the API server's: a window's
+	// count of budget-paced writes is no capacity).
+	saturated := w.backlogged >= time.Duration(saturatedShare*float64(w.span)) && w.limited < w.backlogged/2
 	if w.span > staleSpan || (w.written == 0 && saturated) {
 		return prev, 0 // no information
 	}

@@ -54,6 +54,15 @@ func TestNextLoad(t *testing.T) {
 			want: measured(120), admitsAdd: 10, admits: true,
 		},
 		{
+			name: "refreshes waited for the budget, not the API server (a small budget, bunched refreshes): no capacity measured",
+			prev: initialLoad(budget), w: func() loadWindow {
+				w := win(1, 0, 0, 900*time.Millisecond, 1.5)
+				w.limited = 800 * time.Millisecond
+				return w
+			}(),
+			want: loadState{capacity: budget}, admitsAdd: 0.3, admits: true,
+		},
+		{
 			name: "nothing committed while refreshes waited (API server unreachable): no information",
 			prev: measured(90), w: win(0, 0, 0, time.Second, 60),
 			want: measured(90), admitsAdd: 1, admits: true,

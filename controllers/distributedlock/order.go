@@ -33,8 +33,8 @@ const (
 	// adopted, ahead of the rest.
 	lapsedPriority = 1
 	// wakePriority is the priority of a wake-up from this manager's own
-	// Sessions and status writer (a grant lost, shed, or no longer shown):
-	// ahead of requeues and of grants waiting for room, which may be
+	// Sessions and status writer (a grant lost, shed, or no longer shown;
+	// a waiting grant that now fits): ahead of requeues, which may be
 	// thousands when the writer is overloaded.
 	wakePriority = 1
 )

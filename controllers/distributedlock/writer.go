@@ -34,9 +34,6 @@ const EventStatusWriteLate = "StatusWriteLate"
 // writeTimeout bounds one validity refresh.
 const writeTimeout = 10 * time.Second
 
-// writeParallel is how many validity refreshes may be in flight at once.
-const writeParallel = 32
-
 // statusWriter refreshes the validity that held locks' status shows. It
 // is the one writer of every grant this manager renews, once the reconcile
 // that made the grant has shown it, and it owns the refresh schedule: a
@@ -74,22 +71,31 @@ type statusWriter struct {
 	reconcile func(*held)
 	// committed records a refresh that committed (Reconciler.markWritten).
 	committed func(types.UID)
+	// wakeLock asks for a reconcile of a lock whose grant waited and now
+	// fits (waiters.go).
+	wakeLock func(types.NamespacedName)
 
 	// handedOver is closed once the writer stopped, after its handover.
 	handedOver chan struct{}
 	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
 	// wakes send (a refresh is ready).
 	kickSchedule, kickSend chan struct{}
+	// kickWaiters wakes loadLoop to wake waiting grants: room was made.
+	kickWaiters chan struct{}
 
 	mu      sync.Mutex
 	entries map[types.UID]*refresh
 	refused map[string]time.Time // by grant ID: when a refresh of the grant was last refused
 	pruned  time.Time            // when refused was last pruned
 	poking  int                  // refreshes waiting for the renewal they asked for
-	waiting refreshHeap          // by due time
-	ready   refreshHeap          // due: by shown validity
-	demand  float64
-	over    bool // demand exceeds the budget (logged once per crossing)
+	sending int                  // refreshes send has in flight
+	// inflight sizes how many refreshes may be in flight (inflight.go).
+	inflight inflightState
+	rtt      rttWindow
+	waiting  refreshHeap // by due time
+	ready    refreshHeap // due: by shown validity
+	demand   float64
+	over     bool // demand exceeds the budget (logged once per crossing)
 
 	// Load (load.go): the current window's measurements, the state they
 	// lead to, and the grants shed and not yet forgotten.
@@ -99,8 +105,10 @@ type statusWriter struct {
 	adopting      int       // adopted grants whose first refresh has not committed
 	adoptSince    time.Time // when adopted grants last began waiting for their first refresh
 	overloadSince time.Time
-	strikes       int                  // overloaded windows in a row
-	shed          map[types.UID]string // by lock UID: why the grant is being shed
+	strikes       int                              // overloaded windows in a row
+	shed          map[types.UID]string             // by lock UID: why the grant is being shed
+	waiters       map[types.NamespacedName]waiter  // grants waiting for room
+	promised      map[types.NamespacedName]promise // room kept for grants admitted or woken, not made yet
 }
 
 // refresh is the validity refresh of one grant.
@@ -144,14 +152,19 @@ const (
 func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metrics, ss *sessions, perSecond float64, failover time.Duration) *statusWriter {
 	m.StatusWriteBudget.Set(perSecond)
 	m.StatusWriteCapacity.Set(perSecond) // until a window measures less
+	m.StatusWriteConcurrency.Set(minWriteParallel)
 	return &statusWriter{
-		client: c, recorder: rec, metrics: m, sessions: ss,
+		inflight: inflightState{limit: minWriteParallel},
+		client:   c, recorder: rec, metrics: m, sessions: ss,
 		sched:        refreshSchedule{failover: failover},
 		budget:       rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		reports:      renewal.NewReports(),
 		handedOver:   make(chan struct{}),
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
+		kickWaiters:  make(chan struct{}, 1),
+		waiters:      map[types.NamespacedName]waiter{},
+		promised:     map[types.NamespacedName]promise{},
 		entries:      map[types.UID]*refresh{},
 		shed:         map[types.UID]string{},
 		load:         initialLoad(perSecond),
@@ -178,6 +191,7 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 	if fresh {
 		e = &refresh{h: h, index: -1}
 		w.entries[h.uid] = e
+		w.notWaiting(h.name)
 		w.setDemand(w.demand + w.sched.perSecond(ttl))
 	} else if e.ttl != ttl {
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl) + w.sched.perSecond(ttl))
@@ -274,11 +288,9 @@ func (w *statusWriter) readReports(ctx context.Context) {
 
 // behind reports whether refreshes that are due wait to be sent: more than
 // the writer can have in flight, or one whose shown validity passes within
-// half its lead. New grants wait meanwhile (see Reconciler.acquire).
+// half its lead. New grants wait meanwhile (admit). Callers hold w.mu.
 func (w *statusWriter) behind() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ready.Len() > writeParallel {
+	if w.ready.Len() > w.parallel() {
 		return true
 	}
 	if w.ready.Len() == 0 {
@@ -337,10 +349,11 @@ func (w *statusWriter) handOver(log logr.Logger) {
 			due = append(due, e)
 		}
 	}
+	parallel := w.parallel()
 	w.mu.Unlock()
 	slices.SortFunc(due, func(a, b *refresh) int { return a.shown.Compare(b.shown) })
 	start := time.Now()
-	sem := make(chan struct{}, writeParallel)
+	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for _, e := range due {
 		if w.budget.Wait(ctx) != nil {
@@ -393,7 +406,7 @@ func (w *statusWriter) scheduleLoop(ctx context.Context) {
 // at a time, at about the pace they are sent, and not when the shown
 // validity would pass meanwhile. Callers hold w.mu.
 func (w *statusWriter) askForLate(now time.Time) (ask []*held) {
-	for w.ready.Len() > 0 && w.poking < writeParallel {
+	for w.ready.Len() > 0 && w.poking < w.parallel() {
 		e := w.ready.items[0]
 		if !e.askedAt.IsZero() || e.shown.Sub(now) < 2*renewNowTimeout ||
 			!e.h.session.State().RenewedAt.Before(now.Add(-2*renewLead(e.ttl))) {
@@ -409,14 +422,14 @@ func (w *statusWriter) askForLate(now time.Time) (ask []*held) {
 }
 
 // send writes ready refreshes, nearest shown validity first, within the
-// budget and at most writeParallel at a time, until ctx ends.
+// budget and at most w.parallel() at a time, until ctx ends.
 func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
-	sem := make(chan struct{}, writeParallel)
 	for {
 		w.mu.Lock()
-		due := w.ready.Len()
+		idle := w.ready.Len() == 0 || w.sending >= w.parallel()
 		w.mu.Unlock()
-		if due == 0 {
+		if idle {
+			// A refresh made ready, or a write done, kicks.
 			select {
 			case <-ctx.Done():
 				return
@@ -424,32 +437,37 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
+		waited := time.Now()
 		if err := w.budget.Wait(ctx); err != nil {
 			return // the manager is stopping
 		}
 		w.mu.Lock()
+		w.win.limited += time.Since(waited)
 		var e *refresh
 		if w.ready.Len() > 0 {
 			e = heap.Pop(&w.ready).(*refresh)
 			e.where, e.index = inFlight, -1
 			w.donePoking(e)
 			w.backlogChanged()
+			w.sending++
 		}
 		w.mu.Unlock()
 		if e == nil {
-			<-sem
 			continue
 		}
 		wg.Go(func() {
-			defer func() { <-sem }()
+			defer w.sent()
 			w.write(ctx, e)
 		})
 	}
+}
+
+// sent counts a write of send's done, and wakes send.
+func (w *statusWriter) sent() {
+	w.mu.Lock()
+	w.sending--
+	w.mu.Unlock()
+	kick(w.kickSend)
 }
 
 // wakeUp acts on the waiting refreshes whose wake time has come by now:
@@ -507,9 +525,15 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	h.session.Shown(st.ValidUntil)
 	obj := lockRef(h.name, "")
 	octx, cancel := context.WithTimeout(ctx, writeTimeout)
+	start := time.Now()
 	err = w.client.Status().Patch(octx, obj, client.RawPatch(types.JSONPatchType, patch))
 	cancel()
 	now := time.Now()
+	if err == nil || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) {
+		// Answered by the API server's own work, not a timeout or a
+		// throttle (whose retries the client hides in the round trip).
+		w.observeRTT(now.Sub(start))
+	}
 	switch {
 	case err == nil:
 	case apierrors.IsInvalid(err) && w.relearn(ctx, e, shown):
@@ -524,19 +548,16 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.refuse(h, now)
 		return
 	default:
-		if ctx.Err() != nil {
-			return
-		}
-		logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
-		w.mu.Lock()
-		e.fails++
-		// Back off, but not past half the time the shown validity has
-		// left: the rate limiter bounds the total.
-		backoff := min(retryBase<<min(e.fails-1, 10), retryMax, max(retryBase, e.shown.Sub(now)/2))
-		w.mu.Unlock()
-		w.reschedule(e, now.Add(backoff)) // then in deadline order again
+		w.failed(ctx, e, err, now)
 		return
 	}
+	w.landed(e, st, shown, now)
+}
+
+// landed records a refresh of e that committed at now, showing st's
+// validity in place of shown, and schedules the next.
+func (w *statusWriter) landed(e *refresh, st renewal.State, shown, now time.Time) {
+	h := e.h
 	h.wrote(st.ValidUntil)
 	if w.committed != nil {
 		w.committed(h.uid)
@@ -566,6 +587,31 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 			"status showed a validity until %s that passed %v before its refresh was written, though the masters held the grant: status writes are behind (budget %.0f/s; the locks held need %.0f/s)",
 			shown.UTC().Format(time.RFC3339Nano), (-slack).Round(time.Millisecond), budget, demand)
 	}
+}
+
+// failed sees to a refresh of e that failed without an answer on the
+// grant (a timeout, an overloaded or unreachable API server): retried with
+// a backoff, or left to handOver when the manager stops.
+func (w *statusWriter) failed(ctx context.Context, e *refresh, err error, now time.Time) {
+	h := e.h
+	if ctx.Err() != nil {
+		// The manager stops: handOver sends it again (if it has not
+		// committed, the validity shown is still this one).
+		w.mu.Lock()
+		if w.entries[h.uid] == e && e.where == inFlight {
+			w.place(e, ready)
+		}
+		w.mu.Unlock()
+		return
+	}
+	logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
+	w.mu.Lock()
+	e.fails++
+	// Back off, but not past half the time the shown validity has
+	// left: the rate limiter bounds the total.
+	backoff := min(retryBase<<min(e.fails-1, 10), retryMax, max(retryBase, e.shown.Sub(now)/2))
+	w.mu.Unlock()
+	w.reschedule(e, now.Add(backoff)) // then in deadline order again
 }
 
 // count adds a refresh of e that committed with slack left to the load
@@ -918,6 +964,7 @@ func (w *statusWriter) remove(e *refresh) {
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl))
 		w.settleAdoption(e)
 		delete(w.shed, e.h.uid)
+		w.roomMade()
 	}
 }
 
@@ -975,6 +1022,9 @@ func (w *statusWriter) loadLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.kickWaiters:
+			w.wakeLocks(w.wakeWaiters(time.Now()))
+			continue
 		case <-tick.C:
 		}
 		now := time.Now()
@@ -983,6 +1033,7 @@ func (w *statusWriter) loadLoop(ctx context.Context) {
 		for _, h := range shed {
 			w.reconcile(h)
 		}
+		w.wakeLocks(w.wakeWaiters(time.Now()))
 	}
 }
 
@@ -993,6 +1044,7 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 	defer w.mu.Unlock()
 	win := w.win
 	w.win = loadWindow{}
+	w.sizeInflight()
 	if !w.backlogSince.IsZero() {
 		win.backlogged += now.Sub(w.backlogSince)
 		w.backlogSince = now
@@ -1065,13 +1117,4 @@ func (w *statusWriter) shedding(h *held) (string, bool) {
 	}
 	why, ok := w.shed[h.uid]
 	return why, ok
-}
-
-// admits reports whether a new grant of a lock of ttl may be made: the
-// writer is not overloaded, and the refreshes it adds keep demand within
-// what the writer can send (loadState.admits).
-func (w *statusWriter) admits(ttl time.Duration) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.load.admits(w.demand, w.sched.perSecond(ttl), float64(w.budget.Limit()))
 }

@@ -2,15 +2,21 @@ package distributedlock
 
 import (
 	"container/heap"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
@@ -434,34 +440,114 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 	}
 }
 
-// TestNewGrantsWaitWhileRefreshesAreBehind: the writer is behind when more
-// refreshes are due than it can have in flight, or when the first due one
-// is about to lapse.
+// TestNewGrantsWaitWhileRefreshesAreBehind: a new grant waits while more
+// refreshes are due than the writer can have in flight, or while the first
+// due one is about to lapse.
 func TestNewGrantsWaitWhileRefreshesAreBehind(t *testing.T) {
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
-	if w.behind() {
-		t.Fatal("an idle writer is behind")
-	}
 	now := time.Now()
+	admitted := func() bool { return w.admit(types.NamespacedName{Name: "new"}, 10*time.Second) }
+	if !admitted() {
+		t.Fatal("an idle writer holds a grant back")
+	}
 	add := func(uid string, shown time.Duration) {
 		e := &refresh{h: &held{uid: types.UID(uid)}, ttl: 10 * time.Second, shown: now.Add(shown), index: -1}
 		w.entries[e.h.uid] = e
 		w.place(e, ready)
 	}
 	add("far", 5*time.Second)
-	if w.behind() {
-		t.Error("one due refresh with seconds to spare counts as behind")
+	if !admitted() {
+		t.Error("one due refresh with seconds to spare holds a grant back")
 	}
 	add("near", 400*time.Millisecond) // under half the 1s lead of ttl 10s
-	if !w.behind() {
-		t.Error("a due refresh about to lapse does not count as behind")
+	if admitted() {
+		t.Error("a due refresh about to lapse does not hold a grant back")
 	}
 	w.remove(w.entries["near"])
-	for i := range writeParallel {
+	for i := range minWriteParallel {
 		add(fmt.Sprintf("more-%d", i), 5*time.Second)
 	}
-	if !w.behind() {
-		t.Errorf("%d due refreshes, more than can be in flight, do not count as behind", w.ready.Len())
+	if admitted() {
+		t.Errorf("%d due refreshes, more than can be in flight, do not hold a grant back", w.ready.Len())
+	}
+}
+
+// TestWaitingGrantsWakeWhenRoomAppears: a lock whose grant waited is
+// woken once a grant of its size fits, longest waiting first, and the
+// wake-up stops at the first that does not fit; a newcomer does not pass
+// a lock waiting longer; a lock granted meanwhile is not woken; a woken
+// lock refused keeps its place, and one whose reconcile never decides
+// gives its room back.
+func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
+	ss := newSessions()
+	w := newStatusWriter(nil, nil, metrics.New(), ss, 10, 0)
+	const ttl = 10 * time.Second
+	per := w.sched.perSecond(ttl)         // 0.115/s
+	holders := int(shedTarget * 10 / per) // as many as the budget admits
+	now := time.Now()
+	var kept []*held
+	for i := range holders {
+		h := &held{uid: types.UID(fmt.Sprintf("h%d", i)), name: types.NamespacedName{Name: fmt.Sprintf("h%d", i)}}
+		ss.hold(h, func() *renewal.Session {
+			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
+				renewal.Config{Client: func() *redlock.Client { return nil }})
+		})
+		t.Cleanup(h.session.Orphan)
+		w.track(h, now.Add(time.Hour), ttl)
+		kept = append(kept, h)
+	}
+	name := func(s string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: s} }
+	for _, n := range []string{"first", "second", "third", "granted"} {
+		if w.admit(name(n), ttl) {
+			t.Fatalf("lock %s admitted with demand %.2f/s of a %.0f/s budget", n, w.demand, 10.0)
+		}
+	}
+	if got := w.wakeWaiters(now); len(got) != 0 {
+		t.Fatalf("woken %v with no room made", got)
+	}
+	granted := &held{uid: "g", name: name("granted")}
+	ss.hold(granted, func() *renewal.Session { return kept[0].session })
+	w.track(granted, now.Add(time.Hour), ttl) // granted by a reconcile of its own
+	w.remove(w.entries["g"])
+	<-w.kickWaiters // drained: the next kick is the room below
+	w.forget(kept[0])
+	w.forget(kept[1]) // room for two grants
+	select {
+	case <-w.kickWaiters:
+	default:
+		t.Error("room made without a kick to wake the waiting grants")
+	}
+	if w.admit(name("newcomer"), ttl) {
+		t.Error("a newcomer was admitted ahead of the locks waiting longer")
+	}
+	got := w.wakeWaiters(now)
+	if want := []types.NamespacedName{name("first"), name("second")}; !slices.Equal(got, want) {
+		t.Fatalf("woken %v, want %v (longest waiting first, as many as fit)", got, want)
+	}
+	if got := w.wakeWaiters(now); len(got) != 0 {
+		t.Errorf("woken again while the room is kept: %v", got)
+	}
+	if w.admit(name("third"), ttl) {
+		t.Error("third admitted into the room kept for the woken locks")
+	}
+
+	// The woken first is refused (the room went elsewhere meanwhile): it
+	// keeps its place ahead of third.
+	w.setDemand(w.demand + 2*per)
+	if w.admit(name("first"), ttl) {
+		t.Fatal("first admitted with no room")
+	}
+	w.setDemand(w.demand - 2*per)
+	if got := w.wakeWaiters(now); !slices.Equal(got, []types.NamespacedName{name("first")}) {
+		t.Errorf("woken %v, want first again (second's room is still kept)", got)
+	}
+	// Neither reconcile decides: their room is given back after
+	// promiseHold, to the locks behind them.
+	if got, want := w.wakeWaiters(now.Add(promiseHold+time.Second)), []types.NamespacedName{name("third"), name("newcomer")}; !slices.Equal(got, want) {
+		t.Errorf("woken %v, want %v in the room first and second did not take", got, want)
+	}
+	if len(w.waiters) != 0 {
+		t.Errorf("still counted as waiting: %v (a woken lock that never decided loses its place)", w.waiters)
 	}
 }
 
@@ -612,5 +698,186 @@ func TestAdoptedGrantsAreRefreshedAtOnce(t *testing.T) {
 	}
 	if first := w.ready.items[0].h.uid; first != "near" {
 		t.Errorf("first ready refresh %s, want the adopted grant nearest its shown validity", first)
+	}
+}
+
+// TestWritesInFlightFollowTheRoundTrip: behind an API server that takes
+// 300ms a write, the writer has as many refreshes in flight as its budget
+// needs at that round trip (Little's law), past the least it starts with
+// and never past maxWriteParallel; every refresh is written once.
+func TestWritesInFlightFollowTheRoundTrip(t *testing.T) {
+	const (
+		rtt    = 300 * time.Millisecond
+		budget = 400
+		locks  = 400
+	)
+	var mu sync.Mutex
+	var inFlight, peak, done int
+	finished := make(chan struct{})
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, _ client.Client, _ string, _ client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+			mu.Lock()
+			inFlight++
+			peak = max(peak, inFlight)
+			mu.Unlock()
+			select {
+			case <-time.After(rtt):
+			case <-ctx.Done():
+			}
+			mu.Lock()
+			inFlight--
+			if done++; done == locks {
+				close(finished)
+			}
+			mu.Unlock()
+			return nil
+		},
+	}).Build()
+	ss := newSessions()
+	w := newStatusWriter(c, nil, metrics.New(), ss, budget, 0)
+	now := time.Now()
+	for i := range locks {
+		h := &held{uid: types.UID(fmt.Sprintf("u%d", i)), name: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("l%d", i)},
+			grantID: fmt.Sprintf("g%d", i), holder: "h", token: 1}
+		ss.hold(h, func() *renewal.Session {
+			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
+				renewal.Config{Client: func() *redlock.Client { return nil }})
+		})
+		t.Cleanup(h.session.Orphan)
+		w.writeAdopted(h, now.Add(50*time.Second), time.Minute)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.send(ctx, &wg) })
+	wg.Go(func() { w.loadLoop(ctx) }) // sizes the limit every second
+	select {
+	case <-finished:
+	case <-time.After(time.Minute):
+	}
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if done != locks {
+		t.Fatalf("%d of %d refreshes written within a minute", done, locks)
+	}
+	if want := writeConcurrency(budget, rtt); peak <= minWriteParallel || peak > maxWriteParallel {
+		t.Errorf("at most %d refreshes in flight at once; want more than %d (about %d for %d/s at %v), at most %d",
+			peak, minWriteParallel, want, budget, rtt, maxWriteParallel)
+	}
+}
+
+// TestNextInflight: the limit in flight follows Little's law at the mean
+// round trip, growing by half at most per window, and shrinks by a tenth
+// when the round trips show the API server queueing.
+func TestNextInflight(t *testing.T) {
+	ms := func(d int) time.Duration { return time.Duration(d) * time.Millisecond }
+	win := func(mean, least int) rttWindow { return rttWindow{sum: 10 * ms(mean), n: 10, least: ms(least)} }
+	for _, tc := range []struct {
+		name  string
+		prev  inflightState
+		w     rttWindow
+		want  int
+		least []time.Duration
+	}{
+		{"nothing answered: unchanged", inflightState{limit: 40, least: []time.Duration{ms(10)}}, rttWindow{}, 40, []time.Duration{ms(10)}},
+		{"a fast API server: the least", inflightState{limit: 32}, win(20, 10), 32, []time.Duration{ms(10)}},
+		{"a slow one: grows by half", inflightState{limit: 32}, win(300, 250), 48, []time.Duration{ms(250)}},
+		{"... up to what the budget needs", inflightState{limit: 100, least: []time.Duration{ms(250)}}, win(300, 250), 128, []time.Duration{ms(250), ms(250)}},
+		{"queueing (mean over twice the least of recent windows): shrinks", inflightState{limit: 128, least: []time.Duration{ms(100)}}, win(250, 200), 116, []time.Duration{ms(100), ms(200)}},
+		{"... not below the least", inflightState{limit: 33, least: []time.Duration{ms(10)}}, win(100, 90), 32, []time.Duration{ms(10), ms(90)}},
+		{"faster again: Little's law at once", inflightState{limit: 128, least: []time.Duration{ms(100)}}, win(100, 90), 60, []time.Duration{ms(100), ms(90)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := nextInflight(tc.prev, tc.w, 400)
+			if got.limit != tc.want || !slices.Equal(got.least, tc.least) {
+				t.Errorf("nextInflight = %d %v, want %d %v", got.limit, got.least, tc.want, tc.least)
+			}
+		})
+	}
+	t.Run("the least is taken over the last windows only", func(t *testing.T) {
+		st := inflightState{limit: 32}
+		st = nextInflight(st, win(20, 5), 400)
+		for range rttWindows {
+			st = nextInflight(st, win(300, 250), 400)
+		}
+		if len(st.least) != rttWindows || slices.Min(st.least) != ms(250) {
+			t.Errorf("least round trips %v, want the last %d windows' (250ms)", st.least, rttWindows)
+		}
+	})
+}
+
+// TestWriteConcurrency: the refreshes in flight are what the budget needs
+// at the round trip measured, half as many again, within the bounds.
+func TestWriteConcurrency(t *testing.T) {
+	for _, tc := range []struct {
+		budget  float64
+		latency time.Duration
+		want    int
+	}{
+		{150, 0, minWriteParallel},                     // nothing measured yet
+		{150, 20 * time.Millisecond, minWriteParallel}, // a fast API server: 4.5
+		{300, 100 * time.Millisecond, 45},
+		{300, 650 * time.Millisecond, maxWriteParallel}, // 293
+		{100, 500 * time.Millisecond, 75},
+	} {
+		if got := writeConcurrency(tc.budget, tc.latency); got != tc.want {
+			t.Errorf("writeConcurrency(%v/s, %v) = %d, want %d", tc.budget, tc.latency, got, tc.want)
+		}
+	}
+}
+
+// TestHandOverResendsWritesCutShort: a refresh in flight when the manager
+// stops (its write cut short by the stop) is sent again by the handover,
+// not skipped as in flight: it is the one nearest its shown validity.
+func TestHandOverResendsWritesCutShort(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	started := make(chan struct{})
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, _ client.Client, _ string, _ client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+			mu.Lock()
+			calls++
+			first := calls == 1
+			mu.Unlock()
+			if first {
+				close(started)
+				<-ctx.Done() // in flight until the manager stops
+				return ctx.Err()
+			}
+			return nil
+		},
+	}).Build()
+	ss := newSessions()
+	w := newStatusWriter(c, nil, metrics.New(), ss, 100, 10*time.Second)
+	now := time.Now()
+	h := &held{uid: "u", name: types.NamespacedName{Namespace: "ns", Name: "l"}, grantID: "g", holder: "h", token: 1}
+	ss.hold(h, func() *renewal.Session {
+		return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
+			renewal.Config{Client: func() *redlock.Client { return nil }})
+	})
+	t.Cleanup(h.session.Orphan)
+	w.writeAdopted(h, now.Add(2*time.Second), time.Minute) // ready at once, within the failover slack
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- w.Start(ctx) }()
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the refresh was never sent")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the writer stopped with %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the writer did not stop")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Errorf("%d writes of the refresh, want 2: the one cut short by the stop, and the handover's", calls)
 	}
 }

@@ -114,8 +114,11 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 	)
 	const budget = 2.0 // refreshes per second
 	BeforeAll(func() {
-		mgr = env.StartScopedManager(testenv.Scope{StatusWriteQPS: budget}, nil)
-		ms = env.NewServingMasters(env.NewNamespace(), "masters", 3, 4*time.Second)
+		// Its own namespace only: locks other specs leave behind would
+		// take the budget's room.
+		ns := env.NewNamespace()
+		mgr = env.StartScopedManager(testenv.Scope{StatusWriteQPS: budget, WatchNamespaces: []string{ns}}, nil)
+		ms = env.NewServingMasters(ns, "masters", 3, 4*time.Second)
 	})
 	AfterAll(func() { mgr.Stop() })
 
@@ -210,6 +213,52 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 		}
 		Expect(testutil.CollectAndCount(mgr.Metrics.RenewFailures)).To(BeZero(), "a renewal failed")
 		for _, l := range locks {
+			Expect(k8s.Delete(suiteCtx, l)).To(Succeed())
+		}
+	})
+})
+
+var _ = Describe("A grant waiting for room in the status writes", func() {
+	It("is made when a held lock is released, woken by the writer rather than a poll", func() {
+		const (
+			budget = 2.0 // refreshes per second
+			ttl    = 4 * time.Second
+		)
+		// No reconcile of the waiting lock but the writer's wake-up comes
+		// within the test; its own namespace only, as above.
+		ns := env.NewNamespace()
+		mgr := env.StartScopedManager(testenv.Scope{StatusWriteQPS: budget, GrantRecheck: time.Hour, WatchNamespaces: []string{ns}}, nil)
+		DeferCleanup(mgr.Stop)
+		ms := env.NewServingMasters(ns, "masters", 3, ttl)
+		admitted := int(0.8 * budget / (distributedlock.WritesPerTTL(ttl) / ttl.Seconds()))
+		Expect(admitted).To(Equal(5), "the setup's arithmetic")
+
+		By("granting five locks, and making the sixth wait")
+		var locks []*v1alpha1.DistributedLock
+		for i := range admitted + 1 {
+			l := newLock(ms, fmt.Sprintf("room-%d", i), "", "team-a", ttl)
+			Expect(k8s.Create(suiteCtx, l)).To(Succeed())
+			locks = append(locks, l)
+			if i < admitted {
+				eventuallyHeldBy(l, "team-a")
+			}
+		}
+		waiting := locks[admitted]
+		Eventually(func(g Gomega) {
+			cond := meta.FindStatusCondition(fetch(waiting).Status.Conditions, v1alpha1.ConditionHeld)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonStatusWritesBehind))
+		}).Should(Succeed(), "lock %s waits for room in the status writes", waiting.Name)
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.GrantsWaiting) }).Should(Equal(1.0), "locks counted as waiting")
+		// The reconciles its own writes caused (the finalizer) come and go
+		// meanwhile: after this, only a wake-up reconciles it.
+		Consistently(func() *v1alpha1.LockHolder { return fetch(waiting).Status.Holder }, 2*time.Second).Should(BeNil(), "lock %s was granted beyond the budget", waiting.Name)
+
+		By("deleting a held lock: its release makes room, and the writer wakes the waiting lock")
+		Expect(k8s.Delete(suiteCtx, locks[0])).To(Succeed())
+		eventuallyHeldBy(waiting, "team-a")
+		Expect(testutil.ToFloat64(mgr.Metrics.GrantsWaiting)).To(BeZero(), "locks counted as waiting once granted")
+		for _, l := range locks[1:] {
 			Expect(k8s.Delete(suiteCtx, l)).To(Succeed())
 		}
 	})

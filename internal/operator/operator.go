@@ -55,6 +55,10 @@ type Options struct {
 	// standby may take to lead and adopt every held lock; status keeps that
 	// much validity ahead when a lock's ttl is at least twice it (0: none).
 	FailoverSlack time.Duration
+	// GrantRecheck is how long a lock whose grant waits for room in the
+	// status writes waits for a reconcile the writer does not ask for
+	// (0: 10s; tests set it long to see the writer's wake-ups alone).
+	GrantRecheck time.Duration
 	// Metrics receives the operator's metrics (registered by the caller).
 	Metrics *metrics.Metrics
 	// RedlockOptions are added to every master set's client (tests).
@@ -160,6 +164,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		MaxConcurrentReconciles: o.Workers,
 		StatusWriteQPS:          o.StatusWriteQPS,
 		FailoverSlack:           o.FailoverSlack,
+		GrantRecheck:            o.GrantRecheck,
 		IgnoreNodes:             o.IgnoreNodes,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)

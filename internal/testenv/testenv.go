@@ -202,6 +202,8 @@ type Scope struct {
 	StatusWriteQPS float64
 	// FailoverSlack is the manager's --failover-slack (0: none).
 	FailoverSlack time.Duration
+	// GrantRecheck is the manager's operator.Options.GrantRecheck.
+	GrantRecheck time.Duration
 	// PodCacheCfg is the connection the cache of gated pods watches
 	// through (nil: the manager's), e.g. through a proxy a test stalls.
 	PodCacheCfg *rest.Config
@@ -270,6 +272,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		IgnoreNodes:     len(s.WatchNamespaces) > 0,
 		StatusWriteQPS:  s.StatusWriteQPS,
 		FailoverSlack:   s.FailoverSlack,
+		GrantRecheck:    s.GrantRecheck,
 		PodCacheConfig:  s.PodCacheCfg,
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -35,6 +35,12 @@ type Metrics struct {
 	StatusWriteCapacity    prometheus.Gauge
 	StatusWriterOverloaded prometheus.Gauge
 	LocksShed              prometheus.Counter
+	// StatusWriteConcurrency is how many refreshes the writer may have in
+	// flight at once, sized from their round trip.
+	StatusWriteConcurrency prometheus.Gauge
+	// GrantsWaiting is how many locks wait for a grant until the status
+	// writer has room for its refreshes.
+	GrantsWaiting prometheus.Gauge
 }
 
 // New returns unregistered collectors.
@@ -111,6 +117,14 @@ func New() *Metrics {
 			Name: "redlock_locks_shed_total",
 			Help: "Grants released because status writes could not keep them all refreshed (Held reason Shed).",
 		}),
+		StatusWriteConcurrency: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_write_concurrency",
+			Help: "Validity refreshes the status writer may have in flight at once: enough to send its budget at the round trip it measures, within bounds.",
+		}),
+		GrantsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_grants_waiting_for_status_writes",
+			Help: "Locks whose next grant waits until the status writer can keep it refreshed (Held reason StatusWritesBehind or Shed).",
+		}),
 	}
 }
 
@@ -120,7 +134,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
 		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
-		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed,
+		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.GrantsWaiting,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
