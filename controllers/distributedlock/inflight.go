@@ -2,26 +2,26 @@ package distributedlock
 
 import (
 	"math"
-	"slices"
 	"time"
 )
 
 // Refreshes in flight. The writer sends due refreshes up to a limit in
-// flight at once, sized every loadTick from the round trips the API server
-// answered in that window:
+// flight at once, sized every loadTick from the window that ended:
 //
-//   - enough to send the budget at the mean round trip (Little's law), half
-//     as many again for the spread (writeConcurrency), growing by at most
-//     half per window: a fixed number caps the writer at that many per round
-//     trip (32 at 650 ms is 49 writes per second, a sixth of a 300/s
-//     budget), and the capacity it measures (load.go) would be its own limit
-//     rather than the API server's;
-//   - but when the mean round trip is more than queueingRatio times the
-//     least of the last rttWindows windows, the API server is queueing the
-//     writes (its CPU or its in-flight limit, API Priority and Fairness):
-//     more in flight would only lengthen every round trip, which eats the
-//     lead refreshes land with, and take deadline order away from the
-//     writer's heap. The limit then shrinks by a tenth per window.
+//   - enough to send the budget at the mean round trip the API server
+//     answered with (Little's law), half as many again for the spread
+//     (writeConcurrency), growing by at most half per window: a fixed
+//     number caps the writer at that many per round trip (32 at 650 ms is
+//     49 writes per second, a sixth of a 300/s budget), and the capacity it
+//     measures (load.go) would be its own limit rather than the API
+//     server's;
+//   - but never more than the API server committed in the window times a
+//     quarter of the shortest lead of the grants held (leadShare): a write
+//     in flight waits behind the others, so at that rate a refresh sent
+//     last lands within that quarter. An API server that serves writes one
+//     after another (its CPU) then does not turn a bigger limit into round
+//     trips that eat the lead a refresh lands with, nor take deadline order
+//     away from the writer's heap.
 //
 // Round trips of answers that are not the API server's own work (timeouts,
 // throttling: the client retries those within one call) are not counted.
@@ -31,23 +31,14 @@ import (
 const (
 	minWriteParallel = 32
 	maxWriteParallel = 128
-	queueingRatio    = 2
-	rttWindows       = 10
+	leadShare        = 0.25
 )
 
 // rttWindow is what the writer measured of answered round trips in one
 // window.
 type rttWindow struct {
-	sum   time.Duration
-	n     int
-	least time.Duration
-}
-
-// inflightState is the limit of refreshes in flight, and the least round
-// trip of each recent window that had answers (newest last).
-type inflightState struct {
-	limit int
-	least []time.Duration
+	sum time.Duration
+	n   int
 }
 
 // writeConcurrency is how many refreshes in flight send budget writes per
@@ -58,24 +49,19 @@ func writeConcurrency(budget float64, latency time.Duration) int {
 	return min(max(n, minWriteParallel), maxWriteParallel)
 }
 
-// nextInflight is the state after window w, for a budget of writes per
-// second.
-func nextInflight(prev inflightState, w rttWindow, budget float64) inflightState {
+// nextInflight is the limit in flight after window w, from prev, for a
+// budget of writes per second, when committed refreshes per second landed
+// in the window and the shortest lead of the grants held is lead (zero:
+// none held).
+func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration) int {
 	if w.n == 0 {
 		return prev // nothing answered: nothing learned
 	}
-	next := inflightState{limit: prev.limit, least: append(slices.Clone(prev.least), w.least)}
-	if len(next.least) > rttWindows {
-		next.least = next.least[len(next.least)-rttWindows:]
+	target := writeConcurrency(budget, w.sum/time.Duration(w.n))
+	if lead > 0 {
+		target = min(target, max(minWriteParallel, int(committed*leadShare*lead.Seconds())))
 	}
-	base := slices.Min(next.least)
-	mean := w.sum / time.Duration(w.n)
-	if mean > queueingRatio*base {
-		next.limit = max(minWriteParallel, prev.limit-max(1, prev.limit/10))
-		return next
-	}
-	next.limit = min(writeConcurrency(budget, mean), max(minWriteParallel, prev.limit*3/2))
-	return next
+	return min(target, max(minWriteParallel, prev*3/2))
 }
 
 // observeRTT adds the round trip of a refresh the API server answered to
@@ -85,19 +71,23 @@ func (w *statusWriter) observeRTT(rtt time.Duration) {
 	defer w.mu.Unlock()
 	w.rtt.sum += rtt
 	w.rtt.n++
-	if w.rtt.n == 1 || rtt < w.rtt.least {
-		w.rtt.least = rtt
-	}
 }
 
-// sizeInflight closes the round trips' window and sizes the limit in
-// flight from it. Callers hold w.mu.
-func (w *statusWriter) sizeInflight() {
-	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()))
+// sizeInflight closes the round trips' window of span, in which written
+// refreshes committed, and sizes the limit in flight from it. Callers hold
+// w.mu.
+func (w *statusWriter) sizeInflight(span time.Duration, written int) {
+	var lead time.Duration
+	for _, e := range w.entries {
+		if l := w.sched.lead(e.ttl); lead == 0 || l < lead {
+			lead = l
+		}
+	}
+	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead)
 	w.rtt = rttWindow{}
-	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight.limit))
+	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
 }
 
 // parallel is how many refreshes may be in flight at once. Callers hold
 // w.mu.
-func (w *statusWriter) parallel() int { return w.inflight.limit }
+func (w *statusWriter) parallel() int { return w.inflight }

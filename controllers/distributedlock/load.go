@@ -24,7 +24,10 @@ import (
 // of its refreshes land tight. It then sheds grants when that lasts two
 // windows (at once when demand exceeds the budget, which needs no
 // measuring): down to shedTarget of capacity when the writes cannot keep
-// up, a twentieth of the demand when refreshes land late (a slow API server
+// up and refreshes land tight (a backlog that still leaves refreshes half
+// their lead only holds grants back: with a long ttl's lead, a grant burst
+// that takes the API server for a while must not cost held grants), a
+// twentieth of the demand when refreshes land late (a slow API server
 // whose latency, not throughput, is the limit; tight refreshes alone only
 // hold new grants back). The youngest grants go first (the oldest are kept:
 // their holders have the most work under way). No more is shed while grants
@@ -117,7 +120,10 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	next.overloaded = behind || tight || late
 	var shed float64
 	switch {
-	case behind:
+	case w.demand > w.budget || (behind && tight):
+		// Behind without tight refreshes only holds grants back: the
+		// lead absorbs a backlog (a grant burst taking the API server
+		// for a while) until refreshes land tight.
 		shed = max(w.demand-shedTarget*next.capacity, shedLeast*w.demand)
 	case late:
 		shed = shedLeast * w.demand

@@ -34,9 +34,14 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: false,
 		},
 		{
-			name: "saturated below demand: overloaded, shed down to shedTarget of what committed, then a cool-down",
-			prev: initialLoad(budget), w: win(60, 0, 0, 950*time.Millisecond, 115),
+			name: "saturated below demand, refreshes landing tight: overloaded, shed down to shedTarget of what committed, then a cool-down",
+			prev: initialLoad(budget), w: win(60, 10, 0, 950*time.Millisecond, 115),
 			want: loadState{capacity: 60, measured: true, overloaded: true, cooldown: cooldownWindows}, wantShed: 115 - shedTarget*60, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "saturated below demand, every refresh with half its lead left: overloaded (grants wait), nothing shed",
+			prev: initialLoad(budget), w: win(60, 0, 0, 950*time.Millisecond, 115),
+			want: loadState{capacity: 60, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
 		},
 		{
 			name: "saturated by the budget itself (demand above it): overloaded at the budget",

@@ -89,8 +89,8 @@ type statusWriter struct {
 	pruned  time.Time            // when refused was last pruned
 	poking  int                  // refreshes waiting for the renewal they asked for
 	sending int                  // refreshes send has in flight
-	// inflight sizes how many refreshes may be in flight (inflight.go).
-	inflight inflightState
+	// inflight is how many refreshes may be in flight (inflight.go).
+	inflight int
 	rtt      rttWindow
 	waiting  refreshHeap // by due time
 	ready    refreshHeap // due: by shown validity
@@ -154,7 +154,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 	m.StatusWriteCapacity.Set(perSecond) // until a window measures less
 	m.StatusWriteConcurrency.Set(minWriteParallel)
 	return &statusWriter{
-		inflight: inflightState{limit: minWriteParallel},
+		inflight: minWriteParallel,
 		client:   c, recorder: rec, metrics: m, sessions: ss,
 		sched:        refreshSchedule{failover: failover},
 		budget:       rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
@@ -1044,7 +1044,7 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 	defer w.mu.Unlock()
 	win := w.win
 	w.win = loadWindow{}
-	w.sizeInflight()
+	w.sizeInflight(span, win.written)
 	if !w.backlogSince.IsZero() {
 		win.backlogged += now.Sub(w.backlogSince)
 		w.backlogSince = now

@@ -768,43 +768,36 @@ func TestWritesInFlightFollowTheRoundTrip(t *testing.T) {
 }
 
 // TestNextInflight: the limit in flight follows Little's law at the mean
-// round trip, growing by half at most per window, and shrinks by a tenth
-// when the round trips show the API server queueing.
+// round trip, growing by half at most per window, and never lets a write
+// sent last wait more than a quarter of the shortest lead at the rate the
+// API server commits.
 func TestNextInflight(t *testing.T) {
 	ms := func(d int) time.Duration { return time.Duration(d) * time.Millisecond }
-	win := func(mean, least int) rttWindow { return rttWindow{sum: 10 * ms(mean), n: 10, least: ms(least)} }
+	win := func(mean int) rttWindow { return rttWindow{sum: 10 * ms(mean), n: 10} }
+	const budget = 400
 	for _, tc := range []struct {
-		name  string
-		prev  inflightState
-		w     rttWindow
-		want  int
-		least []time.Duration
+		name      string
+		prev      int
+		w         rttWindow
+		committed float64
+		lead      time.Duration
+		want      int
 	}{
-		{"nothing answered: unchanged", inflightState{limit: 40, least: []time.Duration{ms(10)}}, rttWindow{}, 40, []time.Duration{ms(10)}},
-		{"a fast API server: the least", inflightState{limit: 32}, win(20, 10), 32, []time.Duration{ms(10)}},
-		{"a slow one: grows by half", inflightState{limit: 32}, win(300, 250), 48, []time.Duration{ms(250)}},
-		{"... up to what the budget needs", inflightState{limit: 100, least: []time.Duration{ms(250)}}, win(300, 250), 128, []time.Duration{ms(250), ms(250)}},
-		{"queueing (mean over twice the least of recent windows): shrinks", inflightState{limit: 128, least: []time.Duration{ms(100)}}, win(250, 200), 116, []time.Duration{ms(100), ms(200)}},
-		{"... not below the least", inflightState{limit: 33, least: []time.Duration{ms(10)}}, win(100, 90), 32, []time.Duration{ms(10), ms(90)}},
-		{"faster again: Little's law at once", inflightState{limit: 128, least: []time.Duration{ms(100)}}, win(100, 90), 60, []time.Duration{ms(100), ms(90)}},
+		{"nothing answered: unchanged", 40, rttWindow{}, 0, time.Second, 40},
+		{"a fast API server: the least", 32, win(20), 100, 15 * time.Second, 32},
+		{"a slow one, long leads: grows by half", 32, win(300), 100, 15 * time.Second, 48},
+		{"... up to what the budget needs", 100, win(300), 120, 15 * time.Second, 128},
+		{"faster again: Little's law at once", 128, win(100), 300, 15 * time.Second, 60},
+		{"short leads, slow commits: what lands within a quarter lead", 100, win(300), 200, time.Second, 50},
+		{"... never below the least", 100, win(300), 60, time.Second, 32},
+		{"nothing held: no lead to keep", 32, win(300), 0, 0, 48},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := nextInflight(tc.prev, tc.w, 400)
-			if got.limit != tc.want || !slices.Equal(got.least, tc.least) {
-				t.Errorf("nextInflight = %d %v, want %d %v", got.limit, got.least, tc.want, tc.least)
+			if got := nextInflight(tc.prev, tc.w, budget, tc.committed, tc.lead); got != tc.want {
+				t.Errorf("nextInflight = %d, want %d", got, tc.want)
 			}
 		})
 	}
-	t.Run("the least is taken over the last windows only", func(t *testing.T) {
-		st := inflightState{limit: 32}
-		st = nextInflight(st, win(20, 5), 400)
-		for range rttWindows {
-			st = nextInflight(st, win(300, 250), 400)
-		}
-		if len(st.least) != rttWindows || slices.Min(st.least) != ms(250) {
-			t.Errorf("least round trips %v, want the last %d windows' (250ms)", st.least, rttWindows)
-		}
-	})
 }
 
 // TestWriteConcurrency: the refreshes in flight are what the budget needs

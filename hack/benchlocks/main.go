@@ -205,6 +205,8 @@ func run() error {
 	fmt.Printf("| locks shed (Held=False, reason Shed), whole run | %d |\n", len(t.shed))
 	fmt.Printf("| manager overloaded at the end / capacity estimated (writes/s) | %.0f / %.1f |\n",
 		gaugeValue(reg, "redlock_status_writer_overloaded"), gaugeValue(reg, "redlock_status_write_capacity_per_second"))
+	fmt.Printf("| refreshes allowed in flight at the end / locks counted waiting for room | %.0f / %.0f |\n",
+		gaugeValue(reg, "redlock_status_write_concurrency"), gaugeValue(reg, "redlock_grants_waiting_for_status_writes"))
 	fmt.Printf("| samples × locks checked | %d × %d |\n", samples, *nLocks)
 	fmt.Printf("| lapses of locks kept (status showed a granted lock not Held for a reason other than Shed, or past its validity, in a sample) | %d |\n", lapses)
 	for _, cause := range []string{causeRedis, causeShownLost, causeLate} {
