@@ -23,6 +23,12 @@ import (
 //     trips that eat the lead a refresh lands with, nor take deadline order
 //     away from the writer's heap.
 //
+// A new leader's adoptions keep the least (minWriteParallel) until they are
+// refreshed (or adoptionGrace passed): every held lock is ready at once
+// then, and a burst of 128 writes in flight beside the adopting reconciles
+// starved the new leader's own Lease renewal on a 2-core API server (5,000
+// locks: it lost the Lease 9 s after taking it, and no manager led).
+//
 // Round trips of answers that are not the API server's own work (timeouts,
 // throttling: the client retries those within one call) are not counted.
 // The limit stays within [minWriteParallel, maxWriteParallel]; the upper
@@ -52,8 +58,11 @@ func writeConcurrency(budget float64, latency time.Duration) int {
 // nextInflight is the limit in flight after window w, from prev, for a
 // budget of writes per second, when committed refreshes per second landed
 // in the window and the shortest lead of the grants held is lead (zero:
-// none held).
-func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration) int {
+// none held); adopting: a new leader's adoptions are being refreshed.
+func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration, adopting bool) int {
+	if adopting {
+		return minWriteParallel
+	}
 	if w.n == 0 {
 		return prev // nothing answered: nothing learned
 	}
@@ -83,7 +92,8 @@ func (w *statusWriter) sizeInflight(span time.Duration, written int) {
 			lead = l
 		}
 	}
-	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead)
+	adopting := w.adopting > 0 && time.Since(w.adoptSince) < adoptionGrace
+	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead, adopting)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
 }

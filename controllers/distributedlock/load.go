@@ -1,6 +1,7 @@
 package distributedlock
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -11,9 +12,9 @@ import (
 // many refreshes committed, how many landed with less than half their lead
 // left, how many landed late, and how long refreshes that were due waited
 // unsent. From that it estimates the writes per second the API server takes
-// (capacity): what it committed in a window in which refreshes waited
-// throughout for the API server (not for the budget, --status-write-qps),
-// at most the budget; after a cool-down it
+// (capacity): the median of what it committed in the last few windows in
+// which refreshes waited throughout for the API server (not for the
+// budget, --status-write-qps), at most the budget; after a cool-down it
 // recovers by a twentieth per window in which the writer kept up. A window
 // in which nothing committed while refreshes waited (the API server
 // unreachable, the manager paused) says nothing of capacity and changes
@@ -62,6 +63,9 @@ const (
 	// staleSpan: a window this much longer than loadTick (the manager was
 	// paused) says nothing of capacity.
 	staleSpan = 3 * loadTick
+	// saturatedWindows is how many saturated windows capacity is the
+	// median of.
+	saturatedWindows = 5
 )
 
 // loadWindow is what the writer measured over one window.
@@ -86,6 +90,11 @@ type loadState struct {
 	overloaded bool
 	// cooldown is how many windows capacity stays put after a shed.
 	cooldown int
+	// rates are what committed in the last saturatedWindows saturated
+	// windows (oldest first): capacity is their median, so that one
+	// window's dip (a second in which the API server served grants) does
+	// not shed a third of the grants held.
+	rates []float64
 }
 
 // initialLoad is the state before anything was measured.
@@ -106,12 +115,16 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	rate := float64(w.written) / w.span.Seconds()
 	switch {
 	case saturated:
-		next.capacity, next.measured = min(w.budget, rate), rate < w.budget
+		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
+		c := median(next.rates)
+		next.capacity, next.measured = min(w.budget, c), c < w.budget
 	case prev.cooldown > 0:
 	case prev.capacity*recovery >= w.budget:
-		next.capacity, next.measured = w.budget, false
+		next.capacity, next.measured, next.rates = w.budget, false, nil
 	default:
-		next.capacity = max(prev.capacity*recovery, min(rate, w.budget))
+		// Recovering: the rates measured before no longer say what the
+		// API server takes.
+		next.capacity, next.rates = max(prev.capacity*recovery, min(rate, w.budget)), nil
 	}
 	sampled := w.written >= minSample
 	tight := sampled && float64(w.tight) > tightShare*float64(w.written)
@@ -132,6 +145,15 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 		next.cooldown = cooldownWindows
 	}
 	return next, shed
+}
+
+// median is the median of rates (not empty).
+func median(rates []float64) float64 {
+	s := slices.Sorted(slices.Values(rates))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // admits reports whether a new grant that needs add refreshes per second

@@ -44,6 +44,11 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: 60, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
 		},
 		{
+			name: "one saturated window's dip among steadier ones: capacity is their median (tight refreshes: grants wait, nothing shed below it)",
+			prev: loadState{capacity: 120, measured: true, rates: []float64{120, 125, 130, 118}}, w: win(60, 10, 0, time.Second, 110),
+			want: loadState{capacity: 120, measured: true, overloaded: true}, admitsAdd: 1, admits: false,
+		},
+		{
 			name: "saturated by the budget itself (demand above it): overloaded at the budget",
 			prev: initialLoad(budget), w: win(150, 0, 0, time.Second, 230),
 			want: loadState{capacity: budget, overloaded: true, cooldown: cooldownWindows}, wantShed: 230 - shedTarget*budget, admitsAdd: 0.1, admits: false,

@@ -744,7 +744,10 @@ func TestWritesInFlightFollowTheRoundTrip(t *testing.T) {
 				renewal.Config{Client: func() *redlock.Client { return nil }})
 		})
 		t.Cleanup(h.session.Orphan)
-		w.writeAdopted(h, now.Add(50*time.Second), time.Minute)
+		w.track(h, now.Add(50*time.Second), time.Minute)
+		w.mu.Lock()
+		w.place(w.entries[h.uid], ready) // due now (not adopted: a new leader's adoptions keep the least in flight)
+		w.mu.Unlock()
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -793,11 +796,16 @@ func TestNextInflight(t *testing.T) {
 		{"nothing held: no lead to keep", 32, win(300), 0, 0, 48},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := nextInflight(tc.prev, tc.w, budget, tc.committed, tc.lead); got != tc.want {
+			if got := nextInflight(tc.prev, tc.w, budget, tc.committed, tc.lead, false); got != tc.want {
 				t.Errorf("nextInflight = %d, want %d", got, tc.want)
 			}
 		})
 	}
+	t.Run("a new leader adopting: the least, whatever the round trips", func(t *testing.T) {
+		if got := nextInflight(100, win(300), budget, 120, 15*time.Second, true); got != minWriteParallel {
+			t.Errorf("nextInflight while adopting = %d, want %d", got, minWriteParallel)
+		}
+	})
 }
 
 // TestWriteConcurrency: the refreshes in flight are what the budget needs
