@@ -125,12 +125,23 @@ func run() error {
 	fmt.Printf("every lock granted %v after the first was created\n", time.Since(start).Round(time.Millisecond))
 
 	var results []result
+	// The tables print whatever was measured, also when a later handover
+	// fails (a new leader that exits, a timeout).
+	defer func() { printResults(results) }()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		r, err := handover(ctx, env, sig)
 		if err != nil {
 			return err
 		}
 		results = append(results, r)
+	}
+	return nil
+}
+
+// printResults prints the tables of the handovers measured.
+func printResults(results []result) {
+	if len(results) == 0 {
+		return
 	}
 	fmt.Printf("\n%d locks at ttl %v, 5 masters, two manager processes (--kube-api-qps %v, %d workers%s; %s)\n\n",
 		*nLocks, *ttl, *mgrQPS, *workers, hog.Describe(*hogFlag), strings.Join(append([]string{"default Lease"}, strings.Fields(*managerArgs)...), " "))
@@ -146,7 +157,6 @@ func run() error {
 	for _, r := range results {
 		fmt.Printf("| %s | %.2f | %.2f | %.2f | %v |\n", r.signal, r.cpu["kube-apiserver"], r.cpu["etcd"], r.cpu["new leader"], r.throttled.Round(time.Millisecond))
 	}
-	return nil
 }
 
 // handover stops the leading manager with sig once every lock has been
@@ -220,8 +230,14 @@ func handover(ctx context.Context, env *benchenv.Env, sig syscall.Signal) (resul
 		return r, err
 	}
 	err = waitAll(ctx, env, func(l v1alpha1.DistributedLock) bool {
+		if standby.Exited() {
+			return true // checked below: nobody is left to refresh it
+		}
 		return l.Status.Holder != nil && l.Status.RenewedAt != nil && l.Status.RenewedAt.After(at)
 	})
+	if err == nil && standby.Exited() {
+		err = fmt.Errorf("the new leader %s exited before it refreshed every lock (its log says why; -keep-logs keeps it)", standby.Name)
+	}
 	r.adopted = time.Since(at)
 	cpu1 := benchenv.CPUTimes(procs)
 	r.cpu = map[string]float64{}
