@@ -90,6 +90,7 @@ func TestCheckFlags(t *testing.T) {
 		{flag: "--kube-api-qps", qps: -1, burst: 400},
 		{flag: "--kube-api-burst", qps: 200, burst: 0},
 		{flag: "--status-write-qps", mutate: func(c *config) { c.statusWriteQPS = -1 }},
+		{flag: "--event-qps", mutate: func(c *config) { c.eventQPS = -1 }},
 		{flag: "--failover-slack", mutate: func(c *config) { c.failoverSlack = -time.Second }},
 		{flag: "--max-concurrent-reconciles", mutate: func(c *config) { c.workers = 0 }},
 		{flag: "--probe-interval", mutate: func(c *config) { c.probeInterval = time.Millisecond }},

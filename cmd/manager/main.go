@@ -95,6 +95,8 @@ func main() {
 	flag.DurationVar(&cfg.failoverSlack, "failover-slack", 0,
 		"Validity that held locks' status keeps ahead so that a standby taking over from a crashed leader adopts every lock before its status lapses; kept for locks whose ttl is at least twice it. 0: derived from the leader election flags (lease duration + 4.4 retry periods + 2s to adopt; 14.4s with the defaults), or none without leader election.")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
+	flag.Float64Var(&cfg.eventQPS, "event-qps", 10,
+		"Events recorded per second, in bursts of five seconds' worth; the rest are dropped and counted in redlock_events_dropped_total (warnings go first). Every Event is an API write: a new leader adopting thousands of locks would otherwise crowd out its own Lease renewal. 0: no limit.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -151,6 +153,8 @@ func checkFlags(cfg config, qps float64, burst int) error {
 		return fmt.Errorf("--kube-api-qps %v: must be positive", qps)
 	case burst < 1:
 		return fmt.Errorf("--kube-api-burst %d: must be at least 1", burst)
+	case cfg.eventQPS < 0:
+		return fmt.Errorf("--event-qps %v: must be 0 (no limit) or more", cfg.eventQPS)
 	case cfg.statusWriteQPS < 0:
 		return fmt.Errorf("--status-write-qps %v: must be 0 (three quarters of --kube-api-qps) or more", cfg.statusWriteQPS)
 	case cfg.failoverSlack < 0:
@@ -192,6 +196,7 @@ type config struct {
 	probeInterval          time.Duration
 	workers                int
 	statusWriteQPS         float64
+	eventQPS               float64
 	failoverSlack          time.Duration
 	nodeTimeout            time.Duration
 	gateImage              string
@@ -245,6 +250,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		Metrics:       m,
 
 		StatusWriteQPS: cfg.statusWriteQPS,
+		EventQPS:       cfg.eventQPS,
 		FailoverSlack:  cfg.failoverSlack,
 
 		DefaultNodeTimeout: cfg.nodeTimeout,

@@ -132,7 +132,7 @@ type Reconciler struct {
 
 	sessions   *sessions
 	writer     *statusWriter
-	wake       chan event.TypedGenericEvent[*v1alpha1.DistributedLock]
+	wake       *wakeQueue
 	relabelled seen.Set // lock namespace/name → lock UID/pod UID of the relabelled holder last reported
 	// written holds the UIDs of the locks this manager has written since
 	// it started (markWritten): only their cache can lag behind a write of
@@ -1037,19 +1037,7 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 }
 
 // enqueue asks for a reconcile of lock without blocking the caller.
-func (r *Reconciler) enqueue(lock *v1alpha1.DistributedLock) {
-	ev := event.TypedGenericEvent[*v1alpha1.DistributedLock]{Object: lock}
-	select {
-	case r.wake <- ev:
-	default:
-		go func() { // the queue is busy: never drop a wake-up
-			select {
-			case r.wake <- ev:
-			case <-r.sessions.base.Done(): // the controller stopped
-			}
-		}()
-	}
-}
+func (r *Reconciler) enqueue(name types.NamespacedName) { r.wake.add(name) }
 
 // release stops showing the current grant and, once that status write
 // has committed, stops renewing it and releases it in Redis (c is used when
@@ -1490,13 +1478,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.sessions.dropped = r.writer.forget
 	r.sessions.last = r.writer.handedOver
 	r.writer.committed = r.markWritten
-	r.writer.reconcile = func(h *held) {
-		r.enqueue(lockRef(h.name, ""))
-	}
-	r.writer.wakeLock = func(name types.NamespacedName) {
-		r.enqueue(lockRef(name, ""))
-	}
-	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.DistributedLock], 1024)
+	r.writer.reconcile = r.enqueue
+	r.wake = &wakeQueue{}
 	if err := mgr.Add(r.sessions); err != nil {
 		return err
 	}
@@ -1518,7 +1501,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&v1alpha1.DistributedLock{}, &adoptFirst{now: r.Clock.Now}, builder.WithPredicates(specOrLifecycleChanged())).
 		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, listAdopted()))).
-		WatchesRawSource(source.Channel(r.wake, wakeFirst{}))
+		WatchesRawSource(r.wake)
 	if r.Pods != nil {
 		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod)))
 		if !r.IgnoreNodes {

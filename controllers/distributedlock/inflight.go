@@ -1,7 +1,9 @@
 package distributedlock
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -21,7 +23,16 @@ import (
 //     last lands within that quarter. An API server that serves writes one
 //     after another (its CPU) then does not turn a bigger limit into round
 //     trips that eat the lead a refresh lands with, nor take deadline order
-//     away from the writer's heap.
+//     away from the writer's heap. The shortest lead is that of the tenth
+//     of the grants with the shortest leads (leadQuantile): one lock of
+//     ttl 5 s among 10,000 of 60 s would otherwise pin the limit at the
+//     least, and the writer at 49 writes per second, for a lead no limit
+//     can keep at that round trip; if that tenth lands tight, the load
+//     rules (load.go) shed;
+//   - halved when a write in the window timed out or was throttled, or the
+//     API server failed it (congestion): those round trips are not
+//     counted, and a limit sized from the answered ones alone would keep
+//     the most in flight against an API server in a brownout.
 //
 // A new leader's adoptions keep the least (minWriteParallel) until they are
 // refreshed (or adoptionGrace passed): every held lock is ready at once
@@ -38,13 +49,15 @@ const (
 	minWriteParallel = 32
 	maxWriteParallel = 128
 	leadShare        = 0.25
+	leadQuantile     = 0.1
 )
 
 // rttWindow is what the writer measured of answered round trips in one
-// window.
+// window, and how many writes met congestion instead.
 type rttWindow struct {
-	sum time.Duration
-	n   int
+	sum       time.Duration
+	n         int
+	congested int
 }
 
 // writeConcurrency is how many refreshes in flight send budget writes per
@@ -62,6 +75,9 @@ func writeConcurrency(budget float64, latency time.Duration) int {
 func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration, adopting bool) int {
 	if adopting {
 		return minWriteParallel
+	}
+	if w.congested > 0 {
+		return max(minWriteParallel, prev/2)
 	}
 	if w.n == 0 {
 		return prev // nothing answered: nothing learned
@@ -86,16 +102,42 @@ func (w *statusWriter) observeRTT(rtt time.Duration) {
 // refreshes committed, and sizes the limit in flight from it. Callers hold
 // w.mu.
 func (w *statusWriter) sizeInflight(span time.Duration, written int) {
-	var lead time.Duration
-	for _, e := range w.entries {
-		if l := w.sched.lead(e.ttl); lead == 0 || l < lead {
-			lead = l
-		}
-	}
+	lead := w.shortLead()
 	adopting := w.adopting > 0 && time.Since(w.adoptSince) < adoptionGrace
 	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead, adopting)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
+}
+
+// shortLead is the shortest lead of the tenth of the grants held with the
+// shortest leads (leadQuantile); zero when none is held. Callers hold
+// w.mu.
+func (w *statusWriter) shortLead() time.Duration {
+	ttls := slices.Sorted(maps.Keys(w.ttls)) // a longer ttl has a longer lead
+	total := 0
+	for _, n := range w.ttls {
+		total += n
+	}
+	seen := 0
+	for _, ttl := range ttls {
+		if seen += w.ttls[ttl]; float64(seen) > leadQuantile*float64(total) {
+			return w.sched.lead(ttl)
+		}
+	}
+	return 0
+}
+
+// countTTL moves an entry's count from ttl from to ttl to (zero: none).
+// Callers hold w.mu.
+func (w *statusWriter) countTTL(from, to time.Duration) {
+	if from != 0 {
+		if w.ttls[from]--; w.ttls[from] <= 0 {
+			delete(w.ttls, from)
+		}
+	}
+	if to != 0 {
+		w.ttls[to]++
+	}
 }
 
 // parallel is how many refreshes may be in flight at once. Callers hold

@@ -2,6 +2,7 @@ package distributedlock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -66,28 +67,59 @@ type adoptFirst struct {
 func (a *adoptFirst) Create(ctx context.Context, evt event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if lock, isLock := evt.Object.(*v1alpha1.DistributedLock); isLock && evt.IsInInitialList {
 		if p, ok := adoptionPriority(lock.Status, a.now()); ok {
-			addAt(q, lock, p)
+			addAt(q, client.ObjectKeyFromObject(lock), p)
 			return
 		}
 	}
 	a.TypedEnqueueRequestForObject.Create(ctx, evt, q)
 }
 
-// wakeFirst enqueues the locks of the wake channel (Reconciler.enqueue) at
-// wakePriority when the queue is a priority queue.
-type wakeFirst struct {
-	handler.TypedFuncs[*v1alpha1.DistributedLock, reconcile.Request]
+// wakeQueue is the source of the wake-ups of this manager's own Sessions
+// and status writer (Reconciler.enqueue): it adds them straight to the
+// controller's queue at wakePriority. The queue merges a lock asked for
+// twice and never blocks, so thousands of wake-ups at once (a wave of
+// sheds, the waiting grants that fit after one) cost neither a goroutine
+// nor a channel's room each. Wake-ups before the controller starts are
+// kept until it does.
+type wakeQueue struct {
+	mu      sync.Mutex
+	q       workqueue.TypedRateLimitingInterface[reconcile.Request]
+	pending map[types.NamespacedName]struct{}
 }
 
-// Generic implements handler.TypedEventHandler.
-func (wakeFirst) Generic(_ context.Context, evt event.TypedGenericEvent[*v1alpha1.DistributedLock], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	addAt(q, evt.Object, wakePriority)
+// add asks for a reconcile of lock name.
+func (w *wakeQueue) add(name types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.q == nil {
+		if w.pending == nil {
+			w.pending = map[types.NamespacedName]struct{}{}
+		}
+		w.pending[name] = struct{}{}
+		return
+	}
+	addAt(w.q, name, wakePriority)
 }
 
-// addAt enqueues lock at priority when q is a priority queue, plainly
-// otherwise.
-func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], lock *v1alpha1.DistributedLock, priority int) {
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lock.Namespace, Name: lock.Name}}
+// Start implements source.Source.
+func (w *wakeQueue) Start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.q = q
+	for name := range w.pending {
+		addAt(q, name, wakePriority)
+	}
+	w.pending = nil
+	return nil
+}
+
+// String implements fmt.Stringer, for the controller's logs.
+func (w *wakeQueue) String() string { return "wake-ups" }
+
+// addAt enqueues lock name at priority when q is a priority queue,
+// plainly otherwise.
+func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], name types.NamespacedName, priority int) {
+	req := reconcile.Request{NamespacedName: name}
 	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
 		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority}, req)
 		return

@@ -3,6 +3,7 @@ package distributedlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,19 +89,30 @@ func TestNewLeaderAdoptsNearestValidityFirst(t *testing.T) {
 
 // TestWakeUpsGoAheadOfRequeues: a wake-up from this manager's Sessions or
 // status writer (a lost or shed grant) goes ahead of requeues at the
-// default priority, such as thousands of grants waiting for room.
+// default priority, such as thousands of grants waiting for room; one asked
+// for before the controller started is kept until it starts, and one asked
+// for twice is reconciled once.
 func TestWakeUpsGoAheadOfRequeues(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("wake-order-test")
 	defer q.ShutDown()
 	for i := range 5 {
 		q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(0)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("waiting-%d", i)}})
 	}
-	wakeFirst{}.Generic(context.Background(), event.TypedGenericEvent[*v1alpha1.DistributedLock]{
-		Object: &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shed"}},
-	}, q)
-	req, _, _ := q.GetWithPriority()
-	if req.Name != "shed" {
-		t.Fatalf("first item is %s, want the wake-up", req.Name)
+	var w wakeQueue
+	w.add(types.NamespacedName{Namespace: "ns", Name: "early"})
+	if err := w.Start(t.Context(), q); err != nil {
+		t.Fatal(err)
 	}
-	q.Done(req)
+	w.add(types.NamespacedName{Namespace: "ns", Name: "shed"})
+	w.add(types.NamespacedName{Namespace: "ns", Name: "shed"})
+	var got []string
+	for range 3 {
+		req, _, _ := q.GetWithPriority()
+		got = append(got, req.Name)
+		q.Done(req)
+	}
+	slices.Sort(got[:2])
+	if want := []string{"early", "shed", "waiting-0"}; !slices.Equal(got, want) {
+		t.Fatalf("first three items %v, want %v: the wake-ups once each, then the requeues", got, want)
+	}
 }

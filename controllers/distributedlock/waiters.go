@@ -24,7 +24,8 @@ import (
 // its reconcile decides; refused then (the room went to a refresh
 // meanwhile), it keeps its place. A woken lock whose reconcile does not
 // decide within promiseHold (it stops before the grant, or asks for none)
-// loses its place: it waits again, from then, if it asks again.
+// loses its place: it waits again, from then, if it asks again. An
+// admitted lock's room is kept the same way until its grant is tracked.
 
 // grantRecheck is how long a waiting grant's lock waits, plus jitter, for a
 // reconcile when the writer does not ask for one sooner.
@@ -56,30 +57,76 @@ func (w *statusWriter) admit(name types.NamespacedName, ttl time.Duration) bool 
 	defer w.mu.Unlock()
 	x := waiter{name: name, perSecond: w.sched.perSecond(ttl), since: now}
 	if p, ok := w.promised[name]; ok {
-		x.since = p.since // woken: it decides now
+		if now.Before(p.until) {
+			x.since = p.since // woken: it decides now
+		}
 		delete(w.promised, name)
 	}
-	if prev, ok := w.waiters[name]; ok && prev.since.Before(x.since) {
+	if prev, ok := w.waiters.byName[name]; ok && prev.since.Before(x.since) {
 		x.since = prev.since
 	}
-	if !w.behind() && !w.waitsBehind(x) && w.load.admits(w.demand+w.promisedDemand(now), x.perSecond, float64(w.budget.Limit())) {
+	if !w.behind() && !w.waiters.behind(x) && w.load.admits(w.demand+w.promisedDemand(now), x.perSecond, float64(w.budget.Limit())) {
 		w.notWaiting(name)
+		// Its room is kept until its grant is tracked (or it asks for
+		// none, or promiseHold passes): a grant takes round trips to
+		// make, and other locks woken or admitted meanwhile would count
+		// the same room.
+		w.promised[name] = promise{waiter: x, until: now.Add(promiseHold)}
 		return true
 	}
-	w.waiters[name] = x
-	w.metrics.GrantsWaiting.Set(float64(len(w.waiters)))
+	w.waiters.put(x)
+	w.metrics.GrantsWaiting.Set(float64(w.waiters.len()))
 	return false
 }
 
-// waitsBehind reports whether another lock has waited longer than x.
-// Callers hold w.mu.
-func (w *statusWriter) waitsBehind(x waiter) bool {
-	for _, o := range w.waiters {
-		if o.name != x.name && before(o, x) {
-			return true
+// waitQueue is the waiting locks by name, with the one waiting longest
+// kept at hand: every waiting lock's reconcile asks whether another waited
+// longer, and scanning thousands of waiters for each would cost more than
+// the reconcile.
+type waitQueue struct {
+	byName map[types.NamespacedName]waiter
+	head   waiter
+	known  bool // head is the first waiter (or there is none)
+}
+
+func (q *waitQueue) len() int { return len(q.byName) }
+
+// first is the lock waiting longest.
+func (q *waitQueue) first() (waiter, bool) {
+	if !q.known {
+		q.head = waiter{}
+		for _, x := range q.byName {
+			if q.head.name.Name == "" || before(x, q.head) {
+				q.head = x
+			}
 		}
+		q.known = true
 	}
-	return false
+	return q.head, q.head.name.Name != ""
+}
+
+// behind reports whether another lock has waited longer than x.
+func (q *waitQueue) behind(x waiter) bool {
+	h, ok := q.first()
+	return ok && h.name != x.name && before(h, x)
+}
+
+func (q *waitQueue) put(x waiter) {
+	q.byName[x.name] = x
+	switch {
+	case !q.known:
+	case q.head.name.Name == "" || before(x, q.head):
+		q.head = x
+	case q.head.name == x.name:
+		q.known = false // it waits from later now: another may be first
+	}
+}
+
+func (q *waitQueue) del(name types.NamespacedName) {
+	delete(q.byName, name)
+	if q.head.name == name {
+		q.known = false
+	}
 }
 
 // before is the waiters' order: longest waiting first, then by name.
@@ -95,22 +142,16 @@ func compareWaiters(a, b waiter) int {
 func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.waiters) == 0 || w.load.overloaded || w.behind() {
+	if w.waiters.len() == 0 || w.load.overloaded || w.behind() {
 		return nil
 	}
 	budget := float64(w.budget.Limit())
 	demand := w.demand + w.promisedDemand(now)
-	var head waiter
-	for _, x := range w.waiters {
-		if head.name.Name == "" || before(x, head) {
-			head = x
-		}
-	}
-	if !w.load.admits(demand, head.perSecond, budget) {
+	if head, _ := w.waiters.first(); !w.load.admits(demand, head.perSecond, budget) {
 		return nil // no room yet: the common case, without sorting
 	}
-	waiting := make([]waiter, 0, len(w.waiters))
-	for _, x := range w.waiters {
+	waiting := make([]waiter, 0, w.waiters.len())
+	for _, x := range w.waiters.byName {
 		waiting = append(waiting, x)
 	}
 	slices.SortFunc(waiting, compareWaiters)
@@ -121,10 +162,10 @@ func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 		}
 		demand += x.perSecond
 		out = append(out, x.name)
-		delete(w.waiters, x.name)
+		w.waiters.del(x.name)
 		w.promised[x.name] = promise{waiter: x, until: now.Add(promiseHold)}
 	}
-	w.metrics.GrantsWaiting.Set(float64(len(w.waiters)))
+	w.metrics.GrantsWaiting.Set(float64(w.waiters.len()))
 	return out
 }
 
@@ -146,9 +187,9 @@ func (w *statusWriter) promisedDemand(now time.Time) float64 {
 // granted, or it no longer asks for a grant. Callers hold w.mu.
 func (w *statusWriter) notWaiting(name types.NamespacedName) {
 	delete(w.promised, name)
-	if _, ok := w.waiters[name]; ok {
-		delete(w.waiters, name)
-		w.metrics.GrantsWaiting.Set(float64(len(w.waiters)))
+	if _, ok := w.waiters.byName[name]; ok {
+		w.waiters.del(name)
+		w.metrics.GrantsWaiting.Set(float64(w.waiters.len()))
 		w.roomMade() // a lock behind it may be first now
 	}
 }
@@ -163,17 +204,17 @@ func (w *statusWriter) stopWaiting(name types.NamespacedName) {
 // roomMade wakes the waiters' check: a grant stopped being refreshed, or
 // the first waiting lock left. Callers hold w.mu.
 func (w *statusWriter) roomMade() {
-	if len(w.waiters) > 0 {
+	if w.waiters.len() > 0 {
 		kick(w.kickWaiters)
 	}
 }
 
 // wakeLocks asks for reconciles of the locks named.
 func (w *statusWriter) wakeLocks(names []types.NamespacedName) {
-	if w.wakeLock == nil {
+	if w.reconcile == nil {
 		return
 	}
 	for _, n := range names {
-		w.wakeLock(n)
+		w.reconcile(n)
 	}
 }

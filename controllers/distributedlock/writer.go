@@ -66,14 +66,12 @@ type statusWriter struct {
 	// reports carries the renewals and losses of every Session this
 	// manager starts.
 	reports *renewal.Reports
-	// reconcile asks for a reconcile of a grant's lock: its status no
-	// longer shows the grant, or its Session lost it.
-	reconcile func(*held)
+	// reconcile asks for a reconcile of a lock: its status no longer
+	// shows its grant, its Session lost it, it was shed, or its grant
+	// waited and now fits (waiters.go).
+	reconcile func(types.NamespacedName)
 	// committed records a refresh that committed (Reconciler.markWritten).
 	committed func(types.UID)
-	// wakeLock asks for a reconcile of a lock whose grant waited and now
-	// fits (waiters.go).
-	wakeLock func(types.NamespacedName)
 
 	// handedOver is closed once the writer stopped, after its handover.
 	handedOver chan struct{}
@@ -85,6 +83,8 @@ type statusWriter struct {
 
 	mu      sync.Mutex
 	entries map[types.UID]*refresh
+	// ttls counts the entries by lock ttl, for the shortest lead held.
+	ttls    map[time.Duration]int
 	refused map[string]time.Time // by grant ID: when a refresh of the grant was last refused
 	pruned  time.Time            // when refused was last pruned
 	poking  int                  // refreshes waiting for the renewal they asked for
@@ -107,7 +107,7 @@ type statusWriter struct {
 	overloadSince time.Time
 	strikes       int                              // overloaded windows in a row
 	shed          map[types.UID]string             // by lock UID: why the grant is being shed
-	waiters       map[types.NamespacedName]waiter  // grants waiting for room
+	waiters       waitQueue                        // grants waiting for room
 	promised      map[types.NamespacedName]promise // room kept for grants admitted or woken, not made yet
 }
 
@@ -163,9 +163,10 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
 		kickWaiters:  make(chan struct{}, 1),
-		waiters:      map[types.NamespacedName]waiter{},
+		waiters:      waitQueue{byName: map[types.NamespacedName]waiter{}},
 		promised:     map[types.NamespacedName]promise{},
 		entries:      map[types.UID]*refresh{},
+		ttls:         map[time.Duration]int{},
 		shed:         map[types.UID]string{},
 		load:         initialLoad(perSecond),
 		refused:      map[string]time.Time{},
@@ -182,6 +183,11 @@ func (w *statusWriter) NeedLeaderElection() bool { return true }
 func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.trackLocked(h, shown, ttl)
+}
+
+// trackLocked is track for callers that hold w.mu.
+func (w *statusWriter) trackLocked(h *held, shown time.Time, ttl time.Duration) {
 	e := w.entries[h.uid]
 	if e != nil && e.h != h {
 		w.remove(e)
@@ -193,8 +199,10 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 		w.entries[h.uid] = e
 		w.notWaiting(h.name)
 		w.setDemand(w.demand + w.sched.perSecond(ttl))
+		w.countTTL(0, ttl)
 	} else if e.ttl != ttl {
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl) + w.sched.perSecond(ttl))
+		w.countTTL(e.ttl, ttl)
 	}
 	e.ttl = ttl
 	moved := shown.After(e.shown)
@@ -225,9 +233,9 @@ func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
 // the refresh fences it off, as the adoption's own write did when adoptions
 // wrote status.
 func (w *statusWriter) writeAdopted(h *held, shown time.Time, ttl time.Duration) {
-	w.track(h, shown, ttl)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.trackLocked(h, shown, ttl) // and marked adopted before a refresh can land
 	if e := w.entries[h.uid]; e != nil && e.h == h {
 		if !e.adopted {
 			e.adopted = true
@@ -278,7 +286,7 @@ func (w *statusWriter) readReports(ctx context.Context) {
 			switch {
 			case h == nil: // released or replaced meanwhile
 			case errors.Is(s.Err(), renewal.ErrLost):
-				w.reconcile(h)
+				w.reconcile(h.name)
 			case s.Err() == nil:
 				w.renewed(h)
 			}
@@ -607,6 +615,7 @@ func (w *statusWriter) failed(ctx context.Context, e *refresh, err error, now ti
 	logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
 	w.mu.Lock()
 	e.fails++
+	w.rtt.congested++ // a timeout, a throttle or a failure: the limit in flight halves
 	// Back off, but not past half the time the shown validity has
 	// left: the rate limiter bounds the total.
 	backoff := min(retryBase<<min(e.fails-1, 10), retryMax, max(retryBase, e.shown.Sub(now)/2))
@@ -655,7 +664,7 @@ func (w *statusWriter) refuse(h *held, now time.Time) {
 	w.refused[h.grantID] = now
 	w.mu.Unlock()
 	w.forget(h)
-	w.reconcile(h)
+	w.reconcile(h.name)
 }
 
 // relearn reads the lock after a refresh of e, made while status showed
@@ -962,6 +971,7 @@ func (w *statusWriter) remove(e *refresh) {
 	if w.entries[e.h.uid] == e {
 		delete(w.entries, e.h.uid)
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl))
+		w.countTTL(e.ttl, 0)
 		w.settleAdoption(e)
 		delete(w.shed, e.h.uid)
 		w.roomMade()
@@ -1031,7 +1041,7 @@ func (w *statusWriter) loadLoop(ctx context.Context) {
 		shed := w.judgeLoad(now, now.Sub(start))
 		start = now
 		for _, h := range shed {
-			w.reconcile(h)
+			w.reconcile(h.name)
 		}
 		w.wakeLocks(w.wakeWaiters(time.Now()))
 	}

@@ -297,8 +297,8 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 func TestReportsReachTheWriter(t *testing.T) {
 	ss := newSessions()
 	w := newStatusWriter(nil, nil, metrics.New(), ss, 10, 0)
-	asked := make(chan *held, 4)
-	w.reconcile = func(h *held) { asked <- h }
+	asked := make(chan types.NamespacedName, 4)
+	w.reconcile = func(name types.NamespacedName) { asked <- name }
 	go w.readReports(t.Context())
 	// Sessions without a client fail to renew until their validity passes,
 	// then report the loss.
@@ -308,20 +308,20 @@ func TestReportsReachTheWriter(t *testing.T) {
 				renewal.Config{Client: func() *redlock.Client { return nil }, Reports: w.reports})
 		}
 	}
-	registered := &held{uid: "a"}
+	registered := &held{uid: "a", name: types.NamespacedName{Name: "a"}}
 	ss.hold(registered, loseIn(200*time.Millisecond))
 	loseIn(200 * time.Millisecond)() // never registered
-	dropped := &held{uid: "b"}
+	dropped := &held{uid: "b", name: types.NamespacedName{Name: "b"}}
 	ss.hold(dropped, loseIn(200*time.Millisecond))
 	ss.drop(dropped)
 	// Lost last: once its report is read, the others' were (in order).
-	last := &held{uid: "c"}
+	last := &held{uid: "c", name: types.NamespacedName{Name: "c"}}
 	ss.hold(last, loseIn(time.Second))
-	var got []types.UID
+	var got []string
 	for len(got) < 2 {
 		select {
-		case h := <-asked:
-			got = append(got, h.uid)
+		case n := <-asked:
+			got = append(got, n.Name)
 		case <-time.After(10 * time.Second):
 			t.Fatalf("reconciles asked for %v; want a then c", got)
 		}
@@ -546,8 +546,31 @@ func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
 	if got, want := w.wakeWaiters(now.Add(promiseHold+time.Second)), []types.NamespacedName{name("third"), name("newcomer")}; !slices.Equal(got, want) {
 		t.Errorf("woken %v, want %v in the room first and second did not take", got, want)
 	}
-	if len(w.waiters) != 0 {
-		t.Errorf("still counted as waiting: %v (a woken lock that never decided loses its place)", w.waiters)
+	if w.waiters.len() != 0 {
+		t.Errorf("still counted as waiting: %v (a woken lock that never decided loses its place)", w.waiters.byName)
+	}
+
+	// third's reconcile is admitted: its room stays kept until its grant
+	// is tracked, round trips later, so a lock waiting behind it is not
+	// woken into the same room meanwhile.
+	if !w.admit(name("third"), ttl) {
+		t.Fatal("woken third refused in the room kept for it")
+	}
+	if w.admit(name("late"), ttl) {
+		t.Fatal("late admitted into the room of third's grant in the making")
+	}
+	if got := w.wakeWaiters(time.Now()); len(got) != 0 {
+		t.Fatalf("woken %v into the room of third's grant, admitted but not yet tracked", got)
+	}
+	third := &held{uid: "t3", name: name("third")}
+	ss.hold(third, func() *renewal.Session { return kept[3].session })
+	w.track(third, now.Add(time.Hour), ttl)
+	if _, kept := w.promised[name("third")]; kept {
+		t.Error("third's room still kept apart once its grant is tracked")
+	}
+	w.forget(kept[2])
+	if got := w.wakeWaiters(time.Now()); !slices.Equal(got, []types.NamespacedName{name("late")}) {
+		t.Errorf("woken %v once a grant went, want late", got)
 	}
 }
 
@@ -794,6 +817,8 @@ func TestNextInflight(t *testing.T) {
 		{"short leads, slow commits: what lands within a quarter lead", 100, win(300), 200, time.Second, 50},
 		{"... never below the least", 100, win(300), 60, time.Second, 32},
 		{"nothing held: no lead to keep", 32, win(300), 0, 0, 48},
+		{"a write timed out or was throttled: halves", 128, rttWindow{sum: 10 * ms(300), n: 10, congested: 1}, 300, 15 * time.Second, 64},
+		{"... down to the least", 40, rttWindow{congested: 3}, 0, 15 * time.Second, 32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nextInflight(tc.prev, tc.w, budget, tc.committed, tc.lead, false); got != tc.want {
@@ -880,5 +905,34 @@ func TestHandOverResendsWritesCutShort(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 2 {
 		t.Errorf("%d writes of the refresh, want 2: the one cut short by the stop, and the handover's", calls)
+	}
+}
+
+// TestShortLeadIsTheTenthShortest: the lead that caps the writes in flight
+// is that of the tenth of the grants with the shortest leads, so one lock
+// of a short ttl among thousands of long ones does not pin the limit.
+func TestShortLeadIsTheTenthShortest(t *testing.T) {
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 20*time.Second)
+	if got := w.shortLead(); got != 0 {
+		t.Fatalf("shortLead with nothing held = %v, want 0", got)
+	}
+	w.countTTL(0, 5*time.Second)
+	for range 1000 {
+		w.countTTL(0, time.Minute)
+	}
+	if got, want := w.shortLead(), w.sched.lead(time.Minute); got != want {
+		t.Fatalf("one ttl 5s among 1,000 of 1m: shortLead %v, want the 1m lead %v", got, want)
+	}
+	for range 200 {
+		w.countTTL(0, 5*time.Second)
+	}
+	if got, want := w.shortLead(), w.sched.lead(5*time.Second); got != want {
+		t.Fatalf("201 ttl 5s among 1,201: shortLead %v, want the 5s lead %v", got, want)
+	}
+	for range 201 {
+		w.countTTL(5*time.Second, time.Minute)
+	}
+	if got, want := w.shortLead(), w.sched.lead(time.Minute); got != want || len(w.ttls) != 1 {
+		t.Fatalf("every ttl 1m again: shortLead %v (ttls %v), want %v", got, w.ttls, want)
 	}
 }

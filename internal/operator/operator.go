@@ -23,12 +23,14 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/controllers/redismasterset"
+	"github.com/redlock-operator/redlock-operator/internal/eventlimit"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
@@ -59,6 +61,10 @@ type Options struct {
 	// status writes waits for a reconcile the writer does not ask for
 	// (0: 10s; tests set it long to see the writer's wake-ups alone).
 	GrantRecheck time.Duration
+	// EventQPS is how many Events a second the manager records, in bursts
+	// of five seconds' worth; the rest are dropped and counted
+	// (internal/eventlimit). 0: no limit.
+	EventQPS float64
 	// Metrics receives the operator's metrics (registered by the caller).
 	Metrics *metrics.Metrics
 	// RedlockOptions are added to every master set's client (tests).
@@ -147,7 +153,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 
 		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
-	recorder := mgr.GetEventRecorder("redlock-operator")
+	recorder := eventlimit.New(mgr.GetEventRecorder("redlock-operator"), o.EventQPS, int(5*o.EventQPS), o.Metrics.EventsDropped, logf.Log.WithName("events"))
 	pods, err := PodCache(mgr, o.PodCacheConfig, o.WatchNamespaces...)
 	if err != nil {
 		return nil, err

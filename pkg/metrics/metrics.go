@@ -41,6 +41,9 @@ type Metrics struct {
 	// GrantsWaiting is how many locks wait for a grant until the status
 	// writer has room for its refreshes.
 	GrantsWaiting prometheus.Gauge
+	// EventsDropped counts the Events the manager did not record, by
+	// reason: more were recorded than --event-qps lets through.
+	EventsDropped *prometheus.CounterVec
 }
 
 // New returns unregistered collectors.
@@ -125,6 +128,10 @@ func New() *Metrics {
 			Name: "redlock_grants_waiting_for_status_writes",
 			Help: "Locks whose next grant waits until the status writer can keep it refreshed (Held reason StatusWritesBehind or Shed).",
 		}),
+		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_events_dropped_total",
+			Help: "Events the manager did not record because more were recorded than --event-qps lets through, by reason.",
+		}, []string{"reason"}),
 	}
 }
 
@@ -134,7 +141,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
 		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
-		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.GrantsWaiting,
+		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.GrantsWaiting, m.EventsDropped,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
