@@ -34,11 +34,14 @@ import (
 //     counted, and a limit sized from the answered ones alone would keep
 //     the most in flight against an API server in a brownout.
 //
-// A new leader's adoptions keep the least (minWriteParallel) until they are
-// refreshed (or adoptionGrace passed): every held lock is ready at once
-// then, and a burst of 128 writes in flight beside the adopting reconciles
-// starved the new leader's own Lease renewal on a 2-core API server (5,000
-// locks: it lost the Lease 9 s after taking it, and no manager led).
+// A new leader sizes its limit the same way, from 32 up: its adoptions
+// are ready at once and are refreshed nearest shown validity first. It
+// kept 32 in flight for a while, after a new leader lost its Lease 9 s into
+// adopting 5,000 locks; what starved the Lease renewal was one Event per
+// adoption, 5,000 at once (now limited, internal/eventlimit). With the
+// Events limited and the usual sizing, the same crash was adopted without
+// a late refresh; with 32 in flight, 4,837 of 5,000 first refreshes landed
+// late (docs/failover.md).
 //
 // Round trips of answers that are not the API server's own work (timeouts,
 // throttling: the client retries those within one call) are not counted.
@@ -71,11 +74,8 @@ func writeConcurrency(budget float64, latency time.Duration) int {
 // nextInflight is the limit in flight after window w, from prev, for a
 // budget of writes per second, when committed refreshes per second landed
 // in the window and the shortest lead of the grants held is lead (zero:
-// none held); adopting: a new leader's adoptions are being refreshed.
-func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration, adopting bool) int {
-	if adopting {
-		return minWriteParallel
-	}
+// none held).
+func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration) int {
 	if w.congested > 0 {
 		return max(minWriteParallel, prev/2)
 	}
@@ -103,8 +103,7 @@ func (w *statusWriter) observeRTT(rtt time.Duration) {
 // w.mu.
 func (w *statusWriter) sizeInflight(span time.Duration, written int) {
 	lead := w.shortLead()
-	adopting := w.adopting > 0 && time.Since(w.adoptSince) < adoptionGrace
-	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead, adopting)
+	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
 }

@@ -22,8 +22,9 @@ import (
 //
 // The writer is overloaded when the held grants need more than capacity
 // (demand above a saturated capacity, or above the budget), or when a tenth
-// of its refreshes land tight. It then sheds grants when that lasts two
-// windows (at once when demand exceeds the budget, which needs no
+// of its refreshes land tight, and stays so until the demand is back within
+// shedTarget of capacity. It sheds grants when what calls for a shed lasts
+// two windows (at once when demand exceeds the budget, which needs no
 // measuring): down to shedTarget of capacity when the writes cannot keep
 // up and refreshes land tight (a backlog that still leaves refreshes half
 // their lead only holds grants back: with a long ttl's lead, a grant burst
@@ -130,7 +131,13 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	tight := sampled && float64(w.tight) > tightShare*float64(w.written)
 	late := sampled && float64(w.late) > tightShare*float64(w.written)
 	behind := (saturated && w.demand > next.capacity) || w.demand > w.budget
-	next.overloaded = behind || tight || late
+	// An overload ends once the demand is back within shedTarget of
+	// capacity, not at the first window that keeps up: a demand near what
+	// the API server takes otherwise turned the state (its log line, metric
+	// and condition) over every second or two (5,000 locks at ttl 60s on a
+	// 2-core machine: 40 times in three minutes).
+	still := prev.overloaded && w.demand > shedTarget*next.capacity
+	next.overloaded = behind || tight || late || still
 	var shed float64
 	switch {
 	case w.demand > w.budget || (behind && tight):

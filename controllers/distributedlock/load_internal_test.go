@@ -103,6 +103,16 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
 		},
 		{
+			name: "overloaded, then a window that keeps up with demand still above shedTarget of capacity: still overloaded",
+			prev: loadState{capacity: 90, measured: true, overloaded: true}, w: win(95, 0, 0, 0, 95),
+			want: loadState{capacity: 95, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "... until the demand is back within shedTarget of it",
+			prev: loadState{capacity: 100, measured: true, overloaded: true}, w: win(70, 0, 0, 0, 70),
+			want: loadState{capacity: 105, measured: true}, admitsAdd: 1, admits: true,
+		},
+		{
 			name: "calm during the cool-down after a shed: capacity stays put",
 			prev: loadState{capacity: 60, measured: true, overloaded: true, cooldown: 5}, w: win(45, 0, 0, 0, 45),
 			want: loadState{capacity: 60, measured: true, cooldown: 4}, admitsAdd: 3, admits: true,

@@ -821,16 +821,11 @@ func TestNextInflight(t *testing.T) {
 		{"... down to the least", 40, rttWindow{congested: 3}, 0, 15 * time.Second, 32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := nextInflight(tc.prev, tc.w, budget, tc.committed, tc.lead, false); got != tc.want {
+			if got := nextInflight(tc.prev, tc.w, budget, tc.committed, tc.lead); got != tc.want {
 				t.Errorf("nextInflight = %d, want %d", got, tc.want)
 			}
 		})
 	}
-	t.Run("a new leader adopting: the least, whatever the round trips", func(t *testing.T) {
-		if got := nextInflight(100, win(300), budget, 120, 15*time.Second, true); got != minWriteParallel {
-			t.Errorf("nextInflight while adopting = %d, want %d", got, minWriteParallel)
-		}
-	})
 }
 
 // TestWriteConcurrency: the refreshes in flight are what the budget needs
