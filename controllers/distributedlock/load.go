@@ -23,8 +23,8 @@ import (
 // The writer is overloaded when the held grants need more than capacity
 // (demand above a saturated capacity, or above the budget), or when a tenth
 // of its refreshes land tight, and stays so until the demand is back within
-// shedTarget of capacity. It sheds grants when what calls for a shed lasts
-// two windows (at once when demand exceeds the budget, which needs no
+// shedTarget of capacity. It sheds grants when the overload lasts two
+// windows (at once when demand exceeds the budget, which needs no
 // measuring): down to shedTarget of capacity when the writes cannot keep
 // up and refreshes land tight (a backlog that still leaves refreshes half
 // their lead only holds grants back: with a long ttl's lead, a grant burst

@@ -105,7 +105,7 @@ type statusWriter struct {
 	adopting      int       // adopted grants whose first refresh has not committed
 	adoptSince    time.Time // when adopted grants last began waiting for their first refresh
 	overloadSince time.Time
-	strikes       int                              // windows in a row that called for a shed
+	strikes       int                              // overloaded windows in a row
 	shed          map[types.UID]string             // by lock UID: why the grant is being shed
 	waiters       waitQueue                        // grants waiting for room
 	promised      map[types.NamespacedName]promise // room kept for grants admitted or woken, not made yet
@@ -1091,14 +1091,10 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 		clear(w.shed) // grants chosen and not shown shed yet are spared
 		return nil
 	}
-	if shedPerSecond <= 0 {
-		w.strikes = 0
-		return nil
-	}
 	w.strikes++
-	if len(w.shed) > 0 || (w.strikes < 2 && win.demand <= win.budget) {
-		// Grants chosen before are still being shed, or one window may
-		// be a blip: shed when it lasts.
+	if shedPerSecond <= 0 || len(w.shed) > 0 || (w.strikes < 2 && win.demand <= win.budget) {
+		// Nothing to shed, grants chosen before are still being shed, or
+		// one overloaded window may be a blip: shed when it lasts.
 		return nil
 	}
 	cands := make([]shedCandidate, 0, len(w.entries))
