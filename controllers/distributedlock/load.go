@@ -26,8 +26,9 @@ import (
 // shedTarget of capacity. It sheds grants when the overload lasts two
 // windows (at once when demand exceeds the budget, which needs no
 // measuring): down to shedTarget of capacity when the writes cannot keep
-// up and refreshes land tight (a backlog that still leaves refreshes half
-// their lead only holds grants back: with a long ttl's lead, a grant burst
+// up and refreshes land tight or would land late within lateHorizon at the
+// pace the backlog grows (soonLate; a backlog that leaves refreshes more
+// than that only holds grants back: with a long ttl's lead, a grant burst
 // that takes the API server for a while must not cost held grants), a
 // twentieth of the demand when refreshes land late (a slow API server
 // whose latency, not throughput, is the limit; tight refreshes alone only
@@ -67,6 +68,9 @@ const (
 	// saturatedWindows is how many saturated windows capacity is the
 	// median of.
 	saturatedWindows = 5
+	// lateHorizon: behind, grants are shed when refreshes would land
+	// late within it at the pace the backlog grows (soonLate).
+	lateHorizon = 30 * time.Second
 )
 
 // loadWindow is what the writer measured over one window.
@@ -75,6 +79,8 @@ type loadWindow struct {
 	written    int           // refreshes committed
 	tight      int           // ... with less than half their lead left
 	late       int           // ... after the validity they replaced had passed
+	paced      int           // ... not the first refresh of an adoption
+	leastSlack time.Duration // the least validity left when one of those landed
 	backlogged time.Duration // time refreshes were due and unsent
 	limited    time.Duration // ... of which the budget held them back
 	demand     float64       // refreshes per second the held grants need
@@ -140,7 +146,7 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	next.overloaded = behind || tight || late || still
 	var shed float64
 	switch {
-	case w.demand > w.budget || (behind && tight):
+	case w.demand > w.budget || (behind && (tight || soonLate(w, next.capacity))):
 		// Behind without tight refreshes only holds grants back: the
 		// lead absorbs a backlog (a grant burst taking the API server
 		// for a while) until refreshes land tight.
@@ -152,6 +158,22 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 		next.cooldown = cooldownWindows
 	}
 	return next, shed
+}
+
+// soonLate reports whether, behind, refreshes would land late within
+// lateHorizon: a demand above capacity adds (demand−capacity)/capacity
+// seconds of wait to the backlog every second, and the refresh of the
+// window with the least slack left had that much to spare. A long lead
+// (14.4 s at ttl 60s) absorbs a grant burst's backlog for minutes, and the
+// writer waits for refreshes to land tight; with a short one (1 s at ttl
+// 10s) waiting for that costs late refreshes: 2,000 locks at ttl 10s whose
+// demand was 6 % above capacity landed 1,674 late before the shed.
+func soonLate(w loadWindow, capacity float64) bool {
+	if w.paced < minSample || capacity <= 0 {
+		return false
+	}
+	growth := (w.demand - capacity) / capacity
+	return w.leastSlack.Seconds() < growth*lateHorizon.Seconds()
 }
 
 // median is the median of rates (not empty).

@@ -14,6 +14,10 @@ func TestNextLoad(t *testing.T) {
 		return loadWindow{span: time.Second, written: written, tight: tight, late: late, backlogged: backlogged, demand: demand, budget: budget}
 	}
 	measured := func(c float64) loadState { return loadState{capacity: c, measured: true} }
+	paced := func(w loadWindow, n int, least time.Duration) loadWindow {
+		w.paced, w.leastSlack = n, least
+		return w
+	}
 	for _, tc := range []struct {
 		name      string
 		prev      loadState
@@ -42,6 +46,21 @@ func TestNextLoad(t *testing.T) {
 			name: "saturated below demand, every refresh with half its lead left: overloaded (grants wait), nothing shed",
 			prev: initialLoad(budget), w: win(60, 0, 0, 950*time.Millisecond, 115),
 			want: loadState{capacity: 60, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "behind, a short lead: at the pace the backlog grows refreshes land late within the horizon: shed",
+			prev: initialLoad(budget), w: paced(win(100, 0, 0, 950*time.Millisecond, 116), 100, 700*time.Millisecond),
+			want: loadState{capacity: 100, measured: true, overloaded: true, cooldown: cooldownWindows}, wantShed: 116 - shedTarget*100, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "behind, a long lead: the backlog is absorbed for longer than the horizon: nothing shed",
+			prev: initialLoad(budget), w: paced(win(100, 0, 0, 950*time.Millisecond, 116), 100, 10*time.Second),
+			want: loadState{capacity: 100, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "keeping up with a short lead: nothing shed",
+			prev: initialLoad(budget), w: paced(win(100, 0, 0, 100*time.Millisecond, 100), 100, 100*time.Millisecond),
+			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
 		},
 		{
 			name: "one saturated window's dip among steadier ones: capacity is their median (tight refreshes: grants wait, nothing shed below it)",

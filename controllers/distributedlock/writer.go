@@ -629,7 +629,14 @@ func (w *statusWriter) count(e *refresh, slack time.Duration) {
 	w.win.written++
 	// An adopted grant's first refresh is written whatever validity it
 	// inherited: it says nothing of this writer's pace.
-	if !w.settleAdoption(e) && slack < w.sched.lead(e.ttl)/2 {
+	if w.settleAdoption(e) {
+		return
+	}
+	if w.win.paced == 0 || slack < w.win.leastSlack {
+		w.win.leastSlack = slack
+	}
+	w.win.paced++
+	if slack < w.sched.lead(e.ttl)/2 {
 		w.win.tight++
 		if slack < 0 {
 			w.win.late++
