@@ -918,6 +918,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		return
 	}
 	if !r.requestedPodMayHold(ctx, s) {
+		r.writer.stopWaiting(client.ObjectKeyFromObject(lock)) // no grant: its room goes back
 		return
 	}
 	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) {
@@ -932,6 +933,10 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	defer cancel()
 	lk, err := c.Acquire(octx, lock.RedisKey(), ttl, redlock.WithValue(value), redlock.WithFencing())
 	if err != nil {
+		// No grant: the room admit kept for it goes back (a lock whose
+		// key another lock holds, or whose masters lack a quorum, would
+		// otherwise keep it for as long as that lasts).
+		r.writer.stopWaiting(client.ObjectKeyFromObject(lock))
 		s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
 		s.requeueAfter(retryDelay(ttl, jitter))

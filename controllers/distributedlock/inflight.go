@@ -1,10 +1,15 @@
 package distributedlock
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"math"
+	"net"
 	"slices"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Refreshes in flight. The writer sends due refreshes up to a limit in
@@ -29,10 +34,11 @@ import (
 //     least, and the writer at 49 writes per second, for a lead no limit
 //     can keep at that round trip; if that tenth lands tight, the load
 //     rules (load.go) shed;
-//   - halved when a write in the window timed out or was throttled, or the
-//     API server failed it (congestion): those round trips are not
-//     counted, and a limit sized from the answered ones alone would keep
-//     the most in flight against an API server in a brownout.
+//   - halved when a twentieth of the window's writes (at least two) timed
+//     out, were throttled, or the API server failed them (congestion):
+//     those round trips are not counted, and a limit sized from the
+//     answered ones alone would keep the most in flight against an API
+//     server in a brownout.
 //
 // A new leader sizes its limit the same way, from 32 up: its adoptions
 // are ready at once and are refreshed nearest shown validity first. It
@@ -53,7 +59,23 @@ const (
 	maxWriteParallel = 128
 	leadShare        = 0.25
 	leadQuantile     = 0.1
+	// congestedShare of a window's writes (at least congestedLeast)
+	// meeting congestion halves the limit.
+	congestedShare = 0.05
+	congestedLeast = 2
 )
+
+// congestion reports whether a refresh failed for want of the API
+// server's room: it timed out (here or in the API server), was throttled,
+// or the server failed or was unavailable. Other errors (forbidden, a
+// webhook's refusal) are the write's own, and one lock retrying such a
+// failure every 100 ms must not halve every lock's limit.
+func congestion(err error) bool {
+	var nerr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout()) ||
+		apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}
 
 // rttWindow is what the writer measured of answered round trips in one
 // window, and how many writes met congestion instead.
@@ -76,7 +98,7 @@ func writeConcurrency(budget float64, latency time.Duration) int {
 // in the window and the shortest lead of the grants held is lead (zero:
 // none held).
 func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration) int {
-	if w.congested > 0 {
+	if w.congested >= congestedLeast && float64(w.congested) >= congestedShare*float64(w.n+w.congested) {
 		return max(minWriteParallel, prev/2)
 	}
 	if w.n == 0 {

@@ -76,15 +76,14 @@ const (
 // loadWindow is what the writer measured over one window.
 type loadWindow struct {
 	span       time.Duration
-	written    int           // refreshes committed
-	tight      int           // ... with less than half their lead left
-	late       int           // ... after the validity they replaced had passed
-	paced      int           // ... not the first refresh of an adoption
-	leastSlack time.Duration // the least validity left when one of those landed
-	backlogged time.Duration // time refreshes were due and unsent
-	limited    time.Duration // ... of which the budget held them back
-	demand     float64       // refreshes per second the held grants need
-	budget     float64       // --status-write-qps
+	written    int             // refreshes committed
+	tight      int             // ... with less than half their lead left
+	late       int             // ... after the validity they replaced had passed
+	slacks     []time.Duration // validity left when each landed, but adoptions' first refreshes
+	backlogged time.Duration   // time refreshes were due and unsent
+	limited    time.Duration   // ... of which the budget held them back
+	demand     float64         // refreshes per second the held grants need
+	budget     float64         // --status-write-qps
 }
 
 // loadState is the writer's view of its load.
@@ -95,6 +94,10 @@ type loadState struct {
 	capacity   float64
 	measured   bool
 	overloaded bool
+	// pressed: the window itself was behind, or refreshes landed tight or
+	// late (overloaded also lasts, after that, until demand is back within
+	// shedTarget of capacity).
+	pressed bool
 	// cooldown is how many windows capacity stays put after a shed.
 	cooldown int
 	// rates are what committed in the last saturatedWindows saturated
@@ -143,7 +146,8 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	// and condition) over every second or two (5,000 locks at ttl 60s on a
 	// 2-core machine: 40 times in three minutes).
 	still := prev.overloaded && w.demand > shedTarget*next.capacity
-	next.overloaded = behind || tight || late || still
+	next.pressed = behind || tight || late
+	next.overloaded = next.pressed || still
 	var shed float64
 	switch {
 	case w.demand > w.budget || (behind && (tight || soonLate(w, next.capacity))):
@@ -162,18 +166,25 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 
 // soonLate reports whether, behind, refreshes would land late within
 // lateHorizon: a demand above capacity adds (demand−capacity)/capacity
-// seconds of wait to the backlog every second, and the refresh of the
-// window with the least slack left had that much to spare. A long lead
+// seconds of wait to the backlog every second, and more than a tenth of
+// the window's refreshes (tightShare) had no more than that to spare over
+// the horizon. A long lead
 // (14.4 s at ttl 60s) absorbs a grant burst's backlog for minutes, and the
 // writer waits for refreshes to land tight; with a short one (1 s at ttl
 // 10s) waiting for that costs late refreshes: 2,000 locks at ttl 10s whose
 // demand was 6 % above capacity landed 1,674 late before the shed.
 func soonLate(w loadWindow, capacity float64) bool {
-	if w.paced < minSample || capacity <= 0 {
+	if len(w.slacks) < minSample || capacity <= 0 {
 		return false
 	}
-	growth := (w.demand - capacity) / capacity
-	return w.leastSlack.Seconds() < growth*lateHorizon.Seconds()
+	reach := time.Duration((w.demand - capacity) / capacity * float64(lateHorizon))
+	soon := 0
+	for _, s := range w.slacks {
+		if s < reach {
+			soon++
+		}
+	}
+	return float64(soon) > tightShare*float64(len(w.slacks))
 }
 
 // median is the median of rates (not empty).

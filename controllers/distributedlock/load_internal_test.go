@@ -15,7 +15,7 @@ func TestNextLoad(t *testing.T) {
 	}
 	measured := func(c float64) loadState { return loadState{capacity: c, measured: true} }
 	paced := func(w loadWindow, n int, least time.Duration) loadWindow {
-		w.paced, w.leastSlack = n, least
+		w.slacks = slices.Repeat([]time.Duration{least}, n)
 		return w
 	}
 	for _, tc := range []struct {
@@ -55,6 +55,15 @@ func TestNextLoad(t *testing.T) {
 		{
 			name: "behind, a long lead: the backlog is absorbed for longer than the horizon: nothing shed",
 			prev: initialLoad(budget), w: paced(win(100, 0, 0, 950*time.Millisecond, 116), 100, 10*time.Second),
+			want: loadState{capacity: 100, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "behind, one refresh of a hundred with little slack (a short ttl's, or a retry): nothing shed",
+			prev: initialLoad(budget), w: func() loadWindow {
+				w := paced(win(100, 0, 0, 950*time.Millisecond, 116), 99, 10*time.Second)
+				w.slacks = append(w.slacks, 700*time.Millisecond)
+				return w
+			}(),
 			want: loadState{capacity: 100, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
 		},
 		{
@@ -188,5 +197,17 @@ func TestChooseShedTakesTheYoungest(t *testing.T) {
 		if got := chooseShed(cands, tc.perSecond); !slices.Equal(got, tc.want) {
 			t.Errorf("chooseShed(%.2f/s) = %v, want %v", tc.perSecond, got, tc.want)
 		}
+	}
+}
+
+// TestOverloadLastsWithoutPressing: a window that keeps up while demand is
+// still above shedTarget of capacity keeps the writer overloaded, but
+// presses for no shed (judgeLoad counts no strike and spares grants
+// chosen before).
+func TestOverloadLastsWithoutPressing(t *testing.T) {
+	prev := loadState{capacity: 90, measured: true, overloaded: true, pressed: true}
+	got, shed := nextLoad(prev, loadWindow{span: time.Second, written: 95, demand: 95, budget: 150})
+	if !got.overloaded || got.pressed || shed != 0 {
+		t.Fatalf("after a window that kept up at demand 95 of capacity 90: overloaded %v, pressed %v, shed %.1f; want overloaded, not pressed, nothing shed", got.overloaded, got.pressed, shed)
 	}
 }

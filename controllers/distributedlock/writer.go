@@ -615,7 +615,9 @@ func (w *statusWriter) failed(ctx context.Context, e *refresh, err error, now ti
 	logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
 	w.mu.Lock()
 	e.fails++
-	w.rtt.congested++ // a timeout, a throttle or a failure: the limit in flight halves
+	if congestion(err) {
+		w.rtt.congested++ // the limit in flight halves when enough do
+	}
 	// Back off, but not past half the time the shown validity has
 	// left: the rate limiter bounds the total.
 	backoff := min(retryBase<<min(e.fails-1, 10), retryMax, max(retryBase, e.shown.Sub(now)/2))
@@ -632,10 +634,7 @@ func (w *statusWriter) count(e *refresh, slack time.Duration) {
 	if w.settleAdoption(e) {
 		return
 	}
-	if w.win.paced == 0 || slack < w.win.leastSlack {
-		w.win.leastSlack = slack
-	}
-	w.win.paced++
+	w.win.slacks = append(w.win.slacks, slack)
 	if slack < w.sched.lead(e.ttl)/2 {
 		w.win.tight++
 		if slack < 0 {
@@ -1093,9 +1092,12 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 		log.Info("status writes keep up again", "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity,
 			"overloadedFor", now.Sub(w.overloadSince), "locks", len(w.entries))
 	}
-	if !w.load.overloaded {
+	if !w.load.pressed {
+		// Not overloaded, or only until demand is back within
+		// shedTarget of capacity: nothing presses for a shed, and grants
+		// chosen and not shown shed yet are spared.
 		w.strikes = 0
-		clear(w.shed) // grants chosen and not shown shed yet are spared
+		clear(w.shed)
 		return nil
 	}
 	w.strikes++

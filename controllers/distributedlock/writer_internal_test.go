@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -817,7 +820,9 @@ func TestNextInflight(t *testing.T) {
 		{"short leads, slow commits: what lands within a quarter lead", 100, win(300), 200, time.Second, 50},
 		{"... never below the least", 100, win(300), 60, time.Second, 32},
 		{"nothing held: no lead to keep", 32, win(300), 0, 0, 48},
-		{"a write timed out or was throttled: halves", 128, rttWindow{sum: 10 * ms(300), n: 10, congested: 1}, 300, 15 * time.Second, 64},
+		{"writes timed out or were throttled: halves", 128, rttWindow{sum: 10 * ms(300), n: 10, congested: 2}, 300, 15 * time.Second, 64},
+		{"one congested write among many: sized as usual", 128, rttWindow{sum: 100 * ms(300), n: 100, congested: 1}, 300, 15 * time.Second, 128},
+		{"two among a hundred: not a twentieth", 128, rttWindow{sum: 100 * ms(300), n: 100, congested: 2}, 300, 15 * time.Second, 128},
 		{"... down to the least", 40, rttWindow{congested: 3}, 0, 15 * time.Second, 32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -929,5 +934,31 @@ func TestShortLeadIsTheTenthShortest(t *testing.T) {
 	}
 	if got, want := w.shortLead(), w.sched.lead(time.Minute); got != want || len(w.ttls) != 1 {
 		t.Fatalf("every ttl 1m again: shortLead %v (ttls %v), want %v", got, w.ttls, want)
+	}
+}
+
+// TestCongestion: timeouts, throttling and the API server's failures are
+// congestion; a write refused for its own sake is not.
+func TestCongestion(t *testing.T) {
+	gr := schema.GroupResource{Group: "coordination.redlock.dev", Resource: "distributedlocks"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("patch: %w", context.DeadlineExceeded), true},
+		{apierrors.NewTimeoutError("slow", 1), true},
+		{apierrors.NewServerTimeout(gr, "patch", 1), true},
+		{apierrors.NewTooManyRequests("throttled", 1), true},
+		{apierrors.NewServiceUnavailable("down"), true},
+		{apierrors.NewInternalError(errors.New("etcd")), true},
+		{apierrors.NewForbidden(gr, "l", errors.New("no")), false},
+		{apierrors.NewBadRequest("webhook says no"), false},
+		{apierrors.NewConflict(gr, "l", errors.New("changed")), false},
+		{context.Canceled, false},
+	} {
+		if got := congestion(tc.err); got != tc.want {
+			t.Errorf("congestion(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -29,6 +29,9 @@ import (
 // logEvery is the least time between two log lines about dropped Events.
 const logEvery = 30 * time.Second
 
+// minBurst is the least burst: half of it is kept for warnings.
+const minBurst = 4
+
 // Recorder is an events.EventRecorder that lets at most a rate of Events
 // through to another.
 type Recorder struct {
@@ -37,21 +40,21 @@ type Recorder struct {
 	dropped *prometheus.CounterVec
 	log     logr.Logger
 
-	mu        sync.Mutex
-	unlogged  int       // dropped since the last log line
-	lastLogAt time.Time // of the last log line
+	mu        sync.Mutex // orders allow's look at the tokens and its take; guards the rest
+	unlogged  int        // dropped since the last log line
+	lastLogAt time.Time  // of the last log line
 }
 
 var _ events.EventRecorder = (*Recorder)(nil)
 
 // New returns a Recorder that passes at most perSecond Events a second,
-// in bursts of up to burst, to next; it counts the ones it drops in
+// in bursts of up to burst (at least minBurst), to next; it counts the ones it drops in
 // dropped (labelled by reason) and logs them to log. perSecond ≤ 0 lets
 // every Event through.
 func New(next events.EventRecorder, perSecond float64, burst int, dropped *prometheus.CounterVec, log logr.Logger) *Recorder {
 	limit := rate.NewLimiter(rate.Inf, 0)
 	if perSecond > 0 {
-		limit = rate.NewLimiter(rate.Limit(perSecond), max(burst, 2))
+		limit = rate.NewLimiter(rate.Limit(perSecond), max(burst, minBurst))
 	}
 	return &Recorder{next: next, limit: limit, dropped: dropped, log: log}
 }
@@ -71,6 +74,8 @@ func (r *Recorder) allow(eventtype string, now time.Time) bool {
 	if r.limit.Limit() == rate.Inf {
 		return true
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if eventtype != corev1.EventTypeWarning && r.limit.TokensAt(now) < float64(r.limit.Burst())/2 {
 		return false // the rest is kept for warnings
 	}
