@@ -120,22 +120,7 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	if w.span > staleSpan || (w.written == 0 && saturated) {
 		return prev, 0 // no information
 	}
-	next := prev
-	next.cooldown = max(prev.cooldown-1, 0)
-	rate := float64(w.written) / w.span.Seconds()
-	switch {
-	case saturated:
-		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
-		c := median(next.rates)
-		next.capacity, next.measured = min(w.budget, c), c < w.budget
-	case prev.cooldown > 0:
-	case prev.capacity*recovery >= w.budget:
-		next.capacity, next.measured, next.rates = w.budget, false, nil
-	default:
-		// Recovering: the rates measured before no longer say what the
-		// API server takes.
-		next.capacity, next.rates = max(prev.capacity*recovery, min(rate, w.budget)), nil
-	}
+	next := nextCapacity(prev, w, saturated)
 	sampled := w.written >= minSample
 	tight := sampled && float64(w.tight) > tightShare*float64(w.written)
 	late := sampled && float64(w.late) > tightShare*float64(w.written)
@@ -185,6 +170,28 @@ func soonLate(w loadWindow, capacity float64) bool {
 		}
 	}
 	return float64(soon) > tightShare*float64(len(w.slacks))
+}
+
+// nextCapacity is prev with its capacity estimate moved on by window w,
+// saturated or not.
+func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
+	next := prev
+	next.cooldown = max(prev.cooldown-1, 0)
+	rate := float64(w.written) / w.span.Seconds()
+	switch {
+	case saturated:
+		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
+		c := median(next.rates)
+		next.capacity, next.measured = min(w.budget, c), c < w.budget
+	case prev.cooldown > 0:
+	case prev.capacity*recovery >= w.budget:
+		next.capacity, next.measured, next.rates = w.budget, false, nil
+	default:
+		// Recovering: the rates measured before no longer say what the
+		// API server takes.
+		next.capacity, next.rates = max(prev.capacity*recovery, min(rate, w.budget)), nil
+	}
+	return next
 }
 
 // median is the median of rates (not empty).
