@@ -898,8 +898,8 @@ const staleCacheRecheck = 200 * time.Millisecond
 // counts once the status patch commits it.
 func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	lock := s.lock
-	ttl := lock.Spec.TTL.Duration
-	if !r.writer.admit(client.ObjectKeyFromObject(lock), ttl) {
+	name, ttl := client.ObjectKeyFromObject(lock), lock.Spec.TTL.Duration
+	if !r.writer.admit(name, ttl) {
 		// The held locks' refreshes are behind, or would be with this
 		// grant: they go first, a new grant waits until the writer has
 		// room and asks for a reconcile (waiters.go; at the latest after
@@ -918,7 +918,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		return
 	}
 	if !r.requestedPodMayHold(ctx, s) {
-		r.writer.stopWaiting(client.ObjectKeyFromObject(lock)) // no grant: its room goes back
+		r.writer.stopWaiting(name) // no grant: its room goes back
 		return
 	}
 	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) {
@@ -936,7 +936,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// No grant: the room admit kept for it goes back (a lock whose
 		// key another lock holds, or whose masters lack a quorum, would
 		// otherwise keep it for as long as that lasts).
-		r.writer.stopWaiting(client.ObjectKeyFromObject(lock))
+		r.writer.stopWaiting(name)
 		s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
 		s.requeueAfter(retryDelay(ttl, jitter))
@@ -948,7 +948,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		return
 	}
 	h := &held{
-		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
+		uid: lock.UID, name: name,
 		grantID: grantID, holder: s.requested.Identity, pod: s.requested.Pod, token: lk.Token(),
 		acquiredAt: r.Clock.Now(), quorum: c.Quorum(),
 	}
