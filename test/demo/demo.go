@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -483,11 +484,24 @@ func (d *demo) check(prev, s snapshot) {
 
 // violate records a broken promise once (under d.mu).
 func (d *demo) violate(format string, args ...any) {
+	d.violateWith("", format, args...)
+}
+
+// violateWith records a broken promise once (under d.mu), the first time
+// with detail appended: what made it (a condition's message) tells the
+// cause, but varies from sample to sample.
+func (d *demo) violateWith(detail, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if !slices.Contains(d.rep.Violations, msg) {
-		d.rep.Violations = append(d.rep.Violations, msg)
-		d.note("✗ %s", msg)
+	for _, v := range d.rep.Violations {
+		if v == msg || strings.HasPrefix(v, msg+" [") {
+			return
+		}
 	}
+	if detail != "" {
+		msg += " [at " + clock(time.Since(d.start)) + ": " + detail + "]"
+	}
+	d.rep.Violations = append(d.rep.Violations, msg)
+	d.note("✗ %s", msg)
 }
 
 // note records an event (under d.mu).
@@ -525,9 +539,9 @@ func (d *demo) checkLocks(prev, s snapshot) {
 	case held(l) && d.rep.IdentityToken == 0:
 		d.rep.IdentityHolder, d.rep.IdentityToken = l.Status.Holder.Identity, l.Status.FencingToken
 	case held(l) && l.Status.FencingToken != d.rep.IdentityToken:
-		d.violate("lock %s changed token %d → %d", IdentityLk, d.rep.IdentityToken, l.Status.FencingToken)
+		d.violateWith(heldMessage(l), "lock %s changed token %d → %d", IdentityLk, d.rep.IdentityToken, l.Status.FencingToken)
 	case !held(l) && d.rep.IdentityToken != 0:
-		d.violate("lock %s lost its grant (%s)", IdentityLk, heldReason(l))
+		d.violateWith(heldMessage(l), "lock %s lost its grant (%s)", IdentityLk, heldReason(l))
 	}
 }
 
@@ -642,6 +656,17 @@ func heldReason(l *v1alpha1.DistributedLock) string {
 		return c.Reason
 	}
 	return "not yet acquired"
+}
+
+// heldMessage is the message of l's Held condition, or "".
+func heldMessage(l *v1alpha1.DistributedLock) string {
+	if l == nil {
+		return ""
+	}
+	if c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld); c != nil {
+		return c.Message
+	}
+	return ""
 }
 
 func holderName(l *v1alpha1.DistributedLock) string {

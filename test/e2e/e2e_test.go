@@ -68,9 +68,11 @@ func TestE2E(t *testing.T) {
 func run(name string, args ...string) string {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = root
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	Expect(cmd.Run()).To(Succeed(), "%s %v: %s", name, args, out.String())
+	// Only stdout is returned: stderr (e.g. "go: downloading ..." on a cold
+	// module cache) must never mix into manifests the caller applies.
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	Expect(cmd.Run()).To(Succeed(), "%s %v: %s%s", name, args, out.String(), errOut.String())
 	return out.String()
 }
 
