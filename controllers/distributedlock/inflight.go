@@ -121,13 +121,42 @@ func (w *statusWriter) observeRTT(rtt time.Duration) {
 }
 
 // sizeInflight closes the round trips' window of span, in which written
-// refreshes committed, and sizes the limit in flight from it. Callers hold
-// w.mu.
-func (w *statusWriter) sizeInflight(span time.Duration, written int) {
+// refreshes committed (tight: landing tight, loadWindow.landsTight), and
+// sizes the lead floor and the limit in flight from it. Callers hold w.mu.
+func (w *statusWriter) sizeInflight(span time.Duration, written int, tight bool) {
+	w.setLeadFloor(nextLeadFloor(w.sched.floor, w.rtt, tight))
 	lead := w.shortLead()
 	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
+}
+
+// setLeadFloor makes floor the schedule's lead floor, and the demand
+// what the grants held need with the leads it gives. A raise also brings
+// forward the refreshes waiting for their due time (not those backing off
+// after a failed write): they are the ones the slower round trips would
+// make land tight. Callers hold w.mu.
+func (w *statusWriter) setLeadFloor(floor time.Duration) {
+	floor = floor.Round(time.Millisecond)
+	if floor == w.sched.floor {
+		return
+	}
+	raised := floor > w.sched.floor
+	w.sched.floor = floor
+	w.metrics.StatusWriteLeadFloor.Set(floor.Seconds())
+	demand := 0.0
+	for ttl, n := range w.ttls {
+		demand += float64(n) * w.sched.perSecond(ttl)
+	}
+	w.setDemand(demand)
+	if !raised {
+		return // the refreshes scheduled keep their due times
+	}
+	for _, e := range slices.Clone(w.waiting.items) {
+		if due := w.sched.due(e.shown, e.ttl); e.notBefore.IsZero() && due.Before(e.due) {
+			w.schedule(e, due)
+		}
+	}
 }
 
 // shortLead is the shortest lead of the tenth of the grants held with the

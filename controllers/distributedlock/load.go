@@ -86,6 +86,13 @@ type loadWindow struct {
 	budget     float64         // --status-write-qps
 }
 
+// landsTight reports whether more than tightShare of the window's
+// refreshes (of at least minSample) landed with less than half their lead
+// left.
+func (w loadWindow) landsTight() bool {
+	return w.written >= minSample && float64(w.tight) > tightShare*float64(w.written)
+}
+
 // loadState is the writer's view of its load.
 type loadState struct {
 	// capacity is the refreshes per second the API server is estimated to
@@ -121,9 +128,8 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 		return prev, 0 // no information
 	}
 	next := nextCapacity(prev, w, saturated)
-	sampled := w.written >= minSample
-	tight := sampled && float64(w.tight) > tightShare*float64(w.written)
-	late := sampled && float64(w.late) > tightShare*float64(w.written)
+	tight := w.landsTight()
+	late := w.written >= minSample && float64(w.late) > tightShare*float64(w.written)
 	behind := (saturated && w.demand > next.capacity) || w.demand > w.budget
 	// An overload ends once the demand is back within shedTarget of
 	// capacity, not at the first window that keeps up: a demand near what

@@ -36,9 +36,9 @@ const promiseHold = 5 * time.Second
 
 // waiter is a lock whose grant waits for room.
 type waiter struct {
-	name      types.NamespacedName
-	perSecond float64   // refreshes per second its grant will need
-	since     time.Time // when it began waiting
+	name  types.NamespacedName
+	ttl   time.Duration // its lock's: the refreshes its grant will need follow from it (at the leads of the moment)
+	since time.Time     // when it began waiting
 }
 
 // promise is room kept for a woken lock until its reconcile decides.
@@ -55,7 +55,7 @@ func (w *statusWriter) admit(name types.NamespacedName, ttl time.Duration) bool 
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	x := waiter{name: name, perSecond: w.sched.perSecond(ttl), since: now}
+	x := waiter{name: name, ttl: ttl, since: now}
 	if p, ok := w.promised[name]; ok {
 		if now.Before(p.until) {
 			x.since = p.since // woken: it decides now
@@ -65,7 +65,7 @@ func (w *statusWriter) admit(name types.NamespacedName, ttl time.Duration) bool 
 	if prev, ok := w.waiters.byName[name]; ok && prev.since.Before(x.since) {
 		x.since = prev.since
 	}
-	if !w.behind() && !w.waiters.behind(x) && w.load.admits(w.demand+w.promisedDemand(now), x.perSecond, float64(w.budget.Limit())) {
+	if !w.behind() && !w.waiters.behind(x) && w.load.admits(w.demand+w.promisedDemand(now), w.sched.perSecond(x.ttl), float64(w.budget.Limit())) {
 		w.notWaiting(name)
 		// Its room is kept until its grant is tracked (or it asks for
 		// none, or promiseHold passes): a grant takes round trips to
@@ -147,7 +147,7 @@ func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 	}
 	budget := float64(w.budget.Limit())
 	demand := w.demand + w.promisedDemand(now)
-	if head, _ := w.waiters.first(); !w.load.admits(demand, head.perSecond, budget) {
+	if head, _ := w.waiters.first(); !w.load.admits(demand, w.sched.perSecond(head.ttl), budget) {
 		return nil // no room yet: the common case, without sorting
 	}
 	waiting := make([]waiter, 0, w.waiters.len())
@@ -157,10 +157,11 @@ func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 	slices.SortFunc(waiting, compareWaiters)
 	var out []types.NamespacedName
 	for _, x := range waiting {
-		if !w.load.admits(demand, x.perSecond, budget) {
+		need := w.sched.perSecond(x.ttl)
+		if !w.load.admits(demand, need, budget) {
 			break
 		}
-		demand += x.perSecond
+		demand += need
 		out = append(out, x.name)
 		w.waiters.del(x.name)
 		w.promised[x.name] = promise{waiter: x, until: now.Add(promiseHold)}
@@ -178,7 +179,7 @@ func (w *statusWriter) promisedDemand(now time.Time) float64 {
 			delete(w.promised, name)
 			continue
 		}
-		sum += p.perSecond
+		sum += w.sched.perSecond(p.ttl)
 	}
 	return sum
 }

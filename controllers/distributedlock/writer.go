@@ -136,6 +136,10 @@ type refresh struct {
 	where   place
 	index   int  // in its heap
 	adopted bool // its first refresh since this manager adopted it is not written yet
+	// lead is the lead its due time was scheduled with (zero: none yet):
+	// a refresh lands tight against the lead it was sent with, not one the
+	// lead floor raised after.
+	lead time.Duration
 }
 
 type place int
@@ -635,7 +639,11 @@ func (w *statusWriter) count(e *refresh, slack time.Duration) {
 		return
 	}
 	w.win.slacks = append(w.win.slacks, slack)
-	if slack < w.sched.lead(e.ttl)/2 {
+	lead := e.lead
+	if lead <= 0 {
+		lead = w.sched.lead(e.ttl)
+	}
+	if slack < lead/2 {
 		w.win.tight++
 		if slack < 0 {
 			w.win.late++
@@ -813,19 +821,69 @@ func refreshPatch(h *held, st renewal.State, shown time.Time, shownText string) 
 // failover slack when the ttl is at least twice that (then status never
 // lapses on a crash failover, for under 2.2 writes per ttl), and otherwise
 // statusLead: raising the lead of a shorter ttl would cost up to twice the
-// writes and still not cover a failover (see docs/failover.md).
+// writes and still not cover a failover (see docs/failover.md). Either way
+// it is at least the lead floor the API server's round trips call for.
 type refreshSchedule struct {
 	// failover is how long after the leader's last Lease renewal a standby
 	// may take to lead and adopt (0: nothing to cover).
 	failover time.Duration
+	// floor is the least lead the API server's round trips call for
+	// (nextLeadFloor), applied up to a quarter of each ttl (0: none).
+	floor time.Duration
 }
 
-// lead is how long before the shown validity passes a refresh is due.
-func (p refreshSchedule) lead(ttl time.Duration) time.Duration {
-	if p.failover > 0 && ttl >= 2*p.failover {
-		return max(p.failover, statusLead(ttl))
+// The lead floor. A refresh has its lead to land in, and the round trip
+// the API server answers with eats into it. On a quiet machine a status
+// write takes milliseconds and statusLead (a tenth of the ttl) is plenty;
+// with the API server short of CPU (a CPU hog per core beside it, on this
+// project's 2-core machine) round trips grow to a large share of a short
+// ttl's lead, and at ttl 10 s some refreshes of kept grants landed after
+// the validity they replaced (docs/overload.md): a status lapse the holder
+// sees. So once refreshes land tight (more than a tenth of a window's, at
+// least minSample, with less than half the lead they were sent with left:
+// the load rules' test), the lead grows to roundTripLeads mean round trips
+// of the window (room for the round trip, the writes ahead of it in
+// flight, and a retry), up to a quarter of each ttl; the refreshes waiting
+// for their due time are brought forward to the new leads. It grows only
+// then, and from minSample round trips at least: round trips alone, which
+// a lead may well cover, cost no writes, and one slow write or one retry
+// (sent late by design) is no measure. It follows the round trips down by
+// at most a tenth per window (leadFloorDecay), so that a quiet second in a
+// slow minute does not take it back down, and a window with no answered
+// write keeps it. At ttl 10 s the quarter costs at most 1.39 writes per
+// ttl instead of 1.15; the writes it adds are in the demand the load rules
+// (load.go) compare with capacity, so a floor that needs more than the API
+// server takes sheds grants rather than letting refreshes land late.
+const (
+	roundTripLeads = 3
+	leadFloorDecay = 0.1
+)
+
+// nextLeadFloor is the lead floor after window w, from prev; tight tells
+// whether the window's refreshes landed tight (loadWindow.landsTight).
+func nextLeadFloor(prev time.Duration, w rttWindow, tight bool) time.Duration {
+	if w.n == 0 {
+		return prev
 	}
-	return statusLead(ttl)
+	measured := roundTripLeads * w.sum / time.Duration(w.n)
+	if measured > prev {
+		if tight && w.n >= minSample {
+			return measured
+		}
+		return prev
+	}
+	return max(measured, prev-time.Duration(leadFloorDecay*float64(prev)))
+}
+
+// lead is how long before the shown validity passes a refresh is due: the
+// failover slack or statusLead as above, and at least the measured floor
+// (nextLeadFloor), up to a quarter of the ttl.
+func (p refreshSchedule) lead(ttl time.Duration) time.Duration {
+	lead := statusLead(ttl)
+	if p.failover > 0 && ttl >= 2*p.failover {
+		lead = max(p.failover, lead)
+	}
+	return max(lead, min(p.floor, ttl/4))
 }
 
 // due is when status showing validity shown must be refreshed (zero when
@@ -885,6 +943,9 @@ func (w *statusWriter) reschedule(e *refresh, due time.Time) {
 // for the renewal the refresh will show, and a renewal fresh enough to
 // show makes it ready at once. Callers hold w.mu.
 func (w *statusWriter) schedule(e *refresh, due time.Time) {
+	if !due.IsZero() {
+		e.lead = e.shown.Sub(due)
+	}
 	w.wait(e, due, due.Add(-renewLead(e.ttl)), time.Time{})
 }
 
@@ -1060,7 +1121,7 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 	defer w.mu.Unlock()
 	win := w.win
 	w.win = loadWindow{}
-	w.sizeInflight(span, win.written)
+	w.sizeInflight(span, win.written, win.landsTight())
 	if !w.backlogSince.IsZero() {
 		win.backlogged += now.Sub(w.backlogSince)
 		w.backlogSince = now

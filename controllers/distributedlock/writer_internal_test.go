@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -960,5 +961,113 @@ func TestCongestion(t *testing.T) {
 		if got := congestion(tc.err); got != tc.want {
 			t.Errorf("congestion(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestNextLeadFloor: the lead floor grows to three mean round trips once
+// refreshes land tight, not on round trips alone; it follows them down by
+// a tenth per window at most, and a window with no answer keeps it.
+func TestNextLeadFloor(t *testing.T) {
+	ms := func(d int) time.Duration { return time.Duration(d) * time.Millisecond }
+	win := func(mean int) rttWindow { return rttWindow{sum: 10 * ms(mean), n: 10} }
+	for _, tc := range []struct {
+		name  string
+		prev  time.Duration
+		w     rttWindow
+		tight bool
+		want  time.Duration
+	}{
+		{"refreshes landing tight at a 400ms round trip: three of them", 0, win(400), true, ms(1200)},
+		{"the same round trips, nothing tight: no writes spent on them", 0, win(400), false, 0},
+		{"slower round trips with nothing tight keep the floor", ms(600), win(400), false, ms(600)},
+		{"slower and tight: up at once", ms(600), win(400), true, ms(1200)},
+		{"faster: down by a tenth", ms(1200), win(100), false, ms(1080)},
+		{"a little faster: down to three round trips", ms(1200), win(390), true, ms(1170)},
+		{"nothing answered: kept", ms(1200), rttWindow{congested: 5}, true, ms(1200)},
+		{"tight, but three round trips are no measure", 0, rttWindow{sum: 3 * ms(400), n: 3}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextLeadFloor(tc.prev, tc.w, tc.tight); got != tc.want {
+				t.Errorf("nextLeadFloor(%v, mean %v, tight %v) = %v, want %v", tc.prev, tc.w.sum/time.Duration(max(tc.w.n, 1)), tc.tight, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLeadFloorRaisesTheLeadAndTheDemand: round trips of 400ms raise
+// nothing while refreshes land with their lead; once they land tight,
+// every lead rises to three round trips, up to a quarter of the ttl, the
+// refreshes waiting for their due time are brought forward to it, the
+// demand of the grants held is what those leads cost, and the floor is
+// exported as a metric. A refresh sent with the old lead is judged tight
+// against that lead, not the raised one.
+func TestLeadFloorRaisesTheLeadAndTheDemand(t *testing.T) {
+	m := metrics.New()
+	w := newStatusWriter(nil, nil, m, newSessions(), 100, 0)
+	const short, long = 4 * time.Second, 20 * time.Second
+	for range 10 {
+		w.countTTL(0, short)
+		w.countTTL(0, long)
+	}
+	before := w.sched.perSecond(short)
+	if got := w.sched.lead(short); got != statusLead(short) {
+		t.Fatalf("lead(%v) before anything was measured = %v, want statusLead %v", short, got, statusLead(short))
+	}
+	now := time.Now()
+	queued := &refresh{h: &held{uid: "w"}, ttl: short, shown: now.Add(3 * time.Second), index: -1}
+	sent := &refresh{h: &held{uid: "s"}, ttl: short, shown: now.Add(3 * time.Second), index: -1}
+	w.mu.Lock()
+	w.schedule(queued, w.sched.due(queued.shown, short))
+	w.schedule(sent, w.sched.due(sent.shown, short))
+	w.mu.Unlock()
+	window := func(tight int) {
+		for range 10 {
+			w.observeRTT(400 * time.Millisecond)
+		}
+		w.mu.Lock()
+		w.win = loadWindow{written: 10, tight: tight, slacks: make([]time.Duration, 10)}
+		w.mu.Unlock()
+		w.judgeLoad(time.Now(), time.Second)
+	}
+
+	window(0)
+	if w.sched.floor != 0 {
+		t.Fatalf("lead floor %v after a window with nothing tight, want none", w.sched.floor)
+	}
+	window(3)
+	if got, want := w.sched.floor, 1200*time.Millisecond; got != want {
+		t.Fatalf("lead floor %v, want %v (three 400ms round trips)", got, want)
+	}
+	if got, want := w.sched.lead(short), short/4; got != want {
+		t.Errorf("lead(%v) = %v, want a quarter of the ttl, %v", short, got, want)
+	}
+	if got, want := w.sched.lead(long), 2*time.Second; got != want {
+		t.Errorf("lead(%v) = %v, want its tenth %v (above the floor)", long, got, want)
+	}
+	if got, want := queued.shown.Sub(queued.due), short/4; got != want || queued.where != waiting {
+		t.Errorf("a waiting refresh is due %v before its shown validity (%v), want %v, waiting", got, queued.where, want)
+	}
+	if w.sched.perSecond(short) <= before {
+		t.Errorf("a ttl %v lock needs %.3f writes/s with the floor, want more than %.3f", short, w.sched.perSecond(short), before)
+	}
+	want := 10*w.sched.perSecond(short) + 10*w.sched.perSecond(long)
+	if got := testutil.ToFloat64(m.StatusWriteDemand); got < want-1e-9 || got > want+1e-9 {
+		t.Errorf("demand %.4f/s, want %.4f/s: what the held grants need at the new leads", got, want)
+	}
+	if got := testutil.ToFloat64(m.StatusWriteLeadFloor); got != 1.2 {
+		t.Errorf("redlock_status_write_lead_floor_seconds = %v, want 1.2", got)
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sent.lead = statusLead(short) // sent before the raise, with 500ms
+	w.win = loadWindow{}
+	w.count(sent, 300*time.Millisecond)
+	if w.win.tight != 0 {
+		t.Errorf("a refresh sent with a 500ms lead landing with 300ms left counts tight against the raised lead")
+	}
+	w.count(sent, 200*time.Millisecond)
+	if w.win.tight != 1 {
+		t.Errorf("a refresh sent with a 500ms lead landing with 200ms left does not count tight")
 	}
 }

@@ -207,6 +207,8 @@ func run() error {
 		gaugeValue(reg, "redlock_status_writer_overloaded"), gaugeValue(reg, "redlock_status_write_capacity_per_second"))
 	fmt.Printf("| refreshes allowed in flight at the end / locks counted waiting for room | %.0f / %.0f |\n",
 		gaugeValue(reg, "redlock_status_write_concurrency"), gaugeValue(reg, "redlock_grants_waiting_for_status_writes"))
+	fmt.Printf("| lead floor at the end (three round trips once refreshes land tight; applied up to ttl/4) | %.2fs |\n",
+		gaugeValue(reg, "redlock_status_write_lead_floor_seconds"))
 	fmt.Printf("| samples × locks checked | %d × %d |\n", samples, *nLocks)
 	fmt.Printf("| lapses of locks kept (status showed a granted lock not Held for a reason other than Shed, or past its validity, in a sample) | %d |\n", lapses)
 	for _, cause := range []string{causeRedis, causeShownLost, causeLate} {

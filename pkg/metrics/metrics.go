@@ -38,6 +38,10 @@ type Metrics struct {
 	// StatusWriteConcurrency is how many refreshes the writer may have in
 	// flight at once, sized from their round trip.
 	StatusWriteConcurrency prometheus.Gauge
+	// StatusWriteLeadFloor is the lead floor of the refreshes: three mean
+	// round trips once refreshes land tight (applied up to a quarter of
+	// each lock's ttl).
+	StatusWriteLeadFloor prometheus.Gauge
 	// GrantsWaiting is how many locks wait for a grant until the status
 	// writer has room for its refreshes.
 	GrantsWaiting prometheus.Gauge
@@ -124,6 +128,10 @@ func New() *Metrics {
 			Name: "redlock_status_write_concurrency",
 			Help: "Validity refreshes the status writer may have in flight at once: enough to send its budget at the round trip it measures, within bounds.",
 		}),
+		StatusWriteLeadFloor: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_write_lead_floor_seconds",
+			Help: "Lead floor of the validity refreshes: three mean round trips of the status writes, raised once refreshes land tight and followed down as they speed up (0: none). A refresh is sent at least this long before the shown validity passes, up to a quarter of its lock's ttl.",
+		}),
 		GrantsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_grants_waiting_for_status_writes",
 			Help: "Locks whose next grant waits until the status writer can keep it refreshed (Held reason StatusWritesBehind or Shed).",
@@ -141,7 +149,8 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
 		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
-		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.GrantsWaiting, m.EventsDropped,
+		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
+		m.GrantsWaiting, m.EventsDropped,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
