@@ -83,6 +83,9 @@ type rttWindow struct {
 	sum       time.Duration
 	n         int
 	congested int
+	// rtts are the round trips themselves (for the lead floor's
+	// quantile); sum and n alone serve where they are not kept.
+	rtts []time.Duration
 }
 
 // writeConcurrency is how many refreshes in flight send budget writes per
@@ -118,6 +121,7 @@ func (w *statusWriter) observeRTT(rtt time.Duration) {
 	defer w.mu.Unlock()
 	w.rtt.sum += rtt
 	w.rtt.n++
+	w.rtt.rtts = append(w.rtt.rtts, rtt)
 }
 
 // sizeInflight closes the round trips' window of span, in which written

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -843,7 +844,11 @@ type refreshSchedule struct {
 // least minSample, with less than half the lead they were sent with left:
 // the load rules' test), the lead grows to roundTripLeads mean round trips
 // of the window (room for the round trip, the writes ahead of it in
-// flight, and a retry), up to a quarter of each ttl; the refreshes waiting
+// flight, and a retry), and to at least twice the window's round trip at
+// tailQuantile (so that at most a tenth of the refreshes, the share the
+// load rules test, take more than half the lead: three mean round trips
+// did not cover the tail with a hog per core), up to a quarter of each
+// ttl; the refreshes waiting
 // for their due time are brought forward to the new leads. It grows only
 // then, and from minSample round trips at least: round trips alone, which
 // a lead may well cover, cost no writes, and one slow write or one retry
@@ -856,6 +861,7 @@ type refreshSchedule struct {
 // server takes sheds grants rather than letting refreshes land late.
 const (
 	roundTripLeads = 3
+	tailQuantile   = 0.9
 	leadFloorDecay = 0.1
 )
 
@@ -866,6 +872,10 @@ func nextLeadFloor(prev time.Duration, w rttWindow, tight bool) time.Duration {
 		return prev
 	}
 	measured := roundTripLeads * w.sum / time.Duration(w.n)
+	if len(w.rtts) > 0 {
+		rtts := slices.Sorted(slices.Values(w.rtts))
+		measured = max(measured, 2*rtts[int(math.Ceil(tailQuantile*float64(len(rtts))))-1])
+	}
 	if measured > prev {
 		if tight && w.n >= minSample {
 			return measured

@@ -964,8 +964,9 @@ func TestCongestion(t *testing.T) {
 	}
 }
 
-// TestNextLeadFloor: the lead floor grows to three mean round trips once
-// refreshes land tight, not on round trips alone; it follows them down by
+// TestNextLeadFloor: the lead floor grows to three mean round trips, or
+// twice the 90th percentile when that is more, once refreshes land tight,
+// not on round trips alone; it follows them down by
 // a tenth per window at most, and a window with no answer keeps it.
 func TestNextLeadFloor(t *testing.T) {
 	ms := func(d int) time.Duration { return time.Duration(d) * time.Millisecond }
@@ -985,6 +986,10 @@ func TestNextLeadFloor(t *testing.T) {
 		{"a little faster: down to three round trips", ms(1200), win(390), true, ms(1170)},
 		{"nothing answered: kept", ms(1200), rttWindow{congested: 5}, true, ms(1200)},
 		{"tight, but three round trips are no measure", 0, rttWindow{sum: 3 * ms(400), n: 3}, true, 0},
+		{"a tail: twice the 90th percentile when that is more than three means", 0,
+			rttWindow{sum: 8*ms(100) + 2*ms(1000), n: 10, rtts: []time.Duration{ms(100), ms(1000), ms(100), ms(100), ms(100), ms(1000), ms(100), ms(100), ms(100), ms(100)}}, true, ms(2000)},
+		{"no tail: three means", 0,
+			rttWindow{sum: 10 * ms(300), n: 10, rtts: slices.Repeat([]time.Duration{ms(300)}, 10)}, true, ms(900)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nextLeadFloor(tc.prev, tc.w, tc.tight); got != tc.want {

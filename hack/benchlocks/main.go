@@ -179,7 +179,8 @@ func run() error {
 			for _, b := range lapsed[:min(3, len(lapsed))] {
 				eg = append(eg, b.name+":"+b.reason)
 			}
-			fmt.Printf("sample %d: %d of %d held, %d waiting, %d shed; lapsed e.g. %s\n", samples, held, *nLocks, waiting, len(t.shed), strings.Join(eg, ", "))
+			fmt.Printf("sample %d: %d of %d held, %d waiting, %d shed, lead floor %.2fs, %.0f late so far; lapsed e.g. %s\n", samples, held, *nLocks, waiting, len(t.shed),
+				gaugeValue(reg, "redlock_status_write_lead_floor_seconds"), counterSum(reg, "redlock_status_writes_late_total"), strings.Join(eg, ", "))
 			for cause, n := range classify(ctx, servers, lapsed) {
 				causes[cause] += n
 			}
@@ -207,7 +208,7 @@ func run() error {
 		gaugeValue(reg, "redlock_status_writer_overloaded"), gaugeValue(reg, "redlock_status_write_capacity_per_second"))
 	fmt.Printf("| refreshes allowed in flight at the end / locks counted waiting for room | %.0f / %.0f |\n",
 		gaugeValue(reg, "redlock_status_write_concurrency"), gaugeValue(reg, "redlock_grants_waiting_for_status_writes"))
-	fmt.Printf("| lead floor at the end (three round trips once refreshes land tight; applied up to ttl/4) | %.2fs |\n",
+	fmt.Printf("| lead floor at the end (3 mean or 2 × p90 round trips once refreshes land tight; applied up to ttl/4) | %.2fs |\n",
 		gaugeValue(reg, "redlock_status_write_lead_floor_seconds"))
 	fmt.Printf("| samples × locks checked | %d × %d |\n", samples, *nLocks)
 	fmt.Printf("| lapses of locks kept (status showed a granted lock not Held for a reason other than Shed, or past its validity, in a sample) | %d |\n", lapses)

@@ -39,8 +39,8 @@ type Metrics struct {
 	// flight at once, sized from their round trip.
 	StatusWriteConcurrency prometheus.Gauge
 	// StatusWriteLeadFloor is the lead floor of the refreshes: three mean
-	// round trips once refreshes land tight (applied up to a quarter of
-	// each lock's ttl).
+	// round trips, or twice their 90th percentile, once refreshes land
+	// tight (applied up to a quarter of each lock's ttl).
 	StatusWriteLeadFloor prometheus.Gauge
 	// GrantsWaiting is how many locks wait for a grant until the status
 	// writer has room for its refreshes.
@@ -130,7 +130,7 @@ func New() *Metrics {
 		}),
 		StatusWriteLeadFloor: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_status_write_lead_floor_seconds",
-			Help: "Lead floor of the validity refreshes: three mean round trips of the status writes, raised once refreshes land tight and followed down as they speed up (0: none). A refresh is sent at least this long before the shown validity passes, up to a quarter of its lock's ttl.",
+			Help: "Lead floor of the validity refreshes: three mean round trips of the status writes or twice their 90th percentile, raised once refreshes land tight and followed down as they speed up (0: none). A refresh is sent at least this long before the shown validity passes, up to a quarter of its lock's ttl.",
 		}),
 		GrantsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_grants_waiting_for_status_writes",
