@@ -83,7 +83,11 @@ var _ = Describe("The status writer", Ordered, func() {
 		for i := 1; i < len(shown); i++ {
 			Expect(shown[i].grantID).To(Equal(granted.Status.GrantID))
 			Expect(shown[i].token).To(Equal(granted.Status.FencingToken))
-			Expect(shown[i].seen).To(BeTemporally("<", shown[i-1].validUntil), "refresh %d landed after the validity it replaced had passed", i)
+			// The watch sees a refresh after it landed: on a loaded machine
+			// the manager's own count of late refreshes tells a late
+			// refresh from a late delivery.
+			Expect(shown[i].seen).To(BeTemporally("<", shown[i-1].validUntil), "refresh %d landed after the validity it replaced had passed (the manager counted %v late refreshes; seen: %+v)",
+				i, testutil.ToFloat64(mgr.Metrics.StatusWritesLate), shown)
 		}
 
 		By("seeing a refresh extend the shown validity by nearly a whole ttl, not by two renew intervals")
