@@ -80,12 +80,20 @@ func congestion(err error) bool {
 // rttWindow is what the writer measured of answered round trips in one
 // window, and how many writes met congestion instead.
 type rttWindow struct {
-	sum       time.Duration
-	n         int
+	rtts      []time.Duration // the answered round trips
 	congested int
-	// rtts are the round trips themselves (for the lead floor's
-	// quantile); sum and n alone serve where they are not kept.
-	rtts []time.Duration
+}
+
+// mean is the mean answered round trip (zero: none answered).
+func (w rttWindow) mean() time.Duration {
+	if len(w.rtts) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range w.rtts {
+		sum += d
+	}
+	return sum / time.Duration(len(w.rtts))
 }
 
 // writeConcurrency is how many refreshes in flight send budget writes per
@@ -101,13 +109,13 @@ func writeConcurrency(budget float64, latency time.Duration) int {
 // in the window and the shortest lead of the grants held is lead (zero:
 // none held).
 func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration) int {
-	if w.congested >= congestedLeast && float64(w.congested) >= congestedShare*float64(w.n+w.congested) {
+	if w.congested >= congestedLeast && float64(w.congested) >= congestedShare*float64(len(w.rtts)+w.congested) {
 		return max(minWriteParallel, prev/2)
 	}
-	if w.n == 0 {
+	if len(w.rtts) == 0 {
 		return prev // nothing answered: nothing learned
 	}
-	target := writeConcurrency(budget, w.sum/time.Duration(w.n))
+	target := writeConcurrency(budget, w.mean())
 	if lead > 0 {
 		target = min(target, max(minWriteParallel, int(committed*leadShare*lead.Seconds())))
 	}
@@ -119,8 +127,6 @@ func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Du
 func (w *statusWriter) observeRTT(rtt time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.rtt.sum += rtt
-	w.rtt.n++
 	w.rtt.rtts = append(w.rtt.rtts, rtt)
 }
 

@@ -868,16 +868,13 @@ const (
 // nextLeadFloor is the lead floor after window w, from prev; tight tells
 // whether the window's refreshes landed tight (loadWindow.landsTight).
 func nextLeadFloor(prev time.Duration, w rttWindow, tight bool) time.Duration {
-	if w.n == 0 {
+	if len(w.rtts) == 0 {
 		return prev
 	}
-	measured := roundTripLeads * w.sum / time.Duration(w.n)
-	if len(w.rtts) > 0 {
-		rtts := slices.Sorted(slices.Values(w.rtts))
-		measured = max(measured, 2*rtts[int(math.Ceil(tailQuantile*float64(len(rtts))))-1])
-	}
+	rtts := slices.Sorted(slices.Values(w.rtts))
+	measured := max(roundTripLeads*w.mean(), 2*rtts[int(math.Ceil(tailQuantile*float64(len(rtts))))-1])
 	if measured > prev {
-		if tight && w.n >= minSample {
+		if tight && len(rtts) >= minSample {
 			return measured
 		}
 		return prev

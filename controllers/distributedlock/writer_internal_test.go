@@ -803,7 +803,7 @@ func TestWritesInFlightFollowTheRoundTrip(t *testing.T) {
 // API server commits.
 func TestNextInflight(t *testing.T) {
 	ms := func(d int) time.Duration { return time.Duration(d) * time.Millisecond }
-	win := func(mean int) rttWindow { return rttWindow{sum: 10 * ms(mean), n: 10} }
+	win := func(mean int) rttWindow { return rttWindow{rtts: slices.Repeat([]time.Duration{ms(mean)}, 10)} }
 	const budget = 400
 	for _, tc := range []struct {
 		name      string
@@ -821,9 +821,9 @@ func TestNextInflight(t *testing.T) {
 		{"short leads, slow commits: what lands within a quarter lead", 100, win(300), 200, time.Second, 50},
 		{"... never below the least", 100, win(300), 60, time.Second, 32},
 		{"nothing held: no lead to keep", 32, win(300), 0, 0, 48},
-		{"writes timed out or were throttled: halves", 128, rttWindow{sum: 10 * ms(300), n: 10, congested: 2}, 300, 15 * time.Second, 64},
-		{"one congested write among many: sized as usual", 128, rttWindow{sum: 100 * ms(300), n: 100, congested: 1}, 300, 15 * time.Second, 128},
-		{"two among a hundred: not a twentieth", 128, rttWindow{sum: 100 * ms(300), n: 100, congested: 2}, 300, 15 * time.Second, 128},
+		{"writes timed out or were throttled: halves", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 10), congested: 2}, 300, 15 * time.Second, 64},
+		{"one congested write among many: sized as usual", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 100), congested: 1}, 300, 15 * time.Second, 128},
+		{"two among a hundred: not a twentieth", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 100), congested: 2}, 300, 15 * time.Second, 128},
 		{"... down to the least", 40, rttWindow{congested: 3}, 0, 15 * time.Second, 32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -970,7 +970,7 @@ func TestCongestion(t *testing.T) {
 // a tenth per window at most, and a window with no answer keeps it.
 func TestNextLeadFloor(t *testing.T) {
 	ms := func(d int) time.Duration { return time.Duration(d) * time.Millisecond }
-	win := func(mean int) rttWindow { return rttWindow{sum: 10 * ms(mean), n: 10} }
+	win := func(mean int) rttWindow { return rttWindow{rtts: slices.Repeat([]time.Duration{ms(mean)}, 10)} }
 	for _, tc := range []struct {
 		name  string
 		prev  time.Duration
@@ -985,15 +985,15 @@ func TestNextLeadFloor(t *testing.T) {
 		{"faster: down by a tenth", ms(1200), win(100), false, ms(1080)},
 		{"a little faster: down to three round trips", ms(1200), win(390), true, ms(1170)},
 		{"nothing answered: kept", ms(1200), rttWindow{congested: 5}, true, ms(1200)},
-		{"tight, but three round trips are no measure", 0, rttWindow{sum: 3 * ms(400), n: 3}, true, 0},
+		{"tight, but three round trips are no measure", 0, rttWindow{rtts: slices.Repeat([]time.Duration{ms(400)}, 3)}, true, 0},
 		{"a tail: twice the 90th percentile when that is more than three means", 0,
-			rttWindow{sum: 8*ms(100) + 2*ms(1000), n: 10, rtts: []time.Duration{ms(100), ms(1000), ms(100), ms(100), ms(100), ms(1000), ms(100), ms(100), ms(100), ms(100)}}, true, ms(2000)},
+			rttWindow{rtts: []time.Duration{ms(100), ms(1000), ms(100), ms(100), ms(100), ms(1000), ms(100), ms(100), ms(100), ms(100)}}, true, ms(2000)},
 		{"no tail: three means", 0,
-			rttWindow{sum: 10 * ms(300), n: 10, rtts: slices.Repeat([]time.Duration{ms(300)}, 10)}, true, ms(900)},
+			rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 10)}, true, ms(900)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nextLeadFloor(tc.prev, tc.w, tc.tight); got != tc.want {
-				t.Errorf("nextLeadFloor(%v, mean %v, tight %v) = %v, want %v", tc.prev, tc.w.sum/time.Duration(max(tc.w.n, 1)), tc.tight, got, tc.want)
+				t.Errorf("nextLeadFloor(%v, mean %v, tight %v) = %v, want %v", tc.prev, tc.w.mean(), tc.tight, got, tc.want)
 			}
 		})
 	}

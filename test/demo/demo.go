@@ -648,11 +648,19 @@ func tokenOf(l *v1alpha1.DistributedLock) int64 {
 	return l.Status.FencingToken
 }
 
+// heldCondition is l's Held condition, or nil (l too).
+func heldCondition(l *v1alpha1.DistributedLock) *metav1.Condition {
+	if l == nil {
+		return nil
+	}
+	return meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
+}
+
 func heldReason(l *v1alpha1.DistributedLock) string {
 	if l == nil {
 		return "deleted"
 	}
-	if c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld); c != nil {
+	if c := heldCondition(l); c != nil {
 		return c.Reason
 	}
 	return "not yet acquired"
@@ -660,10 +668,7 @@ func heldReason(l *v1alpha1.DistributedLock) string {
 
 // heldMessage is the message of l's Held condition, or "".
 func heldMessage(l *v1alpha1.DistributedLock) string {
-	if l == nil {
-		return ""
-	}
-	if c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld); c != nil {
+	if c := heldCondition(l); c != nil {
 		return c.Message
 	}
 	return ""
