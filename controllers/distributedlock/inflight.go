@@ -135,7 +135,12 @@ func (w *statusWriter) observeRTT(rtt time.Duration) {
 // sizes the lead floor and the limit in flight from it. Callers hold w.mu.
 func (w *statusWriter) sizeInflight(span time.Duration, written int, tight bool) {
 	w.setLeadFloor(nextLeadFloor(w.sched.floor, w.rtt, tight))
-	lead := w.shortLead()
+	// The leads without the floor: the floor follows the round trips, and
+	// a limit sized from it would let more writes queue as they slow down,
+	// which slows them further.
+	base := w.sched
+	base.floor = 0
+	lead := w.shortLead(base)
 	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
@@ -144,10 +149,13 @@ func (w *statusWriter) sizeInflight(span time.Duration, written int, tight bool)
 // setLeadFloor makes floor the schedule's lead floor, and the demand
 // what the grants held need with the leads it gives. A raise also brings
 // forward the refreshes waiting for their due time (not those backing off
-// after a failed write): they are the ones the slower round trips would
-// make land tight. Callers hold w.mu.
+// after a failed write) whose new due time is still ahead: they are the
+// ones the slower round trips would make land tight. Those whose new due
+// time has passed keep theirs (and the lead they are judged by): sent at
+// once, they would be a burst of refreshes with less than the new lead,
+// which the load rules would read as overload. Callers hold w.mu.
 func (w *statusWriter) setLeadFloor(floor time.Duration) {
-	floor = floor.Round(time.Millisecond)
+	floor = floor.Truncate(time.Millisecond) // decays to zero, not to a rounded-up millisecond
 	if floor == w.sched.floor {
 		return
 	}
@@ -162,17 +170,18 @@ func (w *statusWriter) setLeadFloor(floor time.Duration) {
 	if !raised {
 		return // the refreshes scheduled keep their due times
 	}
+	now := time.Now()
 	for _, e := range slices.Clone(w.waiting.items) {
-		if due := w.sched.due(e.shown, e.ttl); e.notBefore.IsZero() && due.Before(e.due) {
+		if due := w.sched.due(e.shown, e.ttl); e.notBefore.IsZero() && due.Before(e.due) && due.After(now) {
 			w.schedule(e, due)
 		}
 	}
 }
 
-// shortLead is the shortest lead of the tenth of the grants held with the
-// shortest leads (leadQuantile); zero when none is held. Callers hold
-// w.mu.
-func (w *statusWriter) shortLead() time.Duration {
+// shortLead is the shortest lead on schedule sched of the tenth of the
+// grants held with the shortest leads (leadQuantile); zero when none is
+// held. Callers hold w.mu.
+func (w *statusWriter) shortLead(sched refreshSchedule) time.Duration {
 	ttls := slices.Sorted(maps.Keys(w.ttls)) // a longer ttl has a longer lead
 	total := 0
 	for _, n := range w.ttls {
@@ -181,7 +190,7 @@ func (w *statusWriter) shortLead() time.Duration {
 	seen := 0
 	for _, ttl := range ttls {
 		if seen += w.ttls[ttl]; float64(seen) > leadQuantile*float64(total) {
-			return w.sched.lead(ttl)
+			return sched.lead(ttl)
 		}
 	}
 	return 0

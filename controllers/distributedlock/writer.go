@@ -850,9 +850,10 @@ type refreshSchedule struct {
 // did not cover the tail with a hog per core), up to a quarter of each
 // ttl; the refreshes waiting
 // for their due time are brought forward to the new leads. It grows only
-// then, and from minSample round trips at least: round trips alone, which
-// a lead may well cover, cost no writes, and one slow write or one retry
-// (sent late by design) is no measure. It follows the round trips down by
+// then, and from minFloorSample round trips at least: round trips alone,
+// which a lead may well cover, cost no writes, and one slow write or one
+// retry (sent late by design) is no measure; nor is a new leader's
+// adoption, a burst of refreshes sent at once. It follows the round trips down by
 // at most a tenth per window (leadFloorDecay), so that a quiet second in a
 // slow minute does not take it back down, and a window with no answered
 // write keeps it. At ttl 10 s the quarter costs at most 1.39 writes per
@@ -863,6 +864,9 @@ const (
 	roundTripLeads = 3
 	tailQuantile   = 0.9
 	leadFloorDecay = 0.1
+	// minFloorSample is the fewest round trips a raise is measured from:
+	// below ten, the 90th percentile is the slowest one.
+	minFloorSample = 10
 )
 
 // nextLeadFloor is the lead floor after window w, from prev; tight tells
@@ -874,7 +878,7 @@ func nextLeadFloor(prev time.Duration, w rttWindow, tight bool) time.Duration {
 	rtts := slices.Sorted(slices.Values(w.rtts))
 	measured := max(roundTripLeads*w.mean(), 2*rtts[int(math.Ceil(tailQuantile*float64(len(rtts))))-1])
 	if measured > prev {
-		if tight && len(rtts) >= minSample {
+		if tight && len(rtts) >= minFloorSample {
 			return measured
 		}
 		return prev
@@ -1128,12 +1132,14 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 	defer w.mu.Unlock()
 	win := w.win
 	w.win = loadWindow{}
-	w.sizeInflight(span, win.written, win.landsTight())
+	adopting := w.adopting > 0 && now.Sub(w.adoptSince) < adoptionGrace
+	// An adoption's burst lands tight by itself: it raises no lead floor.
+	w.sizeInflight(span, win.written, win.landsTight() && !adopting)
 	if !w.backlogSince.IsZero() {
 		win.backlogged += now.Sub(w.backlogSince)
 		w.backlogSince = now
 	}
-	if w.adopting > 0 && now.Sub(w.adoptSince) < adoptionGrace {
+	if adopting {
 		// A new leader's adoptions: their refreshes go out at once, a
 		// burst that says nothing of steady state.
 		w.strikes = 0

@@ -914,26 +914,26 @@ func TestHandOverResendsWritesCutShort(t *testing.T) {
 // of a short ttl among thousands of long ones does not pin the limit.
 func TestShortLeadIsTheTenthShortest(t *testing.T) {
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 20*time.Second)
-	if got := w.shortLead(); got != 0 {
+	if got := w.shortLead(w.sched); got != 0 {
 		t.Fatalf("shortLead with nothing held = %v, want 0", got)
 	}
 	w.countTTL(0, 5*time.Second)
 	for range 1000 {
 		w.countTTL(0, time.Minute)
 	}
-	if got, want := w.shortLead(), w.sched.lead(time.Minute); got != want {
+	if got, want := w.shortLead(w.sched), w.sched.lead(time.Minute); got != want {
 		t.Fatalf("one ttl 5s among 1,000 of 1m: shortLead %v, want the 1m lead %v", got, want)
 	}
 	for range 200 {
 		w.countTTL(0, 5*time.Second)
 	}
-	if got, want := w.shortLead(), w.sched.lead(5*time.Second); got != want {
+	if got, want := w.shortLead(w.sched), w.sched.lead(5*time.Second); got != want {
 		t.Fatalf("201 ttl 5s among 1,201: shortLead %v, want the 5s lead %v", got, want)
 	}
 	for range 201 {
 		w.countTTL(5*time.Second, time.Minute)
 	}
-	if got, want := w.shortLead(), w.sched.lead(time.Minute); got != want || len(w.ttls) != 1 {
+	if got, want := w.shortLead(w.sched), w.sched.lead(time.Minute); got != want || len(w.ttls) != 1 {
 		t.Fatalf("every ttl 1m again: shortLead %v (ttls %v), want %v", got, w.ttls, want)
 	}
 }
@@ -990,6 +990,8 @@ func TestNextLeadFloor(t *testing.T) {
 			rttWindow{rtts: []time.Duration{ms(100), ms(1000), ms(100), ms(100), ms(100), ms(1000), ms(100), ms(100), ms(100), ms(100)}}, true, ms(2000)},
 		{"no tail: three means", 0,
 			rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 10)}, true, ms(900)},
+		{"tight, nine round trips: one slow write would be their 90th percentile, no raise", 0,
+			rttWindow{rtts: append(slices.Repeat([]time.Duration{ms(100)}, 8), 3*time.Second)}, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nextLeadFloor(tc.prev, tc.w, tc.tight); got != tc.want {
@@ -1021,9 +1023,14 @@ func TestLeadFloorRaisesTheLeadAndTheDemand(t *testing.T) {
 	now := time.Now()
 	queued := &refresh{h: &held{uid: "w"}, ttl: short, shown: now.Add(3 * time.Second), index: -1}
 	sent := &refresh{h: &held{uid: "s"}, ttl: short, shown: now.Add(3 * time.Second), index: -1}
+	// Due in 300ms at the 500ms lead; at the raised lead its due time
+	// would have passed.
+	soon := &refresh{h: &held{uid: "n"}, ttl: short, shown: now.Add(800 * time.Millisecond), index: -1}
 	w.mu.Lock()
 	w.schedule(queued, w.sched.due(queued.shown, short))
 	w.schedule(sent, w.sched.due(sent.shown, short))
+	w.schedule(soon, w.sched.due(soon.shown, short))
+	soonDue := soon.due
 	w.mu.Unlock()
 	window := func(tight int) {
 		for range 10 {
@@ -1052,6 +1059,10 @@ func TestLeadFloorRaisesTheLeadAndTheDemand(t *testing.T) {
 	if got, want := queued.shown.Sub(queued.due), short/4; got != want || queued.where != waiting {
 		t.Errorf("a waiting refresh is due %v before its shown validity (%v), want %v, waiting", got, queued.where, want)
 	}
+	if !soon.due.Equal(soonDue) || soon.lead != statusLead(short) || soon.where != waiting {
+		t.Errorf("a refresh whose raised due time has passed: due %v, lead %v, %v; want its own due time %v and lead %v, waiting (not a burst sent at once)",
+			soon.due.Sub(now), soon.lead, soon.where, soonDue.Sub(now), statusLead(short))
+	}
 	if w.sched.perSecond(short) <= before {
 		t.Errorf("a ttl %v lock needs %.3f writes/s with the floor, want more than %.3f", short, w.sched.perSecond(short), before)
 	}
@@ -1074,5 +1085,43 @@ func TestLeadFloorRaisesTheLeadAndTheDemand(t *testing.T) {
 	w.count(sent, 200*time.Millisecond)
 	if w.win.tight != 1 {
 		t.Errorf("a refresh sent with a 500ms lead landing with 200ms left does not count tight")
+	}
+}
+
+// TestLeadFloorLeavesTheLimitInFlight: the limit on writes in flight is
+// sized from the leads without the floor. The floor follows the round
+// trips; a limit that grew with it would let more writes queue as they
+// slow down. And a floor decays to none once round trips are fast.
+func TestLeadFloorLeavesTheLimitInFlight(t *testing.T) {
+	sized := func(floor time.Duration) int {
+		w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 100, 0)
+		for range 100 {
+			w.countTTL(0, 10*time.Second)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.sched.floor = floor
+		w.inflight = 20
+		w.rtt = rttWindow{rtts: slices.Repeat([]time.Duration{200 * time.Millisecond}, 20)}
+		w.sizeInflight(time.Second, 100, false)
+		if floor > 0 && w.sched.lead(10*time.Second) <= statusLead(10*time.Second) {
+			t.Fatalf("lead floor %v: the lead is no longer above the tenth of the ttl, so this test shows nothing", w.sched.floor)
+		}
+		return w.inflight
+	}
+	if none, floored := sized(0), sized(2*time.Second); none != floored {
+		t.Errorf("limit in flight %d with a 2s lead floor, %d without: want the same", floored, none)
+	}
+
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 100, 0)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.setLeadFloor(1200 * time.Millisecond)
+	for i := 0; w.sched.floor > 0; i++ {
+		if i > 200 {
+			t.Fatalf("lead floor still %v after %d fast windows, want none", w.sched.floor, i)
+		}
+		w.rtt = rttWindow{rtts: slices.Repeat([]time.Duration{100 * time.Microsecond}, 20)}
+		w.sizeInflight(time.Second, 20, false)
 	}
 }
