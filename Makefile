@@ -159,6 +159,10 @@ soak-controller: redis envtest ## Randomized history of two managers on two API 
 bench-handover: redis envtest ## Pod-to-pod handover latency (100 handovers) next to a client-go leaderelection Lease; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchhandover $(BENCH_HANDOVER_FLAGS)
 
+.PHONY: bench-podgate
+bench-podgate: redis envtest ## Pod-gate reconciles per status refresh with 1,000 pods queued on 10 held locks; prints a table.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchpodgate $(BENCH_PODGATE_FLAGS)
+
 .PHONY: bench-locks
 bench-locks: redis envtest ## One manager holding 1000 locks (ttl 10s) on envtest + 5 masters for 2 minutes; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchlocks $(BENCH_LOCKS_FLAGS)

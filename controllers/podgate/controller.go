@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,9 +30,12 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -400,13 +404,44 @@ func (r *Reconciler) report(ctx context.Context, pod *corev1.Pod, reason, proble
 }
 
 // SetupWithManager registers the controller: it reconciles labelled pods,
-// and the pods of a lock whenever the lock changes.
+// and the pods of a lock whenever the lock changes, except for a refresh of
+// its shown validity (grantChanged).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("podgate").
 		WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
-		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(r.podsOfLock)).
+		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(r.podsOfLock),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				old, okOld := e.ObjectOld.(*v1alpha1.DistributedLock)
+				cur, okNew := e.ObjectNew.(*v1alpha1.DistributedLock)
+				return !okOld || !okNew || grantChanged(old, cur, r.Clock.Now())
+			}})).
 		Complete(r)
+}
+
+// grantChanged says whether a new version of a lock can change what its
+// pods should do: anything but a refresh of the same grant's shown
+// validity. A refresh wakes none of the waiting pods (with 100 pods queued
+// on a lock, every refresh re-queued all of them); the holder requeues
+// itself at the validity it was last shown (decision.recheck), and then
+// reads the refreshed one. A refresh that follows a shown validity that had
+// passed is passed on: the holder may have acted on the lapse (readiness
+// False) and must see the validity again.
+func grantChanged(old, cur *v1alpha1.DistributedLock, now time.Time) bool {
+	if old.Generation != cur.Generation || !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) {
+		return true
+	}
+	o, c := old.Status, cur.Status
+	if o.GrantID != c.GrantID || o.FencingToken != c.FencingToken || o.Key != c.Key ||
+		!equality.Semantic.DeepEqual(o.Holder, c.Holder) || (o.ValidUntil == nil) != (c.ValidUntil == nil) {
+		return true
+	}
+	oh := meta.FindStatusCondition(o.Conditions, v1alpha1.ConditionHeld)
+	ch := meta.FindStatusCondition(c.Conditions, v1alpha1.ConditionHeld)
+	if (oh == nil) != (ch == nil) || oh != nil && (oh.Status != ch.Status || oh.Reason != ch.Reason) {
+		return true
+	}
+	return o.ValidUntil != nil && !now.Before(o.ValidUntil.Time)
 }
 
 // podsOfLock enqueues the pods labelled for a lock.

@@ -36,3 +36,62 @@ func TestDecideNeverGrantsAFinishedPod(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantChanged: a lock version wakes the lock's pods unless it only
+// refreshed the same grant's shown validity before the shown one passed.
+func TestGrantChanged(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	held := func() *v1alpha1.DistributedLock {
+		l := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: "l", Generation: 1}}
+		l.Status = v1alpha1.DistributedLockStatus{
+			Key:     "k",
+			Holder:  &v1alpha1.LockHolder{Identity: "p", Pod: &v1alpha1.PodReference{Name: "p", UID: "uid-p"}},
+			GrantID: "g", FencingToken: 7,
+			RenewedAt:  v1alpha1.NewPreciseTime(now.Add(-time.Second)),
+			ValidUntil: v1alpha1.NewPreciseTime(now.Add(time.Second)),
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionHeld, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAcquired, Message: "held by p"}},
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name   string
+		old    func(*v1alpha1.DistributedLock)
+		change func(*v1alpha1.DistributedLock)
+		want   bool
+	}{
+		{"a refresh of the shown validity", nil, func(l *v1alpha1.DistributedLock) {
+			l.Status.RenewedAt = v1alpha1.NewPreciseTime(now)
+			l.Status.ValidUntil = v1alpha1.NewPreciseTime(now.Add(9 * time.Second))
+			l.Status.Quorum = &v1alpha1.QuorumStatus{}
+			l.Status.Queue = &v1alpha1.LockQueue{}
+		}, false},
+		{"a refresh after the shown validity passed", func(l *v1alpha1.DistributedLock) {
+			l.Status.ValidUntil = v1alpha1.NewPreciseTime(now.Add(-time.Millisecond))
+		}, func(l *v1alpha1.DistributedLock) {
+			l.Status.ValidUntil = v1alpha1.NewPreciseTime(now.Add(9 * time.Second))
+		}, true},
+		{"a new grant", nil, func(l *v1alpha1.DistributedLock) { l.Status.GrantID = "g2" }, true},
+		{"a new token", nil, func(l *v1alpha1.DistributedLock) { l.Status.FencingToken = 8 }, true},
+		{"another holder", nil, func(l *v1alpha1.DistributedLock) {
+			l.Status.Holder = &v1alpha1.LockHolder{Identity: "q", Pod: &v1alpha1.PodReference{Name: "q", UID: "uid-q"}}
+		}, true},
+		{"no holder", nil, func(l *v1alpha1.DistributedLock) { l.Status.Holder = nil }, true},
+		{"no validity shown", nil, func(l *v1alpha1.DistributedLock) { l.Status.ValidUntil = nil }, true},
+		{"Held turned False", nil, func(l *v1alpha1.DistributedLock) { l.Status.Conditions[0].Status = metav1.ConditionFalse }, true},
+		{"Held's reason changed", nil, func(l *v1alpha1.DistributedLock) { l.Status.Conditions[0].Reason = v1alpha1.ReasonShed }, true},
+		{"Held removed", nil, func(l *v1alpha1.DistributedLock) { l.Status.Conditions = nil }, true},
+		{"another key", nil, func(l *v1alpha1.DistributedLock) { l.Status.Key = "k2" }, true},
+		{"the spec changed", nil, func(l *v1alpha1.DistributedLock) { l.Generation = 2 }, true},
+		{"its deletion started", nil, func(l *v1alpha1.DistributedLock) { l.DeletionTimestamp = &metav1.Time{Time: now} }, true},
+	} {
+		old, cur := held(), held()
+		if tc.old != nil {
+			tc.old(old)
+			tc.old(cur)
+		}
+		tc.change(cur)
+		if got := grantChanged(old, cur, now); got != tc.want {
+			t.Errorf("%s: grantChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

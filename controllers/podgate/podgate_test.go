@@ -1,6 +1,7 @@
 package podgate_test
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
@@ -257,4 +259,73 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 		Eventually(func() bool { return gated(getPod(early)) }).Should(BeFalse())
 		Expect(getPod(early).Annotations).NotTo(HaveKey(podgate.ProblemAnnotation))
 	})
+
+	It("wakes a lock's waiting pods when its grant changes, not when its shown validity is refreshed", func() {
+		const waiting = 10
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "busy"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 2 * time.Second}},
+		})).To(Succeed())
+		holder := gatedPod(ns, "busy-0", "busy", false)
+		Expect(k8s.Create(suiteCtx, holder)).To(Succeed())
+		Eventually(func() bool { return gated(getPod(holder)) }).Should(BeFalse(), "busy-0 ungated")
+		kubeletRuns(holder)
+		var queued []*corev1.Pod
+		for i := 1; i <= waiting; i++ {
+			p := gatedPod(ns, fmt.Sprintf("busy-%d", i), "busy", false)
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+			queued = append(queued, p)
+		}
+		Eventually(func(g Gomega) {
+			q := fetchLock(ns, "busy").Status.Queue
+			g.Expect(q).NotTo(BeNil(), "lock busy shows no queue")
+			g.Expect(q.Count).To(Equal(int32(waiting)), "pods queued on lock busy")
+		}).Should(Succeed())
+
+		By("counting the pod-gate reconciles over five refreshes of the same grant")
+		grant := fetchLock(ns, "busy").Status.GrantID
+		before := podgateReconciles()
+		shown := map[time.Time]bool{}
+		Eventually(func(g Gomega) {
+			l := fetchLock(ns, "busy")
+			g.Expect(l.Status.GrantID).To(Equal(grant), "lock busy was granted again while counting")
+			shown[l.Status.ValidUntil.Time] = true
+			g.Expect(len(shown)).To(BeNumerically(">", 5), "validities shown by lock busy")
+		}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+		refreshes := float64(len(shown) - 1)
+		perRefresh := (podgateReconciles() - before) / refreshes
+		// Every refresh woke all 11 pods before; now the holder wakes at
+		// the validity it was shown, and other locks' holders at theirs.
+		Expect(perRefresh).To(BeNumerically("<", waiting/2),
+			"pod-gate reconciles per refresh of lock busy (%v refreshes): a refresh must not wake its %d waiting pods", refreshes, waiting)
+		Expect(gated(getPod(holder))).To(BeFalse(), "busy-0 gated again while it holds lock busy")
+
+		By("waking the next pod when the grant changes")
+		kubeletStops(holder, corev1.PodSucceeded)
+		Eventually(func() bool { return gated(getPod(queued[0])) }).Should(BeFalse(), "busy-1 ungated after busy-0 finished")
+		for _, p := range queued[1:] {
+			Expect(gated(getPod(p))).To(BeTrue(), "%s ungated out of turn", p.Name)
+		}
+	})
 })
+
+// podgateReconciles is the pod-gate controller's reconcile count so far, in
+// this process.
+func podgateReconciles() float64 {
+	families, err := ctrlmetrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "podgate" {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
