@@ -1129,7 +1129,9 @@ func (r *Reconciler) giveBack(ctx context.Context, h *held, g grantRef, c *redlo
 	var err error
 	var expiry time.Time
 	if h != nil {
-		expiry = h.session.State().ValidUntil
+		// Not the validity: a renewal that failed may still have reached
+		// some masters, and its copies outlive the validity.
+		expiry = h.session.State().ExpiresBy
 		err = r.releaseSession(ctx, h)
 	} else {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -1170,7 +1172,8 @@ func (r *Reconciler) releaseGrant(ctx context.Context, g grantRef, c *redlock.Cl
 // steps: status stops showing the grant (and, once that committed, the
 // grant is released in Redis); then, with no grant shown, the finalizer is
 // removed. When the masters cannot be reached, the finalizer stays until
-// every copy of the grant has expired: the session's own validity when this
+// every copy of the grant has expired: what the session wrote (its latest
+// renewal sent, answered or not: renewal.State.ExpiresBy) when this
 // manager renewed it, otherwise status's validity plus one TTL (status
 // trails the real validity by less than a TTL), plus the drift allowance.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {

@@ -101,8 +101,12 @@ type Config struct {
 type State struct {
 	RenewedAt  time.Time
 	ValidUntil time.Time
-	Votes      []redlock.Vote
-	Renewals   int
+	// ExpiresBy is when every copy of the grant this Session wrote has
+	// expired (redlock.Lock.ExpiresBy, over every renewal it sent, failed
+	// ones included); it stays after the Session ended.
+	ExpiresBy time.Time
+	Votes     []redlock.Vote
+	Renewals  int
 }
 
 // Session renews one grant. Its methods are safe for concurrent use.
@@ -131,9 +135,16 @@ type Session struct {
 // then orphaned), or on Release, Orphan or loss.
 func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 	ctx, cancel := context.WithCancel(ctx)
+	// Without the Lock that acquired it (an adopted grant), whoever renewed
+	// it before may have sent a renewal up to its validity: a TTL on top
+	// covers that.
+	expiresBy := g.ValidUntil.Add(g.TTL)
+	if g.Lock != nil {
+		expiresBy = g.Lock.ExpiresBy()
+	}
 	s := &Session{
 		grant: g, cfg: cfg,
-		state:   State{RenewedAt: time.Now(), ValidUntil: g.ValidUntil, Votes: g.Votes},
+		state:   State{RenewedAt: time.Now(), ValidUntil: g.ValidUntil, ExpiresBy: expiresBy, Votes: g.Votes},
 		ttl:     g.TTL,
 		every:   g.Every,
 		lk:      g.Lock,
@@ -358,11 +369,15 @@ func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.
 	}
 	octx, cancel := context.WithDeadline(ctx, validUntil)
 	defer cancel()
-	if err := lk.Extend(octx); err != nil {
-		return err
-	}
+	err := lk.Extend(octx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if by := lk.ExpiresBy(); by.After(s.state.ExpiresBy) {
+		s.state.ExpiresBy = by // a failed renewal may have reached some masters
+	}
+	if err != nil {
+		return err
+	}
 	s.lk, s.lkOn = lk, c
 	if s.err == nil || errors.Is(s.err, ErrOrphaned) {
 		s.state.RenewedAt, s.state.ValidUntil, s.state.Votes = time.Now(), lk.ValidUntil(), lk.Votes()

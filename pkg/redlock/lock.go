@@ -29,6 +29,11 @@ type Lock struct {
 	// Later requests to master i wait for it, as for acquired.
 	restoring  []chan struct{}
 	validUntil time.Time // zero once released or known lost
+	// sentAt is when the latest acquisition or extension round this Lock
+	// sent started (its restores follow within a node timeout); for a
+	// restored lock, when the round that gave its validity started at the
+	// latest. Zero: nothing known (see ExpiresBy).
+	sentAt     time.Time
 	extensions int
 	votes      []Vote // of the latest successful acquisition or extension
 }
@@ -126,6 +131,28 @@ func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.validUntil
+}
+
+// ExpiresBy returns an instant by which every copy of the lock that this
+// Lock's own requests wrote has expired: the start of the latest
+// acquisition or extension it sent (answered or not: an extension that
+// failed may still have reached some masters), plus the TTL, two node
+// timeouts (a request applied at the end of its timeout, and the restore
+// that follows it) and the drift allowance. It assumes what the validity
+// assumes too: masters whose clocks run within the drift allowance, and
+// requests applied within their node timeout. For a restored lock it
+// counts from the round that gave the validity it was restored with (what
+// other processes sent is theirs to know). Zero when nothing is known: a
+// lock restored without a validity that sent nothing since. It is not
+// reset by Release: a release that did not reach a master leaves that
+// copy until then.
+func (l *Lock) ExpiresBy() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sentAt.IsZero() {
+		return time.Time{}
+	}
+	return l.sentAt.Add(l.ttl + 2*l.c.nodeTimeout(l.ttl) + Drift(l.ttl))
 }
 
 // Valid reports whether the lock's validity has not yet passed.
@@ -305,7 +332,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 				break
 			}
 		}
-		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, acquired: r.done, votes: v.votes}
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, sentAt: r.start, acquired: r.done, votes: v.votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
 	case errors.Is(res, errNoQuorum):
@@ -419,6 +446,11 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 		return nil, err
 	}
 	defer r.finish()
+	// Sent, whatever the answers: a master may apply it and its answer
+	// never arrive.
+	if r.start.After(l.sentAt) {
+		l.sentAt = r.start
+	}
 	validUntil := r.start.Add(l.ttl - Drift(l.ttl))
 
 	ev := &OpEvent{Op: OpExtend, Key: l.key, Attempt: 1, Latency: v.decidedAt.Sub(r.start), Votes: v.votes}
@@ -540,6 +572,9 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 		validUntil = limit
 	}
 	l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}
+	if !validUntil.IsZero() {
+		l.sentAt = validUntil.Add(Drift(ttl) - ttl)
+	}
 	for i, o := range opts {
 		if o == nil {
 			return nil, invalidf(op, "restore option %d is nil", i)
