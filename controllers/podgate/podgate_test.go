@@ -11,10 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+	"github.com/redlock-operator/redlock-operator/internal/benchenv"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
 	"github.com/redlock-operator/redlock-operator/test/demo"
 )
@@ -312,20 +312,7 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 // podgateReconciles is the pod-gate controller's reconcile count so far, in
 // this process.
 func podgateReconciles() float64 {
-	families, err := ctrlmetrics.Registry.Gather()
+	n, err := benchenv.Reconciles("podgate")
 	Expect(err).NotTo(HaveOccurred())
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "podgate" {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
+	return n
 }

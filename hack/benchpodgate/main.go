@@ -19,12 +19,10 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/benchenv"
@@ -149,34 +147,7 @@ func settle(ctx context.Context) error {
 }
 
 // reconciles is the pod-gate controller's reconcile count so far.
-func reconciles() (float64, error) {
-	families, err := ctrlmetrics.Registry.Gather()
-	if err != nil {
-		return 0, err
-	}
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		sum := 0.0
-		for _, m := range f.GetMetric() {
-			if label(m, "controller") == "podgate" {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-		return sum, nil
-	}
-	return 0, nil
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
+func reconciles() (float64, error) { return benchenv.Reconciles("podgate") }
 
 // counter counts the versions of the locks that only refreshed the shown
 // validity, and those that changed the grant.

@@ -35,6 +35,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -403,6 +404,30 @@ func Metric(addr, name string) (float64, error) {
 	}
 	if !found {
 		return 0, fmt.Errorf("no %s at %s", name, addr)
+	}
+	return sum, nil
+}
+
+// Reconciles is the reconcile count of the named controller so far, in
+// this process (controller-runtime's controller_runtime_reconcile_total,
+// summed over results).
+func Reconciles(controller string) (float64, error) {
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
 	}
 	return sum, nil
 }
