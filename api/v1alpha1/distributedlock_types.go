@@ -45,6 +45,10 @@ const (
 	// ReasonSuperseded: another grant of the key was committed to status
 	// (for example by a new operator leader) and this one was given up.
 	ReasonSuperseded = "Superseded"
+	// ReasonPreviousHolderMarked: the next grant waits until the pod gate
+	// controller has removed the label redlock.dev/holds from a pod that
+	// no longer holds the lock.
+	ReasonPreviousHolderMarked = "PreviousHolderMarked"
 	// ReasonHolderReachable and ReasonHolderUnreachable are the reasons of
 	// the HolderReachable condition.
 	ReasonHolderReachable   = "NodeReady"

@@ -11,11 +11,23 @@ const (
 	// pod's namespace.
 	LockLabel = "redlock.dev/lock"
 	// GateModeLabel on a pod chooses its gate when the webhook adds it:
-	// "readiness" asks for the readiness gate instead of the scheduling gate.
+	// "readiness" asks for the readiness gate instead of the scheduling gate;
+	// "label" asks for no gate at all: the pod runs and is Ready on its own
+	// health, and the holder is marked with HoldsLabel.
 	GateModeLabel = "redlock.dev/gate"
 	// GateModeReadiness is the value of GateModeLabel that asks for the
 	// readiness gate.
 	GateModeReadiness = "readiness"
+	// GateModeHolderLabel is the value of GateModeLabel that asks for no
+	// gate: the holder pod is marked with HoldsLabel instead.
+	GateModeHolderLabel = "label"
+	// HoldsLabel, with the lock's name as its value, marks the pod that
+	// holds that lock, for a Service to select the active pod. The pod gate
+	// controller sets it once the grant is committed and removes it when
+	// the pod no longer holds the lock; the lock controller grants nobody
+	// else while another pod still carries it, so that a Service selecting
+	// it never has two ready endpoints.
+	HoldsLabel = "redlock.dev/holds"
 	// SchedulingGate is the scheduling gate the operator removes when the
 	// pod becomes the holder.
 	SchedulingGate = "redlock.dev/lock"

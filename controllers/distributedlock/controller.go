@@ -639,7 +639,12 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 			s.requeueAfter(relabelledPoll)
 		}
 	}
-	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods)
+	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, nil)
+	if choice.Pod != nil && (current == nil || !podlock.Is(choice.Pod, current.Pod)) && podlock.MixedRevisions(pods) {
+		// A new pod is due and a rollout is under way: its workload's
+		// current revision goes first.
+		choice = podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, r.staleRevisions(ctx, pods))
+	}
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
 	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)
@@ -889,6 +894,48 @@ func (r *Reconciler) requestedPodMayHold(ctx context.Context, s *scope) bool {
 	return false
 }
 
+// previousHolderMarked reports whether a pod other than the requested one
+// still carries the label redlock.dev/holds naming this lock, read from the
+// API server: the pod gate controller removes it from a pod that no longer
+// holds the lock, and until that has committed nobody else is granted it,
+// so that a Service selecting the label never has two ready endpoints. It
+// sets the Held condition (PreviousHolderMarked) and a recheck when so; a
+// failed read is no answer either.
+//
+// Only locks with a pod in holder-label mode among their pods pay for the
+// read: the mode is fixed when a pod is created (the admission policy), so
+// a pod that may carry the mark was in this view when it was granted.
+func (r *Reconciler) previousHolderMarked(ctx context.Context, s *scope) bool {
+	if r.APIReader == nil || !slices.ContainsFunc(s.pods, func(p *corev1.Pod) bool {
+		return podlock.GateOf(p) == podlock.GateLabel || p.Labels[v1alpha1.HoldsLabel] != ""
+	}) {
+		return false
+	}
+	var list corev1.PodList
+	err := r.APIReader.List(ctx, &list, client.InNamespace(s.lock.Namespace), client.MatchingLabels{v1alpha1.HoldsLabel: s.lock.Name})
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "list the pods marked as holding the lock before granting it")
+		s.requeueAfter(markedRecheck)
+		return true
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if s.requested != nil && podlock.Is(p, s.requested.Pod) {
+			continue
+		}
+		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonPreviousHolderMarked, fmt.Sprintf(
+			"waiting: pod %s still carries the label %s=%s; the next grant is made once it is removed", p.Name, v1alpha1.HoldsLabel, s.lock.Name))
+		s.requeueAfter(markedRecheck)
+		return true
+	}
+	return false
+}
+
+// markedRecheck is how soon a lock whose next grant waits for a former
+// holder's mark to go looks again (the pod's label change also brings it
+// back while the pod is labelled for the lock).
+const markedRecheck = 500 * time.Millisecond
+
 // staleCacheRecheck is how soon a lock whose cache showed a stopped pod as
 // a candidate is looked at again.
 const staleCacheRecheck = 200 * time.Millisecond
@@ -917,7 +964,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		s.requeueAfter(recheck + jitter(recheck))
 		return
 	}
-	if !r.requestedPodMayHold(ctx, s) {
+	if !r.requestedPodMayHold(ctx, s) || r.previousHolderMarked(ctx, s) {
 		r.writer.stopWaiting(name) // no grant: its room goes back
 		return
 	}
@@ -1008,6 +1055,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
 		grantID: grantID, holder: st.Holder.Identity, pod: st.Holder.Pod, token: st.FencingToken,
 		acquiredAt: acquiredAt, quorum: c.Quorum(),
+		othersCopiesUntil: othersCopiesUntil(st.ValidUntil.Time, lock.Spec.TTL.Duration),
 	}
 	// Adopted without a status write of this reconcile's: the writer
 	// refreshes the grant at once, adopted grants nearest shown validity
@@ -1030,7 +1078,7 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 		return renewal.Hold(r.sessions.base, renewal.Grant{
 			Lock: lk, Client: c,
 			Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
-			ValidUntil: lk.ValidUntil(), Votes: lk.Votes(),
+			ValidUntil: lk.ValidUntil(), Votes: lk.Votes(), OthersCopiesUntil: h.othersCopiesUntil,
 		}, renewal.Config{
 			Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
 			Reports: r.writer.reports,
@@ -1121,6 +1169,17 @@ type grantRef struct {
 	ttl     time.Duration
 }
 
+// othersCopiesUntil bounds the copies of a grant whose validity status
+// showed as shown that another renewer wrote (this manager before a
+// restart, a deposed leader waking from a pause): it may renew until its
+// own validity, which status trails by less than a TTL, and each renewal's
+// copies live a TTL past it, applied within an operation's time (two: the
+// renewal and the restore after it). The drift allowance comes on top
+// where it is used.
+func othersCopiesUntil(shown time.Time, ttl time.Duration) time.Time {
+	return shown.Add(2*ttl + 2*opTimeout)
+}
+
 // giveBack releases a grant in Redis: through its session when this
 // manager renews it (h), otherwise from its grant ID on client c. When the
 // release does not complete, the instant every copy has expired is
@@ -1129,10 +1188,11 @@ func (r *Reconciler) giveBack(ctx context.Context, h *held, g grantRef, c *redlo
 	var err error
 	var expiry time.Time
 	if h != nil {
-		// Not the validity: a renewal that failed may still have reached
-		// some masters, and its copies outlive the validity.
-		expiry = h.session.State().ExpiresBy
 		err = r.releaseSession(ctx, h)
+		// Not the validity: a renewal that failed may still have reached
+		// some masters, and its copies outlive the validity. Read once the
+		// Session stopped, so that a renewal in flight counts.
+		expiry = h.session.State().ExpiresBy
 	} else {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		err = r.releaseGrant(octx, g, c)
@@ -1173,9 +1233,11 @@ func (r *Reconciler) releaseGrant(ctx context.Context, g grantRef, c *redlock.Cl
 // grant is released in Redis); then, with no grant shown, the finalizer is
 // removed. When the masters cannot be reached, the finalizer stays until
 // every copy of the grant has expired: what the session wrote (its latest
-// renewal sent, answered or not: renewal.State.ExpiresBy) when this
-// manager renewed it, otherwise status's validity plus one TTL (status
-// trails the real validity by less than a TTL), plus the drift allowance.
+// renewal sent, answered or not: renewal.State.ExpiresBy, which for an
+// adopted grant covers the previous renewer's copies too) when this
+// manager renewed it, otherwise what othersCopiesUntil bounds from
+// status's validity, and never before a release recorded in status could
+// have run; plus the drift allowance.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	lock := s.lock
 	r.writer.stopWaiting(client.ObjectKeyFromObject(lock))
@@ -1206,7 +1268,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	c := r.clientFor(ctx, lock)
 	if lock.Status.Holder != nil {
 		if vu := lock.Status.ValidUntil; vu != nil && r.sessions.get(lock.UID) == nil {
-			r.sessions.setExpiry(lock.UID, vu.Add(lock.Spec.TTL.Duration))
+			r.sessions.setExpiry(lock.UID, othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
 		}
 		r.release(s, c, v1alpha1.ReasonReleased, "released on deletion")
 		s.requeueAfter(time.Millisecond) // then remove the finalizer
@@ -1215,11 +1277,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	// Nothing is shown: give back whatever is left, then let the object go.
 	err := r.giveBack(ctx, r.sessions.get(lock.UID), grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}, c)
 	expiry, known := r.sessions.expiry(lock.UID)
-	if ra := lock.Status.ReleasedAt; !known && ra != nil {
+	if ra := lock.Status.ReleasedAt; ra != nil {
 		// Another manager (or this one before a restart) stopped showing
 		// the grant at releasedAt and renewed it at most until its release
 		// ran, within one operation after that.
-		expiry, known = ra.Add(opTimeout+lock.Spec.TTL.Duration), true
+		if by := ra.Add(opTimeout + lock.Spec.TTL.Duration); !known || by.After(expiry) {
+			expiry, known = by, true
+		}
 	}
 	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && known {
 		if until := expiry.Add(redlock.Drift(lock.Spec.TTL.Duration)); s.now.Before(until) {

@@ -24,6 +24,10 @@ type held struct {
 	acquiredAt time.Time
 	quorum     int
 	session    *renewal.Session
+	// othersCopiesUntil: for an adopted grant, when the copies whoever
+	// renewed it before wrote have expired (othersCopiesUntil); zero
+	// otherwise.
+	othersCopiesUntil time.Time
 
 	mu        sync.Mutex
 	committed time.Time // the latest validity of this grant that this manager's own write committed

@@ -1,8 +1,13 @@
 // Package podgate is the controller that lets pods wait on a
 // DistributedLock: it puts the grant's fencing token and key on the holder
-// pod, then removes its scheduling gate or sets its readiness gate True;
-// it keeps the readiness condition False on every other labelled pod, and
-// evicts a holder whose lock was lost when the lock asks for it.
+// pod, then removes its scheduling gate, sets its readiness gate True, or
+// (holder-label mode) marks it with the label redlock.dev/holds; it keeps
+// the readiness condition False and the mark off every other labelled pod,
+// and evicts a holder whose lock was lost when the lock asks for it.
+//
+// It owns, on pods: the grant annotations, the readiness-gate condition,
+// the scheduling gate's removal, the label redlock.dev/holds and the
+// holder's pod-deletion-cost, and the problem annotation.
 //
 // The DistributedLock controller decides who holds a lock (first come,
 // first served) and commits it to the lock's status; this controller only
@@ -123,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if podlock.GrantedElsewhere(pod, lock.RedisKey()) && !podlock.Ended(pod) {
 		msg := fmt.Sprintf("the pod was granted lock key %q (fencing token %s) and then labelled for %s: it is not queued for %s; re-create the pod to wait for it",
 			pod.Annotations[v1alpha1.LockKeyAnnotation], pod.Annotations[v1alpha1.FencingTokenAnnotation], name, name)
-		if err := r.setReady(ctx, pod, false, "LabelChanged", msg); err != nil {
+		if err := r.standDown(ctx, pod, "LabelChanged", msg); err != nil {
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, r.report(ctx, pod, EventBadLockSpec, msg)
@@ -136,7 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if d.grant {
 		return r.grant(ctx, pod, lock, d)
 	}
-	if err := r.setReady(ctx, pod, false, d.reason, d.message); err != nil {
+	if err := r.standDown(ctx, pod, d.reason, d.message); err != nil {
 		return ctrl.Result{}, err
 	}
 	if d.lost != "" && r.lost.First(pod.Namespace+"/"+pod.Name, string(pod.UID)+"/"+strconv.FormatInt(lock.Status.FencingToken, 10)) {
@@ -145,7 +150,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if d.evict {
 		return ctrl.Result{}, r.evict(ctx, pod, lock.Name, lock)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: d.recheck}, nil
+}
+
+// standDown shows a pod that does not hold its lock as such: its
+// readiness-gate condition False (reason, msg) and no holder mark.
+func (r *Reconciler) standDown(ctx context.Context, pod *corev1.Pod, reason, msg string) error {
+	if err := r.setReady(ctx, pod, false, reason, msg); err != nil {
+		return err
+	}
+	return r.unmark(ctx, pod)
 }
 
 // unlabelled handles a pod whose label no longer names a lock (removed,
@@ -154,6 +168,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // says: the lock controller keeps others waiting until it ends, but it is
 // not Ready. A gated pod with an empty label is told so.
 func (r *Reconciler) unlabelled(ctx context.Context, pod *corev1.Pod) error {
+	if err := r.unmark(ctx, pod); err != nil {
+		return err
+	}
 	if pod.Annotations[v1alpha1.FencingTokenAnnotation] == "" || podlock.Stopped(pod) {
 		if podlock.GateOf(pod) != podlock.GateNone && pod.Labels != nil {
 			if _, ok := pod.Labels[v1alpha1.LockLabel]; ok { // labelled, but with no lock name
@@ -177,6 +194,9 @@ func (r *Reconciler) unlabelled(ctx context.Context, pod *corev1.Pod) error {
 // (readiness False, an event, the problem annotation) and the lock's
 // onLost policy, recorded on the pod at the grant, applies.
 func (r *Reconciler) lockGone(ctx context.Context, pod *corev1.Pod, name string) error {
+	if err := r.unmark(ctx, pod); err != nil {
+		return err
+	}
 	token := pod.Annotations[v1alpha1.FencingTokenAnnotation]
 	if token == "" || podlock.Stopped(pod) || !podlock.GrantedBy(pod, name) {
 		// Not granted by the lock its label names: it waits for it.
@@ -202,6 +222,7 @@ func (r *Reconciler) lockGone(ctx context.Context, pod *corev1.Pod, name string)
 type decision struct {
 	grant           bool   // the pod holds a committed, valid grant
 	ready           bool   // its readiness condition should be True
+	mark            bool   // it should carry the label redlock.dev/holds (holds, runs, not being deleted)
 	evict           bool   // its lock was lost and the lock asks for eviction
 	lost            string // why the pod's grant ended without it finishing, or ""
 	reason, message string
@@ -212,19 +233,29 @@ type decision struct {
 func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) decision {
 	st := lock.Status
 	// A pod that finished never acts on a grant: it is not annotated.
-	holds := st.Holder != nil && st.Holder.Pod != nil && st.Holder.Pod.UID == pod.UID && !podlock.Finished(pod) &&
-		meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionHeld) && st.ValidUntil != nil && now.Before(st.ValidUntil.Time)
+	shown := showsGrantOf(st, pod)
+	holds := shown && meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionHeld) && st.ValidUntil != nil && now.Before(st.ValidUntil.Time)
 	if holds {
 		d := decision{grant: true, ready: pod.DeletionTimestamp.IsZero(), reason: "LockHeld",
 			message: fmt.Sprintf("holds %s with fencing token %d", lock.Name, st.FencingToken), recheck: st.ValidUntil.Sub(now)}
 		if !d.ready {
 			d.reason, d.message = "Terminating", "the pod is being deleted"
 		}
+		// A pod whose containers stopped for good no longer acts on its
+		// grant: its mark goes before the lock can pass on.
+		d.mark = d.ready && !podlock.Ended(pod)
 		return d
 	}
 	wasHolder := pod.Annotations[v1alpha1.FencingTokenAnnotation] != "" && pod.Annotations[v1alpha1.FencingTokenAnnotation] == strconv.FormatInt(st.FencingToken, 10)
 	held := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld)
 	d := decision{reason: "Waiting", message: "waiting for " + lock.Name}
+	if shown {
+		// Status still shows this pod's grant, past its validity: a
+		// refresh is late. It is looked at again, whether or not the
+		// refresh's event reaches it (a clock step can make it look
+		// like no change).
+		d.recheck = lapseRecheck
+	}
 	switch {
 	case !wasHolder || st.Holder != nil || podlock.Stopped(pod):
 	case !lock.DeletionTimestamp.IsZero():
@@ -243,6 +274,16 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 	return d
 }
 
+// showsGrantOf reports whether st shows a grant to pod, which has not
+// finished (valid or not).
+func showsGrantOf(st v1alpha1.DistributedLockStatus, pod *corev1.Pod) bool {
+	return st.Holder != nil && st.Holder.Pod != nil && st.Holder.Pod.UID == pod.UID && !podlock.Finished(pod)
+}
+
+// lapseRecheck is how often a holder pod whose shown validity passed
+// looks at its lock again.
+const lapseRecheck = time.Second
+
 // staleGrantRecheck is how soon a pod whose grant the cache showed but the
 // API server no longer does is looked at again (the lock's own events
 // also bring it back).
@@ -259,7 +300,8 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 	annotate := pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key ||
 		pod.Annotations[v1alpha1.OnLostAnnotation] != onLost || pod.Annotations[v1alpha1.LockNameAnnotation] != lock.Name
 	gate := podlock.GateOf(pod)
-	grants := annotate || gate == podlock.GateScheduling || (gate == podlock.GateReadiness && d.ready && !hasReadiness(pod, corev1.ConditionTrue, d.reason))
+	grants := annotate || gate == podlock.GateScheduling || (gate == podlock.GateReadiness && d.ready && !hasReadiness(pod, corev1.ConditionTrue, d.reason)) ||
+		(gate == podlock.GateLabel && d.mark && !marked(pod, lock.Name))
 	if grants {
 		stands, err := r.grantStands(ctx, pod, lock)
 		if err == nil && stands && annotate {
@@ -272,7 +314,14 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 			return ctrl.Result{RequeueAfter: staleGrantRecheck}, nil
 		}
 	}
-	switch gate {
+	return r.lift(ctx, pod, lock, d, token)
+}
+
+// lift acts on the holder pod's gate once its grant stands and its
+// annotations are written: the scheduling gate removed, the readiness
+// condition set, or the holder mark put on (and checked again).
+func (r *Reconciler) lift(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision, token string) (ctrl.Result, error) {
+	switch podlock.GateOf(pod) {
 	case podlock.GateScheduling:
 		base := pod.DeepCopy()
 		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
@@ -284,8 +333,77 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 		if err := r.setReady(ctx, pod, d.ready, d.reason, d.message); err != nil {
 			return ctrl.Result{}, err
 		}
+	case podlock.GateLabel:
+		if !d.mark {
+			return ctrl.Result{RequeueAfter: d.recheck}, r.unmark(ctx, pod)
+		}
+		if marked(pod, lock.Name) {
+			break
+		}
+		if err := r.setMark(ctx, pod, lock.Name); err != nil {
+			return ctrl.Result{}, err
+		}
+		// The grant may have ended while the mark was written: checked
+		// again, and the mark taken back at once if so.
+		switch stands, err := r.grantStands(ctx, pod, lock); {
+		case err != nil:
+			return ctrl.Result{}, err
+		case !stands:
+			return ctrl.Result{RequeueAfter: staleGrantRecheck}, r.unmark(ctx, pod)
+		}
+		r.Recorder.Eventf(pod, lock, corev1.EventTypeNormal, EventUngated, "Mark", "holds %s with fencing token %s: labelled %s=%s", lock.Name, token, v1alpha1.HoldsLabel, lock.Name)
 	}
 	return ctrl.Result{RequeueAfter: d.recheck}, nil
+}
+
+// marked reports whether pod carries the label redlock.dev/holds naming
+// lock.
+func marked(pod *corev1.Pod, lock string) bool { return pod.Labels[v1alpha1.HoldsLabel] == lock }
+
+// holderDeletionCost is the pod-deletion-cost the holder of a lock in
+// holder-label mode carries with its mark: a ReplicaSet scaling down (a
+// rollout step, fewer replicas) removes its passive pods first, so a
+// rollout hands the lock over once, when the holder is the last old pod.
+const holderDeletionCost = "10000"
+
+// setMark labels the holder pod redlock.dev/holds=lock and gives it the
+// holder's pod-deletion-cost (optimistic lock: a pod changed meanwhile is
+// read again). The lock can only pass from a pod once the pod's object has
+// changed (its deletion began, its containers stopped, its label changed):
+// a mark decided on an older view of the pod conflicts instead of landing
+// after the next grant.
+func (r *Reconciler) setMark(ctx context.Context, pod *corev1.Pod, lock string) error {
+	base := pod.DeepCopy()
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[v1alpha1.HoldsLabel] = lock
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[corev1.PodDeletionCost] = holderDeletionCost
+	if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("label the holder pod %s: %w", v1alpha1.HoldsLabel, err)
+	}
+	return nil
+}
+
+// unmark removes the label redlock.dev/holds, and the holder's
+// pod-deletion-cost, from a pod that no longer holds its lock; the lock
+// controller grants nobody else until the label is gone.
+func (r *Reconciler) unmark(ctx context.Context, pod *corev1.Pod) error {
+	if _, ok := pod.Labels[v1alpha1.HoldsLabel]; !ok {
+		return nil
+	}
+	base := pod.DeepCopy()
+	delete(pod.Labels, v1alpha1.HoldsLabel)
+	if pod.Annotations[corev1.PodDeletionCost] == holderDeletionCost {
+		delete(pod.Annotations, corev1.PodDeletionCost)
+	}
+	if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("remove the label %s: %w", v1alpha1.HoldsLabel, err))
+	}
+	return nil
 }
 
 // annotate puts the grant's token, key, onLost policy and lock name on the
@@ -428,10 +546,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // passed is passed on: the holder may have acted on the lapse (readiness
 // False) and must see the validity again.
 func grantChanged(old, cur *v1alpha1.DistributedLock, now time.Time) bool {
-	if old.Generation != cur.Generation || !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) {
+	if old.UID != cur.UID || old.Generation != cur.Generation || !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) {
 		return true
 	}
 	o, c := old.Status, cur.Status
+	if o.ValidUntil != nil && c.ValidUntil != nil && c.ValidUntil.Before(o.ValidUntil.Time) {
+		return true // validity only moves forward within a grant: not a refresh
+	}
 	if o.GrantID != c.GrantID || o.FencingToken != c.FencingToken || o.Key != c.Key ||
 		!equality.Semantic.DeepEqual(o.Holder, c.Holder) || (o.ValidUntil == nil) != (c.ValidUntil == nil) {
 		return true

@@ -37,6 +37,55 @@ func TestDecideNeverGrantsAFinishedPod(t *testing.T) {
 	}
 }
 
+// TestDecideMarkAndLapse: in holder-label mode only a holder that runs and
+// is not being deleted is marked; a holder whose shown validity passed is
+// not, and looks again soon whether or not the refresh wakes it.
+func TestDecideMarkAndLapse(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	lock := func(validFor time.Duration) *v1alpha1.DistributedLock {
+		l := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: "l"}}
+		l.Status = v1alpha1.DistributedLockStatus{
+			Holder:  &v1alpha1.LockHolder{Identity: "p", Pod: &v1alpha1.PodReference{Name: "p", UID: "uid-p"}},
+			GrantID: "g", FencingToken: 7, ValidUntil: v1alpha1.NewPreciseTime(now.Add(validFor)),
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionHeld, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAcquired}},
+		}
+		return l
+	}
+	runningPod := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p", Labels: map[string]string{v1alpha1.GateModeLabel: v1alpha1.GateModeHolderLabel},
+				Annotations: map[string]string{v1alpha1.FencingTokenAnnotation: "7"}},
+			Spec: corev1.PodSpec{NodeName: "n", RestartPolicy: corev1.RestartPolicyNever},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+		}
+	}
+	deleting := runningPod()
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	exited := deleting.DeepCopy()
+	exited.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}
+	other := runningPod()
+	other.UID, other.Annotations = "uid-q", nil
+	for _, tc := range []struct {
+		name          string
+		pod           *corev1.Pod
+		validFor      time.Duration
+		grant, mark   bool
+		recheckAtMost time.Duration
+	}{
+		{"a running holder is marked and looks again at its validity", runningPod(), 3 * time.Second, true, true, 3 * time.Second},
+		{"a holder being deleted holds, unmarked", deleting, 3 * time.Second, true, false, 3 * time.Second},
+		{"a holder whose containers stopped holds, unmarked", exited, 3 * time.Second, true, false, 3 * time.Second},
+		{"a holder past its shown validity is not marked and looks again soon", runningPod(), -time.Millisecond, false, false, lapseRecheck},
+		{"another pod is not marked and waits for the lock's events", other, 3 * time.Second, false, false, 0},
+	} {
+		d := decide(tc.pod, lock(tc.validFor), now)
+		if d.grant != tc.grant || d.mark != tc.mark || d.recheck > tc.recheckAtMost || (tc.recheckAtMost > 0 && d.recheck == 0) {
+			t.Errorf("%s: grant %v, mark %v, recheck %v; want %v, %v, recheck in (0, %v]", tc.name, d.grant, d.mark, d.recheck, tc.grant, tc.mark, tc.recheckAtMost)
+		}
+	}
+}
+
 // TestGrantChanged: a lock version wakes the lock's pods unless it only
 // refreshed the same grant's shown validity before the shown one passed.
 func TestGrantChanged(t *testing.T) {
@@ -83,6 +132,10 @@ func TestGrantChanged(t *testing.T) {
 		{"another key", nil, func(l *v1alpha1.DistributedLock) { l.Status.Key = "k2" }, true},
 		{"the spec changed", nil, func(l *v1alpha1.DistributedLock) { l.Generation = 2 }, true},
 		{"its deletion started", nil, func(l *v1alpha1.DistributedLock) { l.DeletionTimestamp = &metav1.Time{Time: now} }, true},
+		{"a validity moved back (not a refresh)", nil, func(l *v1alpha1.DistributedLock) {
+			l.Status.ValidUntil = v1alpha1.NewPreciseTime(now.Add(500 * time.Millisecond))
+		}, true},
+		{"a lock re-created under the same name", nil, func(l *v1alpha1.DistributedLock) { l.UID = "other" }, true},
 	} {
 		old, cur := held(), held()
 		if tc.old != nil {

@@ -587,4 +587,36 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		kubeletStops(granted, corev1.PodSucceeded)
 		Expect(relabel(granted, "other-lock")).To(Succeed())
 	})
+
+	It("refuses a pod created with the holder mark, and a change of a pod's gate mode", func() {
+		By("waiting until the API server enforces the policy (probed with a dry run)")
+		premarked := holderLabelPod(ns, "premarked", "some-lock")
+		premarked.Labels[v1alpha1.HoldsLabel] = "some-lock"
+		Eventually(func() error { return k8s.Create(suiteCtx, premarked.DeepCopy(), client.DryRunAll) }).
+			Should(MatchError(ContainSubstring("redlock.dev/holds marks the pod that holds a lock")))
+
+		By("admitting a pod in holder-label mode, and the operator's mark on it later")
+		p := holderLabelPod(ns, "label-mode", "some-lock")
+		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+		Eventually(func() error { // the pod gate controller writes the pod too
+			cur := getPod(p)
+			cur.Labels[v1alpha1.HoldsLabel] = "some-lock"
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed(), "marking pod label-mode")
+
+		By("refusing to change or remove its gate mode")
+		changeMode := func(mode string) func() error {
+			return func() error { // a conflict with the pod gate controller's write is tried again
+				cur := getPod(p)
+				if mode == "" {
+					delete(cur.Labels, v1alpha1.GateModeLabel)
+				} else {
+					cur.Labels[v1alpha1.GateModeLabel] = mode
+				}
+				return k8s.Update(suiteCtx, cur)
+			}
+		}
+		Eventually(changeMode(v1alpha1.GateModeReadiness)).Should(MatchError(ContainSubstring("fixed at creation")), "changing the gate mode of pod label-mode")
+		Eventually(changeMode("")).Should(MatchError(ContainSubstring("fixed at creation")), "removing the gate mode of pod label-mode")
+	})
 })

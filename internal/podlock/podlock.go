@@ -1,5 +1,6 @@
 // Package podlock holds the pure decisions about pods that take part in a
-// DistributedLock: which gate a pod waits with, whether it is a candidate,
+// DistributedLock: which gate a pod waits with (or that it asked for none
+// and is marked when it holds), whether it is a candidate,
 // whether its containers are known to be stopped, and who holds the lock
 // next (first come, first served).
 package podlock
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -24,6 +26,10 @@ const (
 	GateScheduling
 	GateReadiness
 	GateBoth
+	// GateLabel is no gate, asked for (redlock.dev/gate: label): the pod
+	// runs and is Ready on its own health; the holder is marked with the
+	// label redlock.dev/holds.
+	GateLabel
 )
 
 // GateOf returns the gate pod waits with.
@@ -39,6 +45,8 @@ func GateOf(pod *corev1.Pod) Gate {
 		return GateScheduling
 	case ready:
 		return GateReadiness
+	case pod.Labels[v1alpha1.GateModeLabel] == v1alpha1.GateModeHolderLabel:
+		return GateLabel
 	default:
 		return GateNone
 	}
@@ -123,12 +131,16 @@ func Problem(pod *corev1.Pod) string {
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Sprintf("label %s=%q does not name a DistributedLock: %s", v1alpha1.LockLabel, name, strings.Join(errs, "; "))
 	}
-	switch GateOf(pod) {
+	gate := GateOf(pod)
+	switch gate {
 	case GateNone:
-		return fmt.Sprintf("the pod has neither the scheduling gate %s nor the readiness gate %s (set at creation; the webhook adds one)",
-			v1alpha1.SchedulingGate, v1alpha1.ReadinessGate)
+		return fmt.Sprintf("the pod has neither the scheduling gate %s nor the readiness gate %s (set at creation; the webhook adds one), nor the label %s: %s",
+			v1alpha1.SchedulingGate, v1alpha1.ReadinessGate, v1alpha1.GateModeLabel, v1alpha1.GateModeHolderLabel)
 	case GateBoth:
 		return "the pod has both the scheduling gate and the readiness gate: keep one"
+	}
+	if gate != GateLabel && pod.Labels[v1alpha1.GateModeLabel] == v1alpha1.GateModeHolderLabel {
+		return fmt.Sprintf("the pod asks for no gate (label %s: %s) but waits behind one: drop the gate or the label", v1alpha1.GateModeLabel, v1alpha1.GateModeHolderLabel)
 	}
 	return ""
 }
@@ -184,11 +196,16 @@ type Choice struct {
 //     new token; while it is being deleted, or once its label no longer
 //     names the lock, nobody is granted until its containers stopped;
 //   - the static holder when the spec names one;
+//   - the first candidate of its workload's current revision (stale
+//     reports it is not), first come, first served: a rollout hands the
+//     lock over once, to a new pod, not to an old one about to be
+//     replaced too;
 //   - the first candidate, first come, first served.
 //
 // pods are the pods labelled for the lock (named name), and the current
-// and last holder pods whatever their labels.
-func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod) Choice {
+// and last holder pods whatever their labels. stale may be nil: no pod is
+// of an old revision.
+func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, stale func(*corev1.Pod) bool) Choice {
 	var candidates, prior []*corev1.Pod
 	var current *corev1.Pod
 	for _, p := range pods {
@@ -202,6 +219,10 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 		}
 	}
 	Order(candidates)
+	if stale != nil {
+		// Current revision first, first come, first served within each.
+		slices.SortStableFunc(candidates, func(a, b *corev1.Pod) int { return cmpBool(stale(a), stale(b)) })
+	}
 	Order(prior)
 	switch {
 	case current != nil:
@@ -219,6 +240,45 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 	default:
 		return Choice{}
 	}
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	default:
+		return -1
+	}
+}
+
+// Revision is the revision of its workload a pod was created from, as its
+// controller labels it: a ReplicaSet's pod-template-hash (one per
+// Deployment revision) or a StatefulSet's controller-revision-hash; "" for
+// other pods.
+func Revision(pod *corev1.Pod) string {
+	if h := pod.Labels[appsv1.ControllerRevisionHashLabelKey]; h != "" {
+		return h
+	}
+	return pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+}
+
+// MixedRevisions reports whether pods were created from more than one
+// revision of a workload: only then is it worth asking which is current.
+func MixedRevisions(pods []*corev1.Pod) bool {
+	first := ""
+	for _, p := range pods {
+		switch r := Revision(p); {
+		case r == "":
+		case first == "":
+			first = r
+		case r != first:
+			return true
+		}
+	}
+	return false
 }
 
 // GrantedElsewhere reports whether pod carries the grant of a key other

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,7 +108,7 @@ func TestChoose(t *testing.T) {
 		}, "", "c", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose(tc.static, "lock", "key", tc.holder, tc.last, tc.pods)
+			got := Choose(tc.static, "lock", "key", tc.holder, tc.last, tc.pods, nil)
 			gotPod := ""
 			if got.Pod != nil {
 				gotPod = got.Pod.Name
@@ -218,5 +219,65 @@ func TestMayHold(t *testing.T) {
 		if got := MayHold(tc.pod); got != tc.want {
 			t.Errorf("%s: MayHold = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestChooseServesTheCurrentRevisionFirst(t *testing.T) {
+	rev := func(hash string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash }
+	}
+	oldA, oldB := pod("old-a", 0, rev("v1")), pod("old-b", time.Second, rev("v1"))
+	newA, newB := pod("new-a", 2*time.Second, rev("v2")), pod("new-b", 3*time.Second, rev("v2"))
+	stale := func(p *corev1.Pod) bool { return Revision(p) == "v1" }
+	for _, tc := range []struct {
+		name        string
+		holder      *v1alpha1.LockHolder
+		pods        []*corev1.Pod
+		stale       func(*corev1.Pod) bool
+		wantPod     string
+		wantWaiting []string
+	}{
+		{"without revisions known, first come first served", nil, []*corev1.Pod{newB, oldB, newA, oldA}, nil, "old-a", []string{"old-b", "new-a", "new-b"}},
+		{"the current revision first, first come first served within each", nil, []*corev1.Pod{newB, oldB, newA, oldA}, stale, "new-a", []string{"new-b", "old-a", "old-b"}},
+		{"only old pods: the oldest", nil, []*corev1.Pod{oldB, oldA}, stale, "old-a", []string{"old-b"}},
+		{"a running holder of an old revision keeps the lock", holderOf(pod("old-a", 0, running)), []*corev1.Pod{pod("old-a", 0, running, rev("v1")), newA}, stale, "old-a", []string{"new-a"}},
+		{"a former holder of an old revision that still runs stays first", nil, []*corev1.Pod{newA, pod("old-a", 0, running, heldKey, rev("v1"))}, stale, "old-a", []string{"new-a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Choose("", "lock", "key", tc.holder, nil, tc.pods, tc.stale)
+			var waiting []string
+			for _, p := range got.Waiting {
+				waiting = append(waiting, p.Name)
+			}
+			if got.Pod == nil || got.Pod.Name != tc.wantPod || !equal(waiting, tc.wantWaiting) {
+				t.Errorf("Choose = pod %v, waiting %v; want %q, %v", got.Pod, waiting, tc.wantPod, tc.wantWaiting)
+			}
+		})
+	}
+}
+
+func TestMixedRevisions(t *testing.T) {
+	withLabel := func(key, value string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Labels[key] = value }
+	}
+	deploy := func(h string) func(*corev1.Pod) { return withLabel(appsv1.DefaultDeploymentUniqueLabelKey, h) }
+	sts := func(h string) func(*corev1.Pod) { return withLabel(appsv1.ControllerRevisionHashLabelKey, h) }
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		want bool
+	}{
+		{"no pods", nil, false},
+		{"pods of no workload", []*corev1.Pod{pod("a", 0), pod("b", 0)}, false},
+		{"one ReplicaSet", []*corev1.Pod{pod("a", 0, deploy("v1")), pod("b", 0, deploy("v1")), pod("c", 0)}, false},
+		{"two ReplicaSets", []*corev1.Pod{pod("a", 0, deploy("v1")), pod("b", 0), pod("c", 0, deploy("v2"))}, true},
+		{"two StatefulSet revisions", []*corev1.Pod{pod("a", 0, sts("s-1")), pod("b", 0, sts("s-2"))}, true},
+		{"one StatefulSet revision", []*corev1.Pod{pod("a", 0, sts("s-1")), pod("b", 0, sts("s-1"))}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := MixedRevisions(tc.pods); got != tc.want {
+				t.Errorf("MixedRevisions = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -81,6 +81,11 @@ type Grant struct {
 	ValidUntil time.Time
 	// Votes of the acquisition (or the adopting extension).
 	Votes []redlock.Vote
+	// OthersCopiesUntil is, for an adopted grant, when the copies whoever
+	// renewed it before wrote may have expired by (a deposed leader that
+	// wakes from a pause may still renew it until its own validity); zero
+	// for a grant this process made. State.ExpiresBy is never earlier.
+	OthersCopiesUntil time.Time
 }
 
 // Config is what a Session needs besides its grant.
@@ -141,6 +146,9 @@ func Hold(ctx context.Context, g Grant, cfg Config) *Session {
 	expiresBy := g.ValidUntil.Add(g.TTL)
 	if g.Lock != nil {
 		expiresBy = g.Lock.ExpiresBy()
+	}
+	if g.OthersCopiesUntil.After(expiresBy) {
+		expiresBy = g.OthersCopiesUntil
 	}
 	s := &Session{
 		grant: g, cfg: cfg,

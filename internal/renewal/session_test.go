@@ -85,3 +85,25 @@ func TestCoveringTTL(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiresByCoversOthersCopies: an adopted grant's Session never
+// reports its copies gone before those whoever renewed it before wrote.
+func TestExpiresByCoversOthersCopies(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name   string
+		others time.Time
+		want   time.Time
+	}{
+		{"a grant this process made: its validity plus a TTL", time.Time{}, now.Add(3 * time.Second)},
+		{"an adopted grant: the previous renewer's copies, when later", now.Add(25 * time.Second), now.Add(25 * time.Second)},
+		{"an adopted grant whose previous copies end sooner", now.Add(time.Second), now.Add(3 * time.Second)},
+	} {
+		s := Hold(t.Context(), Grant{Key: "k", TTL: 2 * time.Second, Every: time.Hour, ValidUntil: now.Add(time.Second), OthersCopiesUntil: tc.others},
+			Config{Client: func() *redlock.Client { return nil }})
+		if got := s.State().ExpiresBy; !got.Equal(tc.want) {
+			t.Errorf("%s: ExpiresBy = %v, want %v", tc.name, got, tc.want)
+		}
+		s.Orphan()
+	}
+}

@@ -1683,3 +1683,65 @@ func TestExtendRestoresQuarantinedMasters(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiresByCountsEveryRoundSent: a lock's ExpiresBy follows the latest
+// round it sent, answered or not (a failed extension may still have reached
+// some masters), and a restored lock counts from the round that gave its
+// validity.
+func TestExpiresByCountsEveryRoundSent(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const ttl = 2 * time.Second
+	nodeTimeout := 50 * time.Millisecond
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(nodeTimeout))
+	ctx := context.Background()
+	if _, err := c.Probe(ctx); err != nil { // connects first
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	lk, err := c.Acquire(ctx, "expires", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slack := ttl + 2*nodeTimeout + redlock.Drift(ttl)
+	if by := lk.ExpiresBy(); by.Before(sent.Add(slack)) || by.After(time.Now().Add(slack)) {
+		t.Fatalf("after the acquisition sent at %v: ExpiresBy = %v, want the round's start + %v", sent, by, slack)
+	}
+	acquired := lk.ExpiresBy()
+
+	// Two masters stopped: the extension fails, but it was sent.
+	for _, s := range servers[:2] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range servers[:2] {
+			_ = s.Cont()
+		}
+	})
+	sent = time.Now() // after the acquisition's round started
+
+	if err := lk.Extend(ctx); err == nil {
+		t.Fatal("Extend with two of three masters stopped succeeded")
+	}
+	if by := lk.ExpiresBy(); by.Before(sent.Add(slack)) {
+		t.Fatalf("after a failed extension sent at %v: ExpiresBy = %v (was %v), want at least %v", sent, by, acquired, sent.Add(slack))
+	}
+
+	// Restored: counted from the validity it was restored with.
+	validUntil := time.Now().Add(time.Second)
+	restored, err := c.Restore("expires", lk.Value(), ttl, validUntil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by, want := restored.ExpiresBy(), validUntil.Add(2*nodeTimeout+2*redlock.Drift(ttl)); !by.Equal(want) {
+		t.Fatalf("restored with validity %v: ExpiresBy = %v, want %v", validUntil, by, want)
+	}
+	unknown, err := c.Restore("expires", lk.Value(), ttl, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by := unknown.ExpiresBy(); !by.IsZero() {
+		t.Fatalf("restored without a validity: ExpiresBy = %v, want zero (nothing known)", by)
+	}
+}

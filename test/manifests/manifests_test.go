@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"testing"
 
@@ -115,3 +116,28 @@ var _ = DescribeTable("every shipped manifest is accepted by the API server",
 )
 
 func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
+
+// yamlBlocks returns the ```yaml blocks of a Markdown file that hold whole
+// objects (apiVersion and kind): the examples a reader applies.
+func yamlBlocks(file string) []byte {
+	data, err := os.ReadFile(filepath.Join(root, file)) //nolint:gosec // a file of this repository
+	Expect(err).NotTo(HaveOccurred())
+	var out bytes.Buffer
+	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(data, -1) {
+		if bytes.Contains(block[1], []byte("apiVersion:")) && bytes.Contains(block[1], []byte("kind:")) {
+			out.WriteString("---\n")
+			out.Write(block[1])
+		}
+	}
+	return out.Bytes()
+}
+
+var _ = DescribeTable("every example object in the docs is accepted by the API server",
+	func(file string) {
+		objs := objects(yamlBlocks(file))
+		Expect(objs).NotTo(BeEmpty(), "%s has no example objects", file)
+		dryRunApply(objs)
+	},
+	Entry("docs/active-passive.md", "docs/active-passive.md"),
+	Entry("README.md", "README.md"),
+)
