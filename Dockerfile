@@ -20,10 +20,12 @@ COPY pkg/ pkg/
 ENV CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH}
 RUN go build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=${VERSION}" -o /out/manager ./cmd/manager
 RUN go build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=${VERSION}" -o /out/gate ./cmd/gate
+RUN go build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=${VERSION}" -o /out/agent ./cmd/agent
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /out/manager /manager
 COPY --from=builder /out/gate /gate
+COPY --from=builder /out/agent /agent
 USER 65532:65532
 ENTRYPOINT ["/manager"]

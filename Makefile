@@ -188,7 +188,7 @@ redis: ## Install redis-server from the OS packages when missing.
 ##@ Build
 
 .PHONY: build
-build: ## Build every package, and the binaries (manager, gate) into bin/.
+build: ## Build every package, and the binaries (manager, gate, agent) into bin/.
 	$(GO) build ./...
 	@$(MAKE) --no-print-directory binaries
 

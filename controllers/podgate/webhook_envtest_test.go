@@ -2,7 +2,6 @@ package podgate_test
 
 import (
 	"fmt"
-	"net"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,13 +15,13 @@ import (
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redistest.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 var _ = Describe("The gate webhook", Ordered, func() {

@@ -114,7 +114,7 @@ func Start(dir string, opts Options) (*Server, error) {
 	}
 	var lastErr error
 	for range 5 { // a free port can be taken between probe and bind
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +165,8 @@ func Aliases(servers []*Server) []string {
 	return out
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port free on 127.0.0.1 a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("redistest: find a free port: %w", err)

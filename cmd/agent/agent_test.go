@@ -1,0 +1,293 @@
+package main_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+)
+
+// The suite runs the operator in-process against a real kube-apiserver and
+// etcd and real redis-server masters (internal/testenv), and the agent as
+// a real process per pod, built from this package. envtest has no
+// kubelet: the specs create the pods, report their containers, and do
+// what the kubelet does to the agent (signals).
+
+var (
+	env   *testenv.Env
+	agent string // the built binary
+)
+
+func TestAgent(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "In-pod agent")
+}
+
+var _ = BeforeSuite(func() {
+	env = testenv.Start()
+	agent = filepath.Join(GinkgoT().TempDir(), "agent")
+	out, err := exec.Command("go", "build", "-o", agent, ".").CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+})
+
+var _ = AfterSuite(func() { env.Stop() })
+
+// appScript logs, with the host's wall clock, when the app starts (and its
+// token) and when it stops on SIGTERM.
+const appScript = `echo "start $(date +%s.%N) $REDLOCK_FENCING_TOKEN" >> "$APP_LOG"
+trap 'echo "stop $(date +%s.%N)" >> "$APP_LOG"; exit 0' TERM
+while :; do sleep 0.05; done`
+
+// podAgent is one pod in holder-label mode and its agent process.
+type podAgent struct {
+	pod    *corev1.Pod
+	cmd    *exec.Cmd
+	log    string        // the app's start/stop log
+	state  string        // the agent's --state-dir
+	listen string        // the agent's --listen
+	exited chan struct{} // closed once the agent process exited
+}
+
+// startPod creates a labelled pod in holder-label mode, reports it running
+// (as the kubelet would), and starts its agent with kubeconfig.
+func startPod(ns, name, lock, kubeconfig string) *podAgent {
+	port, err := redistest.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{v1alpha1.LockLabel: lock, v1alpha1.GateModeLabel: v1alpha1.GateModeHolderLabel}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	Expect(env.Client.Create(env.Ctx, p)).To(Succeed())
+	Expect(env.Client.SubResource("binding").Create(env.Ctx, p, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"},
+	})).To(Succeed())
+	Eventually(func() error {
+		cur := &corev1.Pod{}
+		if err := env.Client.Get(env.Ctx, client.ObjectKeyFromObject(p), cur); err != nil {
+			return err
+		}
+		cur.Status.Phase = corev1.PodRunning
+		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+		return env.Client.Status().Update(env.Ctx, cur)
+	}).Should(Succeed(), "pod %s reported running", name)
+
+	dir := GinkgoT().TempDir()
+	a := &podAgent{pod: p, log: filepath.Join(dir, "app.log"), state: filepath.Join(dir, "state"), exited: make(chan struct{})}
+	a.listen = "127.0.0.1:" + strconv.Itoa(port)
+	args := []string{"run", "--kubeconfig", kubeconfig, "--state-dir", a.state, "--listen", a.listen,
+		"--skew-allowance", "250ms", "--grace", "500ms", "--", "/bin/sh", "-c", appScript}
+	a.cmd = exec.Command(agent, args...)
+	a.cmd.Env = append(os.Environ(), "REDLOCK_LOCK="+lock, "POD_NAMESPACE="+ns, "POD_NAME="+name, "POD_UID="+string(p.UID), "APP_LOG="+a.log)
+	a.cmd.Stdout, a.cmd.Stderr = GinkgoWriter, GinkgoWriter
+	// Its own process group: the end of a spec kills the agent and its
+	// app, as the end of a container kills every process in it.
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	a.cmd.WaitDelay = 5 * time.Second
+	Expect(a.cmd.Start()).To(Succeed())
+	go func() { _ = a.cmd.Wait(); close(a.exited) }()
+	DeferCleanup(func() {
+		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+		<-a.exited
+	})
+	return a
+}
+
+// getGrant asks the agent's local endpoint for the grant.
+func getGrant(a *podAgent) (int, string) {
+	resp, err := http.Get("http://" + a.listen + "/grant") //nolint:noctx // the spec's own agent
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	return resp.StatusCode, string(body)
+}
+
+// period is one run of the app: from its start to its stop (zero: still
+// running).
+type period struct {
+	start, stop time.Time
+	token       int64
+}
+
+// periods reads the app's log.
+func (a *podAgent) periods() []period {
+	f, err := os.Open(a.log)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = f.Close() }()
+	var out []period
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		t, err := strconv.ParseFloat(fields[1], 64)
+		Expect(err).NotTo(HaveOccurred())
+		at := time.Unix(0, int64(t*1e9))
+		switch fields[0] {
+		case "start":
+			token, _ := strconv.ParseInt(fields[2], 10, 64)
+			out = append(out, period{start: at, token: token})
+		case "stop":
+			out[len(out)-1].stop = at
+		}
+	}
+	return out
+}
+
+// running reports whether the app runs now, as its log says.
+func (a *podAgent) running() bool {
+	p := a.periods()
+	return len(p) > 0 && p[len(p)-1].stop.IsZero()
+}
+
+func fetchLock(ns, name string) *v1alpha1.DistributedLock {
+	l := &v1alpha1.DistributedLock{}
+	Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: name}, l)).To(Succeed())
+	return l
+}
+
+// kubeletStops reports the pod's container terminated, as the kubelet does
+// once the agent (the container's process) exited.
+func kubeletStops(p *corev1.Pod) {
+	Eventually(func() error {
+		cur := &corev1.Pod{}
+		if err := env.Client.Get(env.Ctx, client.ObjectKeyFromObject(p), cur); err != nil {
+			return err
+		}
+		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+		return env.Client.Status().Update(env.Ctx, cur)
+	}).Should(Succeed())
+}
+
+var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
+	var (
+		ns         string
+		ms         *testenv.MasterSet
+		kubeconfig string
+	)
+	BeforeAll(func() {
+		mgr := env.StartManager()
+		DeferCleanup(mgr.Stop)
+		ns = env.NewNamespace()
+		ms = env.NewServingMasters(ns, "masters", 3, 10*time.Second)
+		kubeconfig = env.Kubeconfig(GinkgoT().TempDir())
+	})
+
+	// Every lock's ttl is 10s: the operator refreshes the validity shown a
+	// second before it passes, more than the agents' grace and skew
+	// allowance (750ms) before their deadline, so that a refresh comes
+	// before the agent would stop the app.
+	createLock := func(name string, set *testenv.MasterSet, ttl time.Duration) {
+		Expect(env.Client.Create(env.Ctx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: set.Name, TTL: metav1.Duration{Duration: ttl}},
+		})).To(Succeed())
+	}
+
+	It("runs the app only in the pod that holds the lock, with its token, and hands over without overlap", func() {
+		createLock("turns", ms, 10*time.Second)
+		a := startPod(ns, "turns-a", "turns", kubeconfig)
+		Eventually(a.running).Should(BeTrue(), "turns-a's app started")
+		b := startPod(ns, "turns-b", "turns", kubeconfig)
+		Consistently(b.running, time.Second).Should(BeFalse(), "turns-b's app started while turns-a holds the lock")
+		l := fetchLock(ns, "turns")
+		Expect(l.Status.Holder.Pod.Name).To(Equal("turns-a"))
+		Expect(a.periods()[0].token).To(Equal(l.Status.FencingToken), "the app's REDLOCK_FENCING_TOKEN")
+		token, err := os.ReadFile(filepath.Join(a.state, "token"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(token)).To(Equal(strconv.FormatInt(l.Status.FencingToken, 10)), "turns-a's token file")
+		status, body := getGrant(a)
+		Expect(status).To(Equal(http.StatusOK), "GET /grant of turns-a's agent: %s", body)
+		Expect(body).To(ContainSubstring(`"held":true`))
+		Expect(body).To(ContainSubstring(fmt.Sprintf(`"token":%d`, l.Status.FencingToken)))
+		status, body = getGrant(b)
+		Expect(status).To(Equal(http.StatusServiceUnavailable), "GET /grant of turns-b's agent: %s", body)
+		Expect(body).To(ContainSubstring(`"held":false`))
+
+		By("deleting turns-a as the kubelet would: SIGTERM to its agent, the container reported stopped once it exited")
+		Expect(env.Client.Delete(env.Ctx, a.pod)).To(Succeed())
+		Expect(a.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		Eventually(a.exited, 10*time.Second).Should(BeClosed(), "turns-a's agent exited")
+		Expect(a.running()).To(BeFalse(), "turns-a's app stopped with its agent")
+		kubeletStops(a.pod)
+		Eventually(b.running, 20*time.Second).Should(BeTrue(), "turns-b's app started after the handover")
+		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "turns-b started after turns-a stopped")
+		Expect(b.periods()[0].token).To(BeNumerically(">", a.periods()[0].token))
+	})
+
+	It("stops the app by its fencing deadline when the renewals fail, and starts it again with the next grant", func() {
+		fragile := env.NewServingMasters(ns, "fragile", 3, 10*time.Second)
+		createLock("lossy", fragile, 10*time.Second)
+		a := startPod(ns, "lossy-a", "lossy", kubeconfig)
+		Eventually(a.running).Should(BeTrue(), "lossy-a's app started")
+
+		By("stopping two of the three masters: the renewals fail and status shows the grant lost")
+		for _, s := range fragile.Servers[:2] {
+			Expect(s.Stop()).To(Succeed())
+		}
+		Eventually(a.running, 20*time.Second).Should(BeFalse(), "lossy-a's app stopped on the loss")
+		first := a.periods()[0]
+		Eventually(func() bool {
+			return meta.IsStatusConditionTrue(fetchLock(ns, "lossy").Status.Conditions, v1alpha1.ConditionHeld)
+		}, 20*time.Second).Should(BeFalse(), "lock lossy shown held")
+		Expect(a.running()).To(BeFalse(), "lossy-a's app runs after the loss")
+		Expect(fragile.Servers[0].Cont()).To(Succeed())
+		Expect(fragile.Servers[1].Cont()).To(Succeed())
+		var again period
+		Eventually(func() int64 {
+			p := a.periods()
+			again = p[len(p)-1]
+			return again.token
+		}, 40*time.Second).Should(BeNumerically(">", first.token), "lossy-a's app started again with a new grant")
+		Expect(again.start).To(BeTemporally(">", first.stop))
+	})
+
+	It("stops the app before the validity it last saw passes when it can no longer reach the API server", func() {
+		createLock("cut", ms, 10*time.Second)
+		u, err := url.Parse(env.Cfg.Host)
+		Expect(err).NotTo(HaveOccurred())
+		proxy := redistest.NewProxy(GinkgoT(), u.Host)
+		kc, err := clientcmd.LoadFromFile(kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+		for _, c := range kc.Clusters {
+			c.Server = "https://" + proxy.Addr()
+		}
+		proxied := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+		Expect(clientcmd.WriteToFile(*kc, proxied)).To(Succeed())
+		a := startPod(ns, "cut-a", "cut", proxied)
+		Eventually(a.running).Should(BeTrue(), "cut-a's app started")
+
+		By("cutting the agent off from the API server while the operator keeps the lock held")
+		Expect(proxy.Stall()).To(Succeed())
+		DeferCleanup(proxy.Resume)
+		seen := fetchLock(ns, "cut").Status.ValidUntil.Time // the agent saw this one or an earlier one
+		Eventually(a.running, 20*time.Second).Should(BeFalse(), "cut-a's app stopped, cut off")
+		stop := a.periods()[0].stop
+		Expect(stop).To(BeTemporally("<", seen), "cut-a's app stopped %v after the last validity it could have seen", stop.Sub(seen))
+		Expect(fetchLock(ns, "cut").Status.Holder.Pod.Name).To(Equal("cut-a"), "the operator still holds the lock for cut-a")
+		fmt.Fprintf(GinkgoWriter, "cut off: the app stopped %v before the validity read right after the cut\n", seen.Sub(stop))
+	})
+})

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/redlock-operator/redlock-operator/pkg/holding"
+)
+
+// supervisor runs the app's process only while the pod holds a current
+// grant: it starts it once the pod holds the lock, and stops it (SIGTERM,
+// then SIGKILL) so that it is gone by the grant's fencing deadline, or at
+// once when status shows the grant ended.
+type supervisor struct {
+	w     *holding.Watcher
+	clock clock.Clock
+	// grace is how long the app has between SIGTERM and SIGKILL; when the
+	// grant runs out unrefreshed, SIGTERM comes grace before the deadline.
+	grace   time.Duration
+	command []string
+	publish func(*holding.Grant)
+	// signals are the agent's own termination signals (the pod is being
+	// deleted): passed on to the app, whose exit then ends the agent.
+	signals <-chan os.Signal
+	log     func(msg string, kv ...any)
+}
+
+// errSignalled: the agent was asked to stop and the app has exited.
+var errSignalled = errors.New("stopped by a signal")
+
+// run waits for a grant, runs the app under it, and again, until ctx ends,
+// the agent is signalled, or the app exits on its own: then it returns the
+// app's exit code (the container's restart policy decides what follows; a
+// restarted agent waits for a grant again).
+func (s *supervisor) run(ctx context.Context) (int, error) {
+	for {
+		s.publish(nil)
+		g, err := s.next(ctx)
+		if err != nil {
+			return 1, err
+		}
+		code, exited, err := s.hold(ctx, g)
+		if err != nil || exited {
+			s.publish(nil)
+			return code, err
+		}
+	}
+}
+
+// next waits for a grant with more than twice the grace left before its
+// deadline: one the app could not even be stopped within is not started,
+// nor one that would be stopped again as soon as it started (a refresh that
+// came late, just after the app was stopped for its deadline).
+func (s *supervisor) next(ctx context.Context) (*holding.Grant, error) {
+	for {
+		changed := s.w.Changed()
+		g := s.w.Current()
+		if g != nil && g.Deadline.Sub(s.clock.Now()) > 2*s.grace {
+			return g, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case sig := <-s.signals:
+			return nil, fmt.Errorf("%w (%v) while waiting for the lock", errSignalled, sig)
+		case <-changed:
+		case <-s.clock.After(time.Second): // a grant whose deadline came closer than the grace
+		}
+	}
+}
+
+// hold runs the app under g until g ends (the app is stopped: exited
+// false), or the app exits by itself (exited true, its code), or the agent
+// is signalled (the signal is passed on; exited true).
+func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exited bool, err error) {
+	cmd := exec.Command(s.command[0], s.command[1:]...) //nolint:gosec // the app's own command, from its pod spec
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(),
+		"REDLOCK_FENCING_TOKEN="+strconv.FormatInt(g.Token, 10),
+		"REDLOCK_GRANT_ID="+g.GrantID,
+		"REDLOCK_LOCK_KEY="+g.Key,
+		"REDLOCK_VALID_UNTIL="+g.ValidUntil.UTC().Format(time.RFC3339Nano),
+	)
+	s.publish(g)
+	if err := cmd.Start(); err != nil {
+		return 1, true, fmt.Errorf("start the app: %w", err)
+	}
+	s.log("app started", "token", g.Token, "grantID", g.GrantID, "pid", cmd.Process.Pid)
+	exit := make(chan error, 1)
+	go func() { exit <- cmd.Wait() }()
+	for {
+		changed := s.w.Changed()
+		deadline := s.w.Deadline(g.GrantID)
+		now := s.clock.Now()
+		if deadline.IsZero() || !now.Before(deadline.Add(-s.grace)) {
+			reason := "the grant ended"
+			if !deadline.IsZero() {
+				reason = "the grant's fencing deadline is near, unrefreshed"
+			}
+			s.publish(nil)
+			s.stop(cmd, exit, deadline, reason)
+			return 0, false, nil
+		}
+		timer := s.clock.NewTimer(deadline.Add(-s.grace).Sub(now))
+		select {
+		case err := <-exit:
+			timer.Stop()
+			s.log("app exited", "error", errString(err))
+			return exitCode(err), true, nil
+		case sig := <-s.signals:
+			timer.Stop()
+			s.log("signalled: stopping the app", "signal", sig.String())
+			_ = cmd.Process.Signal(sig)
+			err := <-exit
+			return exitCode(err), true, errSignalled
+		case <-ctx.Done():
+			timer.Stop()
+			s.stop(cmd, exit, s.w.Deadline(g.GrantID), "the agent stops")
+			return 1, true, ctx.Err()
+		case <-changed:
+			timer.Stop()
+		case <-timer.C():
+		}
+	}
+}
+
+// stop ends the app: SIGTERM, then SIGKILL after the grace or at the
+// deadline (when one is known), whichever comes first.
+func (s *supervisor) stop(cmd *exec.Cmd, exit <-chan error, deadline time.Time, reason string) {
+	s.log("stopping the app", "reason", reason)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	wait := s.grace
+	if !deadline.IsZero() {
+		wait = min(wait, deadline.Sub(s.clock.Now()))
+	}
+	timer := s.clock.NewTimer(max(wait, 0))
+	defer timer.Stop()
+	select {
+	case err := <-exit:
+		s.log("app stopped", "error", errString(err))
+	case <-timer.C():
+		_ = cmd.Process.Kill()
+		err := <-exit
+		s.log("app killed", "error", errString(err))
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee) && ee.ExitCode() >= 0:
+		return ee.ExitCode()
+	default:
+		return 1
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
