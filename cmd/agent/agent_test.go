@@ -67,11 +67,18 @@ type podAgent struct {
 	state  string        // the agent's --state-dir
 	listen string        // the agent's --listen
 	exited chan struct{} // closed once the agent process exited
+	// exitedAt is when it exited (read once exited is closed).
+	exitedAt time.Time
 }
 
 // startPod creates a labelled pod in holder-label mode, reports it running
 // (as the kubelet would), and starts its agent with kubeconfig.
 func startPod(ns, name, lock, kubeconfig string) *podAgent {
+	return startPodWith(ns, name, lock, kubeconfig, appScript)
+}
+
+// startPodWith is startPod with the app's shell script.
+func startPodWith(ns, name, lock, kubeconfig, script string) *podAgent {
 	port, err := redistest.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	p := &corev1.Pod{
@@ -97,7 +104,7 @@ func startPod(ns, name, lock, kubeconfig string) *podAgent {
 	a := &podAgent{pod: p, log: filepath.Join(dir, "app.log"), state: filepath.Join(dir, "state"), exited: make(chan struct{})}
 	a.listen = "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{"run", "--kubeconfig", kubeconfig, "--state-dir", a.state, "--listen", a.listen,
-		"--skew-allowance", "250ms", "--grace", "500ms", "--", "/bin/sh", "-c", appScript}
+		"--skew-allowance", "250ms", "--grace", "500ms", "--", "/bin/sh", "-c", script}
 	a.cmd = exec.Command(agent, args...)
 	a.cmd.Env = append(os.Environ(), "REDLOCK_LOCK="+lock, "POD_NAMESPACE="+ns, "POD_NAME="+name, "POD_UID="+string(p.UID), "APP_LOG="+a.log)
 	a.cmd.Stdout, a.cmd.Stderr = GinkgoWriter, GinkgoWriter
@@ -106,7 +113,7 @@ func startPod(ns, name, lock, kubeconfig string) *podAgent {
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	a.cmd.WaitDelay = 5 * time.Second
 	Expect(a.cmd.Start()).To(Succeed())
-	go func() { _ = a.cmd.Wait(); close(a.exited) }()
+	go func() { _ = a.cmd.Wait(); a.exitedAt = time.Now(); close(a.exited) }()
 	DeferCleanup(func() {
 		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 		<-a.exited
@@ -122,6 +129,42 @@ func getGrant(a *podAgent) (int, string) {
 	body, err := io.ReadAll(resp.Body)
 	Expect(err).NotTo(HaveOccurred())
 	return resp.StatusCode, string(body)
+}
+
+// stubbornScript is an app that logs SIGTERM but does not stop for it, and
+// runs a child of its own (what a shell entrypoint does).
+const stubbornScript = `echo "start $(date +%s.%N) $REDLOCK_FENCING_TOKEN" >> "$APP_LOG"
+trap 'echo "term $(date +%s.%N)" >> "$APP_LOG"' TERM
+sleep 1000 &
+while :; do sleep 0.05; done`
+
+// pgid is the process group of the agent's app: the app is the agent's
+// only child, leading a group of its own.
+func pgid(a *podAgent) int {
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(a.cmd.Process.Pid)).Output()
+	Expect(err).NotTo(HaveOccurred(), "the agent's child")
+	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+	Expect(err).NotTo(HaveOccurred())
+	return pid
+}
+
+// alive reports whether a process with this pid exists.
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// throughProxy returns a copy of kubeconfig that reaches the API server
+// through a proxy, and the proxy (the spec stalls it to cut the agent off).
+func throughProxy(kubeconfig string) (string, *redistest.Proxy) {
+	u, err := url.Parse(env.Cfg.Host)
+	Expect(err).NotTo(HaveOccurred())
+	proxy := redistest.NewProxy(GinkgoT(), u.Host)
+	kc, err := clientcmd.LoadFromFile(kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	for _, c := range kc.Clusters {
+		c.Server = "https://" + proxy.Addr()
+	}
+	proxied := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(clientcmd.WriteToFile(*kc, proxied)).To(Succeed())
+	return proxied, proxy
 }
 
 // period is one run of the app: from its start to its stop (zero: still
@@ -267,16 +310,7 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 
 	It("stops the app before the validity it last saw passes when it can no longer reach the API server", func() {
 		createLock("cut", ms, 10*time.Second)
-		u, err := url.Parse(env.Cfg.Host)
-		Expect(err).NotTo(HaveOccurred())
-		proxy := redistest.NewProxy(GinkgoT(), u.Host)
-		kc, err := clientcmd.LoadFromFile(kubeconfig)
-		Expect(err).NotTo(HaveOccurred())
-		for _, c := range kc.Clusters {
-			c.Server = "https://" + proxy.Addr()
-		}
-		proxied := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-		Expect(clientcmd.WriteToFile(*kc, proxied)).To(Succeed())
+		proxied, proxy := throughProxy(kubeconfig)
 		a := startPod(ns, "cut-a", "cut", proxied)
 		Eventually(a.running).Should(BeTrue(), "cut-a's app started")
 
@@ -289,5 +323,36 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		Expect(stop).To(BeTemporally("<", seen), "cut-a's app stopped %v after the last validity it could have seen", stop.Sub(seen))
 		Expect(fetchLock(ns, "cut").Status.Holder.Pod.Name).To(Equal("cut-a"), "the operator still holds the lock for cut-a")
 		fmt.Fprintf(GinkgoWriter, "cut off: the app stopped %v before the validity read right after the cut\n", seen.Sub(stop))
+	})
+
+	It("passes the pod's SIGTERM on, and still kills the app and its children by the deadline when the app ignores it", func() {
+		createLock("stubborn", ms, 10*time.Second)
+		proxied, proxy := throughProxy(kubeconfig)
+		a := startPodWith(ns, "stubborn-a", "stubborn", proxied, stubbornScript)
+		Eventually(a.running).Should(BeTrue(), "stubborn-a's app started")
+		var children []int
+		Eventually(func() []int {
+			out, _ := exec.Command("pgrep", "-g", strconv.Itoa(pgid(a)), "-f", "sleep 1000").Output()
+			children = nil
+			for _, f := range strings.Fields(string(out)) {
+				pid, _ := strconv.Atoi(f)
+				children = append(children, pid)
+			}
+			return children
+		}).ShouldNot(BeEmpty(), "the app's child sleep 1000")
+
+		By("sending the agent SIGTERM (the pod's deletion): the app is told and ignores it")
+		Expect(a.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		Eventually(func() string { data, _ := os.ReadFile(a.log); return string(data) }).Should(ContainSubstring("term "), "the app got the SIGTERM")
+
+		By("cutting the agent off: the grant runs out unrefreshed")
+		Expect(proxy.Stall()).To(Succeed())
+		DeferCleanup(proxy.Resume)
+		seen := fetchLock(ns, "stubborn").Status.ValidUntil.Time
+		Eventually(a.exited, 20*time.Second).Should(BeClosed(), "stubborn-a's agent exited once its app was killed")
+		Expect(a.exitedAt).To(BeTemporally("<", seen), "the agent exited, its app killed, after the last validity it could have seen")
+		for _, pid := range children {
+			Eventually(func() bool { return alive(pid) }).Should(BeFalse(), "the app's child %d outlived it", pid)
+		}
 	})
 })

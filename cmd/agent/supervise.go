@@ -58,9 +58,15 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 // next waits for a grant with more than twice the grace left before its
 // deadline: one the app could not even be stopped within is not started,
 // nor one that would be stopped again as soon as it started (a refresh that
-// came late, just after the app was stopped for its deadline).
+// came late, just after the app was stopped for its deadline). A signal
+// already received wins over a grant.
 func (s *supervisor) next(ctx context.Context) (*holding.Grant, error) {
 	for {
+		select {
+		case sig := <-s.signals:
+			return nil, fmt.Errorf("%w (%v) while waiting for the lock", errSignalled, sig)
+		default:
+		}
 		changed := s.w.Changed()
 		g := s.w.Current()
 		if g != nil && g.Deadline.Sub(s.clock.Now()) > 2*s.grace {
@@ -79,10 +85,15 @@ func (s *supervisor) next(ctx context.Context) (*holding.Grant, error) {
 
 // hold runs the app under g until g ends (the app is stopped: exited
 // false), or the app exits by itself (exited true, its code), or the agent
-// is signalled (the signal is passed on; exited true).
+// is signalled (the signal is passed on and the app's exit awaited, while
+// the grant's end and deadline still stop it: exited true).
+//
+// The app runs in a process group of its own, and every signal goes to the
+// group: a shell entrypoint's children stop with it.
 func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exited bool, err error) {
 	cmd := exec.Command(s.command[0], s.command[1:]...) //nolint:gosec // the app's own command, from its pod spec
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(),
 		"REDLOCK_FENCING_TOKEN="+strconv.FormatInt(g.Token, 10),
 		"REDLOCK_GRANT_ID="+g.GrantID,
@@ -91,39 +102,48 @@ func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exit
 	)
 	s.publish(g)
 	if err := cmd.Start(); err != nil {
+		s.publish(nil)
 		return 1, true, fmt.Errorf("start the app: %w", err)
 	}
 	s.log("app started", "token", g.Token, "grantID", g.GrantID, "pid", cmd.Process.Pid)
 	exit := make(chan error, 1)
 	go func() { exit <- cmd.Wait() }()
+	defer reapOrphans()
+	var signalled error
 	for {
 		changed := s.w.Changed()
+		cur := s.w.Current()
 		deadline := s.w.Deadline(g.GrantID)
 		now := s.clock.Now()
-		if deadline.IsZero() || !now.Before(deadline.Add(-s.grace)) {
+		if cur == nil || cur.GrantID != g.GrantID || !now.Before(deadline.Add(-s.grace)) {
 			reason := "the grant ended"
 			if !deadline.IsZero() {
 				reason = "the grant's fencing deadline is near, unrefreshed"
 			}
 			s.publish(nil)
 			s.stop(cmd, exit, deadline, reason)
+			if signalled != nil {
+				return 0, true, signalled
+			}
 			return 0, false, nil
 		}
+		s.publish(cur) // the refreshed validity
 		timer := s.clock.NewTimer(deadline.Add(-s.grace).Sub(now))
 		select {
 		case err := <-exit:
 			timer.Stop()
+			s.publish(nil)
 			s.log("app exited", "error", errString(err))
-			return exitCode(err), true, nil
+			return exitCode(err), true, signalled
 		case sig := <-s.signals:
 			timer.Stop()
-			s.log("signalled: stopping the app", "signal", sig.String())
-			_ = cmd.Process.Signal(sig)
-			err := <-exit
-			return exitCode(err), true, errSignalled
+			s.log("signalled: passing it on to the app", "signal", sig.String())
+			signalGroup(cmd, sig.(syscall.Signal)) //nolint:forcetypeassert // only syscall signals are subscribed
+			signalled = errSignalled
 		case <-ctx.Done():
 			timer.Stop()
-			s.stop(cmd, exit, s.w.Deadline(g.GrantID), "the agent stops")
+			s.publish(nil)
+			s.stop(cmd, exit, deadline, "the agent stops")
 			return 1, true, ctx.Err()
 		case <-changed:
 			timer.Stop()
@@ -132,11 +152,11 @@ func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exit
 	}
 }
 
-// stop ends the app: SIGTERM, then SIGKILL after the grace or at the
-// deadline (when one is known), whichever comes first.
+// stop ends the app's process group: SIGTERM, then SIGKILL after the grace
+// or at the deadline (when one is known), whichever comes first.
 func (s *supervisor) stop(cmd *exec.Cmd, exit <-chan error, deadline time.Time, reason string) {
 	s.log("stopping the app", "reason", reason)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	signalGroup(cmd, syscall.SIGTERM)
 	wait := s.grace
 	if !deadline.IsZero() {
 		wait = min(wait, deadline.Sub(s.clock.Now()))
@@ -146,10 +166,28 @@ func (s *supervisor) stop(cmd *exec.Cmd, exit <-chan error, deadline time.Time, 
 	select {
 	case err := <-exit:
 		s.log("app stopped", "error", errString(err))
+		signalGroup(cmd, syscall.SIGKILL) // what the app left behind in its group
 	case <-timer.C():
-		_ = cmd.Process.Kill()
+		signalGroup(cmd, syscall.SIGKILL)
 		err := <-exit
 		s.log("app killed", "error", errString(err))
+	}
+}
+
+// signalGroup sends sig to the app's process group.
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// reapOrphans collects processes that ended and were handed to the agent
+// (it is the container's first process): an app's children that outlived
+// it would otherwise stay zombies.
+func reapOrphans() {
+	for {
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+			return
+		}
 	}
 }
 

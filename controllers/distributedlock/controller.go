@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
@@ -155,7 +156,7 @@ func (r *Reconciler) wroteBefore(uid types.UID) bool {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // Nodes are read from the cache only, for the HolderReachable condition, in
 // a ClusterRole of their own that a manager limited to namespaces does
 // without (IgnoreNodes):
@@ -922,6 +923,16 @@ func (r *Reconciler) previousHolderMarked(ctx context.Context, s *scope) bool {
 		p := &list.Items[i]
 		if s.requested != nil && podlock.Is(p, s.requested.Pod) {
 			continue
+		}
+		if p.Labels[v1alpha1.LockLabel] != s.lock.Name {
+			// No longer labelled for the lock: the pod gate controller may
+			// never see it again (its cache holds labelled pods), so its
+			// mark goes here. Removing a mark is always safe; the lock
+			// still waits for the pod itself as long as it may run
+			// (status.lastHolderPod).
+			if err := podgate.Unmark(ctx, r.Client, p); err != nil {
+				logf.FromContext(ctx).Error(err, "remove the holder mark of a pod no longer labelled for the lock", "pod", p.Name)
+			}
 		}
 		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonPreviousHolderMarked, fmt.Sprintf(
 			"waiting: pod %s still carries the label %s=%s; the next grant is made once it is removed", p.Name, v1alpha1.HoldsLabel, s.lock.Name))

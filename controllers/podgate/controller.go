@@ -392,6 +392,14 @@ func (r *Reconciler) setMark(ctx context.Context, pod *corev1.Pod, lock string) 
 // pod-deletion-cost, from a pod that no longer holds its lock; the lock
 // controller grants nobody else until the label is gone.
 func (r *Reconciler) unmark(ctx context.Context, pod *corev1.Pod) error {
+	return Unmark(ctx, r.Client, pod)
+}
+
+// Unmark removes the label redlock.dev/holds, and the holder's
+// pod-deletion-cost, from pod. A removal can never land harmfully late, so
+// it carries no precondition: a pod the kubelet is writing meanwhile (its
+// termination) does not make it retry.
+func Unmark(ctx context.Context, c client.Client, pod *corev1.Pod) error {
 	if _, ok := pod.Labels[v1alpha1.HoldsLabel]; !ok {
 		return nil
 	}
@@ -400,7 +408,7 @@ func (r *Reconciler) unmark(ctx context.Context, pod *corev1.Pod) error {
 	if pod.Annotations[corev1.PodDeletionCost] == holderDeletionCost {
 		delete(pod.Annotations, corev1.PodDeletionCost)
 	}
-	if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := c.Patch(ctx, pod, client.MergeFrom(base)); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("remove the label %s: %w", v1alpha1.HoldsLabel, err))
 	}
 	return nil
