@@ -55,6 +55,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/version"
 	"github.com/redlock-operator/redlock-operator/pkg/holding"
 )
 
@@ -69,8 +70,12 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && (args[0] == "version" || args[0] == "--version") { // the version it was built as
+		fmt.Println(version.Version)
+		return 0
+	}
 	if len(args) == 0 || (args[0] != "run" && args[0] != "watch") {
-		fmt.Fprintln(os.Stderr, "usage: agent run [flags] -- command [args...] | agent watch [flags]")
+		fmt.Fprintln(os.Stderr, "usage: agent run [flags] -- command [args...] | agent watch [flags] | agent version")
 		return 2
 	}
 	mode := args[0]
