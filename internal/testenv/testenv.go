@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,13 +95,24 @@ func Start() *Env {
 	Expect(clientgoscheme.AddToScheme(e.Scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(e.Scheme)).To(Succeed())
 	_, file, _, _ := runtime.Caller(0)
-	e.env = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                e.Scheme,
-	}
 	var err error
-	e.Cfg, err = e.env.Start()
+	for attempt := 1; ; attempt++ {
+		e.env = &envtest.Environment{
+			CRDDirectoryPaths:     []string{filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases")},
+			ErrorIfCRDPathMissing: true,
+			Scheme:                e.Scheme,
+		}
+		e.Cfg, err = e.env.Start()
+		// envtest waits a fixed 5s for the default namespace once the API
+		// server is up; a CPU-starved machine (a second control plane
+		// started while other suites and a hog run) can take longer.
+		// Such a start is made again, on a fresh control plane.
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "default namespace didn't register") {
+			break
+		}
+		GinkgoWriter.Printf("testenv: control plane start %d: %v; starting a fresh one\n", attempt, err)
+		_ = e.env.Stop()
+	}
 	Expect(err).NotTo(HaveOccurred())
 	e.Client, err = client.New(e.Cfg, client.Options{Scheme: e.Scheme})
 	Expect(err).NotTo(HaveOccurred())
