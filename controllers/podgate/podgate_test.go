@@ -295,18 +295,28 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 		grant := fetchLock(ns, "busy").Status.GrantID
 		before := podgateReconciles()
 		shown := map[time.Time]bool{}
+		var last time.Time
+		late := 0 // refreshes seen after the validity shown before had passed: those wake every pod, by design
 		Eventually(func(g Gomega) {
 			l := fetchLock(ns, "busy")
 			g.Expect(l.Status.GrantID).To(Equal(grant), "lock busy was granted again while counting")
-			shown[l.Status.ValidUntil.Time] = true
+			if v := l.Status.ValidUntil.Time; !shown[v] {
+				if !last.IsZero() && time.Now().After(last) {
+					late++
+				}
+				shown[v], last = true, v
+			}
 			g.Expect(len(shown)).To(BeNumerically(">", 5), "validities shown by lock busy")
 		}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
 		refreshes := float64(len(shown) - 1)
-		perRefresh := (podgateReconciles() - before) / refreshes
+		woken := podgateReconciles() - before - float64(late*(waiting+1))
+		perRefresh := woken / refreshes
 		// Every refresh woke all 11 pods before; now the holder wakes at
 		// the validity it was shown, and other locks' holders at theirs.
+		// A refresh that came after the shown validity had passed (a
+		// loaded machine) still wakes them all: those are taken out.
 		Expect(perRefresh).To(BeNumerically("<", waiting/2),
-			"pod-gate reconciles per refresh of lock busy (%v refreshes): a refresh must not wake its %d waiting pods", refreshes, waiting)
+			"pod-gate reconciles per refresh of lock busy (%v refreshes, %d of them late): a refresh must not wake its %d waiting pods", refreshes, late, waiting)
 
 		By("waking the next pod when the grant changes")
 		kubeletStops(holder, corev1.PodSucceeded)
