@@ -51,11 +51,7 @@ func getPod(p *corev1.Pod) *corev1.Pod {
 // relabel points pod p's lock label at lock (retried: the operator patches
 // the pod too).
 func relabel(p *corev1.Pod, lock string) {
-	Eventually(func() error {
-		cur := getPod(p)
-		cur.Labels[v1alpha1.LockLabel] = lock
-		return k8s.Update(suiteCtx, cur)
-	}).Should(Succeed())
+	Eventually(func() error { return updateLabel(p, v1alpha1.LockLabel, lock) }).Should(Succeed())
 }
 
 // gated and runnable are the checks the demo and the e2e suite use too.

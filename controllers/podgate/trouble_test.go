@@ -524,6 +524,18 @@ func watchAcross(clusters []client.Client, namespaces []string) func() []string 
 	}
 }
 
+// updateLabel sets label key of pod p to value ("" removes it) with an
+// update of the pod as read now.
+func updateLabel(p *corev1.Pod, key, value string) error {
+	cur := getPod(p)
+	if value == "" {
+		delete(cur.Labels, key)
+	} else {
+		cur.Labels[key] = value
+	}
+	return k8s.Update(suiteCtx, cur)
+}
+
 // The policy config/admission-policy ships, applied as it is.
 var _ = Describe("The lock-gate admission policy", Ordered, func() {
 	var ns string
@@ -566,15 +578,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, plain)).To(Succeed())
 
 		By("refusing to change or remove the label while the pod waits for its lock")
-		relabel := func(p *corev1.Pod, value string) error {
-			cur := getPod(p)
-			if value == "" {
-				delete(cur.Labels, v1alpha1.LockLabel)
-			} else {
-				cur.Labels[v1alpha1.LockLabel] = value
-			}
-			return k8s.Update(suiteCtx, cur)
-		}
+		relabel := func(p *corev1.Pod, value string) error { return updateLabel(p, v1alpha1.LockLabel, value) }
 		Expect(relabel(labelled, "other-lock")).To(MatchError(ContainSubstring("cannot change")))
 		Expect(relabel(labelled, "")).To(MatchError(ContainSubstring("denied request")), "removing the label of a gated pod")
 
@@ -599,22 +603,13 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		p := holderLabelPod(ns, "label-mode", "some-lock")
 		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
 		Eventually(func() error { // the pod gate controller writes the pod too
-			cur := getPod(p)
-			cur.Labels[v1alpha1.HoldsLabel] = "some-lock"
-			return k8s.Update(suiteCtx, cur)
+			return updateLabel(p, v1alpha1.HoldsLabel, "some-lock")
 		}).Should(Succeed(), "marking pod label-mode")
 
 		By("refusing to change or remove its gate mode")
 		changeMode := func(mode string) func() error {
-			return func() error { // a conflict with the pod gate controller's write is tried again
-				cur := getPod(p)
-				if mode == "" {
-					delete(cur.Labels, v1alpha1.GateModeLabel)
-				} else {
-					cur.Labels[v1alpha1.GateModeLabel] = mode
-				}
-				return k8s.Update(suiteCtx, cur)
-			}
+			// A conflict with the pod gate controller's write is tried again.
+			return func() error { return updateLabel(p, v1alpha1.GateModeLabel, mode) }
 		}
 		Eventually(changeMode(v1alpha1.GateModeReadiness)).Should(MatchError(ContainSubstring("fixed at creation")), "changing the gate mode of pod label-mode")
 		Eventually(changeMode("")).Should(MatchError(ContainSubstring("fixed at creation")), "removing the gate mode of pod label-mode")
