@@ -46,4 +46,27 @@ const (
 	// grant, so that the policy still applies when the lock object is
 	// deleted while the pod holds it.
 	OnLostAnnotation = "redlock.dev/on-lost"
+
+	// AgentAnnotation on a pod labelled for a lock asks the webhook to add
+	// the in-pod agent (cmd/agent): AgentRun or AgentWatch.
+	AgentAnnotation = "redlock.dev/agent"
+	// AgentRun is the value of AgentAnnotation by which the agent starts
+	// the app container's command once the pod holds the lock, and stops
+	// it by the grant's fencing deadline.
+	AgentRun = "run"
+	// AgentWatch is the value of AgentAnnotation by which the agent runs as
+	// a native sidecar and only publishes the grant in /redlock/state.
+	AgentWatch = "watch"
+	// AgentContainerAnnotation names the container the agent starts, when
+	// the pod has several.
+	AgentContainerAnnotation = "redlock.dev/agent-container"
+	// AgentGraceAnnotation is the agent's --grace: the time between SIGTERM
+	// and SIGKILL for the app.
+	AgentGraceAnnotation = "redlock.dev/agent-grace"
+	// AgentSkewAllowanceAnnotation is the agent's --skew-allowance: how far
+	// the pod's clock may run behind the operator's.
+	AgentSkewAllowanceAnnotation = "redlock.dev/agent-skew-allowance"
+	// AgentListenAnnotation is the agent's --listen: a loopback address on
+	// which it serves GET /grant.
+	AgentListenAnnotation = "redlock.dev/agent-listen"
 )

@@ -135,6 +135,7 @@ func getGrant(a *podAgent) (int, string) {
 // runs a child of its own (what a shell entrypoint does).
 const stubbornScript = `echo "start $(date +%s.%N) $REDLOCK_FENCING_TOKEN" >> "$APP_LOG"
 trap 'echo "term $(date +%s.%N)" >> "$APP_LOG"' TERM
+trap 'echo "hup $(date +%s.%N)" >> "$APP_LOG"' HUP
 sleep 1000 &
 while :; do sleep 0.05; done`
 
@@ -325,7 +326,7 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		fmt.Fprintf(GinkgoWriter, "cut off: the app stopped %v before the validity read right after the cut\n", seen.Sub(stop))
 	})
 
-	It("passes the pod's SIGTERM on, and still kills the app and its children by the deadline when the app ignores it", func() {
+	It("passes SIGHUP and the pod's SIGTERM on, and still kills the app and its children by the deadline when the app ignores it", func() {
 		createLock("stubborn", ms, 10*time.Second)
 		proxied, proxy := throughProxy(kubeconfig)
 		a := startPodWith(ns, "stubborn-a", "stubborn", proxied, stubbornScript)
@@ -340,6 +341,12 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 			}
 			return children
 		}).ShouldNot(BeEmpty(), "the app's child sleep 1000")
+
+		By("sending the agent SIGHUP (a reload): the app gets it, and the agent keeps running")
+		Expect(a.cmd.Process.Signal(syscall.SIGHUP)).To(Succeed())
+		Eventually(func() string { data, _ := os.ReadFile(a.log); return string(data) }).Should(ContainSubstring("hup "), "the app got the SIGHUP")
+		Expect(a.exited).NotTo(BeClosed(), "the agent outlived a SIGHUP")
+		Expect(a.running()).To(BeTrue())
 
 		By("sending the agent SIGTERM (the pod's deletion): the app is told and ignores it")
 		Expect(a.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())

@@ -20,6 +20,11 @@
 //
 // only publishes, for an app that manages itself.
 //
+//	agent install DEST
+//
+// copies the agent to DEST: the webhook adds an init container that does
+// so from the operator's image (internal/podagent).
+//
 // Both publish the grant in --state-dir (grant.json; token: the token, or
 // empty while the pod does not hold the lock) and, with --listen, over HTTP
 // on that local address: GET /grant (JSON, 200 while held, 503 otherwise).
@@ -55,6 +60,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
+	"github.com/redlock-operator/redlock-operator/internal/selfinstall"
 	"github.com/redlock-operator/redlock-operator/internal/version"
 	"github.com/redlock-operator/redlock-operator/pkg/holding"
 )
@@ -70,12 +77,11 @@ func main() {
 }
 
 func run(args []string) int {
-	if len(args) > 0 && (args[0] == "version" || args[0] == "--version") { // the version it was built as
-		fmt.Println(version.Version)
-		return 0
+	if code, done := oneShot(args); done {
+		return code
 	}
 	if len(args) == 0 || (args[0] != "run" && args[0] != "watch") {
-		fmt.Fprintln(os.Stderr, "usage: agent run [flags] -- command [args...] | agent watch [flags] | agent version")
+		fmt.Fprintln(os.Stderr, "usage: agent run [flags] -- command [args...] | agent watch [flags] | agent install DEST | agent version")
 		return 2
 	}
 	mode := args[0]
@@ -88,9 +94,9 @@ func run(args []string) int {
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "a kubeconfig file (default: the pod's ServiceAccount)")
 	fs.StringVar(&cfg.stateDir, "state-dir", "/var/run/redlock", "where grant.json and token are written (empty: nowhere)")
 	fs.StringVar(&cfg.listen, "listen", "", "a local address to serve GET /grant on, e.g. 127.0.0.1:8471 (empty: none)")
-	fs.DurationVar(&cfg.skew, "skew-allowance", 250*time.Millisecond,
+	fs.DurationVar(&cfg.skew, "skew-allowance", podagent.DefaultSkewAllowance,
 		"how far this host's clock may run behind the operator's; below the lock's refresh lead (ttl/10)")
-	fs.DurationVar(&cfg.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL for the app")
+	fs.DurationVar(&cfg.grace, "grace", podagent.DefaultGrace, "time between SIGTERM and SIGKILL for the app")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -107,6 +113,10 @@ func run(args []string) int {
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	// As the container's first process the agent would otherwise die of a
+	// SIGHUP sent to reload the app, or swallow the others.
+	forward := make(chan os.Signal, 4)
+	signal.Notify(forward, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT, syscall.SIGWINCH)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -136,12 +146,33 @@ func run(args []string) int {
 	if mode == "watch" {
 		return watchOnly(ctx, w, pub, signals, logf)
 	}
-	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, log: logf}
+	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, forward: forward, log: logf}
 	code, err := s.run(ctx)
 	if err != nil && !errors.Is(err, errSignalled) {
 		log.Error("agent stopped", "error", err)
 	}
 	return code
+}
+
+// oneShot runs the subcommands that do one thing and return: version and
+// install.
+func oneShot(args []string) (code int, done bool) {
+	switch {
+	case len(args) > 0 && (args[0] == "version" || args[0] == "--version"): // the version it was built as
+		fmt.Println(version.Version)
+		return 0, true
+	case len(args) > 0 && args[0] == "install": // agent install DEST: copy this binary (init container)
+		if len(args) != 2 {
+			fmt.Fprintln(os.Stderr, "usage: agent install DEST")
+			return 2, true
+		}
+		if err := selfinstall.Install(args[1]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
 }
 
 // watchOnly publishes what the pod holds until the agent is signalled;
@@ -178,7 +209,7 @@ func warnIfLeadShort(ctx context.Context, c client.Client, cfg config, log *slog
 	if err := c.Get(ctx, types.NamespacedName{Namespace: cfg.namespace, Name: cfg.lock}, &l); err != nil {
 		return
 	}
-	if lead := l.Spec.TTL.Duration / 10; cfg.grace+cfg.skew >= lead {
+	if lead := l.Spec.TTL.Duration / 10; podagent.LeadShort(l.Spec.TTL.Duration, cfg.grace, cfg.skew) {
 		log.Warn("the grace and the skew allowance reach past the lock's refresh lead: the app will be stopped before refreshes; lower --grace or raise the lock's ttl",
 			"grace", cfg.grace.String(), "skewAllowance", cfg.skew.String(), "lead", lead.String())
 	}
@@ -247,7 +278,7 @@ func (p *publisher) set(g *holding.Grant) {
 	if v.Held {
 		token = strconv.FormatInt(v.Token, 10)
 	}
-	_ = os.MkdirAll(p.dir, 0o750)
+	_ = os.MkdirAll(p.dir, 0o755) //nolint:gosec // read by the app, perhaps as another user
 	if token == "" {
 		writeFile(filepath.Join(p.dir, "token"), []byte(token))
 		writeFile(filepath.Join(p.dir, "grant.json"), data)

@@ -30,6 +30,10 @@ type supervisor struct {
 	// signals are the agent's own termination signals (the pod is being
 	// deleted): passed on to the app, whose exit then ends the agent.
 	signals <-chan os.Signal
+	// forward are the other signals sent to the agent (SIGHUP to reload,
+	// SIGUSR1 and SIGUSR2, SIGQUIT, SIGWINCH): passed on to a running app,
+	// dropped while none runs.
+	forward <-chan os.Signal
 	log     func(msg string, kv ...any)
 }
 
@@ -140,6 +144,9 @@ func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exit
 			s.log("signalled: passing it on to the app", "signal", sig.String())
 			signalGroup(cmd, sig.(syscall.Signal)) //nolint:forcetypeassert // only syscall signals are subscribed
 			signalled = errSignalled
+		case sig := <-s.forward:
+			timer.Stop()
+			signalGroup(cmd, sig.(syscall.Signal)) //nolint:forcetypeassert // only syscall signals are subscribed
 		case <-ctx.Done():
 			timer.Stop()
 			s.publish(nil)

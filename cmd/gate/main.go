@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redlock-operator/redlock-operator/internal/selfinstall"
 	"github.com/redlock-operator/redlock-operator/internal/version"
 	"github.com/redlock-operator/redlock-operator/pkg/gate"
 )
@@ -31,7 +32,7 @@ func main() {
 			if len(os.Args) != 3 {
 				fail("usage: gate install DEST")
 			}
-			if err := gate.Install(os.Args[2]); err != nil {
+			if err := selfinstall.Install(os.Args[2]); err != nil {
 				fail(err.Error())
 			}
 			return

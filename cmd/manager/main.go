@@ -77,7 +77,9 @@ func main() {
 	flag.DurationVar(&cfg.nodeTimeout, "redis-node-timeout", 0,
 		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [50ms, 200ms]).")
 	flag.StringVar(&cfg.gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
-		"Image that managed Redis pods copy the gate from: the operator's own image.")
+		"The operator's own image: managed Redis pods copy the gate from it, and pods that ask for the in-pod agent copy or run the agent from it.")
+	flag.BoolVar(&cfg.agentAccess, "agent-access", true,
+		"Keep, for every lock that pods with the in-pod agent request, a Role that reads that one lock and a RoleBinding of it to those pods' ServiceAccounts (redlock-agent:<lock>). false: create them yourself.")
 	flag.BoolVar(&cfg.enableWebhook, "enable-webhook", true, "Serve the mutating webhook that adds the lock gate to pods labelled redlock.dev/lock (its certificate is managed in-process).")
 	flag.IntVar(&cfg.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	flag.StringVar(&cfg.webhook.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Where the webhook's serving certificate is written and read.")
@@ -105,6 +107,7 @@ func main() {
 		return
 	}
 	cfg.namespace, cfg.webhook.Namespace = namespace, namespace
+	cfg.webhook.AgentImage = cfg.gateImage
 	watchParsed()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
@@ -200,6 +203,7 @@ type config struct {
 	failoverSlack          time.Duration
 	nodeTimeout            time.Duration
 	gateImage              string
+	agentAccess            bool
 	enableWebhook          bool
 	webhookPort            int
 	webhook                operator.WebhookOptions
@@ -257,6 +261,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		GateImage:          cfg.gateImage,
 		WatchNamespaces:    cfg.watchNamespaces,
 		IgnoreNodes:        !cfg.watchNodes,
+		NoAgentAccess:      !cfg.agentAccess,
 	})
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
 )
 
@@ -613,5 +614,25 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		}
 		Eventually(changeMode(v1alpha1.GateModeReadiness)).Should(MatchError(ContainSubstring("fixed at creation")), "changing the gate mode of pod label-mode")
 		Eventually(changeMode("")).Should(MatchError(ContainSubstring("fixed at creation")), "removing the gate mode of pod label-mode")
+	})
+
+	It("refuses a pod that asks for the agent and has none, so that its app never runs without the lock", func() {
+		// No webhook runs in this spec: as if the pod were not labelled,
+		// its namespace not watched, or the webhook turned off.
+		By("waiting until the API server enforces the policy (probed with a dry run)")
+		bare := holderLabelPod(ns, "agent-missing", "some-lock")
+		bare.Annotations = map[string]string{v1alpha1.AgentAnnotation: v1alpha1.AgentRun}
+		bare.Spec.Containers[0].Command = []string{"app"}
+		Eventually(func() error { return k8s.Create(suiteCtx, bare.DeepCopy(), client.DryRunAll) }).
+			Should(MatchError(ContainSubstring("asks for the in-pod agent (annotation redlock.dev/agent) but has none")))
+		unlabelled := bare.DeepCopy()
+		unlabelled.Name, unlabelled.Labels = "agent-unlabelled", nil
+		Expect(k8s.Create(suiteCtx, unlabelled)).To(MatchError(ContainSubstring("but has none")), "an unlabelled pod asking for the agent")
+
+		By("admitting the same pod once the agent is in it, as the webhook adds it")
+		withAgent := bare.DeepCopy()
+		_, err := podagent.Inject(withAgent, podagent.Options{Image: "redlock-operator:test"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8s.Create(suiteCtx, withAgent)).To(Succeed())
 	})
 })

@@ -8,9 +8,12 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 )
 
@@ -27,37 +30,86 @@ const WebhookPath = "/mutate-v1-pod-lock-gate"
 // already are left as they are; so is every pod without the label (the
 // webhook configuration's objectSelector keeps them from being sent), and
 // every pod of a namespace the operator does not watch: nobody would ever
-// remove its gate.
+// remove its gate. A pod annotated redlock.dev/agent also gets the in-pod
+// agent (internal/podagent), or is refused with the reason when the
+// annotations cannot be followed.
 type Gater struct {
 	Decoder admission.Decoder
 	// Namespaces the operator watches; empty: all.
 	Namespaces []string
+	// Agent is how the in-pod agent is added to a pod that asks for it
+	// (redlock.dev/agent).
+	Agent podagent.Options
+	// Locks reads a pod's lock, to warn when its agent's timing does not
+	// fit the lock's ttl; nil: no such warning.
+	Locks client.Reader
 }
 
 // Handle implements admission.Handler.
-func (g *Gater) Handle(_ context.Context, req admission.Request) admission.Response {
+func (g *Gater) Handle(ctx context.Context, req admission.Request) admission.Response {
 	pod := &corev1.Pod{}
 	if err := g.Decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if pod.Labels[v1alpha1.LockLabel] == "" || podlock.GateOf(pod) != podlock.GateNone {
+	if pod.Labels[v1alpha1.LockLabel] == "" {
 		return admission.Allowed("nothing to add")
 	}
 	if len(g.Namespaces) > 0 && !slices.Contains(g.Namespaces, req.Namespace) {
-		return admission.Allowed("namespace not watched").WithWarnings(fmt.Sprintf(
-			"redlock-operator does not watch namespace %q: the pod is not gated and will not get lock %q", req.Namespace, pod.Labels[v1alpha1.LockLabel]))
-	}
-	if pod.Labels[v1alpha1.GateModeLabel] == v1alpha1.GateModeReadiness {
-		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: v1alpha1.ReadinessGate})
-	} else {
-		if slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate }) {
-			return admission.Allowed("gated")
+		if podagent.Wanted(pod) {
+			return admission.Denied(fmt.Sprintf("redlock-operator does not watch namespace %q: the pod asks for the agent (%s), which would never see lock %q granted",
+				req.Namespace, v1alpha1.AgentAnnotation, pod.Labels[v1alpha1.LockLabel]))
 		}
-		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGate})
+		return admission.Allowed("namespace not watched").WithWarnings(fmt.Sprintf(
+			"redlock-operator does not watch namespace %q: the pod gets no gate from it and will never be granted lock %q", req.Namespace, pod.Labels[v1alpha1.LockLabel]))
+	}
+	gated := addGate(pod)
+	agent, err := podagent.Inject(pod, g.Agent)
+	if err != nil {
+		return admission.Denied(err.Error())
+	}
+	if !gated && !agent {
+		return admission.Allowed("nothing to add")
 	}
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	if agent {
+		resp = resp.WithWarnings(g.leadWarnings(ctx, req.Namespace, pod)...)
+	}
+	return resp
+}
+
+// leadWarnings warns when the pod's agent would stop its app before every
+// refresh of its lock's validity (the lock read from the cache; none when
+// it is not there yet).
+func (g *Gater) leadWarnings(ctx context.Context, namespace string, pod *corev1.Pod) []string {
+	if g.Locks == nil {
+		return nil
+	}
+	var l v1alpha1.DistributedLock
+	if err := g.Locks.Get(ctx, types.NamespacedName{Namespace: namespace, Name: pod.Labels[v1alpha1.LockLabel]}, &l); err != nil {
+		return nil
+	}
+	grace, skew := podagent.Timing(pod)
+	if !podagent.LeadShort(l.Spec.TTL.Duration, grace, skew) {
+		return nil
+	}
+	return []string{fmt.Sprintf("the agent's grace (%v) and skew allowance (%v) reach past a tenth of lock %q's ttl (%v): the agent will stop the app before the validity is refreshed; set %s lower, or raise the ttl",
+		grace, skew, l.Name, l.Spec.TTL.Duration, v1alpha1.AgentGraceAnnotation)}
+}
+
+// addGate adds the gate pod's labels ask for, unless it carries one, and
+// reports whether it did.
+func addGate(pod *corev1.Pod) bool {
+	if podlock.GateOf(pod) != podlock.GateNone {
+		return false
+	}
+	if pod.Labels[v1alpha1.GateModeLabel] == v1alpha1.GateModeReadiness {
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: v1alpha1.ReadinessGate})
+	} else {
+		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGate})
+	}
+	return true
 }

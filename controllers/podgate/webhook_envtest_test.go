@@ -60,7 +60,7 @@ var _ = Describe("The gate webhook", Ordered, func() {
 
 		opts := operator.WebhookOptions{ //nolint:gosec // names, not credentials
 			Namespace: ns, ServiceName: "webhook", ExtraDNSNames: []string{"localhost"}, SecretName: "webhook-cert",
-			ConfigurationName: configName, CertDir: GinkgoT().TempDir(),
+			ConfigurationName: configName, CertDir: GinkgoT().TempDir(), AgentImage: "redlock-operator:test",
 		}
 		mgr = env.StartManagerWith(&testenv.Webhook{Port: port, Options: opts})
 	})
@@ -95,6 +95,35 @@ var _ = Describe("The gate webhook", Ordered, func() {
 		u := create(plain("unlabelled", nil))
 		Expect(gated(u)).To(BeFalse())
 		Expect(u.Spec.ReadinessGates).To(BeEmpty())
+	})
+
+	It("adds the agent to a pod that asks for it, and refuses a pod whose agent annotations cannot be followed", func() {
+		Eventually(caBundle).ShouldNot(BeEmpty(), "the rotator injects its CA")
+		By("creating a pod with redlock.dev/agent: run")
+		a := plain("agent-run", map[string]string{v1alpha1.LockLabel: "some-lock", v1alpha1.GateModeLabel: v1alpha1.GateModeHolderLabel})
+		a.Annotations = map[string]string{v1alpha1.AgentAnnotation: v1alpha1.AgentRun, v1alpha1.AgentGraceAnnotation: "2s"}
+		a.Spec.Containers[0].Command = []string{"sh", "-c", "exec app"}
+		a = create(a)
+		Expect(a.Spec.InitContainers).To(ContainElement(HaveField("Image", "redlock-operator:test")), "pod %s copies the agent from the operator's image", a.Name)
+		Expect(a.Spec.Containers[0].Command).To(HaveExactElements(
+			"/redlock/bin/agent", "run", "--state-dir=/redlock/state", "--lock=$(REDLOCK_LOCK)", "--namespace=$(REDLOCK_POD_NAMESPACE)",
+			"--pod-name=$(REDLOCK_POD_NAME)", "--pod-uid=$(REDLOCK_POD_UID)", "--grace=2s", "--"), "pod %s starts its app through the agent", a.Name)
+		Expect(a.Spec.Containers[0].Args).To(HaveExactElements("sh", "-c", "exec app"))
+		Expect(gated(a)).To(BeFalse(), "label mode adds no gate")
+
+		By("creating a pod with redlock.dev/agent: watch and the scheduling gate")
+		w := plain("agent-watch", map[string]string{v1alpha1.LockLabel: "some-lock"})
+		w.Annotations = map[string]string{v1alpha1.AgentAnnotation: v1alpha1.AgentWatch}
+		w = create(w)
+		Expect(gated(w)).To(BeTrue())
+		Expect(w.Spec.InitContainers).To(ContainElement(HaveField("Name", "redlock-agent")), "pod %s has the agent as a native sidecar", w.Name)
+
+		By("creating a pod whose container has no command")
+		bad := plain("agent-no-command", map[string]string{v1alpha1.LockLabel: "some-lock"})
+		bad.Annotations = map[string]string{v1alpha1.AgentAnnotation: v1alpha1.AgentRun}
+		err := k8s.Create(suiteCtx, bad)
+		Expect(err).To(MatchError(ContainSubstring(`container "work" has no command`)), "the API server refuses pod %s with the reason", bad.Name)
+		Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(bad), &corev1.Pod{})).To(MatchError(ContainSubstring("not found")))
 	})
 
 	It("keeps serving after its certificate is rotated", func() {

@@ -3,6 +3,7 @@ package podgate
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -67,5 +68,27 @@ func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
 				t.Errorf("warnings %q, want some: %v", resp.Warnings, tc.warns)
 			}
 		})
+	}
+}
+
+func TestGaterRefusesAnAgentPodInANamespaceItDoesNotWatch(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{v1alpha1.LockLabel: "l"}, Annotations: map[string]string{v1alpha1.AgentAnnotation: "run"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Command: []string{"/c"}}}},
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gater{Decoder: admission.NewDecoder(scheme), Namespaces: []string{"team-b"}}
+	resp := g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
+	}})
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "does not watch namespace") {
+		t.Errorf("response %+v: want the pod refused, its app would run without the lock", resp.Result)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/agentaccess"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/controllers/redismasterset"
@@ -84,6 +86,9 @@ type Options struct {
 	// the operator reads Nodes (cluster-scoped): a namespaced install may
 	// not be allowed to.
 	IgnoreNodes bool
+	// NoAgentAccess leaves the agents' Roles and RoleBindings
+	// (controllers/agentaccess) to someone else.
+	NoAgentAccess bool
 	// PodCacheConfig is the connection the cache of gated pods watches
 	// through; nil: the manager's. Tests route it through a proxy they can
 	// stall, to make that cache stale while fresh reads still answer.
@@ -94,8 +99,8 @@ type Options struct {
 // its memory does not grow with the cluster: Pods of managed master sets
 // only (gated pods are watched through PodCache), and of StatefulSets,
 // Services, ConfigMaps, PodDisruptionBudgets and NetworkPolicies only those
-// a managed set owns (labelled app.kubernetes.io/managed-by:
-// redlock-operator). Secrets are never cached: they are read by name.
+// a managed set owns, and of Roles and RoleBindings only the agents' (all
+// labelled app.kubernetes.io/managed-by: redlock-operator). Secrets are never cached: they are read by name.
 // With namespaces, every namespaced kind is listed and watched in those
 // namespaces only (see WatchNamespaces); none: in the whole cluster.
 func CacheOptions(namespaces ...string) cache.Options {
@@ -111,6 +116,8 @@ func CacheOptions(namespaces ...string) cache.Options {
 		&corev1.ConfigMap{}:             {Label: owned},
 		&policyv1.PodDisruptionBudget{}: {Label: owned},
 		&networkingv1.NetworkPolicy{}:   {Label: owned},
+		&rbacv1.Role{}:                  {Label: owned},
+		&rbacv1.RoleBinding{}:           {Label: owned},
 	}}
 }
 
@@ -201,6 +208,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pod gate controller: %w", err)
+	}
+	if !o.NoAgentAccess {
+		if err := (&agentaccess.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: recorder}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("set up agent access controller: %w", err)
+		}
 	}
 	return registry.Close, nil
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
 
 // WebhookOptions configures the mutating webhook that gates labelled pods
@@ -40,6 +41,9 @@ type WebhookOptions struct {
 	// WatchNamespaces are the namespaces the operator watches (empty: all):
 	// pods of any other namespace are not gated.
 	WatchNamespaces []string
+	// AgentImage is the operator's image, which pods that ask for the
+	// in-pod agent copy it from.
+	AgentImage string
 }
 
 // The rotator caches the Secrets of the operator's namespace (it lists and
@@ -81,7 +85,9 @@ func SetupWebhook(ctx context.Context, mgr manager.Manager, o WebhookOptions) er
 	}
 	go func() {
 		<-ready
-		mgr.GetWebhookServer().Register(podgate.WebhookPath, &webhook.Admission{Handler: &podgate.Gater{Decoder: admission.NewDecoder(mgr.GetScheme()), Namespaces: o.WatchNamespaces}})
+		mgr.GetWebhookServer().Register(podgate.WebhookPath, &webhook.Admission{Handler: &podgate.Gater{
+			Decoder: admission.NewDecoder(mgr.GetScheme()), Namespaces: o.WatchNamespaces, Agent: podagent.Options{Image: o.AgentImage}, Locks: mgr.GetClient(),
+		}})
 	}()
 	return nil
 }

@@ -3,8 +3,6 @@ package gate_test
 import (
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -73,16 +71,5 @@ func TestMemberPort(t *testing.T) {
 	t.Setenv("ORD", "x")
 	if _, err := gate.MemberPort(7000, "ORD"); err == nil {
 		t.Fatal("a bad ordinal was accepted")
-	}
-}
-
-func TestInstall(t *testing.T) {
-	dest := filepath.Join(t.TempDir(), "bin", "gate")
-	if err := gate.Install(dest); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(dest)
-	if err != nil || fi.Mode()&0o111 == 0 || fi.Size() == 0 {
-		t.Fatalf("installed binary: %v %v", fi, err)
 	}
 }
