@@ -115,6 +115,15 @@ func startPodWith(ns, name, lock, kubeconfig, script string) *podAgent {
 	Expect(a.cmd.Start()).To(Succeed())
 	go func() { _ = a.cmd.Wait(); a.exitedAt = time.Now(); close(a.exited) }()
 	DeferCleanup(func() {
+		// The app leads a process group of its own: killing the agent's
+		// would leave it running (a container's end kills both).
+		if out, err := exec.Command("pgrep", "-P", strconv.Itoa(a.cmd.Process.Pid)).Output(); err == nil {
+			for _, f := range strings.Fields(string(out)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(-pid, syscall.SIGKILL)
+				}
+			}
+		}
 		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 		<-a.exited
 	})

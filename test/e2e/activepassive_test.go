@@ -117,6 +117,18 @@ func (a *activity) seen() (marks, violations []string) {
 	return slices.Clone(a.marks), slices.Clone(a.violations)
 }
 
+// holder is the pod marked now, when exactly one is.
+func (a *activity) holder() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name, on := range a.marked {
+		if on && count(a.marked) == 1 {
+			return name
+		}
+	}
+	return ""
+}
+
 // readyEndpoints is how many ready endpoints the Service has now.
 func (a *activity) readyEndpoints() int {
 	a.mu.Lock()
@@ -163,6 +175,7 @@ func changeTemplate(obj client.Object, template *corev1.PodTemplateSpec, revisio
 // activePassive creates the lock app and the Service app that selects its
 // holder among the pods labelled app=app, and watches them.
 func activePassive(app string) *activity {
+	resetActive(app)
 	l, svc := podLock(app, "e2e/"+app), activeService(app, app, app)
 	Expect(k8s.Create(ctx, l)).To(Succeed())
 	removeAfterSpec(l)
@@ -182,83 +195,146 @@ func waitRollout(what, workload string, complete func(g Gomega)) {
 	GinkgoWriter.Printf("%s complete %v after it started waiting\n", what, time.Since(start).Round(time.Millisecond))
 }
 
+// apVariant is one way of running the active/passive specs: plain pods on
+// the pod network, whose Service endpoints are checked, or pods whose app
+// the in-pod agent starts, on the host network (their only way to the API
+// server here), whose reported active periods are checked instead:
+// EndpointSlices never list a host-network pod of this cluster (its
+// address is loopback).
+type apVariant struct {
+	suffix   string
+	template func(app string) corev1.PodTemplateSpec
+	agent    bool
+}
+
+var apVariants = []apVariant{
+	{"", func(app string) corev1.PodTemplateSpec { return holderLabelTemplate(app, app) }, false},
+	{"-agent", func(app string) corev1.PodTemplateSpec { return agentTemplate(app, app, 23460) }, true},
+}
+
+// settled checks, once a rollout is complete, what variant v watches: one
+// ready endpoint, or the holder's app the only one running.
+func (v apVariant) settled(g Gomega, a *activity, app string) {
+	if !v.agent {
+		g.Expect(a.readyEndpoints()).To(Equal(1), "ready endpoints of Service %s", app)
+		return
+	}
+	holder := a.holder()
+	g.Expect(holder).NotTo(BeEmpty(), "one pod of %s marked", app)
+	pod := &corev1.Pod{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: holder}, pod)).To(Succeed())
+	g.Expect(pod.DeletionTimestamp).To(BeNil(), "the marked pod %s is not on its way out", holder)
+}
+
+// checkHolder checks what variant v watches after a rollout: the agents'
+// apps never active at once, the holder's running.
+func (v apVariant) checkHolder(app, holder string) {
+	if v.agent {
+		expectActive(app, holder)
+	}
+}
+
 var _ = Describe("active/passive workloads in holder-label mode", Ordered, func() {
-	It("completes two rollouts of a default-strategy Deployment, handing over once each, never with two ready endpoints", func() {
-		const app, replicas = "ap-deploy", 2
-		a := activePassive(app)
-		d := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
-			Spec: appsv1.DeploymentSpec{ // the default RollingUpdate: maxSurge 1, maxUnavailable 0 at two replicas
-				Replicas: new(int32(replicas)),
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
-				Template: holderLabelTemplate(app, app),
-			},
+	for _, v := range apVariants {
+		what := "never with two ready endpoints"
+		if v.agent {
+			what = "their apps started through the in-pod agent never active at once"
 		}
-		Expect(k8s.Create(ctx, d)).To(Succeed())
-		removeAfterSpec(d)
+		It("completes two rollouts of a default-strategy Deployment, handing over once each, "+what, func() {
+			app, replicas := "ap-deploy"+v.suffix, 2
+			a := activePassive(app)
+			d := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+				Spec: appsv1.DeploymentSpec{ // the default RollingUpdate: maxSurge 1, maxUnavailable 0 at two replicas
+					Replicas: new(int32(replicas)),
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+					Template: v.template(app),
+				},
+			}
+			Expect(k8s.Create(ctx, d)).To(Succeed())
+			removeAfterSpec(d)
 
-		rolledOut := func(what string) {
-			waitRollout(what, "deployment/"+app, func(g Gomega) {
-				cur := &appsv1.Deployment{}
-				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(d), cur)).To(Succeed())
-				g.Expect(meta.IsStatusConditionTrue(conditionsOf(cur), string(appsv1.DeploymentAvailable))).To(BeTrue(), "Deployment %s Available", app)
-				g.Expect(cur.Status.UpdatedReplicas).To(Equal(int32(replicas)), "updated replicas of %s", app)
-				g.Expect(cur.Status.Replicas).To(Equal(int32(replicas)), "replicas of %s (old ones gone)", app)
-				g.Expect(a.readyEndpoints()).To(Equal(1), "ready endpoints of Service %s", app)
-			})
-		}
-		rolledOut("the first rollout")
-		marks, _ := a.seen()
-		Expect(marks).To(HaveLen(1), "one pod marked once the Deployment is up")
+			rolledOut := func(what string) {
+				waitRollout(what, "deployment/"+app, func(g Gomega) {
+					cur := &appsv1.Deployment{}
+					g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(d), cur)).To(Succeed())
+					g.Expect(meta.IsStatusConditionTrue(conditionsOf(cur), string(appsv1.DeploymentAvailable))).To(BeTrue(), "Deployment %s Available", app)
+					g.Expect(cur.Status.UpdatedReplicas).To(Equal(int32(replicas)), "updated replicas of %s", app)
+					g.Expect(cur.Status.Replicas).To(Equal(int32(replicas)), "replicas of %s (old ones gone)", app)
+					v.settled(g, a, app)
+				})
+			}
+			rolledOut("the first rollout")
+			marks, _ := a.seen()
+			Expect(marks).To(HaveLen(1), "one pod marked once the Deployment is up")
+			v.checkHolder(app, marks[0])
 
-		for i, rev := range []string{"2", "3"} {
-			changeTemplate(d, &d.Spec.Template, rev)
-			rolledOut("the rollout to revision " + rev)
+			for i, rev := range []string{"2", "3"} {
+				changeTemplate(d, &d.Spec.Template, rev)
+				rolledOut("the rollout to revision " + rev)
+				marks, violations := a.seen()
+				Expect(violations).To(BeEmpty())
+				Expect(marks).To(HaveLen(2+i), "handovers so far (pods marked in order: %v): one per rollout", marks)
+				holder := marks[len(marks)-1]
+				pod := &corev1.Pod{}
+				Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: holder}, pod)).To(Succeed(), "the holder %s survived the rollout", holder)
+				Expect(pod.Annotations).To(HaveKeyWithValue("e2e/revision", rev), "the holder %s is of the new revision", holder)
+				v.checkHolder(app, holder)
+			}
+		})
+
+		It("completes a rolling update of a StatefulSet, "+what, func() {
+			app, replicas := "ap-sts"+v.suffix, 2
+			a := activePassive(app)
+			sts := &appsv1.StatefulSet{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+				Spec: appsv1.StatefulSetSpec{ // the default: OrderedReady, RollingUpdate
+					Replicas:    new(int32(replicas)),
+					ServiceName: app,
+					Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+					Template:    v.template(app),
+				},
+			}
+			Expect(k8s.Create(ctx, sts)).To(Succeed())
+			removeAfterSpec(sts)
+			rolledOut := func(what string) {
+				waitRollout(what, "statefulset/"+app, func(g Gomega) {
+					cur := &appsv1.StatefulSet{}
+					g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sts), cur)).To(Succeed())
+					g.Expect(cur.Status.UpdatedReplicas).To(Equal(int32(replicas)), "updated replicas of %s", app)
+					g.Expect(cur.Status.ReadyReplicas).To(Equal(int32(replicas)), "ready replicas of %s: passive pods are Ready too", app)
+					v.settled(g, a, app)
+				})
+			}
+			rolledOut("the StatefulSet's creation")
+			changeTemplate(sts, &sts.Spec.Template, "2")
+			rolledOut("the rolling update to revision 2")
 			marks, violations := a.seen()
 			Expect(violations).To(BeEmpty())
-			Expect(marks).To(HaveLen(2+i), "handovers so far (pods marked in order: %v): one per rollout", marks)
-			holder := marks[len(marks)-1]
-			pod := &corev1.Pod{}
-			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: holder}, pod)).To(Succeed(), "the holder %s survived the rollout", holder)
-			Expect(pod.Annotations).To(HaveKeyWithValue("e2e/revision", rev), "the holder %s is of the new revision", holder)
-		}
-	})
-
-	It("completes a rolling update of a StatefulSet, never with two ready endpoints", func() {
-		const app, replicas = "ap-sts", 2
-		a := activePassive(app)
-		sts := &appsv1.StatefulSet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
-			Spec: appsv1.StatefulSetSpec{ // the default: OrderedReady, RollingUpdate
-				Replicas:    new(int32(replicas)),
-				ServiceName: app,
-				Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
-				Template:    holderLabelTemplate(app, app),
-			},
-		}
-		Expect(k8s.Create(ctx, sts)).To(Succeed())
-		removeAfterSpec(sts)
-		rolledOut := func(what string) {
-			waitRollout(what, "statefulset/"+app, func(g Gomega) {
-				cur := &appsv1.StatefulSet{}
-				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sts), cur)).To(Succeed())
-				g.Expect(cur.Status.UpdatedReplicas).To(Equal(int32(replicas)), "updated replicas of %s", app)
-				g.Expect(cur.Status.ReadyReplicas).To(Equal(int32(replicas)), "ready replicas of %s: passive pods are Ready too", app)
-				g.Expect(a.readyEndpoints()).To(Equal(1), "ready endpoints of Service %s", app)
-			})
-		}
-		rolledOut("the StatefulSet's creation")
-		changeTemplate(sts, &sts.Spec.Template, "2")
-		rolledOut("the rolling update to revision 2")
-		marks, violations := a.seen()
-		Expect(violations).To(BeEmpty())
-		// Ordinal 1 goes first: one handover if ordinal 0 held the lock,
-		// two if ordinal 1 did (the lock goes to ordinal 0, the only pod
-		// left, then back to the new ordinal 1 when ordinal 0 is replaced).
-		Expect(len(marks)).To(BeNumerically("<=", 3), "pods marked in order: %v", marks)
-		GinkgoWriter.Printf("StatefulSet %s: pods marked in order %s\n", app, strings.Join(marks, ", "))
-	})
+			// Ordinal 1 goes first: one handover if ordinal 0 held the lock,
+			// two if ordinal 1 did (the lock goes to ordinal 0, the only pod
+			// left, then back to the new ordinal 1 when ordinal 0 is replaced).
+			Expect(len(marks)).To(BeNumerically("<=", 3), "pods marked in order: %v", marks)
+			v.checkHolder(app, marks[len(marks)-1])
+			GinkgoWriter.Printf("StatefulSet %s: pods marked in order %s\n", app, strings.Join(marks, ", "))
+		})
+	}
 })
+
+// expectActive checks the active periods app's agents reported: never two
+// at once, and the last one, still running, the holder's.
+func expectActive(app, holder string) {
+	periods := activePeriods(app)
+	Expect(overlaps(periods)).To(BeEmpty(), "app %s: two pods active at once", app)
+	Eventually(func(g Gomega) {
+		periods = activePeriods(app)
+		g.Expect(periods).NotTo(BeEmpty())
+		last := periods[len(periods)-1]
+		g.Expect(last.Pod).To(Equal(holder), "app %s: the last active period is the holder's", app)
+		g.Expect(last.Stop).To(BeZero(), "app %s: the holder's app runs", app)
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	GinkgoWriter.Printf("app %s: %d active periods, none overlapping\n", app, len(periods))
+}
 
 func conditionsOf(d *appsv1.Deployment) []metav1.Condition {
 	out := make([]metav1.Condition, 0, len(d.Status.Conditions))

@@ -139,5 +139,6 @@ var _ = DescribeTable("every example object in the docs is accepted by the API s
 		dryRunApply(objs)
 	},
 	Entry("docs/active-passive.md", "docs/active-passive.md"),
+	Entry("docs/recipes.md", "docs/recipes.md"),
 	Entry("README.md", "README.md"),
 )
