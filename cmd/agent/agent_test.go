@@ -116,7 +116,9 @@ func startPodWith(ns, name, lock, kubeconfig, script string) *podAgent {
 	go func() { _ = a.cmd.Wait(); a.exitedAt = time.Now(); close(a.exited) }()
 	DeferCleanup(func() {
 		// The app leads a process group of its own: killing the agent's
-		// would leave it running (a container's end kills both).
+		// would leave it running (a container's end kills both). The
+		// agent is stopped first, so that it starts no app meanwhile.
+		_ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGSTOP)
 		if out, err := exec.Command("pgrep", "-P", strconv.Itoa(a.cmd.Process.Pid)).Output(); err == nil {
 			for _, f := range strings.Fields(string(out)) {
 				if pid, err := strconv.Atoi(f); err == nil {

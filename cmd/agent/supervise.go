@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -113,6 +116,13 @@ func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exit
 	exit := make(chan error, 1)
 	go func() { exit <- cmd.Wait() }()
 	defer reapOrphans()
+	if os.Getpid() == 1 {
+		// The container's first process: orphans of a long-running app
+		// (a daemon it started and left) come to the agent, and would
+		// stay zombies until the app ends.
+		stopReaping := reapWhileRunning(cmd.Process.Pid)
+		defer stopReaping()
+	}
 	var signalled error
 	for {
 		changed := s.w.Changed()
@@ -184,6 +194,61 @@ func (s *supervisor) stop(cmd *exec.Cmd, exit <-chan error, deadline time.Time, 
 // signalGroup sends sig to the app's process group.
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
 	_ = syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// reapWhileRunning reaps, at each SIGCHLD, the agent's ended children but
+// the app (whose exit cmd.Wait collects), until the returned function is
+// called.
+func reapWhileRunning(app int) (stop func()) {
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-chld:
+				reapZombies(app)
+			}
+		}
+	}()
+	return func() { signal.Stop(chld); close(done) }
+}
+
+// reapZombies waits for every zombie child of the agent but app, found in
+// /proc (wait4(-1) could take the app's exit from cmd.Wait).
+func reapZombies(app int) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == app {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if state, ppid := stateOf(stat); state != "Z" || ppid != strconv.Itoa(self) {
+			continue
+		}
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+}
+
+// stateOf reads the state and the parent's pid from a /proc/PID/stat:
+// "pid (comm) state ppid ...", where comm may hold spaces and parentheses.
+func stateOf(stat []byte) (state, ppid string) {
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 2 {
+		return "", ""
+	}
+	return f[0], f[1]
 }
 
 // reapOrphans collects processes that ended and were handed to the agent

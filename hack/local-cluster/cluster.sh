@@ -33,6 +33,7 @@ install_packages() {
 	command -v runc >/dev/null || missing+=(runc)
 	[ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 	command -v openssl >/dev/null || missing+=(openssl)
+	command -v iptables >/dev/null || missing+=(iptables) # the e2e suite cuts an agent off with it
 	[ -x /bin/busybox ] || missing+=(busybox-static)
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing ${missing[*]}"
@@ -264,6 +265,14 @@ down() {
 	if pkill -9 -f -- "$STATE/(containerd/config.toml|etcd|kubelet/root|pki|kubeconfig)" 2>/dev/null; then
 		log "down: killed stray processes of $STATE"
 		sleep 1
+	fi
+	# Rules the e2e suite adds to cut an agent off (tagged redlock-e2e),
+	# left by a run that was killed.
+	if command -v iptables >/dev/null; then
+		for table in filter mangle; do
+			iptables -t "$table" -S 2>/dev/null | grep -- '--comment redlock-e2e' | sed 's/^-A/-D/' |
+				while read -r rule; do eval "iptables -t $table $rule" 2>/dev/null; done
+		done
 	fi
 	grep " $STATE" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
 	for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do

@@ -8,16 +8,16 @@
 //
 //	/redlock/bin/agent run [flags] -- <command> <args>
 //
-// with the binary mounted read-only (the app cannot replace it) and the
-// state directory /redlock/state writable. A liveness or startup probe on
-// that container is refused: while the pod does not hold the lock the app
-// does not run, and the kubelet would restart the passive pods in a loop.
-//
 // so that the app runs only as the agent's child: a container the kubelet
 // restarts starts with the agent, which waits for a current grant again
 // (a native sidecar could not stop the kubelet restarting the app). The
 // container must name its command: the webhook cannot see the image's
-// ENTRYPOINT.
+// ENTRYPOINT. The binary is mounted read-only (the app cannot replace it),
+// the state directory /redlock/state writable. A liveness or startup probe
+// on that container is refused: while the pod does not hold the lock the
+// app does not run, and the kubelet would restart the passive pods in a
+// loop. So is a container that sets the agent's identity variables
+// itself: they would override the downward API's.
 //
 // In "watch" mode a native sidecar runs `agent watch`, and every app
 // container reads the grant from /redlock/state.
@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -180,7 +181,8 @@ func agentFlags(annotations map[string]string) ([]string, error) {
 	}
 	if v, ok := annotations[v1alpha1.AgentListenAnnotation]; ok {
 		host, port, err := net.SplitHostPort(v)
-		if ip := net.ParseIP(host); err != nil || port == "" || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+		n, perr := strconv.ParseUint(port, 10, 16)
+		if ip := net.ParseIP(host); err != nil || perr != nil || n == 0 || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
 			return nil, fmt.Errorf("%s: %q is not a loopback address with a port, such as 127.0.0.1:8471 (the grant is served to the pod only)",
 				v1alpha1.AgentListenAnnotation, v)
 		}
@@ -211,6 +213,12 @@ func wrap(c *corev1.Container, flags []string) error {
 	if c.LivenessProbe != nil || c.StartupProbe != nil {
 		return fmt.Errorf("%s: container %q has a liveness or startup probe: the agent runs the app only while the pod holds the lock, so the probe would fail on every passive pod and the kubelet would restart it; remove the probe, or use %s: %s and let the app manage itself",
 			v1alpha1.AgentAnnotation, c.Name, v1alpha1.AgentAnnotation, v1alpha1.AgentWatch)
+	}
+	for _, e := range c.Env {
+		if slices.ContainsFunc(env(), func(a corev1.EnvVar) bool { return a.Name == e.Name }) {
+			return fmt.Errorf("%s: container %q sets %s itself: the agent learns its pod and lock from it, through the downward API; remove it",
+				v1alpha1.AgentAnnotation, c.Name, e.Name)
+		}
 	}
 	for _, m := range []corev1.VolumeMount{
 		{Name: Volume, MountPath: BinDir, SubPath: "bin", ReadOnly: true},

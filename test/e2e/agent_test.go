@@ -7,9 +7,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -26,7 +28,9 @@ import (
 // their active periods to (hostPath): one file per app, a line when the
 // agent starts the app and one when it stops it, stamped with the host's
 // /proc/uptime (every pod of this one-node cluster reads the same clock).
-const activeDir = "/tmp/redlock-e2e-active"
+// The stamps sit inside each app's life (after its start, before its
+// exit): an overlap shorter than a shell's start is not seen.
+var activeDir = filepath.Join(state, "active")
 
 // activeScript is an app that reports its active period: it runs only as
 // the agent's child, so its start and stop lines bound the time the pod
@@ -49,7 +53,8 @@ func apiPort() string {
 
 // agentTemplate is a pod template of app in holder-label mode whose
 // container the webhook starts through the agent (run mode), as user uid,
-// on the host network (there is no pod network here).
+// on the host network: a pod's own network here has loopback only, and the
+// agent must reach the API server.
 func agentTemplate(app, lock string, uid int64) corev1.PodTemplateSpec {
 	hostDir := corev1.HostPathDirectory
 	return corev1.PodTemplateSpec{
@@ -76,16 +81,19 @@ func agentTemplate(app, lock string, uid int64) corev1.PodTemplateSpec {
 	}
 }
 
-// resetActive starts app's report afresh (a file a run before left).
+// resetActive starts app's report afresh (a file a run before left),
+// in the cluster's state directory (removed with the cluster).
 func resetActive(app string) {
 	Expect(os.MkdirAll(activeDir, 0o750)).To(Succeed())
-	Expect(os.Chmod(activeDir, 0o777)).To(Succeed()) //nolint:gosec // the apps write as their own users
+	Expect(os.Chmod(activeDir, 0o1777)).To(Succeed()) //nolint:gosec // the apps write as their own users; sticky
 	file := fmt.Sprintf("%s/%s.log", activeDir, app)
 	Expect(os.Remove(file)).To(Or(Succeed(), MatchError(os.ErrNotExist)))
 	// Made here, writable by all: the apps of one report may run as
-	// different users.
-	Expect(os.WriteFile(file, nil, 0o600)).To(Succeed())
-	Expect(os.Chmod(file, 0o666)).To(Succeed()) //nolint:gosec // see above
+	// different users. Never through a link someone put there.
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600) //nolint:gosec // the suite's own directory
+	Expect(err).NotTo(HaveOccurred())
+	Expect(f.Chmod(0o666)).To(Succeed())
+	Expect(f.Close()).To(Succeed())
 }
 
 // activePeriod is one run of an app as the holder, in host uptime seconds;
@@ -95,12 +103,16 @@ type activePeriod struct {
 	Start, Stop float64
 }
 
-// activePeriods reads app's report: its periods in the order they started.
+// activePeriods reads app's report: its periods in the order their start
+// lines were written (a line still being written is left for later).
 func activePeriods(app string) []activePeriod {
 	data, err := os.ReadFile(fmt.Sprintf("%s/%s.log", activeDir, app))
 	Expect(err).NotTo(HaveOccurred())
 	var out []activePeriod
 	for line := range strings.Lines(string(data)) {
+		if !strings.HasSuffix(line, "\n") {
+			break
+		}
 		f := strings.Fields(line)
 		Expect(f).To(HaveLen(4), "report line %q of %s", line, app)
 		at, err := strconv.ParseFloat(f[1], 64)
@@ -118,7 +130,8 @@ func activePeriods(app string) []activePeriod {
 }
 
 // overlaps lists every period that started before the one before it had
-// stopped: two apps active at once.
+// stopped: two apps active at once. Passing it for every pair in write
+// order means the periods are disjoint and in time order.
 func overlaps(periods []activePeriod) []string {
 	var out []string
 	for i := 1; i < len(periods); i++ {
@@ -131,13 +144,18 @@ func overlaps(periods []activePeriod) []string {
 	return out
 }
 
-// uptimeAt converts a host uptime to wall time.
-func uptimeAt(up float64) time.Time {
+// uptimeNow is the host's uptime in seconds.
+func uptimeNow() float64 {
 	data, err := os.ReadFile("/proc/uptime")
 	Expect(err).NotTo(HaveOccurred())
 	now, err := strconv.ParseFloat(strings.Fields(string(data))[0], 64)
 	Expect(err).NotTo(HaveOccurred())
-	return time.Now().Add(-time.Duration((now - up) * float64(time.Second)))
+	return now
+}
+
+// uptimeAt converts a host uptime to wall time.
+func uptimeAt(up float64) time.Time {
+	return time.Now().Add(-time.Duration((uptimeNow() - up) * float64(time.Second)))
 }
 
 var _ = Describe("the in-pod agent on a real kubelet", Ordered, func() {
@@ -168,10 +186,14 @@ var _ = Describe("the in-pod agent on a real kubelet", Ordered, func() {
 		// The owner match sees only the agent's own packets: its open watch
 		// would still receive events. Its connections are marked instead,
 		// and every packet of a marked connection dropped, the API
-		// server's included.
+		// server's included. The rules carry a comment by which
+		// `cluster.sh down` removes them if this run is killed.
+		cutAt := uptimeNow()
+		tag := []string{"-m", "comment", "--comment", "redlock-e2e"}
 		for _, rule := range [][]string{
-			{"-t", "mangle", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", apiPort(), "-m", "owner", "--uid-owner", strconv.Itoa(cutUID), "-j", "CONNMARK", "--set-mark", "0x2345"},
-			{"-t", "filter", "OUTPUT", "-p", "tcp", "-m", "connmark", "--mark", "0x2345", "-j", "DROP"},
+			append([]string{"-t", "mangle", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", apiPort(), "-m", "owner", "--uid-owner", strconv.Itoa(cutUID)},
+				append(tag, "-j", "CONNMARK", "--set-mark", "0x2345")...),
+			append([]string{"-t", "filter", "OUTPUT", "-p", "tcp", "-m", "connmark", "--mark", "0x2345"}, append(tag, "-j", "DROP")...),
 		} {
 			insert := append(slices.Clone(rule[:2]), append([]string{"-I"}, rule[2:]...)...)
 			out, err := exec.Command("iptables", insert...).CombinedOutput()
@@ -184,8 +206,10 @@ var _ = Describe("the in-pod agent on a real kubelet", Ordered, func() {
 		Expect(cur.Status.Holder).NotTo(BeNil())
 		Expect(cur.Status.Holder.Pod).NotTo(BeNil())
 		Expect(cur.Status.Holder.Pod.Name).To(Equal(a.Name), "pod %s holds lock %s", a.Name, lockName)
-		// A connection is marked at the agent's next packet: its ACK of the
-		// next event, which it may still have read. No later one.
+		// A connection is marked at the agent's next packet, normally the
+		// (delayed, tens of ms) ACK of the next event it reads: it may read
+		// that one, and what else arrives within the ACK's delay. Refreshes
+		// come seconds apart: the first after the cut bounds what it saw.
 		before := cur.Status.ValidUntil.Time
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(l), cur)).To(Succeed())
@@ -202,9 +226,15 @@ var _ = Describe("the in-pod agent on a real kubelet", Ordered, func() {
 			g.Expect(stopped.Pod).To(Equal(a.Name))
 			g.Expect(stopped.Stop).NotTo(BeZero(), "pod %s's app stopped", a.Name)
 		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		Expect(stopped.Start).To(BeNumerically("<", cutAt), "the period that stopped is the one that ran at the cut, not a stop before it")
+		Expect(stopped.Stop).To(BeNumerically(">", cutAt))
 		Expect(uptimeAt(stopped.Stop)).To(BeTemporally("<", seen), "the app stopped before the validity its agent could last have seen (%s)", seen.Format(time.StampMilli))
+		Consistently(func() []activePeriod { return activePeriods(app) }, ttl, 200*time.Millisecond).Should(HaveLen(len(activePeriods(app))),
+			"no app starts while agent-cut-a is cut off and holds the lock")
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(l), cur)).To(Succeed())
 		Expect(cur.Status.Holder.Pod.Name).To(Equal(a.Name), "the operator still holds the lock for pod %s, which runs", a.Name)
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(a), a)).To(Succeed())
+		Expect(a.Status.ContainerStatuses).To(HaveExactElements(HaveField("RestartCount", BeZero())), "the agent of %s stopped the app and kept running", a.Name)
 
 		By("deleting agent-cut-a: the lock passes to agent-cut-b, whose app starts after agent-cut-a's stopped")
 		Expect(k8s.Delete(ctx, a)).To(Succeed())

@@ -24,6 +24,25 @@ import (
 	"github.com/redlock-operator/redlock-operator/test/demo"
 )
 
+// lockRun is one container run of a pod that held a lock, as the kubelet
+// reported it, and the token it printed.
+type lockRun struct {
+	name          string
+	start, finish time.Time
+	token         int64
+}
+
+// expectOneAfterAnother checks that runs never overlapped and that each
+// later one had a larger token.
+func expectOneAfterAnother(runs []lockRun) {
+	slices.SortFunc(runs, func(a, b lockRun) int { return a.start.Compare(b.start) })
+	for i := 1; i < len(runs); i++ {
+		prev, r := runs[i-1], runs[i]
+		Expect(r.start).NotTo(BeTemporally("<", prev.finish), "%s started before %s finished", r.name, prev.name)
+		Expect(r.token).To(BeNumerically(">", prev.token), "%s's token after %s's", r.name, prev.name)
+	}
+}
+
 func podLock(name, key string) *v1alpha1.DistributedLock {
 	return &v1alpha1.DistributedLock{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -125,17 +144,12 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 		var pods corev1.PodList
 		Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LockLabel: "steps"})).To(Succeed())
 		Expect(pods.Items).To(HaveLen(3))
-		type run struct {
-			name          string
-			start, finish time.Time
-			token         int64
-		}
-		var runs []run
+		var runs []lockRun
 		for _, p := range pods.Items {
 			token, err := demo.PrintedToken(&p)
 			Expect(err).NotTo(HaveOccurred())
 			term := p.Status.ContainerStatuses[0].State.Terminated
-			runs = append(runs, run{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
+			runs = append(runs, lockRun{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
 			if printed := strconv.FormatInt(runs[len(runs)-1].token, 10); printed != p.Annotations[v1alpha1.FencingTokenAnnotation] {
 				// A second grant to the same pod: its first was lost. Say
 				// what status showed and why the lock says it was lost.
@@ -148,17 +162,64 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 					p.Name, printed, p.Annotations[v1alpha1.FencingTokenAnnotation], shown, strings.Join(strings.Fields(string(events)), " ")))
 			}
 		}
-		slices.SortFunc(runs, func(a, b run) int { return a.start.Compare(b.start) })
 		holdersMu.Lock()
 		defer holdersMu.Unlock()
-		for i, r := range runs {
+		for _, r := range runs {
 			Expect(holders[r.name]).To(ContainElement(r.token), "the lock's status never showed %s holding with the token it printed", r.name)
-			if i > 0 {
-				prev := runs[i-1]
-				Expect(r.start).NotTo(BeTemporally("<", prev.finish), "%s started before %s finished", r.name, prev.name)
-				Expect(r.token).To(BeNumerically(">", prev.token))
-			}
 		}
+		expectOneAfterAnother(runs)
+	})
+
+	It("runs the Jobs made by hand from a CronJob (kubectl create job --from=cronjob/...) one at a time, which concurrencyPolicy: Forbid does not see", func() {
+		l := podLock("report", "e2e/report")
+		Expect(k8s.Create(ctx, l)).To(Succeed())
+		removeAfterSpec(l)
+		spec := demo.Workload("sleep 2")
+		spec.RestartPolicy = corev1.RestartPolicyNever
+		cron := &batchv1.CronJob{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"},
+			Spec: batchv1.CronJobSpec{
+				Schedule: "0 2 * * *", Suspend: new(true), ConcurrencyPolicy: batchv1.ForbidConcurrent,
+				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+					BackoffLimit: new(int32(0)),
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LockLabel: "report"}},
+						Spec:       spec,
+					},
+				}},
+			},
+		}
+		Expect(k8s.Create(ctx, cron)).To(Succeed())
+		removeAfterSpec(cron)
+
+		By("running kubectl create job --from=cronjob/report three times at once")
+		for i := 1; i <= 3; i++ {
+			name := fmt.Sprintf("report-by-hand-%d", i)
+			out, err := exec.Command(os.Getenv("KUBECTL"), "create", "job", name, "--from=cronjob/report", "-n", ns).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), "kubectl create job %s: %s", name, out)
+			removeAfterSpec(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+		}
+
+		By("waiting for the three Jobs to complete, then checking from the pods' status that they ran one after another")
+		Eventually(func(g Gomega) {
+			for i := 1; i <= 3; i++ {
+				job := &batchv1.Job{}
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("report-by-hand-%d", i)}, job)).To(Succeed())
+				g.Expect(job.Status.Succeeded).To(BeEquivalentTo(1), "job %s", job.Name)
+			}
+		}, 3*time.Minute, time.Second).Should(Succeed())
+		var pods corev1.PodList
+		Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LockLabel: "report"})).To(Succeed())
+		Expect(pods.Items).To(HaveLen(3))
+		var runs []lockRun
+		for _, p := range pods.Items {
+			token, err := demo.PrintedToken(&p)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(strconv.FormatInt(token, 10)).To(Equal(p.Annotations[v1alpha1.FencingTokenAnnotation]), "pod %s printed the token of its grant", p.Name)
+			term := p.Status.ContainerStatuses[0].State.Terminated
+			runs = append(runs, lockRun{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
+		}
+		expectOneAfterAnother(runs)
 	})
 
 	It("keeps exactly one pod of a two-replica Deployment Ready, and moves readiness when that pod is deleted", func() {
