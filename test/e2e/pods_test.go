@@ -32,6 +32,25 @@ type lockRun struct {
 	token         int64
 }
 
+// runOf is the finished run of a demo.Workload pod.
+func runOf(p *corev1.Pod) lockRun {
+	token, err := demo.PrintedToken(p)
+	Expect(err).NotTo(HaveOccurred())
+	term := p.Status.ContainerStatuses[0].State.Terminated
+	return lockRun{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token}
+}
+
+// waitJobsSucceeded waits until each of the Jobs named succeeded once.
+func waitJobsSucceeded(names ...string) {
+	Eventually(func(g Gomega) {
+		for _, name := range names {
+			job := &batchv1.Job{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed())
+			g.Expect(job.Status.Succeeded).To(BeEquivalentTo(1), "job %s", job.Name)
+		}
+	}, 3*time.Minute, time.Second).Should(Succeed())
+}
+
 // expectOneAfterAnother checks that runs never overlapped and that each
 // later one had a larger token.
 func expectOneAfterAnother(runs []lockRun) {
@@ -131,13 +150,7 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 		}
 
 		By("waiting for the three Jobs to complete")
-		Eventually(func(g Gomega) {
-			for i := 1; i <= 3; i++ {
-				job := &batchv1.Job{}
-				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("step-%d", i)}, job)).To(Succeed())
-				g.Expect(job.Status.Succeeded).To(BeEquivalentTo(1), "job %s", job.Name)
-			}
-		}, 3*time.Minute, time.Second).Should(Succeed())
+		waitJobsSucceeded("step-1", "step-2", "step-3")
 		Expect(violations()).To(BeEmpty())
 
 		By("checking from the pods' status that their containers ran one after another")
@@ -146,10 +159,7 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 		Expect(pods.Items).To(HaveLen(3))
 		var runs []lockRun
 		for _, p := range pods.Items {
-			token, err := demo.PrintedToken(&p)
-			Expect(err).NotTo(HaveOccurred())
-			term := p.Status.ContainerStatuses[0].State.Terminated
-			runs = append(runs, lockRun{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
+			runs = append(runs, runOf(&p))
 			if printed := strconv.FormatInt(runs[len(runs)-1].token, 10); printed != p.Annotations[v1alpha1.FencingTokenAnnotation] {
 				// A second grant to the same pod: its first was lost. Say
 				// what status showed and why the lock says it was lost.
@@ -201,23 +211,15 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 		}
 
 		By("waiting for the three Jobs to complete, then checking from the pods' status that they ran one after another")
-		Eventually(func(g Gomega) {
-			for i := 1; i <= 3; i++ {
-				job := &batchv1.Job{}
-				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("report-by-hand-%d", i)}, job)).To(Succeed())
-				g.Expect(job.Status.Succeeded).To(BeEquivalentTo(1), "job %s", job.Name)
-			}
-		}, 3*time.Minute, time.Second).Should(Succeed())
+		waitJobsSucceeded("report-by-hand-1", "report-by-hand-2", "report-by-hand-3")
 		var pods corev1.PodList
 		Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LockLabel: "report"})).To(Succeed())
 		Expect(pods.Items).To(HaveLen(3))
-		var runs []lockRun
+		runs := make([]lockRun, 0, len(pods.Items))
 		for _, p := range pods.Items {
-			token, err := demo.PrintedToken(&p)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(strconv.FormatInt(token, 10)).To(Equal(p.Annotations[v1alpha1.FencingTokenAnnotation]), "pod %s printed the token of its grant", p.Name)
-			term := p.Status.ContainerStatuses[0].State.Terminated
-			runs = append(runs, lockRun{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
+			r := runOf(&p)
+			Expect(strconv.FormatInt(r.token, 10)).To(Equal(p.Annotations[v1alpha1.FencingTokenAnnotation]), "pod %s printed the token of its grant", p.Name)
+			runs = append(runs, r)
 		}
 		expectOneAfterAnother(runs)
 	})
