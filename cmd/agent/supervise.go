@@ -189,6 +189,12 @@ func (s *supervisor) stop(cmd *exec.Cmd, exit <-chan error, deadline time.Time, 
 		err := <-exit
 		s.log("app killed", "error", errString(err))
 	}
+	if os.Getpid() == 1 {
+		// The container's first process: every other process in it is
+		// what the app left, in its group or not (a daemon that called
+		// setsid). None may run on without the grant.
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+	}
 }
 
 // signalGroup sends sig to the app's process group.
@@ -198,22 +204,29 @@ func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
 
 // reapWhileRunning reaps, at each SIGCHLD, the agent's ended children but
 // the app (whose exit cmd.Wait collects), until the returned function is
-// called.
+// called; that function returns once no scan runs or will: a scan after
+// it could take the exit of the next app, whose pid it does not skip.
 func reapWhileRunning(app int) (stop func()) {
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
-	done := make(chan struct{})
+	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(finished)
 		for {
 			select {
 			case <-done:
 				return
 			case <-chld:
+				select {
+				case <-done: // a SIGCHLD and the stop at once: the stop wins
+					return
+				default:
+				}
 				reapZombies(app)
 			}
 		}
 	}()
-	return func() { signal.Stop(chld); close(done) }
+	return func() { signal.Stop(chld); close(done); <-finished }
 }
 
 // reapZombies waits for every zombie child of the agent but app, found in

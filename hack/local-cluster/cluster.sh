@@ -270,8 +270,8 @@ down() {
 	# left by a run that was killed.
 	if command -v iptables >/dev/null; then
 		for table in filter mangle; do
-			iptables -t "$table" -S 2>/dev/null | grep -- '--comment redlock-e2e' | sed 's/^-A/-D/' |
-				while read -r rule; do eval "iptables -t $table $rule" 2>/dev/null; done
+			iptables -t "$table" -S 2>/dev/null | grep -E -- '--comment redlock-e2e( |$)' | sed 's/^-A/-D/' |
+				while read -ra rule; do iptables -t "$table" "${rule[@]}" 2>/dev/null; done
 		done
 	fi
 	grep " $STATE" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
@@ -286,7 +286,7 @@ down() {
 			grep -q "existed $p\$" "$STATE/host.before" || rm -rf "$p"
 		done
 	fi
-	rm -rf "$STATE"/{etcd,kubelet,containerd,pid,images,cni} "$STATE/host.before"
+	rm -rf "$STATE"/{etcd,kubelet,containerd,pid,images,cni,active} "$STATE/host.before"
 	log "down: host restored"
 	set -e
 }

@@ -181,8 +181,10 @@ func agentFlags(annotations map[string]string) ([]string, error) {
 	}
 	if v, ok := annotations[v1alpha1.AgentListenAnnotation]; ok {
 		host, port, err := net.SplitHostPort(v)
-		n, perr := strconv.ParseUint(port, 10, 16)
-		if ip := net.ParseIP(host); err != nil || perr != nil || n == 0 || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+		if n, perr := strconv.ParseUint(port, 10, 16); err == nil && (perr != nil || n == 0) {
+			return nil, fmt.Errorf("%s: %q: the port must be a number from 1 to 65535", v1alpha1.AgentListenAnnotation, v)
+		}
+		if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
 			return nil, fmt.Errorf("%s: %q is not a loopback address with a port, such as 127.0.0.1:8471 (the grant is served to the pod only)",
 				v1alpha1.AgentListenAnnotation, v)
 		}

@@ -110,7 +110,7 @@ func TestInjectRefusesWhatItCannotFollow(t *testing.T) {
 		{"a negative skew allowance", pod(map[string]string{v1alpha1.AgentAnnotation: "run", v1alpha1.AgentSkewAllowanceAnnotation: "-1s"}), "not a duration"},
 		{"an address other pods could reach", pod(map[string]string{v1alpha1.AgentAnnotation: "watch", v1alpha1.AgentListenAnnotation: "0.0.0.0:8471"}), "not a loopback address"},
 		{"an address without a port", pod(map[string]string{v1alpha1.AgentAnnotation: "watch", v1alpha1.AgentListenAnnotation: "127.0.0.1"}), "not a loopback address"},
-		{"a port that is not a number", pod(map[string]string{v1alpha1.AgentAnnotation: "watch", v1alpha1.AgentListenAnnotation: "localhost:http"}), "not a loopback address"},
+		{"a port that is not a number", pod(map[string]string{v1alpha1.AgentAnnotation: "watch", v1alpha1.AgentListenAnnotation: "localhost:http"}), "the port must be a number"},
 		{"the agent's identity set by the container", pod(map[string]string{v1alpha1.AgentAnnotation: "run"}, corev1.Container{Name: "a", Image: "a", Command: []string{"/a"},
 			Env: []corev1.EnvVar{{Name: "REDLOCK_POD_UID", Value: "another pod's"}}}), "sets REDLOCK_POD_UID itself"},
 		{"no ServiceAccount token", func() *corev1.Pod {
