@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
 
 func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
@@ -90,5 +93,51 @@ func TestGaterRefusesAnAgentPodInANamespaceItDoesNotWatch(t *testing.T) {
 	}})
 	if resp.Allowed || !strings.Contains(resp.Result.Message, "does not watch namespace") {
 		t.Errorf("response %+v: want the pod refused, its app would run without the lock", resp.Result)
+	}
+}
+
+func TestGaterWarnsWhenTheAgentWouldStopTheAppBeforeEveryRefresh(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	lock := &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "l"},
+		Spec:       v1alpha1.DistributedLockSpec{MasterSet: "m", TTL: metav1.Duration{Duration: 10 * time.Second}},
+	}
+	locks := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lock).Build()
+	for _, tc := range []struct {
+		grace string
+		warns bool
+	}{
+		{"500ms", false}, // 750ms < a tenth of 10s
+		{"2s", true},
+		{"", true}, // the default, 5s
+	} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{v1alpha1.LockLabel: "l", v1alpha1.GateModeLabel: v1alpha1.GateModeHolderLabel},
+				Annotations: map[string]string{v1alpha1.AgentAnnotation: "run"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Command: []string{"/c"}}}},
+		}
+		if tc.grace != "" {
+			p.Annotations[v1alpha1.AgentGraceAnnotation] = tc.grace
+		}
+		raw, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &Gater{Decoder: admission.NewDecoder(scheme), Agent: podagent.Options{Image: "op"}, Locks: locks}
+		resp := g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
+		}})
+		if !resp.Allowed {
+			t.Fatalf("grace %q: refused: %+v", tc.grace, resp.Result)
+		}
+		if warned := len(resp.Warnings) > 0 && strings.Contains(resp.Warnings[0], "before the validity is refreshed"); warned != tc.warns {
+			t.Errorf("grace %q: warnings %q, want a warning: %v", tc.grace, resp.Warnings, tc.warns)
+		}
 	}
 }
