@@ -176,6 +176,12 @@ bench-failover: redis envtest ## Leader handovers (SIGTERM, then SIGKILL) with 1
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchfailover -locks 1000 -ttl 10s $(BENCH_FAILOVER_FLAGS)
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchfailover -locks 10000 -ttl 60s -kube-api-qps 400 -grant-timeout 10m $(BENCH_FAILOVER_FLAGS)
 
+BENCH_FAILOVER_PODS ?= 30
+.PHONY: bench-failover-pods
+bench-failover-pods: ## On a fresh local cluster (root): delete the active pod of an agent-run Deployment BENCH_FAILOVER_PODS times; prints the time until the next pod's app runs.
+	BENCH_FAILOVER_PODS=$(BENCH_FAILOVER_PODS) hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/ \
+		-ginkgo.v -ginkgo.focus='pod failover benchmark'
+
 BENCH_MEMORY_FLAGS ?=
 .PHONY: bench-memory
 bench-memory: envtest ## The manager's memory before and after 1,000 unrelated ConfigMaps and Secrets appear; prints a table.
