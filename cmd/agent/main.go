@@ -209,7 +209,7 @@ func warnIfLeadShort(ctx context.Context, c client.Client, cfg config, log *slog
 	if err := c.Get(ctx, types.NamespacedName{Namespace: cfg.namespace, Name: cfg.lock}, &l); err != nil {
 		return
 	}
-	if lead := l.Spec.TTL.Duration / 10; podagent.LeadShort(l.Spec.TTL.Duration, cfg.grace, cfg.skew) {
+	if lead := podagent.RefreshLead(l.Spec.TTL.Duration); podagent.LeadShort(l.Spec.TTL.Duration, cfg.grace, cfg.skew) {
 		log.Warn("the grace and the skew allowance reach past the lock's refresh lead: the app will be stopped before refreshes; lower --grace or raise the lock's ttl",
 			"grace", cfg.grace.String(), "skewAllowance", cfg.skew.String(), "lead", lead.String())
 	}

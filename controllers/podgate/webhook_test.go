@@ -19,12 +19,33 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
 
-func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
+// testScheme has the core kinds and the operator's.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	decoder := admission.NewDecoder(scheme)
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+// admitIn asks g to admit the creation of pod in namespace.
+func admitIn(t *testing.T, g *Gater, namespace string, pod *corev1.Pod) admission.Response {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, Namespace: namespace, Object: runtime.RawExtension{Raw: raw},
+	}})
+}
+
+func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
+	decoder := admission.NewDecoder(testScheme(t))
 	labelled := func(labels map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
 		for _, m := range mutate {
@@ -49,14 +70,7 @@ func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
 		{"a labelled pod of a namespace the operator does not watch is left alone, with a warning", labelled(map[string]string{v1alpha1.LockLabel: "l"}), nil, []string{"team-b"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			raw, err := json.Marshal(tc.pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := &Gater{Decoder: decoder, Namespaces: tc.watch}
-			resp := g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-				Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
-			}})
+			resp := admitIn(t, &Gater{Decoder: decoder, Namespaces: tc.watch}, "team-a", tc.pod)
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
 			}
@@ -75,35 +89,18 @@ func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
 }
 
 func TestGaterRefusesAnAgentPodInANamespaceItDoesNotWatch(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{v1alpha1.LockLabel: "l"}, Annotations: map[string]string{v1alpha1.AgentAnnotation: "run"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Command: []string{"/c"}}}},
 	}
-	raw, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &Gater{Decoder: admission.NewDecoder(scheme), Namespaces: []string{"team-b"}}
-	resp := g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
-	}})
+	resp := admitIn(t, &Gater{Decoder: admission.NewDecoder(testScheme(t)), Namespaces: []string{"team-b"}}, "team-a", p)
 	if resp.Allowed || !strings.Contains(resp.Result.Message, "does not watch namespace") {
 		t.Errorf("response %+v: want the pod refused, its app would run without the lock", resp.Result)
 	}
 }
 
 func TestGaterWarnsWhenTheAgentWouldStopTheAppBeforeEveryRefresh(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	lock := &v1alpha1.DistributedLock{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "l"},
 		Spec:       v1alpha1.DistributedLockSpec{MasterSet: "m", TTL: metav1.Duration{Duration: 10 * time.Second}},
@@ -125,14 +122,7 @@ func TestGaterWarnsWhenTheAgentWouldStopTheAppBeforeEveryRefresh(t *testing.T) {
 		if tc.grace != "" {
 			p.Annotations[v1alpha1.AgentGraceAnnotation] = tc.grace
 		}
-		raw, err := json.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := &Gater{Decoder: admission.NewDecoder(scheme), Agent: podagent.Options{Image: "op"}, Locks: locks}
-		resp := g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-			Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
-		}})
+		resp := admitIn(t, &Gater{Decoder: admission.NewDecoder(scheme), Agent: podagent.Options{Image: "op"}, Locks: locks}, "team-a", p)
 		if !resp.Allowed {
 			t.Fatalf("grace %q: refused: %+v", tc.grace, resp.Result)
 		}

@@ -51,6 +51,8 @@ const (
 	BinDir = Dir + "/bin"
 	// Agent is the agent's path in the app container (run mode).
 	Agent = BinDir + "/agent"
+	// imageAgent is the agent's path in the operator's image.
+	imageAgent = "/agent"
 	// StateDir is where the agent publishes grant.json and token.
 	StateDir = Dir + "/state"
 	// Volume is the emptyDir holding the agent and its state.
@@ -81,7 +83,7 @@ func Wanted(pod *corev1.Pod) bool {
 func Injected(pod *corev1.Pod) bool {
 	wrapped := func(c corev1.Container) bool { return len(c.Command) > 0 && c.Command[0] == Agent }
 	sidecar := func(c corev1.Container) bool {
-		return c.Name == SidecarContainer && len(c.Command) > 1 && c.Command[0] == "/agent" && c.Command[1] == "watch"
+		return c.Name == SidecarContainer && len(c.Command) > 1 && c.Command[0] == imageAgent && c.Command[1] == "watch"
 	}
 	return slices.ContainsFunc(pod.Spec.Containers, wrapped) || slices.ContainsFunc(pod.Spec.InitContainers, sidecar)
 }
@@ -256,7 +258,7 @@ func install(o Options) corev1.Container {
 		Name:            InstallContainer,
 		Image:           o.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         []string{"/agent", "install", Dir + "/bin/agent"},
+		Command:         []string{imageAgent, "install", Agent},
 		Resources:       resources(),
 		SecurityContext: restricted(),
 		VolumeMounts:    []corev1.VolumeMount{{Name: Volume, MountPath: Dir}},
@@ -270,7 +272,7 @@ func sidecar(o Options, flags []string) corev1.Container {
 		Name:            SidecarContainer,
 		Image:           o.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         append([]string{"/agent", "watch"}, flags...),
+		Command:         append([]string{imageAgent, "watch"}, flags...),
 		Env:             env(),
 		RestartPolicy:   &always,
 		Resources:       resources(),
@@ -309,12 +311,17 @@ const (
 	DefaultSkewAllowance = 250 * time.Millisecond
 )
 
+// RefreshLead is the least time before the validity shown for a lock of
+// ttl passes that the operator refreshes it: a tenth of the ttl (its status
+// writer may refresh earlier, never later).
+func RefreshLead(ttl time.Duration) time.Duration { return ttl / 10 }
+
 // LeadShort reports whether an agent with grace and skew would stop its app
 // before the operator refreshes the validity shown for a lock of ttl: the
-// operator refreshes it as little as a tenth of the ttl before it passes,
-// and the agent stops the app grace plus the skew allowance before that.
+// agent stops the app grace plus the skew allowance before the validity it
+// saw passes.
 func LeadShort(ttl, grace, skew time.Duration) bool {
-	return grace+skew >= ttl/10
+	return grace+skew >= RefreshLead(ttl)
 }
 
 // Timing is the grace and skew allowance the pod's annotations give its
