@@ -53,6 +53,11 @@ const (
 	// the HolderReachable condition.
 	ReasonHolderReachable   = "NodeReady"
 	ReasonHolderUnreachable = "HolderUnreachable"
+	// ReasonHolderUnresponsive: the holder pod's heartbeat stopped, or its
+	// containers crash-looped, for longer than spec.heartbeatTimeout; the
+	// grant was given up and the pod is marked with UnresponsiveAnnotation
+	// (docs/active-passive.md, holder liveness).
+	ReasonHolderUnresponsive = "HolderUnresponsive"
 )
 
 // DistributedLockSpec is the desired state of a DistributedLock.
@@ -112,6 +117,24 @@ type DistributedLockSpec struct {
 	// +optional
 	// +kubebuilder:default=Keep
 	OnLost LostPolicy `json:"onLost,omitempty"`
+
+	// HeartbeatTimeout turns on holder liveness for holder pods that run
+	// the agent (annotation redlock.dev/agent): the agent renews the
+	// heartbeat Lease HeartbeatLeaseName(lock) every third of it while its
+	// pod holds the lock (in run mode, while the app runs). A holder whose
+	// heartbeat the operator has not seen for this long, or whose
+	// containers crash-loop for this long, is treated as finished: its
+	// grant ends (Held=False, reason HolderUnresponsive), the pod is marked
+	// (redlock.dev/unresponsive) and never granted the lock again, and the
+	// next pod is granted once the validity status showed has passed (by
+	// then the agent has stopped the app). From 3s to 24h. Unset (the
+	// default): a holder pod keeps the lock while it may run. Holders
+	// without the agent are not affected.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('3s') && duration(self) <= duration('24h')",message="heartbeatTimeout must be between 3s and 24h"
+	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
 }
 
 // LostPolicy is what happens to a holder pod whose lock is lost.
@@ -285,6 +308,18 @@ type DistributedLockList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DistributedLock `json:"items"`
 }
+
+// HeartbeatLeasePrefix starts the name of the heartbeat Lease of a lock;
+// the lock's name follows.
+const HeartbeatLeasePrefix = "redlock-heartbeat."
+
+// HeartbeatLeaseName is the name of the coordination.k8s.io Lease, in the
+// lock's namespace, through which the holder of the DistributedLock named
+// lock shows it is alive (spec.heartbeatTimeout): the holder sets
+// spec.holderIdentity to status.grantID and spec.renewTime to its time.
+// The operator reads neither time: it counts a renewal when it sees the
+// Lease change with the current grant ID, on its own clock.
+func HeartbeatLeaseName(lock string) string { return HeartbeatLeasePrefix + lock }
 
 // RedisKey is the Redis key the lock takes: spec.key, or
 // "redlock:<namespace>/<name>".

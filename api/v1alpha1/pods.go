@@ -47,6 +47,14 @@ const (
 	// deleted while the pod holds it.
 	OnLostAnnotation = "redlock.dev/on-lost"
 
+	// UnresponsiveAnnotation marks a pod that held a lock with
+	// spec.heartbeatTimeout and stopped renewing its heartbeat (or whose
+	// containers crash-looped) for longer than that: its value is the
+	// grant ID it was holding. The operator sets it before it gives the
+	// grant up; a marked pod that runs the agent is never granted the lock
+	// again, and does not keep others from it.
+	UnresponsiveAnnotation = "redlock.dev/unresponsive"
+
 	// AgentAnnotation on a pod labelled for a lock asks the webhook to add
 	// the in-pod agent (cmd/agent): AgentRun or AgentWatch.
 	AgentAnnotation = "redlock.dev/agent"

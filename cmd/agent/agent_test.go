@@ -17,6 +17,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
@@ -73,18 +75,31 @@ type podAgent struct {
 
 // startPod creates a labelled pod in holder-label mode, reports it running
 // (as the kubelet would), and starts its agent with kubeconfig.
-func startPod(ns, name, lock, kubeconfig string) *podAgent {
-	return startPodWith(ns, name, lock, kubeconfig, appScript)
+// mutate, if any, change the pod before it is created.
+func startPod(ns, name, lock, kubeconfig string, mutate ...func(*corev1.Pod)) *podAgent {
+	return startPodWith(ns, name, lock, kubeconfig, appScript, mutate...)
+}
+
+// injected gives a pod the agent in its spec, as the webhook adds it (the
+// spec runs the agent as a process of its own all the same).
+func injected(p *corev1.Pod) {
+	p.Spec.Containers[0].Command = []string{"/app"}
+	p.Annotations = map[string]string{v1alpha1.AgentAnnotation: v1alpha1.AgentRun}
+	_, err := podagent.Inject(p, podagent.Options{Image: "redlock-operator:test"})
+	Expect(err).NotTo(HaveOccurred())
 }
 
 // startPodWith is startPod with the app's shell script.
-func startPodWith(ns, name, lock, kubeconfig, script string) *podAgent {
+func startPodWith(ns, name, lock, kubeconfig, script string, mutate ...func(*corev1.Pod)) *podAgent {
 	port, err := redistest.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Labels: map[string]string{v1alpha1.LockLabel: lock, v1alpha1.GateModeLabel: v1alpha1.GateModeHolderLabel}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	for _, m := range mutate {
+		m(p)
 	}
 	Expect(env.Client.Create(env.Ctx, p)).To(Succeed())
 	Expect(env.Client.SubResource("binding").Create(env.Ctx, p, &corev1.Binding{
@@ -335,6 +350,40 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		Expect(stop).To(BeTemporally("<", seen), "cut-a's app stopped %v after the last validity it could have seen", stop.Sub(seen))
 		Expect(fetchLock(ns, "cut").Status.Holder.Pod.Name).To(Equal("cut-a"), "the operator still holds the lock for cut-a")
 		fmt.Fprintf(GinkgoWriter, "cut off: the app stopped %v before the validity read right after the cut\n", seen.Sub(stop))
+	})
+
+	It("passes the lock on from an agent cut off from the API server when the lock sets heartbeatTimeout: its app stops first, the next pod's starts after", func() {
+		Expect(env.Client.Create(env.Ctx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "beat"},
+			Spec: v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 10 * time.Second},
+				HeartbeatTimeout: &metav1.Duration{Duration: 3 * time.Second}},
+		})).To(Succeed())
+		proxied, proxy := throughProxy(kubeconfig)
+		a := startPod(ns, "beat-a", "beat", proxied, injected)
+		Eventually(a.running).Should(BeTrue(), "beat-a's app started")
+		b := startPod(ns, "beat-b", "beat", kubeconfig, injected)
+
+		By("keeping the lock with beat-a for more than twice the timeout, on its agent's heartbeats")
+		grantID := fetchLock(ns, "beat").Status.GrantID
+		Consistently(func(g Gomega) {
+			g.Expect(fetchLock(ns, "beat").Status.GrantID).To(Equal(grantID), "lock beat still shows beat-a's grant")
+			g.Expect(b.running()).To(BeFalse(), "beat-b's app runs while beat-a holds the lock")
+		}, 7*time.Second, 200*time.Millisecond).Should(Succeed())
+		lease := &coordinationv1.Lease{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HeartbeatLeaseName("beat")}, lease)).To(Succeed())
+		Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(grantID)), "the heartbeat Lease names beat-a's grant")
+
+		By("cutting beat-a's agent off from the API server: its heartbeat stops")
+		Expect(proxy.Stall()).To(Succeed())
+		DeferCleanup(proxy.Resume)
+		Eventually(b.running, 40*time.Second).Should(BeTrue(), "beat-b's app started once beat-a was given up")
+		Expect(a.running()).To(BeFalse(), "beat-a's app stopped")
+		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "beat-b started after beat-a stopped")
+		Expect(b.periods()[0].token).To(BeNumerically(">", a.periods()[0].token))
+		cur := &corev1.Pod{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKeyFromObject(a.pod), cur)).To(Succeed())
+		Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.UnresponsiveAnnotation, grantID), "beat-a is marked unresponsive")
+		fmt.Fprintf(GinkgoWriter, "heartbeat failover: beat-a's app stopped %v before beat-b's started\n", b.periods()[0].start.Sub(a.periods()[0].stop))
 	})
 
 	It("passes SIGHUP and the pod's SIGTERM on, and still kills the app and its children by the deadline when the app ignores it", func() {

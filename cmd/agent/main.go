@@ -32,7 +32,10 @@
 // The agent learns its pod from the downward API (POD_NAME, POD_UID,
 // POD_NAMESPACE) and its lock from REDLOCK_LOCK (the pod's label
 // redlock.dev/lock); it needs get, list and watch on that one
-// DistributedLock and nothing else.
+// DistributedLock and nothing else — and, when the lock sets
+// spec.heartbeatTimeout, get and update on its heartbeat Lease
+// (redlock-heartbeat.<lock>), which it renews every third of the timeout
+// while the pod holds the lock: in run mode only while the app runs.
 package main
 
 import (
@@ -52,6 +55,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -143,10 +147,17 @@ func run(args []string) int {
 	}
 	logf := func(msg string, kv ...any) { log.Info(msg, kv...) }
 
-	if mode == "watch" {
-		return watchOnly(ctx, w, pub, signals, logf)
+	lock := types.NamespacedName{Namespace: cfg.namespace, Name: cfg.lock}
+	beat := func(ctx context.Context, g *holding.Grant) {
+		var once sync.Once
+		holding.Heartbeat(ctx, c, lock, g, clk, func(err error) {
+			once.Do(func() { log.Warn("heartbeat not renewed; retrying", "grantID", g.GrantID, "error", err) })
+		})
 	}
-	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, forward: forward, log: logf}
+	if mode == "watch" {
+		return watchOnly(ctx, w, pub, beat, signals, logf)
+	}
+	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, forward: forward, beat: beat, log: logf}
 	code, err := s.run(ctx)
 	if err != nil && !errors.Is(err, errSignalled) {
 		log.Error("agent stopped", "error", err)
@@ -177,12 +188,22 @@ func oneShot(args []string) (code int, done bool) {
 
 // watchOnly publishes what the pod holds until the agent is signalled;
 // a grant that runs out unrefreshed is published as ended at its
-// deadline.
-func watchOnly(ctx context.Context, w *holding.Watcher, pub *publisher, signals <-chan os.Signal, log func(string, ...any)) int {
+// deadline. While the pod holds a grant, beat renews its heartbeat.
+func watchOnly(ctx context.Context, w *holding.Watcher, pub *publisher, beat func(context.Context, *holding.Grant), signals <-chan os.Signal, log func(string, ...any)) int {
+	beating, stopBeat := "", func() {}
+	defer func() { stopBeat() }()
 	for {
 		changed := w.Changed()
 		g := w.Current()
 		pub.set(g)
+		switch {
+		case g == nil:
+			stopBeat()
+			beating = ""
+		case g.GrantID != beating:
+			stopBeat()
+			beating, stopBeat = g.GrantID, startBeat(ctx, beat, g)
+		}
 		var expire <-chan time.Time
 		if g != nil {
 			expire = time.After(time.Until(g.Deadline))
@@ -198,6 +219,13 @@ func watchOnly(ctx context.Context, w *holding.Watcher, pub *publisher, signals 
 		case <-expire:
 		}
 	}
+}
+
+// startBeat runs beat for g until the returned function is called.
+func startBeat(ctx context.Context, beat func(context.Context, *holding.Grant), g *holding.Grant) context.CancelFunc {
+	bctx, stop := context.WithCancel(ctx)
+	go beat(bctx, g)
+	return stop
 }
 
 // warnIfLeadShort warns when the app would be stopped before every
@@ -228,6 +256,9 @@ func newClient(kubeconfig string) (client.WithWatch, error) {
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})

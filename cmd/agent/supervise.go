@@ -37,7 +37,10 @@ type supervisor struct {
 	// SIGUSR1 and SIGUSR2, SIGQUIT, SIGWINCH): passed on to a running app,
 	// dropped while none runs.
 	forward <-chan os.Signal
-	log     func(msg string, kv ...any)
+	// beat renews the grant's heartbeat (holding.Heartbeat) until its ctx
+	// ends: it runs while the app runs under the grant, and only then.
+	beat func(ctx context.Context, g *holding.Grant)
+	log  func(msg string, kv ...any)
 }
 
 // errSignalled: the agent was asked to stop and the app has exited.
@@ -113,6 +116,12 @@ func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exit
 		return 1, true, fmt.Errorf("start the app: %w", err)
 	}
 	s.log("app started", "token", g.Token, "grantID", g.GrantID, "pid", cmd.Process.Pid)
+	if s.beat != nil {
+		// The heartbeat says the app runs: it stops when hold returns
+		// (the app exited or was stopped), before the agent does anything
+		// else.
+		defer startBeat(ctx, s.beat, g)()
+	}
 	exit := make(chan error, 1)
 	go func() { exit <- cmd.Wait() }()
 	defer reapOrphans()

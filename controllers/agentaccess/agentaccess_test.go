@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/agentaccess"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
+	"github.com/redlock-operator/redlock-operator/pkg/holding"
 )
 
 var _ = Describe("The agents' access to their lock", Ordered, func() {
@@ -121,6 +123,63 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		Eventually(func() bool {
 			return apierrors.IsForbidden(worker.Get(suiteCtx, client.ObjectKeyFromObject(jobs), &v1alpha1.DistributedLock{}))
 		}).Should(BeTrue(), "ServiceAccount worker can no longer read lock jobs")
+	})
+
+	It("keeps the heartbeat Lease of a lock that sets heartbeatTimeout, lets its agents renew that Lease and no other, and takes both back when it is unset", func() {
+		By("creating lock beats with heartbeatTimeout 30s, lock quiet without, and a pod of each with the agent (ServiceAccount beater)")
+		beats := &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "beats"},
+			Spec: v1alpha1.DistributedLockSpec{MasterSet: "masters", TTL: metav1.Duration{Duration: 10 * time.Second},
+				HeartbeatTimeout: &metav1.Duration{Duration: 30 * time.Second}},
+		}
+		Expect(k8s.Create(suiteCtx, beats)).To(Succeed())
+		quiet := lock("quiet")
+		pod("hb", beats.Name, "beater", true)
+		pod("hq", quiet.Name, "beater", true)
+		leaseOf := func(lock string) client.ObjectKey {
+			return client.ObjectKey{Namespace: ns, Name: v1alpha1.HeartbeatLeaseName(lock)}
+		}
+		Eventually(func(g Gomega) {
+			l := &coordinationv1.Lease{}
+			g.Expect(k8s.Get(suiteCtx, leaseOf(beats.Name), l)).To(Succeed(), "Lease %s exists", leaseOf(beats.Name).Name)
+			g.Expect(metav1.IsControlledBy(l, beats)).To(BeTrue(), "Lease %s is owned by lock beats", l.Name)
+			g.Expect(l.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "redlock-operator"))
+			binding(g, beats.Name)
+		}).Should(Succeed())
+		Expect(apierrors.IsNotFound(k8s.Get(suiteCtx, leaseOf(quiet.Name), &coordinationv1.Lease{}))).To(BeTrue(), "lock quiet sets no timeout: no Lease")
+
+		By("renewing the heartbeat as ServiceAccount beater")
+		beater := as("beater")
+		Eventually(func() error {
+			return holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", 30*time.Second, time.Now())
+		}).Should(Succeed(), "the agent may renew its lock's heartbeat")
+		l := &coordinationv1.Lease{}
+		Expect(k8s.Get(suiteCtx, leaseOf(beats.Name), l)).To(Succeed())
+		Expect(l.Spec.HolderIdentity).To(HaveValue(Equal("grant-1")))
+		Expect(l.Spec.RenewTime).NotTo(BeNil())
+
+		By("trying, as beater, to renew another Lease, to create one, and to delete its own")
+		other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}}
+		Expect(k8s.Create(suiteCtx, other)).To(Succeed())
+		Expect(apierrors.IsForbidden(beater.Get(suiteCtx, client.ObjectKeyFromObject(other), &coordinationv1.Lease{}))).To(BeTrue(), "another Lease is forbidden")
+		Expect(apierrors.IsForbidden(beater.Create(suiteCtx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "made"}}))).To(BeTrue(), "creating Leases is forbidden")
+		Expect(apierrors.IsForbidden(beater.Delete(suiteCtx, l))).To(BeTrue(), "deleting its Lease is forbidden")
+
+		By("unsetting the timeout")
+		Eventually(func() error {
+			cur := &v1alpha1.DistributedLock{}
+			if err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), cur); err != nil {
+				return err
+			}
+			cur.Spec.HeartbeatTimeout = nil
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(suiteCtx, leaseOf(beats.Name), &coordinationv1.Lease{}))
+		}).Should(BeTrue(), "the Lease is deleted")
+		Eventually(func() bool {
+			return apierrors.IsForbidden(holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", 30*time.Second, time.Now()))
+		}).Should(BeTrue(), "the Role no longer allows the Lease")
 	})
 
 	It("leaves a Role of the same name that the lock does not own, and says so on the lock", func() {

@@ -18,8 +18,14 @@
 // fixed at creation, not from the annotation anyone who may edit the pod
 // can change.
 //
+// For a lock that sets spec.heartbeatTimeout it also keeps the lock's
+// heartbeat Lease (v1alpha1.HeartbeatLeaseName, owned by the lock and
+// labelled as the operator's; its spec is the holders' to write), and the
+// Role allows get and update on that one Lease. The Lease is deleted when
+// the timeout is unset.
+//
 // The operator can only grant what it holds itself (the API server's
-// escalation check): read on DistributedLocks.
+// escalation check): read on DistributedLocks, get and update on Leases.
 package agentaccess
 
 import (
@@ -28,6 +34,7 @@ import (
 	"slices"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -61,6 +68,7 @@ const NamePrefix = "redlock-agent:"
 
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 
 // Reconciler keeps the agents' Roles and RoleBindings.
 type Reconciler struct {
@@ -86,6 +94,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Pods.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingLabels{v1alpha1.LockLabel: lock.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list pods of lock %s: %w", req.NamespacedName, err)
 	}
+	if _, err := r.apply(ctx, lock, HeartbeatLease(lock), lock.Spec.HeartbeatTimeout != nil); err != nil {
+		return reconcile.Result{}, err
+	}
 	subjects := Subjects(pods.Items)
 	keep := len(subjects) > 0
 	// The Role first: no binding is made or kept to a Role not the lock's.
@@ -102,6 +113,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // the lock's (Ours) is left as it is.
 func (r *Reconciler) apply(ctx context.Context, lock *v1alpha1.DistributedLock, want client.Object, keep bool) (bool, error) {
 	kind := strings.TrimPrefix(fmt.Sprintf("%T", want), "*v1.")
+	if _, ok := want.(*coordinationv1.Lease); ok {
+		kind = "heartbeat Lease"
+	}
 	cur, ok := want.DeepCopyObject().(client.Object)
 	if !ok {
 		return false, fmt.Errorf("copy %s", kind)
@@ -208,15 +222,31 @@ func objectMeta(lock *v1alpha1.DistributedLock) metav1.ObjectMeta {
 	}
 }
 
-// Role is the Role that reads lock and nothing else.
+// Role is the Role that reads lock and nothing else, and renews its
+// heartbeat Lease when it sets a heartbeat timeout.
 func Role(lock *v1alpha1.DistributedLock) *rbacv1.Role {
-	return &rbacv1.Role{
+	role := &rbacv1.Role{
 		ObjectMeta: objectMeta(lock),
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"distributedlocks"},
 			ResourceNames: []string{lock.Name}, Verbs: []string{"get", "list", "watch"},
 		}},
 	}
+	if lock.Spec.HeartbeatTimeout != nil {
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{
+			APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"},
+			ResourceNames: []string{v1alpha1.HeartbeatLeaseName(lock.Name)}, Verbs: []string{"get", "update"},
+		})
+	}
+	return role
+}
+
+// HeartbeatLease is lock's heartbeat Lease as this controller creates it:
+// no holder yet.
+func HeartbeatLease(lock *v1alpha1.DistributedLock) *coordinationv1.Lease {
+	meta := objectMeta(lock)
+	meta.Name = v1alpha1.HeartbeatLeaseName(lock.Name)
+	return &coordinationv1.Lease{ObjectMeta: meta}
 }
 
 // Binding is the RoleBinding of lock's Role to subjects.
@@ -254,7 +284,7 @@ func Subjects(pods []corev1.Pod) []rbacv1.Subject {
 }
 
 // SetupWithManager registers the controller: it reconciles a lock when it
-// is created (not on its updates: status refreshes would wake it every few
+// is created or its heartbeat timeout is set or unset (not on its other updates: status refreshes would wake it every few
 // seconds per lock), when a labelled pod that asks for the agent changes,
 // and when one of its Roles or RoleBindings does.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
@@ -273,9 +303,19 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	}}
 	return builder.ControllerManagedBy(mgr).
 		Named("agentaccess").
-		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
+		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: heartbeatSetOrUnset})).
 		Owns(&rbacv1.Role{}).
+		Owns(&coordinationv1.Lease{}).
 		Owns(&rbacv1.RoleBinding{}).
 		WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, lockOf, counts)).
 		Complete(r)
+}
+
+// heartbeatSetOrUnset passes the updates of a lock that set or unset its
+// heartbeat timeout, and no others: status refreshes would wake the
+// controller every few seconds per lock.
+func heartbeatSetOrUnset(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*v1alpha1.DistributedLock)
+	n, ok2 := e.ObjectNew.(*v1alpha1.DistributedLock)
+	return ok1 && ok2 && (o.Spec.HeartbeatTimeout == nil) != (n.Spec.HeartbeatTimeout == nil)
 }

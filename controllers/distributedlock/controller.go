@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -70,15 +71,18 @@ const opTimeout = 5 * time.Second
 
 // Event reasons of DistributedLocks.
 const (
-	EventGranted           = "Granted"
-	EventAdopted           = "Adopted"
-	EventShed              = "Shed"
-	EventReleased          = "Released"
-	EventReleaseIncomplete = "ReleaseIncomplete"
-	EventLost              = "Lost"
-	EventNotCommitted      = "GrantNotCommitted"
-	EventSuperseded        = "Superseded"
-	EventHolderRelabelled  = "HolderRelabelled"
+	EventGranted = "Granted"
+	EventAdopted = "Adopted"
+	EventShed    = "Shed"
+	// EventHolderUnresponsive: the holder pod's heartbeat stopped or its
+	// containers crash-looped for longer than spec.heartbeatTimeout.
+	EventHolderUnresponsive = "HolderUnresponsive"
+	EventReleased           = "Released"
+	EventReleaseIncomplete  = "ReleaseIncomplete"
+	EventLost               = "Lost"
+	EventNotCommitted       = "GrantNotCommitted"
+	EventSuperseded         = "Superseded"
+	EventHolderRelabelled   = "HolderRelabelled"
 )
 
 // MasterClients gives the pkg/redlock client of each RedisMasterSet.
@@ -139,6 +143,8 @@ type Reconciler struct {
 	// it started (markWritten): only their cache can lag behind a write of
 	// its own.
 	written sync.Map
+	// beats are the heartbeat Lease renewals seen (liveness.go).
+	beats *heartbeats
 }
 
 // markWritten records a committed write of this manager's to lock uid.
@@ -157,6 +163,7 @@ func (r *Reconciler) wroteBefore(uid types.UID) bool {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // Nodes are read from the cache only, for the HolderReachable condition, in
 // a ClusterRole of their own that a manager limited to namespaces does
 // without (IgnoreNodes):
@@ -441,32 +448,47 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	}
 	if !ended(h) {
 		if why, shed := r.writer.shedding(h); shed {
-			r.shedGrant(s, h, why)
+			r.shedGrant(s, h, v1alpha1.ReasonShed, why)
+			return nil
 		}
+		why, pod, err := r.checkLiveness(ctx, s, h)
+		if err != nil || why == "" {
+			return err
+		}
+		// Marked first: once status stops showing the grant, the pod
+		// must keep nobody from the lock, whichever manager looks next.
+		if err := r.markUnresponsive(ctx, pod, h.grantID); err != nil {
+			return err
+		}
+		r.shedGrant(s, h, v1alpha1.ReasonHolderUnresponsive, why)
 		return nil
 	}
 	r.endSession(ctx, s, h)
 	return nil
 }
 
-// shedGrant stops showing h's grant, which the status writer sheds
-// (load.go): Held=False with reason Shed. Once that committed, the grant's
-// Session stops renewing, and its keys, which outlive the validity status
-// showed, are left to expire and removed after it (a reader's view of the
-// shown validity may be stale: nobody else is granted the key before it
-// passes). Its holder has lost it (a pod gets LockLost, and onLost applies);
-// it is granted again when status writes leave room.
-func (r *Reconciler) shedGrant(s *scope, h *held, why string) {
+// shedGrant stops showing h's grant, with reason: Shed, when the status
+// writer sheds it (load.go), or HolderUnresponsive, when its holder shows
+// no sign of life (liveness.go). Once that committed, the grant's Session
+// stops renewing, and its keys, which outlive the validity status showed,
+// are left to expire and removed after it (a reader's view of the shown
+// validity may be stale, and an agent stops its app only by then: nobody
+// else is granted the key before it passes). Its holder has lost it (a
+// pod gets LockLost, and onLost applies). A shed grant is granted again
+// when status writes leave room; an unresponsive holder is skipped from
+// then on, and the next in line is granted once the keys are gone.
+func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 	lock := s.lock
 	s.shedding, s.releasing = true, true
 	shown := time.Time{}
 	if vu := s.orig.ValidUntil; vu != nil {
 		shown = vu.Time
 	}
-	s.clear(v1alpha1.ReasonShed, why)
+	s.clear(reason, why)
 	s.givingBack = true
 	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	name := client.ObjectKeyFromObject(lock)
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
 		r.sessions.drop(h)
 		h.session.Orphan()
@@ -478,10 +500,15 @@ func (r *Reconciler) shedGrant(s *scope, h *held, why string) {
 			octx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
 			_ = r.releaseGrant(octx, grant, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
+			r.enqueue(name)                                       // the next grant need not wait for a retry
 		})
-		r.Metrics.LocksShed.Inc()
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
-		logf.FromContext(ctx).Info("shed a grant", "lock", h.name, "token", h.token, "keysUntil", until)
+		if reason == v1alpha1.ReasonShed {
+			r.Metrics.LocksShed.Inc()
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
+		} else {
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventHolderUnresponsive, "Release", "grant %d to %s given up: %s", h.token, h.holder, why)
+		}
+		logf.FromContext(ctx).Info("gave up a grant", "lock", h.name, "token", h.token, "reason", reason, "keysUntil", until)
 	})
 }
 
@@ -1563,6 +1590,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.writer.committed = r.markWritten
 	r.writer.reconcile = r.enqueue
 	r.wake = &wakeQueue{}
+	r.beats = newHeartbeats(r.Clock)
+	leases, err := mgr.GetCache().GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return fmt.Errorf("heartbeat lease informer: %w", err)
+	}
+	if _, err := leases.AddEventHandler(r.beats.handler()); err != nil {
+		return fmt.Errorf("heartbeat lease informer: %w", err)
+	}
 	if err := mgr.Add(r.sessions); err != nil {
 		return err
 	}

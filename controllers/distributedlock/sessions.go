@@ -28,6 +28,9 @@ type held struct {
 	// renewed it before wrote have expired (othersCopiesUntil); zero
 	// otherwise.
 	othersCopiesUntil time.Time
+	// liveness is what this manager saw of the holder pod (liveness.go);
+	// only the lock's reconciles touch it.
+	liveness liveness
 
 	mu        sync.Mutex
 	committed time.Time // the latest validity of this grant that this manager's own write committed

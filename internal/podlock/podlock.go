@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
 
 // Gate is how a pod waits for its lock.
@@ -202,6 +203,11 @@ type Choice struct {
 //     replaced too;
 //   - the first candidate, first come, first served.
 //
+// A pod marked unresponsive (Unresponsive) is neither a former holder nor
+// a candidate: its agent stops its app by the end of the validity shown
+// for its last grant, so it keeps nobody from the lock. It stays the
+// current holder until the lock controller has given that grant up.
+//
 // pods are the pods labelled for the lock (named name), and the current
 // and last holder pods whatever their labels. stale may be nil: no pod is
 // of an old revision.
@@ -212,6 +218,7 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 		switch {
 		case holder != nil && Is(p, holder.Pod) && !Ended(p):
 			current = p
+		case Unresponsive(p):
 		case (HeldBefore(p, key) || Is(p, last)) && !Ended(p):
 			prior = append(prior, p)
 		case Candidate(p) && !GrantedElsewhere(p, key):
@@ -240,6 +247,14 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 	default:
 		return Choice{}
 	}
+}
+
+// Unresponsive reports whether pod was marked unresponsive by the lock
+// controller (annotation redlock.dev/unresponsive) and runs the agent,
+// which stops its app by its grant's fencing deadline. The mark on a pod
+// without the agent counts for nothing: nothing would stop its workload.
+func Unresponsive(pod *corev1.Pod) bool {
+	return pod.Annotations[v1alpha1.UnresponsiveAnnotation] != "" && podagent.Injected(pod)
 }
 
 // cmpBool orders false before true.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
 
 var t0 = time.Unix(1000, 0)
@@ -46,6 +47,19 @@ func succeeded(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
 
 func heldKey(p *corev1.Pod) {
 	p.Annotations = map[string]string{v1alpha1.LockKeyAnnotation: "key", v1alpha1.FencingTokenAnnotation: "7"}
+}
+
+// withAgent gives p the agent, as the webhook adds it.
+func withAgent(p *corev1.Pod) {
+	p.Spec.Containers = []corev1.Container{{Name: "app", Command: []string{podagent.Agent, "run", "--", "/app"}}}
+}
+
+// unresponsive marks p as the lock controller does.
+func unresponsive(p *corev1.Pod) {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[v1alpha1.UnresponsiveAnnotation] = "grant-1"
 }
 
 func holderOf(p *corev1.Pod) *v1alpha1.LockHolder {
@@ -100,6 +114,18 @@ func TestChoose(t *testing.T) {
 		{"a former holder relabelled after its grant keeps everyone waiting while it runs, and is not granted again", "", nil, nil, []*corev1.Pod{
 			b, pod("a", 5*time.Second, running, heldKey, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "other" }),
 		}, "", "", []string{"b"}},
+		{"a former holder with the agent marked unresponsive keeps nobody waiting and is not granted again", "", nil, nil, []*corev1.Pod{
+			b, pod("a", 0, running, heldKey, withAgent, unresponsive),
+		}, "", "b", nil},
+		{"the last grant's pod marked unresponsive keeps nobody waiting", "", nil, &v1alpha1.PodReference{Name: "a", UID: "uid-a"}, []*corev1.Pod{
+			b, pod("a", 0, running, withAgent, unresponsive),
+		}, "", "b", nil},
+		{"a marked holder stays the holder until its grant is given up", "", holderOf(aRunning), nil, []*corev1.Pod{
+			pod("a", 0, running, heldKey, withAgent, unresponsive), b,
+		}, "", "a", []string{"b"}},
+		{"the mark counts for nothing on a pod without the agent: nothing would stop it", "", nil, nil, []*corev1.Pod{
+			b, pod("a", 5*time.Second, running, heldKey, unresponsive),
+		}, "", "a", []string{"b"}},
 		{"pods being deleted, finished or without a usable gate never get it", "", nil, nil, []*corev1.Pod{
 			pod("deleting", 0, deleting), pod("done", 0, succeeded), pod("ungated", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }),
 			pod("both", 0, func(p *corev1.Pod) {

@@ -56,6 +56,10 @@ type Grant struct {
 	// Deadline is when this process must have stopped acting on the grant,
 	// by its own clock (monotonic from the observation).
 	Deadline time.Time
+	// HeartbeatTimeout is the lock's spec.heartbeatTimeout (0: unset): the
+	// holder must renew the lock's heartbeat Lease well within it
+	// (Heartbeat), or the operator gives the grant up.
+	HeartbeatTimeout time.Duration
 }
 
 // Holder is who the watcher looks for in the lock's status: a pod.
@@ -307,8 +311,12 @@ func GrantOf(l *v1alpha1.DistributedLock, holder Holder, now time.Time, skew tim
 	if left <= 0 {
 		return nil
 	}
-	return &Grant{
+	g := &Grant{
 		Token: st.FencingToken, GrantID: st.GrantID, Key: st.Key,
 		ValidUntil: st.ValidUntil.Time, Deadline: now.Add(left), // now's monotonic reading carries on
 	}
+	if t := l.Spec.HeartbeatTimeout; t != nil {
+		g.HeartbeatTimeout = t.Duration
+	}
+	return g
 }
