@@ -118,18 +118,17 @@ type DistributedLockSpec struct {
 	// +kubebuilder:default=Keep
 	OnLost LostPolicy `json:"onLost,omitempty"`
 
-	// HeartbeatTimeout turns on holder liveness for holder pods that run
-	// the agent (annotation redlock.dev/agent): the agent renews the
-	// heartbeat Lease HeartbeatLeaseName(lock) every third of it while its
-	// pod holds the lock (in run mode, while the app runs). A holder whose
-	// heartbeat the operator has not seen for this long, or whose
-	// containers crash-loop for this long, is treated as finished: its
-	// grant ends (Held=False, reason HolderUnresponsive), the pod is marked
-	// (redlock.dev/unresponsive) and never granted the lock again, and the
-	// next pod is granted once the validity status showed has passed (by
-	// then the agent has stopped the app). From 3s to 24h. Unset (the
-	// default): a holder pod keeps the lock while it may run. Holders
-	// without the agent are not affected.
+	// HeartbeatTimeout turns on holder liveness for holder pods whose app
+	// the agent runs (annotation redlock.dev/agent: run): the agent renews
+	// the LockHeartbeat of the lock's name every third of it while the app
+	// runs under the pod's grant. A holder whose heartbeat the operator
+	// has not seen for this long, or whose containers crash-loop for this
+	// long, is treated as finished: its grant ends (Held=False, reason
+	// HolderUnresponsive), the pod is marked (redlock.dev/unresponsive)
+	// and never granted the lock again, and the next pod is granted once
+	// the validity status showed has passed (by then the agent has
+	// stopped the app). From 3s to 24h. Unset (the default): a holder pod
+	// keeps the lock while it may run. Other holders are not affected.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
@@ -308,18 +307,6 @@ type DistributedLockList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DistributedLock `json:"items"`
 }
-
-// HeartbeatLeasePrefix starts the name of the heartbeat Lease of a lock;
-// the lock's name follows.
-const HeartbeatLeasePrefix = "redlock-heartbeat."
-
-// HeartbeatLeaseName is the name of the coordination.k8s.io Lease, in the
-// lock's namespace, through which the holder of the DistributedLock named
-// lock shows it is alive (spec.heartbeatTimeout): the holder sets
-// spec.holderIdentity to status.grantID and spec.renewTime to its time.
-// The operator reads neither time: it counts a renewal when it sees the
-// Lease change with the current grant ID, on its own clock.
-func HeartbeatLeaseName(lock string) string { return HeartbeatLeasePrefix + lock }
 
 // RedisKey is the Redis key the lock takes: spec.key, or
 // "redlock:<namespace>/<name>".

@@ -1,5 +1,5 @@
 // Package v1alpha1 contains the API types of the coordination.redlock.dev
-// group, version v1alpha1: DistributedLock and RedisMasterSet. It holds types,
+// group, version v1alpha1: DistributedLock, RedisMasterSet and LockHeartbeat. It holds types,
 // validation markers and generated deep-copy functions, no logic.
 //
 // +kubebuilder:object:generate=true
@@ -27,6 +27,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&DistributedLock{}, &DistributedLockList{},
 		&RedisMasterSet{}, &RedisMasterSetList{},
+		&LockHeartbeat{}, &LockHeartbeatList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

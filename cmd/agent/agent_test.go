@@ -17,7 +17,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -352,31 +351,33 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		fmt.Fprintf(GinkgoWriter, "cut off: the app stopped %v before the validity read right after the cut\n", seen.Sub(stop))
 	})
 
-	It("passes the lock on from an agent cut off from the API server when the lock sets heartbeatTimeout: its app stops first, the next pod's starts after", func() {
-		Expect(env.Client.Create(env.Ctx, &v1alpha1.DistributedLock{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "beat"},
-			Spec: v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 10 * time.Second},
-				HeartbeatTimeout: &metav1.Duration{Duration: 3 * time.Second}},
-		})).To(Succeed())
+	It("renews the heartbeat once the lock sets heartbeatTimeout, and the lock passes on from an agent cut off from the API server: its app stops first, the next pod's starts after", func() {
+		createLock("beat", ms, 10*time.Second)
 		proxied, proxy := throughProxy(kubeconfig)
 		a := startPod(ns, "beat-a", "beat", proxied, injected)
 		Eventually(a.running).Should(BeTrue(), "beat-a's app started")
 		b := startPod(ns, "beat-b", "beat", kubeconfig, injected)
 
-		By("keeping the lock with beat-a for more than twice the timeout, on its agent's heartbeats")
+		By("setting heartbeatTimeout 6s on the held lock: beat-a keeps it for more than twice that, on its agent's heartbeats")
+		const timeout = 6 * time.Second
+		Eventually(func() error {
+			l := fetchLock(ns, "beat")
+			l.Spec.HeartbeatTimeout = &metav1.Duration{Duration: timeout}
+			return env.Client.Update(env.Ctx, l)
+		}).Should(Succeed())
 		grantID := fetchLock(ns, "beat").Status.GrantID
 		Consistently(func(g Gomega) {
 			g.Expect(fetchLock(ns, "beat").Status.GrantID).To(Equal(grantID), "lock beat still shows beat-a's grant")
 			g.Expect(b.running()).To(BeFalse(), "beat-b's app runs while beat-a holds the lock")
-		}, 7*time.Second, 200*time.Millisecond).Should(Succeed())
-		lease := &coordinationv1.Lease{}
-		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HeartbeatLeaseName("beat")}, lease)).To(Succeed())
-		Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(grantID)), "the heartbeat Lease names beat-a's grant")
+		}, 2*timeout+time.Second, 200*time.Millisecond).Should(Succeed())
+		hb := &v1alpha1.LockHeartbeat{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: "beat"}, hb)).To(Succeed())
+		Expect(hb.Spec.HolderIdentity).To(Equal(grantID), "the heartbeat names beat-a's grant")
 
 		By("cutting beat-a's agent off from the API server: its heartbeat stops")
 		Expect(proxy.Stall()).To(Succeed())
 		DeferCleanup(proxy.Resume)
-		Eventually(b.running, 40*time.Second).Should(BeTrue(), "beat-b's app started once beat-a was given up")
+		Eventually(b.running, 60*time.Second).Should(BeTrue(), "beat-b's app started once beat-a was given up")
 		Expect(a.running()).To(BeFalse(), "beat-a's app stopped")
 		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "beat-b started after beat-a stopped")
 		Expect(b.periods()[0].token).To(BeNumerically(">", a.periods()[0].token))

@@ -32,10 +32,9 @@
 // The agent learns its pod from the downward API (POD_NAME, POD_UID,
 // POD_NAMESPACE) and its lock from REDLOCK_LOCK (the pod's label
 // redlock.dev/lock); it needs get, list and watch on that one
-// DistributedLock and nothing else — and, when the lock sets
-// spec.heartbeatTimeout, get and update on its heartbeat Lease
-// (redlock-heartbeat.<lock>), which it renews every third of the timeout
-// while the pod holds the lock: in run mode only while the app runs.
+// DistributedLock and nothing else — and get and update on the
+// LockHeartbeat of the same name, which it renews in run mode every third
+// of the lock's spec.heartbeatTimeout while the app runs under a grant.
 package main
 
 import (
@@ -55,7 +54,6 @@ import (
 	"syscall"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -150,12 +148,12 @@ func run(args []string) int {
 	lock := types.NamespacedName{Namespace: cfg.namespace, Name: cfg.lock}
 	beat := func(ctx context.Context, g *holding.Grant) {
 		var once sync.Once
-		holding.Heartbeat(ctx, c, lock, g, clk, func(err error) {
+		holding.Heartbeat(ctx, c, lock, g.GrantID, w.HeartbeatTimeout(g.GrantID), clk, func(err error) {
 			once.Do(func() { log.Warn("heartbeat not renewed; retrying", "grantID", g.GrantID, "error", err) })
 		})
 	}
 	if mode == "watch" {
-		return watchOnly(ctx, w, pub, beat, signals, logf)
+		return watchOnly(ctx, w, pub, signals, logf)
 	}
 	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, forward: forward, beat: beat, log: logf}
 	code, err := s.run(ctx)
@@ -188,22 +186,13 @@ func oneShot(args []string) (code int, done bool) {
 
 // watchOnly publishes what the pod holds until the agent is signalled;
 // a grant that runs out unrefreshed is published as ended at its
-// deadline. While the pod holds a grant, beat renews its heartbeat.
-func watchOnly(ctx context.Context, w *holding.Watcher, pub *publisher, beat func(context.Context, *holding.Grant), signals <-chan os.Signal, log func(string, ...any)) int {
-	beating, stopBeat := "", func() {}
-	defer func() { stopBeat() }()
+// deadline. It renews no heartbeat: nothing it does tells whether the
+// app is alive, nor stops it (holder liveness applies to run mode only).
+func watchOnly(ctx context.Context, w *holding.Watcher, pub *publisher, signals <-chan os.Signal, log func(string, ...any)) int {
 	for {
 		changed := w.Changed()
 		g := w.Current()
 		pub.set(g)
-		switch {
-		case g == nil:
-			stopBeat()
-			beating = ""
-		case g.GrantID != beating:
-			stopBeat()
-			beating, stopBeat = g.GrantID, startBeat(ctx, beat, g)
-		}
 		var expire <-chan time.Time
 		if g != nil {
 			expire = time.After(time.Until(g.Deadline))
@@ -256,9 +245,6 @@ func newClient(kubeconfig string) (client.WithWatch, error) {
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})

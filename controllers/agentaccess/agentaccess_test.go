@@ -125,7 +125,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		}).Should(BeTrue(), "ServiceAccount worker can no longer read lock jobs")
 	})
 
-	It("keeps the heartbeat Lease of a lock that sets heartbeatTimeout, lets its agents renew that Lease and no other, and takes both back when it is unset", func() {
+	It("keeps the LockHeartbeat of a lock that sets heartbeatTimeout, lets its agents renew it and nothing else, and takes both back when it is unset", func() {
 		By("creating lock beats with heartbeatTimeout 30s, lock quiet without, and a pod of each with the agent (ServiceAccount beater)")
 		beats := &v1alpha1.DistributedLock{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "beats"},
@@ -136,34 +136,31 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		quiet := lock("quiet")
 		pod("hb", beats.Name, "beater", true)
 		pod("hq", quiet.Name, "beater", true)
-		leaseOf := func(lock string) client.ObjectKey {
-			return client.ObjectKey{Namespace: ns, Name: v1alpha1.HeartbeatLeaseName(lock)}
-		}
 		Eventually(func(g Gomega) {
-			l := &coordinationv1.Lease{}
-			g.Expect(k8s.Get(suiteCtx, leaseOf(beats.Name), l)).To(Succeed(), "Lease %s exists", leaseOf(beats.Name).Name)
-			g.Expect(metav1.IsControlledBy(l, beats)).To(BeTrue(), "Lease %s is owned by lock beats", l.Name)
-			g.Expect(l.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "redlock-operator"))
+			hb := &v1alpha1.LockHeartbeat{}
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), hb)).To(Succeed(), "LockHeartbeat beats exists")
+			g.Expect(metav1.IsControlledBy(hb, beats)).To(BeTrue(), "LockHeartbeat beats is owned by lock beats")
 			binding(g, beats.Name)
 		}).Should(Succeed())
-		Expect(apierrors.IsNotFound(k8s.Get(suiteCtx, leaseOf(quiet.Name), &coordinationv1.Lease{}))).To(BeTrue(), "lock quiet sets no timeout: no Lease")
+		Expect(apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(quiet), &v1alpha1.LockHeartbeat{}))).To(BeTrue(), "lock quiet sets no timeout: no LockHeartbeat")
 
 		By("renewing the heartbeat as ServiceAccount beater")
 		beater := as("beater")
 		Eventually(func() error {
-			return holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", 30*time.Second, time.Now())
+			return holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", time.Now())
 		}).Should(Succeed(), "the agent may renew its lock's heartbeat")
-		l := &coordinationv1.Lease{}
-		Expect(k8s.Get(suiteCtx, leaseOf(beats.Name), l)).To(Succeed())
-		Expect(l.Spec.HolderIdentity).To(HaveValue(Equal("grant-1")))
-		Expect(l.Spec.RenewTime).NotTo(BeNil())
+		hb := &v1alpha1.LockHeartbeat{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), hb)).To(Succeed())
+		Expect(hb.Spec.HolderIdentity).To(Equal("grant-1"))
+		Expect(hb.Spec.RenewTime).NotTo(BeNil())
 
-		By("trying, as beater, to renew another Lease, to create one, and to delete its own")
-		other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}}
+		By("trying, as beater, to read another lock's heartbeat, to create one, and to delete its own")
+		other := &v1alpha1.LockHeartbeat{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}}
 		Expect(k8s.Create(suiteCtx, other)).To(Succeed())
-		Expect(apierrors.IsForbidden(beater.Get(suiteCtx, client.ObjectKeyFromObject(other), &coordinationv1.Lease{}))).To(BeTrue(), "another Lease is forbidden")
-		Expect(apierrors.IsForbidden(beater.Create(suiteCtx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "made"}}))).To(BeTrue(), "creating Leases is forbidden")
-		Expect(apierrors.IsForbidden(beater.Delete(suiteCtx, l))).To(BeTrue(), "deleting its Lease is forbidden")
+		Expect(apierrors.IsForbidden(beater.Get(suiteCtx, client.ObjectKeyFromObject(other), &v1alpha1.LockHeartbeat{}))).To(BeTrue(), "another heartbeat is forbidden")
+		Expect(apierrors.IsForbidden(beater.Create(suiteCtx, &v1alpha1.LockHeartbeat{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "made"}}))).To(BeTrue(), "creating heartbeats is forbidden")
+		Expect(apierrors.IsForbidden(beater.Delete(suiteCtx, hb))).To(BeTrue(), "deleting its heartbeat is forbidden")
+		Expect(apierrors.IsForbidden(beater.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "node-lease"}, &coordinationv1.Lease{}))).To(BeTrue(), "Leases are forbidden")
 
 		By("unsetting the timeout")
 		Eventually(func() error {
@@ -175,11 +172,11 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 			return k8s.Update(suiteCtx, cur)
 		}).Should(Succeed())
 		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(suiteCtx, leaseOf(beats.Name), &coordinationv1.Lease{}))
-		}).Should(BeTrue(), "the Lease is deleted")
+			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), &v1alpha1.LockHeartbeat{}))
+		}).Should(BeTrue(), "the LockHeartbeat is deleted")
 		Eventually(func() bool {
-			return apierrors.IsForbidden(holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", 30*time.Second, time.Now()))
-		}).Should(BeTrue(), "the Role no longer allows the Lease")
+			return apierrors.IsForbidden(holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", time.Now()))
+		}).Should(BeTrue(), "the Role no longer allows the heartbeat")
 	})
 
 	It("leaves a Role of the same name that the lock does not own, and says so on the lock", func() {

@@ -19,13 +19,13 @@
 // can change.
 //
 // For a lock that sets spec.heartbeatTimeout it also keeps the lock's
-// heartbeat Lease (v1alpha1.HeartbeatLeaseName, owned by the lock and
-// labelled as the operator's; its spec is the holders' to write), and the
-// Role allows get and update on that one Lease. The Lease is deleted when
-// the timeout is unset.
+// LockHeartbeat (same name, owned by the lock and labelled as the
+// operator's; its spec is the holders' to write), and the Role allows get
+// and update on that one object. It is deleted when the timeout is unset.
 //
 // The operator can only grant what it holds itself (the API server's
-// escalation check): read on DistributedLocks, get and update on Leases.
+// escalation check): read on DistributedLocks, get and update on
+// LockHeartbeats.
 package agentaccess
 
 import (
@@ -34,7 +34,6 @@ import (
 	"slices"
 	"strings"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -68,7 +67,7 @@ const NamePrefix = "redlock-agent:"
 
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=lockheartbeats,verbs=get;list;watch;create;update;delete
 
 // Reconciler keeps the agents' Roles and RoleBindings.
 type Reconciler struct {
@@ -94,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Pods.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingLabels{v1alpha1.LockLabel: lock.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list pods of lock %s: %w", req.NamespacedName, err)
 	}
-	if _, err := r.apply(ctx, lock, HeartbeatLease(lock), lock.Spec.HeartbeatTimeout != nil); err != nil {
+	if _, err := r.apply(ctx, lock, Heartbeat(lock), lock.Spec.HeartbeatTimeout != nil); err != nil {
 		return reconcile.Result{}, err
 	}
 	subjects := Subjects(pods.Items)
@@ -113,8 +112,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // the lock's (Ours) is left as it is.
 func (r *Reconciler) apply(ctx context.Context, lock *v1alpha1.DistributedLock, want client.Object, keep bool) (bool, error) {
 	kind := strings.TrimPrefix(fmt.Sprintf("%T", want), "*v1.")
-	if _, ok := want.(*coordinationv1.Lease); ok {
-		kind = "heartbeat Lease"
+	if _, ok := want.(*v1alpha1.LockHeartbeat); ok {
+		kind = "LockHeartbeat"
 	}
 	cur, ok := want.DeepCopyObject().(client.Object)
 	if !ok {
@@ -234,19 +233,19 @@ func Role(lock *v1alpha1.DistributedLock) *rbacv1.Role {
 	}
 	if lock.Spec.HeartbeatTimeout != nil {
 		role.Rules = append(role.Rules, rbacv1.PolicyRule{
-			APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"},
-			ResourceNames: []string{v1alpha1.HeartbeatLeaseName(lock.Name)}, Verbs: []string{"get", "update"},
+			APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"lockheartbeats"},
+			ResourceNames: []string{lock.Name}, Verbs: []string{"get", "update"},
 		})
 	}
 	return role
 }
 
-// HeartbeatLease is lock's heartbeat Lease as this controller creates it:
-// no holder yet.
-func HeartbeatLease(lock *v1alpha1.DistributedLock) *coordinationv1.Lease {
+// Heartbeat is lock's LockHeartbeat as this controller creates it: no
+// holder yet.
+func Heartbeat(lock *v1alpha1.DistributedLock) *v1alpha1.LockHeartbeat {
 	meta := objectMeta(lock)
-	meta.Name = v1alpha1.HeartbeatLeaseName(lock.Name)
-	return &coordinationv1.Lease{ObjectMeta: meta}
+	meta.Name = lock.Name
+	return &v1alpha1.LockHeartbeat{ObjectMeta: meta}
 }
 
 // Binding is the RoleBinding of lock's Role to subjects.
@@ -305,7 +304,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Named("agentaccess").
 		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: heartbeatSetOrUnset})).
 		Owns(&rbacv1.Role{}).
-		Owns(&coordinationv1.Lease{}).
+		Owns(&v1alpha1.LockHeartbeat{}).
 		Owns(&rbacv1.RoleBinding{}).
 		WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, lockOf, counts)).
 		Complete(r)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -163,7 +162,7 @@ func (r *Reconciler) wroteBefore(uid types.UID) bool {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=lockheartbeats,verbs=get;list;watch
 // Nodes are read from the cache only, for the HolderReachable condition, in
 // a ClusterRole of their own that a manager limited to namespaces does
 // without (IgnoreNodes):
@@ -249,6 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.releaseOthers(ctx, req.NamespacedName, "")
 		r.relabelled.Forget(req.String())
 		r.writer.stopWaiting(req.NamespacedName)
+		r.beats.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
@@ -457,7 +457,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		}
 		// Marked first: once status stops showing the grant, the pod
 		// must keep nobody from the lock, whichever manager looks next.
-		if err := r.markUnresponsive(ctx, pod, h.grantID); err != nil {
+		if err := r.setMark(ctx, pod, h.grantID); err != nil {
 			return err
 		}
 		r.shedGrant(s, h, v1alpha1.ReasonHolderUnresponsive, why)
@@ -1022,7 +1022,14 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// key another lock holds, or whose masters lack a quorum, would
 		// otherwise keep it for as long as that lasts).
 		r.writer.stopWaiting(name)
-		s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
+		if heldConditionReason(lock.Status) == v1alpha1.ReasonHolderUnresponsive && errors.Is(err, redlock.ErrLockHeld) {
+			// Most likely the keys of the grant given up, which expire
+			// once its shown validity has passed: the reason stays.
+			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonHolderUnresponsive,
+				"the unresponsive holder's grant was given up; the next is granted once its validity has passed: "+err.Error())
+		} else {
+			s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
+		}
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
 		s.requeueAfter(retryDelay(ttl, jitter))
 		if s.givingBack && errors.Is(err, redlock.ErrLockHeld) {
@@ -1591,12 +1598,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.writer.reconcile = r.enqueue
 	r.wake = &wakeQueue{}
 	r.beats = newHeartbeats(r.Clock)
-	leases, err := mgr.GetCache().GetInformer(ctx, &coordinationv1.Lease{})
+	hbs, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.LockHeartbeat{})
 	if err != nil {
-		return fmt.Errorf("heartbeat lease informer: %w", err)
+		return fmt.Errorf("heartbeat informer: %w", err)
 	}
-	if _, err := leases.AddEventHandler(r.beats.handler()); err != nil {
-		return fmt.Errorf("heartbeat lease informer: %w", err)
+	if _, err := hbs.AddEventHandler(r.beats.handler()); err != nil {
+		return fmt.Errorf("heartbeat informer: %w", err)
 	}
 	if err := mgr.Add(r.sessions); err != nil {
 		return err

@@ -3,119 +3,117 @@ package distributedlock
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
 )
 
-// Holder liveness (spec.heartbeatTimeout). A holder pod that runs the
-// agent renews the lock's heartbeat Lease with its grant ID; this manager
-// notes, on its own clock, when it sees each renewal (heartbeats, fed by
-// the Lease informer, no reconcile per renewal), and when the holder's
-// containers crash-loop (from the pod as the cache shows it at each
-// reconcile). A grant whose holder shows neither a renewal nor a stable
-// container for the timeout is given up like a shed one: status stops
-// showing it (reason HolderUnresponsive), its keys are left to expire and
-// released once the shown validity has passed — by then the agent has
-// stopped the app — and the pod, marked redlock.dev/unresponsive, is
-// skipped from then on (podlock.Choose).
+// Holder liveness (spec.heartbeatTimeout). A holder pod whose app the
+// agent runs renews the lock's LockHeartbeat with its grant ID; this
+// manager notes, on its own clock, when it sees a renewal by the grant it
+// watches (heartbeats, fed by the LockHeartbeat informer: no reconcile per
+// renewal), and when the holder's containers crash-loop (from the pod as
+// the cache shows it at each reconcile). A grant whose holder shows
+// neither a renewal nor a stable container for the timeout is given up
+// like a shed one: the pod is marked redlock.dev/unresponsive, status
+// stops showing the grant (reason HolderUnresponsive), its keys are left
+// to expire and released once the shown validity has passed — by then
+// the agent has stopped the app — and the pod is skipped from then on
+// (podlock.Choose).
 //
 // Everything is counted from this manager's own observations: a new
 // leader starts the count when it first looks at the grant, so a
-// failover only ever delays the verdict.
+// failover only ever delays the verdict. A mark found on the holder of a
+// grant this manager judges alive (left by a deposed leader) is removed.
 
-// heartbeats records when this manager saw each heartbeat Lease renewed,
-// per holder identity (grant ID).
+// heartbeats records when this manager last saw each lock's heartbeat
+// renewed by the grant it watches there.
 type heartbeats struct {
 	clock clock.PassiveClock
 	mu    sync.Mutex
-	seen  map[types.NamespacedName]map[string]time.Time
+	seen  map[types.NamespacedName]*beat
 }
 
-// maxHoldersSeen bounds the identities kept per Lease: the current grant's
-// and a few stale writers'.
-const maxHoldersSeen = 4
+// beat is what heartbeats keeps of one LockHeartbeat.
+type beat struct {
+	grant string    // the grant watched (watch)
+	at    time.Time // when a renewal by it was last seen (zero: none yet)
+}
 
 func newHeartbeats(clk clock.PassiveClock) *heartbeats {
-	return &heartbeats{clock: clk, seen: map[types.NamespacedName]map[string]time.Time{}}
+	return &heartbeats{clock: clk, seen: map[types.NamespacedName]*beat{}}
 }
 
-// observe records a version of a Lease (old is nil for one newly listed):
-// a new version naming a holder is a renewal by that holder, seen now.
-func (b *heartbeats) observe(old, l *coordinationv1.Lease) {
-	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		return
+// watch starts counting the renewals of grant on lock key, and returns
+// when the latest was seen (zero: none since it started). Writes by other
+// grants (a former holder's late renewal) are not counted, nor remembered.
+func (b *heartbeats) watch(key types.NamespacedName, grant string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e := b.seen[key]; e != nil && e.grant == grant {
+		return e.at
 	}
-	if old != nil && old.ResourceVersion == l.ResourceVersion {
+	b.seen[key] = &beat{grant: grant}
+	return time.Time{}
+}
+
+// observe records a version of a LockHeartbeat (old is nil for one newly
+// listed): a new version naming the grant watched is its renewal, seen
+// now.
+func (b *heartbeats) observe(old, hb *v1alpha1.LockHeartbeat) {
+	if hb == nil || (old != nil && old.ResourceVersion == hb.ResourceVersion) {
 		return // a resync, not a write
 	}
-	key := types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m := b.seen[key]
-	if m == nil {
-		m = map[string]time.Time{}
-		b.seen[key] = m
-	}
-	m[*l.Spec.HolderIdentity] = b.clock.Now()
-	for len(m) > maxHoldersSeen {
-		oldest := slices.MinFunc(slices.Collect(maps.Keys(m)), func(a, c string) int { return m[a].Compare(m[c]) })
-		delete(m, oldest)
+	if e := b.seen[types.NamespacedName{Namespace: hb.Namespace, Name: hb.Name}]; e != nil && e.grant != "" && e.grant == hb.Spec.HolderIdentity {
+		e.at = b.clock.Now()
 	}
 }
 
-// forget drops a deleted Lease.
-func (b *heartbeats) forget(l *coordinationv1.Lease) {
+// forget drops what is kept of lock key.
+func (b *heartbeats) forget(key types.NamespacedName) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.seen, types.NamespacedName{Namespace: l.Namespace, Name: l.Name})
+	delete(b.seen, key)
 }
 
-// last is when this manager last saw holder renew Lease key (zero: never).
-func (b *heartbeats) last(key types.NamespacedName, holder string) time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.seen[key][holder]
-}
-
-// handler feeds b from a Lease informer.
+// handler feeds b from a LockHeartbeat informer.
 func (b *heartbeats) handler() toolscache.ResourceEventHandler {
-	lease := func(o any) *coordinationv1.Lease {
+	heartbeat := func(o any) *v1alpha1.LockHeartbeat {
 		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 			o = t.Obj
 		}
-		l, _ := o.(*coordinationv1.Lease)
-		return l
+		hb, _ := o.(*v1alpha1.LockHeartbeat)
+		return hb
 	}
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { b.observe(nil, lease(o)) },
-		UpdateFunc: func(o, n any) { b.observe(lease(o), lease(n)) },
-		DeleteFunc: func(o any) {
-			if l := lease(o); l != nil {
-				b.forget(l)
-			}
-		},
+		AddFunc:    func(o any) { b.observe(nil, heartbeat(o)) },
+		UpdateFunc: func(o, n any) { b.observe(heartbeat(o), heartbeat(n)) },
 	}
 }
 
 // liveness is what this manager has seen of one grant's holder pod; it
-// lives with the grant's held.
+// lives with the grant's held, and only the lock's reconciles touch it.
 type liveness struct {
 	// since is when this manager first looked at the grant with its pod
-	// running: the heartbeat is counted from then at the earliest.
-	since time.Time
+	// running, under the timeout it counts with: the heartbeat is counted
+	// from then at the earliest, and from the look at which the timeout
+	// changed (an agent follows a new timeout only from its next renewal).
+	since   time.Time
+	timeout time.Duration
 	// restarts is the pod's container restarts as last seen.
 	restarts int32
 	// troubleSince and troubleLast bound the current spell of crashes:
@@ -128,14 +126,12 @@ type liveness struct {
 type livenessInputs struct {
 	Now     time.Time
 	Timeout time.Duration
-	// Marked: the pod carries the mark for this grant (an earlier verdict,
-	// perhaps another manager's, whose status patch did not commit).
-	Marked bool
 	// Since, LastBeat: when the count started, and the latest renewal seen
 	// for this grant (zero: none).
 	Since, LastBeat time.Time
-	// Down: a container is down now (terminated, or in CrashLoopBackOff);
-	// TroubleSince: the start of the current spell of crashes.
+	// Down: a container is down now (exited to be restarted, or in
+	// CrashLoopBackOff); TroubleSince: the start of the current spell of
+	// crashes.
 	Down         bool
 	TroubleSince time.Time
 }
@@ -143,9 +139,6 @@ type livenessInputs struct {
 // livenessVerdict says why the holder is to be treated as finished ("":
 // it is not), and when to look again.
 func livenessVerdict(in livenessInputs) (why string, recheck time.Duration) {
-	if in.Marked {
-		return "the pod is marked " + v1alpha1.UnresponsiveAnnotation + " for this grant", 0
-	}
 	last := in.Since
 	if in.LastBeat.After(last) {
 		last = in.LastBeat
@@ -163,20 +156,24 @@ func livenessVerdict(in livenessInputs) (why string, recheck time.Duration) {
 	return "", recheck
 }
 
-// observePod updates lv from the holder pod as seen now: a spell of
+// observePod updates lv from the holder pod as seen now, counting with
+// timeout, and reports whether a container is down now. A spell of
 // crashes starts at the first look that finds a container down or
-// restarted, and goes on while looks (at least one per timeout, the
-// verdict's recheck) keep finding that.
+// restarted since the look before, and goes on while looks (at least one
+// per timeout: the verdict's recheck) keep finding that. The first look,
+// and a new timeout, start the count afresh: restarts from before count
+// for nothing.
 func (lv *liveness) observePod(pod *corev1.Pod, now time.Time, timeout time.Duration) (down bool) {
-	if lv.since.IsZero() {
-		lv.since = now
-	}
 	var restarts int32
 	for _, st := range containerStatuses(pod) {
 		restarts += st.RestartCount
-		if st.State.Terminated != nil || (st.State.Waiting != nil && st.State.Waiting.Reason == "CrashLoopBackOff") {
+		if t := st.State.Terminated; (t != nil && podlock.WillRestart(pod, t.ExitCode)) ||
+			(st.State.Waiting != nil && st.State.Waiting.Reason == "CrashLoopBackOff") {
 			down = true
 		}
+	}
+	if lv.since.IsZero() || lv.timeout != timeout {
+		*lv = liveness{since: now, timeout: timeout, restarts: restarts}
 	}
 	if down || restarts > lv.restarts {
 		if lv.troubleSince.IsZero() || now.Sub(lv.troubleLast) > timeout {
@@ -189,7 +186,7 @@ func (lv *liveness) observePod(pod *corev1.Pod, now time.Time, timeout time.Dura
 }
 
 // containerStatuses are the statuses of pod's app containers and of its
-// sidecars (restartable init containers, the agent's among them).
+// sidecars (restartable init containers).
 func containerStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
 	out := slices.Clone(pod.Status.ContainerStatuses)
 	for _, c := range pod.Spec.InitContainers {
@@ -205,9 +202,9 @@ func containerStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
 
 // checkLiveness judges the liveness of h's holder pod when the lock asks
 // for it: why it is to be treated as finished ("": it is not, and a
-// recheck is asked for). It applies only to a running pod that runs the
-// agent, and only while the lock's heartbeat Lease exists (the agents
-// could not renew it otherwise).
+// recheck is asked for). It judges only a running pod, not being deleted,
+// whose app the agent runs, and only while the lock's LockHeartbeat
+// exists (the agents could not renew it otherwise).
 func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (string, *corev1.Pod, error) {
 	lock := s.lock
 	timeout := lock.Spec.HeartbeatTimeout
@@ -218,33 +215,44 @@ func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (stri
 	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: h.pod.Name}, pod); err != nil {
 		return "", nil, client.IgnoreNotFound(err)
 	}
-	if pod.UID != h.pod.UID || !podagent.Injected(pod) || pod.Status.Phase != corev1.PodRunning {
-		return "", nil, nil // not started yet, or not one the verdict applies to: looked at again on its next change
+	if pod.UID != h.pod.UID || !podagent.RunsApp(pod) || pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
+		// Not started yet, stopping (its agent stops the app with the
+		// pod), or not one the verdict applies to: looked at again on
+		// its next change.
+		return "", nil, nil
 	}
-	key := types.NamespacedName{Namespace: lock.Namespace, Name: v1alpha1.HeartbeatLeaseName(lock.Name)}
-	if err := r.Get(ctx, key, &coordinationv1.Lease{}); err != nil {
+	key := client.ObjectKeyFromObject(lock)
+	if err := r.Get(ctx, key, &v1alpha1.LockHeartbeat{}); err != nil {
 		if apierrors.IsNotFound(err) {
+			s.requeueAfter(timeout.Duration) // not made yet, or deleted: nothing to count
 			return "", nil, nil
 		}
-		return "", nil, fmt.Errorf("read heartbeat lease: %w", err)
+		return "", nil, fmt.Errorf("read heartbeat: %w", err)
 	}
 	lv := &h.liveness
 	down := lv.observePod(pod, s.now, timeout.Duration)
 	why, recheck := livenessVerdict(livenessInputs{
 		Now: s.now, Timeout: timeout.Duration,
-		Marked: pod.Annotations[v1alpha1.UnresponsiveAnnotation] == h.grantID,
-		Since:  lv.since, LastBeat: r.beats.last(key, h.grantID),
+		Since: lv.since, LastBeat: r.beats.watch(key, h.grantID),
 		Down: down, TroubleSince: lv.troubleSince,
 	})
-	if why == "" {
-		s.requeueAfter(recheck + time.Millisecond)
+	logf.FromContext(ctx).V(1).Info("holder liveness", "pod", pod.Name, "down", down, "since", lv.since, "troubleSince", lv.troubleSince, "verdict", why, "recheck", recheck)
+	if why != "" {
+		return why, pod, nil
 	}
-	return why, pod, nil
+	s.requeueAfter(recheck + time.Millisecond)
+	if pod.Annotations[v1alpha1.UnresponsiveAnnotation] == h.grantID {
+		// Marked by a manager whose verdict did not commit (a deposed
+		// leader): alive by this one's count.
+		return "", nil, r.setMark(ctx, pod, "")
+	}
+	return "", nil, nil
 }
 
-// markUnresponsive marks pod as unresponsive in grant grantID, on the
-// version of it read: from then on it keeps nobody from the lock.
-func (r *Reconciler) markUnresponsive(ctx context.Context, pod *corev1.Pod, grantID string) error {
+// setMark marks pod as unresponsive in grant grantID ("": removes the
+// mark), on the version of it read: once marked it keeps nobody from the
+// lock.
+func (r *Reconciler) setMark(ctx context.Context, pod *corev1.Pod, grantID string) error {
 	if pod.Annotations[v1alpha1.UnresponsiveAnnotation] == grantID {
 		return nil
 	}
@@ -252,9 +260,13 @@ func (r *Reconciler) markUnresponsive(ctx context.Context, pod *corev1.Pod, gran
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[v1alpha1.UnresponsiveAnnotation] = grantID
+	if grantID == "" {
+		delete(pod.Annotations, v1alpha1.UnresponsiveAnnotation)
+	} else {
+		pod.Annotations[v1alpha1.UnresponsiveAnnotation] = grantID
+	}
 	if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("mark pod %s unresponsive: %w", pod.Name, err)
+		return fmt.Errorf("mark pod %s unresponsive (%q): %w", pod.Name, grantID, err)
 	}
 	return nil
 }

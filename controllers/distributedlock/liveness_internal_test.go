@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
 
 func TestLivenessVerdict(t *testing.T) {
@@ -26,7 +27,6 @@ func TestLivenessVerdict(t *testing.T) {
 		{"a heartbeat moves the count on", livenessInputs{Now: t0.Add(4 * time.Second), Since: t0, LastBeat: t0.Add(2 * time.Second)}, "", time.Second},
 		{"a heartbeat from before the first look counts from the first look", livenessInputs{Now: t0.Add(2 * time.Second), Since: t0, LastBeat: t0.Add(-time.Minute)}, "", time.Second},
 		{"the last heartbeat too long ago", livenessInputs{Now: t0.Add(6 * time.Second), Since: t0, LastBeat: t0.Add(2 * time.Second)}, "no heartbeat seen for 4s", 0},
-		{"marked by an earlier verdict: at once", livenessInputs{Now: t0, Since: t0, LastBeat: t0, Marked: true}, "marked", 0},
 		{"down, but not for the timeout yet", livenessInputs{Now: t0.Add(2 * time.Second), Since: t0, LastBeat: t0.Add(2 * time.Second), Down: true, TroubleSince: t0.Add(time.Second)}, "", 2 * time.Second},
 		{"crash-looping for the timeout, heartbeat or not", livenessInputs{Now: t0.Add(5 * time.Second), Since: t0, LastBeat: t0.Add(5 * time.Second), Down: true, TroubleSince: t0.Add(2 * time.Second)}, "crash-looped for 3s", 0},
 		{"up again after a spell of crashes", livenessInputs{Now: t0.Add(5 * time.Second), Since: t0, LastBeat: t0.Add(5 * time.Second), TroubleSince: t0.Add(time.Second)}, "", timeout},
@@ -52,23 +52,28 @@ func TestObservePodCountsASpellOfCrashes(t *testing.T) {
 	}
 	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	backoff := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	exited := func(code int32) corev1.ContainerState {
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}
+	}
 	var lv liveness
 	steps := []struct {
 		at               time.Duration
 		pod              *corev1.Pod
+		timeout          time.Duration
 		wantDown         bool
 		wantTroubleSince time.Duration // -1: none
 	}{
-		{0, pod(0, running), false, -1},
-		{time.Second, pod(1, running), false, time.Second}, // restarted between looks
-		{2 * time.Second, pod(1, backoff), true, time.Second},
-		{4 * time.Second, pod(2, running), false, time.Second},
-		{4500 * time.Millisecond, pod(2, backoff), true, time.Second}, // still the same spell
-		{9 * time.Second, pod(2, running), false, time.Second},        // up: the spell is over, not yet forgotten
-		{13 * time.Second, pod(3, backoff), true, 13 * time.Second},   // more than a timeout after the last trouble: a new spell
+		{0, pod(5, running), timeout, false, -1},                    // restarts from before the first look count for nothing
+		{time.Second, pod(6, running), timeout, false, time.Second}, // restarted between looks
+		{2 * time.Second, pod(6, backoff), timeout, true, time.Second},
+		{4 * time.Second, pod(7, running), timeout, false, time.Second},
+		{4500 * time.Millisecond, pod(7, exited(1)), timeout, true, time.Second}, // still the same spell
+		{9 * time.Second, pod(7, running), timeout, false, time.Second},          // up: the spell is over, not yet forgotten
+		{13 * time.Second, pod(8, backoff), timeout, true, 13 * time.Second},     // more than a timeout after the last trouble: a new spell
+		{14 * time.Second, pod(8, backoff), 2 * timeout, true, 14 * time.Second}, // a new timeout counts afresh from this look
 	}
 	for _, st := range steps {
-		down := lv.observePod(st.pod, t0.Add(st.at), timeout)
+		down := lv.observePod(st.pod, t0.Add(st.at), st.timeout)
 		if down != st.wantDown {
 			t.Errorf("at %v: down = %v, want %v", st.at, down, st.wantDown)
 		}
@@ -80,41 +85,54 @@ func TestObservePodCountsASpellOfCrashes(t *testing.T) {
 			t.Errorf("at %v: trouble since %v, want %v", st.at, lv.troubleSince, want)
 		}
 	}
-	if !lv.since.Equal(t0) {
-		t.Errorf("since = %v, want the first look %v", lv.since, t0)
+	if !lv.since.Equal(t0.Add(14 * time.Second)) {
+		t.Errorf("since = %v, want the look with the new timeout", lv.since)
 	}
+
+	t.Run("a container that exited for good is not down", func(t *testing.T) {
+		var lv liveness
+		p := pod(0, exited(0))
+		p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		if lv.observePod(p, t0, timeout) {
+			t.Error("a container that exited 0 under OnFailure counted as down")
+		}
+		p.Status.ContainerStatuses[0].State = exited(2)
+		if !lv.observePod(p, t0, timeout) {
+			t.Error("a container that failed under OnFailure, to be restarted, not counted as down")
+		}
+	})
 }
 
-func TestHeartbeatsCountWritesPerHolder(t *testing.T) {
+func TestHeartbeatsCountOnlyTheWatchedGrant(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	b := newHeartbeats(clk)
-	lease := func(rv, holder string) *coordinationv1.Lease {
-		return &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "redlock-heartbeat.l", ResourceVersion: rv},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	hb := func(rv, holder string) *v1alpha1.LockHeartbeat {
+		return &v1alpha1.LockHeartbeat{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "l", ResourceVersion: rv},
+			Spec:       v1alpha1.LockHeartbeatSpec{HolderIdentity: holder},
 		}
 	}
-	key := types.NamespacedName{Namespace: "ns", Name: "redlock-heartbeat.l"}
-	b.observe(nil, lease("1", "g1"))
+	key := types.NamespacedName{Namespace: "ns", Name: "l"}
+	b.observe(nil, hb("1", "g1"))
+	if got := b.watch(key, "g1"); !got.IsZero() {
+		t.Errorf("a renewal from before the watch counted: %v", got)
+	}
+	clk.SetTime(clk.Now().Add(time.Second))
+	b.observe(hb("1", "g1"), hb("2", "g1"))
 	t1 := clk.Now()
 	clk.SetTime(t1.Add(time.Second))
-	b.observe(lease("1", "g1"), lease("1", "g1")) // a resync: no write
-	if got := b.last(key, "g1"); !got.Equal(t1) {
-		t.Errorf("a resync counted as a renewal: last = %v, want %v", got, t1)
+	b.observe(hb("2", "g1"), hb("2", "g1")) // a resync: no write
+	for i := range 10 {
+		b.observe(nil, hb(string(rune('a'+i)), "junk")) // another grant's writes
 	}
-	b.observe(lease("1", "g1"), lease("2", "g2"))
-	clk.SetTime(t1.Add(2 * time.Second))
-	b.observe(lease("2", "g2"), lease("3", "g1")) // a stale writer of g1 in between
-	if got := b.last(key, "g2"); !got.Equal(t1.Add(time.Second)) {
-		t.Errorf("g2's renewal forgotten after another holder's write: last = %v", got)
+	if got := b.watch(key, "g1"); !got.Equal(t1) {
+		t.Errorf("last renewal of g1 = %v, want %v (resyncs and other grants' writes do not count)", got, t1)
 	}
-	for i := range 2 * maxHoldersSeen {
-		b.observe(nil, lease("x", string(rune('a'+i))))
+	if got := b.watch(key, "g2"); !got.IsZero() {
+		t.Errorf("a new grant starts with g1's renewals: %v", got)
 	}
-	b.mu.Lock()
-	n := len(b.seen[key])
-	b.mu.Unlock()
-	if n > maxHoldersSeen {
-		t.Errorf("%d holders kept, want at most %d", n, maxHoldersSeen)
+	b.observe(nil, hb("x", "g1"))
+	if got := b.watch(key, "g2"); !got.IsZero() {
+		t.Errorf("the former grant's late write counted for the new one: %v", got)
 	}
 }

@@ -78,7 +78,7 @@ func beat(ns, lock, grantID string, interval time.Duration) (stop func()) {
 	go func() {
 		defer close(done)
 		for {
-			_ = holding.Beat(ctx, k8s, client.ObjectKey{Namespace: ns, Name: lock}, grantID, interval*3, time.Now())
+			_ = holding.Beat(ctx, k8s, client.ObjectKey{Namespace: ns, Name: lock}, grantID, time.Now())
 			select {
 			case <-ctx.Done():
 				return
@@ -95,11 +95,11 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		DeferCleanup(mgr.Stop)
 		ns := env.NewNamespace()
 		ms := env.NewServingMasters(ns, "masters", 3, 4*time.Second)
-		const name, timeout = "live", 3 * time.Second
+		const name, timeout = "live", 6 * time.Second
 		gr := watchGrants(ns, name)
 		m := watchMarks(ns, name)
 
-		By("creating lock live (ttl 3s, heartbeatTimeout 3s) and three running agent pods in holder-label mode")
+		By("creating lock live (ttl 3s, heartbeatTimeout 6s) and three running agent pods in holder-label mode")
 		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 3 * time.Second},
@@ -110,13 +110,16 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
 			kubeletRuns(p)
 		}
+		// holder waits for pod i to hold the lock: a verdict comes within
+		// two timeouts of the holder's last sign of life (looks come at
+		// least once per timeout), the next grant after the ttl.
 		holder := func(i int) *v1alpha1.DistributedLock {
 			var l *v1alpha1.DistributedLock
 			Eventually(func(g Gomega) {
 				expectHolds(g, ns, name, pods[i])
 				l = fetchLock(ns, name)
 				g.Expect(heldOf(l)).To(Equal("True/Acquired"), "lock %s shows %s held", name, pods[i].Name)
-			}).Should(Succeed())
+			}).WithTimeout(4 * timeout).Should(Succeed())
 			return l
 		}
 		first := holder(0)
@@ -127,6 +130,16 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 			l := fetchLock(ns, name)
 			g.Expect(l.Status.GrantID).To(Equal(first.Status.GrantID), "lock %s still shows live-a's grant", name)
 		}, 2*timeout+time.Second, 200*time.Millisecond).Should(Succeed())
+
+		By("marking live-a as a deposed leader might have: the leader, counting live-a alive, takes the mark off and keeps the grant")
+		Eventually(func() error {
+			cur := getPod(pods[0])
+			cur.Annotations[v1alpha1.UnresponsiveAnnotation] = first.Status.GrantID
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed())
+		Eventually(func() map[string]string { return getPod(pods[0]).Annotations }).WithTimeout(2*timeout).
+			ShouldNot(HaveKey(v1alpha1.UnresponsiveAnnotation), "the stale mark on live-a")
+		Expect(fetchLock(ns, name).Status.GrantID).To(Equal(first.Status.GrantID), "lock %s still shows live-a's grant", name)
 
 		By("stopping live-a's heartbeat: its grant is given up, it is marked, and live-b is granted only after live-a's validity passed")
 		stop()

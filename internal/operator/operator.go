@@ -11,7 +11,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -100,11 +99,9 @@ type Options struct {
 // its memory does not grow with the cluster: Pods of managed master sets
 // only (gated pods are watched through PodCache), and of StatefulSets,
 // Services, ConfigMaps, PodDisruptionBudgets and NetworkPolicies only those
-// a managed set owns, of Roles and RoleBindings only the agents', and of
-// Leases only the locks' heartbeat Leases (all labelled
-// app.kubernetes.io/managed-by: redlock-operator; the leader election's
-// Lease is read by its own client). Secrets are never cached: they are
-// read by name.
+// a managed set owns, and of Roles and RoleBindings only the agents' (all
+// labelled app.kubernetes.io/managed-by: redlock-operator). Secrets are
+// never cached: they are read by name.
 // With namespaces, every namespaced kind is listed and watched in those
 // namespaces only (see WatchNamespaces); none: in the whole cluster.
 func CacheOptions(namespaces ...string) cache.Options {
@@ -122,7 +119,6 @@ func CacheOptions(namespaces ...string) cache.Options {
 		&networkingv1.NetworkPolicy{}:   {Label: owned},
 		&rbacv1.Role{}:                  {Label: owned},
 		&rbacv1.RoleBinding{}:           {Label: owned},
-		&coordinationv1.Lease{}:         {Label: owned},
 	}}
 }
 

@@ -81,11 +81,18 @@ func Wanted(pod *corev1.Pod) bool {
 // it (run mode) or its sidecar (watch mode). Unlike the annotation, which
 // anyone who may edit the pod can change, this is fixed at creation.
 func Injected(pod *corev1.Pod) bool {
-	wrapped := func(c corev1.Container) bool { return len(c.Command) > 0 && c.Command[0] == Agent }
 	sidecar := func(c corev1.Container) bool {
 		return c.Name == SidecarContainer && len(c.Command) > 1 && c.Command[0] == imageAgent && c.Command[1] == "watch"
 	}
-	return slices.ContainsFunc(pod.Spec.Containers, wrapped) || slices.ContainsFunc(pod.Spec.InitContainers, sidecar)
+	return RunsApp(pod) || slices.ContainsFunc(pod.Spec.InitContainers, sidecar)
+}
+
+// RunsApp reports whether the agent starts one of pod's containers (run
+// mode), as fixed at creation: that container runs only under a current
+// grant, and is stopped by the grant's fencing deadline, whether or not
+// the agent can reach the API server.
+func RunsApp(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return len(c.Command) > 0 && c.Command[0] == Agent })
 }
 
 // Inject adds the agent to pod as its annotations ask, and reports whether

@@ -250,12 +250,18 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 }
 
 // Unresponsive reports whether pod was marked unresponsive by the lock
-// controller (annotation redlock.dev/unresponsive) and runs the agent,
-// which stops its app by its grant's fencing deadline. The mark on a pod
-// without the agent counts for nothing: nothing would stop its workload.
+// controller (annotation redlock.dev/unresponsive) and its app runs under
+// the agent (run mode), which stops it by its grant's fencing deadline.
+// The mark on any other pod counts for nothing, whoever set it: nothing
+// would stop its workload (in watch mode the app stops itself, if it
+// can).
 func Unresponsive(pod *corev1.Pod) bool {
-	return pod.Annotations[v1alpha1.UnresponsiveAnnotation] != "" && podagent.Injected(pod)
+	return pod.Annotations[v1alpha1.UnresponsiveAnnotation] != "" && podagent.RunsApp(pod)
 }
+
+// WillRestart reports whether the kubelet restarts a container of pod
+// that exited with code.
+func WillRestart(pod *corev1.Pod, code int32) bool { return restarts(pod.Spec.RestartPolicy, code) }
 
 // cmpBool orders false before true.
 func cmpBool(a, b bool) int {

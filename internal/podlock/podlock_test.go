@@ -126,6 +126,11 @@ func TestChoose(t *testing.T) {
 		{"the mark counts for nothing on a pod without the agent: nothing would stop it", "", nil, nil, []*corev1.Pod{
 			b, pod("a", 5*time.Second, running, heldKey, unresponsive),
 		}, "", "a", []string{"b"}},
+		{"the mark counts for nothing on a pod whose agent only watches: the app stops itself, if it can", "", nil, nil, []*corev1.Pod{
+			b, pod("a", 5*time.Second, running, heldKey, unresponsive, func(p *corev1.Pod) {
+				p.Spec.InitContainers = []corev1.Container{{Name: podagent.SidecarContainer, Command: []string{"/agent", "watch"}}}
+			}),
+		}, "", "a", []string{"b"}},
 		{"pods being deleted, finished or without a usable gate never get it", "", nil, nil, []*corev1.Pod{
 			pod("deleting", 0, deleting), pod("done", 0, succeeded), pod("ungated", 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }),
 			pod("both", 0, func(p *corev1.Pod) {

@@ -1,0 +1,50 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// LockHeartbeatSpec is what the holder of a lock writes to show it is
+// alive.
+type LockHeartbeatSpec struct {
+	// HolderIdentity is the grant the renewal is for: the lock's
+	// status.grantID as the holder read it. A renewal naming another grant
+	// (a former holder's late write) counts for nothing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	HolderIdentity string `json:"holderIdentity,omitempty"`
+	// RenewTime is when the holder renewed, by its own clock. For people
+	// only: the operator counts a renewal when it sees the object change,
+	// on its own clock.
+	// +optional
+	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+}
+
+// LockHeartbeat is the heartbeat of the holder of the DistributedLock of
+// the same name and namespace, when that lock sets spec.heartbeatTimeout.
+// The operator creates it, owned by the lock; the holder (the in-pod
+// agent) renews it by updating spec, with get and update on this one
+// object (a Role with resourceNames).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=dlockhb,categories=redlock
+// +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.spec.holderIdentity`
+// +kubebuilder:printcolumn:name="Renewed",type=string,JSONPath=`.spec.renewTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type LockHeartbeat struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the latest renewal.
+	// +optional
+	Spec LockHeartbeatSpec `json:"spec,omitempty"`
+}
+
+// LockHeartbeatList is a list of LockHeartbeats.
+//
+// +kubebuilder:object:root=true
+type LockHeartbeatList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LockHeartbeat `json:"items"`
+}
