@@ -146,11 +146,11 @@ var requestLabel = regexp.MustCompile(`(\w+)="([^"]*)"`)
 
 // apiWrites is the API server's count of write requests so far
 // (apiserver_request_total, verbs POST, PUT, PATCH, APPLY and DELETE) by
-// resource and subresource.
-func apiWrites() map[string]float64 {
+// resource and subresource, and whether they were refused (code ≥ 400).
+func apiWrites() map[writeKind]float64 {
 	out, err := exec.Command(os.Getenv("KUBECTL"), "get", "--raw", "/metrics").Output() //nolint:gosec // the suite's kubectl
 	Expect(err).NotTo(HaveOccurred())
-	writes := map[string]float64{}
+	writes := map[writeKind]float64{}
 	for line := range strings.Lines(string(out)) {
 		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
 		if !ok {
@@ -177,9 +177,14 @@ func apiWrites() map[string]float64 {
 		if l["subresource"] != "" {
 			r += "/" + l["subresource"]
 		}
-		writes[r] += v
+		writes[writeKind{r, l["code"] >= "400"}] += v
 	}
 	return writes
+}
+
+type writeKind struct {
+	resource string
+	refused  bool
 }
 
 // measureWrites holds three locks at once — agent-run DistributedLocks at
@@ -242,7 +247,7 @@ func measureWrites() {
 	counts := c.stop()
 	for _, l := range locks {
 		if _, err := running(l.app, l.d); err != nil {
-			GinkgoWriter.Printf("writes: %s changed during the window: %v\n", l.app, err)
+			GinkgoWriter.Printf("writes: the app of %s is not running at the end of the window: %v\n", l.app, err)
 		}
 	}
 
@@ -258,10 +263,16 @@ func measureWrites() {
 		GinkgoWriter.Printf("\nLease / agent-run lock at the same 15s failover bound: %.1f× the writes\n", perSecond[peer]/lock)
 	}
 	GinkgoWriter.Printf("\nevery change the watches saw: %v\n", counts)
-	GinkgoWriter.Printf("\nthe API server's write requests in the same window (apiserver_request_total, POST/PUT/PATCH/APPLY/DELETE; the whole cluster):\n\n| resource | writes | writes/s |\n|---|---:|---:|\n")
-	for _, r := range slices.Sorted(maps.Keys(after)) {
-		if n := after[r] - before[r]; n > 0 {
-			GinkgoWriter.Printf("| %s | %.0f | %.3f |\n", r, n, n/elapsed.Seconds())
+	GinkgoWriter.Printf("\nthe API server's write requests in the same window (apiserver_request_total, POST/PUT/PATCH/APPLY/DELETE; the whole cluster):\n\n| resource | writes | writes/s | refused (code ≥ 400) |\n|---|---:|---:|---:|\n")
+	resources := map[string]bool{}
+	for k := range after {
+		resources[k.resource] = true
+	}
+	for _, r := range slices.Sorted(maps.Keys(resources)) {
+		done := after[writeKind{r, false}] - before[writeKind{r, false}]
+		refused := after[writeKind{r, true}] - before[writeKind{r, true}]
+		if done > 0 || refused > 0 {
+			GinkgoWriter.Printf("| %s | %.0f | %.3f | %.0f |\n", r, done, done/elapsed.Seconds(), refused)
 		}
 	}
 	GinkgoWriter.Println()

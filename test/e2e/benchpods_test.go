@@ -79,10 +79,7 @@ var _ = Describe("pod failover benchmark", Label("bench"), Ordered, ContinueOnFa
 		_, violations := a.seen()
 
 		GinkgoWriter.Printf("\npod failover through the agent, active pod deleted (Deployment of 2, ttl %v, grace 100ms, skew 100ms), %d handovers, %d errors:\n\n", ttl, len(agentDelete.toRun), agentDelete.errors)
-		printQuantiles([]quantileRow{
-			{"delete request → next pod's app runs", agentDelete.toRun},
-			{"old app stopped → next pod's app runs (no app active)", agentDelete.gaps},
-		})
+		printQuantiles(agentDelete.rows())
 		Expect(violations).To(BeEmpty())
 		Expect(overlaps(activePeriods(app))).To(BeEmpty(), "two apps active at once")
 	})
@@ -121,10 +118,7 @@ var _ = Describe("pod failover benchmark", Label("bench"), Ordered, ContinueOnFa
 		overlapping := overlaps(activePeriods(app))
 
 		GinkgoWriter.Printf("\nthe peer: client-go leaderelection Lease (15s/10s/2s, ReleaseOnCancel) in a Deployment of 2, active pod deleted, %d handovers, %d errors, %d overlaps:\n\n", len(lease.toRun), lease.errors, len(overlapping))
-		printQuantiles([]quantileRow{
-			{"delete request → next pod's app runs", lease.toRun},
-			{"old app stopped → next pod's app runs (no app active)", lease.gaps},
-		})
+		printQuantiles(lease.rows())
 		if len(agentDelete.toRun) > 0 && len(lease.toRun) > 0 {
 			GinkgoWriter.Printf("\n| delete request → next pod's app runs | p50 | p99 | max |\n|---|---:|---:|---:|\n")
 			GinkgoWriter.Printf("| agent (ttl %v) | %v | %v | %v |\n", ttl, quantile(agentDelete.toRun, 0.5), quantile(agentDelete.toRun, 0.99), quantile(agentDelete.toRun, 1))
@@ -162,7 +156,20 @@ var agentDelete handovers
 
 type handovers struct {
 	toRun, gaps []time.Duration
-	errors      int
+	// toRun of the handovers to the pod that stood by, and to the pod the
+	// Deployment made to replace the deleted one.
+	toStandby, toReplacement []time.Duration
+	errors                   int
+}
+
+// rows are h's rows of a table.
+func (h handovers) rows() []quantileRow {
+	return []quantileRow{
+		{"delete request → next pod's app runs", h.toRun},
+		{"… taken over by the pod that stood by", h.toStandby},
+		{"… taken over by the Deployment's replacement pod", h.toReplacement},
+		{"old app stopped → next pod's app runs (no app active)", h.gaps},
+	}
 }
 
 type quantileRow struct {
@@ -257,6 +264,13 @@ func deleteActive(app string, d *appsv1.Deployment, n int) handovers {
 			GinkgoWriter.Printf("%s handover %d: not ready: %v\n", app, i, err)
 			continue
 		}
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
+			h.errors++
+			failedInARow++
+			GinkgoWriter.Printf("%s handover %d: listing the pods: %v\n", app, i, err)
+			continue
+		}
 		deleted := uptimeNow()
 		if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder.Pod}}); err != nil {
 			h.errors++
@@ -275,6 +289,11 @@ func deleteActive(app string, d *appsv1.Deployment, n int) handovers {
 		}
 		failedInARow = 0
 		h.toRun = append(h.toRun, seconds(next.Start-deleted))
+		if slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.Name == next.Pod }) {
+			h.toStandby = append(h.toStandby, seconds(next.Start-deleted))
+		} else {
+			h.toReplacement = append(h.toReplacement, seconds(next.Start-deleted))
+		}
 		h.gaps = append(h.gaps, seconds(next.Start-old.Stop))
 	}
 	return h
