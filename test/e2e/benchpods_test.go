@@ -84,6 +84,30 @@ var _ = Describe("pod failover benchmark", Label("bench"), Ordered, ContinueOnFa
 		Expect(overlaps(activePeriods(app))).To(BeEmpty(), "two apps active at once")
 	})
 
+	It("(b) measures the time from the active container failing for good, with holder liveness on, until the next pod's app runs", func() {
+		const app = "bench-crash"
+		a := activePassive(app, false)
+		By("setting heartbeatTimeout " + crashTimeout.String() + " on lock " + app)
+		Expect(poll(time.Minute, 100*time.Millisecond, func() error {
+			l := &v1alpha1.DistributedLock{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: app}, l); err != nil {
+				return err
+			}
+			l.Spec.HeartbeatTimeout = &metav1.Duration{Duration: crashTimeout}
+			return k8s.Update(ctx, l)
+		})).To(Succeed())
+		template := agentTemplate(app, app, 23474)
+		template.Spec.Containers[0].Command = []string{"/bin/sh", "-c", crashingScript}
+		d := agentDeployment(app, template)
+		c := crashActive(app, d, n)
+		_, violations := a.seen()
+
+		GinkgoWriter.Printf("\npod failover through the agent, active container failing for good (Deployment of 2, ttl %v, heartbeatTimeout %v, grace 100ms, skew 100ms), %d handovers, %d errors:\n\n", ttl, crashTimeout, len(c.toRun), c.errors)
+		printQuantiles([]quantileRow{{"active app failed (its container crash-loops) → next pod's app runs", c.toRun}})
+		Expect(violations).To(BeEmpty())
+		Expect(overlaps(activePeriods(app))).To(BeEmpty(), "two apps active at once")
+	})
+
 	It("(c) measures a rollout step: template update until a pod of the new revision runs its app, and the longest time no app runs", func() {
 		const app = "bench-rollout"
 		a := activePassive(app, false)
@@ -295,6 +319,63 @@ func deleteActive(app string, d *appsv1.Deployment, n int) handovers {
 			h.toReplacement = append(h.toReplacement, seconds(next.Start-deleted))
 		}
 		h.gaps = append(h.gaps, seconds(next.Start-old.Stop))
+	}
+	return h
+}
+
+// crashTimeout is the heartbeatTimeout of scenario (b).
+const crashTimeout = 3 * time.Second
+
+// crashingScript is activeScript whose app fails for good once the file
+// /active/$APP.dead-<pod> exists: it exits 1 (its stop line is the failure)
+// and, restarted, exits 1 at once, so that the container crash-loops.
+const crashingScript = `log=/active/$APP.log; dead=/active/$APP.dead-$REDLOCK_POD_NAME
+[ -e $dead ] && exit 1
+read up rest < /proc/uptime; echo "start $up $REDLOCK_POD_NAME $REDLOCK_FENCING_TOKEN" >> $log
+stop() { read up rest < /proc/uptime; echo "stop $up $REDLOCK_POD_NAME $REDLOCK_FENCING_TOKEN" >> $log; exit $1; }
+trap 'stop 0' TERM
+while :; do [ -e $dead ] && stop 1; sleep 0.1 & wait $!; done`
+
+// crashActive makes the app that runs fail for good n times, each time
+// once the Deployment has both replicas Ready again, and measures from its
+// failure until another pod's app runs; then it deletes the failed pod
+// (marked unresponsive, it is never granted again) for the Deployment to
+// replace.
+func crashActive(app string, d *appsv1.Deployment, n int) handovers {
+	var h handovers
+	failedInARow := 0
+	for i := range n {
+		if failedInARow == 3 {
+			h.errors += n - i
+			GinkgoWriter.Printf("%s: three rounds failed in a row, %d rounds left out\n", app, n-i)
+			break
+		}
+		var holder activePeriod
+		if err := poll(3*time.Minute, 100*time.Millisecond, func() (err error) { holder, err = running(app, d); return err }); err != nil {
+			h.errors++
+			failedInARow++
+			GinkgoWriter.Printf("%s round %d: not ready: %v\n", app, i, err)
+			continue
+		}
+		dead := fmt.Sprintf("%s/%s.dead-%s", activeDir, app, holder.Pod)
+		if err := os.WriteFile(dead, nil, 0o644); err != nil { //nolint:gosec // read by the apps, as other users
+			h.errors++
+			failedInARow++
+			GinkgoWriter.Printf("%s round %d: %v\n", app, i, err)
+			continue
+		}
+		next, old, ok := nextRun(app, holder, 2*time.Minute)
+		if ok {
+			failedInARow = 0
+			h.toRun = append(h.toRun, seconds(next.Start-old.Stop))
+		} else {
+			h.errors++
+			failedInARow++
+			GinkgoWriter.Printf("%s round %d: no other pod's app ran within two minutes of %s failing\n", app, i, holder.Pod)
+		}
+		if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder.Pod}}); client.IgnoreNotFound(err) != nil {
+			GinkgoWriter.Printf("%s round %d: delete %s: %v\n", app, i, holder.Pod, err)
+		}
 	}
 	return h
 }
