@@ -178,7 +178,7 @@ bench-failover: redis envtest ## Leader handovers (SIGTERM, then SIGKILL) with 1
 
 BENCH_FAILOVER_PODS ?= 30
 .PHONY: bench-failover-pods
-bench-failover-pods: ## On a fresh local cluster (root), BENCH_FAILOVER_PODS rounds each: the active pod of an agent-run Deployment deleted, its template rolled out, the operator's leader SIGKILLed; a client-go Lease's pod deleted; API writes per held lock; prints tables (about 20 minutes).
+bench-failover-pods: ## On a fresh local cluster (root), BENCH_FAILOVER_PODS rounds each: the active pod of an agent-run Deployment deleted, its app failing for good (holder liveness), its template rolled out, the operator's leader SIGKILLed; a client-go Lease's pod deleted; API writes per held lock; prints tables (about 20 minutes).
 	BENCH_FAILOVER_PODS=$(BENCH_FAILOVER_PODS) hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 150m -v ./test/e2e/ \
 		-ginkgo.v -ginkgo.timeout=150m -ginkgo.focus='pod failover benchmark'
 
