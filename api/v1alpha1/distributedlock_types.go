@@ -125,9 +125,9 @@ type DistributedLockSpec struct {
 	// has not seen for this long, or whose containers crash-loop for this
 	// long, is treated as finished: its grant ends (Held=False, reason
 	// HolderUnresponsive), the pod is marked (redlock.dev/unresponsive)
-	// and never granted the lock again, and the next pod is granted once
-	// the validity status showed has passed (by then the agent has
-	// stopped the app). From 3s to 24h. Unset (the default): a holder pod
+	// and waits behind every other pod from then on, and the next pod is
+	// granted once the validity status showed has passed (by then the
+	// agent has stopped the app). From 3s to 24h. Unset (the default): a holder pod
 	// keeps the lock while it may run. Other holders are not affected.
 	// +optional
 	// +kubebuilder:validation:Type=string

@@ -51,8 +51,9 @@ const (
 	// spec.heartbeatTimeout and stopped renewing its heartbeat (or whose
 	// containers crash-looped) for longer than that: its value is the
 	// grant ID it was holding. The operator sets it before it gives the
-	// grant up; a marked pod that runs the agent is never granted the lock
-	// again, and does not keep others from it.
+	// grant up; a marked pod whose app the agent runs keeps everyone
+	// waiting until that grant can no longer be acted on, then waits
+	// behind every other pod.
 	UnresponsiveAnnotation = "redlock.dev/unresponsive"
 
 	// AgentAnnotation on a pod labelled for a lock asks the webhook to add

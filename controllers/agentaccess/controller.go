@@ -304,7 +304,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Named("agentaccess").
 		For(&v1alpha1.DistributedLock{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: heartbeatSetOrUnset})).
 		Owns(&rbacv1.Role{}).
-		Owns(&v1alpha1.LockHeartbeat{}).
+		// Of a LockHeartbeat's updates only those to what this controller
+		// keeps (labels, owner): every renewal is an update of its spec.
+		Owns(&v1alpha1.LockHeartbeat{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: metadataChanged})).
 		Owns(&rbacv1.RoleBinding{}).
 		WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, lockOf, counts)).
 		Complete(r)
@@ -317,4 +319,11 @@ func heartbeatSetOrUnset(e event.UpdateEvent) bool {
 	o, ok1 := e.ObjectOld.(*v1alpha1.DistributedLock)
 	n, ok2 := e.ObjectNew.(*v1alpha1.DistributedLock)
 	return ok1 && ok2 && (o.Spec.HeartbeatTimeout == nil) != (n.Spec.HeartbeatTimeout == nil)
+}
+
+// metadataChanged passes the updates that change an object's labels or
+// owner references.
+func metadataChanged(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	return !equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) || !equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences())
 }

@@ -475,8 +475,9 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 // validity may be stale, and an agent stops its app only by then: nobody
 // else is granted the key before it passes). Its holder has lost it (a
 // pod gets LockLost, and onLost applies). A shed grant is granted again
-// when status writes leave room; an unresponsive holder is skipped from
-// then on, and the next in line is granted once the keys are gone.
+// when status writes leave room; an unresponsive holder waits behind the
+// others (podlock.Choose, markPassable), and the next in line is granted
+// once the keys are gone.
 func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 	lock := s.lock
 	s.shedding, s.releasing = true, true
@@ -667,11 +668,15 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 			s.requeueAfter(relabelledPoll)
 		}
 	}
-	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, nil)
+	passable := markPassable(lock.Status, lock.Spec.TTL.Duration, s.now)
+	if at := lastMarkPassableAt(lock.Status, lock.Spec.TTL.Duration, pods); s.now.Before(at) {
+		s.requeueAfter(at.Sub(s.now)) // the lock is free for the others then
+	}
+	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, nil, passable)
 	if choice.Pod != nil && (current == nil || !podlock.Is(choice.Pod, current.Pod)) && podlock.MixedRevisions(pods) {
 		// A new pod is due and a rollout is under way: its workload's
 		// current revision goes first.
-		choice = podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, r.staleRevisions(ctx, pods))
+		choice = podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, r.staleRevisions(ctx, pods), passable)
 	}
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)

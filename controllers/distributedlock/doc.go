@@ -73,7 +73,11 @@
 //   - the pod of the last grant status committed (status.lastHolderPod)
 //     is a former holder while it may run, whether or not the pod gate has
 //     annotated it yet: nobody else is granted meanwhile, and it is first
-//     in line (case 4). The pod gate, for its part, ungates a pod only
+//     in line (case 4) — unless it is marked unresponsive (holder
+//     liveness, liveness.go): then it keeps everyone waiting and is not
+//     granted until status has shown no holder for the ttl and the drift
+//     allowance, whichever way its grant ended (markPassable), and waits
+//     behind the others after that. The pod gate, for its part, ungates a pod only
 //     after its annotation committed and a fresh read of the lock still
 //     shows the grant it was annotated for;
 //   - a pod is granted only after a fresh read from the API server shows

@@ -18,6 +18,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 // Holder liveness (spec.heartbeatTimeout). A holder pod whose app the
@@ -30,13 +31,21 @@ import (
 // like a shed one: the pod is marked redlock.dev/unresponsive, status
 // stops showing the grant (reason HolderUnresponsive), its keys are left
 // to expire and released once the shown validity has passed — by then
-// the agent has stopped the app — and the pod is skipped from then on
-// (podlock.Choose).
+// the agent has stopped the app — and the pod waits behind the others
+// from then on (podlock.Choose).
 //
 // Everything is counted from this manager's own observations: a new
 // leader starts the count when it first looks at the grant, so a
-// failover only ever delays the verdict. A mark found on the holder of a
-// grant this manager judges alive (left by a deposed leader) is removed.
+// failover only ever delays the verdict. A mark found on a holder this
+// manager judges alive (left by a deposed leader, or from an earlier
+// grant) is removed.
+//
+// The mark lets the lock pass a pod that may still run, so it counts only
+// once that pod's last grant can no longer be acted on (markPassable):
+// however that grant ended — given up here, or released at once by a
+// path that does not wait (a patch that timed out yet committed, the
+// lock's deletion) — the agent has stopped the app by the end of the
+// validity it could have seen.
 
 // heartbeats records when this manager last saw each lock's heartbeat
 // renewed by the grant it watches there.
@@ -215,10 +224,9 @@ func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (stri
 	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: h.pod.Name}, pod); err != nil {
 		return "", nil, client.IgnoreNotFound(err)
 	}
-	if pod.UID != h.pod.UID || !podagent.RunsApp(pod) || pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
-		// Not started yet, stopping (its agent stops the app with the
-		// pod), or not one the verdict applies to: looked at again on
-		// its next change.
+	if pod.UID != h.pod.UID || !podagent.RunsApp(pod) || pod.Status.Phase != corev1.PodRunning {
+		// Not started yet, or not one the verdict applies to: looked at
+		// again on its next change.
 		return "", nil, nil
 	}
 	key := client.ObjectKeyFromObject(lock)
@@ -231,6 +239,12 @@ func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (stri
 	}
 	lv := &h.liveness
 	down := lv.observePod(pod, s.now, timeout.Duration)
+	if !pod.DeletionTimestamp.IsZero() {
+		// Stopping: its containers end for good, which is no crash. Its
+		// heartbeat still counts (a pod on a node that stopped reporting
+		// stays Terminating for ever).
+		down, lv.troubleSince = false, time.Time{}
+	}
 	why, recheck := livenessVerdict(livenessInputs{
 		Now: s.now, Timeout: timeout.Duration,
 		Since: lv.since, LastBeat: r.beats.watch(key, h.grantID),
@@ -241,12 +255,31 @@ func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (stri
 		return why, pod, nil
 	}
 	s.requeueAfter(recheck + time.Millisecond)
-	if pod.Annotations[v1alpha1.UnresponsiveAnnotation] == h.grantID {
-		// Marked by a manager whose verdict did not commit (a deposed
-		// leader): alive by this one's count.
+	if pod.Annotations[v1alpha1.UnresponsiveAnnotation] != "" {
+		// Marked in an earlier grant, or by a manager whose verdict did
+		// not commit (a deposed leader): alive by this one's count.
 		return "", nil, r.setMark(ctx, pod, "")
 	}
 	return "", nil, nil
+}
+
+// markPassable returns whether a pod marked unresponsive may be passed
+// over, by status st of a lock with ttl at now: its last grant can no
+// longer be acted on. The pod of the last grant status committed is
+// passable once status has shown no holder for the ttl and the drift
+// allowance (any validity it showed of that grant ended by then: it was
+// at most a ttl past a write made before releasedAt). Any other marked
+// pod held the lock before someone was granted it since: that grant came
+// only once this pod kept nobody waiting. On a lock that never granted
+// (a new object under an old key), no marked pod is passable.
+func markPassable(st v1alpha1.DistributedLockStatus, ttl time.Duration, now time.Time) func(*corev1.Pod) bool {
+	lastSettled := st.Holder == nil && st.ReleasedAt != nil && !now.Before(st.ReleasedAt.Add(ttl+redlock.Drift(ttl))) // lastMarkPassableAt
+	return func(p *corev1.Pod) bool {
+		if last := st.LastHolderPod; last != nil && podlock.Is(p, last) {
+			return lastSettled
+		}
+		return st.GrantID != ""
+	}
 }
 
 // setMark marks pod as unresponsive in grant grantID ("": removes the
@@ -269,4 +302,15 @@ func (r *Reconciler) setMark(ctx context.Context, pod *corev1.Pod, grantID strin
 		return fmt.Errorf("mark pod %s unresponsive (%q): %w", pod.Name, grantID, err)
 	}
 	return nil
+}
+
+// lastMarkPassableAt is when the pod of the last grant status committed,
+// if pods show it marked unresponsive, becomes passable (markPassable);
+// zero if it is not marked, or status shows a holder or no release.
+func lastMarkPassableAt(st v1alpha1.DistributedLockStatus, ttl time.Duration, pods []*corev1.Pod) time.Time {
+	if st.Holder != nil || st.ReleasedAt == nil || st.LastHolderPod == nil ||
+		!slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return podlock.Is(p, st.LastHolderPod) && podlock.Unresponsive(p) }) {
+		return time.Time{}
+	}
+	return st.ReleasedAt.Add(ttl + redlock.Drift(ttl))
 }

@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 func TestLivenessVerdict(t *testing.T) {
@@ -134,5 +135,34 @@ func TestHeartbeatsCountOnlyTheWatchedGrant(t *testing.T) {
 	b.observe(nil, hb("x", "g1"))
 	if got := b.watch(key, "g2"); !got.IsZero() {
 		t.Errorf("the former grant's late write counted for the new one: %v", got)
+	}
+}
+
+func TestMarkPassable(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const ttl = 4 * time.Second
+	settledAt := t0.Add(ttl + redlock.Drift(ttl))
+	m := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "uid-m"}}
+	last := &v1alpha1.PodReference{Name: "m", UID: "uid-m"}
+	other := &v1alpha1.PodReference{Name: "q", UID: "uid-q"}
+	released := v1alpha1.NewPreciseTime(t0)
+	for _, tc := range []struct {
+		name string
+		st   v1alpha1.DistributedLockStatus
+		now  time.Time
+		want bool
+	}{
+		{"the last grant's pod, just given up", v1alpha1.DistributedLockStatus{GrantID: "g", LastHolderPod: last, ReleasedAt: released}, t0.Add(time.Second), false},
+		{"the last grant's pod, a ttl and the drift after", v1alpha1.DistributedLockStatus{GrantID: "g", LastHolderPod: last, ReleasedAt: released}, settledAt, true},
+		{"the last grant's pod, no release time shown", v1alpha1.DistributedLockStatus{GrantID: "g", LastHolderPod: last}, settledAt.Add(time.Hour), false},
+		{"the last grant's pod while status shows a holder", v1alpha1.DistributedLockStatus{GrantID: "g", LastHolderPod: last, ReleasedAt: released, Holder: &v1alpha1.LockHolder{Identity: "m"}}, settledAt.Add(time.Hour), false},
+		{"another pod was granted since", v1alpha1.DistributedLockStatus{GrantID: "g", LastHolderPod: other, ReleasedAt: released}, t0, true},
+		{"a lock that never granted: a new object under an old key", v1alpha1.DistributedLockStatus{}, settledAt.Add(time.Hour), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := markPassable(tc.st, ttl, tc.now)(m); got != tc.want {
+				t.Errorf("passable = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -155,7 +155,7 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		_, acquired := gr.of(second.Status.GrantID)
 		Expect(acquired).To(BeTemporally(">", shown), "live-b acquired after the last validity shown for live-a")
 
-		By("reporting live-b's container in CrashLoopBackOff while its heartbeat goes on: live-c, not the older live-a, is granted next")
+		By("reporting live-b's container in CrashLoopBackOff while its heartbeat goes on: live-c, not the older marked live-a, is granted next")
 		Eventually(func() error {
 			cur := getPod(pods[1])
 			cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", Image: "busybox", RestartCount: 3,
@@ -167,7 +167,9 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		shown, _ = gr.of(second.Status.GrantID)
 		_, acquired = gr.of(third.Status.GrantID)
 		Expect(acquired).To(BeTemporally(">", shown), "live-c acquired after the last validity shown for live-b")
-		Expect(third.Status.Queue).To(BeNil(), "the marked pods wait for nothing")
+		Expect(third.Status.Queue).NotTo(BeNil())
+		Expect(third.Status.Queue.Waiting).To(HaveExactElements(HaveField("Name", "live-a"), HaveField("Name", "live-b")),
+			"the marked pods wait behind every other pod")
 
 		order, violations := m.seen()
 		Expect(violations).To(BeEmpty(), "never two pods marked redlock.dev/holds at once")

@@ -203,40 +203,37 @@ type Choice struct {
 //     replaced too;
 //   - the first candidate, first come, first served.
 //
-// A pod marked unresponsive (Unresponsive) is neither a former holder nor
-// a candidate: its agent stops its app by the end of the validity shown
-// for its last grant, so it keeps nobody from the lock. It stays the
-// current holder until the lock controller has given that grant up.
+// A pod marked unresponsive (Unresponsive) stays the current holder until
+// the lock controller has given that grant up. After that, until passable
+// says its last grant can no longer be acted on (its agent has stopped
+// the app by the end of any validity it could have seen), it keeps
+// everyone waiting and is not granted again; then it waits behind every
+// other candidate. passable may be nil: no marked pod is passable yet.
 //
 // pods are the pods labelled for the lock (named name), and the current
 // and last holder pods whatever their labels. stale may be nil: no pod is
 // of an old revision.
-func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, stale func(*corev1.Pod) bool) Choice {
-	var candidates, prior []*corev1.Pod
-	var current *corev1.Pod
-	for _, p := range pods {
-		switch {
-		case holder != nil && Is(p, holder.Pod) && !Ended(p):
-			current = p
-		case Unresponsive(p):
-		case (HeldBefore(p, key) || Is(p, last)) && !Ended(p):
-			prior = append(prior, p)
-		case Candidate(p) && !GrantedElsewhere(p, key):
-			candidates = append(candidates, p)
-		}
-	}
+func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, stale, passable func(*corev1.Pod) bool) Choice {
+	g := sortPods(key, holder, last, pods, passable)
+	candidates := g.candidates
 	Order(candidates)
 	if stale != nil {
 		// Current revision first, first come, first served within each.
 		slices.SortStableFunc(candidates, func(a, b *corev1.Pod) int { return cmpBool(stale(a), stale(b)) })
 	}
-	Order(prior)
+	Order(g.prior)
+	Order(g.marked)
+	candidates = append(candidates, g.marked...)
 	switch {
-	case current != nil:
-		return Choice{Pod: current, Waiting: candidates}
-	case len(prior) == 1 && prior[0].DeletionTimestamp.IsZero() && prior[0].Labels[v1alpha1.LockLabel] == name:
-		return Choice{Pod: prior[0], Waiting: candidates}
-	case len(prior) > 0:
+	case g.current != nil:
+		return Choice{Pod: g.current, Waiting: candidates}
+	case g.blocked:
+		// A pod given up as unresponsive may still act on its grant:
+		// nobody yet.
+		return Choice{Waiting: candidates}
+	case len(g.prior) == 1 && g.prior[0].DeletionTimestamp.IsZero() && g.prior[0].Labels[v1alpha1.LockLabel] == name:
+		return Choice{Pod: g.prior[0], Waiting: candidates}
+	case len(g.prior) > 0:
 		// A former holder still runs (terminating, relabelled, or more
 		// than one of them): nobody else yet.
 		return Choice{Waiting: candidates}
@@ -247,6 +244,35 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 	default:
 		return Choice{}
 	}
+}
+
+// sorted are a lock's pods by the part they play in Choose.
+type sorted struct {
+	current                   *corev1.Pod
+	prior, candidates, marked []*corev1.Pod
+	// blocked: a pod marked unresponsive may still act on its last grant.
+	blocked bool
+}
+
+func sortPods(key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, passable func(*corev1.Pod) bool) sorted {
+	var g sorted
+	for _, p := range pods {
+		switch {
+		case holder != nil && Is(p, holder.Pod) && !Ended(p):
+			g.current = p
+		case Unresponsive(p) && !Ended(p):
+			if passable == nil || !passable(p) {
+				g.blocked = true
+			} else if Candidate(p) && !GrantedElsewhere(p, key) {
+				g.marked = append(g.marked, p)
+			}
+		case (HeldBefore(p, key) || Is(p, last)) && !Ended(p):
+			g.prior = append(g.prior, p)
+		case Candidate(p) && !GrantedElsewhere(p, key):
+			g.candidates = append(g.candidates, p)
+		}
+	}
+	return g
 }
 
 // Unresponsive reports whether pod was marked unresponsive by the lock

@@ -54,6 +54,15 @@ func withAgent(p *corev1.Pod) {
 	p.Spec.Containers = []corev1.Container{{Name: "app", Command: []string{podagent.Agent, "run", "--", "/app"}}}
 }
 
+// labelMode puts p in holder-label mode: no gate, it runs and waits.
+func labelMode(p *corev1.Pod) { p.Labels[v1alpha1.GateModeLabel] = v1alpha1.GateModeHolderLabel }
+
+// passable labels p for isPassable: its last grant can no longer be acted
+// on.
+func passable(p *corev1.Pod) { p.Labels["test/passable"] = "true" }
+
+func isPassable(p *corev1.Pod) bool { return p.Labels["test/passable"] == "true" }
+
 // unresponsive marks p as the lock controller does.
 func unresponsive(p *corev1.Pod) {
 	if p.Annotations == nil {
@@ -114,11 +123,20 @@ func TestChoose(t *testing.T) {
 		{"a former holder relabelled after its grant keeps everyone waiting while it runs, and is not granted again", "", nil, nil, []*corev1.Pod{
 			b, pod("a", 5*time.Second, running, heldKey, func(p *corev1.Pod) { p.Labels[v1alpha1.LockLabel] = "other" }),
 		}, "", "", []string{"b"}},
-		{"a former holder with the agent marked unresponsive keeps nobody waiting and is not granted again", "", nil, nil, []*corev1.Pod{
+		{"a marked former holder that is passable waits behind every other candidate", "", nil, nil, []*corev1.Pod{
+			pod("a", 0, running, labelMode, heldKey, withAgent, unresponsive, passable), b,
+		}, "", "b", []string{"a"}},
+		{"a marked pod that is passable is granted when nobody else waits", "", nil, nil, []*corev1.Pod{
+			pod("a", 0, running, labelMode, heldKey, withAgent, unresponsive, passable),
+		}, "", "a", nil},
+		{"a marked pod not yet passable keeps everyone waiting and is not granted again", "", nil, &v1alpha1.PodReference{Name: "a", UID: "uid-a"}, []*corev1.Pod{
 			b, pod("a", 0, running, heldKey, withAgent, unresponsive),
-		}, "", "b", nil},
-		{"the last grant's pod marked unresponsive keeps nobody waiting", "", nil, &v1alpha1.PodReference{Name: "a", UID: "uid-a"}, []*corev1.Pod{
-			b, pod("a", 0, running, withAgent, unresponsive),
+		}, "", "", []string{"b"}},
+		{"a marked pod not yet passable and alone is not granted again", "", nil, nil, []*corev1.Pod{
+			pod("a", 0, running, heldKey, withAgent, unresponsive),
+		}, "", "", nil},
+		{"a marked pod that ended counts for nothing", "", nil, nil, []*corev1.Pod{
+			b, pod("a", 0, running, heldKey, withAgent, unresponsive, succeeded),
 		}, "", "b", nil},
 		{"a marked holder stays the holder until its grant is given up", "", holderOf(aRunning), nil, []*corev1.Pod{
 			pod("a", 0, running, heldKey, withAgent, unresponsive), b,
@@ -139,7 +157,7 @@ func TestChoose(t *testing.T) {
 		}, "", "c", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose(tc.static, "lock", "key", tc.holder, tc.last, tc.pods, nil)
+			got := Choose(tc.static, "lock", "key", tc.holder, tc.last, tc.pods, nil, isPassable)
 			gotPod := ""
 			if got.Pod != nil {
 				gotPod = got.Pod.Name
@@ -275,7 +293,7 @@ func TestChooseServesTheCurrentRevisionFirst(t *testing.T) {
 		{"a former holder of an old revision that still runs stays first", nil, []*corev1.Pod{newA, pod("old-a", 0, running, heldKey, rev("v1"))}, stale, "old-a", []string{"new-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose("", "lock", "key", tc.holder, nil, tc.pods, tc.stale)
+			got := Choose("", "lock", "key", tc.holder, nil, tc.pods, tc.stale, nil)
 			var waiting []string
 			for _, p := range got.Waiting {
 				waiting = append(waiting, p.Name)

@@ -33,35 +33,37 @@ func Beat(ctx context.Context, c client.Client, lock types.NamespacedName, grant
 }
 
 // Heartbeat renews the heartbeat of grant on lock (Beat) every third of
-// the lock's heartbeat timeout, as timeout reports it at each turn (the
-// lock's spec may set, change or unset it while the grant lasts: while it
-// is unset nothing is written, and it is looked at again every second),
-// until ctx ends. A failed renewal is tried again after a second (never
-// later than the next renewal), and reported to failed (may be nil). Run
-// it only while the holder is alive and acting on the grant — for the
-// agent in run mode, while the app runs — and end ctx when it ends.
+// the lock's heartbeat timeout, as timeout reports it (the lock's spec
+// may set, change or unset it while the grant lasts: it is looked at
+// every second, a renewal is made at once when it changes, and nothing is
+// written while it is unset), until ctx ends. A failed renewal is tried
+// again after a second and reported to failed (may be nil). Run it only
+// while the holder is alive and acting on the grant — for the agent in
+// run mode, while the app runs — and end ctx when it ends.
 func Heartbeat(ctx context.Context, c client.Client, lock types.NamespacedName, grant string, timeout func() time.Duration, clk clock.Clock, failed func(error)) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	var last time.Time           // the latest renewal that succeeded
+	var renewedFor time.Duration // the timeout it was made under
 	for {
+		t := timeout()
 		wait := time.Second
-		if t := timeout(); t > 0 {
-			every := t / 3
-			bctx, cancel := context.WithTimeout(ctx, every)
-			err := Beat(bctx, c, lock, grant, clk.Now())
+		if now := clk.Now(); t > 0 && (last.IsZero() || t != renewedFor || now.Sub(last) >= t/3) {
+			bctx, cancel := context.WithTimeout(ctx, max(t/3, time.Second))
+			err := Beat(bctx, c, lock, grant, now)
 			cancel()
 			switch {
 			case err == nil:
-				wait = every
+				last, renewedFor = now, t
+				wait = min(wait, t/3)
 			case ctx.Err() != nil:
 				return
-			default:
-				if failed != nil {
-					failed(err)
-				}
-				wait = min(time.Second, every)
+			case failed != nil:
+				failed(err) // and again in a second
 			}
+		} else if t > 0 {
+			wait = min(wait, max(last.Add(t/3).Sub(now), time.Millisecond))
 		}
 		select {
 		case <-ctx.Done():
