@@ -159,9 +159,15 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 		locks = locks[:admitted]
 
 		By("halving every held lock's ttl: the held locks now need more refreshes than the budget")
+		// Every grant is read before the first patch: once the held
+		// locks need more than the budget, the youngest may be shed while
+		// the loop below still patches the others.
 		granted := map[string]*v1alpha1.DistributedLock{}
 		for _, l := range locks {
 			granted[l.Name] = fetch(l)
+			Expect(granted[l.Name].Status.AcquiredAt).NotTo(BeNil(), "lock %s is held before the ttl is halved", l.Name)
+		}
+		for _, l := range locks {
 			// A merge patch of the spec: status refreshes move the
 			// resourceVersion meanwhile.
 			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"ttl":%q}}`, fast.String()))
