@@ -171,9 +171,12 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		Expect(third.Status.Queue.Waiting).To(HaveExactElements(HaveField("Name", "live-a"), HaveField("Name", "live-b")),
 			"the marked pods wait behind every other pod")
 
-		order, violations := m.seen()
+		// The holder's mark follows its grant (the pod gate sets it once
+		// the grant is committed): wait for live-c's.
+		Eventually(func() []string { order, _ := m.seen(); return order }).Should(Equal([]string{"live-a", "live-b", "live-c"}),
+			"the pods marked redlock.dev/holds, in order")
+		_, violations := m.seen()
 		Expect(violations).To(BeEmpty(), "never two pods marked redlock.dev/holds at once")
-		Expect(order).To(Equal([]string{"live-a", "live-b", "live-c"}))
 	})
 })
 
