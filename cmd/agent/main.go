@@ -210,13 +210,6 @@ func watchOnly(ctx context.Context, w *holding.Watcher, pub *publisher, signals 
 	}
 }
 
-// startBeat runs beat for g until the returned function is called.
-func startBeat(ctx context.Context, beat func(context.Context, *holding.Grant), g *holding.Grant) context.CancelFunc {
-	bctx, stop := context.WithCancel(ctx)
-	go beat(bctx, g)
-	return stop
-}
-
 // warnIfLeadShort warns when the app would be stopped before every
 // refresh of the lock's validity: the operator refreshes it about a tenth
 // of the ttl before it passes, and the agent stops the app grace plus the

@@ -120,7 +120,9 @@ func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exit
 		// The heartbeat says the app runs: it stops when hold returns
 		// (the app exited or was stopped), before the agent does anything
 		// else.
-		defer startBeat(ctx, s.beat, g)()
+		bctx, stopBeat := context.WithCancel(ctx)
+		defer stopBeat()
+		go s.beat(bctx, g)
 	}
 	exit := make(chan error, 1)
 	go func() { exit <- cmd.Wait() }()

@@ -31,8 +31,8 @@ package agentaccess
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -111,10 +111,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // whether it is (or was) the lock's; an object of that name that is not
 // the lock's (Ours) is left as it is.
 func (r *Reconciler) apply(ctx context.Context, lock *v1alpha1.DistributedLock, want client.Object, keep bool) (bool, error) {
-	kind := strings.TrimPrefix(fmt.Sprintf("%T", want), "*v1.")
-	if _, ok := want.(*v1alpha1.LockHeartbeat); ok {
-		kind = "LockHeartbeat"
-	}
+	kind := reflect.TypeOf(want).Elem().Name()
 	cur, ok := want.DeepCopyObject().(client.Object)
 	if !ok {
 		return false, fmt.Errorf("copy %s", kind)
@@ -222,7 +219,7 @@ func objectMeta(lock *v1alpha1.DistributedLock) metav1.ObjectMeta {
 }
 
 // Role is the Role that reads lock and nothing else, and renews its
-// heartbeat Lease when it sets a heartbeat timeout.
+// LockHeartbeat when it sets a heartbeat timeout.
 func Role(lock *v1alpha1.DistributedLock) *rbacv1.Role {
 	role := &rbacv1.Role{
 		ObjectMeta: objectMeta(lock),
@@ -283,9 +280,11 @@ func Subjects(pods []corev1.Pod) []rbacv1.Subject {
 }
 
 // SetupWithManager registers the controller: it reconciles a lock when it
-// is created or its heartbeat timeout is set or unset (not on its other updates: status refreshes would wake it every few
-// seconds per lock), when a labelled pod that asks for the agent changes,
-// and when one of its Roles or RoleBindings does.
+// is created or its heartbeat timeout is set or unset (not on its other
+// updates: status refreshes would wake it every few seconds per lock),
+// when a labelled pod that asks for the agent changes, when one of its
+// Roles or RoleBindings does, and when the labels or owner of its
+// LockHeartbeat do (not its renewals).
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	lockOf := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
 		if !podagent.Injected(p) {

@@ -211,9 +211,9 @@ func containerStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
 
 // checkLiveness judges the liveness of h's holder pod when the lock asks
 // for it: why it is to be treated as finished ("": it is not, and a
-// recheck is asked for). It judges only a running pod, not being deleted,
-// whose app the agent runs, and only while the lock's LockHeartbeat
-// exists (the agents could not renew it otherwise).
+// recheck is asked for). It judges only a running pod whose app the agent
+// runs (one being deleted on its heartbeat only), and only while the
+// lock's LockHeartbeat exists (the agents could not renew it otherwise).
 func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (string, *corev1.Pod, error) {
 	lock := s.lock
 	timeout := lock.Spec.HeartbeatTimeout
@@ -273,7 +273,8 @@ func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (stri
 // only once this pod kept nobody waiting. On a lock that never granted
 // (a new object under an old key), no marked pod is passable.
 func markPassable(st v1alpha1.DistributedLockStatus, ttl time.Duration, now time.Time) func(*corev1.Pod) bool {
-	lastSettled := st.Holder == nil && st.ReleasedAt != nil && !now.Before(st.ReleasedAt.Add(ttl+redlock.Drift(ttl))) // lastMarkPassableAt
+	at := lastGrantSettlesAt(st, ttl)
+	lastSettled := !at.IsZero() && !now.Before(at)
 	return func(p *corev1.Pod) bool {
 		if last := st.LastHolderPod; last != nil && podlock.Is(p, last) {
 			return lastSettled
@@ -282,9 +283,18 @@ func markPassable(st v1alpha1.DistributedLockStatus, ttl time.Duration, now time
 	}
 }
 
+// lastGrantSettlesAt is when the last grant status showed can no longer
+// be acted on: the ttl and the drift allowance after status stopped
+// showing it (zero while status shows a holder, or no release).
+func lastGrantSettlesAt(st v1alpha1.DistributedLockStatus, ttl time.Duration) time.Time {
+	if st.Holder != nil || st.ReleasedAt == nil {
+		return time.Time{}
+	}
+	return st.ReleasedAt.Add(ttl + redlock.Drift(ttl))
+}
+
 // setMark marks pod as unresponsive in grant grantID ("": removes the
-// mark), on the version of it read: once marked it keeps nobody from the
-// lock.
+// mark), on the version of it read (podlock.Choose, markPassable).
 func (r *Reconciler) setMark(ctx context.Context, pod *corev1.Pod, grantID string) error {
 	if pod.Annotations[v1alpha1.UnresponsiveAnnotation] == grantID {
 		return nil
@@ -308,9 +318,8 @@ func (r *Reconciler) setMark(ctx context.Context, pod *corev1.Pod, grantID strin
 // if pods show it marked unresponsive, becomes passable (markPassable);
 // zero if it is not marked, or status shows a holder or no release.
 func lastMarkPassableAt(st v1alpha1.DistributedLockStatus, ttl time.Duration, pods []*corev1.Pod) time.Time {
-	if st.Holder != nil || st.ReleasedAt == nil || st.LastHolderPod == nil ||
-		!slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return podlock.Is(p, st.LastHolderPod) && podlock.Unresponsive(p) }) {
+	if st.LastHolderPod == nil || !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return podlock.Is(p, st.LastHolderPod) && podlock.Unresponsive(p) }) {
 		return time.Time{}
 	}
-	return st.ReleasedAt.Add(ttl + redlock.Drift(ttl))
+	return lastGrantSettlesAt(st, ttl)
 }

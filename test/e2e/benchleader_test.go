@@ -162,13 +162,8 @@ func killLeader(n int) {
 	}
 
 	var toLeader, toRecovered []time.Duration
-	errs, failedInARow := 0, 0
-	for i := range n {
-		if failedInARow == 3 {
-			errs += n - i
-			GinkgoWriter.Printf("leader kill: three rounds failed in a row, %d rounds left out\n", n-i)
-			break
-		}
+	deleteErrs := 0 // a pod not deleted after its kill: the round goes on
+	errs := rounds("leader kill", n, func(i int) error {
 		var leader *corev1.Pod
 		var oldID string
 		err := poll(3*time.Minute, 200*time.Millisecond, func() (err error) {
@@ -181,10 +176,7 @@ func killLeader(n int) {
 			return err
 		})
 		if err != nil {
-			errs++
-			failedInARow++
-			GinkgoWriter.Printf("leader kill %d: not steady: %v\n", i, err)
-			continue
+			return fmt.Errorf("not steady: %w", err)
 		}
 		for _, a := range apps {
 			a.before = len(activePeriods(a.app))
@@ -194,13 +186,10 @@ func killLeader(n int) {
 		}
 		killed := uptimeNow()
 		if _, err := demo.KillContainer(ctx, state, leader); err != nil {
-			errs++
-			failedInARow++
-			GinkgoWriter.Printf("leader kill %d: SIGKILL %s: %v\n", i, leader.Name, err)
-			continue
+			return fmt.Errorf("SIGKILL %s: %w", leader.Name, err)
 		}
 		if err := k8s.Delete(ctx, leader, client.GracePeriodSeconds(0)); err != nil {
-			errs++
+			deleteErrs++
 			GinkgoWriter.Printf("leader kill %d: deleting %s after the kill: %v (the kubelet restarts it in place)\n", i, leader.Name, err)
 		}
 		var leaderAt float64
@@ -231,12 +220,8 @@ func killLeader(n int) {
 		})
 		recovered := uptimeNow()
 		if err != nil {
-			errs++
-			failedInARow++
-			GinkgoWriter.Printf("leader kill %d: not recovered within 3 minutes: %v\n", i, err)
-			continue
+			return fmt.Errorf("not recovered within 3 minutes: %w", err)
 		}
-		failedInARow = 0
 		toLeader = append(toLeader, seconds(leaderAt-killed))
 		toRecovered = append(toRecovered, seconds(recovered-killed))
 		for _, a := range apps {
@@ -257,7 +242,9 @@ func killLeader(n int) {
 			}
 			a.longest = append(a.longest, seconds(longest))
 		}
-	}
+		return nil
+	})
+	errs += deleteErrs
 
 	GinkgoWriter.Printf("\nthe operator's leader SIGKILLed while agent-run Deployments (2 replicas each) hold their locks, %d kills, %d errors (manager: one replica, lease 8s / renew 6s / retry 1s, failover slack 14.4s):\n\n", len(toLeader), errs)
 	rows := []quantileRow{

@@ -252,6 +252,29 @@ func poll(timeout, interval time.Duration, f func() error) error {
 	}
 }
 
+// rounds runs round for each i in [0, n), the rounds of one scenario,
+// and returns how many failed: a round that returns an error failed (the
+// error is printed after what and i). After three failed in a row, the
+// rest are counted as failed and not run: the scenario is broken, and
+// the benchmark goes on with the next.
+func rounds(what string, n int, round func(i int) error) (failed int) {
+	inARow := 0
+	for i := range n {
+		if inARow == 3 {
+			GinkgoWriter.Printf("%s: three rounds failed in a row, %d rounds left out\n", what, n-i)
+			return failed + n - i
+		}
+		if err := round(i); err != nil {
+			failed++
+			inARow++
+			GinkgoWriter.Printf("%s %d: %v\n", what, i, err)
+			continue
+		}
+		inARow = 0
+	}
+	return failed
+}
+
 // running is app's period running now, once the Deployment d has both
 // replicas Ready and no others.
 func running(app string, d *appsv1.Deployment) (activePeriod, error) {
@@ -274,44 +297,25 @@ func running(app string, d *appsv1.Deployment) (activePeriod, error) {
 // until another pod's app runs.
 func deleteActive(app string, d *appsv1.Deployment, n int) handovers {
 	var h handovers
-	failedInARow := 0
-	for i := range n {
-		if failedInARow == 3 {
-			h.errors += n - i
-			GinkgoWriter.Printf("%s: three rounds failed in a row, %d rounds left out\n", app, n-i)
-			break
-		}
+	h.errors = rounds(app+" handover", n, func(int) error {
 		var holder activePeriod
 		if err := poll(2*time.Minute, 100*time.Millisecond, func() (err error) { holder, err = running(app, d); return err }); err != nil {
-			h.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s handover %d: not ready: %v\n", app, i, err)
-			continue
+			return fmt.Errorf("not ready: %w", err)
 		}
 		var pods corev1.PodList
 		if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-			h.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s handover %d: listing the pods: %v\n", app, i, err)
-			continue
+			return fmt.Errorf("listing the pods: %w", err)
 		}
 		deleted := uptimeNow()
 		if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder.Pod}}); err != nil {
-			h.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s handover %d: delete %s: %v\n", app, i, holder.Pod, err)
-			continue
+			return fmt.Errorf("delete %s: %w", holder.Pod, err)
 		}
 		// Polled by hand, not with Eventually: a handover that does not
 		// come is counted, and the benchmark goes on.
 		next, old, ok := nextRun(app, holder, time.Minute)
 		if !ok {
-			h.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s handover %d: no other pod's app ran within a minute of deleting %s\n", app, i, holder.Pod)
-			continue
+			return fmt.Errorf("no other pod's app ran within a minute of deleting %s", holder.Pod)
 		}
-		failedInARow = 0
 		h.toRun = append(h.toRun, seconds(next.Start-deleted))
 		if slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.Name == next.Pod }) {
 			h.toStandby = append(h.toStandby, seconds(next.Start-deleted))
@@ -319,7 +323,8 @@ func deleteActive(app string, d *appsv1.Deployment, n int) handovers {
 			h.toReplacement = append(h.toReplacement, seconds(next.Start-deleted))
 		}
 		h.gaps = append(h.gaps, seconds(next.Start-old.Stop))
-	}
+		return nil
+	})
 	return h
 }
 
@@ -339,44 +344,31 @@ while :; do [ -e $dead ] && stop 1; sleep 0.1 & wait $!; done`
 // crashActive makes the app that runs fail for good n times, each time
 // once the Deployment has both replicas Ready again, and measures from its
 // failure until another pod's app runs; then it deletes the failed pod
-// (marked unresponsive, it is never granted again) for the Deployment to
-// replace.
+// (marked unresponsive, it would wait behind the others) for the
+// Deployment to replace.
 func crashActive(app string, d *appsv1.Deployment, n int) handovers {
 	var h handovers
-	failedInARow := 0
-	for i := range n {
-		if failedInARow == 3 {
-			h.errors += n - i
-			GinkgoWriter.Printf("%s: three rounds failed in a row, %d rounds left out\n", app, n-i)
-			break
-		}
+	h.errors = rounds(app+" round", n, func(int) error {
 		var holder activePeriod
 		if err := poll(3*time.Minute, 100*time.Millisecond, func() (err error) { holder, err = running(app, d); return err }); err != nil {
-			h.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s round %d: not ready: %v\n", app, i, err)
-			continue
+			return fmt.Errorf("not ready: %w", err)
 		}
 		dead := fmt.Sprintf("%s/%s.dead-%s", activeDir, app, holder.Pod)
 		if err := os.WriteFile(dead, nil, 0o644); err != nil { //nolint:gosec // read by the apps, as other users
-			h.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s round %d: %v\n", app, i, err)
-			continue
+			return err
 		}
 		next, old, ok := nextRun(app, holder, 2*time.Minute)
 		if ok {
-			failedInARow = 0
 			h.toRun = append(h.toRun, seconds(next.Start-old.Stop))
-		} else {
-			h.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s round %d: no other pod's app ran within two minutes of %s failing\n", app, i, holder.Pod)
 		}
 		if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder.Pod}}); client.IgnoreNotFound(err) != nil {
-			GinkgoWriter.Printf("%s round %d: delete %s: %v\n", app, i, holder.Pod, err)
+			GinkgoWriter.Printf("%s: delete %s: %v\n", app, holder.Pod, err)
 		}
-	}
+		if !ok {
+			return fmt.Errorf("no other pod's app ran within two minutes of %s failing", holder.Pod)
+		}
+		return nil
+	})
 	return h
 }
 
@@ -449,27 +441,16 @@ func rolloutSteps(app string, d *appsv1.Deployment, n int) rollouts {
 		}
 		return nil
 	}
-	prev, failedInARow := "", 0
-	for i := range n {
-		if failedInARow == 3 {
-			r.errors += n - i
-			GinkgoWriter.Printf("%s: three rollouts failed in a row, %d left out\n", app, n-i)
-			break
-		}
+	prev := ""
+	r.errors = rounds(app+" rollout", n, func(i int) error {
 		rev := strconv.Itoa(i + 2)
 		if err := poll(3*time.Minute, 100*time.Millisecond, func() error { return complete(prev) }); err != nil {
-			r.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s rollout %s: the previous one has not completed: %v\n", app, rev, err)
-			continue
+			return fmt.Errorf("to revision %s: the previous one has not completed: %w", rev, err)
 		}
 		before := len(activePeriods(app))
 		updated := uptimeNow()
 		if err := setRevision(d, rev); err != nil {
-			r.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s rollout %s: %v\n", app, rev, err)
-			continue
+			return fmt.Errorf("to revision %s: %w", rev, err)
 		}
 		prev = rev
 		var firstNew float64
@@ -491,12 +472,8 @@ func rolloutSteps(app string, d *appsv1.Deployment, n int) rollouts {
 		periods := activePeriods(app)
 		r.handovers += len(periods) - before
 		if err != nil {
-			r.errors++
-			failedInARow++
-			GinkgoWriter.Printf("%s rollout %s: not complete within 3 minutes: %v\n", app, rev, err)
-			continue
+			return fmt.Errorf("to revision %s: not complete within 3 minutes: %w", rev, err)
 		}
-		failedInARow = 0
 		var longest float64
 		for k := before; k < len(periods); k++ {
 			longest = max(longest, periods[k].Start-periods[k-1].Stop)
@@ -504,7 +481,8 @@ func rolloutSteps(app string, d *appsv1.Deployment, n int) rollouts {
 		r.toNew = append(r.toNew, seconds(firstNew-updated))
 		r.gaps = append(r.gaps, seconds(longest))
 		r.complete = append(r.complete, seconds(done-updated))
-	}
+		return nil
+	})
 	return r
 }
 
