@@ -58,6 +58,13 @@ const (
 	// grant was given up and the pod is marked with UnresponsiveAnnotation
 	// (docs/active-passive.md, holder liveness).
 	ReasonHolderUnresponsive = "HolderUnresponsive"
+	// ReasonHolderTerminating: the holder pod, whose app the in-pod agent
+	// runs, is being deleted; status stopped showing its grant so that the
+	// agent stops the app at once, and the grant is released, and the
+	// next pod granted, once the agent says the app stopped
+	// (LockHeartbeat stoppedGrant) or the pod's containers have stopped
+	// (docs/active-passive.md).
+	ReasonHolderTerminating = "HolderTerminating"
 )
 
 // DistributedLockSpec is the desired state of a DistributedLock.

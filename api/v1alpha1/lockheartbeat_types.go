@@ -18,10 +18,24 @@ type LockHeartbeatSpec struct {
 	// on its own clock.
 	// +optional
 	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+	// StoppedGrant is the agent's word that the app it ran under this
+	// grant has stopped and that nothing else runs in its container: the
+	// agent writes it, as the container's first process, once status no
+	// longer shows the grant, after it stopped the app and killed and
+	// reaped every other process there. For a pod that is being deleted
+	// (its containers are never restarted) the operator takes the word
+	// as the pod's end: it releases the grant and grants the next pod
+	// without waiting for the kubelet to report the containers gone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	StoppedGrant string `json:"stoppedGrant,omitempty"`
 }
 
 // LockHeartbeat is the heartbeat of the holder of the DistributedLock of
-// the same name and namespace, when that lock sets spec.heartbeatTimeout.
+// the same name and namespace (renewed when that lock sets
+// spec.heartbeatTimeout), and where the in-pod agent says it stopped the
+// app of a grant (stoppedGrant). It exists while pods with the agent
+// request the lock, or the lock sets a heartbeat timeout.
 // The operator creates it, owned by the lock; the holder (the in-pod
 // agent) renews it by updating spec, with get and update on this one
 // object (a Role with resourceNames).
@@ -30,6 +44,7 @@ type LockHeartbeatSpec struct {
 // +kubebuilder:resource:shortName=dlockhb,categories=redlock
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.spec.holderIdentity`
 // +kubebuilder:printcolumn:name="Renewed",type=string,JSONPath=`.spec.renewTime`
+// +kubebuilder:printcolumn:name="Stopped",type=string,JSONPath=`.spec.stoppedGrant`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type LockHeartbeat struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,6 +91,18 @@ func injected(p *corev1.Pod) {
 
 // startPodWith is startPod with the app's shell script.
 func startPodWith(ns, name, lock, kubeconfig, script string, mutate ...func(*corev1.Pod)) *podAgent {
+	return launch(nil, ns, name, lock, kubeconfig, script, mutate...)
+}
+
+// startInitPod is startPod whose agent is the first process of a PID
+// namespace of its own, as in a container (unshare; root only).
+func startInitPod(ns, name, lock, kubeconfig string, mutate ...func(*corev1.Pod)) *podAgent {
+	return launch([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"}, ns, name, lock, kubeconfig, appScript, mutate...)
+}
+
+// launch creates the pod and starts its agent, through the command wrap
+// when it is not empty.
+func launch(wrap []string, ns, name, lock, kubeconfig, script string, mutate ...func(*corev1.Pod)) *podAgent {
 	port, err := redistest.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	p := &corev1.Pod{
@@ -119,7 +132,11 @@ func startPodWith(ns, name, lock, kubeconfig, script string, mutate ...func(*cor
 	a.listen = "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{"run", "--kubeconfig", kubeconfig, "--state-dir", a.state, "--listen", a.listen,
 		"--skew-allowance", "250ms", "--grace", "500ms", "--", "/bin/sh", "-c", script}
-	a.cmd = exec.Command(agent, args...)
+	args = append([]string{agent}, args...)
+	if len(wrap) > 0 {
+		args = append(slices.Clone(wrap), args...)
+	}
+	a.cmd = exec.Command(args[0], args[1:]...)
 	a.cmd.Env = append(os.Environ(), "REDLOCK_LOCK="+lock, "POD_NAMESPACE="+ns, "POD_NAME="+name, "POD_UID="+string(p.UID), "APP_LOG="+a.log)
 	a.cmd.Stdout, a.cmd.Stderr = GinkgoWriter, GinkgoWriter
 	// Its own process group: the end of a spec kills the agent and its
@@ -385,6 +402,74 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		Expect(env.Client.Get(env.Ctx, client.ObjectKeyFromObject(a.pod), cur)).To(Succeed())
 		Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.UnresponsiveAnnotation, grantID), "beat-a is marked unresponsive")
 		fmt.Fprintf(GinkgoWriter, "heartbeat failover: beat-a's app stopped %v before beat-b's started\n", b.periods()[0].start.Sub(a.periods()[0].stop))
+	})
+
+	It("hands the lock over on the agent's word when the holder pod is deleted, before the kubelet reports its container stopped", func() {
+		if os.Getuid() != 0 {
+			Skip("the agent runs as the first process of a PID namespace of its own (unshare), as in a container: root only")
+		}
+		createLock("word", ms, 10*time.Second)
+		a := startInitPod(ns, "word-a", "word", kubeconfig, injected)
+		Eventually(a.running).Should(BeTrue(), "word-a's app started")
+		b := startPod(ns, "word-b", "word", kubeconfig, injected)
+		l := fetchLock(ns, "word")
+		Expect(l.Status.Holder.Pod.Name).To(Equal("word-a"))
+		grantID := l.Status.GrantID
+
+		By("deleting word-a; the kubelet (played by the spec) neither signals its agent nor reports its container stopped")
+		Expect(env.Client.Delete(env.Ctx, a.pod)).To(Succeed())
+		Eventually(b.running, 20*time.Second).Should(BeTrue(), "word-b's app started")
+		Expect(a.running()).To(BeFalse(), "word-a's app stopped")
+		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "word-b started after word-a stopped")
+		Expect(b.periods()[0].token).To(BeNumerically(">", a.periods()[0].token))
+		hb := &v1alpha1.LockHeartbeat{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: "word"}, hb)).To(Succeed())
+		Expect(hb.Spec.StoppedGrant).To(Equal(grantID), "word-a's agent said the app of its grant stopped")
+		cur := &corev1.Pod{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKeyFromObject(a.pod), cur)).To(Succeed(), "word-a is still there, terminating")
+		Expect(cur.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "word-a's container is still reported running")
+		Expect(a.exited).NotTo(BeClosed(), "word-a's agent still runs: nothing signalled it")
+		fmt.Fprintf(GinkgoWriter, "handover on the agent's word: word-a's app stopped %v before word-b's started\n", b.periods()[0].start.Sub(a.periods()[0].stop))
+	})
+
+	It("without the agent's word, hands over once the kubelet reports the container stopped, before the hidden grant's keys expire", func() {
+		createLock("noword", ms, 10*time.Second)
+		// Not its container's first process: it gives no word, as an
+		// agent from before the word, or one that exited first.
+		a := startPod(ns, "noword-a", "noword", kubeconfig, injected)
+		Eventually(a.running).Should(BeTrue(), "noword-a's app started")
+		b := startPod(ns, "noword-b", "noword", kubeconfig, injected)
+
+		By("deleting noword-a: status stops showing its grant at once, and its agent stops the app")
+		Expect(env.Client.Delete(env.Ctx, a.pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			l := fetchLock(ns, "noword")
+			g.Expect(l.Status.Holder).To(BeNil(), "lock noword shows no holder")
+			held := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
+			g.Expect(held).NotTo(BeNil())
+			g.Expect(held.Reason).To(Equal(v1alpha1.ReasonHolderTerminating), "lock noword's Held reason")
+		}).Should(Succeed())
+		Eventually(a.running).Should(BeFalse(), "noword-a's app stopped")
+		Consistently(b.running, time.Second).Should(BeFalse(), "noword-b's app runs while noword-a's container may")
+		key := fetchLock(ns, "noword").Status.Key
+		var expiry time.Time
+		for _, srv := range ms.Servers {
+			c := srv.Client()
+			if d, err := c.PTTL(env.Ctx, key).Result(); err == nil && d > 0 && time.Now().Add(d).After(expiry) {
+				expiry = time.Now().Add(d)
+			}
+			_ = c.Close()
+		}
+		Expect(expiry).NotTo(BeZero(), "the hidden grant's keys are still on the masters")
+
+		By("stopping noword-a's agent and reporting its container stopped, as the kubelet does")
+		Expect(a.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		Eventually(a.exited, 10*time.Second).Should(BeClosed(), "noword-a's agent exited")
+		kubeletStops(a.pod)
+		Eventually(b.running, 20*time.Second).Should(BeTrue(), "noword-b's app started")
+		Expect(fetchLock(ns, "noword").Status.AcquiredAt.Time).To(BeTemporally("<", expiry),
+			"noword-b was granted before noword-a's keys would have expired: they were released once its container stopped")
+		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "noword-b started after noword-a stopped")
 	})
 
 	It("passes SIGHUP and the pod's SIGTERM on, and still kills the app and its children by the deadline when the app ignores it", func() {

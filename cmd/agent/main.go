@@ -34,7 +34,11 @@
 // redlock.dev/lock); it needs get, list and watch on that one
 // DistributedLock and nothing else — and get and update on the
 // LockHeartbeat of the same name, which it renews in run mode every third
-// of the lock's spec.heartbeatTimeout while the app runs under a grant.
+// of the lock's spec.heartbeatTimeout while the app runs under a grant, and
+// where, as its container's first process, it says the app of a grant
+// stopped (stoppedGrant) once status stopped showing the grant and every
+// other process in the container is gone: for a pod being deleted, the
+// lock then passes on at once.
 package main
 
 import (
@@ -155,12 +159,38 @@ func run(args []string) int {
 	if mode == "watch" {
 		return watchOnly(ctx, w, pub, signals, logf)
 	}
-	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, forward: forward, beat: beat, log: logf}
+	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, forward: forward,
+		beat: beat, say: sayer(ctx, c, lock, clk, log), firstProcess: os.Getpid() == 1, log: logf}
 	code, err := s.run(ctx)
 	if err != nil && !errors.Is(err, errSignalled) {
 		log.Error("agent stopped", "error", err)
 	}
 	return code
+}
+
+// sayer returns the supervisor's say: it writes the agent's word that the
+// app of a grant stopped (holding.SayStopped) in the background, again
+// every second until it is written or ctx ends (the lock then waits for
+// the kubelet's report of the container's end).
+func sayer(ctx context.Context, c client.Client, lock types.NamespacedName, clk clock.Clock, log *slog.Logger) func(*holding.Grant) {
+	return func(g *holding.Grant) {
+		go func() {
+			for ctx.Err() == nil {
+				sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := holding.SayStopped(sctx, c, lock, g.GrantID)
+				cancel()
+				if err == nil {
+					log.Info("said the app stopped", "grantID", g.GrantID)
+					return
+				}
+				log.Warn("could not say the app stopped; retrying", "grantID", g.GrantID, "error", err)
+				select {
+				case <-ctx.Done():
+				case <-clk.After(time.Second):
+				}
+			}
+		}()
+	}
 }
 
 // oneShot runs the subcommands that do one thing and return: version and

@@ -40,7 +40,13 @@ type supervisor struct {
 	// beat renews the grant's heartbeat (holding.Heartbeat) until its ctx
 	// ends: it runs while the app runs under the grant, and only then.
 	beat func(ctx context.Context, g *holding.Grant)
-	log  func(msg string, kv ...any)
+	// say gives the agent's word that nothing acts on g any more
+	// (holding.SayStopped), in the background; nil: never given.
+	say func(g *holding.Grant)
+	// firstProcess: the agent is its container's first process (PID 1),
+	// so that every other process there is what the app left.
+	firstProcess bool
+	log          func(msg string, kv ...any)
 }
 
 // errSignalled: the agent was asked to stop and the app has exited.
@@ -62,6 +68,56 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 			s.publish(nil)
 			return code, err
 		}
+		s.giveWord(g)
+	}
+}
+
+// giveWord tells the operator that nothing acts on g any more, once the
+// app it ran under g was stopped because status no longer shows g (not
+// for a deadline: status may still show it): only as the container's
+// first process, and only once every other process in the container is
+// gone (stop killed them all; reaped here). For a pod being deleted,
+// whose containers the kubelet never restarts, the lock then passes on
+// without waiting for the kubelet to report the container's end. When
+// something is not gone in time, no word is given: the lock waits for the
+// kubelet.
+func (s *supervisor) giveWord(g *holding.Grant) {
+	if s.say == nil || !s.firstProcess || !s.w.Hidden(g.GrantID) {
+		return
+	}
+	if !reapAll(wordWait) {
+		s.log("processes outlived the app; no word given", "grantID", g.GrantID)
+		return
+	}
+	s.say(g)
+}
+
+// wordWait bounds how long the agent waits for the processes it killed to
+// end before it gives its word.
+const wordWait = 5 * time.Second
+
+// reapAll kills (SIGKILL) and reaps every other process in the agent's
+// PID namespace, again and again (a process forked while the kill went
+// round escapes one), until none is left or within is over: whether none
+// is left. Only for the namespace's first process, to which every orphan
+// there comes.
+func reapAll(within time.Duration) bool {
+	for deadline := time.Now().Add(within); ; {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if errors.Is(err, syscall.ECHILD) {
+				return true // no child left: nothing else runs here
+			}
+			if pid <= 0 || err != nil {
+				break // children left, none ended yet
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel for exits: no event to wait on
 	}
 }
 
@@ -127,7 +183,7 @@ func (s *supervisor) hold(ctx context.Context, g *holding.Grant) (code int, exit
 	exit := make(chan error, 1)
 	go func() { exit <- cmd.Wait() }()
 	defer reapOrphans()
-	if os.Getpid() == 1 {
+	if s.firstProcess {
 		// The container's first process: orphans of a long-running app
 		// (a daemon it started and left) come to the agent, and would
 		// stay zombies until the app ends.
@@ -200,7 +256,7 @@ func (s *supervisor) stop(cmd *exec.Cmd, exit <-chan error, deadline time.Time, 
 		err := <-exit
 		s.log("app killed", "error", errString(err))
 	}
-	if os.Getpid() == 1 {
+	if s.firstProcess {
 		// The container's first process: every other process in it is
 		// what the app left, in its group or not (a daemon that called
 		// setsid). None may run on without the grant.

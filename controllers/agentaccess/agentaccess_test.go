@@ -125,44 +125,50 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		}).Should(BeTrue(), "ServiceAccount worker can no longer read lock jobs")
 	})
 
-	It("keeps the LockHeartbeat of a lock that sets heartbeatTimeout, lets its agents renew it and nothing else, and takes both back when it is unset", func() {
-		By("creating lock beats with heartbeatTimeout 30s, lock quiet without, and a pod of each with the agent (ServiceAccount beater)")
+	It("keeps the LockHeartbeat of a lock whose pods run the agent or that sets heartbeatTimeout, lets its agents renew it and say an app stopped and nothing else, and takes both back when neither holds", func() {
+		By("creating lock beats with heartbeatTimeout 30s and no pod yet, lock quiet without a timeout and a pod with the agent (ServiceAccount beater), and lock bare with neither")
 		beats := &v1alpha1.DistributedLock{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "beats"},
 			Spec: v1alpha1.DistributedLockSpec{MasterSet: "masters", TTL: metav1.Duration{Duration: 10 * time.Second},
 				HeartbeatTimeout: &metav1.Duration{Duration: 30 * time.Second}},
 		}
 		Expect(k8s.Create(suiteCtx, beats)).To(Succeed())
-		quiet := lock("quiet")
-		pod("hb", beats.Name, "beater", true)
-		pod("hq", quiet.Name, "beater", true)
-		Eventually(func(g Gomega) {
-			hb := &v1alpha1.LockHeartbeat{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), hb)).To(Succeed(), "LockHeartbeat beats exists")
-			g.Expect(metav1.IsControlledBy(hb, beats)).To(BeTrue(), "LockHeartbeat beats is owned by lock beats")
-			binding(g, beats.Name)
-		}).Should(Succeed())
-		Expect(apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(quiet), &v1alpha1.LockHeartbeat{}))).To(BeTrue(), "lock quiet sets no timeout: no LockHeartbeat")
+		quiet, bare := lock("quiet"), lock("bare")
+		hq := pod("hq", quiet.Name, "beater", true)
+		for _, l := range []*v1alpha1.DistributedLock{beats, quiet} {
+			Eventually(func(g Gomega) {
+				hb := &v1alpha1.LockHeartbeat{}
+				g.Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(l), hb)).To(Succeed(), "LockHeartbeat %s exists", l.Name)
+				g.Expect(metav1.IsControlledBy(hb, l)).To(BeTrue(), "LockHeartbeat %s is owned by lock %s", l.Name, l.Name)
+			}).Should(Succeed())
+		}
+		Eventually(func(g Gomega) { binding(g, quiet.Name) }).Should(Succeed(), "RoleBinding of lock quiet")
+		Consistently(func() error {
+			return k8s.Get(suiteCtx, client.ObjectKeyFromObject(bare), &v1alpha1.LockHeartbeat{})
+		}, 2*time.Second).Should(MatchError(ContainSubstring("not found")), "lock bare has no agent pod and no timeout: no LockHeartbeat")
 
-		By("renewing the heartbeat as ServiceAccount beater")
+		By("renewing the heartbeat of lock quiet and saying an app stopped there, as ServiceAccount beater")
 		beater := as("beater")
 		Eventually(func() error {
-			return holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", time.Now())
+			return holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(quiet), "grant-1", time.Now())
 		}).Should(Succeed(), "the agent may renew its lock's heartbeat")
+		Expect(holding.SayStopped(suiteCtx, beater, client.ObjectKeyFromObject(quiet), "grant-1")).To(Succeed(), "the agent may say its app stopped")
 		hb := &v1alpha1.LockHeartbeat{}
-		Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), hb)).To(Succeed())
+		Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(quiet), hb)).To(Succeed())
 		Expect(hb.Spec.HolderIdentity).To(Equal("grant-1"))
 		Expect(hb.Spec.RenewTime).NotTo(BeNil())
+		Expect(hb.Spec.StoppedGrant).To(Equal("grant-1"))
 
 		By("trying, as beater, to read another lock's heartbeat, to create one, and to delete its own")
 		other := &v1alpha1.LockHeartbeat{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}}
 		Expect(k8s.Create(suiteCtx, other)).To(Succeed())
 		Expect(apierrors.IsForbidden(beater.Get(suiteCtx, client.ObjectKeyFromObject(other), &v1alpha1.LockHeartbeat{}))).To(BeTrue(), "another heartbeat is forbidden")
+		Expect(apierrors.IsForbidden(beater.Get(suiteCtx, client.ObjectKeyFromObject(beats), &v1alpha1.LockHeartbeat{}))).To(BeTrue(), "the heartbeat of a lock none of its pods requests is forbidden")
 		Expect(apierrors.IsForbidden(beater.Create(suiteCtx, &v1alpha1.LockHeartbeat{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "made"}}))).To(BeTrue(), "creating heartbeats is forbidden")
 		Expect(apierrors.IsForbidden(beater.Delete(suiteCtx, hb))).To(BeTrue(), "deleting its heartbeat is forbidden")
 		Expect(apierrors.IsForbidden(beater.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "node-lease"}, &coordinationv1.Lease{}))).To(BeTrue(), "Leases are forbidden")
 
-		By("unsetting the timeout")
+		By("unsetting the timeout of lock beats, which no pod requests, and deleting the pod of lock quiet")
 		Eventually(func() error {
 			cur := &v1alpha1.DistributedLock{}
 			if err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), cur); err != nil {
@@ -171,11 +177,14 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 			cur.Spec.HeartbeatTimeout = nil
 			return k8s.Update(suiteCtx, cur)
 		}).Should(Succeed())
+		Expect(k8s.Delete(suiteCtx, hq)).To(Succeed())
+		for _, l := range []*v1alpha1.DistributedLock{beats, quiet} {
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(l), &v1alpha1.LockHeartbeat{}))
+			}).Should(BeTrue(), "LockHeartbeat %s is deleted", l.Name)
+		}
 		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(beats), &v1alpha1.LockHeartbeat{}))
-		}).Should(BeTrue(), "the LockHeartbeat is deleted")
-		Eventually(func() bool {
-			return apierrors.IsForbidden(holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(beats), "grant-1", time.Now()))
+			return apierrors.IsForbidden(holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(quiet), "grant-1", time.Now()))
 		}).Should(BeTrue(), "the Role no longer allows the heartbeat")
 	})
 

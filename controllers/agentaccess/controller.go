@@ -18,10 +18,12 @@
 // fixed at creation, not from the annotation anyone who may edit the pod
 // can change.
 //
-// For a lock that sets spec.heartbeatTimeout it also keeps the lock's
-// LockHeartbeat (same name, owned by the lock and labelled as the
-// operator's; its spec is the holders' to write), and the Role allows get
-// and update on that one object. It is deleted when the timeout is unset.
+// It also keeps the lock's LockHeartbeat (same name, owned by the lock and
+// labelled as the operator's; its spec is the holders' to write: the
+// heartbeat when the lock sets spec.heartbeatTimeout, and the agent's word
+// that the app of a grant stopped), and the Role allows get and update on
+// that one object. It exists while the Role does, or the lock sets a
+// heartbeat timeout.
 //
 // The operator can only grant what it holds itself (the API server's
 // escalation check): read on DistributedLocks, get and update on
@@ -93,11 +95,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Pods.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingLabels{v1alpha1.LockLabel: lock.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list pods of lock %s: %w", req.NamespacedName, err)
 	}
-	if _, err := r.apply(ctx, lock, Heartbeat(lock), lock.Spec.HeartbeatTimeout != nil); err != nil {
-		return reconcile.Result{}, err
-	}
 	subjects := Subjects(pods.Items)
 	keep := len(subjects) > 0
+	if _, err := r.apply(ctx, lock, Heartbeat(lock), keep || lock.Spec.HeartbeatTimeout != nil); err != nil {
+		return reconcile.Result{}, err
+	}
 	// The Role first: no binding is made or kept to a Role not the lock's.
 	owned, err := r.apply(ctx, lock, Role(lock), keep)
 	if err != nil || !owned {
@@ -218,23 +220,19 @@ func objectMeta(lock *v1alpha1.DistributedLock) metav1.ObjectMeta {
 	}
 }
 
-// Role is the Role that reads lock and nothing else, and renews its
-// LockHeartbeat when it sets a heartbeat timeout.
+// Role is the Role that reads lock and nothing else, and writes its
+// LockHeartbeat (renewals, and the agent's word that an app stopped).
 func Role(lock *v1alpha1.DistributedLock) *rbacv1.Role {
-	role := &rbacv1.Role{
+	return &rbacv1.Role{
 		ObjectMeta: objectMeta(lock),
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"distributedlocks"},
 			ResourceNames: []string{lock.Name}, Verbs: []string{"get", "list", "watch"},
-		}},
-	}
-	if lock.Spec.HeartbeatTimeout != nil {
-		role.Rules = append(role.Rules, rbacv1.PolicyRule{
+		}, {
 			APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"lockheartbeats"},
 			ResourceNames: []string{lock.Name}, Verbs: []string{"get", "update"},
-		})
+		}},
 	}
-	return role
 }
 
 // Heartbeat is lock's LockHeartbeat as this controller creates it: no

@@ -144,6 +144,9 @@ type Reconciler struct {
 	written sync.Map
 	// beats are the heartbeat Lease renewals seen (liveness.go).
 	beats *heartbeats
+	// stoppings are the grants hidden because their pods are being
+	// deleted, until their keys are released (terminating.go).
+	stoppings stoppings
 }
 
 // markWritten records a committed write of this manager's to lock uid.
@@ -249,6 +252,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.relabelled.Forget(req.String())
 		r.writer.stopWaiting(req.NamespacedName)
 		r.beats.forget(req.NamespacedName)
+		r.stoppings.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
@@ -447,29 +451,44 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		s.continueFrom(fresh)
 	}
 	if !ended(h) {
-		if why, shed := r.writer.shedding(h); shed {
-			r.shedGrant(s, h, v1alpha1.ReasonShed, why)
-			return nil
-		}
-		why, pod, err := r.checkLiveness(ctx, s, h)
-		if err != nil || why == "" {
-			return err
-		}
-		// Marked first: once status stops showing the grant, the pod
-		// must keep nobody from the lock, whichever manager looks next.
-		if err := r.setMark(ctx, pod, h.grantID); err != nil {
-			return err
-		}
-		r.shedGrant(s, h, v1alpha1.ReasonHolderUnresponsive, why)
-		return nil
+		return r.giveUpIfDue(ctx, s, h)
 	}
 	r.endSession(ctx, s, h)
 	return nil
 }
 
+// giveUpIfDue stops showing h's grant, which its Session still renews,
+// when it is due: the status writer sheds it, its pod is being deleted
+// (terminating.go), or its holder shows no sign of life (liveness.go).
+func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *held) error {
+	if why, shed := r.writer.shedding(h); shed {
+		r.shedGrant(s, h, v1alpha1.ReasonShed, why)
+		return nil
+	}
+	if terminating, err := r.holderTerminating(ctx, s, h); err != nil || terminating {
+		if terminating {
+			r.hideForDeletion(s, h)
+		}
+		return err
+	}
+	why, pod, err := r.checkLiveness(ctx, s, h)
+	if err != nil || why == "" {
+		return err
+	}
+	// Marked first: once status stops showing the grant, the pod must
+	// keep nobody from the lock, whichever manager looks next.
+	if err := r.setMark(ctx, pod, h.grantID); err != nil {
+		return err
+	}
+	r.shedGrant(s, h, v1alpha1.ReasonHolderUnresponsive, why)
+	return nil
+}
+
 // shedGrant stops showing h's grant, with reason: Shed, when the status
-// writer sheds it (load.go), or HolderUnresponsive, when its holder shows
-// no sign of life (liveness.go). Once that committed, the grant's Session
+// writer sheds it (load.go), HolderUnresponsive, when its holder shows
+// no sign of life (liveness.go), or HolderTerminating, when its pod is
+// being deleted (terminating.go: the keys are released earlier, once the
+// pod can no longer act on the grant). Once that committed, the grant's Session
 // stops renewing, and its keys, which outlive the validity status showed,
 // are left to expire and removed after it (a reader's view of the shown
 // validity may be stale, and an agent stops its app only by then: nobody
@@ -503,10 +522,11 @@ func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 			_ = r.releaseGrant(octx, grant, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
 			r.enqueue(name)                                       // the next grant need not wait for a retry
 		})
-		if reason == v1alpha1.ReasonShed {
+		switch reason {
+		case v1alpha1.ReasonShed:
 			r.Metrics.LocksShed.Inc()
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
-		} else {
+		case v1alpha1.ReasonHolderUnresponsive:
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventHolderUnresponsive, "Release", "grant %d to %s given up: %s", h.token, h.holder, why)
 		}
 		logf.FromContext(ctx).Info("gave up a grant", "lock", h.name, "token", h.token, "reason", reason, "keysUntil", until)
@@ -646,6 +666,15 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.pods = pods
+	word, err := r.stoppedWord(ctx, lock, pods)
+	if err != nil {
+		return err
+	}
+	said := func(p *corev1.Pod) bool { return saidStopped(lock.Status, word, lock.RedisKey(), p) }
+	r.settleStopped(ctx, s, pods, said)
+	// A pod whose agent said it stopped acting on the last grant takes
+	// no part any more, as if it had ended (terminating.go).
+	pods = slices.DeleteFunc(slices.Clone(pods), said)
 	if lock.Status.LastHolderPod == nil {
 		// A former holder that no longer carries the label (the lock was
 		// re-created since, or its grant ended): track it until it stops.
@@ -715,7 +744,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 		r.release(s, c, v1alpha1.ReasonReleased, "released for the new holder")
 		s.requeueAfter(time.Millisecond)
 	case actNone:
-		if s.requested == nil {
+		if s.requested == nil && (heldConditionReason(s.lock.Status) != v1alpha1.ReasonHolderTerminating || s.lock.Status.LastHolderPod == nil) {
+			// (A grant handed back by a pod being deleted keeps saying so
+			// while that pod may still run.)
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
 		}
 	}
@@ -1607,6 +1638,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err != nil {
 		return fmt.Errorf("heartbeat informer: %w", err)
 	}
+	r.beats.stopped = r.enqueue // an agent's word: the lock may pass on now
 	if _, err := hbs.AddEventHandler(r.beats.handler()); err != nil {
 		return fmt.Errorf("heartbeat informer: %w", err)
 	}

@@ -51,8 +51,11 @@ import (
 // renewed by the grant it watches there.
 type heartbeats struct {
 	clock clock.PassiveClock
-	mu    sync.Mutex
-	seen  map[types.NamespacedName]*beat
+	// stopped is told of a LockHeartbeat whose stoppedGrant changed (an
+	// agent's word: terminating.go); nil: nobody.
+	stopped func(types.NamespacedName)
+	mu      sync.Mutex
+	seen    map[types.NamespacedName]*beat
 }
 
 // beat is what heartbeats keeps of one LockHeartbeat.
@@ -84,6 +87,9 @@ func (b *heartbeats) watch(key types.NamespacedName, grant string) time.Time {
 func (b *heartbeats) observe(old, hb *v1alpha1.LockHeartbeat) {
 	if hb == nil || (old != nil && old.ResourceVersion == hb.ResourceVersion) {
 		return // a resync, not a write
+	}
+	if b.stopped != nil && hb.Spec.StoppedGrant != "" && (old == nil || old.Spec.StoppedGrant != hb.Spec.StoppedGrant) {
+		b.stopped(types.NamespacedName{Namespace: hb.Namespace, Name: hb.Name})
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -258,6 +258,10 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 	}
 	switch {
 	case !wasHolder || st.Holder != nil || podlock.Stopped(pod):
+	case held != nil && held.Reason == v1alpha1.ReasonHolderTerminating && !pod.DeletionTimestamp.IsZero():
+		// Its grant was handed back because the pod is being deleted:
+		// not lost.
+		d.reason, d.message = "Terminating", "the pod is being deleted; its grant is handed over"
 	case !lock.DeletionTimestamp.IsZero():
 		d.lost, d.reason, d.message = ReasonLockDeleted, ReasonLockDeleted, fmt.Sprintf("DistributedLock %q is being deleted; this pod held it last (fencing token %d) and holds no lock now", lock.Name, st.FencingToken)
 	default:

@@ -148,3 +148,28 @@ func TestGrantChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideHandedBackOnDeletion: a holder whose grant was handed back
+// because it is being deleted (HolderTerminating) has not lost it: no
+// LockLost, no eviction; the same end of a grant on a pod that is not
+// being deleted is a loss.
+func TestDecideHandedBackOnDeletion(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	lock := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: "l"}, Spec: v1alpha1.DistributedLockSpec{OnLost: v1alpha1.LostEvict}}
+	lock.Status = v1alpha1.DistributedLockStatus{GrantID: "g", FencingToken: 7, Conditions: []metav1.Condition{{
+		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonHolderTerminating}}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p", Annotations: map[string]string{v1alpha1.FencingTokenAnnotation: "7"}},
+		Spec:       corev1.PodSpec{NodeName: "n"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+	}
+	deleting := pod.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	if d := decide(deleting, lock, now); d.lost != "" || d.evict || d.grant || d.reason != "Terminating" {
+		t.Errorf("a holder handed back on its deletion: lost %q, evict %v, grant %v, reason %q; want no loss, Terminating", d.lost, d.evict, d.grant, d.reason)
+	}
+	if d := decide(pod, lock, now); d.lost == "" || !d.evict {
+		t.Errorf("a running pod whose grant ended: lost %q, evict %v; want LockLost and eviction (onLost: Evict)", d.lost, d.evict)
+	}
+}

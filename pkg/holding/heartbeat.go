@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,6 +29,31 @@ func Beat(ctx context.Context, c client.Client, lock types.NamespacedName, grant
 	hb.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	if err := c.Update(ctx, hb); err != nil {
 		return fmt.Errorf("renew heartbeat %s: %w", lock, err)
+	}
+	return nil
+}
+
+// SayStopped writes the holder's word that nothing acts on grantID any
+// more: the lock's LockHeartbeat's stoppedGrant (its other fields are kept;
+// a conflicting write is tried again on the newer version). Say it only
+// once status no longer shows the grant (Watcher.Hidden) and everything
+// that could act on it has stopped and cannot start again under it: for a
+// pod that is being deleted, the operator then releases the grant and
+// grants the next pod at once.
+func SayStopped(ctx context.Context, c client.Client, lock types.NamespacedName, grantID string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		hb := &v1alpha1.LockHeartbeat{}
+		if err := c.Get(ctx, lock, hb); err != nil {
+			return err
+		}
+		if hb.Spec.StoppedGrant == grantID {
+			return nil
+		}
+		hb.Spec.StoppedGrant = grantID
+		return c.Update(ctx, hb)
+	})
+	if err != nil {
+		return fmt.Errorf("say grant %s stopped on heartbeat %s: %w", grantID, lock, err)
 	}
 	return nil
 }

@@ -90,10 +90,15 @@ type Watcher struct {
 	opts   Options
 
 	mu      sync.Mutex
-	current *Grant        // nil: not held (as last observed, or its deadline passed)
-	changed chan struct{} // closed and replaced whenever current changes
-	err     error         // the latest error of the watch, nil once it works again
-	stopped chan struct{}
+	current *Grant // nil: not held (as last observed, or its deadline passed)
+	// shown is the grant ID the latest observed status shows to this
+	// holder, valid or not ("": none); observed is set at the first
+	// observation.
+	shown    string
+	observed bool
+	changed  chan struct{} // closed and replaced whenever current changes
+	err      error         // the latest error of the watch, nil once it works again
+	stopped  chan struct{}
 }
 
 // Watch starts following lock for holder until ctx ends.
@@ -277,14 +282,36 @@ func (w *Watcher) watchOnce(ctx context.Context) error {
 func (w *Watcher) observe(l *v1alpha1.DistributedLock) {
 	now := w.opts.Clock.Now()
 	next := GrantOf(l, w.holder, now, w.opts.SkewAllowance)
+	shown := shownTo(l, w.holder)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if sameGrant(w.current, next) {
+	if sameGrant(w.current, next) && w.observed && shown == w.shown {
 		return
 	}
-	w.current = next
+	w.current, w.shown, w.observed = next, shown, true
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// shownTo is the ID of the grant l's status shows to holder, valid or
+// not ("": none).
+func shownTo(l *v1alpha1.DistributedLock, holder Holder) string {
+	if l == nil || l.Status.Holder == nil || l.Status.Holder.Pod == nil ||
+		l.Status.Holder.Pod.UID != holder.UID || l.Status.Holder.Pod.Name != holder.Name {
+		return ""
+	}
+	return l.Status.GrantID
+}
+
+// Hidden reports whether the latest status observed no longer shows grant
+// id to this holder at all, whatever its validity: the operator stopped
+// showing it (released it, handed it over, gave it up), and never shows
+// it again. A grant whose deadline passed while status still shows it is
+// not hidden.
+func (w *Watcher) Hidden(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.observed && w.shown != id
 }
 
 // sameGrant reports whether a and b are the same observation.

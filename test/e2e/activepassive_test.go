@@ -284,6 +284,11 @@ var _ = Describe("active/passive workloads in holder-label mode", Ordered, func(
 				Expect(pod.Annotations).To(HaveKeyWithValue("e2e/revision", rev), "the holder %s is of the new revision", holder)
 				v.checkHolder(app, holder)
 			}
+			if v.agent {
+				hb := &v1alpha1.LockHeartbeat{}
+				Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: app}, hb)).To(Succeed(), "LockHeartbeat %s", app)
+				Expect(hb.Spec.StoppedGrant).NotTo(BeEmpty(), "an old holder's agent, its container's first process, said its app stopped (the lock passed on its word)")
+			}
 		})
 
 		It("completes a rolling update of a StatefulSet, "+what, func() {

@@ -1,0 +1,185 @@
+package distributedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// A holder pod being deleted whose app the in-pod agent runs (run mode)
+// hands the lock over on its agent's word, not on the kubelet's report of
+// its containers' end (which comes on the kubelet's next relist, up to a
+// second or more after the container exited):
+//
+//  1. Once the cache shows the holder pod being deleted, status stops
+//     showing its grant (Held=False, HolderTerminating), as for a shed
+//     grant: its Session stops renewing and its keys are left in place.
+//  2. The agent sees that through its watch, stops the app and, as its
+//     container's first process, kills and reaps every other process
+//     there; then it writes the grant ID to the lock's LockHeartbeat
+//     (spec.stoppedGrant: pkg/holding.SayStopped). It says so only for a
+//     grant status no longer shows, so that no later instance of the
+//     agent can read that grant as current.
+//  3. For a pod being deleted (the kubelet never restarts its containers)
+//     that word counts as the pod's end (saidStopped): its keys are
+//     released (settleStopped) and the next pod is granted at once.
+//
+// Without the word (an agent from before this, or one that exited on the
+// kubelet's SIGTERM before it saw status change) the lock passes as it
+// always did, once the kubelet reports the containers stopped: the keys
+// of the grant this manager hid are released then (stopping), and
+// otherwise expire with the ttl.
+
+// stoppings are, per lock, the grant this manager stopped showing because
+// its pod is being deleted, until its keys are released.
+type stoppings struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]stopping
+}
+
+// stopping is a grant hidden because its pod is being deleted.
+type stopping struct {
+	grantID string
+	pod     types.UID
+	// settled: its keys were released.
+	settled bool
+}
+
+func (s *stoppings) get(lock types.NamespacedName) (stopping, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.m[lock]
+	return st, ok
+}
+
+func (s *stoppings) set(lock types.NamespacedName, st stopping) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[types.NamespacedName]stopping{}
+	}
+	s.m[lock] = st
+}
+
+func (s *stoppings) forget(lock types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, lock)
+}
+
+// holderTerminating reports whether h's holder pod, as the cache shows it,
+// is being deleted, runs its app through the agent, and may still run: its
+// grant is to be handed over on the agent's word.
+func (r *Reconciler) holderTerminating(ctx context.Context, s *scope, h *held) (bool, error) {
+	if h.pod == nil || r.Pods == nil {
+		return false, nil
+	}
+	pod := &corev1.Pod{}
+	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: s.lock.Namespace, Name: h.pod.Name}, pod); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return pod.UID == h.pod.UID && !pod.DeletionTimestamp.IsZero() && podagent.RunsApp(pod) && !podlock.Ended(pod), nil
+}
+
+// hideForDeletion stops showing h's grant because its pod is being deleted
+// (step 1 above): given up like a shed grant, and remembered until its
+// keys are released.
+func (r *Reconciler) hideForDeletion(s *scope, h *held) {
+	r.shedGrant(s, h, v1alpha1.ReasonHolderTerminating,
+		"its pod is being deleted: the grant is released once its agent says the app stopped, or its containers have stopped")
+	name, st := client.ObjectKeyFromObject(s.lock), stopping{grantID: h.grantID, pod: h.pod.UID}
+	s.afterCommit = append(s.afterCommit, func(context.Context) { r.stoppings.set(name, st) })
+}
+
+// saidStopped reports whether pod, by status st of the lock of key, is
+// the pod of the last grant, that grant is no longer shown, and the
+// agent's word (the LockHeartbeat's stoppedGrant) names it, while pod is
+// being deleted and runs its app through the agent: nothing in it acts on
+// the grant, and nothing will (the kubelet never restarts the containers
+// of a pod being deleted). The pod of the last grant is status's
+// lastHolderPod, or a pod the pod gate annotated with that grant's token.
+func saidStopped(st v1alpha1.DistributedLockStatus, word, key string, pod *corev1.Pod) bool {
+	return word != "" && st.Holder == nil && st.GrantID == word &&
+		!pod.DeletionTimestamp.IsZero() && podagent.RunsApp(pod) &&
+		(podlock.Is(pod, st.LastHolderPod) ||
+			podlock.HeldBefore(pod, key) && pod.Annotations[v1alpha1.FencingTokenAnnotation] == strconv.FormatInt(st.FencingToken, 10))
+}
+
+// stoppedWord is the agent's word on the lock's LockHeartbeat, read only
+// when it could count: status shows no holder and a pod is being deleted
+// that runs its app through the agent.
+func (r *Reconciler) stoppedWord(ctx context.Context, lock *v1alpha1.DistributedLock, pods []*corev1.Pod) (string, error) {
+	if lock.Status.Holder != nil || lock.Status.GrantID == "" || !slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
+		return !p.DeletionTimestamp.IsZero() && podagent.RunsApp(p)
+	}) {
+		return "", nil
+	}
+	hb := &v1alpha1.LockHeartbeat{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(lock), hb); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return "", nil
+		}
+		return "", fmt.Errorf("read the agents' word: %w", err)
+	}
+	return hb.Spec.StoppedGrant, nil
+}
+
+// settleStopped releases in Redis the keys of the last grant, which
+// status no longer shows and no Session here renews, once its pod can no
+// longer act on it: its agent said so (said), or this manager hid it for
+// the pod's deletion and the pod is gone or its containers have stopped.
+// The next grant need not wait for the keys to expire.
+func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1.Pod, said func(*corev1.Pod) bool) {
+	lock := s.lock
+	st := lock.Status
+	if st.Holder != nil || st.GrantID == "" || s.client == nil {
+		return
+	}
+	if h := r.sessions.get(lock.UID); h != nil && h.grantID == st.GrantID {
+		return // still renewed here: released by the paths that end a Session
+	}
+	name := client.ObjectKeyFromObject(lock)
+	rec, ok := r.stoppings.get(name)
+	if ok && rec.grantID == st.GrantID && rec.settled {
+		return
+	}
+	how := ""
+	switch {
+	case slices.ContainsFunc(pods, said):
+		how = "its agent said the app stopped"
+	case ok && rec.grantID == st.GrantID:
+		if i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == rec.pod }); i < 0 || podlock.Ended(pods[i]) {
+			how = "its containers stopped"
+		}
+	}
+	if how == "" {
+		return
+	}
+	g := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: st.GrantID, ttl: lock.Spec.TTL.Duration}
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	err := r.releaseGrant(octx, g, s.client)
+	cancel()
+	r.stoppings.set(name, stopping{grantID: st.GrantID, settled: true})
+	logf.FromContext(ctx).V(1).Info("released a grant whose pod is being deleted", "grantID", st.GrantID, "how", how, "error", errString(err))
+	switch {
+	case err == nil || errors.Is(err, redlock.ErrNotHeld):
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "grant %d released: %s", st.FencingToken, how)
+	default:
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
+			"release of grant %d did not reach a quorum; copies expire with the TTL: %s", st.FencingToken, conditions.Message(err.Error()))
+	}
+}
