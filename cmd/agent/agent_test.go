@@ -91,18 +91,30 @@ func injected(p *corev1.Pod) {
 
 // startPodWith is startPod with the app's shell script.
 func startPodWith(ns, name, lock, kubeconfig, script string, mutate ...func(*corev1.Pod)) *podAgent {
-	return launch(nil, ns, name, lock, kubeconfig, script, mutate...)
+	return launch(nil, nil, ns, name, lock, kubeconfig, script, mutate...)
 }
 
 // startInitPod is startPod whose agent is the first process of a PID
-// namespace of its own, as in a container (unshare; root only).
+// namespace of its own, as in a container (unshare; root only). Signalled
+// while its app runs, it waits up to 30s for its grant to be hidden.
 func startInitPod(ns, name, lock, kubeconfig string, mutate ...func(*corev1.Pod)) *podAgent {
-	return launch([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"}, ns, name, lock, kubeconfig, appScript, mutate...)
+	return launch([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"}, []string{"--word-wait", "30s"},
+		ns, name, lock, kubeconfig, appScript, mutate...)
 }
 
-// launch creates the pod and starts its agent, through the command wrap
-// when it is not empty.
-func launch(wrap []string, ns, name, lock, kubeconfig, script string, mutate ...func(*corev1.Pod)) *podAgent {
+// initPid is the host's pid of the agent startInitPod started: the child
+// of unshare, which passes no signal on.
+func initPid(a *podAgent) int {
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(a.cmd.Process.Pid)).Output()
+	Expect(err).NotTo(HaveOccurred(), "the agent, child of unshare")
+	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+	Expect(err).NotTo(HaveOccurred())
+	return pid
+}
+
+// launch creates the pod and starts its agent, with the flags extra,
+// through the command wrap when it is not empty.
+func launch(wrap, extra []string, ns, name, lock, kubeconfig, script string, mutate ...func(*corev1.Pod)) *podAgent {
 	port, err := redistest.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	p := &corev1.Pod{
@@ -131,7 +143,8 @@ func launch(wrap []string, ns, name, lock, kubeconfig, script string, mutate ...
 	a := &podAgent{pod: p, log: filepath.Join(dir, "app.log"), state: filepath.Join(dir, "state"), exited: make(chan struct{})}
 	a.listen = "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{"run", "--kubeconfig", kubeconfig, "--state-dir", a.state, "--listen", a.listen,
-		"--skew-allowance", "250ms", "--grace", "500ms", "--", "/bin/sh", "-c", script}
+		"--skew-allowance", "250ms", "--grace", "500ms"}
+	args = append(append(args, extra...), "--", "/bin/sh", "-c", script)
 	args = append([]string{agent}, args...)
 	if len(wrap) > 0 {
 		args = append(slices.Clone(wrap), args...)
@@ -430,6 +443,69 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		Expect(cur.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "word-a's container is still reported running")
 		Expect(a.exited).NotTo(BeClosed(), "word-a's agent still runs: nothing signalled it")
 		fmt.Fprintf(GinkgoWriter, "handover on the agent's word: word-a's app stopped %v before word-b's started\n", b.periods()[0].start.Sub(a.periods()[0].stop))
+	})
+
+	It("gives its word when the kubelet's SIGTERM comes before status stops showing the grant", func() {
+		if os.Getuid() != 0 {
+			Skip("the agent runs as the first process of a PID namespace of its own (unshare), as in a container: root only")
+		}
+		createLock("sigword", ms, 10*time.Second)
+		a := startInitPod(ns, "sigword-a", "sigword", kubeconfig, injected)
+		Eventually(a.running).Should(BeTrue(), "sigword-a's app started")
+		b := startPod(ns, "sigword-b", "sigword", kubeconfig, injected)
+		grantID := fetchLock(ns, "sigword").Status.GrantID
+
+		By("sending sigword-a's agent SIGTERM first: the app stops, and the agent waits for its grant to be hidden")
+		Expect(syscall.Kill(initPid(a), syscall.SIGTERM)).To(Succeed())
+		Eventually(a.running).Should(BeFalse(), "sigword-a's app stopped on the SIGTERM passed on")
+		Consistently(a.exited, 500*time.Millisecond).ShouldNot(BeClosed(), "sigword-a's agent waits for its grant to be hidden")
+
+		By("deleting sigword-a: its grant is hidden, and its agent says the app stopped and exits")
+		Expect(env.Client.Delete(env.Ctx, a.pod)).To(Succeed())
+		Eventually(a.exited, 20*time.Second).Should(BeClosed(), "sigword-a's agent exited")
+		Eventually(b.running, 20*time.Second).Should(BeTrue(), "sigword-b's app started")
+		hb := &v1alpha1.LockHeartbeat{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: "sigword"}, hb)).To(Succeed())
+		Expect(hb.Spec.StoppedGrant).To(Equal(grantID), "sigword-a's agent said the app of its grant stopped")
+		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "sigword-b started after sigword-a stopped")
+	})
+
+	It("on a lock with heartbeatTimeout, passes a deleted holder that never ends (its node gone dark) once its last grant can no longer be acted on", func() {
+		createLock("dark", ms, 10*time.Second)
+		Eventually(func() error {
+			l := fetchLock(ns, "dark")
+			l.Spec.HeartbeatTimeout = &metav1.Duration{Duration: time.Minute}
+			return env.Client.Update(env.Ctx, l)
+		}).Should(Succeed())
+		// Its node goes dark: its agent is cut off from the API server
+		// (its connection stalled) and the spec never reports its
+		// container stopped.
+		proxied, proxy := throughProxy(kubeconfig)
+		a := startPod(ns, "dark-a", "dark", proxied, injected)
+		Eventually(a.running).Should(BeTrue(), "dark-a's app started")
+		b := startPod(ns, "dark-b", "dark", kubeconfig, injected)
+		grantID := fetchLock(ns, "dark").Status.GrantID
+
+		By("cutting dark-a's agent off, then deleting dark-a: it is marked, its grant hidden; its agent stops the app by its deadline, and dark-b is granted once the grant settled, dark-a still terminating")
+		Expect(proxy.Stall()).To(Succeed())
+		DeferCleanup(proxy.Resume)
+		Expect(env.Client.Delete(env.Ctx, a.pod)).To(Succeed())
+		var released time.Time
+		Eventually(func(g Gomega) {
+			l := fetchLock(ns, "dark")
+			g.Expect(l.Status.Holder).To(BeNil(), "lock dark shows no holder")
+			g.Expect(l.Status.ReleasedAt).NotTo(BeNil(), "lock dark shows when its grant was hidden")
+			released = l.Status.ReleasedAt.Time
+		}).Should(Succeed())
+		Eventually(b.running, 40*time.Second).Should(BeTrue(), "dark-b's app started")
+		l := fetchLock(ns, "dark")
+		cur := &corev1.Pod{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKeyFromObject(a.pod), cur)).To(Succeed(), "dark-a is still there, terminating")
+		Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.UnresponsiveAnnotation, grantID), "dark-a is marked as given up")
+		Expect(a.running()).To(BeFalse(), "dark-a's app stopped")
+		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "dark-b started after dark-a stopped")
+		Expect(l.Status.AcquiredAt.Time).To(BeTemporally(">=", released.Add(10*time.Second)),
+			"dark-b was granted no sooner than a ttl after dark-a's grant was hidden")
 	})
 
 	It("without the agent's word, hands over once the kubelet reports the container stopped, before the hidden grant's keys expire", func() {

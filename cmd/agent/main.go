@@ -75,7 +75,7 @@ import (
 type config struct {
 	lock, namespace, podName, podUID string
 	kubeconfig, stateDir, listen     string
-	skew, grace                      time.Duration
+	skew, grace, wordWait            time.Duration
 }
 
 func main() {
@@ -103,6 +103,8 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.skew, "skew-allowance", podagent.DefaultSkewAllowance,
 		"how far this host's clock may run behind the operator's; below the lock's refresh lead (ttl/10)")
 	fs.DurationVar(&cfg.grace, "grace", podagent.DefaultGrace, "time between SIGTERM and SIGKILL for the app")
+	fs.DurationVar(&cfg.wordWait, "word-wait", time.Second,
+		"run: how long the agent, signalled while the app runs (the pod's deletion), waits for status to stop showing the grant, so that it can say the app stopped and the lock passes on at once")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -160,7 +162,7 @@ func run(args []string) int {
 		return watchOnly(ctx, w, pub, signals, logf)
 	}
 	s := &supervisor{w: w, clock: clk, grace: cfg.grace, command: command, publish: pub.set, signals: signals, forward: forward,
-		beat: beat, say: sayer(ctx, c, lock, clk, log), firstProcess: os.Getpid() == 1, log: logf}
+		beat: beat, say: sayer(ctx, c, lock, log), wordWait: cfg.wordWait, firstProcess: os.Getpid() == 1, log: logf}
 	code, err := s.run(ctx)
 	if err != nil && !errors.Is(err, errSignalled) {
 		log.Error("agent stopped", "error", err)
@@ -169,27 +171,18 @@ func run(args []string) int {
 }
 
 // sayer returns the supervisor's say: it writes the agent's word that the
-// app of a grant stopped (holding.SayStopped) in the background, again
-// every second until it is written or ctx ends (the lock then waits for
-// the kubelet's report of the container's end).
-func sayer(ctx context.Context, c client.Client, lock types.NamespacedName, clk clock.Clock, log *slog.Logger) func(*holding.Grant) {
+// app of a grant stopped (holding.SayStopped), within a few seconds; when
+// that fails the lock waits for the kubelet's report of the container's
+// end.
+func sayer(ctx context.Context, c client.Client, lock types.NamespacedName, log *slog.Logger) func(*holding.Grant) {
 	return func(g *holding.Grant) {
-		go func() {
-			for ctx.Err() == nil {
-				sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				err := holding.SayStopped(sctx, c, lock, g.GrantID)
-				cancel()
-				if err == nil {
-					log.Info("said the app stopped", "grantID", g.GrantID)
-					return
-				}
-				log.Warn("could not say the app stopped; retrying", "grantID", g.GrantID, "error", err)
-				select {
-				case <-ctx.Done():
-				case <-clk.After(time.Second):
-				}
-			}
-		}()
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := holding.SayStopped(sctx, c, lock, g.GrantID); err != nil {
+			log.Warn("could not say the app stopped", "grantID", g.GrantID, "error", err)
+			return
+		}
+		log.Info("said the app stopped", "grantID", g.GrantID)
 	}
 }
 

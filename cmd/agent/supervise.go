@@ -41,8 +41,11 @@ type supervisor struct {
 	// ends: it runs while the app runs under the grant, and only then.
 	beat func(ctx context.Context, g *holding.Grant)
 	// say gives the agent's word that nothing acts on g any more
-	// (holding.SayStopped), in the background; nil: never given.
+	// (holding.SayStopped); nil: never given.
 	say func(g *holding.Grant)
+	// wordWait bounds how long an agent signalled while its app ran
+	// waits for status to stop showing the grant, before it exits.
+	wordWait time.Duration
 	// firstProcess: the agent is its container's first process (PID 1),
 	// so that every other process there is what the app left.
 	firstProcess bool
@@ -64,11 +67,36 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 			return 1, err
 		}
 		code, exited, err := s.hold(ctx, g)
+		if errors.Is(err, errSignalled) && s.say != nil && s.firstProcess {
+			// The pod is most likely being deleted, and the kubelet's
+			// SIGTERM came before the operator's hiding of the grant:
+			// wait a little for it, so that the word is not lost.
+			s.publish(nil)
+			s.awaitHidden(g, s.wordWait)
+			s.giveWord(g)
+		}
 		if err != nil || exited {
 			s.publish(nil)
 			return code, err
 		}
 		s.giveWord(g)
+	}
+}
+
+// awaitHidden waits until status no longer shows g, for at most within.
+func (s *supervisor) awaitHidden(g *holding.Grant, within time.Duration) {
+	timer := s.clock.NewTimer(within)
+	defer timer.Stop()
+	for {
+		changed := s.w.Changed()
+		if s.w.Hidden(g.GrantID) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C():
+			return
+		}
 	}
 }
 
@@ -85,22 +113,40 @@ func (s *supervisor) giveWord(g *holding.Grant) {
 	if s.say == nil || !s.firstProcess || !s.w.Hidden(g.GrantID) {
 		return
 	}
-	if !reapAll(wordWait) {
+	if !reapAll(reapWait) {
 		s.log("processes outlived the app; no word given", "grantID", g.GrantID)
 		return
 	}
 	s.say(g)
 }
 
-// wordWait bounds how long the agent waits for the processes it killed to
+// alone reports whether /proc (the agent's PID namespace's, as its first
+// process) lists no process but the agent; false when it cannot tell.
+func alone() bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err == nil && e.Name() != self {
+			return false
+		}
+	}
+	return true
+}
+
+// reapWait bounds how long the agent waits for the processes it killed to
 // end before it gives its word.
-const wordWait = 5 * time.Second
+const reapWait = 5 * time.Second
 
 // reapAll kills (SIGKILL) and reaps every other process in the agent's
 // PID namespace, again and again (a process forked while the kill went
 // round escapes one), until none is left or within is over: whether none
 // is left. Only for the namespace's first process, to which every orphan
-// there comes.
+// there comes; a process that is no child of it (one that entered the
+// namespace from outside, as kubectl exec does) counts until /proc no
+// longer lists it.
 func reapAll(within time.Duration) bool {
 	for deadline := time.Now().Add(within); ; {
 		_ = syscall.Kill(-1, syscall.SIGKILL)
@@ -108,7 +154,10 @@ func reapAll(within time.Duration) bool {
 			var ws syscall.WaitStatus
 			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 			if errors.Is(err, syscall.ECHILD) {
-				return true // no child left: nothing else runs here
+				if alone() {
+					return true // nothing else runs here
+				}
+				break
 			}
 			if pid <= 0 || err != nil {
 				break // children left, none ended yet

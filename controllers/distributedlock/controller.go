@@ -432,6 +432,17 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 			// hidden when its validity passed (a renewal landing just
 			// after). Either way it ends here: readers were told.
 			s.continueFrom(fresh)
+			if reason := heldConditionReason(fresh.Status); givenUp(reason) {
+				// Given up by a patch whose commit this manager did not
+				// see: its keys are left as that reconcile would have left
+				// them (shedGrant), the agent may act until its deadline.
+				r.leaveKeys(lock, h, time.Time{})
+				if reason == v1alpha1.ReasonHolderTerminating && h.pod != nil {
+					r.stoppings.set(client.ObjectKeyFromObject(lock), stopping{grantID: h.grantID, pod: h.pod.UID})
+				}
+				s.shedding = true // as the reconcile that gave it up would have gone on
+				return nil
+			}
 			err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
 			if reason := heldConditionReason(fresh.Status); reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost {
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.token, h.holder, reason)
@@ -506,22 +517,8 @@ func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 	}
 	s.clear(reason, why)
 	s.givingBack = true
-	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}
-	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
-	name := client.ObjectKeyFromObject(lock)
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
-		r.sessions.drop(h)
-		h.session.Orphan()
-		until := shown
-		if v := h.session.State().ValidUntil; v.After(until) {
-			until = v
-		}
-		time.AfterFunc(time.Until(until.Add(redlock.Drift(grant.ttl))), func() {
-			octx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			defer cancel()
-			_ = r.releaseGrant(octx, grant, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
-			r.enqueue(name)                                       // the next grant need not wait for a retry
-		})
+		until := r.leaveKeys(lock, h, shown)
 		switch reason {
 		case v1alpha1.ReasonShed:
 			r.Metrics.LocksShed.Inc()
@@ -531,6 +528,36 @@ func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 		}
 		logf.FromContext(ctx).Info("gave up a grant", "lock", h.name, "token", h.token, "reason", reason, "keysUntil", until)
 	})
+}
+
+// leaveKeys stops renewing h's grant, which status no longer shows, and
+// leaves its keys until any validity a reader may have seen of it has
+// passed: shown (the validity status showed last) or the Session's own,
+// whichever is later, and the drift allowance; then they are removed,
+// and the lock looks again. It returns until which the keys are left.
+func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *held, shown time.Time) time.Time {
+	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}
+	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	name := client.ObjectKeyFromObject(lock)
+	r.sessions.drop(h)
+	h.session.Orphan()
+	until := shown
+	if v := h.session.State().ValidUntil; v.After(until) {
+		until = v
+	}
+	time.AfterFunc(time.Until(until.Add(redlock.Drift(grant.ttl))), func() {
+		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		_ = r.releaseGrant(octx, grant, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
+		r.enqueue(name)                                       // the next grant need not wait for a retry
+	})
+	return until
+}
+
+// givenUp reports whether reason is that of a grant given up with its keys
+// left until its validity passed (shedGrant).
+func givenUp(reason string) bool {
+	return reason == v1alpha1.ReasonShed || reason == v1alpha1.ReasonHolderUnresponsive || reason == v1alpha1.ReasonHolderTerminating
 }
 
 // endSession forgets h, whose Session ended by itself (the grant was
@@ -666,15 +693,9 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.pods = pods
-	word, err := r.stoppedWord(ctx, lock, pods)
-	if err != nil {
+	if pods, err = r.afterDeletions(ctx, s, pods); err != nil {
 		return err
 	}
-	said := func(p *corev1.Pod) bool { return saidStopped(lock.Status, word, lock.RedisKey(), p) }
-	r.settleStopped(ctx, s, pods, said)
-	// A pod whose agent said it stopped acting on the last grant takes
-	// no part any more, as if it had ended (terminating.go).
-	pods = slices.DeleteFunc(slices.Clone(pods), said)
 	if lock.Status.LastHolderPod == nil {
 		// A former holder that no longer carries the label (the lock was
 		// re-created since, or its grant ended): track it until it stops.

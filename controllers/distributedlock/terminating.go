@@ -2,6 +2,7 @@ package distributedlock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -81,9 +83,29 @@ func (s *stoppings) forget(lock types.NamespacedName) {
 	delete(s.m, lock)
 }
 
+// afterDeletions sees to the pod of the last grant when it is being
+// deleted: its agent's word read, the grant's keys released once it can
+// no longer act on it (settleStopped), the pod marked on a lock with a
+// heartbeat timeout (markDeleted). It returns pods without the pod whose
+// agent said it stopped, which takes no part any more, as if it had
+// ended.
+func (r *Reconciler) afterDeletions(ctx context.Context, s *scope, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	lock := s.lock
+	word, err := r.stoppedWord(ctx, lock, pods)
+	if err != nil {
+		return nil, err
+	}
+	said := func(p *corev1.Pod) bool { return saidStopped(lock.Status, word, lock.RedisKey(), p) }
+	r.settleStopped(ctx, s, pods, said)
+	if err := r.markDeleted(ctx, lock, pods); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(pods), said), nil
+}
+
 // holderTerminating reports whether h's holder pod, as the cache shows it,
-// is being deleted, runs its app through the agent, and may still run: its
-// grant is to be handed over on the agent's word.
+// is being deleted, may still run, and its agent's word would count
+// (wordCounts): its grant is to be handed over on that word.
 func (r *Reconciler) holderTerminating(ctx context.Context, s *scope, h *held) (bool, error) {
 	if h.pod == nil || r.Pods == nil {
 		return false, nil
@@ -92,8 +114,18 @@ func (r *Reconciler) holderTerminating(ctx context.Context, s *scope, h *held) (
 	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: s.lock.Namespace, Name: h.pod.Name}, pod); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return pod.UID == h.pod.UID && !pod.DeletionTimestamp.IsZero() && podagent.RunsApp(pod) && !podlock.Ended(pod), nil
+	return pod.UID == h.pod.UID && !pod.DeletionTimestamp.IsZero() && wordCounts(pod) && !podlock.Ended(pod), nil
 }
+
+// wordCounts reports whether the agent's word can stand for all of pod:
+// its app runs through the agent, and nothing else in the pod could act
+// on the grant (podagent.Sole: the pod's only container, no sidecar nor
+// ephemeral container, a PID namespace of its own, so that the agent is
+// its first process). Only for such a pod is its grant hidden at its
+// deletion: for any other, the lock waits for the kubelet's report, and
+// the app keeps its grant, and the pod's whole termination grace period,
+// until then.
+func wordCounts(pod *corev1.Pod) bool { return podagent.RunsApp(pod) && podagent.Sole(pod) }
 
 // hideForDeletion stops showing h's grant because its pod is being deleted
 // (step 1 above): given up like a shed grant, and remembered until its
@@ -105,16 +137,52 @@ func (r *Reconciler) hideForDeletion(s *scope, h *held) {
 	s.afterCommit = append(s.afterCommit, func(context.Context) { r.stoppings.set(name, st) })
 }
 
+// markDeleted marks the pod of the last grant unresponsive (as a holder
+// given up for its silence is) on a lock that sets heartbeatTimeout, once
+// status no longer shows that grant, and the pod is being deleted, may
+// still run and its agent could stop the app (wordCounts), however the
+// grant ended (hidden for the deletion, shed, lost). A pod being deleted
+// on a node that stopped reporting never ends, nor does its agent's word
+// come: the mark lets the lock pass it once its last grant can no longer
+// be acted on (markPassable), as holder liveness would have done had the
+// grant stayed shown. A merge patch of the one annotation, with the pod's
+// UID as precondition: the kubelet and the pod gate write the pod too as
+// it goes, and a pod being deleted never comes back.
+func (r *Reconciler) markDeleted(ctx context.Context, lock *v1alpha1.DistributedLock, pods []*corev1.Pod) error {
+	st := lock.Status
+	if lock.Spec.HeartbeatTimeout == nil || st.Holder != nil || st.GrantID == "" || st.LastHolderPod == nil {
+		return nil
+	}
+	i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return podlock.Is(p, st.LastHolderPod) })
+	if i < 0 {
+		return nil
+	}
+	pod := pods[i]
+	if pod.DeletionTimestamp.IsZero() || !wordCounts(pod) || podlock.Ended(pod) || pod.Annotations[v1alpha1.UnresponsiveAnnotation] != "" {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": pod.UID, "annotations": map[string]string{v1alpha1.UnresponsiveAnnotation: st.GrantID},
+	}})
+	if err != nil {
+		return err
+	}
+	if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("mark pod %s, being deleted, unresponsive: %w", pod.Name, err)
+	}
+	return nil
+}
+
 // saidStopped reports whether pod, by status st of the lock of key, is
 // the pod of the last grant, that grant is no longer shown, and the
 // agent's word (the LockHeartbeat's stoppedGrant) names it, while pod is
-// being deleted and runs its app through the agent: nothing in it acts on
-// the grant, and nothing will (the kubelet never restarts the containers
-// of a pod being deleted). The pod of the last grant is status's
+// being deleted and its word stands for all of it (wordCounts): nothing
+// in it acts on the grant, and nothing will (the kubelet never restarts
+// the containers of a pod being deleted). The pod of the last grant is status's
 // lastHolderPod, or a pod the pod gate annotated with that grant's token.
 func saidStopped(st v1alpha1.DistributedLockStatus, word, key string, pod *corev1.Pod) bool {
 	return word != "" && st.Holder == nil && st.GrantID == word &&
-		!pod.DeletionTimestamp.IsZero() && podagent.RunsApp(pod) &&
+		!pod.DeletionTimestamp.IsZero() && wordCounts(pod) &&
 		(podlock.Is(pod, st.LastHolderPod) ||
 			podlock.HeldBefore(pod, key) && pod.Annotations[v1alpha1.FencingTokenAnnotation] == strconv.FormatInt(st.FencingToken, 10))
 }
@@ -124,7 +192,7 @@ func saidStopped(st v1alpha1.DistributedLockStatus, word, key string, pod *corev
 // that runs its app through the agent.
 func (r *Reconciler) stoppedWord(ctx context.Context, lock *v1alpha1.DistributedLock, pods []*corev1.Pod) (string, error) {
 	if lock.Status.Holder != nil || lock.Status.GrantID == "" || !slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
-		return !p.DeletionTimestamp.IsZero() && podagent.RunsApp(p)
+		return !p.DeletionTimestamp.IsZero() && wordCounts(p)
 	}) {
 		return "", nil
 	}
@@ -134,6 +202,9 @@ func (r *Reconciler) stoppedWord(ctx context.Context, lock *v1alpha1.Distributed
 			return "", nil
 		}
 		return "", fmt.Errorf("read the agents' word: %w", err)
+	}
+	if !metav1.IsControlledBy(hb, lock) {
+		return "", nil // not the one the operator keeps for this lock (agentaccess)
 	}
 	return hb.Spec.StoppedGrant, nil
 }

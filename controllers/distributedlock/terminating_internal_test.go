@@ -36,6 +36,14 @@ func TestSaidStopped(t *testing.T) {
 	shown.Holder = &v1alpha1.LockHolder{Identity: "p", Pod: &v1alpha1.PodReference{Name: "p", UID: "uid-p"}}
 	noAgent := runMode("p", "", true)
 	noAgent.Spec.Containers[0].Command = []string{"/app"}
+	withSidecar := runMode("p", "", true)
+	withSidecar.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: new(corev1.ContainerRestartPolicyAlways)}}
+	twoContainers := runMode("p", "", true)
+	twoContainers.Spec.Containers = append(twoContainers.Spec.Containers, corev1.Container{Name: "other"})
+	sharedPIDs := runMode("p", "", true)
+	sharedPIDs.Spec.ShareProcessNamespace = new(true)
+	debugged := runMode("p", "", true)
+	debugged.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}}
 	for _, tc := range []struct {
 		name string
 		st   v1alpha1.DistributedLockStatus
@@ -51,6 +59,10 @@ func TestSaidStopped(t *testing.T) {
 		{"the pod is not being deleted (its containers may restart)", hidden, "g", runMode("p", "", false), false},
 		{"the pod's app does not run through the agent", hidden, "g", noAgent, false},
 		{"another pod, granted an earlier token", hidden, "g", runMode("q", "6", true), false},
+		{"a pod with a sidecar, which could act on the grant", hidden, "g", withSidecar, false},
+		{"a pod with another container", hidden, "g", twoContainers, false},
+		{"a pod sharing one PID namespace (the agent is not its first process)", hidden, "g", sharedPIDs, false},
+		{"a pod with an ephemeral container", hidden, "g", debugged, false},
 	} {
 		if got := saidStopped(tc.st, tc.word, "key", tc.pod); got != tc.want {
 			t.Errorf("%s: saidStopped = %v, want %v", tc.name, got, tc.want)

@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/seen"
 )
@@ -258,12 +259,13 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 	}
 	switch {
 	case !wasHolder || st.Holder != nil || podlock.Stopped(pod):
-	case held != nil && held.Reason == v1alpha1.ReasonHolderTerminating && !pod.DeletionTimestamp.IsZero():
-		// Its grant was handed back because the pod is being deleted:
-		// not lost.
-		d.reason, d.message = "Terminating", "the pod is being deleted; its grant is handed over"
 	case !lock.DeletionTimestamp.IsZero():
 		d.lost, d.reason, d.message = ReasonLockDeleted, ReasonLockDeleted, fmt.Sprintf("DistributedLock %q is being deleted; this pod held it last (fencing token %d) and holds no lock now", lock.Name, st.FencingToken)
+	case !pod.DeletionTimestamp.IsZero() && podagent.RunsApp(pod) && held != nil && !lossReasons[held.Reason]:
+		// Its grant was handed back because the pod is being deleted
+		// (HolderTerminating, or what the lock waits for since): not
+		// lost.
+		d.reason, d.message = "Terminating", "the pod is being deleted; its grant is handed over"
 	default:
 		// The grant to this pod ended while the pod may still run: lost
 		// (renewals failed past the validity, or another grant superseded
@@ -276,6 +278,13 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 	}
 	d.evict = d.lost != "" && lock.Spec.OnLost == v1alpha1.LostEvict && pod.DeletionTimestamp.IsZero()
 	return d
+}
+
+// lossReasons are the Held reasons of a grant that ended without its
+// holder's doing.
+var lossReasons = map[string]bool{
+	v1alpha1.ReasonLost: true, v1alpha1.ReasonValidityExpired: true, v1alpha1.ReasonRenewFailed: true,
+	v1alpha1.ReasonShed: true, v1alpha1.ReasonSuperseded: true, v1alpha1.ReasonHolderUnresponsive: true,
 }
 
 // showsGrantOf reports whether st shows a grant to pod, which has not

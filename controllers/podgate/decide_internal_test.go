@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
 
 // TestDecideNeverGrantsAFinishedPod: a holder pod that finished is never
@@ -149,9 +150,10 @@ func TestGrantChanged(t *testing.T) {
 	}
 }
 
-// TestDecideHandedBackOnDeletion: a holder whose grant was handed back
-// because it is being deleted (HolderTerminating) has not lost it: no
-// LockLost, no eviction; the same end of a grant on a pod that is not
+// TestDecideHandedBackOnDeletion: a holder whose app the agent runs and
+// whose grant was handed back because it is being deleted
+// (HolderTerminating, or another reason written since) has not lost it:
+// no LockLost, no eviction; the same end of a grant on a pod that is not
 // being deleted is a loss.
 func TestDecideHandedBackOnDeletion(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -160,14 +162,21 @@ func TestDecideHandedBackOnDeletion(t *testing.T) {
 		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonHolderTerminating}}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p", Annotations: map[string]string{v1alpha1.FencingTokenAnnotation: "7"}},
-		Spec:       corev1.PodSpec{NodeName: "n"},
+		Spec:       corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "app", Command: []string{podagent.Agent, "run", "--", "/app"}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 			{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
 	}
 	deleting := pod.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: now}
-	if d := decide(deleting, lock, now); d.lost != "" || d.evict || d.grant || d.reason != "Terminating" {
-		t.Errorf("a holder handed back on its deletion: lost %q, evict %v, grant %v, reason %q; want no loss, Terminating", d.lost, d.evict, d.grant, d.reason)
+	for _, reason := range []string{v1alpha1.ReasonHolderTerminating, v1alpha1.ReasonPreviousHolderMarked} {
+		lock.Status.Conditions[0].Reason = reason
+		if d := decide(deleting, lock, now); d.lost != "" || d.evict || d.grant || d.reason != "Terminating" {
+			t.Errorf("a holder handed back on its deletion: lost %q, evict %v, grant %v, reason %q; want no loss, Terminating", d.lost, d.evict, d.grant, d.reason)
+		}
+	}
+	lock.Status.Conditions[0].Reason = v1alpha1.ReasonValidityExpired
+	if d := decide(deleting, lock, now); d.lost == "" {
+		t.Errorf("a holder being deleted whose grant lapsed: lost %q; want LockLost", d.lost)
 	}
 	if d := decide(pod, lock, now); d.lost == "" || !d.evict {
 		t.Errorf("a running pod whose grant ended: lost %q, evict %v; want LockLost and eviction (onLost: Evict)", d.lost, d.evict)

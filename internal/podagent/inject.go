@@ -95,6 +95,21 @@ func RunsApp(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return len(c.Command) > 0 && c.Command[0] == Agent })
 }
 
+// Sole reports whether pod's one container is all that may run in it,
+// with a PID namespace of its own: no other container, no sidecar
+// (restartable init container), no ephemeral container, no PID namespace
+// shared with the other containers or the host. In run mode the agent is
+// then its container's first process, and what it stops and reaps is
+// everything in the pod that could act on a grant: its word that the app
+// stopped stands for the whole pod (controllers/distributedlock).
+func Sole(pod *corev1.Pod) bool {
+	return len(pod.Spec.Containers) == 1 && len(pod.Spec.EphemeralContainers) == 0 && !pod.Spec.HostPID &&
+		(pod.Spec.ShareProcessNamespace == nil || !*pod.Spec.ShareProcessNamespace) &&
+		!slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool {
+			return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		})
+}
+
 // Inject adds the agent to pod as its annotations ask, and reports whether
 // it changed pod; or it returns an error that says what is wrong with them
 // (and pod may be half changed: the webhook then refuses the pod). A pod
@@ -125,6 +140,11 @@ func inject(pod *corev1.Pod, o Options) error {
 		i, err := target(pod)
 		if err != nil {
 			return err
+		}
+		if !Sole(pod) {
+			// Its word would not count: signalled, it need not wait for
+			// its grant to be hidden.
+			flags = append(flags, "--word-wait=0s")
 		}
 		if err := wrap(&pod.Spec.Containers[i], flags); err != nil {
 			return err

@@ -74,6 +74,34 @@ func TestRunModeStartsTheAppThroughTheAgent(t *testing.T) {
 	}
 }
 
+// TestRunModeWordWait: an agent whose word could not stand for its pod
+// (another container, a sidecar, a shared PID namespace) does not wait
+// for its grant to be hidden when signalled; the sole container's does.
+func TestRunModeWordWait(t *testing.T) {
+	run := map[string]string{v1alpha1.AgentAnnotation: "run", v1alpha1.AgentContainerAnnotation: "app"}
+	sole := pod(run)
+	two := pod(run, corev1.Container{Name: "app", Command: []string{"/app"}}, corev1.Container{Name: "log", Command: []string{"/log"}})
+	sidecar := pod(run)
+	sidecar.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: new(corev1.ContainerRestartPolicyAlways)}}
+	shared := pod(run)
+	shared.Spec.ShareProcessNamespace = new(true)
+	for _, tc := range []struct {
+		name string
+		p    *corev1.Pod
+		wait bool
+	}{{"the sole container", sole, true}, {"two containers", two, false}, {"a sidecar", sidecar, false}, {"a shared PID namespace", shared, false}} {
+		if _, err := podagent.Inject(tc.p, opts); err != nil {
+			t.Fatalf("%s: Inject: %v", tc.name, err)
+		}
+		if got := !slices.Contains(tc.p.Spec.Containers[0].Command, "--word-wait=0s"); got != tc.wait {
+			t.Errorf("%s: the agent waits for its grant to be hidden = %v, want %v (command %q)", tc.name, got, tc.wait, tc.p.Spec.Containers[0].Command)
+		}
+		if got := podagent.Sole(tc.p); got != tc.wait {
+			t.Errorf("%s: Sole = %v, want %v", tc.name, got, tc.wait)
+		}
+	}
+}
+
 func TestWatchModeAddsASidecarAndMountsTheStateInEveryContainer(t *testing.T) {
 	p := pod(map[string]string{v1alpha1.AgentAnnotation: "watch"},
 		corev1.Container{Name: "a", Image: "a"}, corev1.Container{Name: "b", Image: "b", Command: []string{"/b"}})
