@@ -417,17 +417,31 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		fmt.Fprintf(GinkgoWriter, "heartbeat failover: beat-a's app stopped %v before beat-b's started\n", b.periods()[0].start.Sub(a.periods()[0].stop))
 	})
 
-	It("hands the lock over on the agent's word when the holder pod is deleted, before the kubelet reports its container stopped", func() {
+	// initHolder creates lock name, its holder pod <name>-a whose agent is
+	// its container's first process, and <name>-b standing by: a, b and
+	// a's grant ID.
+	initHolder := func(name string) (a, b *podAgent, grantID string) {
 		if os.Getuid() != 0 {
 			Skip("the agent runs as the first process of a PID namespace of its own (unshare), as in a container: root only")
 		}
-		createLock("word", ms, 10*time.Second)
-		a := startInitPod(ns, "word-a", "word", kubeconfig, injected)
-		Eventually(a.running).Should(BeTrue(), "word-a's app started")
-		b := startPod(ns, "word-b", "word", kubeconfig, injected)
-		l := fetchLock(ns, "word")
-		Expect(l.Status.Holder.Pod.Name).To(Equal("word-a"))
-		grantID := l.Status.GrantID
+		createLock(name, ms, 10*time.Second)
+		a = startInitPod(ns, name+"-a", name, kubeconfig, injected)
+		Eventually(a.running).Should(BeTrue(), "%s-a's app started", name)
+		b = startPod(ns, name+"-b", name, kubeconfig, injected)
+		l := fetchLock(ns, name)
+		Expect(l.Status.Holder.Pod.Name).To(Equal(name + "-a"))
+		return a, b, l.Status.GrantID
+	}
+	// expectWord checks that lock name's LockHeartbeat carries the word
+	// that the app of grantID stopped.
+	expectWord := func(name, grantID string) {
+		hb := &v1alpha1.LockHeartbeat{}
+		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: name}, hb)).To(Succeed())
+		Expect(hb.Spec.StoppedGrant).To(Equal(grantID), "%s-a's agent said the app of its grant stopped", name)
+	}
+
+	It("hands the lock over on the agent's word when the holder pod is deleted, before the kubelet reports its container stopped", func() {
+		a, b, grantID := initHolder("word")
 
 		By("deleting word-a; the kubelet (played by the spec) neither signals its agent nor reports its container stopped")
 		Expect(env.Client.Delete(env.Ctx, a.pod)).To(Succeed())
@@ -435,9 +449,7 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		Expect(a.running()).To(BeFalse(), "word-a's app stopped")
 		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "word-b started after word-a stopped")
 		Expect(b.periods()[0].token).To(BeNumerically(">", a.periods()[0].token))
-		hb := &v1alpha1.LockHeartbeat{}
-		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: "word"}, hb)).To(Succeed())
-		Expect(hb.Spec.StoppedGrant).To(Equal(grantID), "word-a's agent said the app of its grant stopped")
+		expectWord("word", grantID)
 		cur := &corev1.Pod{}
 		Expect(env.Client.Get(env.Ctx, client.ObjectKeyFromObject(a.pod), cur)).To(Succeed(), "word-a is still there, terminating")
 		Expect(cur.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "word-a's container is still reported running")
@@ -446,14 +458,7 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 	})
 
 	It("gives its word when the kubelet's SIGTERM comes before status stops showing the grant", func() {
-		if os.Getuid() != 0 {
-			Skip("the agent runs as the first process of a PID namespace of its own (unshare), as in a container: root only")
-		}
-		createLock("sigword", ms, 10*time.Second)
-		a := startInitPod(ns, "sigword-a", "sigword", kubeconfig, injected)
-		Eventually(a.running).Should(BeTrue(), "sigword-a's app started")
-		b := startPod(ns, "sigword-b", "sigword", kubeconfig, injected)
-		grantID := fetchLock(ns, "sigword").Status.GrantID
+		a, b, grantID := initHolder("sigword")
 
 		By("sending sigword-a's agent SIGTERM first: the app stops, and the agent waits for its grant to be hidden")
 		Expect(syscall.Kill(initPid(a), syscall.SIGTERM)).To(Succeed())
@@ -464,9 +469,7 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		Expect(env.Client.Delete(env.Ctx, a.pod)).To(Succeed())
 		Eventually(a.exited, 20*time.Second).Should(BeClosed(), "sigword-a's agent exited")
 		Eventually(b.running, 20*time.Second).Should(BeTrue(), "sigword-b's app started")
-		hb := &v1alpha1.LockHeartbeat{}
-		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: "sigword"}, hb)).To(Succeed())
-		Expect(hb.Spec.StoppedGrant).To(Equal(grantID), "sigword-a's agent said the app of its grant stopped")
+		expectWord("sigword", grantID)
 		Expect(b.periods()[0].start).To(BeTemporally(">", a.periods()[0].stop), "sigword-b started after sigword-a stopped")
 	})
 
