@@ -290,7 +290,7 @@ type DistributedLockStatus struct {
 // +kubebuilder:resource:shortName=dlock,categories=redlock
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.identity`
 // +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.conditions[?(@.type=="Held")].status`
-// +kubebuilder:printcolumn:name="Valid-Until",type=date,JSONPath=`.status.validUntil`
+// +kubebuilder:printcolumn:name="Valid-Until",type=string,JSONPath=`.status.validUntil`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.queue.count`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
