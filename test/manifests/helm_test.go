@@ -74,6 +74,34 @@ var _ = Describe("The Helm chart", func() {
 		Expect(string(out)).To(ContainSubstring(`watchNamespaces: "Team_A" is not a namespace name`))
 	})
 
+	It("refuses values of the wrong type or names it does not know (values.schema.json), saying which", func() {
+		for set, says := range map[string]string{
+			"replicas=abc":                    "/replicas",
+			"replica=2":                       "'replica' not allowed",
+			"metrics.port=0":                  "/metrics/port",
+			"leaderElection.leaseDuration=15": "/leaderElection/leaseDuration",
+			"image.pullPolicy=Sometimes":      "/image/pullPolicy",
+			"webhook.enabled=yes-please":      "/webhook/enabled",
+		} {
+			out, err := helmTemplateErr("redlock-system", "image.tag=dev", set)
+			Expect(err).To(HaveOccurred(), "--set %s rendered:\n%s", set, out)
+			Expect(string(out)).To(ContainSubstring(says), "--set %s", set)
+		}
+	})
+
+	It("says in its notes which namespaces the release serves", func() {
+		kubeconfig := env.Kubeconfig(GinkgoT().TempDir())
+		out, err := helmCommand("install", "redlock-operator", chartDir, "--dry-run=client", "--namespace", "redlock-system", "--kubeconfig", kubeconfig,
+			"--set", "image.tag=dev", "--set", "watchNamespaces={team-a,team-b}")
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		Expect(string(out)).To(ContainSubstring("namespaces team-a, team-b only"))
+		Expect(string(out)).NotTo(ContainSubstring("all\nnamespaces"))
+		out, err = helmCommand("install", "redlock-operator", chartDir, "--dry-run=client", "--namespace", "redlock-system", "--kubeconfig", kubeconfig,
+			"--set", "image.tag=dev")
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		Expect(string(out)).To(ContainSubstring("in all\nnamespaces"))
+	})
+
 	It("is accepted by the API server with the default values", func() {
 		objs := objects(helmTemplate("redlock-system", defaults...))
 		Expect(objs).NotTo(BeEmpty())
@@ -244,6 +272,12 @@ func helmTemplateErr(namespace string, set ...string) ([]byte, error) {
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
+	return helmCommand(args...)
+}
+
+// helmCommand runs the pinned helm with args: its output, or its error
+// output with the error.
+func helmCommand(args ...string) ([]byte, error) {
 	cmd := exec.Command("go", append([]string{"tool", "-modfile=hack/tools/helm/go.mod", "helm"}, args...)...)
 	cmd.Dir = root
 	var out, errOut bytes.Buffer
