@@ -90,13 +90,15 @@ var _ = Describe("The Helm chart", func() {
 	})
 
 	It("says in its notes which namespaces the release serves", func() {
+		// A client-side dry run: nothing is installed, and objects other
+		// specs left under the same names are no conflict.
 		kubeconfig := env.Kubeconfig(GinkgoT().TempDir())
-		out, err := helmCommand("install", "redlock-operator", chartDir, "--dry-run=client", "--namespace", "redlock-system", "--kubeconfig", kubeconfig,
+		out, err := helmCommand("install", "redlock-operator", chartDir, "--dry-run=client", "--take-ownership", "--namespace", "redlock-system", "--kubeconfig", kubeconfig,
 			"--set", "image.tag=dev", "--set", "watchNamespaces={team-a,team-b}")
 		Expect(err).NotTo(HaveOccurred(), "%s", out)
 		Expect(string(out)).To(ContainSubstring("namespaces team-a, team-b only"))
 		Expect(string(out)).NotTo(ContainSubstring("all\nnamespaces"))
-		out, err = helmCommand("install", "redlock-operator", chartDir, "--dry-run=client", "--namespace", "redlock-system", "--kubeconfig", kubeconfig,
+		out, err = helmCommand("install", "redlock-operator", chartDir, "--dry-run=client", "--take-ownership", "--namespace", "redlock-system", "--kubeconfig", kubeconfig,
 			"--set", "image.tag=dev")
 		Expect(err).NotTo(HaveOccurred(), "%s", out)
 		Expect(string(out)).To(ContainSubstring("in all\nnamespaces"))
