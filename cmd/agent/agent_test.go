@@ -104,12 +104,15 @@ func startInitPod(ns, name, lock, kubeconfig string, mutate ...func(*corev1.Pod)
 
 // initPid is the host's pid of the agent startInitPod started: the child
 // of unshare, which passes no signal on.
-func initPid(a *podAgent) int {
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(a.cmd.Process.Pid)).Output()
-	Expect(err).NotTo(HaveOccurred(), "the agent, child of unshare")
-	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+func initPid(a *podAgent) int { return onlyChild(a.cmd.Process.Pid, "the agent, child of unshare") }
+
+// onlyChild is the pid of the only child of process pid (what names it).
+func onlyChild(pid int, what string) int {
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
+	Expect(err).NotTo(HaveOccurred(), what)
+	child, err := strconv.Atoi(strings.Fields(string(out))[0])
 	Expect(err).NotTo(HaveOccurred())
-	return pid
+	return child
 }
 
 // launch creates the pod and starts its agent, with the flags extra,
@@ -196,13 +199,7 @@ while :; do sleep 0.05; done`
 
 // pgid is the process group of the agent's app: the app is the agent's
 // only child, leading a group of its own.
-func pgid(a *podAgent) int {
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(a.cmd.Process.Pid)).Output()
-	Expect(err).NotTo(HaveOccurred(), "the agent's child")
-	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
-	Expect(err).NotTo(HaveOccurred())
-	return pid
-}
+func pgid(a *podAgent) int { return onlyChild(a.cmd.Process.Pid, "the agent's child") }
 
 // alive reports whether a process with this pid exists.
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }

@@ -67,16 +67,15 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 			return 1, err
 		}
 		code, exited, err := s.hold(ctx, g)
-		if errors.Is(err, errSignalled) && s.say != nil && s.firstProcess {
-			// The pod is most likely being deleted, and the kubelet's
-			// SIGTERM came before the operator's hiding of the grant:
-			// wait a little for it, so that the word is not lost.
-			s.publish(nil)
-			s.awaitHidden(g, s.wordWait)
-			s.giveWord(g)
-		}
 		if err != nil || exited {
 			s.publish(nil)
+			if errors.Is(err, errSignalled) && s.say != nil && s.firstProcess {
+				// The pod is most likely being deleted, and the kubelet's
+				// SIGTERM came before the operator's hiding of the grant:
+				// wait a little for it, so that the word is not lost.
+				s.awaitHidden(g, s.wordWait)
+				s.giveWord(g)
+			}
 			return code, err
 		}
 		s.giveWord(g)
@@ -150,18 +149,8 @@ const reapWait = 5 * time.Second
 func reapAll(within time.Duration) bool {
 	for deadline := time.Now().Add(within); ; {
 		_ = syscall.Kill(-1, syscall.SIGKILL)
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if errors.Is(err, syscall.ECHILD) {
-				if alone() {
-					return true // nothing else runs here
-				}
-				break
-			}
-			if pid <= 0 || err != nil {
-				break // children left, none ended yet
-			}
+		if reapOrphans() && alone() {
+			return true // nothing else runs here
 		}
 		if time.Now().After(deadline) {
 			return false
@@ -382,12 +371,14 @@ func stateOf(stat []byte) (state, ppid string) {
 
 // reapOrphans collects processes that ended and were handed to the agent
 // (it is the container's first process): an app's children that outlived
-// it would otherwise stay zombies.
-func reapOrphans() {
+// it would otherwise stay zombies. It reports whether the agent has no
+// child left.
+func reapOrphans() (none bool) {
 	for {
 		var ws syscall.WaitStatus
-		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
-			return
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return errors.Is(err, syscall.ECHILD)
 		}
 	}
 }

@@ -437,8 +437,8 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 				// see: its keys are left as that reconcile would have left
 				// them (shedGrant), the agent may act until its deadline.
 				r.leaveKeys(lock, h, time.Time{})
-				if reason == v1alpha1.ReasonHolderTerminating && h.pod != nil {
-					r.stoppings.set(client.ObjectKeyFromObject(lock), stopping{grantID: h.grantID, pod: h.pod.UID})
+				if reason == v1alpha1.ReasonHolderTerminating {
+					r.noteStopping(lock, h)
 				}
 				s.shedding = true // as the reconcile that gave it up would have gone on
 				return nil
@@ -476,11 +476,13 @@ func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *held) error {
 		r.shedGrant(s, h, v1alpha1.ReasonShed, why)
 		return nil
 	}
-	if terminating, err := r.holderTerminating(ctx, s, h); err != nil || terminating {
-		if terminating {
-			r.hideForDeletion(s, h)
-		}
+	terminating, err := r.holderTerminating(ctx, s, h)
+	if err != nil {
 		return err
+	}
+	if terminating {
+		r.hideForDeletion(s, h)
+		return nil
 	}
 	why, pod, err := r.checkLiveness(ctx, s, h)
 	if err != nil || why == "" {

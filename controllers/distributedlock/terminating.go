@@ -133,8 +133,16 @@ func wordCounts(pod *corev1.Pod) bool { return podagent.RunsApp(pod) && podagent
 func (r *Reconciler) hideForDeletion(s *scope, h *held) {
 	r.shedGrant(s, h, v1alpha1.ReasonHolderTerminating,
 		"its pod is being deleted: the grant is released once its agent says the app stopped, or its containers have stopped")
-	name, st := client.ObjectKeyFromObject(s.lock), stopping{grantID: h.grantID, pod: h.pod.UID}
-	s.afterCommit = append(s.afterCommit, func(context.Context) { r.stoppings.set(name, st) })
+	lock := s.lock
+	s.afterCommit = append(s.afterCommit, func(context.Context) { r.noteStopping(lock, h) })
+}
+
+// noteStopping remembers h's grant, whose pod is being deleted, as
+// stopped showing until its keys are released (settleStopped).
+func (r *Reconciler) noteStopping(lock *v1alpha1.DistributedLock, h *held) {
+	if h.pod != nil {
+		r.stoppings.set(client.ObjectKeyFromObject(lock), stopping{grantID: h.grantID, pod: h.pod.UID})
+	}
 }
 
 // markDeleted marks the pod of the last grant unresponsive (as a holder
