@@ -113,7 +113,7 @@ build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (imag
 	$(KUSTOMIZE) build config/default | sed 's|redlock-operator:dev|$(IMG)|g' > dist/install.yaml
 
 .PHONY: verify
-verify: manifests generate api-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart.
+verify: manifests generate api-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; no tracked file over 1 MiB.
 	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
 	@$(MAKE) --no-print-directory helm-chart
 	@git diff --exit-code -- api config dist docs/api.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-chart' and commit"; exit 1; }
@@ -127,6 +127,7 @@ verify: manifests generate api-docs ## Fail when generated files (the Helm chart
 	cd hack/bench && $(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	@$(MAKE) --no-print-directory helm-lint
+	@hack/check-file-sizes.sh
 
 .PHONY: test
 # CI keeps only the tail of a run's output: when a run fails, its failures

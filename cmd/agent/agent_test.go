@@ -25,13 +25,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 // The suite runs the operator in-process against a real kube-apiserver and
-// etcd and real redis-server masters (internal/testenv), and the agent as
+// etcd and real redis-server masters (internal/harness/testenv), and the agent as
 // a real process per pod, built from this package. envtest has no
 // kubelet: the specs create the pods, report their containers, and do
 // what the kubelet does to the agent (signals).

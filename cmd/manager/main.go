@@ -31,9 +31,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
 	"github.com/redlock-operator/redlock-operator/internal/version"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 )
 
 // The lock value key (--lock-key-secret) and the webhook's certificate

@@ -8,11 +8,11 @@ import (
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
 // The suite runs the operator in-process against a real kube-apiserver and
-// etcd (internal/testenv), whose authorizer is RBAC: the specs act as the
+// etcd (internal/harness/testenv), whose authorizer is RBAC: the specs act as the
 // agents' ServiceAccounts by impersonation.
 
 var (

@@ -39,10 +39,10 @@ import (
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/internal/seen"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

@@ -24,8 +24,8 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

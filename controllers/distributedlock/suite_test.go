@@ -12,11 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
 // The suite runs the operator in-process against a real kube-apiserver and
-// etcd and real redis-server masters (internal/testenv).
+// etcd and real redis-server masters (internal/harness/testenv).
 
 var (
 	env      *testenv.Env

@@ -23,8 +23,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

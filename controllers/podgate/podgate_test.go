@@ -14,8 +14,8 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
-	"github.com/redlock-operator/redlock-operator/internal/benchenv"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/benchenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/test/demo"
 )
 

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
 // stallLabel marks the pods whose first fencing-token annotation the

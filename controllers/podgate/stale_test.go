@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
 // Issue 18, case 7: a grant lost while the manager's cache of pods is stale

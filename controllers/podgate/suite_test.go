@@ -9,11 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
 // The suite runs the operator in-process against a real kube-apiserver and
-// etcd and real redis-server masters (internal/testenv). envtest has no
+// etcd and real redis-server masters (internal/harness/testenv). envtest has no
 // kubelet and no scheduler: the tests bind pods and write their status.
 
 var (

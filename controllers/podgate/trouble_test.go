@@ -26,8 +26,8 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
 )
 
 // createLock creates a pod-serving lock with a 1.5s ttl on set.

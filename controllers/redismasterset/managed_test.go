@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
 )
 
 // envtest runs no kube-controller-manager: the StatefulSet creates no pods

@@ -9,11 +9,11 @@ import (
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
 // The suite runs the operator in-process against a real kube-apiserver and
-// etcd and real redis-server masters (internal/testenv).
+// etcd and real redis-server masters (internal/harness/testenv).
 
 // maxLockTTL of the test master sets: short, so that the quarantine of a
 // restarted master (maxLockTTL + drift + 1s) passes quickly.

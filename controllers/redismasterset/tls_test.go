@@ -19,9 +19,9 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/certs"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 func tlsSet(ns, name string, t *v1alpha1.MasterTLS) *v1alpha1.RedisMasterSet {

@@ -36,8 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/benchenv"
-	"github.com/redlock-operator/redlock-operator/internal/hog"
+	"github.com/redlock-operator/redlock-operator/internal/harness/benchenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/hog"
 )
 
 var (

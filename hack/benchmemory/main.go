@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/benchenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/benchenv"
 )
 
 func main() {

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/benchenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/benchenv"
 )
 
 var (

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

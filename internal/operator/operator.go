@@ -36,7 +36,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

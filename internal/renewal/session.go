@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

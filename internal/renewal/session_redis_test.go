@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/gate"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 // These tests run the gate binary as a real process in front of a real

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/redlock-operator/redlock-operator/internal/certs"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/gate"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 func TestProbe(t *testing.T) {

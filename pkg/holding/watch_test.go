@@ -15,12 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/holding"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
-// The suite runs a real kube-apiserver and etcd (internal/testenv) and
+// The suite runs a real kube-apiserver and etcd (internal/harness/testenv) and
 // writes DistributedLock status as the operator would: what the watcher
 // reads is the status alone. Deadlines run on a fake clock the specs step.
 

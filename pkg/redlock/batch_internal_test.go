@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 )
 
 // TestBatcherUnderLoad sends many more concurrent requests than maxInflight

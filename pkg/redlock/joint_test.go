@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock-operator/redlock-operator/internal/history"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/history"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 

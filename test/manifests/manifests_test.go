@@ -25,7 +25,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/redlock-operator/redlock-operator/internal/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
 var (

@@ -37,10 +37,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 // Timeout is the default timeout of the suites' Eventually, and Poll their

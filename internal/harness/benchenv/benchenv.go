@@ -2,7 +2,7 @@
 // a real kube-apiserver and etcd (envtest), redis-server masters in an
 // external RedisMasterSet, and the operator's manager in this process, with
 // the caches and controllers the manager binary runs. It is not for tests,
-// which use internal/testenv and Ginkgo.
+// which use internal/harness/testenv and Ginkgo.
 package benchenv
 
 import (
@@ -39,9 +39,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
-	"github.com/redlock-operator/redlock-operator/pkg/metrics"
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
 )
 
 // MasterSet is the name of the RedisMasterSet Start creates.
@@ -349,7 +349,7 @@ func (p *Process) start() error {
 	if err != nil {
 		return err
 	}
-	p.Cmd = exec.Command(p.bin, p.args...) //nolint:gosec // the binary to measure
+	p.Cmd = exec.Command(p.bin, p.args...)
 	p.Cmd.Env = append(os.Environ(), "POD_NAMESPACE=redlock-system")
 	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

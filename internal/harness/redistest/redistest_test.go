@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock-operator/redlock-operator/pkg/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 )
 
 // get reads the test key "k".
