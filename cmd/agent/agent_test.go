@@ -275,7 +275,7 @@ func kubeletStops(p *corev1.Pod) {
 		}
 		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
 		return env.Client.Status().Update(env.Ctx, cur)
-	}).Should(Succeed())
+	}).Should(Succeed(), "pod %s/%s reported terminated", p.Namespace, p.Name)
 }
 
 var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
@@ -391,12 +391,12 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 			l := fetchLock(ns, "beat")
 			l.Spec.HeartbeatTimeout = &metav1.Duration{Duration: timeout}
 			return env.Client.Update(env.Ctx, l)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/beat to take heartbeatTimeout %s", ns, timeout)
 		grantID := fetchLock(ns, "beat").Status.GrantID
 		Consistently(func(g Gomega) {
 			g.Expect(fetchLock(ns, "beat").Status.GrantID).To(Equal(grantID), "lock beat still shows beat-a's grant")
 			g.Expect(b.running()).To(BeFalse(), "beat-b's app runs while beat-a holds the lock")
-		}, 2*timeout+time.Second, 200*time.Millisecond).Should(Succeed())
+		}, 2*timeout+time.Second, 200*time.Millisecond).Should(Succeed(), "lock %s/beat to stay with beat-a on its heartbeats, beat-b's app not running", ns)
 		hb := &v1alpha1.LockHeartbeat{}
 		Expect(env.Client.Get(env.Ctx, client.ObjectKey{Namespace: ns, Name: "beat"}, hb)).To(Succeed())
 		Expect(hb.Spec.HolderIdentity).To(Equal(grantID), "the heartbeat names beat-a's grant")
@@ -476,7 +476,7 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 			l := fetchLock(ns, "dark")
 			l.Spec.HeartbeatTimeout = &metav1.Duration{Duration: time.Minute}
 			return env.Client.Update(env.Ctx, l)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/dark to take heartbeatTimeout 1m", ns)
 		// Its node goes dark: its agent is cut off from the API server
 		// (its connection stalled) and the spec never reports its
 		// container stopped.
@@ -496,7 +496,7 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 			g.Expect(l.Status.Holder).To(BeNil(), "lock dark shows no holder")
 			g.Expect(l.Status.ReleasedAt).NotTo(BeNil(), "lock dark shows when its grant was hidden")
 			released = l.Status.ReleasedAt.Time
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/dark to hide dark-a's grant once dark-a is deleted", ns)
 		Eventually(b.running, 40*time.Second).Should(BeTrue(), "dark-b's app started")
 		l := fetchLock(ns, "dark")
 		cur := &corev1.Pod{}
@@ -522,9 +522,9 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 			l := fetchLock(ns, "noword")
 			g.Expect(l.Status.Holder).To(BeNil(), "lock noword shows no holder")
 			held := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
-			g.Expect(held).NotTo(BeNil())
+			g.Expect(held).NotTo(BeNil(), "lock noword's Held condition")
 			g.Expect(held.Reason).To(Equal(v1alpha1.ReasonHolderTerminating), "lock noword's Held reason")
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/noword to show no holder, its Held reason HolderTerminating", ns)
 		Eventually(a.running).Should(BeFalse(), "noword-a's app stopped")
 		Consistently(b.running, time.Second).Should(BeFalse(), "noword-b's app runs while noword-a's container may")
 		key := fetchLock(ns, "noword").Status.Key
@@ -562,17 +562,17 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 				children = append(children, pid)
 			}
 			return children
-		}).ShouldNot(BeEmpty(), "the app's child sleep 1000")
+		}).ShouldNot(BeEmpty(), "stubborn-a's app to start its child sleep 1000")
 
 		By("sending the agent SIGHUP (a reload): the app gets it, and the agent keeps running")
 		Expect(a.cmd.Process.Signal(syscall.SIGHUP)).To(Succeed())
-		Eventually(func() string { data, _ := os.ReadFile(a.log); return string(data) }).Should(ContainSubstring("hup "), "the app got the SIGHUP")
+		Eventually(func() string { data, _ := os.ReadFile(a.log); return string(data) }).Should(ContainSubstring("hup "), "stubborn-a's app to log the SIGHUP passed on")
 		Expect(a.exited).NotTo(BeClosed(), "the agent outlived a SIGHUP")
 		Expect(a.running()).To(BeTrue())
 
 		By("sending the agent SIGTERM (the pod's deletion): the app is told and ignores it")
 		Expect(a.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
-		Eventually(func() string { data, _ := os.ReadFile(a.log); return string(data) }).Should(ContainSubstring("term "), "the app got the SIGTERM")
+		Eventually(func() string { data, _ := os.ReadFile(a.log); return string(data) }).Should(ContainSubstring("term "), "stubborn-a's app to log the pod's SIGTERM passed on")
 
 		By("cutting the agent off: the grant runs out unrefreshed")
 		Expect(proxy.Stall()).To(Succeed())

@@ -58,7 +58,7 @@ func startManager(metricsAddr string) {
 	}()
 	DeferCleanup(func() {
 		cancel()
-		Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())))
+		Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())), "the manager with metrics on %s to stop cleanly", metricsAddr)
 	})
 }
 
@@ -127,7 +127,7 @@ var _ = Describe("The metrics endpoint", func() {
 			code, _, err := scrape(url, "")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(code).To(Equal(http.StatusUnauthorized))
-		}).Should(Succeed())
+		}).Should(Succeed(), "metrics endpoint %s to refuse a scrape without a token (401)", url)
 
 		By("refusing an authenticated account without the role (403)")
 		code, _, err := scrape(url, stranger)
@@ -141,7 +141,7 @@ var _ = Describe("The metrics endpoint", func() {
 			g.Expect(code).To(Equal(http.StatusOK), body)
 			g.Expect(body).To(ContainSubstring("redlock_locks_held"))
 			g.Expect(body).To(ContainSubstring(`redlock_operator_build_info{version="dev"} 1`))
-		}).Should(Succeed())
+		}).Should(Succeed(), "metrics endpoint %s to serve the operator's metrics to service account %s/scraper", url, ns)
 	})
 
 	It("serves plain HTTP to anyone with --metrics-secure=false", func(ctx SpecContext) {
@@ -153,13 +153,13 @@ var _ = Describe("The metrics endpoint", func() {
 		go func() { done <- mgr.Start(mctx) }()
 		DeferCleanup(func() {
 			cancel()
-			Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())))
+			Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())), "the manager with plain metrics on %s to stop cleanly", addr)
 		})
 		Eventually(func(g Gomega) {
 			code, body, err := scrape(fmt.Sprintf("http://%s/metrics", addr), "")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(code).To(Equal(http.StatusOK))
 			g.Expect(body).To(ContainSubstring("# HELP"))
-		}).Should(Succeed())
+		}).Should(Succeed(), "metrics endpoint http://%s/metrics to serve plain HTTP without a token", addr)
 	})
 })
