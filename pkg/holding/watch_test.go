@@ -110,7 +110,7 @@ var _ = Describe("A pod's view of its lock", func() {
 
 		By("refreshing its validity: the deadline moves on and the grant goes on")
 		show(l, me, "g1", 7, clk.Now().Add(9*time.Second))
-		Eventually(func() time.Time { return w.Deadline("g1") }).Should(BeTemporally("~", clk.Now().Add(8500*time.Millisecond), time.Millisecond))
+		Eventually(func() time.Time { return w.Deadline("g1") }).Should(BeTemporally("~", clk.Now().Add(8500*time.Millisecond), time.Millisecond), "deadline of grant g1 of lock %s/%s to follow its refreshed validity", l.Namespace, l.Name)
 		clk.Step(6 * time.Second) // past the first deadline, before the refreshed one
 		Consistently(closed(done), 200*time.Millisecond).Should(BeFalse(), "grant g1 ended at its old deadline after a refresh")
 
@@ -156,10 +156,10 @@ var _ = Describe("A pod's view of its lock", func() {
 			got <- g
 		}()
 		show(l, holding.Holder{Name: "worker-1", UID: "uid-worker-1"}, "g1", 3, clk.Now().Add(5*time.Second))
-		Consistently(got, 300*time.Millisecond).ShouldNot(Receive(), "Next returned while another pod holds the lock")
+		Consistently(got, 300*time.Millisecond).ShouldNot(Receive(), "Next on lock %s/next returned while worker-1 holds it", ns)
 		show(l, me, "g2", 4, clk.Now().Add(5*time.Second))
 		var g *holding.Grant
-		Eventually(got).Should(Receive(&g))
+		Eventually(got).Should(Receive(&g), "Next on lock %s/next to return grant g2 to worker-0", ns)
 		Expect(g.GrantID).To(Equal("g2"))
 		Expect(g.Token).To(Equal(int64(4)))
 	})

@@ -304,7 +304,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 // Stop stops the manager and waits for it.
 func (m *Manager) Stop() {
 	m.cancel()
-	Eventually(m.done, 30*time.Second).Should(Receive(BeNil()))
+	Eventually(m.done, 30*time.Second).Should(Receive(BeNil()), "the operator's manager (namespace %s) to stop cleanly", OperatorNamespace)
 }
 
 func ptr[T any](v T) *T { return &v }
