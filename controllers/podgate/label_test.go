@@ -117,9 +117,9 @@ func holderLabelSpecs(setup func() (string, *testenv.MasterSet)) {
 				g.Expect(lock.Status.Holder).NotTo(BeNil(), "lock marked shows no holder")
 				g.Expect(lock.Status.Holder.Pod).NotTo(BeNil(), "lock marked is held by no pod")
 				g.Expect(lock.Status.Holder.Pod.UID).To(Equal(cur.UID), "lock marked held by another pod than %s", pods[i].Name)
-				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, fmt.Sprint(lock.Status.FencingToken)))
+				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, fmt.Sprint(lock.Status.FencingToken)), "fencing token on pod %s", pods[i].Name)
 				g.Expect(cur.Annotations).To(HaveKey(corev1.PodDeletionCost), "the holder %s is the last its ReplicaSet removes", pods[i].Name)
-			}).Should(Succeed())
+			}).Should(Succeed(), "pod %s/%s to be marked holder of lock marked, with its token on it", ns, pods[i].Name)
 			for _, p := range pods[i+1:] { // earlier holders: the watch checks them
 				Expect(getPod(p).Labels).NotTo(HaveKey(v1alpha1.HoldsLabel), "%s marked while %s holds", p.Name, pods[i].Name)
 				Expect(getPod(p).Annotations).NotTo(HaveKey(corev1.PodDeletionCost), "%s has the holder's deletion cost", p.Name)

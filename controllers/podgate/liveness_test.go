@@ -119,7 +119,7 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 				expectHolds(g, ns, name, pods[i])
 				l = fetchLock(ns, name)
 				g.Expect(heldOf(l)).To(Equal("True/Acquired"), "lock %s shows %s held", name, pods[i].Name)
-			}).WithTimeout(4 * timeout).Should(Succeed())
+			}).WithTimeout(4 * timeout).Should(Succeed(), "lock %s/%s to be held by pod %s", ns, name, pods[i].Name)
 			return l
 		}
 		first := holder(0)
@@ -129,14 +129,14 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		Consistently(func(g Gomega) {
 			l := fetchLock(ns, name)
 			g.Expect(l.Status.GrantID).To(Equal(first.Status.GrantID), "lock %s still shows live-a's grant", name)
-		}, 2*timeout+time.Second, 200*time.Millisecond).Should(Succeed())
+		}, 2*timeout+time.Second, 200*time.Millisecond).Should(Succeed(), "lock %s/%s to stay with live-a on its heartbeats", ns, name)
 
 		By("marking live-a as a deposed leader might have: the leader, counting live-a alive, takes the mark off and keeps the grant")
 		Eventually(func() error {
 			cur := getPod(pods[0])
 			cur.Annotations[v1alpha1.UnresponsiveAnnotation] = first.Status.GrantID
 			return k8s.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		}).Should(Succeed(), "pod %s/%s to be marked unresponsive by hand", ns, pods[0].Name)
 		Eventually(func() map[string]string { return getPod(pods[0]).Annotations }).WithTimeout(2*timeout).
 			ShouldNot(HaveKey(v1alpha1.UnresponsiveAnnotation), "the stale mark on live-a")
 		Expect(fetchLock(ns, name).Status.GrantID).To(Equal(first.Status.GrantID), "lock %s still shows live-a's grant", name)
@@ -145,8 +145,8 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		stop()
 		Eventually(func(g Gomega) {
 			g.Expect(getPod(pods[0]).Annotations).To(HaveKeyWithValue(v1alpha1.UnresponsiveAnnotation, first.Status.GrantID), "pod live-a is marked unresponsive")
-		}).WithTimeout(3 * timeout).Should(Succeed())
-		Eventually(func() []string { return env.EventReasons(ns, name) }).Should(ContainElement("HolderUnresponsive"))
+		}).WithTimeout(3 * timeout).Should(Succeed(), "pod %s/%s to be marked unresponsive once its heartbeat stopped", ns, pods[0].Name)
+		Eventually(func() []string { return env.EventReasons(ns, name) }).Should(ContainElement("HolderUnresponsive"), "lock %s/%s to get event HolderUnresponsive", ns, name)
 		second := holder(1)
 		stop = beat(ns, name, second.Status.GrantID, time.Second)
 		DeferCleanup(stop)
@@ -161,7 +161,7 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 			cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", Image: "busybox", RestartCount: 3,
 				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
 			return k8s.Status().Update(suiteCtx, cur)
-		}).Should(Succeed())
+		}).Should(Succeed(), "pod %s/%s to be reported in CrashLoopBackOff", ns, pods[1].Name)
 		third := holder(2)
 		Expect(getPod(pods[1]).Annotations).To(HaveKeyWithValue(v1alpha1.UnresponsiveAnnotation, second.Status.GrantID))
 		shown, _ = gr.of(second.Status.GrantID)
@@ -174,7 +174,7 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		// The holder's mark follows its grant (the pod gate sets it once
 		// the grant is committed): wait for live-c's.
 		Eventually(func() []string { order, _ := m.seen(); return order }).Should(Equal([]string{"live-a", "live-b", "live-c"}),
-			"the pods marked redlock.dev/holds, in order")
+			"pods of lock %s/%s marked redlock.dev/holds, in order", ns, name)
 		_, violations := m.seen()
 		Expect(violations).To(BeEmpty(), "never two pods marked redlock.dev/holds at once")
 	})

@@ -51,7 +51,7 @@ func getPod(p *corev1.Pod) *corev1.Pod {
 // relabel points pod p's lock label at lock (retried: the operator patches
 // the pod too).
 func relabel(p *corev1.Pod, lock string) {
-	Eventually(func() error { return updateLabel(p, v1alpha1.LockLabel, lock) }).Should(Succeed())
+	Eventually(func() error { return updateLabel(p, v1alpha1.LockLabel, lock) }).Should(Succeed(), "pod %s/%s to be relabelled for lock %q", p.Namespace, p.Name, lock)
 }
 
 // gated and runnable are the checks the demo and the e2e suite use too.
@@ -74,7 +74,7 @@ func kubeletRunsOn(p *corev1.Pod, node string) {
 		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
 		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", Image: "busybox", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
 		return k8s.Status().Update(suiteCtx, cur)
-	}).Should(Succeed())
+	}).Should(Succeed(), "pod %s/%s to be reported running on node %s", p.Namespace, p.Name, node)
 }
 
 // kubeletStops reports the pod's container terminated (and the pod finished
@@ -87,7 +87,7 @@ func kubeletStops(p *corev1.Pod, phase corev1.PodPhase) {
 		}
 		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", Image: "busybox", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
 		return k8s.Status().Update(suiteCtx, cur)
-	}).Should(Succeed())
+	}).Should(Succeed(), "pod %s/%s to be reported stopped (phase %q)", p.Namespace, p.Name, phase)
 }
 
 func gateCondition(p *corev1.Pod) corev1.ConditionStatus {
@@ -142,12 +142,12 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 				cur := getPod(pods[i])
 				g.Expect(gated(cur)).To(BeFalse(), "still gated")
 				lock := fetchLock(ns, "jobs")
-				g.Expect(lock.Status.Holder).NotTo(BeNil())
-				g.Expect(lock.Status.Holder.Pod).NotTo(BeNil())
-				g.Expect(lock.Status.Holder.Pod.UID).To(Equal(cur.UID))
-				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, strconv.FormatInt(lock.Status.FencingToken, 10)))
-				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.LockKeyAnnotation, lock.Status.Key))
-			}).Should(Succeed())
+				g.Expect(lock.Status.Holder).NotTo(BeNil(), "holder of lock jobs")
+				g.Expect(lock.Status.Holder.Pod).NotTo(BeNil(), "holder pod of lock jobs")
+				g.Expect(lock.Status.Holder.Pod.UID).To(Equal(cur.UID), "holder pod of lock jobs, want %s", pods[i].Name)
+				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, strconv.FormatInt(lock.Status.FencingToken, 10)), "fencing token on pod %s", pods[i].Name)
+				g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.LockKeyAnnotation, lock.Status.Key), "lock key on pod %s", pods[i].Name)
+			}).Should(Succeed(), "lock %s/jobs to be held by pod %s, ungated with its token on it", ns, pods[i].Name)
 			token, err := strconv.ParseInt(getPod(pods[i]).Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
 			Expect(err).NotTo(HaveOccurred())
 			tokens = append(tokens, token)
@@ -167,7 +167,7 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 		By("keeping the lock with a terminating holder whose container still runs")
 		kubeletRuns(pods[1])
 		Expect(k8s.Delete(suiteCtx, getPod(pods[1]))).To(Succeed())
-		Consistently(func() bool { return gated(getPod(pods[2])) }, 2*time.Second).Should(BeTrue())
+		Consistently(func() bool { return gated(getPod(pods[2])) }, 2*time.Second).Should(BeTrue(), "pod %s/%s to stay gated while terminating holder %s's container runs", ns, pods[2].Name, pods[1].Name)
 		By("handing over once its container stopped")
 		kubeletStops(pods[1], "")
 		expectHolder(2)
@@ -189,22 +189,22 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 			kubeletRuns(p)
 		}
 		Eventually(func(g Gomega) {
-			g.Expect(gateCondition(getPod(a))).To(Equal(corev1.ConditionTrue))
-			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse))
-		}).Should(Succeed())
+			g.Expect(gateCondition(getPod(a))).To(Equal(corev1.ConditionTrue), "gate of pod %s", a.Name)
+			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse), "gate of pod %s", b.Name)
+		}).Should(Succeed(), "lock %s/active to be held by pod %s only (gate True on %s, False on %s)", ns, a.Name, a.Name, b.Name)
 		Expect(getPod(a).Status.Conditions).To(ContainElement(HaveField("Type", corev1.ContainersReady)), "the kubelet's condition survives")
 
 		By("turning the holder's condition False as soon as its deletion starts")
 		Expect(k8s.Delete(suiteCtx, getPod(a))).To(Succeed())
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionFalse))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionFalse), "gate of pod %s/%s to turn False as soon as its deletion starts", ns, a.Name)
 		Consistently(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }, time.Second).Should(Equal(corev1.ConditionFalse),
-			"the next pod waits while the old holder's container runs")
+			"pod %s/%s to wait while the container of lock active's old holder %s runs", ns, b.Name, a.Name)
 		kubeletStops(a, "")
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }).Should(Equal(corev1.ConditionTrue))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }).Should(Equal(corev1.ConditionTrue), "pod %s/%s to be granted lock active once %s's container stopped", ns, b.Name, a.Name)
 		Expect(k8s.Delete(suiteCtx, getPod(a), client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), &corev1.Pod{}))
-		}).Should(BeTrue())
+		}).Should(BeTrue(), "pod %s/%s to be gone", ns, a.Name)
 	})
 
 	It("turns the readiness gate False when the lock is lost, and grants the same pod again with a new token", func() {
@@ -218,16 +218,16 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
 			kubeletRuns(p)
 		}
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(active)) }).Should(Equal(corev1.ConditionTrue))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(active)) }).Should(Equal(corev1.ConditionTrue), "pod %s/%s to be granted lock fragile", ns, active.Name)
 		first := getPod(active).Annotations[v1alpha1.FencingTokenAnnotation]
 
 		By("losing the lock: two of three masters stopped past the validity")
 		for _, srv := range fragile.Servers[:2] {
 			Expect(srv.Stop()).To(Succeed())
 		}
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(active)) }).Should(Equal(corev1.ConditionFalse))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(active)) }).Should(Equal(corev1.ConditionFalse), "gate of pod %s/%s to turn False once lock fragile is lost", ns, active.Name)
 		Expect(gateCondition(getPod(standby))).To(Equal(corev1.ConditionFalse), "the standby never got it")
-		Eventually(func() []string { return env.EventReasons(ns, "fragile") }).Should(ContainElement("Lost"))
+		Eventually(func() []string { return env.EventReasons(ns, "fragile") }).Should(ContainElement("Lost"), "lock %s/fragile to get event Lost", ns)
 
 		By("granting the same pod again, with a larger token, once a quorum serves")
 		for _, srv := range fragile.Servers[:2] {
@@ -235,9 +235,9 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 		}
 		Eventually(func(g Gomega) {
 			cur := getPod(active)
-			g.Expect(gateCondition(cur)).To(Equal(corev1.ConditionTrue))
-			g.Expect(cur.Annotations[v1alpha1.FencingTokenAnnotation]).NotTo(Equal(first))
-		}, 30*time.Second).Should(Succeed())
+			g.Expect(gateCondition(cur)).To(Equal(corev1.ConditionTrue), "gate of pod %s", active.Name)
+			g.Expect(cur.Annotations[v1alpha1.FencingTokenAnnotation]).NotTo(Equal(first), "fencing token on pod %s", active.Name)
+		}, 30*time.Second).Should(Succeed(), "pod %s/%s to be granted lock fragile again with a new token (was %s)", ns, active.Name, first)
 		again, _ := strconv.ParseInt(getPod(active).Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
 		before, _ := strconv.ParseInt(first, 10, 64)
 		Expect(again).To(BeNumerically(">", before))
@@ -249,19 +249,19 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 		bare := gatedPod(ns, "no-gate", "whatever", false)
 		bare.Spec.SchedulingGates = nil
 		Expect(k8s.Create(suiteCtx, bare)).To(Succeed())
-		Eventually(func() map[string]string { return getPod(bare).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("neither")))
-		Eventually(func() []string { return env.EventReasons(ns, "no-gate") }).Should(ContainElement(podgate.EventBadLockSpec))
+		Eventually(func() map[string]string { return getPod(bare).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("neither")), "pod %s/%s to be told it has neither gate", ns, bare.Name)
+		Eventually(func() []string { return env.EventReasons(ns, "no-gate") }).Should(ContainElement(podgate.EventBadLockSpec), "pod %s/%s to get event %s", ns, bare.Name, podgate.EventBadLockSpec)
 
 		By("a gated pod whose lock does not exist yet")
 		early := gatedPod(ns, "early", "later", false)
 		Expect(k8s.Create(suiteCtx, early)).To(Succeed())
-		Eventually(func() map[string]string { return getPod(early).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("not found")))
+		Eventually(func() map[string]string { return getPod(early).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("not found")), "pod %s/%s to be told its lock later is not found", ns, early.Name)
 		Expect(gated(getPod(early))).To(BeTrue())
 		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "later"},
 			Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 2 * time.Second}},
 		})).To(Succeed())
-		Eventually(func() bool { return gated(getPod(early)) }).Should(BeFalse())
+		Eventually(func() bool { return gated(getPod(early)) }).Should(BeFalse(), "pod %s/%s to be ungated once lock later exists", ns, early.Name)
 		Expect(getPod(early).Annotations).NotTo(HaveKey(podgate.ProblemAnnotation))
 	})
 
@@ -285,7 +285,7 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 			q := fetchLock(ns, "busy").Status.Queue
 			g.Expect(q).NotTo(BeNil(), "lock busy shows no queue")
 			g.Expect(q.Count).To(Equal(int32(waiting)), "pods queued on lock busy")
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/busy to show %d pods queued", ns, waiting)
 
 		By("counting the pod-gate reconciles over five refreshes of the same grant")
 		grant := fetchLock(ns, "busy").Status.GrantID
@@ -303,7 +303,7 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 				shown[v], last = true, v
 			}
 			g.Expect(len(shown)).To(BeNumerically(">", 5), "validities shown by lock busy")
-		}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+		}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed(), "lock %s/busy to show more than 5 validities of grant %s", ns, grant)
 		refreshes := float64(len(shown) - 1)
 		woken := podgateReconciles() - before - float64(late*(waiting+1))
 		perRefresh := woken / refreshes

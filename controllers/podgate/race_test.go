@@ -120,7 +120,7 @@ var _ = Describe("A grant that ends while its pod is being annotated", Ordered, 
 		Eventually(func(g Gomega) {
 			regrant = fetchLock(ns, "stalled")
 			g.Expect(regrant.Status.Holder).NotTo(BeNil(), "lock %s/stalled to be granted again", ns)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/stalled to be granted again after losing its grant", ns)
 		Expect(regrant.Status.FencingToken).To(BeNumerically(">", first))
 		Expect(getPod(a).Annotations).NotTo(HaveKey(v1alpha1.FencingTokenAnnotation), "the stalled annotation got through before the grant was lost and made again")
 
@@ -131,8 +131,8 @@ var _ = Describe("A grant that ends while its pod is being annotated", Ordered, 
 		Eventually(func(g Gomega) {
 			cur := getPod(a)
 			g.Expect(gated(cur)).To(BeFalse(), "%s/stall-second is still gated", ns)
-			g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, strconv.FormatInt(fetchLock(ns, "stalled").Status.FencingToken, 10)))
-		}).Should(Succeed())
+			g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.FencingTokenAnnotation, strconv.FormatInt(fetchLock(ns, "stalled").Status.FencingToken, 10)), "fencing token on pod %s", a.Name)
+		}).Should(Succeed(), "pod %s/%s to be ungated with the new grant's token of lock stalled", ns, a.Name)
 		Consistently(func() bool { return gated(getPod(b)) }, time.Second).Should(BeTrue(), "%s/stall-first was ungated while a may run", ns)
 		Expect(violations()).To(BeEmpty())
 	})

@@ -42,7 +42,7 @@ var _ = Describe("A grant lost while the pod cache is stale", Ordered, func() {
 		createLock(ns, "job", ms.Name, "")
 		pod := gatedPod(ns, "finisher", "job", false)
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
-		Eventually(func(g Gomega) { expectHolds(g, ns, "job", pod) }).Should(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, ns, "job", pod) }).Should(Succeed(), "lock %s/job to be held by pod %s", ns, pod.Name)
 		kubeletRuns(pod)
 		token := tokenOf(pod)
 		first := fetchLock(ns, "job").Status
@@ -73,7 +73,7 @@ var _ = Describe("A grant lost while the pod cache is stale", Ordered, func() {
 			g.Expect(tokenOf(pod)).To(Equal(token), "the finished pod %s was annotated with a new token", pod.Name)
 		}
 		check(Default)
-		Consistently(check, 4*time.Second, 50*time.Millisecond).Should(Succeed())
+		Consistently(check, 4*time.Second, 50*time.Millisecond).Should(Succeed(), "lock %s/job never to be granted again to finished pod %s while the cache is stale", ns, pod.Name)
 		Expect(meta.IsStatusConditionTrue(fetchLock(ns, "job").Status.Conditions, v1alpha1.ConditionHeld)).To(BeFalse(), "lock %s/job held with no pod left to run", ns)
 	})
 })

@@ -71,7 +71,7 @@ func setNodeReady(name string, status corev1.ConditionStatus) {
 		}
 		cur.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 		return k8s.Status().Update(suiteCtx, cur)
-	}).Should(Succeed())
+	}).Should(Succeed(), "node %s to report Ready %s", name, status)
 }
 
 // denyTokenAnnotation installs a ValidatingAdmissionPolicy that refuses
@@ -118,7 +118,7 @@ func denyTokenAnnotation(p *corev1.Pod) func() {
 		cur := getPod(p)
 		cur.Labels[label] = p.Name
 		return k8s.Update(suiteCtx, cur)
-	}).Should(Succeed())
+	}).Should(Succeed(), "pod %s/%s to carry label %s", p.Namespace, p.Name, label)
 	By("waiting until the API server enforces the policy (probed with a dry run)")
 	Eventually(func() string {
 		cur := getPod(p)
@@ -130,7 +130,7 @@ func denyTokenAnnotation(p *corev1.Pod) func() {
 			return err.Error()
 		}
 		return "accepted"
-	}).Should(ContainSubstring("refused by the test"))
+	}).Should(ContainSubstring("refused by the test"), "policy %s to refuse a change of pod %s/%s's fencing token (dry run)", name, p.Namespace, p.Name)
 	return lift
 }
 
@@ -154,7 +154,7 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		p.Labels["app"] = "evict"
 		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
 		kubeletRuns(p)
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(p)) }).Should(Equal(corev1.ConditionTrue))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(p)) }).Should(Equal(corev1.ConditionTrue), "pod %s/%s to be granted lock evict", ns, p.Name)
 		Expect(getPod(p).Annotations).To(HaveKeyWithValue(v1alpha1.OnLostAnnotation, string(v1alpha1.LostEvict)))
 
 		By("guarding the pod with a PodDisruptionBudget that allows no disruption")
@@ -178,16 +178,16 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		})
 		Eventually(func(g Gomega) {
 			g.Expect(env.EventReasons(ns, p.Name)).To(ContainElement(podgate.EventEvictionRefused), "lock status %+v; pod %+v %+v", fetchLock(ns, "evict").Status, getPod(p).Annotations, getPod(p).Status.Conditions)
-		}).Should(Succeed())
+		}).Should(Succeed(), "pod %s/%s to get event %s, its budget refusing the eviction", ns, p.Name, podgate.EventEvictionRefused)
 		Expect(getPod(p).DeletionTimestamp).To(BeNil(), "evicted against its budget")
 		Expect(gateCondition(getPod(p))).To(Equal(corev1.ConditionFalse))
-		Eventually(func() []string { return env.EventReasons(ns, p.Name) }).Should(ContainElement(podgate.EventLockLost))
+		Eventually(func() []string { return env.EventReasons(ns, p.Name) }).Should(ContainElement(podgate.EventLockLost), "pod %s/%s to get event %s once lock evict is lost", ns, p.Name, podgate.EventLockLost)
 
 		By("evicting it once the budget is gone")
 		Expect(k8s.Delete(suiteCtx, pdb)).To(Succeed())
-		Eventually(func() *metav1.Time { return getPod(p).DeletionTimestamp }).ShouldNot(BeNil())
+		Eventually(func() *metav1.Time { return getPod(p).DeletionTimestamp }).ShouldNot(BeNil(), "pod %s/%s to be evicted once its budget is gone", ns, p.Name)
 		// Events are sent asynchronously, after the eviction returned.
-		Eventually(func() []string { return env.EventReasons(ns, p.Name) }).Should(ContainElement(podgate.EventEvicted))
+		Eventually(func() []string { return env.EventReasons(ns, p.Name) }).Should(ContainElement(podgate.EventEvicted), "pod %s/%s to get event %s", ns, p.Name, podgate.EventEvicted)
 	})
 
 	It("tells the holder when its lock is deleted, and applies the lock's onLost", func() {
@@ -201,7 +201,7 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		Eventually(func(g Gomega) {
 			g.Expect(gateCondition(getPod(keep))).To(Equal(corev1.ConditionTrue))
 			g.Expect(gateCondition(getPod(evict))).To(Equal(corev1.ConditionTrue))
-		}).Should(Succeed())
+		}).Should(Succeed(), "pods %s and %s in %s to be granted their locks doomed-keep and doomed-evict", keep.Name, evict.Name, ns)
 
 		By("deleting both locks while their pods hold them")
 		Expect(k8s.Delete(suiteCtx, fetchLock(ns, "doomed-keep"))).To(Succeed())
@@ -212,12 +212,12 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 				g.Expect(gateCondition(cur)).To(Equal(corev1.ConditionFalse), "%s still shows its lock held", p.Name)
 				g.Expect(cur.Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("was deleted")), "%s was not told", p.Name)
 			}
-			g.Expect(env.EventReasons(ns, keep.Name)).To(ContainElement(podgate.EventLockLost))
-		}).Should(Succeed())
+			g.Expect(env.EventReasons(ns, keep.Name)).To(ContainElement(podgate.EventLockLost), "pod %s to get event %s", keep.Name, podgate.EventLockLost)
+		}).Should(Succeed(), "pods %s and %s in %s to be told their locks were deleted", keep.Name, evict.Name, ns)
 
 		By("evicting only the pod whose lock asked for it")
-		Eventually(func() *metav1.Time { return getPod(evict).DeletionTimestamp }).ShouldNot(BeNil())
-		Consistently(func() *metav1.Time { return getPod(keep).DeletionTimestamp }, time.Second).Should(BeNil())
+		Eventually(func() *metav1.Time { return getPod(evict).DeletionTimestamp }).ShouldNot(BeNil(), "pod %s/%s (lock onLost Evict) to be evicted once its lock is deleted", ns, evict.Name)
+		Consistently(func() *metav1.Time { return getPod(keep).DeletionTimestamp }, time.Second).Should(BeNil(), "pod %s/%s (lock onLost Keep) to stay undeleted after its lock is deleted", ns, keep.Name)
 	})
 
 	It("keeps the lock with a holder relabelled after its grant, and does not queue it for the other lock", func() {
@@ -225,23 +225,23 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		createLock(ns, "second", ms.Name, "")
 		a, b := gatedPod(ns, "relabel-a", "first", false), gatedPod(ns, "relabel-b", "first", false)
 		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
-		Eventually(func(g Gomega) { expectHolds(g, ns, "first", a) }).Should(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, ns, "first", a) }).Should(Succeed(), "lock %s/first to be held by pod %s", ns, a.Name)
 		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
 		kubeletRuns(a)
 
 		By("relabelling the holder for another lock")
 		relabel(a, "second")
-		Eventually(func() map[string]string { return getPod(a).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("labelled for second")))
+		Eventually(func() map[string]string { return getPod(a).Annotations }).Should(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("labelled for second")), "pod %s/%s to be told it is labelled for lock second", ns, a.Name)
 		Consistently(func(g Gomega) {
 			expectHolds(g, ns, "first", a)
 			g.Expect(gated(getPod(b))).To(BeTrue(), "the next pod was ungated while the relabelled holder runs")
 			g.Expect(fetchLock(ns, "second").Status.Holder).To(BeNil(), "the relabelled pod was granted the other lock too")
-		}, 2*time.Second).Should(Succeed())
-		Eventually(func() []string { return env.EventReasons(ns, a.Name) }).Should(ContainElement(distributedlock.EventHolderRelabelled))
+		}, 2*time.Second).Should(Succeed(), "lock %s/first to stay with relabelled pod %s, pod %s gated, lock second unheld", ns, a.Name, b.Name)
+		Eventually(func() []string { return env.EventReasons(ns, a.Name) }).Should(ContainElement(distributedlock.EventHolderRelabelled), "pod %s/%s to get event %s", ns, a.Name, distributedlock.EventHolderRelabelled)
 
 		By("handing over once the relabelled holder ended")
 		kubeletStops(a, corev1.PodSucceeded)
-		Eventually(func(g Gomega) { expectHolds(g, ns, "first", b) }).Should(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, ns, "first", b) }).Should(Succeed(), "lock %s/first to pass to pod %s once %s ended", ns, b.Name, a.Name)
 	})
 
 	It("does not take another lock's running holder of the same key for its own former holder", func() {
@@ -251,7 +251,7 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		})).To(Succeed())
 		a := gatedPod(ns, "alpha-holder", "alpha", false)
 		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
-		Eventually(func(g Gomega) { expectHolds(g, ns, "alpha", a) }).Should(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, ns, "alpha", a) }).Should(Succeed(), "lock %s/alpha to be held by pod %s", ns, a.Name)
 		kubeletRuns(a)
 
 		By("creating a second lock of the same key while alpha's holder runs")
@@ -263,12 +263,12 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 			beta := fetchLock(ns, "beta")
 			g.Expect(beta.Status.ObservedGeneration).To(BeEquivalentTo(1), "lock %s/beta not reconciled yet", ns)
 			g.Expect(meta.FindStatusCondition(beta.Status.Conditions, v1alpha1.ConditionHeld)).NotTo(BeNil(), "lock %s/beta has no Held condition yet", ns)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/beta to be reconciled with a Held condition", ns)
 		Consistently(func(g Gomega) {
 			g.Expect(fetchLock(ns, "beta").Status.LastHolderPod).To(BeNil(), "beta took alpha's holder for its own")
 			g.Expect(env.EventReasons(ns, a.Name)).NotTo(ContainElement(distributedlock.EventHolderRelabelled), "a false HolderRelabelled event on alpha's holder")
 			expectHolds(g, ns, "alpha", a)
-		}, time.Second).Should(Succeed())
+		}, time.Second).Should(Succeed(), "lock %s/beta not to take alpha's holder %s for its own", ns, a.Name)
 	})
 
 	It("keeps others waiting behind a holder whose label was removed, even after its grant was lost", func() {
@@ -277,7 +277,7 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		a, b := gatedPod(ns, "unlabel-a", "unlabel", true), gatedPod(ns, "unlabel-b", "unlabel", true)
 		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
 		kubeletRuns(a)
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionTrue))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionTrue), "pod %s/%s to be granted lock unlabel", ns, a.Name)
 		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
 		kubeletRuns(b)
 
@@ -286,26 +286,26 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 			cur := getPod(a)
 			delete(cur.Labels, v1alpha1.LockLabel)
 			return k8s.Update(suiteCtx, cur)
-		}).Should(Succeed())
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionFalse))
+		}).Should(Succeed(), "pod %s/%s to lose its label %s", ns, a.Name, v1alpha1.LockLabel)
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionFalse), "unlabelled pod %s/%s to be no longer Ready for lock unlabel", ns, a.Name)
 
 		By("losing the grant, then letting the masters serve again: the next pod still waits while the old holder runs")
 		for _, srv := range fragile.Servers[:2] {
 			Expect(srv.Stop()).To(Succeed())
 		}
-		Eventually(func() *v1alpha1.LockHolder { return fetchLock(ns, "unlabel").Status.Holder }).Should(BeNil())
+		Eventually(func() *v1alpha1.LockHolder { return fetchLock(ns, "unlabel").Status.Holder }).Should(BeNil(), "lock %s/unlabel to lose its grant with two of three masters stopped", ns)
 		for _, srv := range fragile.Servers[:2] {
 			Expect(srv.Cont()).To(Succeed())
 		}
 		Consistently(func(g Gomega) {
-			g.Expect(gateCondition(getPod(a))).To(Equal(corev1.ConditionFalse))
+			g.Expect(gateCondition(getPod(a))).To(Equal(corev1.ConditionFalse), "unlabelled former holder %s", a.Name)
 			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse), "granted while the unlabelled former holder runs")
-			g.Expect(fetchLock(ns, "unlabel").Status.LastHolderPod).NotTo(BeNil())
-		}, 3*time.Second).Should(Succeed())
+			g.Expect(fetchLock(ns, "unlabel").Status.LastHolderPod).NotTo(BeNil(), "lock unlabel's last holder pod")
+		}, 3*time.Second).Should(Succeed(), "pod %s/%s to wait behind unlabelled former holder %s of lock unlabel", ns, b.Name, a.Name)
 
 		By("granting the next pod once the old holder's container stopped")
 		kubeletStops(a, corev1.PodSucceeded)
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }, 30*time.Second).Should(Equal(corev1.ConditionTrue))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }, 30*time.Second).Should(Equal(corev1.ConditionTrue), "pod %s/%s to be granted lock unlabel once %s stopped", ns, b.Name, a.Name)
 	})
 
 	It("refuses pods with both gates or a label that cannot name a lock, and keeps them gated", func() {
@@ -317,16 +317,16 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
 		}
 		Eventually(func(g Gomega) {
-			g.Expect(getPod(both).Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("both")))
-			g.Expect(getPod(malformed).Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("does not name a DistributedLock")))
-			g.Expect(env.EventReasons(ns, both.Name)).To(ContainElement(podgate.EventBadLockSpec))
-			g.Expect(env.EventReasons(ns, malformed.Name)).To(ContainElement(podgate.EventBadLockSpec))
-		}).Should(Succeed())
+			g.Expect(getPod(both).Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("both")), "problem of pod %s", both.Name)
+			g.Expect(getPod(malformed).Annotations).To(HaveKeyWithValue(podgate.ProblemAnnotation, ContainSubstring("does not name a DistributedLock")), "problem of pod %s", malformed.Name)
+			g.Expect(env.EventReasons(ns, both.Name)).To(ContainElement(podgate.EventBadLockSpec), "events of pod %s", both.Name)
+			g.Expect(env.EventReasons(ns, malformed.Name)).To(ContainElement(podgate.EventBadLockSpec), "events of pod %s", malformed.Name)
+		}).Should(Succeed(), "pods %s and %s in %s to be told their lock spec is bad", both.Name, malformed.Name, ns)
 		Consistently(func(g Gomega) {
-			g.Expect(gated(getPod(both))).To(BeTrue())
-			g.Expect(gated(getPod(malformed))).To(BeTrue())
-			g.Expect(fetchLock(ns, "picky").Status.Holder).To(BeNil())
-		}, time.Second).Should(Succeed())
+			g.Expect(gated(getPod(both))).To(BeTrue(), "pod %s gated", both.Name)
+			g.Expect(gated(getPod(malformed))).To(BeTrue(), "pod %s gated", malformed.Name)
+			g.Expect(fetchLock(ns, "picky").Status.Holder).To(BeNil(), "holder of lock picky")
+		}, time.Second).Should(Succeed(), "pods %s and %s to stay gated and lock %s/picky unheld", both.Name, malformed.Name, ns)
 	})
 
 	It("keeps the lock with a holder on an unreachable node, says so, and hands over at once when the holder is force-deleted", func() {
@@ -335,29 +335,29 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		a, b := gatedPod(ns, "far-a", "far", true), gatedPod(ns, "far-b", "far", true)
 		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
 		kubeletRunsOn(a, "far-node")
-		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionTrue))
+		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(a)) }).Should(Equal(corev1.ConditionTrue), "pod %s/%s to be granted lock far", ns, a.Name)
 		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
 		kubeletRuns(b)
 		reachable := func() *metav1.Condition {
 			return meta.FindStatusCondition(fetchLock(ns, "far").Status.Conditions, v1alpha1.ConditionHolderReachable)
 		}
-		Eventually(reachable).Should(HaveField("Status", metav1.ConditionTrue))
+		Eventually(reachable).Should(HaveField("Status", metav1.ConditionTrue), "lock %s/far to show its holder %s reachable", ns, a.Name)
 
 		By("losing contact with the holder's node")
 		setNodeReady("far-node", corev1.ConditionUnknown)
-		Eventually(reachable).Should(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonHolderUnreachable)))
+		Eventually(reachable).Should(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonHolderUnreachable)), "lock %s/far to show its holder %s unreachable once node far-node is not Ready", ns, a.Name)
 		Consistently(func(g Gomega) {
 			expectHolds(g, ns, "far", a)
-			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse))
-		}, 2*time.Second).Should(Succeed())
+			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionFalse), "gate of pod %s", b.Name)
+		}, 2*time.Second).Should(Succeed(), "lock %s/far to stay with unreachable holder %s, pod %s gated", ns, a.Name, b.Name)
 
 		By("handing over at once when the holder is force-deleted")
 		Expect(k8s.Delete(suiteCtx, getPod(a), client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(func(g Gomega) {
 			expectHolds(g, ns, "far", b)
-			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionTrue))
-		}).Should(Succeed())
-		Eventually(reachable).Should(HaveField("Status", metav1.ConditionTrue))
+			g.Expect(gateCondition(getPod(b))).To(Equal(corev1.ConditionTrue), "gate of pod %s", b.Name)
+		}).Should(Succeed(), "lock %s/far to pass at once to pod %s once %s is force-deleted", ns, b.Name, a.Name)
+		Eventually(reachable).Should(HaveField("Status", metav1.ConditionTrue), "lock %s/far to show its new holder %s reachable", ns, b.Name)
 	})
 
 	It("leaves neither two holders nor a stuck queue when the manager restarts in the middle of a handover", func() {
@@ -371,14 +371,14 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
 			pods = append(pods, p)
 		}
-		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[0]) }).Should(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[0]) }).Should(Succeed(), "lock %s/steps to be held by pod %s", own, pods[0].Name)
 		kubeletRuns(pods[0])
 
 		By("finishing the holder while no manager runs")
 		mgr.Stop()
 		kubeletStops(pods[0], corev1.PodSucceeded)
 		mgr = env.StartManager()
-		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[1]) }).Should(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[1]) }).Should(Succeed(), "lock %s/steps to pass to pod %s after the manager restarted", own, pods[1].Name)
 
 		By("committing the next grant while its pod cannot be annotated, as a manager dying in between would")
 		lift := denyTokenAnnotation(pods[2])
@@ -386,17 +386,17 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		kubeletStops(pods[1], corev1.PodSucceeded)
 		Eventually(func(g Gomega) {
 			h := fetchLock(own, "steps").Status.Holder
-			g.Expect(h).NotTo(BeNil())
-			g.Expect(h.Pod).NotTo(BeNil())
-			g.Expect(h.Pod.UID).To(Equal(getPod(pods[2]).UID))
-		}).Should(Succeed())
-		Consistently(func() bool { return gated(getPod(pods[2])) }, time.Second).Should(BeTrue(), "ungated before its token was on it")
+			g.Expect(h).NotTo(BeNil(), "holder of lock steps")
+			g.Expect(h.Pod).NotTo(BeNil(), "holder pod of lock steps")
+			g.Expect(h.Pod.UID).To(Equal(getPod(pods[2]).UID), "holder pod of lock steps, want pod %s", pods[2].Name)
+		}).Should(Succeed(), "lock %s/steps to commit its grant to pod %s", own, pods[2].Name)
+		Consistently(func() bool { return gated(getPod(pods[2])) }, time.Second).Should(BeTrue(), "pod %s/%s ungated before its token was on it", own, pods[2].Name)
 
 		By("restarting the manager with the refusal lifted: the committed grant reaches its pod")
 		mgr.Stop()
 		lift()
 		mgr = env.StartManager()
-		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[2]) }).Should(Succeed())
+		Eventually(func(g Gomega) { expectHolds(g, own, "steps", pods[2]) }).Should(Succeed(), "lock %s/steps to reach pod %s once the manager restarted", own, pods[2].Name)
 		Expect(tokenOf(pods[1])).To(BeNumerically(">", tokenOf(pods[0])))
 		Expect(tokenOf(pods[2])).To(BeNumerically(">", tokenOf(pods[1])))
 		Expect(violations()).To(BeEmpty())
@@ -461,7 +461,7 @@ var _ = Describe("Pods of two clusters sharing masters", Ordered, func() {
 					}
 				}
 				g.Expect(ungated).NotTo(BeNil(), "no pod ungated; ran so far: %v", order)
-			}, 30*time.Second).Should(Succeed())
+			}, 30*time.Second).Should(Succeed(), "a pod of namespaces %v to be ungated (ran so far: %v)", namespaces, order)
 			token, err := strconv.ParseInt(ungated.Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
 			Expect(err).NotTo(HaveOccurred())
 			order = append(order, ungated.Namespace+"/"+ungated.Name)
@@ -473,7 +473,7 @@ var _ = Describe("Pods of two clusters sharing masters", Ordered, func() {
 				}
 				cur.Status.Phase = corev1.PodSucceeded
 				return cluster.Status().Update(suiteCtx, cur)
-			}).Should(Succeed())
+			}).Should(Succeed(), "pod %s/%s to be reported Succeeded", ungated.Namespace, ungated.Name)
 		}
 		Expect(strings.Join(order, " ")).To(And(ContainSubstring(nsHere), ContainSubstring(nsThere)), "both clusters took part")
 		for i := 1; i < len(tokens); i++ {
@@ -565,7 +565,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		readinessGated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
 		By("waiting until the API server enforces the policy (probed with a dry run)")
 		Eventually(func() error { return k8s.Create(suiteCtx, schedulingGated.DeepCopy(), client.DryRunAll) }).
-			Should(MatchError(ContainSubstring("has no label redlock.dev/lock")))
+			Should(MatchError(ContainSubstring("has no label redlock.dev/lock")), "the policy to refuse pod %s/%s, gated without label %s (dry run)", ns, schedulingGated.Name, v1alpha1.LockLabel)
 		Expect(k8s.Create(suiteCtx, readinessGated)).To(MatchError(ContainSubstring("readiness gate redlock.dev/lock-held but no label")))
 
 		emptyLabel := gatedPod(ns, "empty-label", "", false)
@@ -598,7 +598,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		premarked := holderLabelPod(ns, "premarked", "some-lock")
 		premarked.Labels[v1alpha1.HoldsLabel] = "some-lock"
 		Eventually(func() error { return k8s.Create(suiteCtx, premarked.DeepCopy(), client.DryRunAll) }).
-			Should(MatchError(ContainSubstring("redlock.dev/holds marks the pod that holds a lock")))
+			Should(MatchError(ContainSubstring("redlock.dev/holds marks the pod that holds a lock")), "the policy to refuse pod %s/%s, created with the holder mark (dry run)", ns, premarked.Name)
 
 		By("admitting a pod in holder-label mode, and the operator's mark on it later")
 		p := holderLabelPod(ns, "label-mode", "some-lock")
@@ -624,7 +624,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		bare.Annotations = map[string]string{v1alpha1.AgentAnnotation: v1alpha1.AgentRun}
 		bare.Spec.Containers[0].Command = []string{"app"}
 		Eventually(func() error { return k8s.Create(suiteCtx, bare.DeepCopy(), client.DryRunAll) }).
-			Should(MatchError(ContainSubstring("asks for the in-pod agent (annotation redlock.dev/agent) but has none")))
+			Should(MatchError(ContainSubstring("asks for the in-pod agent (annotation redlock.dev/agent) but has none")), "the policy to refuse pod %s/%s, asking for the agent without it (dry run)", ns, bare.Name)
 		unlabelled := bare.DeepCopy()
 		unlabelled.Name, unlabelled.Labels = "agent-unlabelled", nil
 		Expect(k8s.Create(suiteCtx, unlabelled)).To(MatchError(ContainSubstring("but has none")), "an unlabelled pod asking for the agent")

@@ -72,7 +72,7 @@ var _ = Describe("The gate webhook", Ordered, func() {
 		return cur.Webhooks[0].ClientConfig.CABundle
 	}
 	create := func(p *corev1.Pod) *corev1.Pod {
-		Eventually(func() error { return k8s.Create(suiteCtx, p) }).Should(Succeed(), "the webhook serves once its certificate is in place")
+		Eventually(func() error { return k8s.Create(suiteCtx, p) }).Should(Succeed(), "webhook %s to admit pod %s/%s once its certificate is in place", configName, p.Namespace, p.Name)
 		return getPod(p)
 	}
 	plain := func(name string, labels map[string]string) *corev1.Pod {
@@ -83,7 +83,7 @@ var _ = Describe("The gate webhook", Ordered, func() {
 	}
 
 	It("gates labelled pods with the gate they ask for and leaves other pods alone", func() {
-		Eventually(caBundle).ShouldNot(BeEmpty(), "the rotator injects its CA")
+		Eventually(caBundle).ShouldNot(BeEmpty(), "the rotator to inject its CA into webhook %s", configName)
 		p := create(plain("labelled", map[string]string{v1alpha1.LockLabel: "some-lock"}))
 		Expect(gated(p)).To(BeTrue())
 		Expect(p.Spec.ReadinessGates).To(BeEmpty())
@@ -98,7 +98,7 @@ var _ = Describe("The gate webhook", Ordered, func() {
 	})
 
 	It("adds the agent to a pod that asks for it, and refuses a pod whose agent annotations cannot be followed", func() {
-		Eventually(caBundle).ShouldNot(BeEmpty(), "the rotator injects its CA")
+		Eventually(caBundle).ShouldNot(BeEmpty(), "the rotator to inject its CA into webhook %s", configName)
 		By("creating a pod with redlock.dev/agent: run")
 		a := plain("agent-run", map[string]string{v1alpha1.LockLabel: "some-lock", v1alpha1.GateModeLabel: v1alpha1.GateModeHolderLabel})
 		a.Annotations = map[string]string{v1alpha1.AgentAnnotation: v1alpha1.AgentRun, v1alpha1.AgentGraceAnnotation: "2s"}
@@ -133,11 +133,11 @@ var _ = Describe("The gate webhook", Ordered, func() {
 		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "webhook-cert"}, secret)).To(Succeed())
 		secret.Data = nil
 		Expect(k8s.Update(suiteCtx, secret)).To(Succeed())
-		Eventually(caBundle, 30*time.Second).ShouldNot(Equal(before), "a new CA is injected")
+		Eventually(caBundle, 30*time.Second).ShouldNot(Equal(before), "a new CA to be injected into webhook %s", configName)
 		Eventually(func(g Gomega) {
 			p := plain(fmt.Sprintf("after-rotation-%d", time.Now().UnixNano()), map[string]string{v1alpha1.LockLabel: "some-lock"})
-			g.Expect(k8s.Create(suiteCtx, p)).To(Succeed())
-			g.Expect(gated(getPod(p))).To(BeTrue())
-		}, 30*time.Second).Should(Succeed())
+			g.Expect(k8s.Create(suiteCtx, p)).To(Succeed(), "creation of pod %s after the rotation", p.Name)
+			g.Expect(gated(getPod(p))).To(BeTrue(), "gate of pod %s", p.Name)
+		}, 30*time.Second).Should(Succeed(), "webhook %s to gate a pod in %s after its certificate is rotated", configName, ns)
 	})
 })
