@@ -119,7 +119,7 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 				expectHolds(g, ns, name, pods[i])
 				l = fetchLock(ns, name)
 				g.Expect(heldOf(l)).To(Equal("True/Acquired"), "lock %s shows %s held", name, pods[i].Name)
-			}).WithTimeout(4 * timeout).Should(Succeed(), "lock %s/%s to be held by pod %s", ns, name, pods[i].Name)
+			}).WithTimeout(4*timeout).Should(Succeed(), "lock %s/%s to be held by pod %s", ns, name, pods[i].Name)
 			return l
 		}
 		first := holder(0)
@@ -145,7 +145,7 @@ var _ = Describe("Holder liveness (spec.heartbeatTimeout)", func() {
 		stop()
 		Eventually(func(g Gomega) {
 			g.Expect(getPod(pods[0]).Annotations).To(HaveKeyWithValue(v1alpha1.UnresponsiveAnnotation, first.Status.GrantID), "pod live-a is marked unresponsive")
-		}).WithTimeout(3 * timeout).Should(Succeed(), "pod %s/%s to be marked unresponsive once its heartbeat stopped", ns, pods[0].Name)
+		}).WithTimeout(3*timeout).Should(Succeed(), "pod %s/%s to be marked unresponsive once its heartbeat stopped", ns, pods[0].Name)
 		Eventually(func() []string { return env.EventReasons(ns, name) }).Should(ContainElement("HolderUnresponsive"), "lock %s/%s to get event HolderUnresponsive", ns, name)
 		second := holder(1)
 		stop = beat(ns, name, second.Status.GrantID, time.Second)

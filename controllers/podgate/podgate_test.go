@@ -303,7 +303,7 @@ var _ = Describe("Pods gating on a lock", Ordered, func() {
 				shown[v], last = true, v
 			}
 			g.Expect(len(shown)).To(BeNumerically(">", 5), "validities shown by lock busy")
-		}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed(), "lock %s/busy to show more than 5 validities of grant %s", ns, grant)
+		}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(Succeed(), "lock %s/busy to show more than 5 validities of grant %s", ns, grant)
 		refreshes := float64(len(shown) - 1)
 		woken := podgateReconciles() - before - float64(late*(waiting+1))
 		perRefresh := woken / refreshes
