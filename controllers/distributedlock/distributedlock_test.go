@@ -56,16 +56,16 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			Eventually(func(g Gomega) {
 				cur := fetch(lock)
 				expectHeldBy(g, cur, "team-a")
-				g.Expect(cur.Status.RenewedAt.Time).To(BeTemporally(">", last))
+				g.Expect(cur.Status.RenewedAt.Time).To(BeTemporally(">", last), "renewal time of lock static")
 				g.Expect(cur.Status.FencingToken).To(Equal(first.Status.FencingToken), "renewals keep the token")
 				g.Expect(cur.Status.GrantID).To(Equal(first.Status.GrantID), "renewals keep the grant")
 				last = cur.Status.RenewedAt.Time
-			}).Should(Succeed())
+			}).Should(Succeed(), "lock %s/static to be renewed by holder team-a with the same grant %s", ns, first.Status.GrantID)
 		}
 		Expect(fetch(lock).Status.ValidUntil.Time).To(BeTemporally(">", first.Status.ValidUntil.Time))
 
 		// Events and metrics.
-		Eventually(func() []string { return eventReasons(ns, "static") }).Should(ContainElement("Granted"))
+		Eventually(func() []string { return eventReasons(ns, "static") }).Should(ContainElement("Granted"), "lock %s/static to get event Granted", ns)
 		Expect(testutil.ToFloat64(mgr.Metrics.LocksHeld)).To(BeNumerically(">=", 1))
 		Expect(testutil.ToFloat64(mgr.Metrics.FencingToken.WithLabelValues(ns, "static"))).To(Equal(float64(first.Status.FencingToken)))
 		Expect(testutil.ToFloat64(mgr.Metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", 3))
@@ -94,14 +94,14 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, a)).To(Succeed())
 		eventuallyHeldBy(a, "a")
 		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
-		Eventually(func() string { return heldReason(fetch(b)) }).Should(Equal(v1alpha1.ReasonHeldElsewhere))
+		Eventually(func() string { return heldReason(fetch(b)) }).Should(Equal(v1alpha1.ReasonHeldElsewhere), "lock %s/same-b to wait while same-a holds key shared-key", ns)
 		Consistently(func(g Gomega) {
 			expectHeldBy(g, fetch(a), "a")
 			g.Expect(heldBy(fetch(b), "b")).To(BeFalse(), "both locks of one key show a holder")
-		}, 3*time.Second).Should(Succeed())
+		}, 3*time.Second).Should(Succeed(), "lock %s/same-a alone to hold key shared-key, not %s/same-b", ns, ns)
 
 		Expect(k8s.Delete(suiteCtx, a)).To(Succeed())
-		Eventually(func() error { return k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), a) }).Should(Satisfy(apierrors.IsNotFound))
+		Eventually(func() error { return k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), a) }).Should(Satisfy(apierrors.IsNotFound), "lock %s/same-a to be gone", ns)
 		eventuallyHeldBy(b, "b")
 		lb := fetch(b)
 		Expect(testenv.CountEqual(ms.ValuesOn("shared-key"), expectedValue(lb))).To(BeNumerically(">=", 3))
@@ -125,7 +125,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		key, value := cur.Status.Key, expectedValue(cur)
 		cur.Spec.HolderIdentity = ""
 		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
-		Eventually(func() string { return heldReason(fetch(lock)) }).Should(Equal(v1alpha1.ReasonNotRequested))
+		Eventually(func() string { return heldReason(fetch(lock)) }).Should(Equal(v1alpha1.ReasonNotRequested), "lock %s/handover to release once no holder is asked for", ns)
 		Expect(fetch(lock).Status.Holder).To(BeNil())
 		Expect(testenv.CountEqual(ms.ValuesOn(key), value)).To(Equal(0), "released in Redis")
 		Expect(fetch(lock).Status.FencingToken).To(Equal(tokens[2]), "the latest token stays in status")
@@ -147,8 +147,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Eventually(func(g Gomega) {
 			cur := fetch(lock)
 			expectHeldBy(g, cur, "keeper")
-			g.Expect(cur.Status.RenewedAt.Time).To(BeTemporally(">", before.Status.RenewedAt.Time))
-		}).Should(Succeed())
+			g.Expect(cur.Status.RenewedAt.Time).To(BeTemporally(">", before.Status.RenewedAt.Time), "renewal time of lock survivor")
+		}).Should(Succeed(), "lock %s/survivor's grant to be adopted and renewed by the new leader", ns)
 		after := fetch(lock)
 		Expect(after.Status.FencingToken).To(Equal(before.Status.FencingToken))
 		Expect(after.Status.AcquiredAt.Time).To(BeTemporally("==", before.Status.AcquiredAt.Time))
@@ -166,7 +166,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		}
 		held := fetch(lock)
 		renewed := held.Status.RenewedAt.Time
-		Eventually(func() time.Time { return fetch(lock).Status.RenewedAt.Time }).Should(BeTemporally(">", renewed))
+		Eventually(func() time.Time { return fetch(lock).Status.RenewedAt.Time }).Should(BeTemporally(">", renewed), "lock %s/faults to be renewed with two of five masters dead", ns)
 		// The grant survives: the same grant, held, renewed. (Whether its
 		// shown validity is refreshed in time is the status writer's
 		// matter: at ttl 1.5s its lead is 150ms, which a CPU-starved API
@@ -177,13 +177,13 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			g.Expect(condition(cur, v1alpha1.ConditionHeld).Status).To(Equal(metav1.ConditionTrue), "Held: %+v", condition(cur, v1alpha1.ConditionHeld))
 			g.Expect(cur.Status.GrantID).To(Equal(held.Status.GrantID), "the grant changed")
 			g.Expect(cur.Status.FencingToken).To(Equal(held.Status.FencingToken), "the token changed")
-		}, 2*time.Second).Should(Succeed())
+		}, 2*time.Second).Should(Succeed(), "lock %s/faults to keep grant %s with two of five masters dead", ns, held.Status.GrantID)
 
 		By("losing the lock with three of five dead, and saying why")
 		Expect(ms.Servers[2].Kill()).To(Succeed())
 		lostToken := fetch(lock).Status.FencingToken
 		Eventually(func() string { return heldReason(fetch(lock)) }).
-			Should(BeElementOf(v1alpha1.ReasonValidityExpired, v1alpha1.ReasonQuorumUnavailable, v1alpha1.ReasonLost))
+			Should(BeElementOf(v1alpha1.ReasonValidityExpired, v1alpha1.ReasonQuorumUnavailable, v1alpha1.ReasonLost), "lock %s/faults to be lost with three of five masters dead", ns)
 		Expect(fetch(lock).Status.Holder).To(BeNil())
 		Expect(fetch(lock).Status.ReleasedAt).NotTo(BeNil(), "when status stopped showing the grant")
 
@@ -231,8 +231,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 				return "accepted"
 			}
 		}
-		Eventually(updateError("k2")).Should(ContainSubstring("key is immutable"))
-		Eventually(updateError("")).Should(ContainSubstring("key is immutable"), "removing the key changes it too")
+		Eventually(updateError("k2")).Should(ContainSubstring("key is immutable"), "lock %s/immutable-key to refuse a change of its key", ns)
+		Eventually(updateError("")).Should(ContainSubstring("key is immutable"), "lock %s/immutable-key to refuse removing its key (a change too)", ns)
 
 		bad := &v1alpha1.RedisMasterSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad-address"},
@@ -251,15 +251,15 @@ var _ = Describe("DistributedLock", Ordered, func() {
 	It("reports what only the controller can check as Ready=False and writes nothing to Redis", func() {
 		tooLong := newLock(ms, "too-long", "too-long-key", "x", 5*time.Second) // maxLockTTL is 4s
 		Expect(k8s.Create(suiteCtx, tooLong)).To(Succeed())
-		Eventually(func() string { return readyReason(fetch(tooLong)) }).Should(Equal("False/" + v1alpha1.ReasonTTLTooLong))
+		Eventually(func() string { return readyReason(fetch(tooLong)) }).Should(Equal("False/"+v1alpha1.ReasonTTLTooLong), "lock %s/too-long to be not ready with ttl above maxLockTTL", ns)
 
 		orphan := newLock(ms, "orphan", "orphan-key", "x", time.Second)
 		orphan.Spec.MasterSet = "missing"
 		Expect(k8s.Create(suiteCtx, orphan)).To(Succeed())
-		Eventually(func() string { return readyReason(fetch(orphan)) }).Should(Equal("False/" + v1alpha1.ReasonMasterSetNotFound))
+		Eventually(func() string { return readyReason(fetch(orphan)) }).Should(Equal("False/"+v1alpha1.ReasonMasterSetNotFound), "lock %s/orphan to be not ready without its master set", ns)
 
 		Consistently(func() []string { return append(ms.ValuesOn("too-long-key"), ms.ValuesOn("orphan-key")...) }, time.Second).
-			Should(HaveEach(""))
+			Should(HaveEach(""), "keys too-long-key and orphan-key of locks %s/too-long and %s/orphan to stay unwritten", ns, ns)
 		Expect(fetch(tooLong).Status.Holder).To(BeNil())
 
 		// Other locks are unaffected.
@@ -304,7 +304,7 @@ var _ = Describe("Deleting a lock whose masters are unreachable", func() {
 		gone := func() bool {
 			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), &v1alpha1.DistributedLock{}))
 		}
-		Consistently(gone, time.Until(expiry)).Should(BeFalse(), "the finalizer went before the copies seen in Redis expired")
-		Eventually(gone).Should(BeTrue(), "gone once the grant has expired")
+		Consistently(gone, time.Until(expiry)).Should(BeFalse(), "lock %s/doomed's finalizer went before the copies seen in Redis expired", ns)
+		Eventually(gone).Should(BeTrue(), "lock %s/doomed to be gone once its grant has expired", ns)
 	})
 })

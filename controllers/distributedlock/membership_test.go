@@ -75,12 +75,12 @@ var _ = Describe("Editing a set's list of masters under held locks", Ordered, fu
 		Eventually(func(g Gomega) {
 			cur := fetchSet(set)
 			g.Expect(cur.Status.MembershipChange).NotTo(BeNil(), "set %s/five's status.membershipChange", ns)
-			g.Expect(cur.Status.MembershipChange.Previous).To(Equal(previous))
-			g.Expect(cur.Status.Addresses).To(Equal(current))
+			g.Expect(cur.Status.MembershipChange.Previous).To(Equal(previous), "set %s/five's previous addresses", ns)
+			g.Expect(cur.Status.Addresses).To(Equal(current), "set %s/five's addresses", ns)
 			c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionMembershipChanging)
-			g.Expect(c).NotTo(BeNil())
+			g.Expect(c).NotTo(BeNil(), "set %s/five's %s condition", ns, v1alpha1.ConditionMembershipChanging)
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonJointQuorums))
-		}).Should(Succeed())
+		}).Should(Succeed(), "set %s/five to show its membership change to the fresh server, with joint quorums", ns)
 
 		By("keeping every grant through the change, until the set says it ended")
 		for !changed(set, current) {
@@ -98,9 +98,9 @@ var _ = Describe("Editing a set's list of masters under held locks", Ordered, fu
 			l := &v1alpha1.DistributedLock{}
 			Eventually(func(g Gomega) {
 				g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: name}, l)).To(Succeed())
-				g.Expect(l.Status.ValidUntil).NotTo(BeNil())
+				g.Expect(l.Status.ValidUntil).NotTo(BeNil(), "lock %s/%s's validity", ns, name)
 				g.Expect(l.Status.ValidUntil.Time).To(BeTemporally(">", killed.Add(ttl)), "lock %s/%s renewed after the kills", ns, name)
-			}, 4*ttl, 50*time.Millisecond).Should(Succeed())
+			}, 4*ttl, 50*time.Millisecond).Should(Succeed(), "lock %s/%s to be renewed by a quorum of the new list after two shared servers are killed", ns, name)
 		}
 		same(Default)
 	})

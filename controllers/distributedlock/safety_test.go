@@ -55,16 +55,16 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
 
 		By("giving the grant back and saying so")
-		Eventually(func() []string { return eventReasons(ns, "refused") }).Should(ContainElement("GrantNotCommitted"))
+		Eventually(func() []string { return eventReasons(ns, "refused") }).Should(ContainElement("GrantNotCommitted"), "lock %s/refused to give back its grant with event GrantNotCommitted", ns)
 		Expect(fetch(lock).Status.Holder).To(BeNil())
 
 		By("leaving no key behind once the lock is gone")
 		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), &v1alpha1.DistributedLock{}))
-		}).Should(BeTrue())
-		Eventually(func() []string { return ms.ValuesOn("refused-key") }, 2*time.Second).Should(HaveEach(""))
-		Consistently(func() []string { return ms.ValuesOn("refused-key") }, time.Second).Should(HaveEach(""))
+		}).Should(BeTrue(), "lock %s/refused to be gone", ns)
+		Eventually(func() []string { return ms.ValuesOn("refused-key") }, 2*time.Second).Should(HaveEach(""), "key refused-key of lock %s/refused to be gone from every master", ns)
+		Consistently(func() []string { return ms.ValuesOn("refused-key") }, time.Second).Should(HaveEach(""), "key refused-key of lock %s/refused to stay gone from every master", ns)
 	})
 
 	It("stops renewing and releases when the object is gone, and serves a new object of the same name", func() {
@@ -80,17 +80,17 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		Expect(k8s.Delete(suiteCtx, stripped)).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKeyFromObject(lock), &v1alpha1.DistributedLock{}))
-		}).Should(BeTrue())
+		}).Should(BeTrue(), "lock %s/reborn to be gone once its finalizer is stripped", ns)
 
 		By("releasing the old grant long before its 4s TTL would let it expire")
-		Eventually(func() int { return testenv.CountEqual(ms.ValuesOn(old.Status.Key), value) }, 2*time.Second).Should(BeZero())
+		Eventually(func() int { return testenv.CountEqual(ms.ValuesOn(old.Status.Key), value) }, 2*time.Second).Should(BeZero(), "old grant of lock %s/reborn to be released on the masters before its TTL", ns)
 
 		By("granting a new object of the same name at once, with a larger token")
 		reborn := newLock(ms, "reborn", "", "new", 4*time.Second)
 		Expect(k8s.Create(suiteCtx, reborn)).To(Succeed())
 		cur := eventuallyHeldBy(reborn, "new")
 		Expect(cur.Status.FencingToken).To(BeNumerically(">", old.Status.FencingToken))
-		Consistently(func() int { return testenv.CountEqual(ms.ValuesOn(old.Status.Key), value) }, time.Second).Should(BeZero(), "nobody renews the old grant")
+		Consistently(func() int { return testenv.CountEqual(ms.ValuesOn(old.Status.Key), value) }, time.Second).Should(BeZero(), "old grant of lock %s/reborn to stay released on the masters", ns)
 	})
 
 	It("refuses to move a lock to another master set", func() {
@@ -103,7 +103,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 				return err.Error()
 			}
 			return "accepted"
-		}).Should(ContainSubstring("masterSet is immutable"))
+		}).Should(ContainSubstring("masterSet is immutable"), "lock %s/pinned to refuse a change of masterSet", ns)
 	})
 
 	It("draws a new value for every acquisition attempt", func() {
@@ -116,7 +116,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		attempts := monitorAcquisitions(ms, key)
 		rival := newLock(ms, "contended-b", key, "b", 4*time.Second)
 		Expect(k8s.Create(suiteCtx, rival)).To(Succeed())
-		Eventually(func() int { return len(attempts.values(expectedValue(a))) }, 10*time.Second).Should(BeNumerically(">=", 3))
+		Eventually(func() int { return len(attempts.values(expectedValue(a))) }, 10*time.Second).Should(BeNumerically(">=", 3), "at least 3 acquisition attempts of rival lock %s/contended-b on key %s", ns, key)
 
 		vals := attempts.values(expectedValue(a))
 		seen := map[string]bool{}
@@ -149,14 +149,14 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 			cur := fetch(lock)
 			g.Expect(cur.Status.GrantID).NotTo(Equal(mine.Status.GrantID), "the superseded grant was written back")
 			if cur.Status.Holder != nil && cur.Status.GrantID == "foreign-grant" {
-				g.Expect(cur.Status.Holder.Identity).To(Equal("theirs"))
-				g.Expect(cur.Status.FencingToken).To(Equal(foreign.Status.FencingToken))
+				g.Expect(cur.Status.Holder.Identity).To(Equal("theirs"), "holder of the foreign grant")
+				g.Expect(cur.Status.FencingToken).To(Equal(foreign.Status.FencingToken), "fencing token of the foreign grant")
 			}
-		}, 2*time.Second).Should(Succeed())
+		}, 2*time.Second).Should(Succeed(), "lock %s/usurped never to show its superseded grant %s again", ns, mine.Status.GrantID)
 
 		By("releasing its own grant in Redis")
-		Eventually(func() int { return testenv.CountEqual(ms.ValuesOn(mine.Status.Key), value) }, 2*time.Second).Should(BeZero())
-		Eventually(func() []string { return eventReasons(ns, "usurped") }).Should(ContainElement("Superseded"))
+		Eventually(func() int { return testenv.CountEqual(ms.ValuesOn(mine.Status.Key), value) }, 2*time.Second).Should(BeZero(), "superseded grant of lock %s/usurped to be released on the masters", ns)
+		Eventually(func() []string { return eventReasons(ns, "usurped") }).Should(ContainElement("Superseded"), "lock %s/usurped to get event Superseded", ns)
 	})
 
 	It("flips Held to False by itself once a lost grant's status write goes through", func() {
@@ -174,7 +174,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		}
 		held := fetch(lock)
 		Expect(held.Status.Holder).NotTo(BeNil())
-		Eventually(func() []string { return eventReasons(ns, "lapsed") }).Should(ContainElement("Lost"))
+		Eventually(func() []string { return eventReasons(ns, "lapsed") }).Should(ContainElement("Lost"), "lock %s/lapsed to get event Lost", ns)
 		for _, s := range ms.Servers {
 			Expect(s.Cont()).To(Succeed())
 		}
@@ -184,7 +184,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		Eventually(func(g Gomega) {
 			cur := fetch(lock)
 			g.Expect(cur.Status.Holder == nil || cur.Status.GrantID != held.Status.GrantID).To(BeTrue(), "the lost grant is still shown")
-		}, 20*time.Second).Should(Succeed())
+		}, 20*time.Second).Should(Succeed(), "lock %s/lapsed to stop showing lost grant %s", ns, held.Status.GrantID)
 	})
 
 	It("adopts a grant written by the previous version (whole-second times, no grant ID)", func() {
@@ -194,7 +194,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		set := env.NewServingMasters(ns, "legacy-masters", 3, ttl)
 		lock := newLock(set, "legacy", "", "", ttl)
 		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
-		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("True/" + v1alpha1.ReasonValid))
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("True/"+v1alpha1.ReasonValid), "lock %s/legacy to be ready", ns)
 
 		By("stopping the manager, as an upgrade stops the previous version")
 		// The previous version's spec and status appear together: with a
@@ -231,11 +231,11 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		Eventually(func(g Gomega) {
 			l := fetch(lock)
 			expectHeldBy(g, l, "legacy")
-			g.Expect(l.Status.FencingToken).To(Equal(int64(token)))
+			g.Expect(l.Status.FencingToken).To(Equal(int64(token)), "fencing token of adopted lock legacy")
 			g.Expect(l.Status.ValidUntil.Time).To(BeTemporally(">", valid), "renewed")
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/legacy to renew the adopted grant of holder legacy, token %d", ns, token)
 		Expect(testenv.CountEqual(set.ValuesOn(cur.Status.Key), value)).To(Equal(3))
-		Eventually(func() []string { return eventReasons(ns, "legacy") }).Should(ContainElement("Adopted"))
+		Eventually(func() []string { return eventReasons(ns, "legacy") }).Should(ContainElement("Adopted"), "lock %s/legacy to get event Adopted", ns)
 	})
 
 	It("releases what a grant it stops showing left: lost at adoption, or lapsed while no manager ran", func() {
@@ -469,7 +469,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 			}
 			checked++
 			g.Expect(backed).To(BeNumerically(">=", 2), "status shows validity until %v that Redis does not back", l.Status.ValidUntil.Time)
-		}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+		}, 5*time.Second, 50*time.Millisecond).Should(Succeed(), "lock %s/%s's validity in status to be backed by a quorum of masters", lock.Namespace, lock.Name)
 		Expect(checked).To(BeNumerically(">=", 10), "samples of lock %s/shrinking in which status stood still while the keys were read", lock.Namespace)
 		expectHeldBy(Default, fetch(lock), "h")
 	})
@@ -501,12 +501,12 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		updateSet(ns, "authed", func(set *v1alpha1.RedisMasterSet) {
 			set.Spec.NodeTimeout = &metav1.Duration{Duration: testenv.MasterNodeTimeout + 50*time.Millisecond}
 		})
-		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/" + v1alpha1.ReasonMasterSetNotReady))
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/"+v1alpha1.ReasonMasterSetNotReady), "lock %s/authed to be not ready without Secret redis-auth", ns)
 		Consistently(func(g Gomega) {
 			l := fetch(lock)
 			expectHeldBy(g, l, "h")
 			g.Expect(l.Status.GrantID).To(Equal(first.Status.GrantID), "the same grant")
-		}, 3*2*time.Second).Should(Succeed(), "three TTLs without the Secret")
+		}, 3*2*time.Second).Should(Succeed(), "lock %s/authed to keep grant %s through three TTLs without Secret redis-auth", ns, first.Status.GrantID)
 	})
 
 	It("gives a lock back when maxLockTTL shrinks below its ttl", func() {
@@ -519,10 +519,10 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		updateSet(ns, own.Name, func(set *v1alpha1.RedisMasterSet) {
 			set.Spec.MaxLockTTL = metav1.Duration{Duration: 2 * time.Second}
 		})
-		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/" + v1alpha1.ReasonTTLTooLong))
+		Eventually(func() string { return readyReason(fetch(lock)) }).Should(Equal("False/"+v1alpha1.ReasonTTLTooLong), "lock %s/shrunk to be not ready with ttl above maxLockTTL", ns)
 		Expect(fetch(lock).Status.Holder).To(BeNil())
 		Eventually(func() int { return testenv.CountEqual(own.ValuesOn(first.Status.Key), expectedValue(first)) }, time.Second).Should(BeZero(),
-			"given back at once, not left to expire")
+			"grant of lock %s/shrunk to be given back on the masters at once, not left to expire", ns)
 	})
 
 	It("refuses a validity refresh made from a stale view of the validity, backwards or forwards", func() {
@@ -532,9 +532,9 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 		var now *v1alpha1.DistributedLock
 		Eventually(func(g Gomega) {
 			now = fetch(lock)
-			g.Expect(now.Status.GrantID).To(Equal(first.Status.GrantID))
+			g.Expect(now.Status.GrantID).To(Equal(first.Status.GrantID), "grant of lock stale-writer")
 			g.Expect(now.Status.ValidUntil.Time).To(BeTemporally(">", first.Status.ValidUntil.Time), "the writer to refresh %s/stale-writer", ns)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/stale-writer to refresh grant %s", ns, first.Status.GrantID)
 
 		By("sending, as a deposed leader woken from a pause would, refreshes built while status showed the first validity")
 		stale := first.Status.ValidUntil.Time
@@ -559,7 +559,7 @@ var _ = Describe("DistributedLock safety", Ordered, func() {
 				return err
 			}
 			return k8s.Status().Patch(suiteCtx, &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: lock.Name}}, client.RawPatch(types.JSONPatchType, patch))
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/%s to accept a refresh over the validity status shows", lock.Namespace, lock.Name)
 		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
 	})
 
@@ -650,7 +650,7 @@ func denyStatus(ns, name, cond string, mutate func(*v1alpha1.DistributedLockStat
 			return err.Error()
 		}
 		return "accepted"
-	}).Should(ContainSubstring("refused by the test"))
+	}).Should(ContainSubstring("refused by the test"), "policy %s to refuse a status write of lock %s/%s (dry run)", policyName, ns, probe.Name)
 	return policy
 }
 
@@ -666,7 +666,7 @@ func updateSet(ns, name string, mutate func(*v1alpha1.RedisMasterSet)) {
 		}
 		mutate(set)
 		return k8s.Update(suiteCtx, set)
-	}).Should(Succeed())
+	}).Should(Succeed(), "master set %s/%s to take the change of its spec", ns, name)
 }
 
 // acquisitions records the values of the acquisition attempts of one key

@@ -84,7 +84,7 @@ func eventuallyHeldBy(l *v1alpha1.DistributedLock, holder string) *v1alpha1.Dist
 	Eventually(func(g Gomega) {
 		cur = fetch(l)
 		expectHeldBy(g, cur, holder)
-	}).Should(Succeed())
+	}).Should(Succeed(), "lock %s/%s to be held by %s", l.Namespace, l.Name, holder)
 	return cur
 }
 

@@ -71,7 +71,7 @@ var _ = Describe("Sets of different maxLockTTLs sharing servers", Ordered, func(
 			g.Expect(c).NotTo(BeNil(), "set %s/short's %s condition", nsShort, v1alpha1.ConditionOwnWindow)
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonWindowShared))
-		}).Should(Succeed())
+		}).Should(Succeed(), "set %s/short to learn the long set's quarantine window %s from the servers", nsShort, longWindow)
 
 		By("restarting two of the three servers without their keys, just after a renewal of the holder's grant")
 		// The grant's real validity, not the one status shows (refreshed
@@ -85,7 +85,7 @@ var _ = Describe("Sets of different maxLockTTLs sharing servers", Ordered, func(
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(left).To(BeNumerically(">", 4500*time.Millisecond), "key %s on %s just renewed", key, long.Servers[0].Addr())
 			lastValid = time.Now().Add(left - time.Second) // the drift and the renewal's own time, generously
-		}, 10*time.Second, 10*time.Millisecond).Should(Succeed())
+		}, 10*time.Second, 10*time.Millisecond).Should(Succeed(), "key %s on %s to be just renewed for lock %s/holder", key, long.Servers[0].Addr(), holder.Namespace)
 		for _, s := range long.Servers[1:] {
 			Expect(s.Restart(false)).To(Succeed())
 		}

@@ -150,7 +150,7 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 		last := locks[n-1]
 		Eventually(func(g Gomega) {
 			cond := meta.FindStatusCondition(fetch(last).Status.Conditions, v1alpha1.ConditionHeld)
-			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond).NotTo(BeNil(), "Held condition of lock %s", last.Name)
 			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonStatusWritesBehind))
 			g.Expect(cond.Message).To(ContainSubstring("go first"))
 		}).Should(Succeed(), "lock %s waits for room in the status writes", last.Name)
@@ -176,8 +176,8 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 		Expect(float64(admitted)*perLock(fast)).To(BeNumerically(">", budget), "the setup's arithmetic")
 
 		By("shedding grants until the overload ends: Held=False with reason Shed, their keys released in Redis")
-		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.LocksShed) }, 20*time.Second).Should(BeNumerically(">", 0))
-		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded) }, 20*time.Second).Should(BeZero(), "still overloaded")
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.LocksShed) }, 20*time.Second).Should(BeNumerically(">", 0), "some of locks loaded-0..%d in %s to be shed under the status-write overload", n-1, ms.NS)
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded) }, 20*time.Second).Should(BeZero(), "the status writer to end its overload by shedding locks of %s", ms.NS)
 		var kept, shed []*v1alpha1.DistributedLock
 		Eventually(func(g Gomega) {
 			kept, shed = nil, nil
@@ -189,14 +189,14 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 					continue
 				}
 				cond := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionHeld)
-				g.Expect(cond).NotTo(BeNil())
+				g.Expect(cond).NotTo(BeNil(), "Held condition of lock %s", l.Name)
 				g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonShed), "lock %s is not held for another reason", l.Name)
 				g.Expect(testenv.CountEqual(ms.ValuesOn(cur.Status.Key), expectedValue(granted[l.Name]))).To(BeZero(), "the shed grant's keys of lock %s", l.Name)
-				g.Expect(eventReasons(l.Namespace, l.Name)).To(ContainElement(distributedlock.EventShed))
+				g.Expect(eventReasons(l.Namespace, l.Name)).To(ContainElement(distributedlock.EventShed), "events of shed lock %s", l.Name)
 				shed = append(shed, cur)
 			}
 			g.Expect(float64(len(shed))).To(Equal(testutil.ToFloat64(mgr.Metrics.LocksShed)), "shed locks against the counter")
-		}, 20*time.Second).Should(Succeed())
+		}, 20*time.Second).Should(Succeed(), "locks loaded-0..%d in %s each kept with its grant, or shed with its keys released, as counted", n-1, ms.NS)
 		By(fmt.Sprintf("finding the %d oldest grants kept (%d shed), within what the budget refreshes", len(kept), len(shed)))
 		Expect(kept).NotTo(BeEmpty())
 		Expect(float64(len(kept)) * perLock(fast)).To(BeNumerically("<=", 0.8*budget))
@@ -256,10 +256,10 @@ var _ = Describe("A grant waiting for room in the status writes", func() {
 		waiting := locks[admitted]
 		Eventually(func(g Gomega) {
 			cond := meta.FindStatusCondition(fetch(waiting).Status.Conditions, v1alpha1.ConditionHeld)
-			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond).NotTo(BeNil(), "Held condition of lock %s", waiting.Name)
 			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonStatusWritesBehind))
 		}).Should(Succeed(), "lock %s waits for room in the status writes", waiting.Name)
-		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.GrantsWaiting) }).Should(Equal(1.0), "locks counted as waiting")
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.GrantsWaiting) }).Should(Equal(1.0), "lock %s to be counted as waiting in the manager's metrics", waiting.Name)
 		// The reconciles its own writes caused (the finalizer) come and go
 		// meanwhile: after this, only a wake-up reconciles it.
 		Consistently(func() *v1alpha1.LockHolder { return fetch(waiting).Status.Holder }, 2*time.Second).Should(BeNil(), "lock %s was granted beyond the budget", waiting.Name)
@@ -306,7 +306,7 @@ var _ = Describe("A stopping manager that a standby takes over from", func() {
 		for _, l := range created {
 			Eventually(func(g Gomega) {
 				cur := fetch(l)
-				g.Expect(cur.Status.Holder).NotTo(BeNil())
+				g.Expect(cur.Status.Holder).NotTo(BeNil(), "holder of lock %s", l.Name)
 				g.Expect(cur.Status.RenewedAt.After(cur.Status.AcquiredAt.Time)).To(BeTrue(), "not refreshed yet")
 			}, 20*time.Second).Should(Succeed(), "lock %s/%s refreshed once", l.Namespace, l.Name)
 		}
