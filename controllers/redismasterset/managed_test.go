@@ -67,7 +67,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 	It("creates the StatefulSet, Service, config, PDB and a generated Secret, owned by the set", func() {
 		key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
 		sts := &appsv1.StatefulSet{}
-		Eventually(func() error { return k8s.Get(suiteCtx, key("locks"), sts) }).Should(Succeed())
+		Eventually(func() error { return k8s.Get(suiteCtx, key("locks"), sts) }).Should(Succeed(), "StatefulSet %s/locks to be created for master set locks", ns)
 		Expect(*sts.Spec.Replicas).To(Equal(int32(3)))
 		Expect(sts.Spec.PodManagementPolicy).To(Equal(appsv1.ParallelPodManagement))
 		Expect(sts.Spec.VolumeClaimTemplates).To(HaveLen(1))
@@ -99,7 +99,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		Expect(metav1.IsControlledBy(secret, fetchSet(ns, "locks"))).To(BeTrue())
 
 		// Status is written at the end of the reconcile that created them.
-		Eventually(func() []v1alpha1.MemberStatus { return fetchSet(ns, "locks").Status.Members }).Should(HaveLen(3))
+		Eventually(func() []v1alpha1.MemberStatus { return fetchSet(ns, "locks").Status.Members }).Should(HaveLen(3), "master set %s/locks to show its 3 members", ns)
 		set := fetchSet(ns, "locks")
 		Expect(set.Status.Members[2].Address).To(Equal("locks-2.locks." + ns + ".svc:6379"))
 		Expect(set.Status.Members[0].NeverServed).To(BeTrue(), "%+v", set.Status.Members)
@@ -129,16 +129,16 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 
 		By("seeing each put back as rendered")
 		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(suiteCtx, key("locks"), sts)).To(Succeed())
+			g.Expect(k8s.Get(suiteCtx, key("locks"), sts)).To(Succeed(), "StatefulSet %s/locks", ns)
 			g.Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.OnDeleteStatefulSetStrategyType))
 			g.Expect(sts.Spec.Template.Spec.Containers[0].Image).NotTo(Equal("redis:hand-edited"))
-			g.Expect(k8s.Get(suiteCtx, key("locks"), svc)).To(Succeed())
+			g.Expect(k8s.Get(suiteCtx, key("locks"), svc)).To(Succeed(), "Service %s/locks", ns)
 			g.Expect(svc.Spec.PublishNotReadyAddresses).To(BeTrue())
-			g.Expect(k8s.Get(suiteCtx, key("locks-config"), cm)).To(Succeed())
+			g.Expect(k8s.Get(suiteCtx, key("locks-config"), cm)).To(Succeed(), "ConfigMap %s/locks-config", ns)
 			g.Expect(cm.Data["redis.conf"]).To(ContainSubstring("maxmemory-policy noeviction"))
-			g.Expect(k8s.Get(suiteCtx, key("locks"), pdb)).To(Succeed())
+			g.Expect(k8s.Get(suiteCtx, key("locks"), pdb)).To(Succeed(), "PodDisruptionBudget %s/locks", ns)
 			g.Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
-		}, 30*time.Second).Should(Succeed())
+		}, 30*time.Second).Should(Succeed(), "master set %s/locks to put its StatefulSet, Service, ConfigMap and PDB back as rendered", ns)
 	})
 
 	It("keeps its gate image across an operator upgrade, and rolls to a new one only when spec.managed.gateImage asks", func() {
@@ -148,7 +148,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 			Expect(k8s.Get(suiteCtx, key, sts)).To(Succeed())
 			return sts.Spec.Template.Spec.InitContainers[0].Image
 		}
-		Eventually(func() string { return fetchSet(ns, "locks").Status.GateImage }).Should(Equal("redlock-operator:test"))
+		Eventually(func() string { return fetchSet(ns, "locks").Status.GateImage }).Should(Equal("redlock-operator:test"), "master set %s/locks to show gate image redlock-operator:test", ns)
 		Expect(initImage()).To(Equal("redlock-operator:test"))
 
 		By("upgrading the operator: the set keeps the gate it was created with")
@@ -156,23 +156,23 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		env.GateImage = "redlock-operator:next"
 		DeferCleanup(func() { env.GateImage = "redlock-operator:test" })
 		mgr = startManager()
-		Consistently(initImage, 3*time.Second).Should(Equal("redlock-operator:test"))
+		Consistently(initImage, 3*time.Second).Should(Equal("redlock-operator:test"), "StatefulSet %s/locks to keep gate image redlock-operator:test across the upgrade", ns)
 
 		By("asking for the new gate in the spec")
 		set := fetchSet(ns, "locks")
 		set.Spec.Managed.GateImage = "redlock-operator:next"
 		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
-		Eventually(initImage).Should(Equal("redlock-operator:next"))
-		Eventually(func() string { return fetchSet(ns, "locks").Status.GateImage }).Should(Equal("redlock-operator:next"))
+		Eventually(initImage).Should(Equal("redlock-operator:next"), "StatefulSet %s/locks to roll to gate image redlock-operator:next", ns)
+		Eventually(func() string { return fetchSet(ns, "locks").Status.GateImage }).Should(Equal("redlock-operator:next"), "master set %s/locks to show gate image redlock-operator:next", ns)
 	})
 
 	It("admits the first pod of a member that never served at once", func() {
 		pod := memberPod(ms, "0")
 		created := time.Now()
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
-		Eventually(admission(pod)).ShouldNot(BeZero())
+		Eventually(admission(pod)).ShouldNot(BeZero(), "member pod %s/%s to be admitted", ns, pod.Name)
 		Expect(admission(pod)()).To(BeTemporally("~", created, 3*time.Second))
-		Eventually(func() []string { return eventReasons(ns, "locks") }).Should(ContainElement("MemberAdmitted"))
+		Eventually(func() []string { return eventReasons(ns, "locks") }).Should(ContainElement("MemberAdmitted"), "master set %s/locks to get event MemberAdmitted", ns)
 	})
 
 	It("admits a replacement pod a full restart delay from now when another process saw the member serving (an operator restart)", func() {
@@ -188,7 +188,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
 		mgr = startManager()
 		created := time.Now()
-		Eventually(admission(pod)).ShouldNot(BeZero())
+		Eventually(admission(pod)).ShouldNot(BeZero(), "member pod %s/%s to be admitted", ns, pod.Name)
 		By("admitting it a whole restart delay (20s + drift + 1s) from now: the earlier process stamped lastServingAt on its own clock, which this one does not compare with its own")
 		Expect(admission(pod)()).To(BeTemporally("~", created.Add(21202*time.Millisecond), 3*time.Second))
 		Expect(admission(pod)()).To(BeTemporally(">", lastServing.Add(20*time.Second+200*time.Millisecond+2*time.Millisecond+time.Second+1700*time.Millisecond)))
@@ -209,14 +209,14 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		pod := memberPod(ms, "2")
 		created := time.Now()
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
-		Eventually(admission(pod)).ShouldNot(BeZero())
+		Eventually(admission(pod)).ShouldNot(BeZero(), "member pod %s/%s to be admitted", ns, pod.Name)
 		Expect(admission(pod)()).To(BeTemporally("~", created.Add(21202*time.Millisecond), 3*time.Second))
 	})
 
 	It("reports members it cannot reach as Down, never as serving", func() {
 		// The DNS names of envtest members resolve nowhere.
 		Eventually(func() []string { return memberStates(fetchSet(ns, "locks")) }).
-			Should(HaveEach(v1alpha1.MemberDown))
+			Should(HaveEach(v1alpha1.MemberDown), "every member of master set %s/locks to be Down", ns)
 		Expect(availability(fetchSet(ns, "locks"))).To(Equal("False/" + v1alpha1.ReasonQuorumLost))
 	})
 })
@@ -248,7 +248,7 @@ var _ = Describe("Rolling update of a managed set", Ordered, func() {
 			Spec:       v1alpha1.RedisMasterSetSpec{MaxLockTTL: metav1.Duration{Duration: maxLockTTL}, Managed: &v1alpha1.ManagedMasters{Replicas: 3}},
 		})).To(Succeed())
 		sts = &appsv1.StatefulSet{}
-		Eventually(func() error { return k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "roll"}, sts) }).Should(Succeed())
+		Eventually(func() error { return k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "roll"}, sts) }).Should(Succeed(), "StatefulSet %s/roll to be created for master set roll", ns)
 		Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.OnDeleteStatefulSetStrategyType), "the operator rolls the members itself")
 	})
 	AfterAll(func() { mgr.Stop() })
@@ -258,19 +258,19 @@ var _ = Describe("Rolling update of a managed set", Ordered, func() {
 		for _, ord := range []string{"0", "1", "2"} {
 			Expect(k8s.Create(suiteCtx, outdatedPod(ord, "roll-old"))).To(Succeed())
 		}
-		Eventually(func() []string { return memberStates(fetchSet(ns, "roll")) }).Should(HaveEach(v1alpha1.MemberDown))
+		Eventually(func() []string { return memberStates(fetchSet(ns, "roll")) }).Should(HaveEach(v1alpha1.MemberDown), "every member of master set %s/roll to be Down", ns)
 		By("the StatefulSet controller's view: a new revision to roll to")
 		sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, CurrentRevision: "roll-old", UpdateRevision: "roll-new"}
 		Expect(k8s.Status().Update(suiteCtx, sts)).To(Succeed())
 
 		By("replacing the highest ordinal first, and nothing else while it is missing")
-		Eventually(exists("roll-2")).Should(BeFalse())
-		Consistently(func() bool { return exists("roll-0")() && exists("roll-1")() }, 3*time.Second).Should(BeTrue())
-		Eventually(func() []string { return eventReasons(ns, "roll") }).Should(ContainElement("MemberReplaced"))
+		Eventually(exists("roll-2")).Should(BeFalse(), "outdated member pod %s/roll-2 to be replaced (deleted) first", ns)
+		Consistently(func() bool { return exists("roll-0")() && exists("roll-1")() }, 3*time.Second).Should(BeTrue(), "member pods %s/roll-0 and roll-1 to stay while roll-2 is missing", ns)
+		Eventually(func() []string { return eventReasons(ns, "roll") }).Should(ContainElement("MemberReplaced"), "master set %s/roll to get event MemberReplaced", ns)
 
 		By("the next once the replacement exists, at the new revision")
 		Expect(k8s.Create(suiteCtx, outdatedPod("2", "roll-new"))).To(Succeed())
-		Eventually(exists("roll-1")).Should(BeFalse())
-		Consistently(func() bool { return exists("roll-0")() && exists("roll-2")() }, 3*time.Second).Should(BeTrue())
+		Eventually(exists("roll-1")).Should(BeFalse(), "outdated member pod %s/roll-1 to be replaced next", ns)
+		Consistently(func() bool { return exists("roll-0")() && exists("roll-2")() }, 3*time.Second).Should(BeTrue(), "member pods %s/roll-0 and roll-2 to stay while roll-1 is missing", ns)
 	})
 })

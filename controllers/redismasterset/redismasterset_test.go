@@ -58,7 +58,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 	It("reports fresh masters as quarantined, then serving and available", func() {
 		// A master that just started may have lost keys: it sits out first.
 		Eventually(func() []string { return memberStates(fetchSet(ns, ms.Name)) }).
-			Should(HaveEach(v1alpha1.MemberQuarantined))
+			Should(HaveEach(v1alpha1.MemberQuarantined), "every member of master set %s/%s to be quarantined at first", ns, ms.Name)
 		set := fetchSet(ns, ms.Name)
 		Expect(set.Status.Members[0].QuarantinedUntil).NotTo(BeNil())
 		Expect(set.Status.Members[0].RunID).NotTo(BeEmpty())
@@ -66,7 +66,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 
 		By("turning available once a quorum (2 of 3) serves")
 		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }).
-			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
+			Should(Equal("True/"+v1alpha1.ReasonQuorumServing), "master set %s/%s to be available once a quorum serves", ns, ms.Name)
 		set = fetchSet(ns, ms.Name)
 		Expect(set.Status.Serving).To(BeNumerically(">=", 2), "available means a quorum serves")
 		Expect(set.Status.Total).To(Equal(int32(3)))
@@ -77,10 +77,10 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		// may turn True with the third member still in its window.
 		Eventually(func(g Gomega) {
 			set := fetchSet(ns, ms.Name)
-			g.Expect(set.Status.Serving).To(Equal(int32(3)))
+			g.Expect(set.Status.Serving).To(Equal(int32(3)), "serving members of master set %s", ms.Name)
 			g.Expect(memberStates(set)).To(HaveEach(v1alpha1.MemberServing))
-		}).Should(Succeed())
-		Eventually(func() []string { return eventReasons(ns, ms.Name) }).Should(ContainElements("MemberQuarantined", "MemberRejoined"))
+		}).Should(Succeed(), "every member of master set %s/%s to serve", ns, ms.Name)
+		Eventually(func() []string { return eventReasons(ns, ms.Name) }).Should(ContainElements("MemberQuarantined", "MemberRejoined"), "master set %s/%s to get events MemberQuarantined and MemberRejoined", ns, ms.Name)
 	})
 
 	It("marks dead members Down and loses availability with the quorum", func() {
@@ -88,12 +88,12 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 			Expect(s.Kill()).To(Succeed())
 		}
 		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }).
-			Should(Equal("False/" + v1alpha1.ReasonQuorumLost))
+			Should(Equal("False/"+v1alpha1.ReasonQuorumLost), "master set %s/%s to lose availability with two of three members killed", ns, ms.Name)
 		set := fetchSet(ns, ms.Name)
 		Expect(memberStates(set)).To(Equal([]string{v1alpha1.MemberDown, v1alpha1.MemberDown, v1alpha1.MemberServing}))
 		Expect(set.Status.Members[0].Message).NotTo(BeEmpty())
 		Expect(meta.IsStatusConditionTrue(set.Status.Conditions, v1alpha1.ConditionDegraded)).To(BeTrue())
-		Eventually(func() []string { return eventReasons(ns, ms.Name) }).Should(ContainElement("MemberDown"))
+		Eventually(func() []string { return eventReasons(ns, ms.Name) }).Should(ContainElement("MemberDown"), "master set %s/%s to get event MemberDown", ns, ms.Name)
 		Expect(testutil.ToFloat64(mgr.Metrics.MastersServing.WithLabelValues(ns, ms.Name))).To(Equal(1.0))
 	})
 
@@ -103,13 +103,13 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 			Expect(s.Restart(false)).To(Succeed())
 		}
 		Eventually(func() string { return fetchSet(ns, ms.Name).Status.Members[0].State }).
-			Should(Equal(v1alpha1.MemberQuarantined))
+			Should(Equal(v1alpha1.MemberQuarantined), "member 0 of master set %s/%s to be quarantined after its restart", ns, ms.Name)
 		set := fetchSet(ns, ms.Name)
 		Expect(set.Status.Members[0].RunID).NotTo(Equal(runID))
 		Expect(set.Status.Members[0].Restarts).To(Equal(int32(1)))
 		Expect(set.Status.Members[0].QuarantinedUntil.Time).To(BeTemporally(">", time.Now().Add(-time.Second)))
 		Eventually(func() string { return availability(fetchSet(ns, ms.Name)) }).
-			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
+			Should(Equal("True/"+v1alpha1.ReasonQuorumServing), "master set %s/%s to be available again once the restarted members' windows passed", ns, ms.Name)
 	})
 
 	It("reads the password from the auth Secret and reports a missing one", func() {
@@ -130,14 +130,14 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 			},
 		})).To(Succeed())
 		Eventually(func() string { return availability(fetchSet(ns, "authed")) }).
-			Should(Equal("False/" + v1alpha1.ReasonAuthSecretError))
+			Should(Equal("False/"+v1alpha1.ReasonAuthSecretError), "master set %s/authed to be unavailable without Secret redis-auth", ns)
 
 		Expect(k8s.Create(suiteCtx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-auth", Labels: map[string]string{v1alpha1.RedisCredentialsLabel: "true"}},
 			StringData: map[string]string{"password": "s3cret"},
 		})).To(Succeed())
 		Eventually(func() string { return availability(fetchSet(ns, "authed")) }).
-			Should(Equal("True/" + v1alpha1.ReasonQuorumServing))
+			Should(Equal("True/"+v1alpha1.ReasonQuorumServing), "master set %s/authed to be available with Secret redis-auth", ns)
 		// The password appears nowhere in status or events.
 		set := fetchSet(ns, "authed")
 		Expect(fmt.Sprintf("%+v", set.Status)).NotTo(ContainSubstring("s3cret"))
@@ -200,7 +200,7 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 			},
 		})).To(Succeed())
 		expectCondition(ns, "deputy", v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonAuthSecretNotOptedIn, v1alpha1.RedisCredentialsLabel)
-		Consistently(got, 3*time.Second).Should(BeEmpty(), "bytes were sent to the addresses")
+		Consistently(got, 3*time.Second).Should(BeEmpty(), "master set %s/deputy sent bytes to its addresses before Secret someone-elses opted in", ns)
 
 		By("labelling the Secret: now, and only now, the operator talks to the addresses")
 		secret := &corev1.Secret{}
@@ -210,6 +210,6 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		updated := fetchSet(ns, "deputy")
 		updated.Spec.NodeTimeout = &metav1.Duration{Duration: 100 * time.Millisecond} // the next reconcile reads the Secret again
 		Expect(k8s.Update(suiteCtx, updated)).To(Succeed())
-		Eventually(got, 30*time.Second).Should(ContainSubstring("not-for-redis"))
+		Eventually(got, 30*time.Second).Should(ContainSubstring("not-for-redis"), "master set %s/deputy to send the password of Secret someone-elses once it is labelled", ns)
 	})
 })

@@ -64,10 +64,10 @@ func expectCondition(ns, name, typ string, status metav1.ConditionStatus, reason
 	Eventually(func(g Gomega) {
 		c := meta.FindStatusCondition(fetchSet(ns, name).Status.Conditions, typ)
 		g.Expect(c).NotTo(BeNil(), "no %s condition", typ)
-		g.Expect(c.Status).To(Equal(status))
-		g.Expect(c.Reason).To(Equal(reason))
-		g.Expect(c.Message).To(ContainSubstring(say))
-	}).Should(Succeed())
+		g.Expect(c.Status).To(Equal(status), "status of condition %s", typ)
+		g.Expect(c.Reason).To(Equal(reason), "reason of condition %s", typ)
+		g.Expect(c.Message).To(ContainSubstring(say), "message of condition %s", typ)
+	}).Should(Succeed(), "master set %s/%s to show condition %s %s/%s saying %q", ns, name, typ, status, reason, say)
 }
 
 var _ = Describe("Managed RedisMasterSet with operator-issued TLS", Ordered, func() {
@@ -89,9 +89,9 @@ var _ = Describe("Managed RedisMasterSet with operator-issued TLS", Ordered, fun
 		By("waiting for the certificate in status and the StatefulSet")
 		Eventually(func(g Gomega) {
 			st = fetchSet(ns, "locks").Status.TLS
-			g.Expect(st).NotTo(BeNil())
+			g.Expect(st).NotTo(BeNil(), "TLS status of master set locks")
 			g.Expect(tlsVolume(statefulSet(g, ns, "locks"))).To(Equal(st.SecretName))
-		}).Should(Succeed())
+		}).Should(Succeed(), "master set %s/locks to show its certificate, mounted by its StatefulSet", ns)
 		set := fetchSet(ns, "locks")
 		Expect(st.NotAfter.Time).To(BeTemporally("~", clk.Now().Add(managed.DefaultCertificateDuration), time.Minute))
 		Expect(st.RenewAt.Time).To(BeTemporally("~", clk.Now().Add(managed.DefaultCertificateDuration*2/3), time.Hour))
@@ -134,20 +134,20 @@ var _ = Describe("Managed RedisMasterSet with operator-issued TLS", Ordered, fun
 		clk.SetTime(before.RenewAt.Add(time.Minute))
 		Eventually(func(g Gomega) {
 			st := fetchSet(ns, "locks").Status.TLS
-			g.Expect(st.SecretName).NotTo(Equal(before.SecretName))
-			g.Expect(st.NotAfter.Time).To(BeTemporally(">", before.NotAfter.Time))
+			g.Expect(st.SecretName).NotTo(Equal(before.SecretName), "certificate Secret of master set locks")
+			g.Expect(st.NotAfter.Time).To(BeTemporally(">", before.NotAfter.Time), "certificate expiry of master set locks")
 			sts := statefulSet(g, ns, "locks")
 			g.Expect(tlsVolume(sts)).To(Equal(st.SecretName), "the members mount the new certificate")
 			g.Expect(sts.Spec.Template.Annotations[managed.AnnotationTLS]).NotTo(Equal(oldHash), "the template changed: the members roll one at a time")
-		}).Should(Succeed())
+		}).Should(Succeed(), "master set %s/locks to renew its certificate into a new Secret, its members mounting it", ns)
 		By("keeping the old Secret for members that have not rolled yet")
 		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: before.SecretName}, &corev1.Secret{})).To(Succeed())
-		Eventually(func() []string { return eventReasons(ns, "locks") }).Should(ContainElement("CertificateIssued"))
+		Eventually(func() []string { return eventReasons(ns, "locks") }).Should(ContainElement("CertificateIssued"), "master set %s/locks to get event CertificateIssued", ns)
 
 		By("not renewing again before the new certificate is due")
 		now := fetchSet(ns, "locks").Status.TLS
 		clk.SetTime(clk.Now().Add(time.Hour))
-		Consistently(func() string { return fetchSet(ns, "locks").Status.TLS.SecretName }, 2*time.Second).Should(Equal(now.SecretName))
+		Consistently(func() string { return fetchSet(ns, "locks").Status.TLS.SecretName }, 2*time.Second).Should(Equal(now.SecretName), "master set %s/locks to keep certificate Secret %s until it is due", ns, now.SecretName)
 	})
 
 	It("refuses a certificate lifetime too short to roll the members before it expires, changing nothing", func() {
@@ -210,8 +210,8 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 			copied = tlsVolume(sts)
 			g.Expect(copied).To(HavePrefix("users-tls-"), "the members mount a checked copy, not the user's Secret")
 			hash = sts.Spec.Template.Annotations[managed.AnnotationTLS]
-			g.Expect(hash).NotTo(BeEmpty())
-		}).Should(Succeed())
+			g.Expect(hash).NotTo(BeEmpty(), "TLS hash of StatefulSet users")
+		}).Should(Succeed(), "StatefulSet %s/users to mount a checked copy of Secret users-cert", ns)
 		Expect(fetchSet(ns, "users").Status.TLS.SecretName).To(Equal(copied))
 		cp := secret(ns, copied)
 		Expect(*cp.Immutable).To(BeTrue())
@@ -222,9 +222,9 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 		userSecret("users-cert", issue(ms, nil), true)
 		Eventually(func(g Gomega) {
 			sts := statefulSet(g, ns, "users")
-			g.Expect(sts.Spec.Template.Annotations[managed.AnnotationTLS]).NotTo(Equal(hash))
+			g.Expect(sts.Spec.Template.Annotations[managed.AnnotationTLS]).NotTo(Equal(hash), "TLS hash of StatefulSet users")
 			g.Expect(tlsVolume(sts)).NotTo(Equal(copied), "a new copy")
-		}).Should(Succeed())
+		}).Should(Succeed(), "StatefulSet %s/users to roll to a new copy of Secret users-cert renewed in place", ns)
 	})
 
 	It("rolls nothing onto bad TLS material, says why, and keeps the set running", func() {
@@ -241,8 +241,8 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 		var hash string
 		Eventually(func(g Gomega) {
 			hash = statefulSet(g, ns, "bad").Spec.Template.Annotations[managed.AnnotationTLS]
-			g.Expect(hash).NotTo(BeEmpty())
-		}).Should(Succeed())
+			g.Expect(hash).NotTo(BeEmpty(), "TLS hash of StatefulSet bad")
+		}).Should(Succeed(), "StatefulSet %s/bad to be created once Secret bad-cert is good", ns)
 
 		other := issue(ms, nil)
 		for _, tc := range []struct {
@@ -262,12 +262,12 @@ var _ = Describe("Managed RedisMasterSet with the user's TLS Secret", Ordered, f
 			expectCondition(ns, "bad", v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonTLSSecretError, tc.say)
 			Expect(statefulSet(Default, ns, "bad").Spec.Template.Annotations[managed.AnnotationTLS]).To(Equal(hash), "the members keep their certificate")
 		}
-		Eventually(func() []string { return eventReasons(ns, "bad") }).Should(ContainElement(v1alpha1.ReasonTLSSecretError))
+		Eventually(func() []string { return eventReasons(ns, "bad") }).Should(ContainElement(v1alpha1.ReasonTLSSecretError), "master set %s/bad to get event %s", ns, v1alpha1.ReasonTLSSecretError)
 
 		By("admitting a new member pod meanwhile: the set keeps running")
 		pod := memberPod(fetchSet(ns, "bad"), "1")
 		Expect(k8s.Create(suiteCtx, pod)).To(Succeed())
-		Eventually(admission(pod)).ShouldNot(BeZero())
+		Eventually(admission(pod)).ShouldNot(BeZero(), "member pod %s/%s of master set bad to be admitted", ns, pod.Name)
 	})
 })
 
@@ -331,8 +331,8 @@ var _ = Describe("External RedisMasterSet over TLS", func() {
 		}
 		Eventually(func(g Gomega) {
 			set := fetchSet(ns, "tls")
-			g.Expect(set.Status.Total).To(BeEquivalentTo(3))
+			g.Expect(set.Status.Total).To(BeEquivalentTo(3), "members of master set tls")
 			g.Expect(memberStates(set)).To(HaveEach(Or(Equal(v1alpha1.MemberServing), Equal(v1alpha1.MemberQuarantined))), "every master answered over TLS")
-		}).Should(Succeed())
+		}).Should(Succeed(), "every master of set %s/tls to answer over TLS once its Secrets are labelled", ns)
 	})
 })
