@@ -86,7 +86,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 				rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "worker"},
 			), "RoleBinding %s binds the agents' ServiceAccounts, each once", b.Name)
 			g.Expect(metav1.IsControlledBy(b, jobs)).To(BeTrue(), "RoleBinding %s is owned by lock jobs", b.Name)
-		}).Should(Succeed())
+		}).Should(Succeed(), "RoleBinding %s/%s to bind the agents' ServiceAccounts of lock jobs", ns, agentaccess.Name(jobs.Name))
 
 		By("reading as ServiceAccount worker: its lock by name, by list and watch with a field selector; not the other lock")
 		worker := as("worker")
@@ -111,15 +111,15 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 			Expect(k8s.Status().Update(suiteCtx, p)).To(Succeed())
 		}
 		Eventually(func(g Gomega) {
-			g.Expect(binding(g, jobs.Name).Subjects).To(HaveExactElements(HaveField("Name", "default")))
-		}).Should(Succeed(), "the finished pods' ServiceAccount is unbound")
+			g.Expect(binding(g, jobs.Name).Subjects).To(HaveExactElements(HaveField("Name", "default")), "subjects of RoleBinding %s", agentaccess.Name(jobs.Name))
+		}).Should(Succeed(), "RoleBinding %s/%s to unbind the finished pods' ServiceAccount worker", ns, agentaccess.Name(jobs.Name))
 		Expect(k8s.Delete(suiteCtx, p3)).To(Succeed())
 		Eventually(func(g Gomega) {
 			for _, o := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}} {
 				err := k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: agentaccess.Name(jobs.Name)}, o)
 				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the %T of lock jobs is deleted once no agent needs it: %v", o, err)
 			}
-		}).Should(Succeed())
+		}).Should(Succeed(), "Role and RoleBinding %s/%s to be deleted once no agent of lock jobs is left", ns, agentaccess.Name(jobs.Name))
 		Eventually(func() bool {
 			return apierrors.IsForbidden(worker.Get(suiteCtx, client.ObjectKeyFromObject(jobs), &v1alpha1.DistributedLock{}))
 		}).Should(BeTrue(), "ServiceAccount worker can no longer read lock jobs")
@@ -140,7 +140,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 				hb := &v1alpha1.LockHeartbeat{}
 				g.Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(l), hb)).To(Succeed(), "LockHeartbeat %s exists", l.Name)
 				g.Expect(metav1.IsControlledBy(hb, l)).To(BeTrue(), "LockHeartbeat %s is owned by lock %s", l.Name, l.Name)
-			}).Should(Succeed())
+			}).Should(Succeed(), "LockHeartbeat %s/%s to be made, owned by its lock", ns, l.Name)
 		}
 		Eventually(func(g Gomega) { binding(g, quiet.Name) }).Should(Succeed(), "RoleBinding of lock quiet")
 		Consistently(func() error {
@@ -151,7 +151,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		beater := as("beater")
 		Eventually(func() error {
 			return holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(quiet), "grant-1", time.Now())
-		}).Should(Succeed(), "the agent may renew its lock's heartbeat")
+		}).Should(Succeed(), "ServiceAccount beater to renew LockHeartbeat %s/quiet of its lock", ns)
 		Expect(holding.SayStopped(suiteCtx, beater, client.ObjectKeyFromObject(quiet), "grant-1")).To(Succeed(), "the agent may say its app stopped")
 		hb := &v1alpha1.LockHeartbeat{}
 		Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(quiet), hb)).To(Succeed())
@@ -176,7 +176,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 			}
 			cur.Spec.HeartbeatTimeout = nil
 			return k8s.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/beats to drop its heartbeatTimeout", ns)
 		Expect(k8s.Delete(suiteCtx, hq)).To(Succeed())
 		for _, l := range []*v1alpha1.DistributedLock{beats, quiet} {
 			Eventually(func() bool {
@@ -185,7 +185,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		}
 		Eventually(func() bool {
 			return apierrors.IsForbidden(holding.Beat(suiteCtx, beater, client.ObjectKeyFromObject(quiet), "grant-1", time.Now()))
-		}).Should(BeTrue(), "the Role no longer allows the heartbeat")
+		}).Should(BeTrue(), "Role %s/%s to no longer let ServiceAccount beater renew LockHeartbeat quiet", ns, agentaccess.Name(quiet.Name))
 	})
 
 	It("leaves a Role of the same name that the lock does not own, and says so on the lock", func() {
@@ -195,7 +195,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, mine)).To(Succeed())
 		taken := lock("taken")
 		pod("e", taken.Name, "", true)
-		Eventually(func() []string { return env.EventReasons(ns, taken.Name) }).Should(ContainElement(agentaccess.EventConflict))
+		Eventually(func() []string { return env.EventReasons(ns, taken.Name) }).Should(ContainElement(agentaccess.EventConflict), "lock %s/taken to get event %s", ns, agentaccess.EventConflict)
 		cur := &rbacv1.Role{}
 		Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(mine), cur)).To(Succeed())
 		Expect(cur.Rules).To(Equal(mine.Rules), "the Role made by hand is left as it was")
@@ -222,11 +222,11 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 			b := binding(g, again.Name)
 			g.Expect(metav1.IsControlledBy(b, again)).To(BeTrue(), "RoleBinding %s is adopted by the new lock", b.Name)
 			g.Expect(b.Subjects).To(HaveExactElements(HaveField("Name", "default")), "RoleBinding %s binds the new pod's ServiceAccount only", b.Name)
-			g.Expect(b.OwnerReferences).To(HaveLen(1))
+			g.Expect(b.OwnerReferences).To(HaveLen(1), "owners of RoleBinding %s", b.Name)
 			r := &rbacv1.Role{}
-			g.Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(b), r)).To(Succeed())
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(b), r)).To(Succeed(), "Role %s", b.Name)
 			g.Expect(metav1.IsControlledBy(r, again)).To(BeTrue(), "Role %s is adopted by the new lock", r.Name)
-		}).Should(Succeed())
+		}).Should(Succeed(), "Role and RoleBinding %s/%s to be adopted by the new lock again", ns, agentaccess.Name(again.Name))
 		Expect(env.EventReasons(ns, again.Name)).NotTo(ContainElement(agentaccess.EventConflict))
 	})
 })
