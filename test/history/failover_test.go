@@ -69,9 +69,9 @@ func failover(sig syscall.Signal, args ...string) {
 			g.Expect(l.Status.RenewedAt.After(l.Status.AcquiredAt.Time)).To(BeTrue(), "lock %s/%s not refreshed yet", ns, l.Name)
 			grants[l.Name] = fmt.Sprintf("%s/%d", l.Status.GrantID, l.Status.FencingToken)
 		}
-	}, 60*time.Second, 100*time.Millisecond).Should(Succeed())
+	}, 60*time.Second, 100*time.Millisecond).Should(Succeed(), "every one of the %d locks in %s to be held and refreshed once", locks, ns)
 	var leader *cluster
-	Eventually(func() *cluster { leader = leaseHolder(managers); return leader }, 30*time.Second).ShouldNot(BeNil(), "a manager to lead")
+	Eventually(func() *cluster { leader = leaseHolder(managers); return leader }, 30*time.Second).ShouldNot(BeNil(), "a manager to lead (hold Lease %s)", leaderElectionID)
 	var ahead []time.Duration // validity each lock's status shows ahead
 	for _, l := range list(Default) {
 		ahead = append(ahead, time.Until(l.Status.ValidUntil.Time).Round(time.Millisecond))
@@ -90,7 +90,7 @@ func failover(sig syscall.Signal, args ...string) {
 			g.Expect(l.Status.RenewedAt.After(stopped)).To(BeTrue(), "lock %s/%s not refreshed since the leader was stopped", ns, l.Name)
 		}
 		g.Expect(leader.hasExited()).To(BeTrue(), "the stopped leader %s has not exited", leader.name)
-	}, 60*time.Second, 100*time.Millisecond).Should(Succeed())
+	}, 60*time.Second, 100*time.Millisecond).Should(Succeed(), "every lock in %s to be refreshed by the new leader once leader %s was stopped", ns, leader.name)
 	took := time.Since(stopped)
 
 	var regranted []string

@@ -535,7 +535,7 @@ var _ = Describe("The operator under chaos", func() {
 				}
 				cur.Spec.HolderIdentity = "final"
 				return l.cluster.env.Client.Update(l.cluster.env.Ctx, cur)
-			}, 30*time.Second).Should(Succeed(), "a deletion waits at most a TTL + 5s for its grant")
+			}, 30*time.Second).Should(Succeed(), "lock %s/%s to take holder final (a deletion waits at most a TTL + 5s for its grant)", l.cluster.ns, l.name)
 		}
 
 		By("serving every key again once a quorum serves")
@@ -560,7 +560,7 @@ var _ = Describe("The operator under chaos", func() {
 			for _, l := range locks {
 				g.Expect(held[keyOf(l)]).To(HaveLen(1), "key %s: held by %v", keyOf(l), held[keyOf(l)])
 			}
-		}, 60*time.Second, 100*time.Millisecond).Should(Succeed())
+		}, 60*time.Second, 100*time.Millisecond).Should(Succeed(), "every key of the %d locks to be held by exactly one lock once a quorum serves", len(locks))
 		close(stop)
 		watchers.Wait()
 

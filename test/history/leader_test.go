@@ -173,9 +173,9 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 				m.ensureRunning() // a leader that kept its Lease may have given it up since
 			}
 			By(fmt.Sprintf("round %d: every lock held, then the leader SIGSTOPped for %v", round+1, pause))
-			Eventually(allHeld, 60*time.Second, 100*time.Millisecond).Should(Succeed())
+			Eventually(allHeld, 60*time.Second, 100*time.Millisecond).Should(Succeed(), "every one of the %d locks in %s to be held before round %d", locks, ns, round+1)
 			var leader *cluster
-			Eventually(func() *cluster { leader = leaseHolder(managers); return leader }, 30*time.Second).ShouldNot(BeNil(), "a manager to lead")
+			Eventually(func() *cluster { leader = leaseHolder(managers); return leader }, 30*time.Second).ShouldNot(BeNil(), "a manager to lead (hold Lease %s)", leaderElectionID)
 			holder, _ := leaseHeld()
 			leader.signal(syscall.SIGSTOP)
 			time.Sleep(pause) // the pause is the fault being injected
@@ -201,7 +201,7 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 			m.ensureRunning()
 		}
 		Expect(deposed).To(Equal(rounds), "pauses that deposed the leader in %d tries: the standby did not take the Lease in the others", 2*rounds)
-		Eventually(allHeld, 60*time.Second, 100*time.Millisecond).Should(Succeed())
+		Eventually(allHeld, 60*time.Second, 100*time.Millisecond).Should(Succeed(), "every one of the %d locks in %s to be held after the rounds", locks, ns)
 		close(stop)
 		watchers.Wait()
 
