@@ -80,8 +80,8 @@ var _ = Describe("The operator watching only some namespaces", func() {
 			lock := &v1alpha1.DistributedLock{}
 			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: watched, Name: "jobs"}, lock)).To(Succeed())
 			g.Expect(meta.IsStatusConditionTrue(lock.Status.Conditions, v1alpha1.ConditionHeld)).To(BeTrue(), "conditions %v", lock.Status.Conditions)
-			g.Expect(lock.Status.Holder).NotTo(BeNil())
-			g.Expect(lock.Status.Holder.Pod).NotTo(BeNil())
+			g.Expect(lock.Status.Holder).NotTo(BeNil(), "holder of lock %s/jobs", watched)
+			g.Expect(lock.Status.Holder.Pod).NotTo(BeNil(), "holder pod of lock %s/jobs", watched)
 			g.Expect(lock.Status.Holder.Pod.Name).To(Equal("job"))
 			g.Expect(lock.Finalizers).NotTo(BeEmpty())
 			pod := &corev1.Pod{}
@@ -89,13 +89,13 @@ var _ = Describe("The operator watching only some namespaces", func() {
 			g.Expect(demo.Gated(pod)).To(BeFalse())
 			g.Expect(pod.Annotations).To(HaveKey(v1alpha1.FencingTokenAnnotation))
 			g.Expect(ms.ValuesOn(lock.Status.Key)).To(HaveEach(Not(BeEmpty())), "the lock is held on every master")
-		}, 30*time.Second).Should(Succeed())
+		}, 30*time.Second).Should(Succeed(), "lock %s/jobs in the watched namespace to be held by pod job, ungated with its token", watched)
 
 		By("leaving the lock, the pod and the master set in " + other + " as they were created")
 		Consistently(func(g Gomega) {
 			lock := &v1alpha1.DistributedLock{}
 			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: "jobs"}, lock)).To(Succeed())
-			g.Expect(lock.Finalizers).To(BeEmpty())
+			g.Expect(lock.Finalizers).To(BeEmpty(), "finalizers of lock %s/jobs", other)
 			g.Expect(lock.Status).To(Equal(v1alpha1.DistributedLockStatus{}))
 			set := &v1alpha1.RedisMasterSet{}
 			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: ms.Name}, set)).To(Succeed())
@@ -103,10 +103,10 @@ var _ = Describe("The operator watching only some namespaces", func() {
 			g.Expect(set.Status.Members).To(BeEmpty())
 			pod := &corev1.Pod{}
 			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: "job"}, pod)).To(Succeed())
-			g.Expect(demo.Gated(pod)).To(BeTrue())
+			g.Expect(demo.Gated(pod)).To(BeTrue(), "gate of pod %s/job", other)
 			g.Expect(pod.Annotations).To(BeEmpty())
 			g.Expect(env.EventReasons(other, "jobs")).To(BeEmpty())
-		}, 3*time.Second).Should(Succeed())
+		}, 3*time.Second).Should(Succeed(), "lock %s/jobs and pod job in the unwatched namespace to stay untouched", other)
 	})
 })
 
