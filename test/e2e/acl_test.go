@@ -28,7 +28,7 @@ var _ = Describe("managed members' Redis users", func() {
 		}
 
 		// Specs run one at a time, but an earlier one may have crashed it.
-		Eventually(func() bool { return serves(basePort + 4) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue())
+		Eventually(func() bool { return serves(basePort + 4) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue(), "member 4 of master set %s/%s to serve on port %d", ns, set.Name, basePort+4)
 
 		By("refusing the default user, with or without the password")
 		Expect(login("", "").Ping(ctx).Err()).To(MatchError(ContainSubstring("NOAUTH")))
@@ -37,7 +37,7 @@ var _ = Describe("managed members' Redis users", func() {
 
 		By("letting the operator's user lock, and nothing else")
 		op := login(managed.ManagedUser, password)
-		Eventually(func() error { return op.Ping(ctx).Err() }).Should(Succeed())
+		Eventually(func() error { return op.Ping(ctx).Err() }).Should(Succeed(), "user %s to log in to member 4 of master set %s/%s", managed.ManagedUser, ns, set.Name)
 		Expect(op.Set(ctx, "acl-probe", "v", 0).Err()).To(Succeed())
 		Expect(op.Del(ctx, "acl-probe").Err()).To(Succeed())
 		for _, cmd := range [][]any{{"flushall"}, {"keys", "*"}, {"config", "get", "requirepass"}, {"acl", "list"}, {"shutdown"}} {

@@ -194,7 +194,7 @@ func waitRollout(what, workload string, complete func(g Gomega)) {
 	start := time.Now()
 	out, err := exec.Command(os.Getenv("KUBECTL"), "rollout", "status", workload, "-n", ns, "--timeout=3m").CombinedOutput() //nolint:gosec // the suite's kubectl, on the suite's own workloads
 	Expect(err).NotTo(HaveOccurred(), "kubectl rollout status %s: %s", workload, out)
-	Eventually(complete, time.Minute, 200*time.Millisecond).Should(Succeed())
+	Eventually(complete, time.Minute, 200*time.Millisecond).Should(Succeed(), "%s to complete: every pod of the new revision and Ready", workload)
 	GinkgoWriter.Printf("%s complete %v after it started waiting\n", what, time.Since(start).Round(time.Millisecond))
 }
 
@@ -335,11 +335,11 @@ func expectActive(app, holder string) {
 	var periods []activePeriod
 	Eventually(func(g Gomega) {
 		periods = activePeriods(app)
-		g.Expect(periods).NotTo(BeEmpty())
+		g.Expect(periods).NotTo(BeEmpty(), "active periods of app %s", app)
 		last := periods[len(periods)-1]
 		g.Expect(last.Pod).To(Equal(holder), "app %s: the last active period is the holder's", app)
 		g.Expect(last.Stop).To(BeZero(), "app %s: the holder's app runs", app)
-	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "app %s: the holder %s's app to run in the last active period", app, holder)
 	Expect(overlaps(periods)).To(BeEmpty(), "app %s: two pods active at once", app)
 	GinkgoWriter.Printf("app %s: %d active periods, none overlapping\n", app, len(periods))
 }

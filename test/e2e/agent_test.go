@@ -193,9 +193,9 @@ var _ = Describe("the in-pod agent on a real kubelet", Ordered, func() {
 		Eventually(func(g Gomega) {
 			periods := activePeriods(app)
 			last := periods[len(periods)-1]
-			g.Expect(last.Pod).To(Equal(a.Name))
+			g.Expect(last.Pod).To(Equal(a.Name), "pod of app %s's last active period", app)
 			g.Expect(last.Stop).To(BeZero(), "pod %s's app runs", a.Name)
-		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+		}, 30*time.Second, 50*time.Millisecond).Should(Succeed(), "pod %s's app to run as the holder of lock %s when the cut begins", a.Name, lockName)
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(a), a)).To(Succeed())
 		Expect(a.Status.ContainerStatuses).To(HaveLen(1))
 		container := a.Status.ContainerStatuses[0].ContainerID
@@ -223,20 +223,20 @@ var _ = Describe("the in-pod agent on a real kubelet", Ordered, func() {
 		// come seconds apart: the first after the cut bounds what it saw.
 		before := cur.Status.ValidUntil.Time
 		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(l), cur)).To(Succeed())
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(l), cur)).To(Succeed(), "lock %s", lockName)
 			g.Expect(cur.Status.ValidUntil.Time).To(BeTemporally(">", before), "lock %s refreshed after the cut", lockName)
-		}, 2*ttl, 50*time.Millisecond).Should(Succeed())
+		}, 2*ttl, 50*time.Millisecond).Should(Succeed(), "lock %s/%s to be refreshed after the cut", ns, lockName)
 		seen := cur.Status.ValidUntil.Time // no earlier than the last validity the agent could have read
 
 		By("waiting for agent-cut-a's app to stop by itself while the operator keeps the lock held")
 		var stopped activePeriod
 		Eventually(func(g Gomega) {
 			periods := activePeriods(app)
-			g.Expect(periods).NotTo(BeEmpty())
+			g.Expect(periods).NotTo(BeEmpty(), "active periods of app %s", app)
 			stopped = periods[len(periods)-1]
-			g.Expect(stopped.Pod).To(Equal(a.Name))
+			g.Expect(stopped.Pod).To(Equal(a.Name), "pod of app %s's last active period", app)
 			g.Expect(stopped.Stop).To(BeNumerically(">", cutAt), "pod %s's app stopped after the cut", a.Name)
-		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed(), "pod %s's app to stop by itself after the cut, lock %s still held", a.Name, lockName)
 		Expect(stopped.Start).To(BeNumerically("<", cutAt), "the period that stopped is the one that ran at the cut, not a stop before it")
 		Expect(stopped.Stop).To(BeNumerically(">", cutAt))
 		Expect(uptimeAt(stopped.Stop)).To(BeTemporally("<", seen), "the app stopped before the validity its agent could last have seen (%s)", seen.Format(time.StampMilli))
@@ -252,7 +252,7 @@ var _ = Describe("the in-pod agent on a real kubelet", Ordered, func() {
 		Expect(k8s.Delete(ctx, a)).To(Succeed())
 		Eventually(func(g Gomega) {
 			periods := activePeriods(app)
-			g.Expect(periods[len(periods)-1].Pod).To(Equal("agent-cut-b"))
+			g.Expect(periods[len(periods)-1].Pod).To(Equal("agent-cut-b"), "pod of app %s's last active period", app)
 		}, 2*time.Minute, 200*time.Millisecond).Should(Succeed(), "agent-cut-b's app runs as the holder")
 		periods := activePeriods(app)
 		Expect(overlaps(periods)).To(BeEmpty())

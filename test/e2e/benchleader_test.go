@@ -158,7 +158,7 @@ func killLeader(n int) {
 		a.d = agentDeployment(a.app, agentTemplate(a.app, a.app, int64(23474+i)))
 	}
 	for _, a := range apps {
-		Eventually(func() error { _, err := running(a.app, a.d); return err }, 3*time.Minute, 200*time.Millisecond).Should(Succeed())
+		Eventually(func() error { _, err := running(a.app, a.d); return err }, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), "app %s of lock %s to run", a.app, a.lock.Name)
 	}
 
 	var toLeader, toRecovered []time.Duration

@@ -227,7 +227,7 @@ func measureWrites() {
 	removeAfterSpec(d)
 	locks = append(locks, held{peer, "Lease, client-go leaderelection 15s/10s/2s", "leases", 15 * time.Second, d})
 	for _, l := range locks {
-		Eventually(func() error { _, err := running(l.app, l.d); return err }, 3*time.Minute, 200*time.Millisecond).Should(Succeed())
+		Eventually(func() error { _, err := running(l.app, l.d); return err }, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), "app %s to run", l.app)
 	}
 	// The grants' own writes (holder marks, first refreshes) are done.
 	time.Sleep(10 * time.Second)

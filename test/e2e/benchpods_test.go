@@ -62,10 +62,10 @@ var _ = Describe("pod failover benchmark", Label("bench"), Ordered, ContinueOnFa
 		removeAfterSpec(longSet) // in BeforeAll: once every spec here has run
 		Eventually(func(g Gomega) {
 			cur := &v1alpha1.RedisMasterSet{}
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(longSet), cur)).To(Succeed())
-			g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionAvailable)).To(BeTrue())
-			g.Expect(cur.Status.Serving).To(Equal(int32(5)))
-		}, 3*time.Minute, time.Second).Should(Succeed())
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(longSet), cur)).To(Succeed(), "master set %s/%s", ns, longSet.Name)
+			g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionAvailable)).To(BeTrue(), "availability of master set %s/%s", ns, longSet.Name)
+			g.Expect(cur.Status.Serving).To(Equal(int32(5)), "serving members of master set %s/%s", ns, longSet.Name)
+		}, 3*time.Minute, time.Second).Should(Succeed(), "master set %s/%s to serve with all 5 members", ns, longSet.Name)
 		By("building the Lease peer (test/e2e/leasepeer) and importing it as leasepeer:local")
 		importLeasePeer()
 		leasePeerAccess()

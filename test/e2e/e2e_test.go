@@ -93,10 +93,10 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred(), string(out))
 	Eventually(func(g Gomega) {
 		var pods corev1.PodList
-		g.Expect(k8s.List(ctx, &pods, client.InNamespace("redlock-system"))).To(Succeed())
-		g.Expect(pods.Items).NotTo(BeEmpty())
-		g.Expect(pods.Items[0].Status.Phase).To(Equal(corev1.PodRunning))
-	}, 2*time.Minute, time.Second).Should(Succeed())
+		g.Expect(k8s.List(ctx, &pods, client.InNamespace("redlock-system"))).To(Succeed(), "pods of namespace redlock-system")
+		g.Expect(pods.Items).NotTo(BeEmpty(), "pods of namespace redlock-system")
+		g.Expect(pods.Items[0].Status.Phase).To(Equal(corev1.PodRunning), "phase of pod %s/%s", "redlock-system", pods.Items[0].Name)
+	}, 2*time.Minute, time.Second).Should(Succeed(), "the operator's pod in redlock-system to run")
 
 	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	set = &v1alpha1.RedisMasterSet{
@@ -109,7 +109,7 @@ var _ = BeforeSuite(func() {
 		},
 	}
 	Expect(k8s.Create(ctx, set)).To(Succeed())
-	Eventually(available, 3*time.Minute, time.Second).Should(BeTrue())
+	Eventually(available, 3*time.Minute, time.Second).Should(BeTrue(), "master set %s/%s to be available with 5 members serving", ns, set.Name)
 })
 
 // On a failure, show what the cluster looked like: the pods and locks of
@@ -202,7 +202,7 @@ var _ = Describe("delayed restart", Ordered, func() {
 	BeforeAll(func() {
 		holder, rival = lock("holder", "first"), lock("rival", "second")
 		Expect(k8s.Create(ctx, holder)).To(Succeed())
-		Eventually(func() bool { return held(get(holder)) }, time.Minute, 100*time.Millisecond).Should(BeTrue())
+		Eventually(func() bool { return held(get(holder)) }, time.Minute, 100*time.Millisecond).Should(BeTrue(), "lock %s/%s to be held", ns, holder.Name)
 		Expect(k8s.Create(ctx, rival)).To(Succeed())
 		token = get(holder).Status.FencingToken
 	})
@@ -225,9 +225,9 @@ var _ = Describe("delayed restart", Ordered, func() {
 		GinkgoWriter.Printf("crash → first accepted connection: %v (restart delay %v)\n", gap, restartDelay)
 		Expect(gap).To(BeNumerically(">=", restartDelay))
 		// Back, it is quarantined (its keys are gone) and does not vote ...
-		Eventually(func() string { return memberState(0) }, 10*time.Second, 50*time.Millisecond).Should(Equal(v1alpha1.MemberQuarantined))
+		Eventually(func() string { return memberState(0) }, 10*time.Second, 50*time.Millisecond).Should(Equal(v1alpha1.MemberQuarantined), "member 0 of master set %s/%s to be quarantined once back", ns, set.Name)
 		// ... until its quarantine has passed; then it is counted again.
-		Eventually(func() string { return memberState(0) }, time.Minute, 100*time.Millisecond).Should(Equal(v1alpha1.MemberServing))
+		Eventually(func() string { return memberState(0) }, time.Minute, 100*time.Millisecond).Should(Equal(v1alpha1.MemberServing), "member 0 of master set %s/%s to serve once its quarantine passed", ns, set.Name)
 		Expect(available()).To(BeTrue())
 		GinkgoWriter.Printf("crash → member serving and counted again: %v\n", time.Since(crashed))
 		Expect(held(get(holder))).To(BeTrue())
@@ -244,26 +244,26 @@ var _ = Describe("delayed restart", Ordered, func() {
 		var admitAt time.Time
 		Eventually(func(g Gomega) {
 			cur := &corev1.Pod{}
-			g.Expect(k8s.Get(ctx, key, cur)).To(Succeed())
-			g.Expect(cur.UID).NotTo(Equal(oldUID))
+			g.Expect(k8s.Get(ctx, key, cur)).To(Succeed(), "pod %s", key)
+			g.Expect(cur.UID).NotTo(Equal(oldUID), "UID of pod %s", key)
 			at, err := time.Parse(time.RFC3339Nano, cur.Annotations[managed.ServeAfter])
-			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(err).NotTo(HaveOccurred(), "admission time of pod %s", key)
 			admitAt = at
-		}, time.Minute, 100*time.Millisecond).Should(Succeed())
+		}, time.Minute, 100*time.Millisecond).Should(Succeed(), "replacement pod %s to be created with its admission time", key)
 		Expect(admitAt).To(BeTemporally(">", deleted.Add(-restartDelay)))
-		Eventually(func() bool { return serves(basePort + 1) }, time.Minute, 50*time.Millisecond).Should(BeTrue())
+		Eventually(func() bool { return serves(basePort + 1) }, time.Minute, 50*time.Millisecond).Should(BeTrue(), "replacement member 1 of master set %s/%s to serve on port %d", ns, set.Name, basePort+1)
 		Expect(time.Now()).To(BeTemporally(">=", admitAt))
-		Eventually(available, time.Minute, 200*time.Millisecond).Should(BeTrue())
+		Eventually(available, time.Minute, 200*time.Millisecond).Should(BeTrue(), "master set %s/%s to be available again with 5 members serving", ns, set.Name)
 	})
 
 	It("loses the lock cleanly with a majority down and regains it after the delay", func() {
 		for i := 2; i <= 4; i++ {
 			killMember(i)
 		}
-		Eventually(func() bool { return !held(get(holder)) }, 2*ttl, 50*time.Millisecond).Should(BeTrue())
+		Eventually(func() bool { return !held(get(holder)) }, 2*ttl, 50*time.Millisecond).Should(BeTrue(), "lock %s/%s to be lost with three of five members down", ns, holder.Name)
 		h := get(holder)
 		Expect(h.Status.Holder).To(BeNil(), "no holder is shown once the grant is lost")
-		Eventually(func() bool { return held(get(holder)) || held(get(rival)) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue())
+		Eventually(func() bool { return held(get(holder)) || held(get(rival)) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue(), "lock %s/%s or %s/%s to be held again after the delay", ns, holder.Name, ns, rival.Name)
 		Expect(held(get(holder)) && held(get(rival))).To(BeFalse(), "both locks of one key held")
 	})
 })

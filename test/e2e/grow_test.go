@@ -51,7 +51,7 @@ var _ = Describe("a managed set growing from 3 to 5 members", func() {
 		Eventually(func(g Gomega) {
 			cur := fetchSet()
 			g.Expect(cur.Status.Serving).To(BeEquivalentTo(3), "set %s/grow serving", ns)
-		}, 3*time.Minute, time.Second).Should(Succeed())
+		}, 3*time.Minute, time.Second).Should(Succeed(), "master set %s/grow to serve with its 3 members", ns)
 
 		By("holding a lock on the three members")
 		l := &v1alpha1.DistributedLock{
@@ -64,14 +64,14 @@ var _ = Describe("a managed set growing from 3 to 5 members", func() {
 			cur := get(l)
 			g.Expect(held(cur)).To(BeTrue(), "lock %s/grown held", ns)
 			token = cur.Status.FencingToken
-		}, time.Minute, 100*time.Millisecond).Should(Succeed())
+		}, time.Minute, 100*time.Millisecond).Should(Succeed(), "lock %s/grown to be held on the three members", ns)
 
 		By("growing the set to five members")
 		Eventually(func() error {
 			cur := fetchSet()
 			cur.Spec.Managed.Replicas = 5
 			return k8s.Update(ctx, cur)
-		}).Should(Succeed())
+		}).Should(Succeed(), "master set %s/grow to take 5 replicas", ns)
 
 		By("sampling the lock until the change has ended and five members serve: the same grant throughout")
 		var sawChange bool

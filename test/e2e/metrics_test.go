@@ -51,8 +51,8 @@ var _ = Describe("the in-cluster manager's metrics", func() {
 		Eventually(func(g Gomega) {
 			code, body := scrape(strings.TrimSpace(string(token)))
 			g.Expect(code).To(Equal(http.StatusOK), body)
-			g.Expect(body).To(ContainSubstring("redlock_locks_held"))
-		}, time.Minute, time.Second).Should(Succeed())
+			g.Expect(body).To(ContainSubstring("redlock_locks_held"), "metrics of the manager")
+		}, time.Minute, time.Second).Should(Succeed(), "the manager's metrics on https://127.0.0.1:18443/metrics to be served to ServiceAccount %s/scraper", ns)
 		code, _ := scrape("")
 		Expect(code).To(Equal(http.StatusUnauthorized))
 	})

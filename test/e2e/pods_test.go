@@ -45,10 +45,10 @@ func waitJobsSucceeded(names ...string) {
 	Eventually(func(g Gomega) {
 		for _, name := range names {
 			job := &batchv1.Job{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed())
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed(), "Job %s/%s", ns, name)
 			g.Expect(job.Status.Succeeded).To(BeEquivalentTo(1), "job %s", job.Name)
 		}
-	}, 3*time.Minute, time.Second).Should(Succeed())
+	}, 3*time.Minute, time.Second).Should(Succeed(), "Jobs %v in %s to succeed once each", names, ns)
 }
 
 // expectOneAfterAnother checks that runs never overlapped and that each
@@ -253,25 +253,25 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 			var name string
 			Eventually(func(g Gomega) {
 				r := ready()
-				g.Expect(r).To(HaveLen(1))
+				g.Expect(r).To(HaveLen(1), "Ready pods of app active")
 				l := get(podLock("active", ""))
-				g.Expect(l.Status.Holder).NotTo(BeNil())
-				g.Expect(l.Status.Holder.Pod).NotTo(BeNil())
+				g.Expect(l.Status.Holder).NotTo(BeNil(), "holder of lock active")
+				g.Expect(l.Status.Holder.Pod).NotTo(BeNil(), "holder pod of lock active")
 				g.Expect(l.Status.Holder.Pod.UID).To(Equal(r[0].UID), "the Ready pod is not the holder")
 				name = r[0].Name
-			}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
+			}, 2*time.Minute, 200*time.Millisecond).Should(Succeed(), "exactly one pod of app active in %s to be Ready, the holder of lock active", ns)
 			return name
 		}
 		first := expectOneReadyHolder()
-		Consistently(func() int { return len(ready()) }, 3*time.Second, 200*time.Millisecond).Should(Equal(1))
+		Consistently(func() int { return len(ready()) }, 3*time.Second, 200*time.Millisecond).Should(Equal(1), "exactly one pod of app active in %s to stay Ready", ns)
 
 		By("deleting the Ready pod: readiness moves to another pod")
 		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: first}})).To(Succeed())
 		Eventually(func(g Gomega) {
 			r := ready()
-			g.Expect(r).To(HaveLen(1))
+			g.Expect(r).To(HaveLen(1), "Ready pods of app active")
 			g.Expect(r[0].Name).NotTo(Equal(first))
-		}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
+		}, 2*time.Minute, 200*time.Millisecond).Should(Succeed(), "readiness to move from deleted pod %s/%s to another pod of app active", ns, first)
 		expectOneReadyHolder()
 		Expect(violations()).To(BeEmpty())
 	})

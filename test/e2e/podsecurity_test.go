@@ -35,17 +35,17 @@ var _ = Describe("a managed set in a namespace enforcing Pod Security restricted
 		})).To(Succeed())
 		Eventually(func(g Gomega) {
 			var pods corev1.PodList
-			g.Expect(k8s.List(ctx, &pods, client.InNamespace(restricted))).To(Succeed())
-			g.Expect(pods.Items).To(HaveLen(3))
+			g.Expect(k8s.List(ctx, &pods, client.InNamespace(restricted))).To(Succeed(), "pods of namespace %s", restricted)
+			g.Expect(pods.Items).To(HaveLen(3), "pods of master set %s/masters", restricted)
 			for _, p := range pods.Items {
 				g.Expect(p.Status.ContainerStatuses).To(HaveLen(1), p.Name)
 				s := p.Status.ContainerStatuses[0]
 				g.Expect(s.Ready).To(BeTrue(), "%s: %+v", p.Name, s.State)
 				g.Expect(s.RestartCount).To(BeZero(), p.Name)
 				sc := p.Spec.SecurityContext
-				g.Expect(sc.RunAsNonRoot).To(HaveValue(BeTrue()))
-				g.Expect(p.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
+				g.Expect(sc.RunAsNonRoot).To(HaveValue(BeTrue()), "runAsNonRoot of pod %s", p.Name)
+				g.Expect(p.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()), "readOnlyRootFilesystem of pod %s", p.Name)
 			}
-		}, 2*time.Minute, time.Second).Should(Succeed())
+		}, 2*time.Minute, time.Second).Should(Succeed(), "the 3 members of master set %s/masters to run Ready under the restricted Pod Security Standard", restricted)
 	})
 })

@@ -63,7 +63,7 @@ var _ = Describe("a managed set with TLS", Ordered, func() {
 	BeforeAll(func() {
 		Expect(k8s.Create(ctx, secure)).To(Succeed())
 		removeAfterSpec(secure)
-		Eventually(serving, 3*time.Minute, time.Second).Should(Succeed())
+		Eventually(serving, 3*time.Minute, time.Second).Should(Succeed(), "master set %s/%s to serve its 3 members over TLS", ns, secure.Name)
 	})
 
 	// member is an authenticated TLS client of member i, verified against
@@ -120,7 +120,7 @@ var _ = Describe("a managed set with TLS", Ordered, func() {
 			Spec:       v1alpha1.DistributedLockSpec{MasterSet: "secure", Key: "e2e/secure", TTL: metav1.Duration{Duration: ttl}, HolderIdentity: "tls"},
 		}
 		Expect(k8s.Create(ctx, l)).To(Succeed())
-		Eventually(func() bool { return held(get(l)) }, time.Minute, 100*time.Millisecond).Should(BeTrue())
+		Eventually(func() bool { return held(get(l)) }, time.Minute, 100*time.Millisecond).Should(BeTrue(), "lock %s/%s to be held on master set %s", ns, l.Name, secure.Name)
 		token := get(l).Status.FencingToken
 		value := values("e2e/secure")[0]
 		Expect(value).NotTo(BeEmpty(), "member 0 holds no value of e2e/secure")
@@ -130,7 +130,7 @@ var _ = Describe("a managed set with TLS", Ordered, func() {
 		By("deleting the serving Secret, which is how a user renews the certificate now")
 		Expect(k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: old}})).To(Succeed())
 		var renewed string
-		Eventually(func() string { renewed = fetch().Status.TLS.SecretName; return renewed }, time.Minute, 200*time.Millisecond).ShouldNot(Equal(old))
+		Eventually(func() string { renewed = fetch().Status.TLS.SecretName; return renewed }, time.Minute, 200*time.Millisecond).ShouldNot(Equal(old), "master set %s/%s to issue a new serving Secret in place of deleted %s", ns, secure.Name, old)
 		block, _ := pem.Decode(secretData(renewed, certs.CertKey))
 		Expect(block).NotTo(BeNil())
 
@@ -161,7 +161,7 @@ var _ = Describe("a managed set with TLS", Ordered, func() {
 		for i := range 3 {
 			Expect(presented(i)).To(Equal(block.Bytes), "member %d serves the renewed certificate", i)
 		}
-		Eventually(serving, time.Minute, time.Second).Should(Succeed())
+		Eventually(serving, time.Minute, time.Second).Should(Succeed(), "master set %s/%s to serve its 3 members over TLS after the roll", ns, secure.Name)
 		Expect(get(l).Status.FencingToken).To(Equal(token))
 	})
 })
