@@ -202,7 +202,7 @@ var _ = Describe("The agents' access to their lock", Ordered, func() {
 		Expect(cur.OwnerReferences).To(BeEmpty())
 		Consistently(func() error {
 			return k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: agentaccess.Name("taken")}, &rbacv1.RoleBinding{})
-		}, 2*time.Second).Should(MatchError(ContainSubstring("not found")), "no RoleBinding is made to a Role the lock does not own")
+		}, 2*time.Second).Should(MatchError(ContainSubstring("not found")), "RoleBinding %s/%s not to be made to a Role lock taken does not own", ns, agentaccess.Name("taken"))
 	})
 
 	It("adopts the Role and RoleBinding of an earlier lock of the same name that are not collected yet", func() {
