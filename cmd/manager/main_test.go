@@ -58,7 +58,7 @@ func startManager(metricsAddr string) {
 	}()
 	DeferCleanup(func() {
 		cancel()
-		Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())), "the manager with metrics on %s to stop cleanly", metricsAddr)
+		Eventually(done).WithTimeout(30*time.Second).Should(Receive(Not(HaveOccurred())), "the manager with metrics on %s to stop cleanly", metricsAddr)
 	})
 }
 
@@ -153,7 +153,7 @@ var _ = Describe("The metrics endpoint", func() {
 		go func() { done <- mgr.Start(mctx) }()
 		DeferCleanup(func() {
 			cancel()
-			Eventually(done).WithTimeout(30 * time.Second).Should(Receive(Not(HaveOccurred())), "the manager with plain metrics on %s to stop cleanly", addr)
+			Eventually(done).WithTimeout(30*time.Second).Should(Receive(Not(HaveOccurred())), "the manager with plain metrics on %s to stop cleanly", addr)
 		})
 		Eventually(func(g Gomega) {
 			code, body, err := scrape(fmt.Sprintf("http://%s/metrics", addr), "")
