@@ -252,6 +252,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		ProbeInterval: cfg.probeInterval,
 		Workers:       cfg.workers,
 		Metrics:       m,
+		Registry:      ctrlmetrics.Registry,
 
 		StatusWriteQPS: cfg.statusWriteQPS,
 		EventQPS:       cfg.eventQPS,

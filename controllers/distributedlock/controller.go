@@ -445,6 +445,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 			}
 			err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
 			if reason := heldConditionReason(fresh.Status); reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost {
+				r.countLost(lock, reason)
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.token, h.holder, reason)
 			}
 			if err != nil && !errors.Is(err, redlock.ErrNotHeld) {
@@ -455,6 +456,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 		}
 		if fresh.UID != lock.UID || !showsGrantOf(fresh.Status, h) {
 			_ = r.releaseSession(ctx, h) // its value is unique to it: nothing else is touched
+			r.countLost(lock, v1alpha1.ReasonSuperseded)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
 				"gave up grant %d: status shows another grant (fencing token %d)", h.token, fresh.Status.FencingToken)
 			return nil
@@ -524,8 +526,10 @@ func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 		switch reason {
 		case v1alpha1.ReasonShed:
 			r.Metrics.LocksShed.Inc()
+			r.countLost(lock, reason)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
 		case v1alpha1.ReasonHolderUnresponsive:
+			r.countLost(lock, reason)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventHolderUnresponsive, "Release", "grant %d to %s given up: %s", h.token, h.holder, why)
 		}
 		logf.FromContext(ctx).Info("gave up a grant", "lock", h.name, "token", h.token, "reason", reason, "keysUntil", until)
@@ -585,6 +589,7 @@ func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
 	}
 	s.clear(reason, "the grant was lost: "+errString(err))
 	s.givingBack = true
+	r.countLost(lock, reason)
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	// Masters that still hold the lost grant's value (a minority its last
 	// renewals reached, each refreshed for a whole ttl) would keep the key
@@ -594,6 +599,12 @@ func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
 		err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
 		logf.FromContext(ctx).V(1).Info("released what a lost grant left", "lock", h.name, "token", h.token, "error", errString(err))
 	})
+}
+
+// countLost counts a grant of lock that ended without its holder giving
+// it back (redlock_lock_grants_lost_total), by the Held reason status shows.
+func (r *Reconciler) countLost(lock *v1alpha1.DistributedLock, reason string) {
+	r.Metrics.GrantsLost.WithLabelValues(lock.Namespace, lock.Name, reason).Inc()
 }
 
 // lockRef is a DistributedLock object that only names a lock (and its UID,
@@ -1147,6 +1158,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 			reason = v1alpha1.ReasonValidityExpired
 		}
 		s.clear(reason, "the grant could not be adopted: "+err.Error())
+		r.countLost(lock, reason)
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost at its adoption: %s", st.FencingToken, st.Holder.Identity, conditions.Message(err.Error()))
 		r.acquire(ctx, s, c)
 		return
@@ -1398,7 +1410,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		}
 	}
 	r.sessions.forgetExpiry(lock.UID)
-	r.Metrics.FencingToken.DeleteLabelValues(lock.Namespace, lock.Name)
+	r.Metrics.ForgetLock(lock.Namespace, lock.Name)
 	controllerutil.RemoveFinalizer(lock, Finalizer)
 	if err := r.Update(ctx, lock); err != nil {
 		return client.IgnoreNotFound(err)
@@ -1494,6 +1506,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	}
 	if h := s.pending; h != nil {
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventGranted, "Acquire", "granted to %s with fencing token %d", h.holder, h.token)
+		r.Metrics.Grants.WithLabelValues(lock.Namespace, lock.Name).Inc()
 		r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.token))
 	}
 	if h := s.pending; h != nil && s.ownValidity != nil {

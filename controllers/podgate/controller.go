@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -87,6 +88,11 @@ type Reconciler struct {
 	// controller's backoff rather than blocking a worker. nil: the
 	// controller-runtime client, which retries.
 	Evictions rest.Interface
+
+	// Waits observes how long each pod waited at the scheduling gate, from
+	// its creation to the gate's removal (redlock_pod_wait_seconds); nil:
+	// not observed.
+	Waits prometheus.Observer
 }
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
@@ -340,6 +346,9 @@ func (r *Reconciler) lift(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.D
 		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
 		if err := r.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("remove the scheduling gate: %w", err)
+		}
+		if r.Waits != nil {
+			r.Waits.Observe(r.Clock.Since(pod.CreationTimestamp.Time).Seconds())
 		}
 		r.Recorder.Eventf(pod, lock, corev1.EventTypeNormal, EventUngated, "Ungate", "holds %s with fencing token %s: scheduling gate removed", lock.Name, token)
 	case podlock.GateReadiness:

@@ -48,6 +48,16 @@ type Metrics struct {
 	// EventsDropped counts the Events the manager did not record, by
 	// reason: more were recorded than --event-qps lets through.
 	EventsDropped *prometheus.CounterVec
+
+	// GrantsLost counts, per lock and reason, the grants that ended
+	// without their holder giving them back (the Held condition's reason).
+	GrantsLost *prometheus.CounterVec
+	// Grants counts the new grants per lock: every handover to a next
+	// holder (adoptions by a new leader are not grants).
+	Grants *prometheus.CounterVec
+	// PodWait is how long pods waited at a lock's scheduling gate, from
+	// their creation to the gate's removal.
+	PodWait prometheus.Histogram
 }
 
 // New returns unregistered collectors.
@@ -140,7 +150,27 @@ func New() *Metrics {
 			Name: "redlock_events_dropped_total",
 			Help: "Events the manager did not record because more were recorded than --event-qps lets through, by reason.",
 		}, []string{"reason"}),
+		GrantsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_lock_grants_lost_total",
+			Help: "Grants of the lock that ended without their holder giving them back, by the Held condition's reason (Lost, ValidityExpired, Shed, HolderUnresponsive, Superseded).",
+		}, []string{"namespace", "name", "reason"}),
+		Grants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_lock_grants_total",
+			Help: "New grants of the lock, each with a new fencing token: its handovers from one holder to the next (a new leader's adoption of a grant is not one).",
+		}, []string{"namespace", "name"}),
+		PodWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "redlock_pod_wait_seconds",
+			Help:    "How long pods waited at a lock's scheduling gate: from the pod's creation to the gate's removal.",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400},
+		}),
 	}
+}
+
+// ForgetLock deletes the per-lock series of a deleted lock.
+func (m *Metrics) ForgetLock(namespace, name string) {
+	m.FencingToken.DeleteLabelValues(namespace, name)
+	m.Grants.DeleteLabelValues(namespace, name)
+	m.GrantsLost.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "name": name})
 }
 
 // Register registers every collector with reg.
@@ -150,7 +180,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
 		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
 		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
-		m.GrantsWaiting, m.EventsDropped,
+		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.Grants, m.PodWait,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -69,6 +70,10 @@ type Options struct {
 	EventQPS float64
 	// Metrics receives the operator's metrics (registered by the caller).
 	Metrics *metrics.Metrics
+	// Registry, when set, gets the collector that reports what status
+	// shows of every lock and master set at each scrape, on the leader
+	// (metrics.StateCollector).
+	Registry prometheus.Registerer
 	// RedlockOptions are added to every master set's client (tests).
 	RedlockOptions []redlock.Option
 	// DefaultNodeTimeout is the per-master timeout of master sets that set
@@ -207,8 +212,15 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Clock:     o.Clock,
 		Evictions: core.RESTClient(),
 		APIReader: mgr.GetAPIReader(),
+		Waits:     o.Metrics.PodWait,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pod gate controller: %w", err)
+	}
+	if o.Registry != nil {
+		state := &metrics.StateCollector{Objects: mgr.GetCache(), Pods: pods, Elected: mgr.Elected(), Now: o.Clock.Now, Log: logf.Log.WithName("metrics")}
+		if err := o.Registry.Register(state); err != nil {
+			return nil, fmt.Errorf("register the state collector: %w", err)
+		}
 	}
 	if !o.NoAgentAccess {
 		if err := (&agentaccess.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: recorder}).SetupWithManager(mgr); err != nil {

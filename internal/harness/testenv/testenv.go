@@ -17,6 +17,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2" //nolint:staticcheck // a Ginkgo harness
 	. "github.com/onsi/gomega"    //nolint:staticcheck // a Ginkgo harness
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -98,7 +99,7 @@ func Start() *Env {
 	var err error
 	for attempt := 1; ; attempt++ {
 		e.env = &envtest.Environment{
-			CRDDirectoryPaths:     []string{filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases")},
+			CRDDirectoryPaths:     []string{filepath.Join(filepath.Dir(file), "..", "..", "..", "config", "crd", "bases")},
 			ErrorIfCRDPathMissing: true,
 			Scheme:                e.Scheme,
 		}
@@ -181,8 +182,11 @@ type Webhook struct {
 // Manager is one running operator manager.
 type Manager struct {
 	Metrics *metrics.Metrics
-	cancel  context.CancelFunc
-	done    chan error
+	// Registry holds Metrics and the state collector, as the binary's
+	// registry does, for specs that read a scrape (Gather).
+	Registry *prometheus.Registry
+	cancel   context.CancelFunc
+	done     chan error
 }
 
 // StartManager runs the operator as the binary does, with leader election.
@@ -270,13 +274,15 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(e.Ctx)
-	m := &Manager{cancel: cancel, done: make(chan error, 1), Metrics: metrics.New()}
+	m := &Manager{cancel: cancel, done: make(chan error, 1), Metrics: metrics.New(), Registry: prometheus.NewPedanticRegistry()}
+	Expect(m.Metrics.Register(m.Registry)).To(Succeed())
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
 		Namespace:     OperatorNamespace,
 		LockKeySecret: LockKeySecret,
 		ProbeInterval: 500 * time.Millisecond,
 		Workers:       4,
 		Metrics:       m.Metrics,
+		Registry:      m.Registry,
 		GateImage:     e.GateImage,
 		Clock:         s.Clock,
 

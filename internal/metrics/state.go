@@ -1,0 +1,174 @@
+package metrics
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// MemberStates are the states of a master set's member, each reported as
+// one series of redlock_master_state (1 for the member's state, 0 for the
+// others), so that an alert can select a state without knowing the others.
+var MemberStates = []string{v1alpha1.MemberServing, v1alpha1.MemberQuarantined, v1alpha1.MemberStarting, v1alpha1.MemberDown}
+
+var (
+	descLeading = prometheus.NewDesc("redlock_manager_leading",
+		"1 on the elected leader, which reconciles and reports the per-lock and per-set series; 0 on a standby, which reports none of them.", nil, nil)
+	descHeld = prometheus.NewDesc("redlock_lock_held",
+		"1 while the lock's status shows a holder whose validity has not passed, else 0.", []string{"namespace", "name"}, nil)
+	descWaiting = prometheus.NewDesc("redlock_lock_pods_waiting",
+		"Pods in the lock's queue (status.queue.count): pods labelled for the lock that do not hold it, standbys of active/passive workloads included.", []string{"namespace", "name"}, nil)
+	descOldestWait = prometheus.NewDesc("redlock_lock_oldest_wait_seconds",
+		"How long the oldest pod held at the lock's scheduling gate has existed (0 when none is): pods kept from starting, not the running standbys of readiness, label or agent mode.", []string{"namespace", "name"}, nil)
+	descQuorum = prometheus.NewDesc("redlock_master_set_quorum",
+		"Masters of a set that must vote for a grant (status.quorum); quorum is at risk when redlock_master_set_serving is not above it.", []string{"namespace", "name"}, nil)
+	descMembers = prometheus.NewDesc("redlock_master_set_members",
+		"Masters of a set (status.total).", []string{"namespace", "name"}, nil)
+	descMemberState = prometheus.NewDesc("redlock_master_state",
+		"1 for the state status shows a master in (Serving, Quarantined, Starting, Down), 0 for the others.", []string{"namespace", "name", "master", "state"}, nil)
+	descCertExpiry = prometheus.NewDesc("redlock_master_set_certificate_expiry_timestamp_seconds",
+		"When the certificate a managed set's members serve expires (status.tls.notAfter), in seconds since the epoch.", []string{"namespace", "name", "secret"}, nil)
+)
+
+// StateCollector reports, at each scrape, what the manager's cache shows of
+// every DistributedLock and RedisMasterSet and of the pods labelled for
+// locks: held, pods waiting and the oldest wait per lock, quorum, members'
+// states and certificate expiry per set. It reads status, which only the
+// elected leader writes, and reports these series on the leader only, so
+// that a sum over replicas counts each lock once; a standby reports
+// redlock_manager_leading 0 and nothing else of its own.
+//
+// Computing the series at scrape time from the cache keeps them exact
+// without bookkeeping: a deleted lock's series are gone at the next scrape.
+type StateCollector struct {
+	// Objects reads DistributedLocks and RedisMasterSets (the manager's
+	// cache); Pods reads the pods labelled redlock.dev/lock.
+	Objects, Pods client.Reader
+	// Elected is closed once this manager leads (manager.Elected()).
+	Elected <-chan struct{}
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	Log logr.Logger
+}
+
+// Describe implements prometheus.Collector.
+func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLeading, descHeld, descWaiting, descOldestWait, descQuorum, descMembers, descMemberState, descCertExpiry} {
+		ch <- d
+	}
+}
+
+// collectTimeout bounds a scrape's reads of the cache, which wait for its
+// first sync.
+const collectTimeout = 5 * time.Second
+
+// Collect implements prometheus.Collector.
+func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
+	leading := false
+	select {
+	case <-c.Elected:
+		leading = true
+	default:
+	}
+	ch <- prometheus.MustNewConstMetric(descLeading, prometheus.GaugeValue, boolValue(leading))
+	if !leading {
+		return
+	}
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	var locks v1alpha1.DistributedLockList
+	if err := c.Objects.List(ctx, &locks, client.UnsafeDisableDeepCopy); err != nil {
+		c.Log.Error(err, "metrics: list locks")
+	} else {
+		var pods corev1.PodList
+		if err := c.Pods.List(ctx, &pods, client.HasLabels{v1alpha1.LockLabel}, client.UnsafeDisableDeepCopy); err != nil {
+			c.Log.Error(err, "metrics: list pods; oldest waits reported as 0")
+		}
+		for _, s := range LockSamples(locks.Items, pods.Items, now) {
+			ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, boolValue(s.Held), s.Namespace, s.Name)
+			ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(s.Waiting), s.Namespace, s.Name)
+			ch <- prometheus.MustNewConstMetric(descOldestWait, prometheus.GaugeValue, s.OldestWait.Seconds(), s.Namespace, s.Name)
+		}
+	}
+	var sets v1alpha1.RedisMasterSetList
+	if err := c.Objects.List(ctx, &sets, client.UnsafeDisableDeepCopy); err != nil {
+		c.Log.Error(err, "metrics: list master sets")
+		return
+	}
+	for i := range sets.Items {
+		ms := &sets.Items[i]
+		st := &ms.Status
+		ch <- prometheus.MustNewConstMetric(descQuorum, prometheus.GaugeValue, float64(st.Quorum), ms.Namespace, ms.Name)
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(st.Total), ms.Namespace, ms.Name)
+		for _, m := range st.Members {
+			for _, state := range MemberStates {
+				ch <- prometheus.MustNewConstMetric(descMemberState, prometheus.GaugeValue, boolValue(m.State == state), ms.Namespace, ms.Name, m.Address, state)
+			}
+		}
+		if st.TLS != nil && st.TLS.NotAfter != nil {
+			ch <- prometheus.MustNewConstMetric(descCertExpiry, prometheus.GaugeValue, float64(st.TLS.NotAfter.Unix()), ms.Namespace, ms.Name, st.TLS.SecretName)
+		}
+	}
+}
+
+// LockSample is what a scrape reports of one lock.
+type LockSample struct {
+	Namespace, Name string
+	// Held: status shows a holder whose validity has not passed at now.
+	Held bool
+	// Waiting is status.queue.count.
+	Waiting int32
+	// OldestWait is the age of the oldest pod labelled for the lock that
+	// still carries its scheduling gate and is not being deleted.
+	OldestWait time.Duration
+}
+
+// LockSamples computes the samples of locks at now; pods are the pods
+// labelled for locks, in any namespace.
+func LockSamples(locks []v1alpha1.DistributedLock, pods []corev1.Pod, now time.Time) []LockSample {
+	type lockName struct{ namespace, name string }
+	oldest := map[lockName]time.Time{}
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || !slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate }) {
+			continue
+		}
+		k := lockName{p.Namespace, p.Labels[v1alpha1.LockLabel]}
+		if t, ok := oldest[k]; !ok || p.CreationTimestamp.Time.Before(t) {
+			oldest[k] = p.CreationTimestamp.Time
+		}
+	}
+	out := make([]LockSample, 0, len(locks))
+	for i := range locks {
+		l := &locks[i]
+		s := LockSample{Namespace: l.Namespace, Name: l.Name}
+		st := &l.Status
+		s.Held = st.Holder != nil && st.ValidUntil != nil && now.Before(st.ValidUntil.Time)
+		if st.Queue != nil {
+			s.Waiting = st.Queue.Count
+		}
+		if t, ok := oldest[lockName{l.Namespace, l.Name}]; ok && now.After(t) {
+			s.OldestWait = now.Sub(t)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
