@@ -19,8 +19,8 @@ import (
 
 var now = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
-func lock(name string, holder bool, validFor time.Duration, waiting int32) v1alpha1.DistributedLock {
-	l := v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name}}
+func lock(holder bool, validFor time.Duration, waiting int32) v1alpha1.DistributedLock {
+	l := v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "l"}}
 	if holder {
 		l.Status.Holder = &v1alpha1.LockHolder{Identity: "h"}
 		l.Status.ValidUntil = &v1alpha1.PreciseTime{Time: now.Add(validFor)}
@@ -50,17 +50,17 @@ func TestLockSamples(t *testing.T) {
 		pods []corev1.Pod
 		want metrics.LockSample
 	}{
-		{"not held, nobody waits", lock("l", false, 0, 0), nil,
+		{"not held, nobody waits", lock(false, 0, 0), nil,
 			metrics.LockSample{Namespace: "a", Name: "l"}},
-		{"held while its validity has not passed", lock("l", true, time.Second, 0), nil,
+		{"held while its validity has not passed", lock(true, time.Second, 0), nil,
 			metrics.LockSample{Namespace: "a", Name: "l", Held: true}},
-		{"a holder shown past its validity is not held", lock("l", true, -time.Millisecond, 0), nil,
+		{"a holder shown past its validity is not held", lock(true, -time.Millisecond, 0), nil,
 			metrics.LockSample{Namespace: "a", Name: "l"}},
-		{"the oldest gated pod of the lock sets the oldest wait", lock("l", true, time.Second, 2), []corev1.Pod{
+		{"the oldest gated pod of the lock sets the oldest wait", lock(true, time.Second, 2), []corev1.Pod{
 			pod("a", "p1", "l", time.Minute, true, false),
 			pod("a", "p2", "l", 3*time.Minute, true, false),
 		}, metrics.LockSample{Namespace: "a", Name: "l", Held: true, Waiting: 2, OldestWait: 3 * time.Minute}},
-		{"running standbys, deleting pods and other locks' pods do not wait at the gate", lock("l", true, time.Second, 1), []corev1.Pod{
+		{"running standbys, deleting pods and other locks' pods do not wait at the gate", lock(true, time.Second, 1), []corev1.Pod{
 			pod("a", "standby", "l", time.Hour, false, false),
 			pod("a", "leaving", "l", 2*time.Hour, true, true),
 			pod("a", "other", "m", 3*time.Hour, true, false),
@@ -87,7 +87,7 @@ func stateCollector(t *testing.T, leading bool) *metrics.StateCollector {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	l := lock("l", true, time.Second, 1)
+	l := lock(true, time.Second, 1)
 	p := pod("a", "p", "l", time.Minute, true, false)
 	ms := &v1alpha1.RedisMasterSet{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "masters"}}
 	ms.Status.Quorum, ms.Status.Total, ms.Status.Serving = 2, 3, 3
