@@ -63,13 +63,13 @@ generate: ## Generate deep-copy code from the markers in api/.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
 .PHONY: api-docs
-api-docs: ## Generate docs/api.md (API reference) from the Go types in api/.
-	@mkdir -p docs
+api-docs: ## Generate docs/reference/api.md (API reference) from the Go types in api/.
+	@mkdir -p docs/reference
 	@# Log level ERROR: the only warnings are about the depth of Kubernetes'
 	@# own types (Affinity), which the reference links to rather than renders.
 	$(CRD_REF_DOCS) --source-path=api/v1alpha1 --config=hack/crd-ref-docs.yaml \
 		--templates-dir=hack/crd-ref-docs-templates --renderer=markdown \
-		--output-path=docs/api.md --log-level=ERROR
+		--output-path=docs/reference/api.md --log-level=ERROR
 
 .PHONY: helm-chart
 helm-chart: manifests ## Sync the Helm chart's generated parts (crds/, templates/generated/) from kustomize build config/default.
@@ -116,8 +116,8 @@ build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (imag
 verify: manifests generate api-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; no tracked file over 1 MiB.
 	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
 	@$(MAKE) --no-print-directory helm-chart
-	@git diff --exit-code -- api config dist docs/api.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-chart' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config dist docs/api.md charts | grep '^??')" || { git status --porcelain -- api config dist docs/api.md charts; echo "untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config dist docs/reference/api.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-chart' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config dist docs/reference/api.md charts | grep '^??')" || { git status --porcelain -- api config dist docs/reference/api.md charts; echo "untracked generated files: commit them"; exit 1; }
 	$(KUSTOMIZE) build config/default >/dev/null
 	$(KUSTOMIZE) build config/samples >/dev/null
 	$(KUSTOMIZE) build config/watch-namespaces >/dev/null

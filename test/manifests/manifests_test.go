@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -117,28 +118,82 @@ var _ = DescribeTable("every shipped manifest is accepted by the API server",
 
 func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
 
-// yamlBlocks returns the ```yaml blocks of a Markdown file that hold whole
-// objects (apiVersion and kind): the examples a reader applies.
+// exampleBlock is a fenced block of a Markdown file: a ```yaml block, or
+// the YAML a ```sh block feeds kubectl apply through a here-document.
+var (
+	fencedBlock = regexp.MustCompile("(?s)```([a-z]*)\n(.*?)```")
+	hereDoc     = regexp.MustCompile(`(?s)<<-?'?EOF'?\n(.*?)\nEOF`)
+	wholeObject = regexp.MustCompile(`(?m)^apiVersion: .*$[\s\S]*^kind: |(?m)^kind: .*$[\s\S]*^apiVersion: `)
+)
+
+// yamlBlocks returns the YAML examples of a Markdown file that hold whole
+// objects (apiVersion and kind at the top level): the examples a reader
+// applies. Blocks that are fragments (a spec, a pod template's part) must
+// not carry both. It fails on a block of another language that holds a
+// whole object outside a here-document, which no test would apply.
 func yamlBlocks(file string) []byte {
 	data, err := os.ReadFile(filepath.Join(root, file)) //nolint:gosec // a file of this repository
 	Expect(err).NotTo(HaveOccurred())
 	var out bytes.Buffer
-	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(data, -1) {
-		if bytes.Contains(block[1], []byte("apiVersion:")) && bytes.Contains(block[1], []byte("kind:")) {
-			out.WriteString("---\n")
-			out.Write(block[1])
+	add := func(block []byte) {
+		for doc := range bytes.SplitSeq(block, []byte("\n---\n")) {
+			if wholeObject.Match(doc) {
+				out.WriteString("---\n")
+				out.Write(doc)
+				out.WriteString("\n")
+			}
+		}
+	}
+	for _, block := range fencedBlock.FindAllSubmatch(data, -1) {
+		switch lang, body := string(block[1]), block[2]; lang {
+		case "yaml":
+			add(body)
+		case "sh":
+			for _, doc := range hereDoc.FindAllSubmatch(body, -1) {
+				add(doc[1])
+			}
+		default:
+			Expect(wholeObject.Match(body)).To(BeFalse(), "%s: a ```%s block holds a Kubernetes object: make it a ```yaml block, so that it is applied", file, lang)
 		}
 	}
 	return out.Bytes()
 }
 
-var _ = DescribeTable("every example object in the docs is accepted by the API server",
-	func(file string) {
-		objs := objects(yamlBlocks(file))
-		Expect(objs).NotTo(BeEmpty(), "%s has no example objects", file)
-		dryRunApply(objs)
-	},
-	Entry("docs/active-passive.md", "docs/active-passive.md"),
-	Entry("docs/recipes.md", "docs/recipes.md"),
-	Entry("README.md", "README.md"),
-)
+// pagesWithExamples are README.md and every page under docs/ (but the
+// generated ones) with at least one example object: found by walking the
+// tree, so that a new page cannot be forgotten.
+func pagesWithExamples() []string {
+	pages, err := listDocPages()
+	if err != nil {
+		panic(err)
+	}
+	var out []string
+	for _, page := range pages {
+		if slices.Contains(generatedPages, page) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, page)) //nolint:gosec // a file of this repository
+		if err != nil {
+			panic(err)
+		}
+		if wholeObject.Match(data) {
+			out = append(out, page)
+		}
+	}
+	return out
+}
+
+var _ = Describe("every example object in the docs is accepted by the API server", func() {
+	pages := pagesWithExamples()
+	It("covers README.md and the pages of docs/ that hold examples", func() {
+		Expect(pages).To(ContainElements("README.md", "docs/tasks/jobs.md", "docs/tasks/deployments.md", "docs/tasks/statefulsets.md"))
+		Expect(len(pages)).To(BeNumerically(">=", 10), "pages with example objects: %v", pages)
+	})
+	for _, page := range pages {
+		It("applies the examples of "+page, func() {
+			objs := objects(yamlBlocks(page))
+			Expect(objs).NotTo(BeEmpty(), "%s names apiVersion and kind outside a ```yaml block or here-document", page)
+			dryRunApply(objs)
+		})
+	}
+})

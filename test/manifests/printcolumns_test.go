@@ -149,12 +149,12 @@ var _ = Describe("kubectl get's columns", Ordered, func() {
 
 	It("matches the sample outputs of kubectl get in the README and docs: headers, and the validity's form", func() {
 		short := map[string]string{"dlock": "distributedlocks", "rms": "redismastersets", "dlockhb": "lockheartbeats"}
-		files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+		files, err := listDocPages() // README.md and docs/**/*.md
 		Expect(err).NotTo(HaveOccurred())
 		command := regexp.MustCompile(`^kubectl get (dlock|rms|dlockhb)\b`)
 		checked := 0
-		for _, f := range append(files, filepath.Join(root, "README.md")) {
-			data, err := os.ReadFile(f) //nolint:gosec // the repository's own docs
+		for _, f := range files {
+			data, err := os.ReadFile(filepath.Join(root, f)) //nolint:gosec // the repository's own docs
 			Expect(err).NotTo(HaveOccurred())
 			sc := bufio.NewScanner(bytes.NewReader(data))
 			resource := ""
@@ -166,14 +166,14 @@ var _ = Describe("kubectl get's columns", Ordered, func() {
 				}
 				if resource != "" && strings.HasPrefix(line, "# NAME") {
 					Expect(strings.Fields(strings.TrimPrefix(line, "#"))).To(Equal(shownColumns(tables[resource])),
-						"%s: the sample output of kubectl get %s", filepath.Base(f), resource)
+						"%s: the sample output of kubectl get %s", f, resource)
 					checked++
 				}
 				if resource == "distributedlocks" && strings.HasPrefix(line, "# ") && !strings.HasPrefix(line, "# NAME") {
 					for _, field := range strings.Fields(line) {
 						if strings.Contains(field, "T") && strings.HasSuffix(field, "Z") {
 							_, err := time.Parse(time.RFC3339Nano, field)
-							Expect(err).NotTo(HaveOccurred(), "%s: a validity in the sample output of kubectl get dlock", filepath.Base(f))
+							Expect(err).NotTo(HaveOccurred(), "%s: a validity in the sample output of kubectl get dlock", f)
 						}
 					}
 				}
@@ -182,6 +182,6 @@ var _ = Describe("kubectl get's columns", Ordered, func() {
 				}
 			}
 		}
-		Expect(checked).To(BeNumerically(">=", 2), "the README's samples of kubectl get dlock and kubectl get rms were found")
+		Expect(checked).To(BeNumerically(">=", 2), "the docs' samples of kubectl get dlock and kubectl get rms were found")
 	})
 })
