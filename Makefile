@@ -71,6 +71,10 @@ api-docs: ## Generate docs/reference/api.md (API reference) from the Go types in
 		--templates-dir=hack/crd-ref-docs-templates --renderer=markdown \
 		--output-path=docs/reference/api.md --log-level=ERROR
 
+.PHONY: helm-docs
+helm-docs: ## Generate docs/reference/helm-values.md (Helm values reference) from the chart's values.yaml and values.schema.json.
+	$(GO) run ./hack/helmdocs $(CHART) docs/reference/helm-values.md
+
 .PHONY: helm-chart
 helm-chart: manifests ## Sync the Helm chart's generated parts (crds/, templates/generated/) from kustomize build config/default.
 	$(KUSTOMIZE) build config/default | $(GO) run ./hack/helmchart $(CHART)
@@ -113,11 +117,11 @@ build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (imag
 	$(KUSTOMIZE) build config/default | sed 's|redlock-operator:dev|$(IMG)|g' > dist/install.yaml
 
 .PHONY: verify
-verify: manifests generate api-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; no tracked file over 1 MiB.
+verify: manifests generate api-docs helm-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; no tracked file over 1 MiB.
 	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
 	@$(MAKE) --no-print-directory helm-chart
-	@git diff --exit-code -- api config dist docs/reference/api.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-chart' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config dist docs/reference/api.md charts | grep '^??')" || { git status --porcelain -- api config dist docs/reference/api.md charts; echo "untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config dist docs/reference/api.md docs/reference/helm-values.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-docs helm-chart' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config dist docs/reference/api.md docs/reference/helm-values.md charts | grep '^??')" || { git status --porcelain -- api config dist docs/reference/api.md docs/reference/helm-values.md charts; echo "untracked generated files: commit them"; exit 1; }
 	$(KUSTOMIZE) build config/default >/dev/null
 	$(KUSTOMIZE) build config/samples >/dev/null
 	$(KUSTOMIZE) build config/watch-namespaces >/dev/null
