@@ -1,0 +1,324 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/cmd/kubectl-redlock/internal/report"
+)
+
+func (c *cli) statusCommand() *cobra.Command {
+	var (
+		out output
+		all bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Every DistributedLock: its key, holder, validity left, fencing token and waiting pods",
+		Example: `  kubectl redlock status -n shop
+  kubectl redlock status -A -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, ns, err := c.client()
+			if err != nil {
+				return err
+			}
+			var opts []client.ListOption
+			where := "in namespace " + ns
+			if all {
+				where = "in any namespace"
+			} else {
+				opts = append(opts, client.InNamespace(ns))
+			}
+			var list v1alpha1.DistributedLockList
+			if err := k.List(cmd.Context(), &list, opts...); err != nil {
+				return apiError("list DistributedLocks "+where, err)
+			}
+			locks := report.Locks(list.Items, time.Now())
+			if out.format != report.FormatTable {
+				return report.WriteStructured(c.streams.Out, out.format, locks)
+			}
+			if len(locks.Items) == 0 {
+				_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLocks found %s.\n", where)
+				return err
+			}
+			return report.WriteStatus(c.streams.Out, locks)
+		},
+	}
+	out.add(cmd)
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the locks of every namespace.")
+	return cmd
+}
+
+func (c *cli) whoCommand() *cobra.Command {
+	var out output
+	cmd := &cobra.Command{
+		Use:   "who KEY",
+		Short: "Every DistributedLock in the cluster (all namespaces) on a Redis key, with its holder",
+		Long: `who lists every DistributedLock of the cluster, in every namespace, whose Redis key
+is KEY (status.key, or spec.key, or redlock:<namespace>/<name> by default), with
+its holder. Locks with one key exclude each other through Redlock, also in other
+clusters whose operators share the masters: those this command cannot see.`,
+		Example: `  kubectl redlock who redlock:shop/migrations
+  kubectl redlock who payments-ledger -o yaml`,
+		Args: one("KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, _, err := c.client()
+			if err != nil {
+				return err
+			}
+			var list v1alpha1.DistributedLockList
+			if err := k.List(cmd.Context(), &list); err != nil {
+				return apiError("list DistributedLocks in every namespace", err)
+			}
+			who := report.Who(args[0], list.Items, time.Now())
+			if out.format != report.FormatTable {
+				return report.WriteStructured(c.streams.Out, out.format, who)
+			}
+			if len(who.Items) == 0 {
+				_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLock in this cluster uses key %q.\n", args[0])
+				return err
+			}
+			return report.WriteWho(c.streams.Out, who)
+		},
+	}
+	out.add(cmd)
+	return cmd
+}
+
+func (c *cli) queueCommand() *cobra.Command {
+	var out output
+	cmd := &cobra.Command{
+		Use:   "queue LOCK",
+		Short: "The pods waiting for a lock, in order, with their phase, gate and age",
+		Example: `  kubectl redlock queue migrations -n shop
+  kubectl redlock queue migrations -n shop -o json`,
+		Args: one("LOCK (a DistributedLock's name)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, ns, err := c.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			lock, err := getLock(ctx, k, ns, args[0])
+			if err != nil {
+				return err
+			}
+			pods, err := queuedPods(ctx, k, lock)
+			if err != nil {
+				return err
+			}
+			q := report.QueueOf(lock, pods, time.Now())
+			if out.format != report.FormatTable {
+				return report.WriteStructured(c.streams.Out, out.format, q)
+			}
+			return report.WriteQueue(c.streams.Out, c.streams.ErrOut, q)
+		},
+	}
+	out.add(cmd)
+	return cmd
+}
+
+func (c *cli) whyCommand() *cobra.Command {
+	var (
+		out       output
+		maxEvents int
+	)
+	cmd := &cobra.Command{
+		Use:   "why POD",
+		Short: "Why a pod is (still) gated: its lock, its place in line, the holder and what it waits for, recent events",
+		Example: `  kubectl redlock why migrate-b81d4 -n shop
+  kubectl redlock why migrate-b81d4 -n shop -o json`,
+		Args: one("POD (a pod's name)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, ns, err := c.client()
+			if err != nil {
+				return err
+			}
+			in, err := whyInput(cmd.Context(), k, ns, args[0])
+			if err != nil {
+				return err
+			}
+			in.MaxEvents = maxEvents
+			w, err := report.Explain(in)
+			if err != nil {
+				return err
+			}
+			if out.format != report.FormatTable {
+				return report.WriteStructured(c.streams.Out, out.format, w)
+			}
+			return report.WriteWhy(c.streams.Out, w)
+		},
+	}
+	out.add(cmd)
+	cmd.Flags().IntVar(&maxEvents, "events", 10, "How many of the most recent events of the pod and its lock to show.")
+	return cmd
+}
+
+func (c *cli) tokenCommand() *cobra.Command {
+	var out output
+	cmd := &cobra.Command{
+		Use:   "token POD",
+		Short: "The fencing token of a pod's grant, or that it holds nothing",
+		Example: `  kubectl redlock token migrate-7f9c2 -n shop
+  kubectl redlock token migrate-7f9c2 -n shop -o json | jq .fencingToken`,
+		Args: one("POD (a pod's name)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, ns, err := c.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			pod, err := getPod(ctx, k, ns, args[0])
+			if err != nil {
+				return err
+			}
+			var lock *v1alpha1.DistributedLock
+			if name := report.LockNameOf(pod); name != "" {
+				if lock, err = findLock(ctx, k, ns, name); err != nil {
+					return err
+				}
+			}
+			t := report.TokenOf(pod, lock, time.Now())
+			if out.format != report.FormatTable {
+				return report.WriteStructured(c.streams.Out, out.format, t)
+			}
+			return report.WriteToken(c.streams.Out, t)
+		},
+	}
+	out.add(cmd)
+	return cmd
+}
+
+// getLock reads a lock named on the command line.
+func getLock(ctx context.Context, k client.Client, ns, name string) (*v1alpha1.DistributedLock, error) {
+	lock, err := findLock(ctx, k, ns, name)
+	if err == nil && lock == nil {
+		err = fmt.Errorf("DistributedLock %q %w in namespace %s (list them with `kubectl redlock status -n %s`)", name, errNotFound, ns, ns)
+	}
+	return lock, err
+}
+
+// findLock reads a lock, nil when it does not exist.
+func findLock(ctx context.Context, k client.Client, ns, name string) (*v1alpha1.DistributedLock, error) {
+	lock := &v1alpha1.DistributedLock{}
+	switch err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, lock); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, apiError(fmt.Sprintf("get DistributedLock %s/%s", ns, name), err)
+	}
+	return lock, nil
+}
+
+// getPod reads a pod named on the command line.
+func getPod(ctx context.Context, k client.Client, ns, name string) (*corev1.Pod, error) {
+	pod, err := findPod(ctx, k, ns, name, "")
+	if err == nil && pod == nil {
+		err = fmt.Errorf("pod %q %w in namespace %s", name, errNotFound, ns)
+	}
+	return pod, err
+}
+
+// findPod reads a pod, nil when it does not exist or, with uid set, when
+// the pod of that name is another one.
+func findPod(ctx context.Context, k client.Client, ns, name string, uid types.UID) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	switch err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	}
+	if uid != "" && pod.UID != uid {
+		return nil, nil
+	}
+	return pod, nil
+}
+
+// queuedPods reads the pods status lists in the lock's queue, by name.
+func queuedPods(ctx context.Context, k client.Client, lock *v1alpha1.DistributedLock) (map[string]*corev1.Pod, error) {
+	out := map[string]*corev1.Pod{}
+	if lock.Status.Queue == nil || len(lock.Status.Queue.Waiting) == 0 {
+		return out, nil
+	}
+	var list corev1.PodList
+	if err := k.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingLabels{v1alpha1.LockLabel: lock.Name}); err != nil {
+		return nil, fmt.Errorf("list the pods of lock %s/%s: %w", lock.Namespace, lock.Name, err)
+	}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	for _, ref := range lock.Status.Queue.Waiting {
+		if out[ref.Name] != nil {
+			continue
+		}
+		// Relabelled since status was written: read it by name.
+		p, err := findPod(ctx, k, lock.Namespace, ref.Name, "")
+		if err != nil {
+			return nil, err
+		}
+		if p != nil {
+			out[ref.Name] = p
+		}
+	}
+	return out, nil
+}
+
+// whyInput reads what `why` explains: the pod, its lock, the holder and the
+// last holder pods, and the events of the pod and the lock.
+func whyInput(ctx context.Context, k client.Client, ns, name string) (report.WhyInput, error) {
+	in := report.WhyInput{Now: time.Now()}
+	pod, err := getPod(ctx, k, ns, name)
+	if err != nil {
+		return in, err
+	}
+	in.Pod = pod
+	if in.Events, err = eventsOf(ctx, k, ns, pod.UID); err != nil {
+		return in, err
+	}
+	lockName := pod.Labels[v1alpha1.LockLabel]
+	if lockName == "" {
+		return in, nil // Explain says so
+	}
+	if in.Lock, err = findLock(ctx, k, ns, lockName); err != nil || in.Lock == nil {
+		return in, err
+	}
+	st := in.Lock.Status
+	if st.Holder != nil && st.Holder.Pod != nil {
+		if in.HolderPod, err = findPod(ctx, k, ns, st.Holder.Pod.Name, st.Holder.Pod.UID); err != nil {
+			return in, err
+		}
+	}
+	if st.LastHolderPod != nil {
+		if in.LastHolderPod, err = findPod(ctx, k, ns, st.LastHolderPod.Name, st.LastHolderPod.UID); err != nil {
+			return in, err
+		}
+	}
+	lockEvents, err := eventsOf(ctx, k, ns, in.Lock.UID)
+	if err != nil {
+		return in, err
+	}
+	in.Events = append(in.Events, lockEvents...)
+	return in, nil
+}
+
+// eventsOf lists the events about the object uid in namespace ns (core
+// events and events.k8s.io events alike: they are one resource).
+func eventsOf(ctx context.Context, k client.Client, ns string, uid types.UID) ([]corev1.Event, error) {
+	var list corev1.EventList
+	if err := k.List(ctx, &list, client.InNamespace(ns),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(uid))}); err != nil {
+		return nil, fmt.Errorf("list the events of %s in namespace %s: %w", uid, ns, err)
+	}
+	return list.Items, nil
+}

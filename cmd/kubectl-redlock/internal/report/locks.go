@@ -1,0 +1,137 @@
+package report
+
+import (
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// Lock is one DistributedLock as `status` and `who` show it.
+type Lock struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Key is the Redis key (status.key, or the key the spec asks for).
+	Key string `json:"key"`
+	// Holder is status.holder; null when nobody holds the lock.
+	Holder *Holder `json:"holder"`
+	// Held: a holder is shown and its validity has not passed.
+	Held bool `json:"held"`
+	// HeldCondition is the status and reason of the Held condition
+	// ("True/Acquired", "False/QuorumUnavailable"), empty when absent.
+	HeldCondition string `json:"heldCondition,omitempty"`
+	// ValidUntil is status.validUntil while a holder is shown.
+	ValidUntil *time.Time `json:"validUntil"`
+	// ValidFor is the table's VALID-FOR: the time left, "expired" or "-".
+	ValidFor string `json:"validFor"`
+	// FencingToken is the token of the current (or latest) grant.
+	FencingToken int64 `json:"fencingToken"`
+	// GrantID is the current (or latest) grant's ID.
+	GrantID string `json:"grantID,omitempty"`
+	// Waiting is how many pods wait (status.queue.count).
+	Waiting int32 `json:"waiting"`
+}
+
+// LockList is the output of `status`.
+type LockList struct {
+	Kind  string `json:"kind"`
+	Items []Lock `json:"items"`
+}
+
+// KeyHolders is the output of `who KEY`: every lock in the cluster on the
+// key.
+type KeyHolders struct {
+	Kind  string `json:"kind"`
+	Key   string `json:"key"`
+	Items []Lock `json:"items"`
+}
+
+// LockOf describes lock at now.
+func LockOf(lock *v1alpha1.DistributedLock, now time.Time) Lock {
+	st := lock.Status
+	until, valid, shown := Validity(st, now)
+	l := Lock{
+		Namespace: lock.Namespace, Name: lock.Name, Key: Key(lock),
+		Holder: holderOf(st), Held: valid, ValidUntil: until, ValidFor: shown,
+		FencingToken: st.FencingToken, GrantID: st.GrantID,
+		HeldCondition: conditionShort(meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld)),
+	}
+	if st.Queue != nil {
+		l.Waiting = st.Queue.Count
+	}
+	return l
+}
+
+func conditionShort(c *metav1.Condition) string {
+	if c == nil {
+		return ""
+	}
+	return string(c.Status) + "/" + c.Reason
+}
+
+// Locks describes locks at now, sorted by namespace and name.
+func Locks(locks []v1alpha1.DistributedLock, now time.Time) LockList {
+	out := LockList{Kind: "LockList", Items: []Lock{}}
+	for i := range locks {
+		out.Items = append(out.Items, LockOf(&locks[i], now))
+	}
+	sortLocks(out.Items)
+	return out
+}
+
+// Who describes the locks among locks whose Redis key is key, at now.
+func Who(key string, locks []v1alpha1.DistributedLock, now time.Time) KeyHolders {
+	out := KeyHolders{Kind: "KeyHolders", Key: key, Items: []Lock{}}
+	for i := range locks {
+		if Key(&locks[i]) == key {
+			out.Items = append(out.Items, LockOf(&locks[i], now))
+		}
+	}
+	sortLocks(out.Items)
+	return out
+}
+
+func sortLocks(ls []Lock) {
+	slices.SortFunc(ls, func(a, b Lock) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// StatusHeaders are the columns of `status`.
+var StatusHeaders = []string{"NAMESPACE", "NAME", "KEY", "HOLDER", "VALID-FOR", "TOKEN", "WAITING"}
+
+// WriteStatus prints the table of `status`.
+func WriteStatus(w io.Writer, l LockList) error {
+	rows := make([][]string, 0, len(l.Items))
+	for _, x := range l.Items {
+		rows = append(rows, []string{x.Namespace, x.Name, x.Key, x.Holder.String(), x.ValidFor, token(x.FencingToken), itoa(x.Waiting)})
+	}
+	return table(w, StatusHeaders, rows)
+}
+
+// WhoHeaders are the columns of `who`.
+var WhoHeaders = []string{"NAMESPACE", "NAME", "HOLDER", "VALID-FOR", "TOKEN", "HELD", "WAITING"}
+
+// WriteWho prints the table of `who`.
+func WriteWho(w io.Writer, k KeyHolders) error {
+	rows := make([][]string, 0, len(k.Items))
+	for _, x := range k.Items {
+		held := x.HeldCondition
+		if held == "" {
+			held = none
+		}
+		rows = append(rows, []string{x.Namespace, x.Name, x.Holder.String(), x.ValidFor, token(x.FencingToken), held, itoa(x.Waiting)})
+	}
+	return table(w, WhoHeaders, rows)
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
