@@ -199,7 +199,7 @@ redis: ## Install redis-server from the OS packages when missing.
 ##@ Build
 
 .PHONY: build
-build: ## Build every package, and the binaries (manager, gate, agent) into bin/.
+build: ## Build every package, and the binaries (manager, gate, agent, kubectl-redlock) into bin/.
 	$(GO) build ./...
 	@$(MAKE) --no-print-directory binaries
 
@@ -207,6 +207,17 @@ build: ## Build every package, and the binaries (manager, gate, agent) into bin/
 binaries: ## Build only the binaries of cmd/ into BIN (default bin/), as the Dockerfile builds them.
 	@mkdir -p $(BIN)
 	@for c in $(notdir $(wildcard cmd/*)); do echo "build $(BIN)/$$c"; $(GO_BUILD) -o $(BIN)/$$c ./cmd/$$c || exit 1; done
+
+# Where `make install-plugin` puts kubectl-redlock: PREFIX/bin when PREFIX is
+# set, else GOBIN (default: $(go env GOPATH)/bin).
+PREFIX ?=
+PLUGIN_DIR ?= $(if $(PREFIX),$(PREFIX)/bin,$(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin))
+
+.PHONY: install-plugin
+install-plugin: ## Build the kubectl plugin kubectl-redlock into GOBIN, or PREFIX/bin with PREFIX=…; `kubectl redlock` finds it on PATH.
+	@mkdir -p $(PLUGIN_DIR)
+	$(GO_BUILD) -o $(PLUGIN_DIR)/kubectl-redlock ./cmd/kubectl-redlock
+	@echo "installed $(PLUGIN_DIR)/kubectl-redlock: run 'kubectl redlock --help' (with $(PLUGIN_DIR) on PATH)"
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
