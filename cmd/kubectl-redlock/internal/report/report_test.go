@@ -1,0 +1,381 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+var now = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+func lockWith(ns, name string, mod func(*v1alpha1.DistributedLock)) *v1alpha1.DistributedLock {
+	l := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("lock-" + name)},
+		Spec: v1alpha1.DistributedLockSpec{MasterSet: "masters", TTL: metav1.Duration{Duration: 30 * time.Second}}}
+	if mod != nil {
+		mod(l)
+	}
+	return l
+}
+
+func grantedTo(pod string, uid types.UID, validFor time.Duration) func(*v1alpha1.DistributedLock) {
+	return func(l *v1alpha1.DistributedLock) {
+		l.Status.Holder = &v1alpha1.LockHolder{Identity: pod, Pod: &v1alpha1.PodReference{Name: pod, UID: uid}}
+		l.Status.ValidUntil = v1alpha1.NewPreciseTime(now.Add(validFor))
+		l.Status.FencingToken, l.Status.GrantID = 42, "g-"+pod
+	}
+}
+
+func queued(refs ...v1alpha1.PodReference) func(*v1alpha1.DistributedLock) {
+	return func(l *v1alpha1.DistributedLock) {
+		l.Status.Queue = &v1alpha1.LockQueue{Waiting: refs, Count: int32(len(refs))} //nolint:gosec // a few
+	}
+}
+
+func both(fs ...func(*v1alpha1.DistributedLock)) func(*v1alpha1.DistributedLock) {
+	return func(l *v1alpha1.DistributedLock) {
+		for _, f := range fs {
+			f(l)
+		}
+	}
+}
+
+func condition(t, status, reason, msg string) func(*v1alpha1.DistributedLock) {
+	return func(l *v1alpha1.DistributedLock) {
+		l.Status.Conditions = append(l.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionStatus(status), Reason: reason, Message: msg})
+	}
+}
+
+func podWith(name, lock string, mod func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID("uid-" + name),
+		CreationTimestamp: metav1.NewTime(now.Add(-time.Minute))}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	if lock != "" {
+		p.Labels = map[string]string{v1alpha1.LockLabel: lock}
+	}
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}}
+	if mod != nil {
+		mod(p)
+	}
+	return p
+}
+
+func ref(name string) v1alpha1.PodReference {
+	return v1alpha1.PodReference{Name: name, UID: types.UID("uid-" + name)}
+}
+
+func TestValidity(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		st    v1alpha1.DistributedLockStatus
+		valid bool
+		shown string
+	}{
+		{"nobody", v1alpha1.DistributedLockStatus{}, false, "-"},
+		{"holder without validity", v1alpha1.DistributedLockStatus{Holder: &v1alpha1.LockHolder{Identity: "x"}}, false, "-"},
+		{"validity without holder (released)", v1alpha1.DistributedLockStatus{ValidUntil: v1alpha1.NewPreciseTime(now.Add(time.Minute))}, false, "-"},
+		{"held", v1alpha1.DistributedLockStatus{Holder: &v1alpha1.LockHolder{Identity: "x"}, ValidUntil: v1alpha1.NewPreciseTime(now.Add(19500 * time.Millisecond))}, true, "19s"},
+		{"held for minutes", v1alpha1.DistributedLockStatus{Holder: &v1alpha1.LockHolder{Identity: "x"}, ValidUntil: v1alpha1.NewPreciseTime(now.Add(5*time.Minute + 3*time.Second))}, true, "5m3s"},
+		{"ends now", v1alpha1.DistributedLockStatus{Holder: &v1alpha1.LockHolder{Identity: "x"}, ValidUntil: v1alpha1.NewPreciseTime(now)}, false, "expired"},
+		{"passed", v1alpha1.DistributedLockStatus{Holder: &v1alpha1.LockHolder{Identity: "x"}, ValidUntil: v1alpha1.NewPreciseTime(now.Add(-time.Second))}, false, "expired"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, valid, shown := Validity(tc.st, now)
+			if valid != tc.valid || shown != tc.shown {
+				t.Fatalf("Validity = %v, %q; want %v, %q", valid, shown, tc.valid, tc.shown)
+			}
+		})
+	}
+}
+
+func TestKey(t *testing.T) {
+	for _, tc := range []struct {
+		lock *v1alpha1.DistributedLock
+		want string
+	}{
+		{lockWith("shop", "a", nil), "redlock:shop/a"},
+		{lockWith("shop", "a", func(l *v1alpha1.DistributedLock) { l.Spec.Key = "ledger" }), "ledger"},
+		{lockWith("shop", "a", func(l *v1alpha1.DistributedLock) { l.Spec.Key, l.Status.Key = "ledger", "ledger-in-use" }), "ledger-in-use"},
+	} {
+		if got := Key(tc.lock); got != tc.want {
+			t.Errorf("Key(%s) = %q, want %q", tc.lock.Name, got, tc.want)
+		}
+	}
+}
+
+func TestLocksAndWho(t *testing.T) {
+	locks := []v1alpha1.DistributedLock{
+		*lockWith("shop", "b", func(l *v1alpha1.DistributedLock) { l.Spec.Key = "ledger" }),
+		*lockWith("billing", "z", both(func(l *v1alpha1.DistributedLock) { l.Spec.Key = "ledger" }, grantedTo("p", "u", 10*time.Second))),
+		*lockWith("shop", "a", queued(ref("x"), ref("y"))),
+	}
+	l := Locks(locks, now)
+	var names []string
+	for _, x := range l.Items {
+		names = append(names, x.Namespace+"/"+x.Name)
+	}
+	if got := strings.Join(names, " "); got != "billing/z shop/a shop/b" {
+		t.Fatalf("Locks order = %s", got)
+	}
+	if l.Items[0].Holder.String() != "pod/p" || !l.Items[0].Held || l.Items[0].ValidFor != "10s" || l.Items[1].Waiting != 2 {
+		t.Fatalf("Locks = %+v", l.Items)
+	}
+	w := Who("ledger", locks, now)
+	if len(w.Items) != 2 || w.Items[0].Namespace != "billing" || w.Items[1].Name != "b" {
+		t.Fatalf("Who(ledger) = %+v", w.Items)
+	}
+	if w := Who("redlock:shop/a", locks, now); len(w.Items) != 1 || w.Items[0].Name != "a" {
+		t.Fatalf("Who(default key) = %+v", w.Items)
+	}
+	if w := Who("nothing", locks, now); w.Items == nil || len(w.Items) != 0 {
+		t.Fatalf("Who(nothing) = %#v, want an empty list (JSON [])", w.Items)
+	}
+	var b bytes.Buffer
+	if err := WriteStatus(&b, l); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if strings.Join(strings.Fields(lines[0]), " ") != "NAMESPACE NAME KEY HOLDER VALID-FOR TOKEN WAITING" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "billing z ledger pod/p 10s 42 0" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "shop a redlock:shop/a - - - 2" {
+		t.Fatalf("status table:\n%s", b.String())
+	}
+}
+
+func TestGates(t *testing.T) {
+	readiness := func(status corev1.ConditionStatus) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.SchedulingGates = nil
+			p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+			if status != "" {
+				p.Status.Conditions = []corev1.PodCondition{{Type: v1alpha1.ReadinessGate, Status: status}}
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		gate  string
+		gated bool
+	}{
+		{"scheduling gate", podWith("a", "l", nil), GateScheduling, true},
+		{"scheduling gate lifted", podWith("a", "l", func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }), GateNone, false},
+		{"readiness gate, no condition yet", podWith("a", "l", readiness("")), GateReadiness, true},
+		{"readiness gate False", podWith("a", "l", readiness(corev1.ConditionFalse)), GateReadiness, true},
+		{"readiness gate True", podWith("a", "l", readiness(corev1.ConditionTrue)), GateReadiness, false},
+		{"label mode", podWith("a", "l", func(p *corev1.Pod) {
+			p.Spec.SchedulingGates = nil
+			p.Labels[v1alpha1.GateModeLabel] = v1alpha1.GateModeHolderLabel
+		}), GateLabel, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if g := GateOf(tc.pod); g != tc.gate {
+				t.Errorf("GateOf = %q, want %q", g, tc.gate)
+			}
+			if g := Gated(tc.pod); g != tc.gated {
+				t.Errorf("Gated = %v, want %v", g, tc.gated)
+			}
+		})
+	}
+}
+
+func TestExplain(t *testing.T) {
+	me := ref("me")
+	holder := podWith("holder", "l", func(p *corev1.Pod) { p.Spec.SchedulingGates, p.Status.Phase = nil, corev1.PodRunning })
+	deleting := holder.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: now.Add(-5 * time.Second)}
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		lock      *v1alpha1.DistributedLock
+		holderPod *corev1.Pod
+		lastPod   *corev1.Pod
+		reason    string
+		says      []string
+	}{
+		{"no such lock", podWith("me", "l", nil), nil, nil, nil, WhyLockNotFound, []string{`no DistributedLock "l" exists in namespace shop`}},
+		{"behind a pod holder, second in line", podWith("me", "l", nil),
+			lockWith("shop", "l", both(grantedTo("holder", "uid-holder", 19*time.Second), queued(ref("first"), me))), holder, nil,
+			WhyWaitingForHolder, []string{"waits for pod holder (Running), which holds the lock (valid for 19s", "1 pod is ahead of it in line (first)"}},
+		{"holder being deleted", podWith("me", "l", nil),
+			lockWith("shop", "l", both(grantedTo("holder", "uid-holder", 19*time.Second), queued(me))), deleting, nil,
+			WhyHolderTerminating, []string{"pod holder, which holds the lock and is being deleted (for 5s)", "once that pod's containers have stopped"}},
+		{"holder gone", podWith("me", "l", nil),
+			lockWith("shop", "l", both(grantedTo("holder", "uid-holder", 19*time.Second), queued(me))), nil, nil,
+			WhyHolderGone, []string{"no longer exists"}},
+		{"static holder", podWith("me", "l", nil),
+			lockWith("shop", "l", both(func(l *v1alpha1.DistributedLock) {
+				l.Spec.HolderIdentity = "nightly"
+				l.Status.Holder = &v1alpha1.LockHolder{Identity: "nightly"}
+			}, queued(me))), nil, nil,
+			WhyStaticHolder, []string{`static holder "nightly" (spec.holderIdentity)`, "kubectl redlock handover l"}},
+		{"quorum unavailable", podWith("me", "l", nil),
+			lockWith("shop", "l", both(queued(me), condition(v1alpha1.ConditionHeld, "False", v1alpha1.ReasonQuorumUnavailable, "2 of 3 masters down"))), nil, nil,
+			WhyLockNotHeld, []string{"nobody holds the lock: Held=False, reason QuorumUnavailable: 2 of 3 masters down"}},
+		{"held elsewhere", podWith("me", "l", nil),
+			lockWith("shop", "l", both(queued(me), condition(v1alpha1.ConditionHeld, "False", v1alpha1.ReasonHeldElsewhere, "held"))), nil, nil,
+			WhyLockNotHeld, []string{"kubectl redlock who redlock:shop/l"}},
+		{"master set missing", podWith("me", "l", nil),
+			lockWith("shop", "l", both(queued(me), condition(v1alpha1.ConditionReady, "False", v1alpha1.ReasonMasterSetNotFound, "no RedisMasterSet masters"))), nil, nil,
+			WhyLockNotReady, []string{"cannot act on the lock: Ready=False, reason MasterSetNotFound"}},
+		{"former holder still runs", podWith("me", "l", nil),
+			lockWith("shop", "l", both(queued(me), func(l *v1alpha1.DistributedLock) { r := ref("holder"); l.Status.LastHolderPod = &r })), nil, holder,
+			WhyFormerHolderRuns, []string{"its last holder, pod holder (Running), may still run"}},
+		{"first in a free lock", podWith("me", "l", nil), lockWith("shop", "l", queued(me)), nil, nil, WhyNext, []string{"first in line"}},
+		{"not queued", podWith("me", "l", nil), lockWith("shop", "l", nil), nil, nil, WhyNotQueued, []string{"is the operator running?"}},
+		{"beyond the ten listed", podWith("me", "l", nil), lockWith("shop", "l", func(l *v1alpha1.DistributedLock) {
+			l.Status.Queue = &v1alpha1.LockQueue{Waiting: []v1alpha1.PodReference{ref("a")}, Count: 12}
+		}), nil, nil, WhyBehindOthers, []string{"12 pods wait and status lists only the first 1"}},
+		{"holds, gate being lifted", podWith("me", "l", nil), lockWith("shop", "l", grantedTo("me", "uid-me", 25*time.Second)), nil, nil,
+			WhyBeingUngated, []string{"holds the lock (fencing token 42, valid for 25s)", "lifts its scheduling gate"}},
+		{"holds", podWith("me", "l", func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }), lockWith("shop", "l", grantedTo("me", "uid-me", 25*time.Second)), nil, nil,
+			WhyHolds, []string{"holds the lock (fencing token 42, valid for 25s, renewed while it runs)"}},
+		{"holder whose validity passed", podWith("me", "l", func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }), lockWith("shop", "l", grantedTo("me", "uid-me", -time.Second)), nil, nil,
+			WhyHolderExpired, []string{"validity it shows has passed"}},
+		{"finished", podWith("me", "l", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), lockWith("shop", "l", nil), nil, nil, WhyPodFinished, []string{"finished (Succeeded)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := Explain(WhyInput{Pod: tc.pod, Lock: tc.lock, HolderPod: tc.holderPod, LastHolderPod: tc.lastPod, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Reason != tc.reason {
+				t.Errorf("reason %s, want %s (%s)", w.Reason, tc.reason, w.Explanation)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(w.Explanation, s) {
+					t.Errorf("explanation %q does not say %q", w.Explanation, s)
+				}
+			}
+		})
+	}
+}
+
+func TestExplainPodWithoutLockLabel(t *testing.T) {
+	_, err := Explain(WhyInput{Pod: podWith("web", "", nil), Now: now})
+	if err == nil || !strings.Contains(err.Error(), "pod shop/web asks for no lock") || !strings.Contains(err.Error(), "no label redlock.dev/lock") {
+		t.Fatalf("Explain of a pod without the label: %v", err)
+	}
+}
+
+func TestExplainPositionAndEvents(t *testing.T) {
+	lock := lockWith("shop", "l", both(grantedTo("holder", "uid-holder", 10*time.Second), queued(ref("a"), ref("b"), ref("me"))))
+	events := []corev1.Event{
+		{InvolvedObject: corev1.ObjectReference{Kind: "DistributedLock", Name: "l"}, Reason: "Granted", Type: "Normal", Message: "granted", EventTime: metav1.NewMicroTime(now.Add(-2 * time.Minute))},
+		{InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "me"}, Reason: "Scheduled", Type: "Normal", Message: "older", LastTimestamp: metav1.NewTime(now.Add(-3 * time.Minute))},
+		{InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "me"}, Reason: "Newest", Type: "Warning", Message: "newest", LastTimestamp: metav1.NewTime(now.Add(-time.Second))},
+	}
+	w, err := Explain(WhyInput{Pod: podWith("me", "l", nil), Lock: lock, HolderPod: podWith("holder", "l", nil), Events: events, MaxEvents: 2, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Position != 3 || w.Waiting != 3 || strings.Join(w.Ahead, ",") != "a,b" || !w.Gated {
+		t.Fatalf("position %d of %d, ahead %v, gated %v", w.Position, w.Waiting, w.Ahead, w.Gated)
+	}
+	if len(w.Events) != 2 || w.Events[0].Object != "distributedlock/l" || w.Events[1].Reason != "Newest" || w.Events[0].Age != "2m" {
+		t.Fatalf("events %+v: want the 2 newest, oldest first", w.Events)
+	}
+	var b bytes.Buffer
+	if err := WriteWhy(&b, w); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"Queue:     number 3 of 3 waiting", "Holder:    pod/holder (Pending), token 42, valid for 10s", "Events:\n  TYPE "} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("why output does not hold %q:\n%s", s, b.String())
+		}
+	}
+}
+
+func TestQueueOf(t *testing.T) {
+	lock := lockWith("shop", "l", func(l *v1alpha1.DistributedLock) {
+		l.Status.Queue = &v1alpha1.LockQueue{Waiting: []v1alpha1.PodReference{ref("a"), ref("gone"), ref("renamed")}, Count: 14}
+	})
+	pods := map[string]*corev1.Pod{
+		"a":       podWith("a", "l", nil),
+		"renamed": podWith("renamed", "l", func(p *corev1.Pod) { p.UID = "another" }),
+	}
+	q := QueueOf(lock, pods, now)
+	if len(q.Waiting) != 3 || q.Waiting[0].Phase != "Pending" || q.Waiting[0].Gate != GateScheduling || q.Waiting[0].Age != "60s" ||
+		q.Waiting[1].Phase != PhaseGone || q.Waiting[2].Phase != PhaseGone || q.Waiting[2].Position != 3 {
+		t.Fatalf("queue %+v", q.Waiting)
+	}
+	var out, errOut bytes.Buffer
+	if err := WriteQueue(&out, &errOut, q); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "... and 11 more: status lists the first 3 of the 14 pods that wait.") {
+		t.Fatalf("queue table:\n%s", out.String())
+	}
+	out.Reset()
+	if err := WriteQueue(&out, &errOut, QueueOf(lockWith("shop", "free", nil), nil, now)); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 || errOut.String() != "No pods wait for lock shop/free.\n" {
+		t.Fatalf("empty queue: out %q, err %q", out.String(), errOut.String())
+	}
+}
+
+func TestTokenOf(t *testing.T) {
+	annotated := func(tok string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Annotations = map[string]string{v1alpha1.FencingTokenAnnotation: tok, v1alpha1.LockNameAnnotation: "l"}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		lock  *v1alpha1.DistributedLock
+		holds bool
+		token int64
+		says  string
+	}{
+		{"holder, annotated", podWith("me", "l", annotated("42")), lockWith("shop", "l", grantedTo("me", "uid-me", 9*time.Second)), true, 42,
+			"pod shop/me holds lock l (key redlock:shop/l) with fencing token 42, valid for 9s"},
+		{"holder, not yet annotated", podWith("me", "l", nil), lockWith("shop", "l", grantedTo("me", "uid-me", 9*time.Second)), true, 42,
+			"has not yet written the annotation redlock.dev/fencing-token"},
+		{"former holder", podWith("me", "l", annotated("41")), lockWith("shop", "l", grantedTo("other", "uid-other", 9*time.Second)), false, 0,
+			"pod shop/me holds nothing: lock l is held by pod/other; its annotation redlock.dev/fencing-token=41 is from a grant it no longer holds"},
+		{"no lock", podWith("me", "", func(p *corev1.Pod) { p.Spec.SchedulingGates = nil }), nil, false, 0, "holds nothing: it asks for no lock"},
+		{"lock missing", podWith("me", "l", nil), nil, false, 0, "holds nothing: its lock l does not exist"},
+		{"validity passed", podWith("me", "l", annotated("42")), lockWith("shop", "l", grantedTo("me", "uid-me", -time.Second)), false, 0, "the validity shown has passed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := TokenOf(tc.pod, tc.lock, now)
+			if got.Holds != tc.holds || got.FencingToken != tc.token || !strings.Contains(got.Explanation, tc.says) {
+				t.Fatalf("TokenOf = holds %v token %d %q; want holds %v token %d, saying %q", got.Holds, got.FencingToken, got.Explanation, tc.holds, tc.token, tc.says)
+			}
+		})
+	}
+}
+
+func TestStructuredOutput(t *testing.T) {
+	l := Locks([]v1alpha1.DistributedLock{*lockWith("shop", "a", nil)}, now)
+	var b bytes.Buffer
+	if err := WriteStructured(&b, FormatJSON, l); err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	item := back["items"].([]any)[0].(map[string]any)
+	if back["kind"] != "LockList" || item["holder"] != nil || item["validFor"] != "-" || item["key"] != "redlock:shop/a" {
+		t.Fatalf("json %s", b.String())
+	}
+	b.Reset()
+	if err := WriteStructured(&b, FormatYAML, l); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "items:\n- fencingToken: 0\n") || !strings.Contains(b.String(), "kind: LockList\n") {
+		t.Fatalf("yaml %s", b.String())
+	}
+	if err := CheckFormat("wide"); err == nil || !strings.Contains(err.Error(), `unknown output format "wide"`) {
+		t.Fatalf("CheckFormat(wide) = %v", err)
+	}
+}
