@@ -75,15 +75,19 @@ api-docs: ## Generate docs/reference/api.md (API reference) from the Go types in
 helm-docs: ## Generate docs/reference/helm-values.md (Helm values reference) from the chart's values.yaml and values.schema.json.
 	$(GO) run ./hack/helmdocs $(CHART) docs/reference/helm-values.md
 
+.PHONY: monitoring
+monitoring: ## Write config/prometheus/prometheusrule.yaml from rules.yaml, and the chart's copies of the rules and the Grafana dashboard.
+	@hack/monitoring.sh $(CHART)
+
 .PHONY: helm-chart
-helm-chart: manifests ## Sync the Helm chart's generated parts (crds/, templates/generated/) from kustomize build config/default.
+helm-chart: manifests monitoring ## Sync the Helm chart's generated parts (crds/, templates/generated/) from kustomize build config/default.
 	$(KUSTOMIZE) build config/default | $(GO) run ./hack/helmchart $(CHART)
 
 .PHONY: helm-lint
 helm-lint: ## Lint the Helm chart (helm lint --strict) and render it, with the default values and with the optional parts switched.
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART)
 	$(HELM) lint --strict --kube-version $(HELM_KUBE_VERSION) $(CHART) --namespace locks-operator \
-		--set namespace.create=true,webhook.enabled=false,admissionPolicy.enabled=false,metrics.secure=false,metrics.serviceMonitor.enabled=true,replicas=1,leaderElection.enabled=false \
+		--set namespace.create=true,webhook.enabled=false,admissionPolicy.enabled=false,metrics.secure=false,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.grafanaDashboard.enabled=true,replicas=1,leaderElection.enabled=false \
 		--set podDisruptionBudget.enabled=false,priorityClass.create=false,priorityClassName=,affinity=null \
 		--set 'watchNamespaces={team-a,team-b}'
 	$(HELM) template redlock-operator $(CHART) --namespace redlock-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
@@ -117,7 +121,7 @@ build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (imag
 	$(KUSTOMIZE) build config/default | sed 's|redlock-operator:dev|$(IMG)|g' > dist/install.yaml
 
 .PHONY: verify
-verify: manifests generate api-docs helm-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; no tracked file over 1 MiB.
+verify: prometheus manifests generate api-docs helm-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; check the alerting rules with promtool; no tracked file over 1 MiB.
 	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
 	@$(MAKE) --no-print-directory helm-chart
 	@git diff --exit-code -- api config dist docs/reference/api.md docs/reference/helm-values.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-docs helm-chart' and commit"; exit 1; }
@@ -131,6 +135,8 @@ verify: manifests generate api-docs helm-docs ## Fail when generated files (the 
 	cd hack/bench && $(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	@$(MAKE) --no-print-directory helm-lint
+	promtool check rules config/prometheus/rules.yaml
+	cd config/prometheus && promtool test rules rules_test.yaml
 	@hack/check-file-sizes.sh
 
 .PHONY: test
@@ -139,7 +145,7 @@ verify: manifests generate api-docs helm-docs ## Fail when generated files (the 
 TEST_LOG ?= $(CURDIR)/bin/test.log
 E2E_REPORT ?= $(CURDIR)/bin/e2e-report.json
 
-test: redis envtest ## Run all tests against real redis-server processes and a real kube-apiserver + etcd.
+test: redis prometheus envtest ## Run all tests against real redis-server processes and a real kube-apiserver + etcd.
 	@mkdir -p $(dir $(TEST_LOG))
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) test $(TEST_FLAGS) ./... 2>&1 | tee $(TEST_LOG) || \
 		{ echo "== failures again, from $(TEST_LOG):"; grep -E -A6 -e '--- FAIL|\[FAILED\]|^panic:' $(TEST_LOG) | cut -c1-400 | tail -80; exit 1; }
@@ -195,6 +201,10 @@ bench-memory: envtest ## The manager's memory before and after 1,000 unrelated C
 .PHONY: redis
 redis: ## Install redis-server from the OS packages when missing.
 	@hack/install-redis.sh >/dev/null
+
+.PHONY: prometheus
+prometheus: ## Install Debian's prometheus package (prometheus, promtool) when missing.
+	@hack/install-prometheus.sh >/dev/null
 
 ##@ Build
 

@@ -175,18 +175,23 @@ func (m *Metrics) ForgetLock(namespace, name string) {
 
 // Register registers every collector with reg.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{
-		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
-		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
-		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
-		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
-		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.Grants, m.PodWait,
-	} {
+	for _, c := range m.Collectors() {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Collectors are every collector of m.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
+		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
+		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
+		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
+		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.Grants, m.PodWait,
+	}
 }
 
 // Observer returns a redlock.Observer that records the operations of one

@@ -47,7 +47,7 @@ var _ = Describe("The Helm chart", func() {
 		expectSameObjects(helmTemplate("redlock-system", defaults...), kustomize("config/default"), "config/default")
 	})
 
-	It("renders the ServiceMonitor of config/prometheus with metrics.serviceMonitor.enabled", func() {
+	It("renders the ServiceMonitor and the PrometheusRule of config/prometheus with metrics.serviceMonitor.enabled and metrics.prometheusRule.enabled", func() {
 		// config/default with its ../prometheus line uncommented, as its
 		// comment tells users to do.
 		dir := GinkgoT().TempDir()
@@ -58,8 +58,8 @@ var _ = Describe("The Helm chart", func() {
 		Expect(string(data)).To(ContainSubstring("\n#- ../prometheus\n"))
 		Expect(os.WriteFile(k, bytes.Replace(data, []byte("\n#- ../prometheus\n"), []byte("\n- ../prometheus\n"), 1), 0o600)).To(Succeed())
 		want := kustomize(filepath.Join(dir, "config", "default"))
-		Expect(kinds(objects(want))).To(ContainElement("ServiceMonitor"))
-		expectSameObjects(helmTemplate("redlock-system", append(defaults, "metrics.serviceMonitor.enabled=true")...), want, "config/default with config/prometheus")
+		Expect(kinds(objects(want))).To(ContainElements("ServiceMonitor", "PrometheusRule"))
+		expectSameObjects(helmTemplate("redlock-system", append(defaults, "metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true")...), want, "config/default with config/prometheus")
 	})
 
 	It("renders the objects of kustomize build config/watch-namespaces with watchNamespaces, which the API server accepts", func() {
