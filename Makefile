@@ -80,7 +80,7 @@ monitoring: ## Write config/prometheus/prometheusrule.yaml from rules.yaml, and 
 	@hack/monitoring.sh $(CHART)
 
 .PHONY: helm-chart
-helm-chart: manifests monitoring ## Sync the Helm chart's generated parts (crds/, templates/generated/) from kustomize build config/default.
+helm-chart: manifests monitoring ## Sync the Helm chart's generated parts (templates/generated/, the CRDs included) from kustomize build config/default.
 	$(KUSTOMIZE) build config/default | $(GO) run ./hack/helmchart $(CHART)
 
 .PHONY: helm-lint

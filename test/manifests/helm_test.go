@@ -216,25 +216,49 @@ var _ = Describe("The Helm chart", func() {
 	})
 })
 
-// The README's way: helm install into a namespace made by
-// --create-namespace, upgrade with other values, uninstall. This creates the
-// objects for real (the suite's other specs only dry-run), and leaves the
-// CRDs, which Helm never deletes.
+// The README's way, for real (the suite's other specs only dry-run): helm
+// install into a namespace made by --create-namespace, upgrade with other
+// values, uninstall. The CRDs are templates of the chart: the install adopts
+// the ones envtest installed without Helm (--take-ownership), the upgrade
+// adds a field to one of them, and the uninstall leaves them.
 var _ = Describe("The Helm chart installed with helm", func() {
-	It("installs, upgrades with other values and uninstalls", func() {
+	It("adopts existing CRDs, upgrades them with the release, and leaves them on uninstall", func() {
 		const ns = "helm-install"
 		dir := GinkgoT().TempDir()
 		kubeconfig := env.Kubeconfig(dir)
-		helm := func(args ...string) {
+		helmErr := func(args ...string) ([]byte, error) {
 			cmd := exec.Command("go", append([]string{"tool", "-modfile=hack/tools/helm/go.mod", "helm", "--kubeconfig", kubeconfig}, args...)...)
 			cmd.Dir = root
 			// Nothing read from or written to the user's Helm settings.
 			cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"),
 				"HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
-			out, err := cmd.CombinedOutput()
+			return cmd.CombinedOutput()
+		}
+		helm := func(args ...string) {
+			out, err := helmErr(args...)
 			Expect(err).NotTo(HaveOccurred(), "helm %s: %s", strings.Join(args, " "), out)
 		}
-		helm("install", "redlock-operator", chartDir, "--namespace", ns, "--create-namespace", "--set", "image.tag=dev")
+		// Whatever happens, the suite's other specs get the CRDs of this
+		// tree back.
+		DeferCleanup(applyCRDs)
+
+		By("an older chart: a copy whose DistributedLock CRD lacks spec.heartbeatTimeout")
+		older := filepath.Join(dir, "older")
+		Expect(os.CopyFS(older, os.DirFS(filepath.Join(root, chartDir)))).To(Succeed())
+		crds := filepath.Join(older, "templates", "generated", "crds.yaml")
+		data, err := os.ReadFile(crds) //nolint:gosec // the spec's own copy
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(crds, withoutProperty(data, "heartbeatTimeout"), 0o600)).To(Succeed())
+
+		By("installing it over the CRDs envtest installed without Helm: refused, then adopted with --take-ownership")
+		out, err := helmErr("install", "redlock-operator", older, "--namespace", ns, "--create-namespace", "--set", "image.tag=dev")
+		Expect(err).To(HaveOccurred(), "helm install over CRDs Helm does not own: %s", out)
+		Expect(string(out)).To(ContainSubstring("CustomResourceDefinition"), "the refusal names the CRDs")
+		helm("install", "redlock-operator", older, "--namespace", ns, "--create-namespace", "--take-ownership", "--set", "image.tag=dev")
+		crdKey := client.ObjectKey{Name: "distributedlocks.coordination.redlock.dev"}
+		crd := getCRD(crdKey.Name)
+		Expect(crd.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"), "CRD %s adopted by the release", crdKey.Name)
+		Expect(specProperties(crd)).NotTo(HaveKey("heartbeatTimeout"), "CRD %s as the older chart has it", crdKey.Name)
 		deploy := &unstructured.Unstructured{}
 		deploy.SetAPIVersion("apps/v1")
 		deploy.SetKind("Deployment")
@@ -242,22 +266,86 @@ var _ = Describe("The Helm chart installed with helm", func() {
 		Expect(env.Client.Get(env.Ctx, key, deploy)).To(Succeed())
 		Expect(deploy.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
 
+		By("upgrading to this tree's chart, with other values: the CRD gains the field")
 		helm("upgrade", "redlock-operator", chartDir, "--namespace", ns, "--set", "image.tag=dev",
 			"--set", "webhook.enabled=false", "--set", "replicas=1", "--set", "leaderElection.enabled=false")
+		Expect(specProperties(getCRD(crdKey.Name))).To(HaveKey("heartbeatTimeout"), "CRD %s upgraded by helm upgrade", crdKey.Name)
 		Expect(env.Client.Get(env.Ctx, key, deploy)).To(Succeed())
 		replicas, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas")
 		Expect(replicas).To(BeNumerically("==", 1))
 		mwc := &unstructured.Unstructured{}
 		mwc.SetAPIVersion("admissionregistration.k8s.io/v1")
 		mwc.SetKind("MutatingWebhookConfiguration")
-		err := env.Client.Get(env.Ctx, client.ObjectKey{Name: "redlock-operator-mutating-webhook-configuration"}, mwc)
+		err = env.Client.Get(env.Ctx, client.ObjectKey{Name: "redlock-operator-mutating-webhook-configuration"}, mwc)
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the upgrade removed the webhook: %v", err)
 
+		By("uninstalling: the manager goes, the CRDs stay")
 		helm("uninstall", "redlock-operator", "--namespace", ns, "--wait")
 		err = env.Client.Get(env.Ctx, key, deploy)
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "uninstalled: %v", err)
+		for _, name := range []string{"distributedlocks", "redismastersets", "lockheartbeats"} {
+			Expect(getCRD(name+".coordination.redlock.dev").GetAnnotations()).
+				To(HaveKeyWithValue("helm.sh/resource-policy", "keep"), "CRD %s.coordination.redlock.dev left by helm uninstall", name)
+		}
 	})
 })
+
+func getCRD(name string) *unstructured.Unstructured {
+	crd := &unstructured.Unstructured{}
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	Expect(env.Client.Get(env.Ctx, client.ObjectKey{Name: name}, crd)).To(Succeed(), "get CRD %s", name)
+	return crd
+}
+
+// specProperties are the properties of spec in a CRD's first version's
+// schema.
+func specProperties(crd *unstructured.Unstructured) map[string]any {
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	Expect(versions).NotTo(BeEmpty(), "versions of CRD %s", crd.GetName())
+	props, _, err := unstructured.NestedMap(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties")
+	Expect(err).NotTo(HaveOccurred(), "spec properties of CRD %s", crd.GetName())
+	return props
+}
+
+// withoutProperty removes the schema property name (its key line and the
+// lines indented under it) from a CRD template: an older CRD without a
+// field.
+func withoutProperty(text []byte, name string) []byte {
+	lines := strings.Split(string(text), "\n")
+	var out []string
+	removed, indent := 0, -1
+	for _, l := range lines {
+		cur := len(l) - len(strings.TrimLeft(l, " "))
+		if indent >= 0 && (cur > indent || strings.TrimSpace(l) == "") {
+			continue
+		}
+		indent = -1
+		if strings.TrimSpace(l) == name+":" {
+			indent = cur
+			removed++
+			continue
+		}
+		out = append(out, l)
+	}
+	Expect(removed).To(Equal(1), "property %s found once", name)
+	return []byte(strings.Join(out, "\n"))
+}
+
+// applyCRDs applies this tree's CRDs (config/crd/bases) with the API
+// server's field ownership forced, as envtest installed them.
+func applyCRDs() {
+	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range files {
+		data, err := os.ReadFile(f) //nolint:gosec // a file of this repository
+		Expect(err).NotTo(HaveOccurred())
+		for _, u := range objects(data) {
+			Expect(env.Client.Apply(env.Ctx, client.ApplyConfigurationFromUnstructured(u), client.ForceOwnership, client.FieldOwner("manifest-test"))).
+				To(Succeed(), "apply CRD %s", u.GetName())
+		}
+	}
+}
 
 // helmTemplate renders the chart into namespace with the CRDs and the given
 // --set values, for the API server version of the test environment.
@@ -351,6 +439,8 @@ func index(objs []*unstructured.Unstructured, fromChart bool) map[string]*unstru
 // normalise removes what legitimately differs between the two renderings,
 // and nothing else:
 //   - the Helm labels (helmLabels) from the chart's metadata.labels;
+//   - the annotation helm.sh/resource-policy: keep from the chart's CRDs
+//     (and only from CRDs), which tells helm uninstall to leave them;
 //   - the namespace of cluster-scoped objects, on both sides: kustomize's
 //     namespace transformer does not know the scope of every kind and sets
 //     one on the ValidatingAdmissionPolicy and its binding, which the API
@@ -366,6 +456,12 @@ func normalise(u *unstructured.Unstructured, fromChart bool) {
 			unstructured.RemoveNestedField(u.Object, "metadata", "labels")
 		} else {
 			u.SetLabels(labels)
+		}
+		if u.GetKind() == "CustomResourceDefinition" {
+			annotations := u.GetAnnotations()
+			Expect(annotations).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"), "CRD %s kept by helm uninstall", u.GetName())
+			delete(annotations, "helm.sh/resource-policy")
+			u.SetAnnotations(annotations)
 		}
 	}
 	if namespaced, err := env.Client.IsObjectNamespaced(u); err == nil && !namespaced {
