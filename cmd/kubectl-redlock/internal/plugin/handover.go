@@ -103,20 +103,29 @@ func (c *cli) handover(ctx context.Context, k client.Client, ns, name string, ye
 	var (
 		last    v1alpha1.DistributedLockStatus
 		outcome handover.Outcome
+		readErr error // of the last read, when it failed
 	)
 	err = wait.PollUntilContextTimeout(ctx, c.opts.PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		l, err := getLock(ctx, k, ns, name)
-		if err != nil {
-			return false, err
+		l, err := findLock(ctx, k, ns, name)
+		switch {
+		case err != nil:
+			readErr = err // the API server may be busy: read again
+			return false, nil
+		case l == nil:
+			return false, fmt.Errorf("lock %s was deleted", ref)
 		}
-		last = l.Status
+		last, readErr = l.Status, nil
 		outcome = handover.Progress(plan, last, time.Now())
 		return outcome != handover.Pending, nil
 	})
 	if err != nil {
-		if wait.Interrupted(err) {
-			return fmt.Errorf("no next grant of lock %s within %s: status shows it %s (the holder may still be stopping: see `kubectl redlock why` for a waiting pod)",
+		if wait.Interrupted(err) && ctx.Err() == nil {
+			msg := fmt.Sprintf("no next grant of lock %s within %s: status shows it %s (the holder may still be stopping: see `kubectl redlock why` for a waiting pod)",
 				ref, timeout, handover.Describe(last, time.Now()))
+			if readErr != nil {
+				msg += fmt.Sprintf("; the last read failed: %v", readErr)
+			}
+			return errors.New(msg)
 		}
 		return fmt.Errorf("wait for the next grant of lock %s: %w", ref, err)
 	}

@@ -327,9 +327,9 @@ func RecentEvents(events []corev1.Event, now time.Time, maxEvents int) []Event {
 }
 
 // eventTime is when e last happened, in whichever field its writer (the
-// core or the events.k8s.io API) filled.
+// core or the events.k8s.io API) filled; its creation when none is.
 func eventTime(e *corev1.Event) time.Time {
-	t := e.CreationTimestamp.Time
+	var t time.Time
 	for _, c := range []time.Time{e.FirstTimestamp.Time, e.LastTimestamp.Time, e.EventTime.Time} {
 		if c.After(t) {
 			t = c
@@ -337,6 +337,9 @@ func eventTime(e *corev1.Event) time.Time {
 	}
 	if e.Series != nil && e.Series.LastObservedTime.After(t) {
 		t = e.Series.LastObservedTime.Time
+	}
+	if t.IsZero() {
+		t = e.CreationTimestamp.Time
 	}
 	return t.UTC()
 }
