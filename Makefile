@@ -229,6 +229,11 @@ install-plugin: ## Build the kubectl plugin kubectl-redlock into GOBIN, or PREFI
 	$(GO_BUILD) -o $(PLUGIN_DIR)/kubectl-redlock ./cmd/kubectl-redlock
 	@echo "installed $(PLUGIN_DIR)/kubectl-redlock: run 'kubectl redlock --help' (with $(PLUGIN_DIR) on PATH)"
 
+.PHONY: release
+release: ## Write a release into dist/release/VERSION (make release VERSION=v0.2.0): install.yaml and the packaged chart of the same version and image (IMAGE_REPO, default redlock-operator), and kubectl-redlock; CHANGELOG.md must have the version's section.
+	@case "$(origin VERSION)" in command\ line|environment) ;; *) echo "release: name it: make release VERSION=vX.Y.Z"; exit 1;; esac
+	GO="$(GO)" HELM_KUBE_VERSION=$(HELM_KUBE_VERSION) hack/release.sh $(VERSION)
+
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
 	$(GO) run ./cmd/manager --leader-elect=false
