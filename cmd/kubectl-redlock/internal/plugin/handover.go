@@ -50,7 +50,11 @@ stdin is not a terminal.`,
 			if err != nil {
 				return err
 			}
-			return c.handover(cmd.Context(), k, ns, args[0], yes, timeout)
+			lockName, err := name(args[0], lockTypes...)
+			if err != nil {
+				return err
+			}
+			return c.handover(cmd.Context(), k, ns, lockName, yes, timeout)
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Do not ask for confirmation.")

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -129,6 +131,25 @@ func one(what string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// name reads an object's name from the command line: NAME, or TYPE/NAME
+// with one of types (as kubectl writes it: pod/web-0, dlock/migrations).
+func name(arg string, types ...string) (string, error) {
+	t, n, ok := strings.Cut(arg, "/")
+	if !ok {
+		return arg, nil
+	}
+	if n != "" && !strings.Contains(n, "/") && slices.Contains(types, strings.ToLower(t)) {
+		return n, nil
+	}
+	return "", fmt.Errorf("%q is not a name: give NAME or %s/NAME", arg, types[0])
+}
+
+// Names a command line may give a pod or a lock by.
+var (
+	podTypes  = []string{"pod", "pods", "po"}
+	lockTypes = []string{"distributedlock", "distributedlocks", "dlock", "distributedlock.coordination.redlock.dev"}
+)
 
 // errNotFound wraps the errors for objects named on the command line that
 // do not exist.

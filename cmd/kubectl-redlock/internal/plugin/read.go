@@ -108,8 +108,12 @@ func (c *cli) queueCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lockName, err := name(args[0], lockTypes...)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			lock, err := getLock(ctx, k, ns, args[0])
+			lock, err := getLock(ctx, k, ns, lockName)
 			if err != nil {
 				return err
 			}
@@ -140,11 +144,18 @@ func (c *cli) whyCommand() *cobra.Command {
   kubectl redlock why migrate-b81d4 -n shop -o json`,
 		Args: one("POD (a pod's name)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if maxEvents < 1 {
+				return fmt.Errorf("--events must be at least 1, not %d", maxEvents)
+			}
 			k, ns, err := c.client()
 			if err != nil {
 				return err
 			}
-			in, err := whyInput(cmd.Context(), k, ns, args[0])
+			podName, err := name(args[0], podTypes...)
+			if err != nil {
+				return err
+			}
+			in, err := whyInput(cmd.Context(), k, ns, podName)
 			if err != nil {
 				return err
 			}
@@ -177,8 +188,12 @@ func (c *cli) tokenCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			podName, err := name(args[0], podTypes...)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			pod, err := getPod(ctx, k, ns, args[0])
+			pod, err := getPod(ctx, k, ns, podName)
 			if err != nil {
 				return err
 			}

@@ -108,6 +108,10 @@ var _ = Describe("The read commands", Ordered, func() {
 		Expect(w.Events[0].Object).To(Equal("distributedlock/jobs"), "the older event first")
 		Expect(w.Events[1].Reason).To(Equal("LockRequestInvalid"))
 
+		By("naming the pod as kubectl does, pod/job-c")
+		decode(kubectlRedlock("why", "pod/job-c", "-n", ns, "-o", "json"), &w)
+		Expect(w.Position).To(Equal(2))
+
 		By("asking why the holder job-a is not gated")
 		decode(kubectlRedlock("why", "job-a", "-n", ns, "-o", "json"), &w)
 		Expect(w.Reason).To(Equal(report.WhyHolds))
@@ -144,6 +148,9 @@ var _ = Describe("The read commands", Ordered, func() {
 		r = kubectlRedlock("queue", "free", "-n", ns)
 		Expect(r.err).NotTo(HaveOccurred())
 		Expect(r.errOut).To(Equal("No pods wait for lock " + ns + "/free.\n"))
+
+		decode(kubectlRedlock("queue", "dlock/jobs", "-n", ns, "-o", "json"), &q)
+		Expect(q.Lock).To(Equal("jobs"))
 
 		r = kubectlRedlock("queue", "nope", "-n", ns)
 		Expect(r.err).To(MatchError(ContainSubstring(`DistributedLock "nope" not found in namespace ` + ns)))

@@ -306,10 +306,10 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// RecentEvents are the max most recent of events (10 when max is 0), oldest
-// first.
+// RecentEvents are the maxEvents most recent of events (10 when maxEvents
+// is not positive), oldest first.
 func RecentEvents(events []corev1.Event, now time.Time, maxEvents int) []Event {
-	if maxEvents == 0 {
+	if maxEvents <= 0 {
 		maxEvents = 10
 	}
 	out := make([]Event, 0, len(events))
