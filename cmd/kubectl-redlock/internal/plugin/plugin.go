@@ -24,6 +24,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/cmd/kubectl-redlock/internal/report"
+	"github.com/redlock-operator/redlock-operator/internal/version"
 )
 
 // Options are what the commands take from their surroundings; the zero
@@ -72,11 +73,16 @@ handover hands a lock on; it never writes status and never touches Redis.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl redlock"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints the release the plugin was built as (make
+		// release, the image), as the operator's other binaries do.
+		Version: version.Version,
 	}
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	c.flags.AddFlags(root.PersistentFlags())
+	// The version alone, as the manager, the gate and the agent print it.
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(c.statusCommand(), c.whyCommand(), c.queueCommand(), c.whoCommand(), c.tokenCommand(), c.handoverCommand())
 	return root
 }
