@@ -249,6 +249,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, err
 		}
 		r.releaseOthers(ctx, req.NamespacedName, "")
+		r.Metrics.ForgetLock(req.Namespace, req.Name)
 		r.relabelled.Forget(req.String())
 		r.writer.stopWaiting(req.NamespacedName)
 		r.beats.forget(req.NamespacedName)
@@ -589,22 +590,26 @@ func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
 	}
 	s.clear(reason, "the grant was lost: "+errString(err))
 	s.givingBack = true
-	r.countLost(lock, reason)
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	// Masters that still hold the lost grant's value (a minority its last
 	// renewals reached, each refreshed for a whole ttl) would keep the key
 	// from the next grant, this holder's included: once status stopped
 	// showing the grant, remove the value wherever it is left.
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		r.countLost(lock, reason)
 		err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
 		logf.FromContext(ctx).V(1).Info("released what a lost grant left", "lock", h.name, "token", h.token, "error", errString(err))
 	})
 }
 
 // countLost counts a grant of lock that ended without its holder giving
-// it back (redlock_lock_grants_lost_total), by the Held reason status shows.
+// it back, by the Held reason status shows, once status stopped showing it:
+// redlock_lock_grants_lost_total, and the time of the loss, which the
+// alert reads (a counter's first increment, or one after a restart, is
+// invisible to increase()).
 func (r *Reconciler) countLost(lock *v1alpha1.DistributedLock, reason string) {
 	r.Metrics.GrantsLost.WithLabelValues(lock.Namespace, lock.Name, reason).Inc()
+	r.Metrics.GrantLostAt.WithLabelValues(lock.Namespace, lock.Name, reason).Set(float64(r.Clock.Now().UnixNano()) / 1e9)
 }
 
 // lockRef is a DistributedLock object that only names a lock (and its UID,
@@ -1158,7 +1163,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 			reason = v1alpha1.ReasonValidityExpired
 		}
 		s.clear(reason, "the grant could not be adopted: "+err.Error())
-		r.countLost(lock, reason)
+		s.afterCommit = append(s.afterCommit, func(context.Context) { r.countLost(lock, reason) })
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost at its adoption: %s", st.FencingToken, st.Holder.Identity, conditions.Message(err.Error()))
 		r.acquire(ctx, s, c)
 		return
@@ -1470,6 +1475,7 @@ func (r *Reconciler) showHolder(s *scope) {
 			r.giveBackShown(s, s.client)
 		}
 		s.clear(v1alpha1.ReasonValidityExpired, "the grant's validity passed without renewal")
+		s.afterCommit = append(s.afterCommit, func(context.Context) { r.countLost(lock, v1alpha1.ReasonValidityExpired) })
 		return
 	}
 	s.requeueAfter(st.ValidUntil.Sub(s.now))
@@ -1494,6 +1500,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 				r.dropPending(ctx, s, h, err)
 			case writeUnknown:
 				r.leavePending(s, h, err)
+			case writeCommitted:
+				r.Metrics.Grants.WithLabelValues(lock.Namespace, lock.Name).Inc()
 			}
 		}
 		if apierrors.IsNotFound(err) {

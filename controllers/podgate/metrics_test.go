@@ -14,52 +14,20 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
-// scrape gathers reg as Prometheus would scrape it and returns every
-// sample of the family name whose labels include want (nil: the family is
-// absent).
+// scrape is testenv.Samples, failing g on an error.
 func scrape(g Gomega, reg prometheus.Gatherer, name string, want map[string]string) []*dto.Metric {
-	families, err := reg.Gather()
+	ms, err := testenv.Samples(reg, name, want)
 	g.Expect(err).NotTo(HaveOccurred(), "gather the manager's registry")
-	var out []*dto.Metric
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			for k, v := range want {
-				if !hasLabel(m, k, v) {
-					continue next
-				}
-			}
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue() == value
-		}
-	}
-	return false
+	return ms
 }
 
 // value is the single gauge or counter sample of name with the labels
 // want.
 func value(g Gomega, reg prometheus.Gatherer, name string, want map[string]string) float64 {
-	ms := scrape(g, reg, name, want)
-	g.Expect(ms).To(HaveLen(1), "one sample of %s%v", name, want)
-	switch {
-	case ms[0].GetGauge() != nil:
-		return ms[0].GetGauge().GetValue()
-	case ms[0].GetCounter() != nil:
-		return ms[0].GetCounter().GetValue()
-	}
-	g.Expect(ms[0]).To(BeNil(), "%s%v is a gauge or a counter", name, want)
-	return 0
+	v, ok, err := testenv.Value(reg, name, want)
+	g.Expect(err).NotTo(HaveOccurred(), "gather the manager's registry")
+	g.Expect(ok).To(BeTrue(), "one gauge or counter sample of %s%v", name, want)
+	return v
 }
 
 // histogramCount is the sample count of the histogram name.
@@ -117,6 +85,7 @@ var _ = Describe("Metrics an on-call engineer pages on", Ordered, func() {
 			g.Expect(value(g, mgr.Registry, "redlock_master_set_quorum", set)).To(Equal(2.0))
 			g.Expect(value(g, mgr.Registry, "redlock_master_set_members", set)).To(Equal(3.0))
 			g.Expect(value(g, mgr.Registry, "redlock_master_set_serving", set)).To(Equal(3.0))
+			g.Expect(value(g, mgr.Registry, "redlock_master_set_available", set)).To(Equal(1.0))
 			for _, s := range ms.Servers {
 				for _, state := range []string{v1alpha1.MemberServing, v1alpha1.MemberDown} {
 					want := 0.0
@@ -138,9 +107,13 @@ var _ = Describe("Metrics an on-call engineer pages on", Ordered, func() {
 			lost := scrape(g, mgr.Registry, "redlock_lock_grants_lost_total", lock)
 			g.Expect(lost).NotTo(BeEmpty(), "a lost grant counted")
 			g.Expect(lost[0].GetCounter().GetValue()).To(BeNumerically(">=", 1))
+			at := scrape(g, mgr.Registry, "redlock_lock_grant_lost_timestamp_seconds", lock)
+			g.Expect(at).NotTo(BeEmpty(), "the time of the loss")
+			g.Expect(at[0].GetGauge().GetValue()).To(BeNumerically("~", float64(time.Now().Unix()), 60), "the loss happened in the last minute")
 			g.Expect(value(g, mgr.Registry, "redlock_lock_held", lock)).To(Equal(0.0))
 			g.Expect(value(g, mgr.Registry, "redlock_lock_pods_waiting", lock)).To(BeNumerically(">=", 1))
 			g.Expect(value(g, mgr.Registry, "redlock_master_set_serving", set)).To(Equal(1.0))
+			g.Expect(value(g, mgr.Registry, "redlock_master_set_available", set)).To(Equal(0.0))
 			for _, s := range ms.Servers[:2] {
 				g.Expect(value(g, mgr.Registry, "redlock_master_state", map[string]string{"namespace": ns, "name": ms.Name, "master": s.Addr(), "state": v1alpha1.MemberDown})).
 					To(Equal(1.0), "master %s down", s.Addr())
@@ -178,7 +151,7 @@ var _ = Describe("Metrics an on-call engineer pages on", Ordered, func() {
 	It("forgets a deleted lock's series", func() {
 		Expect(k8s.Delete(suiteCtx, &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "paged"}})).To(Succeed())
 		Eventually(func(g Gomega) {
-			for _, name := range []string{"redlock_lock_held", "redlock_lock_pods_waiting", "redlock_lock_grants_total", "redlock_lock_grants_lost_total", "redlock_lock_fencing_token"} {
+			for _, name := range []string{"redlock_lock_held", "redlock_lock_pods_waiting", "redlock_lock_grants_total", "redlock_lock_grants_lost_total", "redlock_lock_grant_lost_timestamp_seconds", "redlock_lock_fencing_token"} {
 				g.Expect(scrape(g, mgr.Registry, name, lock)).To(BeEmpty(), "%s of the deleted lock", name)
 			}
 		}).Should(Succeed(), "the series of deleted lock %s/paged to be gone", ns)

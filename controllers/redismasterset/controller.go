@@ -127,7 +127,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			r.probed.Delete(req.NamespacedName)
 			r.replaced.Delete(req.NamespacedName)
 			r.served.Delete(req.NamespacedName)
-			r.Metrics.MastersServing.DeleteLabelValues(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -222,8 +221,7 @@ func (r *Reconciler) applyProbe(ms *v1alpha1.RedisMasterSet, results []redlock.P
 	for _, c := range changes {
 		r.Recorder.Eventf(ms, nil, c.eventType, c.reason, "Probe", "%s", c.note)
 	}
-	serving := setMembers(ms, members)
-	r.Metrics.MastersServing.WithLabelValues(ms.Namespace, ms.Name).Set(float64(serving))
+	setMembers(ms, members)
 	return next
 }
 

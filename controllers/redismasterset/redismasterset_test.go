@@ -9,7 +9,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -94,7 +93,12 @@ var _ = Describe("RedisMasterSet", Ordered, func() {
 		Expect(set.Status.Members[0].Message).NotTo(BeEmpty())
 		Expect(meta.IsStatusConditionTrue(set.Status.Conditions, v1alpha1.ConditionDegraded)).To(BeTrue())
 		Eventually(func() []string { return eventReasons(ns, ms.Name) }).Should(ContainElement("MemberDown"), "master set %s/%s to get event MemberDown", ns, ms.Name)
-		Expect(testutil.ToFloat64(mgr.Metrics.MastersServing.WithLabelValues(ns, ms.Name))).To(Equal(1.0))
+		Eventually(func(g Gomega) float64 {
+			v, ok, err := testenv.Value(mgr.Registry, "redlock_master_set_serving", map[string]string{"namespace": ns, "name": ms.Name})
+			g.Expect(err).NotTo(HaveOccurred(), "gather the manager's registry")
+			g.Expect(ok).To(BeTrue(), "one sample of redlock_master_set_serving")
+			return v
+		}).Should(Equal(1.0), "redlock_master_set_serving of master set %s/%s to report the one member left", ns, ms.Name)
 	})
 
 	It("counts a restart and quarantines the restarted member until its window passed", func() {

@@ -66,7 +66,9 @@ const notWatching = "not .Values.watchNamespaces"
 const secureMetrics = "and .Values.metrics.enabled .Values.metrics.secure"
 
 var placements = []placement{
-	{kind: "CustomResourceDefinition", file: "crds.yaml", condition: ".Values.crds.install"},
+	// dig: a release upgraded with --reuse-values from a chart without
+	// the value renders as the default.
+	{kind: "CustomResourceDefinition", file: "crds.yaml", condition: `dig "crds" "install" true .Values.AsMap`},
 	{kind: "Namespace", file: "namespace.yaml", condition: ".Values.namespace.create"},
 	{kind: "ServiceAccount", file: "rbac.yaml"},
 	{kind: "Role", file: "rbac.yaml"},

@@ -11,15 +11,14 @@ import (
 
 // Metrics holds the collectors. Register them once with Register.
 type Metrics struct {
-	OpDuration     *prometheus.HistogramVec
-	Votes          *prometheus.CounterVec
-	Quarantines    *prometheus.CounterVec
-	RenewFailures  *prometheus.CounterVec
-	LocksHeld      prometheus.Gauge
-	FencingToken   *prometheus.GaugeVec
-	RenewLateness  prometheus.Histogram
-	StatusWrites   *prometheus.CounterVec
-	MastersServing *prometheus.GaugeVec
+	OpDuration    *prometheus.HistogramVec
+	Votes         *prometheus.CounterVec
+	Quarantines   *prometheus.CounterVec
+	RenewFailures *prometheus.CounterVec
+	LocksHeld     prometheus.Gauge
+	FencingToken  *prometheus.GaugeVec
+	RenewLateness prometheus.Histogram
+	StatusWrites  *prometheus.CounterVec
 
 	// StatusWriteSlack, StatusWritesLate, StatusWriteBacklog,
 	// StatusWriteDemand and StatusWriteBudget describe the status writer
@@ -52,6 +51,8 @@ type Metrics struct {
 	// GrantsLost counts, per lock and reason, the grants that ended
 	// without their holder giving them back (the Held condition's reason).
 	GrantsLost *prometheus.CounterVec
+	// GrantLostAt is when a grant of the lock was last lost, per reason.
+	GrantLostAt *prometheus.GaugeVec
 	// Grants counts the new grants per lock: every handover to a next
 	// holder (adoptions by a new leader are not grants).
 	Grants *prometheus.CounterVec
@@ -97,10 +98,6 @@ func New() *Metrics {
 			Name: "redlock_status_writes_total",
 			Help: "Status writes to the API server, by writer.",
 		}, []string{"writer"}),
-		MastersServing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redlock_master_set_serving",
-			Help: "Masters of a master set that can vote now.",
-		}, []string{"namespace", "name"}),
 		StatusWriteSlack: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "redlock_status_write_slack_seconds",
 			Help:    "Validity left in a held lock's status when the refresh replacing it landed; below zero the status showed a passed validity (a lapse) for that long.",
@@ -154,6 +151,10 @@ func New() *Metrics {
 			Name: "redlock_lock_grants_lost_total",
 			Help: "Grants of the lock that ended without their holder giving them back, by the Held condition's reason (Lost, ValidityExpired, Shed, HolderUnresponsive, Superseded).",
 		}, []string{"namespace", "name", "reason"}),
+		GrantLostAt: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlock_lock_grant_lost_timestamp_seconds",
+			Help: "When a grant of the lock was last lost, by the Held condition's reason, in seconds since the epoch (set by the leader that saw the loss).",
+		}, []string{"namespace", "name", "reason"}),
 		Grants: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_lock_grants_total",
 			Help: "New grants of the lock, each with a new fencing token: its handovers from one holder to the next (a new leader's adoption of a grant is not one).",
@@ -171,6 +172,7 @@ func (m *Metrics) ForgetLock(namespace, name string) {
 	m.FencingToken.DeleteLabelValues(namespace, name)
 	m.Grants.DeleteLabelValues(namespace, name)
 	m.GrantsLost.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "name": name})
+	m.GrantLostAt.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "name": name})
 }
 
 // Register registers every collector with reg.
@@ -187,10 +189,10 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
-		m.FencingToken, m.RenewLateness, m.StatusWrites, m.MastersServing,
+		m.FencingToken, m.RenewLateness, m.StatusWrites,
 		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
 		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
-		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.Grants, m.PodWait,
+		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.GrantLostAt, m.Grants, m.PodWait,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -27,6 +28,10 @@ var (
 		"Pods in the lock's queue (status.queue.count): pods labelled for the lock that do not hold it, standbys of active/passive workloads included.", []string{"namespace", "name"}, nil)
 	descOldestWait = prometheus.NewDesc("redlock_lock_oldest_wait_seconds",
 		"How long the oldest pod held at the lock's scheduling gate has existed (0 when none is): pods kept from starting, not the running standbys of readiness, label or agent mode.", []string{"namespace", "name"}, nil)
+	descServing = prometheus.NewDesc("redlock_master_set_serving",
+		"Masters of a set that can vote now (status.serving, from the last probe).", []string{"namespace", "name"}, nil)
+	descAvailable = prometheus.NewDesc("redlock_master_set_available",
+		"1 while the set's Available condition is True: a quorum of its masters serves, and locks on it can be granted and renewed.", []string{"namespace", "name"}, nil)
 	descQuorum = prometheus.NewDesc("redlock_master_set_quorum",
 		"Masters of a set that must vote for a grant (status.quorum); quorum is at risk when redlock_master_set_serving is not above it.", []string{"namespace", "name"}, nil)
 	descMembers = prometheus.NewDesc("redlock_master_set_members",
@@ -35,15 +40,18 @@ var (
 		"1 for the state status shows a master in (Serving, Quarantined, Starting, Down), 0 for the others.", []string{"namespace", "name", "master", "state"}, nil)
 	descCertExpiry = prometheus.NewDesc("redlock_master_set_certificate_expiry_timestamp_seconds",
 		"When the certificate a managed set's members serve expires (status.tls.notAfter), in seconds since the epoch.", []string{"namespace", "name", "secret"}, nil)
+	descCertRenew = prometheus.NewDesc("redlock_master_set_certificate_renewal_timestamp_seconds",
+		"When the operator issues the next certificate of a managed set it issues certificates for (status.tls.renewAt), in seconds since the epoch; absent for a certificate you provide.", []string{"namespace", "name", "secret"}, nil)
 )
 
 // StateCollector reports, at each scrape, what the manager's cache shows of
 // every DistributedLock and RedisMasterSet and of the pods labelled for
-// locks: held, pods waiting and the oldest wait per lock, quorum, members'
-// states and certificate expiry per set. It reads status, which only the
-// elected leader writes, and reports these series on the leader only, so
-// that a sum over replicas counts each lock once; a standby reports
-// redlock_manager_leading 0 and nothing else of its own.
+// locks: held, pods waiting and the oldest wait per lock; serving, available,
+// quorum, members, members' states and certificate expiry and renewal per
+// set. It reads status, which only the elected leader writes, and reports
+// these series on the leader only, so that a sum over replicas counts each
+// lock once; a standby reports redlock_manager_leading 0 and nothing else
+// of its own.
 //
 // Computing the series at scrape time from the cache keeps them exact
 // without bookkeeping: a deleted lock's series are gone at the next scrape.
@@ -60,7 +68,7 @@ type StateCollector struct {
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeading, descHeld, descWaiting, descOldestWait, descQuorum, descMembers, descMemberState, descCertExpiry} {
+	for _, d := range []*prometheus.Desc{descLeading, descHeld, descWaiting, descOldestWait, descServing, descAvailable, descQuorum, descMembers, descMemberState, descCertExpiry, descCertRenew} {
 		ch <- d
 	}
 }
@@ -109,6 +117,8 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	for i := range sets.Items {
 		ms := &sets.Items[i]
 		st := &ms.Status
+		ch <- prometheus.MustNewConstMetric(descServing, prometheus.GaugeValue, float64(st.Serving), ms.Namespace, ms.Name)
+		ch <- prometheus.MustNewConstMetric(descAvailable, prometheus.GaugeValue, boolValue(meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionAvailable)), ms.Namespace, ms.Name)
 		ch <- prometheus.MustNewConstMetric(descQuorum, prometheus.GaugeValue, float64(st.Quorum), ms.Namespace, ms.Name)
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(st.Total), ms.Namespace, ms.Name)
 		for _, m := range st.Members {
@@ -118,6 +128,9 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if st.TLS != nil && st.TLS.NotAfter != nil {
 			ch <- prometheus.MustNewConstMetric(descCertExpiry, prometheus.GaugeValue, float64(st.TLS.NotAfter.Unix()), ms.Namespace, ms.Name, st.TLS.SecretName)
+		}
+		if st.TLS != nil && st.TLS.RenewAt != nil {
+			ch <- prometheus.MustNewConstMetric(descCertRenew, prometheus.GaugeValue, float64(st.TLS.RenewAt.Unix()), ms.Namespace, ms.Name, st.TLS.SecretName)
 		}
 	}
 }

@@ -92,7 +92,8 @@ func stateCollector(t *testing.T, leading bool) *metrics.StateCollector {
 	ms := &v1alpha1.RedisMasterSet{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "masters"}}
 	ms.Status.Quorum, ms.Status.Total, ms.Status.Serving = 2, 3, 3
 	ms.Status.Members = []v1alpha1.MemberStatus{{Address: "m-0:6379", State: v1alpha1.MemberServing}, {Address: "m-1:6379", State: v1alpha1.MemberDown}}
-	ms.Status.TLS = &v1alpha1.MasterTLSStatus{SecretName: "masters-tls-1", NotAfter: &metav1.Time{Time: now.Add(90 * 24 * time.Hour)}}
+	ms.Status.TLS = &v1alpha1.MasterTLSStatus{SecretName: "masters-tls-1", NotAfter: &metav1.Time{Time: now.Add(90 * 24 * time.Hour)},
+		RenewAt: &metav1.Time{Time: now.Add(60 * 24 * time.Hour)}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&l, &p, ms).Build()
 	elected := make(chan struct{})
 	if leading {
@@ -112,6 +113,9 @@ redlock_lock_oldest_wait_seconds{name="l",namespace="a"} 60
 # HELP redlock_master_set_certificate_expiry_timestamp_seconds When the certificate a managed set's members serve expires (status.tls.notAfter), in seconds since the epoch.
 # TYPE redlock_master_set_certificate_expiry_timestamp_seconds gauge
 redlock_master_set_certificate_expiry_timestamp_seconds{name="masters",namespace="a",secret="masters-tls-1"} 1.8040752e+09
+# HELP redlock_master_set_certificate_renewal_timestamp_seconds When the operator issues the next certificate of a managed set it issues certificates for (status.tls.renewAt), in seconds since the epoch; absent for a certificate you provide.
+# TYPE redlock_master_set_certificate_renewal_timestamp_seconds gauge
+redlock_master_set_certificate_renewal_timestamp_seconds{name="masters",namespace="a",secret="masters-tls-1"} 1.8014832e+09
 # HELP redlock_master_state 1 for the state status shows a master in (Serving, Quarantined, Starting, Down), 0 for the others.
 # TYPE redlock_master_state gauge
 redlock_master_state{master="m-0:6379",name="masters",namespace="a",state="Down"} 0
@@ -125,11 +129,11 @@ redlock_master_state{master="m-1:6379",name="masters",namespace="a",state="Start
 `
 	c := stateCollector(t, true)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redlock_lock_held", "redlock_lock_oldest_wait_seconds",
-		"redlock_master_state", "redlock_master_set_certificate_expiry_timestamp_seconds"); err != nil {
+		"redlock_master_state", "redlock_master_set_certificate_expiry_timestamp_seconds", "redlock_master_set_certificate_renewal_timestamp_seconds"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 1+3+2+8+1 {
-		t.Fatalf("the leader reports %d series, want 15 (leading; held, waiting, oldest wait; quorum, members; 8 member states; expiry)", n)
+	if n := testutil.CollectAndCount(c); n != 1+3+4+8+2 {
+		t.Fatalf("the leader reports %d series, want 18 (leading; held, waiting, oldest wait; serving, available, quorum, members; 8 member states; expiry, renewal)", n)
 	}
 }
 
@@ -163,7 +167,6 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 	m.RenewFailures.WithLabelValues("timeout").Inc()
 	m.FencingToken.WithLabelValues("a", "l").Set(1)
 	m.StatusWrites.WithLabelValues("renewal").Inc()
-	m.MastersServing.WithLabelValues("a", "masters").Set(3)
 	m.EventsDropped.WithLabelValues("Granted").Inc()
 	m.GrantsLost.WithLabelValues("a", "l", v1alpha1.ReasonLost).Inc()
 	m.Grants.WithLabelValues("a", "l").Inc()

@@ -216,13 +216,14 @@ var _ = Describe("The Helm chart", func() {
 	})
 })
 
-// The README's way, for real (the suite's other specs only dry-run): helm
-// install into a namespace made by --create-namespace, upgrade with other
-// values, uninstall. The CRDs are templates of the chart: the install adopts
-// the ones envtest installed without Helm (--take-ownership), the upgrade
-// adds a field to one of them, and the uninstall leaves them.
+// The upgrade from the previous release (hack/previous-release), for real
+// (the suite's other specs only dry-run): its chart, which kept the CRDs in
+// crds/, installed into a namespace made by --create-namespace; an upgrade
+// to this tree's chart with --reuse-values, which adopts the CRDs
+// (--take-ownership) and adds a field to one; an upgrade with other values;
+// a rollback to the previous release; an uninstall.
 var _ = Describe("The Helm chart installed with helm", func() {
-	It("adopts existing CRDs, upgrades them with the release, and leaves them on uninstall", func() {
+	It("upgrades from the previous release with --reuse-values, adopting and upgrading its CRDs, rolls back, and leaves the CRDs on uninstall", func() {
 		const ns = "helm-install"
 		dir := GinkgoT().TempDir()
 		kubeconfig := env.Kubeconfig(dir)
@@ -238,27 +239,21 @@ var _ = Describe("The Helm chart installed with helm", func() {
 			out, err := helmErr(args...)
 			Expect(err).NotTo(HaveOccurred(), "helm %s: %s", strings.Join(args, " "), out)
 		}
-		// Whatever happens, the suite's other specs get the CRDs of this
-		// tree back.
-		DeferCleanup(applyCRDs)
+		// Whatever happens, the suite's other specs get this tree's CRDs
+		// back, without Helm's ownership.
+		DeferCleanup(restoreCRDs)
 
-		By("an older chart: a copy whose DistributedLock CRD lacks spec.heartbeatTimeout")
-		older := filepath.Join(dir, "older")
-		Expect(os.CopyFS(older, os.DirFS(filepath.Join(root, chartDir)))).To(Succeed())
-		crds := filepath.Join(older, "templates", "generated", "crds.yaml")
-		data, err := os.ReadFile(crds) //nolint:gosec // the spec's own copy
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(crds, withoutProperty(data, "heartbeatTimeout"), 0o600)).To(Succeed())
+		By("the previous release's chart, from the commit hack/previous-release names")
+		version, commit := previousRelease()
+		archive := exec.Command("sh", "-c", "git archive "+commit+" charts/redlock-operator | tar -x -C "+dir)
+		archive.Dir = root
+		out, err := archive.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "git archive %s (%s) of the chart (a clone with history is needed): %s", commit, version, out)
+		previous := filepath.Join(dir, "charts", "redlock-operator")
+		Expect(filepath.Join(previous, "crds")).To(BeADirectory(), "the previous chart keeps its CRDs in crds/")
 
-		By("installing it over the CRDs envtest installed without Helm: refused, then adopted with --take-ownership")
-		out, err := helmErr("install", "redlock-operator", older, "--namespace", ns, "--create-namespace", "--set", "image.tag=dev")
-		Expect(err).To(HaveOccurred(), "helm install over CRDs Helm does not own: %s", out)
-		Expect(string(out)).To(ContainSubstring("CustomResourceDefinition"), "the refusal names the CRDs")
-		helm("install", "redlock-operator", older, "--namespace", ns, "--create-namespace", "--take-ownership", "--set", "image.tag=dev")
-		crdKey := client.ObjectKey{Name: "distributedlocks.coordination.redlock.dev"}
-		crd := getCRD(crdKey.Name)
-		Expect(crd.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"), "CRD %s adopted by the release", crdKey.Name)
-		Expect(specProperties(crd)).NotTo(HaveKey("heartbeatTimeout"), "CRD %s as the older chart has it", crdKey.Name)
+		By("installing it: Helm skips the CRDs of crds/ that exist (envtest's)")
+		helm("install", "redlock-operator", previous, "--namespace", ns, "--create-namespace", "--set", "image.tag=dev")
 		deploy := &unstructured.Unstructured{}
 		deploy.SetAPIVersion("apps/v1")
 		deploy.SetKind("Deployment")
@@ -266,18 +261,44 @@ var _ = Describe("The Helm chart installed with helm", func() {
 		Expect(env.Client.Get(env.Ctx, key, deploy)).To(Succeed())
 		Expect(deploy.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
 
-		By("upgrading to this tree's chart, with other values: the CRD gains the field")
+		By("a DistributedLock CRD older than this tree's: without spec.heartbeatTimeout")
+		crdKey := client.ObjectKey{Name: "distributedlocks.coordination.redlock.dev"}
+		older := crdFromBases(crdKey.Name)
+		versions, _, _ := unstructured.NestedSlice(older.Object, "spec", "versions")
+		unstructured.RemoveNestedField(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties", "heartbeatTimeout")
+		Expect(unstructured.SetNestedSlice(older.Object, versions, "spec", "versions")).To(Succeed())
+		Expect(env.Client.Apply(env.Ctx, client.ApplyConfigurationFromUnstructured(older), client.ForceOwnership, client.FieldOwner("manifest-test"))).To(Succeed())
+		Expect(specProperties(getCRD(crdKey.Name))).NotTo(HaveKey("heartbeatTimeout"), "CRD %s as an older release left it", crdKey.Name)
+
+		By("upgrading to this tree's chart with --reuse-values: refused over CRDs Helm does not own, then adopted with --take-ownership")
+		out, err = helmErr("upgrade", "redlock-operator", chartDir, "--namespace", ns, "--reuse-values")
+		Expect(err).To(HaveOccurred(), "helm upgrade over CRDs Helm does not own: %s", out)
+		Expect(string(out)).To(ContainSubstring("CustomResourceDefinition"), "the refusal names the CRDs")
+		helm("upgrade", "redlock-operator", chartDir, "--namespace", ns, "--reuse-values", "--take-ownership")
+		crd := getCRD(crdKey.Name)
+		Expect(crd.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"), "CRD %s adopted by the release", crdKey.Name)
+		Expect(specProperties(crd)).To(HaveKey("heartbeatTimeout"), "CRD %s upgraded by helm upgrade", crdKey.Name)
+
+		By("upgrading again with other values")
 		helm("upgrade", "redlock-operator", chartDir, "--namespace", ns, "--set", "image.tag=dev",
 			"--set", "webhook.enabled=false", "--set", "replicas=1", "--set", "leaderElection.enabled=false")
-		Expect(specProperties(getCRD(crdKey.Name))).To(HaveKey("heartbeatTimeout"), "CRD %s upgraded by helm upgrade", crdKey.Name)
 		Expect(env.Client.Get(env.Ctx, key, deploy)).To(Succeed())
 		replicas, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas")
 		Expect(replicas).To(BeNumerically("==", 1))
 		mwc := &unstructured.Unstructured{}
 		mwc.SetAPIVersion("admissionregistration.k8s.io/v1")
 		mwc.SetKind("MutatingWebhookConfiguration")
-		err = env.Client.Get(env.Ctx, client.ObjectKey{Name: "redlock-operator-mutating-webhook-configuration"}, mwc)
+		mwcKey := client.ObjectKey{Name: "redlock-operator-mutating-webhook-configuration"}
+		err = env.Client.Get(env.Ctx, mwcKey, mwc)
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the upgrade removed the webhook: %v", err)
+
+		By("rolling back to the previous release: its manager and webhook come back, the CRDs stay as upgraded")
+		helm("rollback", "redlock-operator", "1", "--namespace", ns, "--wait=false")
+		Expect(env.Client.Get(env.Ctx, mwcKey, mwc)).To(Succeed(), "the rollback brought the webhook back")
+		Expect(env.Client.Get(env.Ctx, key, deploy)).To(Succeed())
+		replicas, _, _ = unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas")
+		Expect(replicas).To(BeNumerically("==", 2), "the previous release's replicas")
+		Expect(specProperties(getCRD(crdKey.Name))).To(HaveKey("heartbeatTimeout"), "CRD %s is kept as upgraded by a rollback to a release that had its CRDs in crds/", crdKey.Name)
 
 		By("uninstalling: the manager goes, the CRDs stay")
 		helm("uninstall", "redlock-operator", "--namespace", ns, "--wait")
@@ -289,6 +310,19 @@ var _ = Describe("The Helm chart installed with helm", func() {
 		}
 	})
 })
+
+// previousRelease is the version and commit hack/previous-release names.
+func previousRelease() (version, commit string) {
+	data, err := os.ReadFile(filepath.Join(root, "hack", "previous-release"))
+	Expect(err).NotTo(HaveOccurred())
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			return f[0], f[1]
+		}
+	}
+	Fail("hack/previous-release names no VERSION COMMIT")
+	return "", ""
+}
 
 func getCRD(name string) *unstructured.Unstructured {
 	crd := &unstructured.Unstructured{}
@@ -308,33 +342,27 @@ func specProperties(crd *unstructured.Unstructured) map[string]any {
 	return props
 }
 
-// withoutProperty removes the schema property name (its key line and the
-// lines indented under it) from a CRD template: an older CRD without a
-// field.
-func withoutProperty(text []byte, name string) []byte {
-	lines := strings.Split(string(text), "\n")
-	var out []string
-	removed, indent := 0, -1
-	for _, l := range lines {
-		cur := len(l) - len(strings.TrimLeft(l, " "))
-		if indent >= 0 && (cur > indent || strings.TrimSpace(l) == "") {
-			continue
+// crdFromBases is this tree's CRD name (config/crd/bases).
+func crdFromBases(name string) *unstructured.Unstructured {
+	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range files {
+		data, err := os.ReadFile(f) //nolint:gosec // a file of this repository
+		Expect(err).NotTo(HaveOccurred())
+		for _, u := range objects(data) {
+			if u.GetName() == name {
+				return u
+			}
 		}
-		indent = -1
-		if strings.TrimSpace(l) == name+":" {
-			indent = cur
-			removed++
-			continue
-		}
-		out = append(out, l)
 	}
-	Expect(removed).To(Equal(1), "property %s found once", name)
-	return []byte(strings.Join(out, "\n"))
+	Fail("no CRD " + name + " in config/crd/bases")
+	return nil
 }
 
-// applyCRDs applies this tree's CRDs (config/crd/bases) with the API
-// server's field ownership forced, as envtest installed them.
-func applyCRDs() {
+// restoreCRDs gives the suite's other specs this tree's CRDs
+// (config/crd/bases) back as envtest installed them: without Helm's
+// ownership, so that a later install is refused and adopts them again.
+func restoreCRDs() {
 	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 	Expect(err).NotTo(HaveOccurred())
 	for _, f := range files {
@@ -343,6 +371,17 @@ func applyCRDs() {
 		for _, u := range objects(data) {
 			Expect(env.Client.Apply(env.Ctx, client.ApplyConfigurationFromUnstructured(u), client.ForceOwnership, client.FieldOwner("manifest-test"))).
 				To(Succeed(), "apply CRD %s", u.GetName())
+			cur := getCRD(u.GetName())
+			labels, annotations := cur.GetLabels(), cur.GetAnnotations()
+			for _, k := range []string{"app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version"} {
+				delete(labels, k)
+			}
+			for _, k := range []string{"meta.helm.sh/release-name", "meta.helm.sh/release-namespace", "helm.sh/resource-policy"} {
+				delete(annotations, k)
+			}
+			cur.SetLabels(labels)
+			cur.SetAnnotations(annotations)
+			Expect(env.Client.Update(env.Ctx, cur)).To(Succeed(), "remove Helm's ownership of CRD %s", u.GetName())
 		}
 	}
 }

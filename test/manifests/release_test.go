@@ -15,13 +15,21 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// release runs hack/release.sh for version into a fresh directory, without
-// building the plugin: its output and error.
+// testVersion is a version no chart or manifest of the tree carries, with
+// a changelog of its own.
+const testVersion = "v9.8.7-rc.1"
+
+// release runs hack/release.sh for version into a fresh directory, with a
+// changelog that describes testVersion only, without building the plugin
+// (the work tree may have changes while the tests run): its output and
+// error.
 func release(version string) (string, []byte, error) {
 	out := GinkgoT().TempDir()
+	changelog := filepath.Join(GinkgoT().TempDir(), "CHANGELOG.md")
+	Expect(os.WriteFile(changelog, []byte("# Changelog\n\n## ["+testVersion+"] - 2026-12-03\n\n- A test.\n"), 0o600)).To(Succeed())
 	cmd := exec.Command("hack/release.sh", version)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "OUT="+out, "RELEASE_BINARIES=0", "IMAGE_REPO=registry.example/redlock-operator")
+	cmd.Env = append(os.Environ(), "OUT="+out, "CHANGELOG="+changelog, "RELEASE_DIRTY=1", "RELEASE_BINARIES=0", "IMAGE_REPO=registry.example/redlock-operator")
 	msg, err := cmd.CombinedOutput()
 	return out, msg, err
 }
@@ -73,26 +81,26 @@ func chartFile(tgz, name string) []byte {
 
 var _ = Describe("make release", func() {
 	It("writes an install.yaml and a packaged chart of the same version that install the same image", func() {
-		By("releasing v0.1.0, which CHANGELOG.md has")
-		out, msg, err := release("v0.1.0")
-		Expect(err).NotTo(HaveOccurred(), "hack/release.sh v0.1.0: %s", msg)
+		By("releasing " + testVersion + ", which the changelog has")
+		out, msg, err := release(testVersion)
+		Expect(err).NotTo(HaveOccurred(), "hack/release.sh %s: %s", testVersion, msg)
 
-		By("install.yaml runs registry.example/redlock-operator:v0.1.0")
+		By("install.yaml runs registry.example/redlock-operator:" + testVersion)
 		data, err := os.ReadFile(filepath.Join(out, "install.yaml")) //nolint:gosec // the spec's own output
 		Expect(err).NotTo(HaveOccurred())
 		fromManifests := images(objects(data))
 		Expect(fromManifests).To(HaveLen(2), "the manager's image and OPERATOR_IMAGE in install.yaml")
-		Expect(fromManifests).To(HaveEach("registry.example/redlock-operator:v0.1.0"))
+		Expect(fromManifests).To(HaveEach("registry.example/redlock-operator:" + testVersion))
 
-		By("the chart is version 0.1.0, appVersion v0.1.0, and renders the same image")
-		tgz := filepath.Join(out, "redlock-operator-0.1.0.tgz")
+		By("the chart is version 9.8.7-rc.1, appVersion " + testVersion + ", and renders the same image")
+		tgz := filepath.Join(out, "redlock-operator-9.8.7-rc.1.tgz")
 		var chart struct {
 			Version    string `json:"version"`
 			AppVersion string `json:"appVersion"`
 		}
 		Expect(yaml.Unmarshal(chartFile(tgz, "Chart.yaml"), &chart)).To(Succeed())
-		Expect(chart.Version).To(Equal("0.1.0"))
-		Expect(chart.AppVersion).To(Equal("v0.1.0"))
+		Expect(chart.Version).To(Equal("9.8.7-rc.1"))
+		Expect(chart.AppVersion).To(Equal(testVersion))
 		rendered, err := helmCommand("template", "redlock-operator", tgz, "--namespace", "redlock-system", "--kube-version", serverVersion())
 		Expect(err).NotTo(HaveOccurred(), "helm template of the packaged chart: %s", rendered)
 		Expect(images(objects(rendered))).To(Equal(fromManifests), "the chart's default image is install.yaml's")
@@ -102,7 +110,7 @@ var _ = Describe("make release", func() {
 		for version, why := range map[string]string{
 			"1.2.3":   "is not vMAJOR.MINOR.PATCH",
 			"v1.2":    "is not vMAJOR.MINOR.PATCH",
-			"v99.0.0": "CHANGELOG.md has no section '## [v99.0.0]'",
+			"v99.0.0": "has no section '## [v99.0.0]'",
 		} {
 			out, msg, err := release(version)
 			Expect(err).To(HaveOccurred(), "release %s refused", version)
