@@ -342,17 +342,24 @@ func specProperties(crd *unstructured.Unstructured) map[string]any {
 	return props
 }
 
-// crdFromBases is this tree's CRD name (config/crd/bases).
-func crdFromBases(name string) *unstructured.Unstructured {
+// basesCRDs are this tree's CRDs (config/crd/bases).
+func basesCRDs() []*unstructured.Unstructured {
 	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 	Expect(err).NotTo(HaveOccurred())
+	var out []*unstructured.Unstructured
 	for _, f := range files {
 		data, err := os.ReadFile(f) //nolint:gosec // a file of this repository
 		Expect(err).NotTo(HaveOccurred())
-		for _, u := range objects(data) {
-			if u.GetName() == name {
-				return u
-			}
+		out = append(out, objects(data)...)
+	}
+	return out
+}
+
+// crdFromBases is this tree's CRD name.
+func crdFromBases(name string) *unstructured.Unstructured {
+	for _, u := range basesCRDs() {
+		if u.GetName() == name {
+			return u
 		}
 	}
 	Fail("no CRD " + name + " in config/crd/bases")
@@ -363,26 +370,20 @@ func crdFromBases(name string) *unstructured.Unstructured {
 // (config/crd/bases) back as envtest installed them: without Helm's
 // ownership, so that a later install is refused and adopts them again.
 func restoreCRDs() {
-	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	for _, f := range files {
-		data, err := os.ReadFile(f) //nolint:gosec // a file of this repository
-		Expect(err).NotTo(HaveOccurred())
-		for _, u := range objects(data) {
-			Expect(env.Client.Apply(env.Ctx, client.ApplyConfigurationFromUnstructured(u), client.ForceOwnership, client.FieldOwner("manifest-test"))).
-				To(Succeed(), "apply CRD %s", u.GetName())
-			cur := getCRD(u.GetName())
-			labels, annotations := cur.GetLabels(), cur.GetAnnotations()
-			for _, k := range []string{"app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version"} {
-				delete(labels, k)
-			}
-			for _, k := range []string{"meta.helm.sh/release-name", "meta.helm.sh/release-namespace", "helm.sh/resource-policy"} {
-				delete(annotations, k)
-			}
-			cur.SetLabels(labels)
-			cur.SetAnnotations(annotations)
-			Expect(env.Client.Update(env.Ctx, cur)).To(Succeed(), "remove Helm's ownership of CRD %s", u.GetName())
+	for _, u := range basesCRDs() {
+		Expect(env.Client.Apply(env.Ctx, client.ApplyConfigurationFromUnstructured(u), client.ForceOwnership, client.FieldOwner("manifest-test"))).
+			To(Succeed(), "apply CRD %s", u.GetName())
+		cur := getCRD(u.GetName())
+		labels, annotations := cur.GetLabels(), cur.GetAnnotations()
+		for _, k := range []string{"app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version"} {
+			delete(labels, k)
 		}
+		for _, k := range []string{"meta.helm.sh/release-name", "meta.helm.sh/release-namespace", "helm.sh/resource-policy"} {
+			delete(annotations, k)
+		}
+		cur.SetLabels(labels)
+		cur.SetAnnotations(annotations)
+		Expect(env.Client.Update(env.Ctx, cur)).To(Succeed(), "remove Helm's ownership of CRD %s", u.GetName())
 	}
 }
 
