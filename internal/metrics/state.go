@@ -61,6 +61,10 @@ type StateCollector struct {
 	Objects, Pods client.Reader
 	// Elected is closed once this manager leads (manager.Elected()).
 	Elected <-chan struct{}
+	// Synced reports, without blocking, whether the caches Objects and
+	// Pods read from have synced: a scrape never waits for them. nil:
+	// they have.
+	Synced func(context.Context) bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	Log logr.Logger
@@ -95,6 +99,9 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
+	if c.Synced != nil && !c.Synced(ctx) {
+		return // not yet: the next scrape reports them
+	}
 	var locks v1alpha1.DistributedLockList
 	if err := c.Objects.List(ctx, &locks, client.UnsafeDisableDeepCopy); err != nil {
 		c.Log.Error(err, "metrics: list locks")

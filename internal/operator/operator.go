@@ -217,10 +217,18 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		return nil, fmt.Errorf("set up pod gate controller: %w", err)
 	}
 	if o.Registry != nil {
-		state := &metrics.StateCollector{Objects: mgr.GetCache(), Pods: pods, Elected: mgr.Elected(), Now: o.Clock.Now, Log: logf.Log.WithName("metrics")}
+		state := &metrics.StateCollector{Objects: mgr.GetCache(), Pods: pods, Elected: mgr.Elected(), Now: o.Clock.Now, Log: logf.Log.WithName("metrics"),
+			Synced: func(ctx context.Context) bool {
+				return synced(ctx, mgr.GetCache(), &v1alpha1.DistributedLock{}, &v1alpha1.RedisMasterSet{}) && synced(ctx, pods, &corev1.Pod{})
+			}}
 		if err := o.Registry.Register(state); err != nil {
 			return nil, fmt.Errorf("register the state collector: %w", err)
 		}
+		// The collector reads this manager's caches: it goes with them.
+		go func() {
+			<-ctx.Done()
+			o.Registry.Unregister(state)
+		}()
 	}
 	if !o.NoAgentAccess {
 		if err := (&agentaccess.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: recorder}).SetupWithManager(mgr); err != nil {
@@ -228,6 +236,18 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		}
 	}
 	return registry.Close, nil
+}
+
+// synced reports, without waiting, whether c's informers of objs have
+// synced.
+func synced(ctx context.Context, c cache.Cache, objs ...client.Object) bool {
+	for _, obj := range objs {
+		inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil || !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // PodCache returns a cache of the pods that request locks (labelled
