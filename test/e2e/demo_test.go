@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/test/demo"
@@ -76,12 +75,7 @@ var _ = Describe("make demo", func() {
 
 		By("every binding of the manager's ServiceAccount, and its role, being the one config/ ships")
 		shipped := map[string]*unstructured.Unstructured{}
-		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(run("go", "tool", "-modfile=hack/tools/go.mod", "kustomize", "build", "config/e2e")), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
-				break
-			}
+		for _, u := range decodeObjects([]byte(run("go", "tool", "-modfile=hack/tools/go.mod", "kustomize", "build", "config/e2e"))) {
 			shipped[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = u
 		}
 		var crbs rbacv1.ClusterRoleBindingList

@@ -3,9 +3,6 @@
 package e2e
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -50,18 +46,7 @@ func docObjects(page string) []*unstructured.Unstructured {
 	Expect(err).NotTo(HaveOccurred())
 	var objs []*unstructured.Unstructured
 	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(data, -1) {
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(block[1]), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			err := dec.Decode(&u.Object)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			Expect(err).NotTo(HaveOccurred(), "a yaml block of %s", page)
-			if u.GetAPIVersion() != "" && u.GetKind() != "" {
-				objs = append(objs, u)
-			}
-		}
+		objs = append(objs, decodeObjects(block[1])...)
 	}
 	Expect(objs).NotTo(BeEmpty(), "example objects in %s", page)
 

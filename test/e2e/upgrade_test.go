@@ -1,0 +1,343 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/test/demo"
+)
+
+// decodeObjects are the objects of a YAML stream (documents without
+// apiVersion and kind left out).
+func decodeObjects(data []byte) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		Expect(err).NotTo(HaveOccurred(), "decode a YAML document")
+		if u.GetAPIVersion() != "" && u.GetKind() != "" {
+			out = append(out, u)
+		}
+	}
+}
+
+// previousRelease is the version and commit hack/previous-release names.
+func previousRelease() (version, commit string) {
+	data, err := os.ReadFile(filepath.Join(root, "hack", "previous-release"))
+	Expect(err).NotTo(HaveOccurred())
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			return f[0], f[1]
+		}
+	}
+	Fail("hack/previous-release names no VERSION COMMIT")
+	return "", ""
+}
+
+// buildOperatorImage builds the binaries the final stage of dir's
+// Dockerfile copies (its COPY --from=builder lines, USER, WORKDIR,
+// ENTRYPOINT), stamped with version, as the Dockerfile builds them, and
+// imports them into the node's containerd as image tag, as
+// hack/local-cluster does for the working tree.
+func buildOperatorImage(dir, tag, version string) {
+	data, err := os.ReadFile(filepath.Join(dir, "Dockerfile")) //nolint:gosec // the spec's own checkout
+	Expect(err).NotTo(HaveOccurred())
+	final := string(data)[strings.LastIndex(string(data), "\nFROM "):]
+	field := func(re string) string {
+		m := regexp.MustCompile(`(?m)^` + re + `$`).FindStringSubmatch(final)
+		Expect(m).NotTo(BeNil(), "the Dockerfile's final stage has %s", re)
+		return m[1]
+	}
+	rootfs := filepath.Join(GinkgoT().TempDir(), "rootfs")
+	for _, m := range regexp.MustCompile(`(?m)^COPY --from=builder (\S+) (\S+)$`).FindAllStringSubmatch(final, -1) {
+		bin := path.Base(m[1])
+		build := exec.Command("go", "build", "-trimpath", "-ldflags",
+			"-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version="+version,
+			"-o", filepath.Join(rootfs, m[2]), "./cmd/"+bin)
+		build.Dir = dir
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "build %s of %s: %s", bin, version, out)
+	}
+	tar := filepath.Join(GinkgoT().TempDir(), "operator.tar")
+	out, err := exec.Command(filepath.Join(state, "bin", "mkimage"), "-rootfs", rootfs, "-tag", tag,
+		"-entrypoint", field(`ENTRYPOINT \["([^"]*)"\]`), "-user", field(`USER (\S+)`), "-workdir", field(`WORKDIR (\S+)`), "-o", tar).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "mkimage %s: %s", tag, out)
+	out, err = exec.Command("ctr", "-a", filepath.Join(state, "containerd", "containerd.sock"), "-n", "k8s.io", "images", "import", tar).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "import %s: %s", tag, out)
+}
+
+// operatorManifests is kustomize build config/e2e of dir, running image,
+// and rolled out by recreating its one pod: host-network manager pods
+// cannot bind the same ports side by side, as a surge pod would (in a real
+// cluster two pods of the Deployment run at once and the standby takes
+// over).
+func operatorManifests(dir, image string) string {
+	build := exec.Command("go", "tool", "-modfile=hack/tools/go.mod", "kustomize", "build", "config/e2e")
+	build.Dir = dir
+	out, err := build.Output()
+	Expect(err).NotTo(HaveOccurred(), "kustomize build config/e2e in %s", dir)
+	var docs []string
+	for _, u := range decodeObjects(bytes.ReplaceAll(out, []byte("redlock-operator:e2e"), []byte(image))) {
+		if u.GetKind() == "Deployment" {
+			Expect(unstructured.SetNestedMap(u.Object, map[string]any{"type": "Recreate"}, "spec", "strategy")).To(Succeed())
+		}
+		data, err := yaml.Marshal(u.Object)
+		Expect(err).NotTo(HaveOccurred())
+		docs = append(docs, string(data))
+	}
+	return strings.Join(docs, "---\n")
+}
+
+// deployOperator applies manifests and waits until the manager pod running
+// image leads (the Lease names it) and is the only manager pod. It returns
+// when that pod's container started.
+func deployOperator(manifests, image string) time.Time {
+	apply := exec.Command(os.Getenv("KUBECTL"), "apply", "--server-side", "--force-conflicts", "-f", "-") //nolint:gosec // the suite's kubectl
+	apply.Stdin = strings.NewReader(manifests)
+	out, err := apply.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "apply the operator running %s: %s", image, out)
+	var started time.Time
+	Eventually(func(g Gomega) {
+		var pods corev1.PodList
+		g.Expect(k8s.List(ctx, &pods, client.InNamespace("redlock-system"), client.MatchingLabels{"control-plane": "controller-manager"})).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(1), "one manager pod")
+		p := pods.Items[0]
+		g.Expect(p.DeletionTimestamp).To(BeNil(), "manager pod %s not being deleted", p.Name)
+		g.Expect(p.Spec.Containers[0].Image).To(Equal(image), "manager pod %s runs %s", p.Name, image)
+		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty(), "manager pod %s reports its container", p.Name)
+		running := p.Status.ContainerStatuses[0].State.Running
+		g.Expect(running).NotTo(BeNil(), "manager pod %s runs", p.Name)
+		var lease coordinationv1.Lease
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "redlock-system", Name: "redlock-operator.redlock.dev"}, &lease)).To(Succeed())
+		g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil(), "the Lease has a holder")
+		g.Expect(*lease.Spec.HolderIdentity).To(HavePrefix(p.Name), "manager pod %s leads", p.Name)
+		started = running.StartedAt.Time
+	}, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), "the manager running %s to lead, alone", image)
+	return started
+}
+
+// grantSeen is what a lock's status showed at the start.
+type grantSeen struct {
+	holder, grantID string
+	token           int64
+}
+
+// upgradeWatch polls the spec's locks and pods until stopped and records
+// every moment at which a lock's status showed another grant or holder
+// than at the start, a passed validity, or at which a pod other than the
+// holder could run.
+type upgradeWatch struct {
+	mu         sync.Mutex
+	violations []string
+	leastAhead time.Duration // least validity status showed ahead
+	stop, done chan struct{}
+}
+
+func watchUpgrade(namespace string, start map[string]grantSeen) *upgradeWatch {
+	w := &upgradeWatch{leastAhead: time.Hour, stop: make(chan struct{}), done: make(chan struct{})}
+	note := func(format string, args ...any) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.violations) < 50 {
+			w.violations = append(w.violations, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+		}
+	}
+	go func() {
+		defer GinkgoRecover()
+		defer close(w.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			var locks v1alpha1.DistributedLockList
+			var pods corev1.PodList
+			if k8s.List(ctx, &locks, client.InNamespace(namespace)) != nil || k8s.List(ctx, &pods, client.InNamespace(namespace)) != nil {
+				continue // the API server is busy: the next tick reads again
+			}
+			now := time.Now()
+			holders := map[string]string{}
+			for _, l := range locks.Items {
+				st, want := l.Status, start[l.Name]
+				switch {
+				case st.Holder == nil || st.ValidUntil == nil:
+					note("lock %s shows no holder (Held %v)", l.Name, meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld))
+					continue
+				case st.Holder.Identity != want.holder || st.GrantID != want.grantID:
+					note("lock %s shows grant %s to %s, not grant %s to %s", l.Name, st.GrantID, st.Holder.Identity, want.grantID, want.holder)
+				case st.FencingToken != want.token:
+					note("lock %s shows token %d, not %d", l.Name, st.FencingToken, want.token)
+				}
+				ahead := st.ValidUntil.Sub(now)
+				if ahead <= 0 {
+					note("lock %s shows a validity that passed %v ago", l.Name, -ahead)
+				}
+				w.mu.Lock()
+				w.leastAhead = min(w.leastAhead, ahead)
+				w.mu.Unlock()
+				holders[l.Name] = st.Holder.Identity
+			}
+			for _, p := range pods.Items {
+				if demo.MayRun(&p) && holders[p.Labels[v1alpha1.LockLabel]] != p.Name {
+					note("pod %s may run, but lock %s shows holder %q", p.Name, p.Labels[v1alpha1.LockLabel], holders[p.Labels[v1alpha1.LockLabel]])
+				}
+			}
+		}
+	}()
+	return w
+}
+
+func (w *upgradeWatch) finish() (violations []string, leastAhead time.Duration) {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.violations, w.leastAhead
+}
+
+var _ = Describe("upgrade from the previous release, and rollback to it", Ordered, func() {
+	const (
+		upNS    = "e2e-upgrade"
+		lockTTL = 15 * time.Second
+		locks   = 3
+	)
+	var (
+		version, prevImage       string
+		prevManifests, manifests string
+	)
+
+	BeforeAll(func() {
+		var commit string
+		version, commit = previousRelease()
+		prevImage = "redlock-operator:" + version + "-e2e"
+		By("building the operator of " + version + " (commit " + commit + ") and importing it as " + prevImage)
+		prev := GinkgoT().TempDir()
+		archive := exec.Command("sh", "-c", "git archive "+commit+" | tar -x -C "+prev)
+		archive.Dir = root
+		out, err := archive.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "git archive %s (a clone with history is needed): %s", commit, out)
+		buildOperatorImage(prev, prevImage, version)
+		prevManifests = operatorManifests(prev, prevImage)
+		manifests = operatorManifests(root, "redlock-operator:e2e")
+		// Whatever happens, the suite's other specs get this tree's
+		// operator back.
+		DeferCleanup(func() { deployOperator(manifests, "redlock-operator:e2e") })
+
+		By("running " + version + "'s operator")
+		deployOperator(prevManifests, prevImage)
+
+		By("three masters on the host, an external RedisMasterSet naming them (maxLockTTL 15s), locks of ttl 15s, two gated pods each")
+		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: upNS}})).To(Succeed())
+		removeAfterSpec(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: upNS}})
+		servers := redistest.StartN(GinkgoTB(), 3, redistest.Options{})
+		Expect(k8s.Create(ctx, &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: upNS, Name: "masters"},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				External:   &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(servers)},
+				MaxLockTTL: metav1.Duration{Duration: lockTTL},
+			},
+		})).To(Succeed())
+		for i := range locks {
+			name := fmt.Sprintf("upgrade-%d", i)
+			Expect(k8s.Create(ctx, &v1alpha1.DistributedLock{
+				ObjectMeta: metav1.ObjectMeta{Namespace: upNS, Name: name},
+				Spec:       v1alpha1.DistributedLockSpec{MasterSet: "masters", TTL: metav1.Duration{Duration: lockTTL}},
+			})).To(Succeed())
+			for _, suffix := range []string{"a", "b"} {
+				Expect(k8s.Create(ctx, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: upNS, Name: name + "-" + suffix, Labels: map[string]string{v1alpha1.LockLabel: name}},
+					Spec: corev1.PodSpec{
+						TerminationGracePeriodSeconds: new(int64(1)),
+						Containers: []corev1.Container{{Name: "work", Image: "busybox:local", ImagePullPolicy: corev1.PullNever,
+							Command: []string{"/bin/sh", "-c", "sleep 3600"}}},
+					},
+				})).To(Succeed())
+			}
+		}
+	})
+
+	It("keeps every grant, its token and its validity through the upgrade and the rollback, and never lets a second pod run", func() {
+		start := map[string]grantSeen{}
+		By("every lock held by one of its pods, which runs; the other waits at the gate")
+		Eventually(func(g Gomega) {
+			var list v1alpha1.DistributedLockList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(upNS))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(locks))
+			for _, l := range list.Items {
+				g.Expect(l.Status.Holder).NotTo(BeNil(), "lock %s held", l.Name)
+				g.Expect(l.Status.Holder.Pod).NotTo(BeNil(), "lock %s held by a pod", l.Name)
+				holder := &corev1.Pod{}
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: upNS, Name: l.Status.Holder.Identity}, holder)).To(Succeed())
+				g.Expect(holder.Status.Phase).To(Equal(corev1.PodRunning), "holder %s of lock %s runs", holder.Name, l.Name)
+				start[l.Name] = grantSeen{holder: l.Status.Holder.Identity, grantID: l.Status.GrantID, token: l.Status.FencingToken}
+			}
+		}, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), "the locks of namespace %s to be held by running pods under %s", upNS, version)
+		watch := watchUpgrade(upNS, start)
+
+		refreshedBy := func(since time.Time, who string) {
+			Eventually(func(g Gomega) {
+				var list v1alpha1.DistributedLockList
+				g.Expect(k8s.List(ctx, &list, client.InNamespace(upNS))).To(Succeed())
+				for _, l := range list.Items {
+					g.Expect(l.Status.RenewedAt).NotTo(BeNil(), "lock %s renewed", l.Name)
+					g.Expect(l.Status.RenewedAt.After(since)).To(BeTrue(), "lock %s renewed at %v, after %s started at %v", l.Name, l.Status.RenewedAt.Time, who, since)
+				}
+			}, 2*lockTTL, 100*time.Millisecond).Should(Succeed(), "every lock of namespace %s to be renewed by %s", upNS, who)
+		}
+
+		By("upgrading to this tree's operator")
+		upgradeAt := time.Now()
+		started := deployOperator(manifests, "redlock-operator:e2e")
+		refreshedBy(started, "this tree's manager")
+		upgraded := time.Since(upgradeAt)
+
+		By("rolling back to " + version)
+		rollbackAt := time.Now()
+		started = deployOperator(prevManifests, prevImage)
+		refreshedBy(started, version+"'s manager")
+		rolledBack := time.Since(rollbackAt)
+
+		By("watching " + version + "'s manager renew what this tree's wrote for another ttl")
+		Consistently(func() bool { return true }, lockTTL, time.Second).Should(BeTrue(), "the watch of namespace %s to run for another ttl", upNS)
+		violations, leastAhead := watch.finish()
+		GinkgoWriter.Printf("upgrade and rollback of %d locks (ttl %v) held by pods:\n", locks, lockTTL)
+		GinkgoWriter.Printf("  %-44s %v\n", "apply "+version+" → this tree, every lock renewed:", upgraded.Round(100*time.Millisecond))
+		GinkgoWriter.Printf("  %-44s %v\n", "apply this tree → "+version+", every lock renewed:", rolledBack.Round(100*time.Millisecond))
+		GinkgoWriter.Printf("  %-44s %v\n", "least validity status showed ahead:", leastAhead.Round(100*time.Millisecond))
+		GinkgoWriter.Printf("  %-44s %d\n", "violations (lapse, other grant, 2nd pod):", len(violations))
+		Expect(violations).To(BeEmpty(), "the same grants, tokens and holders, never a passed validity, never a second pod of a lock able to run")
+	})
+})
