@@ -18,11 +18,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -122,6 +124,12 @@ func operatorManifests(dir, image string) string {
 // image leads (the Lease names it) and is the only manager pod. It returns
 // when that pod's container started.
 func deployOperator(manifests, image string) time.Time {
+	// The Deployment applied before rolled with the default strategy,
+	// whose rollingUpdate the API server filled in: gone first, or
+	// Recreate is refused next to it.
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "redlock-system", Name: "redlock-operator-controller-manager"}}
+	err := k8s.Patch(ctx, dep, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`)))
+	Expect(client.IgnoreNotFound(err)).To(Succeed(), "the manager's Deployment recreating its pod")
 	apply := exec.Command(os.Getenv("KUBECTL"), "apply", "--server-side", "--force-conflicts", "-f", "-") //nolint:gosec // the suite's kubectl
 	apply.Stdin = strings.NewReader(manifests)
 	out, err := apply.CombinedOutput()
