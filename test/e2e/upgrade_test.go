@@ -145,6 +145,7 @@ func deployOperator(manifests, image string) time.Time {
 		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty(), "manager pod %s reports its container", p.Name)
 		running := p.Status.ContainerStatuses[0].State.Running
 		g.Expect(running).NotTo(BeNil(), "manager pod %s runs", p.Name)
+		g.Expect(p.Status.ContainerStatuses[0].Ready).To(BeTrue(), "manager pod %s ready", p.Name)
 		var lease coordinationv1.Lease
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "redlock-system", Name: "redlock-operator.redlock.dev"}, &lease)).To(Succeed())
 		// Host-network pods share the node's hostname, which leader
@@ -290,14 +291,18 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 				Spec:       v1alpha1.DistributedLockSpec{MasterSet: "masters", TTL: metav1.Duration{Duration: lockTTL}},
 			})).To(Succeed())
 			for _, suffix := range []string{"a", "b"} {
-				Expect(k8s.Create(ctx, &corev1.Pod{
+				pod := &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{Namespace: upNS, Name: name + "-" + suffix, Labels: map[string]string{v1alpha1.LockLabel: name}},
 					Spec: corev1.PodSpec{
 						TerminationGracePeriodSeconds: new(int64(1)),
 						Containers: []corev1.Container{{Name: "work", Image: "busybox:local", ImagePullPolicy: corev1.PullNever,
 							Command: []string{"/bin/sh", "-c", "sleep 3600"}}},
 					},
-				})).To(Succeed())
+				}
+				// Retried while the new manager's webhook, which gates the
+				// pod, starts serving.
+				Eventually(func() error { return client.IgnoreAlreadyExists(k8s.Create(ctx, pod.DeepCopy())) }, time.Minute, 200*time.Millisecond).
+					Should(Succeed(), "pod %s/%s to be created through the webhook", upNS, pod.Name)
 			}
 		}
 	})
