@@ -60,9 +60,14 @@ func PlanFor(lock *v1alpha1.DistributedLock) (Plan, error) {
 	}
 	ref := lock.Namespace + "/" + lock.Name
 	switch {
+	case lock.Spec.HolderIdentity != "" && st.Holder != nil && st.Holder.Identity != lock.Spec.HolderIdentity:
+		return Plan{}, fmt.Errorf("lock %s: its spec asks for %q while status still shows %s: the operator is switching holders; hand over once it settled: %w",
+			ref, lock.Spec.HolderIdentity, holderName(st.Holder), ErrNotHeld)
 	case lock.Spec.HolderIdentity != "":
+		// Granted to the static holder, or asked for and not granted yet
+		// (no grant to wait past): clearing the spec gives it up either way.
 		p.Action, p.Holder = ClearStatic, lock.Spec.HolderIdentity
-		if st.Holder == nil || st.Holder.Identity != lock.Spec.HolderIdentity {
+		if st.Holder == nil {
 			p.GrantID, p.Token = "", 0
 		}
 		return p, nil
@@ -75,6 +80,24 @@ func PlanFor(lock *v1alpha1.DistributedLock) (Plan, error) {
 	default:
 		return Plan{}, fmt.Errorf("lock %s is not held (status shows no holder): %w", ref, ErrNotHeld)
 	}
+}
+
+// holderName names a holder as messages do: pod/NAME or the identity.
+func holderName(h *v1alpha1.LockHolder) string {
+	if h.Pod != nil {
+		return "pod/" + h.Pod.Name
+	}
+	return h.Identity
+}
+
+// Same reports whether plans a and b hand over the same grant the same
+// way: a plan made again after the confirmation must be the one the user
+// confirmed.
+func Same(a, b Plan) bool {
+	if a.Action != b.Action || a.Holder != b.Holder || a.GrantID != b.GrantID || a.Token != b.Token {
+		return false
+	}
+	return (a.Pod == nil) == (b.Pod == nil) && (a.Pod == nil || a.Pod.UID == b.Pod.UID)
 }
 
 // Question is the confirmation a handover asks for.
@@ -111,7 +134,7 @@ func Progress(p Plan, st v1alpha1.DistributedLockStatus, now time.Time) Outcome 
 		return NextGrant
 	}
 	oldGone := st.Holder == nil || st.GrantID != p.GrantID
-	if oldGone && p.Waiting == 0 && (st.Queue == nil || st.Queue.Count == 0) {
+	if oldGone && (st.Queue == nil || st.Queue.Count == 0) {
 		return Released
 	}
 	return Pending

@@ -43,6 +43,8 @@ func TestPlanFor(t *testing.T) {
 		{"pod holder", lock("", podGrant("web-0", "g2", 8, 1)), EvictPod, "pod/web-0", "g2", ""},
 		{"not held", lock("", v1alpha1.DistributedLockStatus{}), 0, "", "", "lock shop/l is not held (status shows no holder): nothing to hand over"},
 		{"static holder being released", lock("", static), 0, "", "", `held by "nightly", which its spec no longer asks for`},
+		{"spec asks for another static holder than status shows", lock("weekly", static), 0, "", "", `its spec asks for "weekly" while status still shows nightly`},
+		{"spec asks for a static holder, a pod still holds", lock("weekly", podGrant("web-0", "g2", 8, 0)), 0, "", "", `status still shows pod/web-0`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := PlanFor(tc.lock)
@@ -60,6 +62,32 @@ func TestPlanFor(t *testing.T) {
 	q := Question(lock("", podGrant("web-0", "g2", 8, 1)), Plan{Holder: "pod/web-0"})
 	if q != "hand over lock shop/l held by pod/web-0? [y/N] " {
 		t.Fatalf("Question = %q", q)
+	}
+}
+
+func TestSame(t *testing.T) {
+	pod := Plan{Action: EvictPod, Holder: "pod/a", GrantID: "g1", Token: 1, Pod: &v1alpha1.PodReference{Name: "a", UID: "u1"}}
+	recreated := pod
+	recreated.Pod = &v1alpha1.PodReference{Name: "a", UID: "u2"}
+	next := pod
+	next.GrantID, next.Token = "g2", 2
+	static := Plan{Action: ClearStatic, Holder: "nightly", GrantID: "g1", Token: 1}
+	for _, tc := range []struct {
+		name string
+		a, b Plan
+		want bool
+	}{
+		{"the same pod grant", pod, pod, true},
+		{"a pod of the same name", pod, recreated, false},
+		{"another grant", pod, next, false},
+		{"a static holder instead", pod, static, false},
+		{"the same static grant", static, static, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Same(tc.a, tc.b); got != tc.want {
+				t.Fatalf("Same = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -84,7 +112,12 @@ func TestProgress(t *testing.T) {
 		want Outcome
 	}{
 		{"old grant still shown", waiting, podGrant("a", "g1", 1, 2), Pending},
-		{"released, pods wait", waiting, released, Pending},
+		{"released, pods still wait", waiting, func() v1alpha1.DistributedLockStatus {
+			st := released
+			st.Queue = &v1alpha1.LockQueue{Count: 2}
+			return st
+		}(), Pending},
+		{"released, the pods that waited gone", waiting, released, Released},
 		{"next grant", waiting, podGrant("b", "g2", 2, 1), NextGrant},
 		{"next grant shown with a passed validity", waiting, expired, Pending},
 		{"released, nobody waits", alone, released, Released},

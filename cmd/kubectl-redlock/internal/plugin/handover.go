@@ -82,6 +82,18 @@ func (c *cli) handover(ctx context.Context, k client.Client, ns, name string, ye
 			_, err := fmt.Fprintf(out, "Handover cancelled: lock %s stays with %s.\n", ref, plan.Holder)
 			return err
 		}
+		// The lock may have moved on while the question was open: act only
+		// on the grant that was confirmed, on a fresh read.
+		if lock, err = getLock(ctx, k, ns, name); err != nil {
+			return err
+		}
+		now, err := handover.PlanFor(lock)
+		if err != nil {
+			return fmt.Errorf("lock %s changed while you were asked; nothing done: %w", ref, err)
+		}
+		if !handover.Same(plan, now) {
+			return fmt.Errorf("lock %s changed while you were asked (now held by %s, token %d); nothing done: run the handover again", ref, now.Holder, now.Token)
+		}
 	}
 	switch plan.Action {
 	case handover.ClearStatic:

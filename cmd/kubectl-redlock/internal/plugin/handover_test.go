@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"io"
 	"strings"
 	"time"
 
@@ -23,6 +24,27 @@ func background(s session, args ...string) <-chan result {
 		done <- s.run(args...)
 	}()
 	return done
+}
+
+// answerAfter is a terminal's stdin on which the user types answer once
+// meanwhile ran: what happens while the question is open.
+func answerAfter(answer string, meanwhile func()) io.Reader {
+	return &typing{answer: answer, meanwhile: meanwhile}
+}
+
+type typing struct {
+	answer    string
+	meanwhile func()
+	done      bool
+}
+
+func (t *typing) Read(p []byte) (int, error) {
+	if t.done {
+		return 0, io.EOF
+	}
+	t.meanwhile()
+	t.done = true
+	return copy(p, t.answer), nil
 }
 
 // read returns the lock as the API server has it now.
@@ -164,6 +186,33 @@ var _ = Describe("kubectl redlock handover", func() {
 		Expect(r.err).NotTo(HaveOccurred())
 		Expect(r.out).To(HaveSuffix(`lock ` + ns + `/backup: spec.holderIdentity "backup-script" cleared.` + "\n"))
 		Expect(read(lock).Spec.HolderIdentity).To(BeEmpty())
+	})
+
+	It("acts only on the grant that was confirmed: a lock that moved on while the question was open is left alone, a status refresh is no change", func() {
+		lock := newLock(ns, "jobs", nil)
+		holder := holderPod(ns, "job-a", "jobs", 300)
+		next := holderPod(ns, "job-b", "jobs", 301)
+		writeStatus(lock, func(st *v1alpha1.DistributedLockStatus) { grant(st, holder.Name, holder, "grant-a", 300, 30*time.Second) })
+
+		By("granting job-b while the question is open, then answering y")
+		moved := answerAfter("y\n", func() {
+			writeStatus(lock, func(st *v1alpha1.DistributedLockStatus) { grant(st, next.Name, next, "grant-b", 301, 30*time.Second) })
+		})
+		r := session{stdin: moved, terminal: true}.run("handover", "jobs", "-n", ns, "--timeout", "0")
+		Expect(r.err).To(MatchError(ContainSubstring("lock " + ns + "/jobs changed while you were asked (now held by pod/job-b, token 301); nothing done")))
+		for _, p := range []*corev1.Pod{holder, next} {
+			cur := &corev1.Pod{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), cur)).To(Succeed())
+			Expect(cur.DeletionTimestamp).To(BeNil(), "pod %s not evicted", p.Name)
+		}
+
+		By("refreshing the validity of job-b's grant while the question is open, then answering y: job-b is evicted")
+		refreshed := answerAfter("y\n", func() {
+			writeStatus(lock, func(st *v1alpha1.DistributedLockStatus) { grant(st, next.Name, next, "grant-b", 301, 40*time.Second) })
+		})
+		r = session{stdin: refreshed, terminal: true}.run("handover", "jobs", "-n", ns, "--timeout", "0")
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.out).To(HaveSuffix("pod/job-b evicted (the Eviction API accepted it).\n"))
 	})
 
 	It("fails after --timeout when no next grant comes, saying what status shows", func() {
