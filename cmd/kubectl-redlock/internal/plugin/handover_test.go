@@ -192,7 +192,9 @@ var _ = Describe("kubectl redlock handover", func() {
 		lock := newLock(ns, "jobs", nil)
 		holder := holderPod(ns, "job-a", "jobs", 300)
 		next := holderPod(ns, "job-b", "jobs", 301)
-		writeStatus(lock, func(st *v1alpha1.DistributedLockStatus) { grant(st, holder.Name, holder, "grant-a", 300, 30*time.Second) })
+		writeStatus(lock, func(st *v1alpha1.DistributedLockStatus) {
+			grant(st, holder.Name, holder, "grant-a", 300, 30*time.Second)
+		})
 
 		By("granting job-b while the question is open, then answering y")
 		moved := answerAfter("y\n", func() {
