@@ -74,26 +74,11 @@ func (c *cli) handover(ctx context.Context, k client.Client, ns, name string, ye
 	}
 	ref := ns + "/" + name
 	if !yes {
-		ok, err := c.confirm(handover.Question(lock, plan))
-		if err != nil {
-			return fmt.Errorf("refusing to hand over lock %s held by %s: %w", ref, plan.Holder, err)
-		}
-		if !ok {
-			_, err := fmt.Fprintf(out, "Handover cancelled: lock %s stays with %s.\n", ref, plan.Holder)
+		fresh, ok, err := c.confirmed(ctx, k, lock, plan)
+		if err != nil || !ok {
 			return err
 		}
-		// The lock may have moved on while the question was open: act only
-		// on the grant that was confirmed, on a fresh read.
-		if lock, err = getLock(ctx, k, ns, name); err != nil {
-			return err
-		}
-		now, err := handover.PlanFor(lock)
-		if err != nil {
-			return fmt.Errorf("lock %s changed while you were asked; nothing done: %w", ref, err)
-		}
-		if !handover.Same(plan, now) {
-			return fmt.Errorf("lock %s changed while you were asked (now held by %s, token %d); nothing done: run the handover again", ref, now.Holder, now.Token)
-		}
+		lock = fresh
 	}
 	switch plan.Action {
 	case handover.ClearStatic:
@@ -152,6 +137,34 @@ func (c *cli) handover(ctx context.Context, k client.Client, ns, name string, ye
 		_, err = fmt.Fprintf(out, "lock %s released: no pod waits for it.\n", ref)
 	}
 	return err
+}
+
+// confirmed asks whether to hand over lock's grant as plan says and, once
+// the user said yes, reads the lock again: the lock to act on, whether to
+// go ahead, and an error when the lock moved on while the question was
+// open (nothing is done then).
+func (c *cli) confirmed(ctx context.Context, k client.Client, lock *v1alpha1.DistributedLock, plan handover.Plan) (*v1alpha1.DistributedLock, bool, error) {
+	ref := lock.Namespace + "/" + lock.Name
+	ok, err := c.confirm(handover.Question(lock, plan))
+	if err != nil {
+		return nil, false, fmt.Errorf("refusing to hand over lock %s held by %s: %w", ref, plan.Holder, err)
+	}
+	if !ok {
+		_, err := fmt.Fprintf(c.streams.Out, "Handover cancelled: lock %s stays with %s.\n", ref, plan.Holder)
+		return nil, false, err
+	}
+	fresh, err := getLock(ctx, k, lock.Namespace, lock.Name)
+	if err != nil {
+		return nil, false, err
+	}
+	now, err := handover.PlanFor(fresh)
+	if err != nil {
+		return nil, false, fmt.Errorf("lock %s changed while you were asked; nothing done: %w", ref, err)
+	}
+	if !handover.Same(plan, now) {
+		return nil, false, fmt.Errorf("lock %s changed while you were asked (now held by %s, token %d); nothing done: run the handover again", ref, now.Holder, now.Token)
+	}
+	return fresh, true, nil
 }
 
 // confirm asks question on the terminal and reads the answer.
