@@ -119,7 +119,7 @@ var _ = AfterEach(func() {
 	if !CurrentSpecReport().Failed() {
 		return
 	}
-	for _, namespace := range []string{ns, "demo"} {
+	for _, namespace := range []string{ns, "demo", "e2e-upgrade"} {
 		out, _ := exec.Command(os.Getenv("KUBECTL"), "get", "pods,dlock,rms,jobs", "-n", namespace, "-o", "yaml").CombinedOutput()
 		GinkgoWriter.Printf("--- objects in %s:\n%s\n", namespace, out)
 		out, _ = exec.Command(os.Getenv("KUBECTL"), "get", "events", "-n", namespace, "--sort-by=.lastTimestamp").CombinedOutput()

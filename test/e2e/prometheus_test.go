@@ -58,6 +58,16 @@ var _ = Describe("the shipped alerts on a real Prometheus", Ordered, func() {
 		return out
 	}
 
+	// servingIs reports whether Prometheus' latest sample of the set's
+	// serving masters is value.
+	servingIs := func(g Gomega, value string) bool {
+		resp, err := http.Get(promURL + "/api/v1/query?query=" + "max%20by%20(name)%20(redlock_master_set_serving%7Bname%3D%22" + setName + "%22%7D)")
+		g.Expect(err).NotTo(HaveOccurred(), "Prometheus' query API")
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return regexp.MustCompile(`"value":\[[0-9.]+,"` + value + `"\]`).Match(body)
+	}
+
 	BeforeAll(func() {
 		if _, err := exec.LookPath("prometheus"); err != nil {
 			Fail("prometheus is missing: run make prometheus (hack/install-prometheus.sh)")
@@ -130,12 +140,7 @@ scrape_configs:
 
 		By("Prometheus scraping the manager and seeing every member of the set serve")
 		Eventually(func(g Gomega) {
-			resp, err := http.Get(promURL + "/api/v1/query?query=" + "max%20by%20(name)%20(redlock_master_set_serving%7Bname%3D%22" + setName + "%22%7D)")
-			g.Expect(err).NotTo(HaveOccurred(), "Prometheus' query API")
-			defer func() { _ = resp.Body.Close() }()
-			body, _ := io.ReadAll(resp.Body)
-			g.Expect(string(body)).To(ContainSubstring(`"value":[`), "a sample of redlock_master_set_serving")
-			g.Expect(string(body)).To(MatchRegexp(`"value":\[[0-9.]+,"3"\]`), "three members serving: %s", body)
+			g.Expect(servingIs(g, "3")).To(BeTrue(), "three members serving")
 		}, 2*time.Minute, time.Second).Should(Succeed(), "Prometheus to scrape master set %s/%s with its three members serving", ns, setName)
 		Consistently(func(g Gomega) []promAlert { return alerts(g, "RedlockQuorumLost") }, 3*time.Second, time.Second).
 			Should(BeEmpty(), "RedlockQuorumLost to stay quiet for master set %s/%s while its members serve", ns, setName)
@@ -160,7 +165,11 @@ scrape_configs:
 		By("continuing the masters")
 		Expect(servers[0].Cont()).To(Succeed())
 		Expect(servers[1].Cont()).To(Succeed())
-		Eventually(func(g Gomega) []promAlert { return alerts(g, "RedlockQuorumLost") }, 2*time.Minute, time.Second).
-			Should(BeEmpty(), "RedlockQuorumLost to resolve for master set %s/%s once its masters serve again", ns, setName)
+		Eventually(func(g Gomega) {
+			g.Expect(alerts(g, "RedlockQuorumLost")).To(BeEmpty(), "RedlockQuorumLost")
+			// Resolved because the masters serve, not because the series
+			// went away.
+			g.Expect(servingIs(g, "3")).To(BeTrue(), "three members serving again")
+		}, 2*time.Minute, time.Second).Should(Succeed(), "RedlockQuorumLost to resolve for master set %s/%s once Prometheus sees its masters serve again", ns, setName)
 	})
 })

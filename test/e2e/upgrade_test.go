@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -121,8 +122,8 @@ func operatorManifests(dir, image string) string {
 }
 
 // deployOperator applies manifests and waits until the manager pod running
-// image leads (the Lease names it) and is the only manager pod. It returns
-// when that pod's container started.
+// image leads (it took the Lease after it started) and is the only manager
+// pod, ready and never restarted. It returns when that pod took the Lease.
 func deployOperator(manifests, image string) time.Time {
 	// The Deployment applied before rolled with the default strategy,
 	// whose rollingUpdate the API server filled in: gone first, or
@@ -134,18 +135,25 @@ func deployOperator(manifests, image string) time.Time {
 	apply.Stdin = strings.NewReader(manifests)
 	out, err := apply.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "apply the operator running %s: %s", image, out)
-	var started time.Time
+	var acquired time.Time
 	Eventually(func(g Gomega) {
-		var pods corev1.PodList
-		g.Expect(k8s.List(ctx, &pods, client.InNamespace("redlock-system"), client.MatchingLabels{"control-plane": "controller-manager"})).To(Succeed())
-		g.Expect(pods.Items).To(HaveLen(1), "one manager pod")
-		p := pods.Items[0]
+		var list corev1.PodList
+		g.Expect(k8s.List(ctx, &list, client.InNamespace("redlock-system"), client.MatchingLabels{"control-plane": "controller-manager"})).To(Succeed())
+		var pods []corev1.Pod // evicted or finished pods left over do not count
+		for _, p := range list.Items {
+			if p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
+				pods = append(pods, p)
+			}
+		}
+		g.Expect(pods).To(HaveLen(1), "one manager pod")
+		p := pods[0]
 		g.Expect(p.DeletionTimestamp).To(BeNil(), "manager pod %s not being deleted", p.Name)
 		g.Expect(p.Spec.Containers[0].Image).To(Equal(image), "manager pod %s runs %s", p.Name, image)
 		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty(), "manager pod %s reports its container", p.Name)
 		running := p.Status.ContainerStatuses[0].State.Running
 		g.Expect(running).NotTo(BeNil(), "manager pod %s runs", p.Name)
 		g.Expect(p.Status.ContainerStatuses[0].Ready).To(BeTrue(), "manager pod %s ready", p.Name)
+		g.Expect(p.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "manager pod %s never restarted", p.Name)
 		var lease coordinationv1.Lease
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "redlock-system", Name: "redlock-operator.redlock.dev"}, &lease)).To(Succeed())
 		// Host-network pods share the node's hostname, which leader
@@ -155,9 +163,9 @@ func deployOperator(manifests, image string) time.Time {
 		g.Expect(*lease.Spec.HolderIdentity).NotTo(BeEmpty(), "the Lease has a holder")
 		g.Expect(lease.Spec.AcquireTime).NotTo(BeNil(), "the Lease was acquired")
 		g.Expect(lease.Spec.AcquireTime.Time.Before(running.StartedAt.Time)).To(BeFalse(), "manager pod %s (started %v) took the Lease (at %v)", p.Name, running.StartedAt.Time, lease.Spec.AcquireTime.Time)
-		started = running.StartedAt.Time
+		acquired = lease.Spec.AcquireTime.Time
 	}, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), "the manager running %s to lead, alone", image)
-	return started
+	return acquired
 }
 
 // grantSeen is what a lock's status showed at the start.
@@ -173,8 +181,12 @@ type grantSeen struct {
 type upgradeWatch struct {
 	mu         sync.Mutex
 	violations []string
+	count      int           // violations, all of them
 	leastAhead time.Duration // least validity status showed ahead
+	reads      int           // reads of the locks and pods that answered
+	longestGap time.Duration // longest time between two of them
 	stop, done chan struct{}
+	once       sync.Once
 }
 
 func watchUpgrade(namespace string, start map[string]grantSeen) *upgradeWatch {
@@ -182,6 +194,7 @@ func watchUpgrade(namespace string, start map[string]grantSeen) *upgradeWatch {
 	note := func(format string, args ...any) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.count++
 		if len(w.violations) < 50 {
 			w.violations = append(w.violations, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
 		}
@@ -191,6 +204,8 @@ func watchUpgrade(namespace string, start map[string]grantSeen) *upgradeWatch {
 		defer close(w.done)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
+		last := time.Now()
+		shown := map[string]time.Time{} // validity each lock showed last
 		for {
 			select {
 			case <-w.stop:
@@ -199,10 +214,24 @@ func watchUpgrade(namespace string, start map[string]grantSeen) *upgradeWatch {
 			}
 			var locks v1alpha1.DistributedLockList
 			var pods corev1.PodList
-			if k8s.List(ctx, &locks, client.InNamespace(namespace)) != nil || k8s.List(ctx, &pods, client.InNamespace(namespace)) != nil {
-				continue // the API server is busy: the next tick reads again
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := k8s.List(rctx, &locks, client.InNamespace(namespace))
+			if err == nil {
+				err = k8s.List(rctx, &pods, client.InNamespace(namespace))
+			}
+			cancel()
+			if err != nil {
+				continue // the API server is busy: the next tick reads again (the gap is counted)
 			}
 			now := time.Now()
+			w.mu.Lock()
+			w.reads++
+			w.longestGap = max(w.longestGap, now.Sub(last))
+			w.mu.Unlock()
+			last = now
+			if len(locks.Items) != len(start) {
+				note("%d locks listed, not %d", len(locks.Items), len(start))
+			}
 			holders := map[string]string{}
 			for _, l := range locks.Items {
 				st, want := l.Status, start[l.Name]
@@ -219,6 +248,12 @@ func watchUpgrade(namespace string, start map[string]grantSeen) *upgradeWatch {
 				if ahead <= 0 {
 					note("lock %s shows a validity that passed %v ago", l.Name, -ahead)
 				}
+				// A lapse between two reads: renewed after the validity
+				// shown before had passed.
+				if before, ok := shown[l.Name]; ok && st.RenewedAt != nil && st.RenewedAt.After(before) {
+					note("lock %s renewed at %v, after the validity it showed before (%v) had passed", l.Name, st.RenewedAt.Time, before)
+				}
+				shown[l.Name] = st.ValidUntil.Time
 				w.mu.Lock()
 				w.leastAhead = min(w.leastAhead, ahead)
 				w.mu.Unlock()
@@ -234,17 +269,16 @@ func watchUpgrade(namespace string, start map[string]grantSeen) *upgradeWatch {
 	return w
 }
 
-func (w *upgradeWatch) finish() (violations []string, leastAhead time.Duration) {
-	close(w.stop)
+// finish stops the watch (once; a spec that failed first stops it in its
+// cleanup).
+func (w *upgradeWatch) finish() {
+	w.once.Do(func() { close(w.stop) })
 	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.violations, w.leastAhead
 }
 
 var _ = Describe("upgrade from the previous release, and rollback to it", Ordered, func() {
 	const (
-		upNS    = "e2e-upgrade"
+		upNS = "e2e-upgrade"
 		// One manager pod, recreated (host network): the new one leads a
 		// pod start after the old one stopped, which 2/3 of the ttl the
 		// stopping leader refreshed ahead must cover, on a loaded machine
@@ -272,7 +306,10 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 		manifests = operatorManifests(root, "redlock-operator:e2e")
 		// Whatever happens, the suite's other specs get this tree's
 		// operator back.
-		DeferCleanup(func() { deployOperator(manifests, "redlock-operator:e2e") })
+		DeferCleanup(func() {
+			deployOperator(manifests, "redlock-operator:e2e")
+			Eventually(available, 3*time.Minute, time.Second).Should(BeTrue(), "master set %s/%s to be available again under this tree's operator", ns, set.Name)
+		})
 
 		By("running " + version + "'s operator")
 		deployOperator(prevManifests, prevImage)
@@ -328,7 +365,10 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 			}
 		}, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), "the locks of namespace %s to be held by running pods under %s", upNS, version)
 		watch := watchUpgrade(upNS, start)
+		DeferCleanup(watch.finish)
 
+		// refreshedBy waits until every lock was renewed after since: by
+		// the manager that took the Lease then.
 		refreshedBy := func(since time.Time, who string) {
 			Eventually(func(g Gomega) {
 				var list v1alpha1.DistributedLockList
@@ -342,24 +382,55 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 
 		By("upgrading to this tree's operator")
 		upgradeAt := time.Now()
-		started := deployOperator(manifests, "redlock-operator:e2e")
-		refreshedBy(started, "this tree's manager")
+		leads := deployOperator(manifests, "redlock-operator:e2e")
+		refreshedBy(leads, "this tree's manager")
 		upgraded := time.Since(upgradeAt)
 
 		By("rolling back to " + version)
 		rollbackAt := time.Now()
-		started = deployOperator(prevManifests, prevImage)
-		refreshedBy(started, version+"'s manager")
+		leads = deployOperator(prevManifests, prevImage)
+		refreshedBy(leads, version+"'s manager")
 		rolledBack := time.Since(rollbackAt)
 
 		By("watching " + version + "'s manager renew every lock once more")
 		refreshedBy(time.Now(), version+"'s manager, again")
-		violations, leastAhead := watch.finish()
+		watch.finish()
+
+		By("granting a new lock to a pod gated through " + version + "'s webhook")
+		Expect(k8s.Create(ctx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: upNS, Name: "after-rollback"},
+			Spec:       v1alpha1.DistributedLockSpec{MasterSet: "masters", TTL: metav1.Duration{Duration: lockTTL}},
+		})).To(Succeed())
+		after := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: upNS, Name: "after-rollback", Labels: map[string]string{v1alpha1.LockLabel: "after-rollback"}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64(1)), Containers: []corev1.Container{{Name: "work", Image: "busybox:local",
+				ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sh", "-c", "sleep 3600"}}}},
+		}
+		created := after.DeepCopy()
+		Eventually(func() error { created = after.DeepCopy(); return k8s.Create(ctx, created) }, time.Minute, 200*time.Millisecond).
+			Should(Succeed(), "pod %s/%s to be created through the webhook", upNS, after.Name)
+		Expect(demo.Gated(created)).To(BeTrue(), "pod %s/%s created with the scheduling gate %s's webhook adds", upNS, after.Name, version)
+		Eventually(func(g Gomega) {
+			cur := &corev1.Pod{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(after), cur)).To(Succeed())
+			g.Expect(demo.MayRun(cur)).To(BeTrue(), "pod %s ungated", cur.Name)
+			l := &v1alpha1.DistributedLock{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: upNS, Name: "after-rollback"}, l)).To(Succeed())
+			g.Expect(l.Status.Holder).NotTo(BeNil(), "lock after-rollback held")
+			g.Expect(l.Status.Holder.Identity).To(Equal(cur.Name), "lock after-rollback held by pod %s", cur.Name)
+		}, time.Minute, 200*time.Millisecond).Should(Succeed(), "lock %s/after-rollback to be granted to pod after-rollback by %s's manager", upNS, version)
+
+		watch.mu.Lock()
+		violations, count, leastAhead, reads, gap := watch.violations, watch.count, watch.leastAhead, watch.reads, watch.longestGap
+		watch.mu.Unlock()
 		GinkgoWriter.Printf("upgrade and rollback of %d locks (ttl %v) held by pods:\n", locks, lockTTL)
 		GinkgoWriter.Printf("  %-44s %v\n", "apply "+version+" → this tree, every lock renewed:", upgraded.Round(100*time.Millisecond))
 		GinkgoWriter.Printf("  %-44s %v\n", "apply this tree → "+version+", every lock renewed:", rolledBack.Round(100*time.Millisecond))
 		GinkgoWriter.Printf("  %-44s %v\n", "least validity status showed ahead:", leastAhead.Round(100*time.Millisecond))
-		GinkgoWriter.Printf("  %-44s %d\n", "violations (lapse, other grant, 2nd pod):", len(violations))
+		GinkgoWriter.Printf("  %-44s %d (longest gap %v)\n", "reads of the locks and pods:", reads, gap.Round(100*time.Millisecond))
+		GinkgoWriter.Printf("  %-44s %d\n", "violations (lapse, other grant, 2nd pod):", count)
 		Expect(violations).To(BeEmpty(), "the same grants, tokens and holders, never a passed validity, never a second pod of a lock able to run")
+		Expect(reads).To(BeNumerically(">", 100), "the watch read the locks and pods throughout")
+		Expect(gap).To(BeNumerically("<", 5*time.Second), "the watch never went 5s without a read")
 	})
 })
