@@ -47,6 +47,11 @@ const (
 	// deleted while the pod holds it.
 	OnLostAnnotation = "redlock.dev/on-lost"
 
+	// ProblemAnnotation on a pod labelled for a lock says why the operator
+	// refuses it (for example both gates at once): such a pod never holds
+	// the lock until its spec is fixed.
+	ProblemAnnotation = "redlock.dev/problem"
+
 	// UnresponsiveAnnotation marks a pod that held a lock with
 	// spec.heartbeatTimeout and stopped renewing its heartbeat (or whose
 	// containers crash-looped) for longer than that: its value is the

@@ -68,7 +68,7 @@ const (
 const ReasonLockDeleted = "LockDeleted"
 
 // ProblemAnnotation on a labelled pod says why it cannot take part.
-const ProblemAnnotation = "redlock.dev/problem"
+const ProblemAnnotation = v1alpha1.ProblemAnnotation
 
 // Reconciler ungates holder pods.
 type Reconciler struct {

@@ -229,6 +229,9 @@ func TestExplain(t *testing.T) {
 			WhyFormerHolderRuns, []string{"its last holder, pod holder (Running), may still run"}},
 		{"first in a free lock", podWith("me", "l", nil), lockWith("shop", "l", queued(me)), nil, nil, WhyNext, []string{"first in line"}},
 		{"not queued", podWith("me", "l", nil), lockWith("shop", "l", nil), nil, nil, WhyNotQueued, []string{"is the operator running?"}},
+		{"refused by the operator", podWith("me", "l", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{v1alpha1.ProblemAnnotation: "both the scheduling gate and the readiness gate"}
+		}), lockWith("shop", "l", nil), nil, nil, WhyPodRefused, []string{"the operator refuses the pod (annotation redlock.dev/problem): both the scheduling gate and the readiness gate"}},
 		{"beyond the ten listed", podWith("me", "l", nil), lockWith("shop", "l", func(l *v1alpha1.DistributedLock) {
 			l.Status.Queue = &v1alpha1.LockQueue{Waiting: []v1alpha1.PodReference{ref("a")}, Count: 12}
 		}), nil, nil, WhyBehindOthers, []string{"12 pods wait and status lists only the first 1"}},

@@ -32,6 +32,7 @@ const (
 	WhyLockNotReady       = "LockNotReady"
 	WhyLockNotHeld        = "LockNotHeld"
 	WhyNotQueued          = "NotQueued"
+	WhyPodRefused         = "PodRefused"
 	WhyBehindOthers       = "BehindOthers"
 	WhyNext               = "Next"
 	WhyNotGatedNotHolding = "NotGated"
@@ -215,6 +216,9 @@ func explainPod(w *Why, in WhyInput, _ string) (reason, text string) {
 		return WhyPodFinished, fmt.Sprintf("the pod has finished (%s): it no longer takes part in the lock", pod.Status.Phase)
 	case pod.DeletionTimestamp != nil && !w.Holds:
 		return WhyPodTerminating, "the pod is being deleted: it is no longer a candidate for the lock"
+	case pod.Annotations[v1alpha1.ProblemAnnotation] != "" && !w.Holds:
+		return WhyPodRefused, fmt.Sprintf("the operator refuses the pod (annotation %s): %s; it never holds the lock until that is fixed",
+			v1alpha1.ProblemAnnotation, pod.Annotations[v1alpha1.ProblemAnnotation])
 	case !w.Holds:
 		return "", ""
 	}
