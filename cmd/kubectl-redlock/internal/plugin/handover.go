@@ -46,11 +46,7 @@ stdin is not a terminal.`,
   kubectl redlock handover nightly-report -n shop --yes --timeout 5m`,
 		Args: one("LOCK (a DistributedLock's name)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, ns, err := c.client()
-			if err != nil {
-				return err
-			}
-			lockName, err := name(args[0], lockTypes...)
+			k, ns, lockName, err := c.target(args[0], lockTypes)
 			if err != nil {
 				return err
 			}

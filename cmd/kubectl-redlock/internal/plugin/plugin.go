@@ -138,6 +138,18 @@ func one(what string) cobra.PositionalArgs {
 	}
 }
 
+// target is the client and namespace to use, and the name of the object
+// the command's argument arg names (NAME, or TYPE/NAME with one of types).
+func (c *cli) target(arg string, types []string) (k client.Client, ns, objName string, err error) {
+	if k, ns, err = c.client(); err != nil {
+		return nil, "", "", err
+	}
+	if objName, err = name(arg, types...); err != nil {
+		return nil, "", "", err
+	}
+	return k, ns, objName, nil
+}
+
 // name reads an object's name from the command line: NAME, or TYPE/NAME
 // with one of types (as kubectl writes it: pod/web-0, dlock/migrations).
 func name(arg string, types ...string) (string, error) {

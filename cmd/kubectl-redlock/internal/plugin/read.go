@@ -104,11 +104,7 @@ func (c *cli) queueCommand() *cobra.Command {
   kubectl redlock queue migrations -n shop -o json`,
 		Args: one("LOCK (a DistributedLock's name)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, ns, err := c.client()
-			if err != nil {
-				return err
-			}
-			lockName, err := name(args[0], lockTypes...)
+			k, ns, lockName, err := c.target(args[0], lockTypes)
 			if err != nil {
 				return err
 			}
@@ -147,11 +143,7 @@ func (c *cli) whyCommand() *cobra.Command {
 			if maxEvents < 1 {
 				return fmt.Errorf("--events must be at least 1, not %d", maxEvents)
 			}
-			k, ns, err := c.client()
-			if err != nil {
-				return err
-			}
-			podName, err := name(args[0], podTypes...)
+			k, ns, podName, err := c.target(args[0], podTypes)
 			if err != nil {
 				return err
 			}
@@ -184,11 +176,7 @@ func (c *cli) tokenCommand() *cobra.Command {
   kubectl redlock token migrate-7f9c2 -n shop -o json | jq .fencingToken`,
 		Args: one("POD (a pod's name)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, ns, err := c.client()
-			if err != nil {
-				return err
-			}
-			podName, err := name(args[0], podTypes...)
+			k, ns, podName, err := c.target(args[0], podTypes)
 			if err != nil {
 				return err
 			}

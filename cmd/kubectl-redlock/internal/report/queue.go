@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
 )
 
 // Gates a pod waits with, as the commands name them.
@@ -20,25 +21,21 @@ const (
 	GateNone       = "none"
 )
 
-// GateOf names the gate pod waits with: the scheduling gate
-// redlock.dev/lock, the readiness gate redlock.dev/lock-held, both, no gate
-// by request (redlock.dev/gate: label), or none.
-func GateOf(pod *corev1.Pod) string {
-	sched := slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
-	ready := slices.ContainsFunc(pod.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == v1alpha1.ReadinessGate })
-	switch {
-	case sched && ready:
-		return GateBoth
-	case sched:
-		return GateScheduling
-	case ready:
-		return GateReadiness
-	case pod.Labels[v1alpha1.GateModeLabel] == v1alpha1.GateModeHolderLabel:
-		return GateLabel
-	default:
-		return GateNone
-	}
+// gateNames name the operator's gates (internal/podlock, which decides
+// them) as the plugin prints them.
+var gateNames = map[podlock.Gate]string{
+	podlock.GateScheduling: GateScheduling,
+	podlock.GateReadiness:  GateReadiness,
+	podlock.GateBoth:       GateBoth,
+	podlock.GateLabel:      GateLabel,
+	podlock.GateNone:       GateNone,
 }
+
+// GateOf names the gate pod waits with, as the operator reads it: the
+// scheduling gate redlock.dev/lock, the readiness gate
+// redlock.dev/lock-held, both, no gate by request (redlock.dev/gate:
+// label), or none.
+func GateOf(pod *corev1.Pod) string { return gateNames[podlock.GateOf(pod)] }
 
 // Gated reports whether pod is held back by its lock's gate now: its
 // scheduling gate is still in place, or its readiness gate's condition is
