@@ -32,6 +32,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/release"
 	"github.com/redlock-operator/redlock-operator/test/demo"
 )
 
@@ -51,19 +52,6 @@ func decodeObjects(data []byte) []*unstructured.Unstructured {
 			out = append(out, u)
 		}
 	}
-}
-
-// previousRelease is the version and commit hack/previous-release names.
-func previousRelease() (version, commit string) {
-	data, err := os.ReadFile(filepath.Join(root, "hack", "previous-release"))
-	Expect(err).NotTo(HaveOccurred())
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
-			return f[0], f[1]
-		}
-	}
-	Fail("hack/previous-release names no VERSION COMMIT")
-	return "", ""
 }
 
 // buildOperatorImage builds the binaries the final stage of dir's
@@ -293,7 +281,7 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 
 	BeforeAll(func() {
 		var commit string
-		version, commit = previousRelease()
+		version, commit = previous()
 		prevImage = "redlock-operator:" + version + "-e2e"
 		By("building the operator of " + version + " (commit " + commit + ") and importing it as " + prevImage)
 		prev := GinkgoT().TempDir()
@@ -434,3 +422,10 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 		Expect(gap).To(BeNumerically("<", 5*time.Second), "the watch never went 5s without a read")
 	})
 })
+
+// previous is the release hack/previous-release names.
+func previous() (version, commit string) {
+	version, commit, err := release.Previous(root)
+	Expect(err).NotTo(HaveOccurred())
+	return version, commit
+}

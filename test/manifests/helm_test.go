@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	previousrelease "github.com/redlock-operator/redlock-operator/internal/harness/release"
 )
 
 // The chart at charts/redlock-operator must install what config/default
@@ -244,7 +246,7 @@ var _ = Describe("The Helm chart installed with helm", func() {
 		DeferCleanup(restoreCRDs)
 
 		By("the previous release's chart, from the commit hack/previous-release names")
-		version, commit := previousRelease()
+		version, commit := previous()
 		archive := exec.Command("sh", "-c", "git archive "+commit+" charts/redlock-operator | tar -x -C "+dir)
 		archive.Dir = root
 		out, err := archive.CombinedOutput()
@@ -310,19 +312,6 @@ var _ = Describe("The Helm chart installed with helm", func() {
 		}
 	})
 })
-
-// previousRelease is the version and commit hack/previous-release names.
-func previousRelease() (version, commit string) {
-	data, err := os.ReadFile(filepath.Join(root, "hack", "previous-release"))
-	Expect(err).NotTo(HaveOccurred())
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
-			return f[0], f[1]
-		}
-	}
-	Fail("hack/previous-release names no VERSION COMMIT")
-	return "", ""
-}
 
 func getCRD(name string) *unstructured.Unstructured {
 	crd := &unstructured.Unstructured{}
@@ -529,4 +518,11 @@ func names(objs []*unstructured.Unstructured) []string {
 		out = append(out, u.GetNamespace()+"/"+u.GetName())
 	}
 	return out
+}
+
+// previous is the release hack/previous-release names.
+func previous() (version, commit string) {
+	version, commit, err := previousrelease.Previous(root)
+	Expect(err).NotTo(HaveOccurred())
+	return version, commit
 }
