@@ -2,8 +2,8 @@ package redlock
 
 // ACLRules are the Redis ACL rules a Client needs, and nothing more: SET
 // (acquire without a token), EVAL/EVALSHA of its scripts and the commands
-// they call (GET, SET, DEL, PEXPIRE, TIME), INFO (run_id and uptime, for the
-// quarantine of restarted masters), PING, and HELLO/AUTH to log in. A master
+// they call (GET, SET, DEL, PEXPIRE, TIME; semaphores need nothing more),
+// INFO (run_id and uptime, for the quarantine of restarted masters), PING, and HELLO/AUTH to log in. A master
 // that refuses one of them answers an error, which counts as a "no" vote.
 //
 // For external masters, an ACL user for the operator is, in redis.conf or
@@ -12,7 +12,8 @@ package redlock
 //	user redlock-operator on >PASSWORD ~* resetchannels -@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth
 //
 // and `user default off` disables the default user. Keys are the
-// DistributedLocks' keys, their "<key>:fence" counters and WindowKey
+// DistributedLocks' keys, their "<key>:fence" counters, the semaphores'
+// "<key>:slot:<i>" and "<key>:slots" keys, and WindowKey
 // (redlock:quarantine-window): narrow ~* to the locks' prefix when every
 // lock uses one, keeping WindowKey (~redlock:* covers it and the default
 // keys). A master that refuses WindowKey still votes, but restarted masters

@@ -40,7 +40,7 @@ func TestBatcherUnderLoad(t *testing.T) {
 				if got, err := cmd.Result(); got != val || err != nil {
 					t.Errorf("get %s = %q %v, want %q", key, got, err, val)
 				}
-				out, err = n.release(ctx, releaseArgs(key, val))
+				out, err = n.run(ctx, releaseCall(key, val, nil))
 				if out != OutcomeGranted || err != nil {
 					t.Errorf("release %s: %v %v", key, out, err)
 				}

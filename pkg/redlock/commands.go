@@ -70,28 +70,13 @@ if v == false then return -1 end
 return 0`)
 
 	// fencedSetScript is SET key value NX PX ttl that, only when the SET
-	// succeeded, takes a fencing token from the key's counter (KEYS[2]):
-	// tok = max(counter + 1, TIME in microseconds), stored back into the
-	// counter and returned as a decimal string (Lua numbers are doubles:
-	// integers below 2^53 are exact, a string keeps them so on the wire).
-	// The counter is checked before the SET so that a malformed counter
-	// grants nothing. Redis 7 replicates script effects, so TIME may precede
-	// a write.
-	fencedSetScript = newScript(`local c = redis.call("GET", KEYS[2])
-if c then
-  c = tonumber(c)
-  if c == nil or c < 0 or c >= 9007199254740991 or c ~= math.floor(c) then
-    return redis.error_reply("ERR fence counter " .. KEYS[2] .. " is not an integer in [0, 2^53-1)")
-  end
-else
-  c = 0
-end
+	// succeeded, takes a fencing token from the key's counter (KEYS[2]; see
+	// takeTokenLua). The counter is checked before the SET so that a
+	// malformed counter grants nothing.
+	fencedSetScript = newScript(fenceCounterLua + takeTokenLua + `local c, e = counter()
+if e then return e end
 if not redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then return false end
-local t = redis.call("TIME")
-local tok = math.max(c + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-local s = string.format("%.0f", tok)
-redis.call("SET", KEYS[2], s)
-return s`)
+return take(c)`)
 
 	// raiseFenceScript sets the counter KEYS[1] to max(counter, ARGV[1]).
 	raiseFenceScript = newScript(`local t = tonumber(ARGV[1])
@@ -170,28 +155,40 @@ func (n *node) raiseFence(ctx context.Context, args []any) (Outcome, error) {
 	return scriptOutcome(n.eval(ctx, raiseFenceScript, args).Int64())
 }
 
-// releaseArgs returns the arguments of releaseScript for release.
-func releaseArgs(key, value string) []any {
-	return releaseScript.args([]string{key}, value)
+// scriptCall is one script with its arguments: built once per operation and
+// shared among its masters' requests, like script.args.
+type scriptCall struct {
+	s    *script
+	args []any
 }
 
-// release deletes key if it holds value (args from releaseArgs).
-func (n *node) release(ctx context.Context, args []any) (Outcome, error) {
-	return scriptOutcome(n.eval(ctx, releaseScript, args).Int64())
+// run sends c to the master and classifies the script's reply: 1 done, 0
+// another value, -1 no key.
+func (n *node) run(ctx context.Context, c scriptCall) (Outcome, error) {
+	return scriptOutcome(n.eval(ctx, c.s, c.args).Int64())
 }
 
-// extendArgs returns the arguments of extendScript for extend.
-func extendArgs(key, value string, ttlMillis int64) []any {
-	return extendScript.args([]string{key}, value, ttlMillis)
+// releaseCall deletes key if it holds value; for a semaphore's slot (slot
+// non-nil) it also drops the declaration once no slot of it is left on the
+// master (see slotReleaseScript).
+func releaseCall(key, value string, slot *Slot) scriptCall {
+	if slot != nil {
+		return slotReleaseCall(*slot, value)
+	}
+	return scriptCall{releaseScript, releaseScript.args([]string{key}, value)}
 }
 
-// extend sets key's TTL if it holds value (args from extendArgs); it never
-// creates the key, nor shortens a copy's remaining life: another process
-// may renew the same value with a longer TTL (a lock restored by an
-// adopter), and a late extension must not cut its copies short (PEXPIRE
-// GT, Redis 7: no command beyond ACLRules).
-func (n *node) extend(ctx context.Context, args []any) (Outcome, error) {
-	return scriptOutcome(n.eval(ctx, extendScript, args).Int64())
+// extendCall sets key's TTL if it holds value; it never creates the key,
+// nor shortens a copy's remaining life: another process may renew the same
+// value with a longer TTL (a lock restored by an adopter), and a late
+// extension must not cut its copies short (PEXPIRE GT, Redis 7: no command
+// beyond ACLRules). For a semaphore's slot it keeps the declaration alive
+// as long as the slot (see slotExtendScript).
+func extendCall(key, value string, ttlMillis int64, slot *Slot) scriptCall {
+	if slot != nil {
+		return slotExtendCall(*slot, value, ttlMillis)
+	}
+	return scriptCall{extendScript, extendScript.args([]string{key}, value, ttlMillis)}
 }
 
 func scriptOutcome(r int64, err error) (Outcome, error) {

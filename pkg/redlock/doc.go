@@ -94,6 +94,22 @@
 // whose last fenced grant was made before it, takes on the new list the
 // masters' clock as its floor rather than that grant's counter.
 //
+// A semaphore admits up to N holders of one key at once
+// ([Client.AcquireSemaphore], [Client.AcquireSlot]). Each holder holds one
+// of N slots, and each slot is a lock of its own ([SlotKey]: key +
+// ":slot:" + i), with its own fencing counter: a fenced resource compares
+// (slot, token), keeping the last token it accepted per slot. N is stored
+// on the masters ([SlotsKey]): every grant of a slot writes it, with a TTL
+// at least that of every slot copy on the master, and a master that stores
+// another number refuses the slot, so acquisitions that declare another N
+// fail with [ErrSlotsConflict] while any slot is held, rather than being
+// served at the larger N (a majority that grants a slot under one number
+// shares a master with the majority holding a slot under the other). The
+// release of a master's last slot copy removes the number, so that a new
+// one may be declared at once; an abandoned holder's number expires with
+// its copies. Extensions put the number back with the slot on restarted
+// masters, like the value.
+//
 // Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
 // is the fencing counter of the lock "k" (see [FenceKey]); so is
 // [WindowKey].

@@ -16,18 +16,12 @@ import (
 // releases it. A second client cannot take the lock while it is held.
 func Example() {
 	// Three real redis-server processes on loopback ports.
-	dir, _ := os.MkdirTemp("", "redlock-example-")
-	defer os.RemoveAll(dir)
-	var addrs []string
-	for i := range 3 {
-		s, err := redistest.Start(filepath.Join(dir, fmt.Sprint(i)), redistest.Options{})
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		defer s.Close()
-		addrs = append(addrs, s.Addr())
+	addrs, stop, err := startMasters()
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
+	defer stop()
 
 	client, err := redlock.New(addrs, redlock.WithNodeTimeout(50*time.Millisecond))
 	if err != nil {
@@ -63,4 +57,71 @@ func Example() {
 	// held: true
 	// second client: true
 	// held after release: false
+}
+
+// ExampleClient_AcquireSemaphore admits two holders of one key at once,
+// each with a slot and a fencing token of that slot; a third waits, and a
+// client declaring another number of slots is refused while they hold.
+func ExampleClient_AcquireSemaphore() {
+	addrs, stop, err := startMasters()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	client, err := redlock.New(addrs, redlock.WithTries(1))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	var held []*redlock.Lock
+	for range 2 {
+		l, err := client.AcquireSemaphore(ctx, "reports", 2, 10*time.Second, redlock.WithFencing())
+		if err != nil {
+			fmt.Println("not acquired:", err)
+			return
+		}
+		defer l.Release(ctx) //nolint:errcheck // the example's end
+		held = append(held, l)
+	}
+	a, _ := held[0].Slot()
+	b, _ := held[1].Slot()
+	fmt.Println("slots held:", a.Index != b.Index, "tokens:", held[0].Token() > 0 && held[1].Token() > 0)
+
+	_, err = client.AcquireSemaphore(ctx, "reports", 2, 10*time.Second)
+	fmt.Println("third holder:", errors.Is(err, redlock.ErrLockHeld))
+	_, err = client.AcquireSemaphore(ctx, "reports", 5, 10*time.Second)
+	fmt.Println("declared with 5:", errors.Is(err, redlock.ErrSlotsConflict))
+	// Output:
+	// slots held: true tokens: true
+	// third holder: true
+	// declared with 5: true
+}
+
+// startMasters starts three redis-server processes for an example.
+func startMasters() (addrs []string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "redlock-example-")
+	if err != nil {
+		return nil, nil, err
+	}
+	var servers []*redistest.Server
+	stop = func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		_ = os.RemoveAll(dir)
+	}
+	for i := range 3 {
+		s, err := redistest.Start(filepath.Join(dir, fmt.Sprint(i)), redistest.Options{})
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		servers = append(servers, s)
+		addrs = append(addrs, s.Addr())
+	}
+	return addrs, stop, nil
 }

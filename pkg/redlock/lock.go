@@ -17,6 +17,7 @@ type Lock struct {
 	value string
 	ttl   time.Duration
 	token int64 // fencing token; 0 without WithFencing and when restored
+	slot  *Slot // the semaphore slot this lock is; nil for a plain lock
 
 	// acquired[i] is closed once the acquisition's SET to master i has
 	// answered or timed out: later requests to master i wait for it, so a
@@ -77,7 +78,7 @@ func after(ctx context.Context, i int, acquired, restoring []chan struct{}) erro
 // request in r has ended (SET NX: it never overwrites another value); later
 // requests to a master wait for it. Called with l.mu held, before r.finish.
 func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
-	args := setArgs(l.key, l.value, ttlMillis)
+	put := l.putBack(ttlMillis)
 	var fence []any
 	if l.token > 0 {
 		fence = raiseFenceArgs(l.key, l.token)
@@ -94,7 +95,7 @@ func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			_, _ = n.set(ctx, args) // best effort: the next extension restores again
+			put(ctx, n) // best effort: the next extension restores again
 			if fence != nil {
 				// The master lost (or, new to the list, never had) the
 				// key's counter too: later grants it votes in must see
@@ -103,6 +104,19 @@ func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
 			}
 		})
 	}
+}
+
+// putBack returns what restore sends to a master: SET key value NX PX
+// ttl, for a semaphore's slot only while the master stores no other
+// number of slots (see slotSetScript).
+func (l *Lock) putBack(ttlMillis int64) func(context.Context, *node) {
+	if l.slot != nil {
+		s := *l.slot
+		args := slotSetArgs(s, l.value, ttlMillis, false)
+		return func(ctx context.Context, n *node) { _, _, _ = n.setSlot(ctx, s, args) }
+	}
+	args := setArgs(l.key, l.value, ttlMillis)
+	return func(ctx context.Context, n *node) { _, _ = n.set(ctx, args) }
 }
 
 // Key returns the lock's Redis key.
@@ -207,27 +221,48 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err := validateKey(OpAcquire, key); err != nil {
 		return nil, err
 	}
-	if err := validateTTL(OpAcquire, ttl); err != nil {
+	ac, err := c.prepareAcquire(ttl, opts)
+	if err != nil {
 		return nil, err
+	}
+	return c.retry(ctx, key, func(attempt int) (*Lock, error) {
+		return c.acquireOnce(ctx, key, nil, ac, ttl, attempt)
+	})
+}
+
+// prepareAcquire checks an acquisition's TTL and options (its key is
+// checked already) and returns its configuration, with a random value
+// unless WithValue gave one.
+func (c *Client) prepareAcquire(ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
+	var ac acquireConfig
+	if err := validateTTL(OpAcquire, ttl); err != nil {
+		return ac, err
 	}
 	if err := c.checkWindow(OpAcquire, ttl); err != nil {
-		return nil, err
+		return ac, err
 	}
-	var ac acquireConfig
 	for i, o := range opts {
 		if o == nil {
-			return nil, invalidf(OpAcquire, "acquire option %d is nil", i)
+			return ac, invalidf(OpAcquire, "acquire option %d is nil", i)
 		}
 		o(&ac)
 	}
 	if ac.value == "" {
 		ac.value = crand.Text()
 	} else if err := validateValue(OpAcquire, ac.value); err != nil {
-		return nil, err
+		return ac, err
 	}
-	for attempt := 1; ; attempt++ {
-		l, err := c.acquireOnce(ctx, key, ac, ttl, attempt)
-		if err == nil || attempt >= c.cfg.tries || !retryable(err) {
+	return ac, nil
+}
+
+// retry runs attempt (numbered from 1) until it succeeds, fails for good,
+// or the configured tries are spent, with a random delay in between; the
+// context ending during a delay fails with ErrCancelled and the last
+// attempt's votes.
+func (c *Client) retry(ctx context.Context, key string, attempt func(int) (*Lock, error)) (*Lock, error) {
+	for n := 1; ; n++ {
+		l, err := attempt(n)
+		if err == nil || n >= c.cfg.tries || !retryable(err) {
 			return l, err
 		}
 		t := time.NewTimer(c.retryDelay())
@@ -245,7 +280,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 }
 
 func retryable(err error) bool {
-	return errors.Is(err, ErrLockHeld) || errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrExpired)
+	return errors.Is(err, ErrLockHeld) || errors.Is(err, ErrSlotsConflict) || errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrExpired)
 }
 
 func (c *Client) retryDelay() time.Duration {
@@ -275,7 +310,9 @@ func (c *Client) failureKind(lists []Tally, contention error) error {
 	return contention
 }
 
-func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, ttl time.Duration, attempt int) (*Lock, error) {
+// acquireOnce makes one attempt at key, a semaphore's slot when slot is
+// non-nil.
+func (c *Client) acquireOnce(ctx context.Context, key string, slot *Slot, ac acquireConfig, ttl time.Duration, attempt int) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.opError(OpAcquire, key, ErrCancelled, err, nil)
 	}
@@ -284,22 +321,36 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 	timeout := c.nodeTimeout(ttl)
 	prior := c.releases.latest(key)
 	var tokens []int64 // tokens[i] is written before master i's vote is delivered
-	var args []any     // shared by the masters' requests
 	if ac.fencing {
 		tokens = make([]int64, len(c.nodes))
+	}
+	var args []any // shared by the masters' requests
+	switch {
+	case slot != nil:
+		args = slotSetArgs(*slot, value, ttlMillis, ac.fencing)
+	case ac.fencing:
 		args = setFencedArgs(key, value, ttlMillis)
-	} else {
+	default:
 		args = setArgs(key, value, ttlMillis)
 	}
 	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := prior.wait(ctx, i); err != nil {
 			return OutcomeError, err
 		}
-		if tokens == nil {
+		var out Outcome
+		var tok int64
+		var err error
+		switch {
+		case slot != nil:
+			out, tok, err = n.setSlot(ctx, *slot, args)
+		case tokens != nil:
+			out, tok, err = n.setFenced(ctx, args)
+		default:
 			return n.set(ctx, args)
 		}
-		out, tok, err := n.setFenced(ctx, args)
-		tokens[i] = tok
+		if tokens != nil {
+			tokens[i] = tok
+		}
 		return out, err
 	})
 	if err != nil {
@@ -332,9 +383,11 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 				break
 			}
 		}
-		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, validUntil: validUntil, sentAt: r.start, acquired: r.done, votes: v.votes}
+		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, slot: slot, validUntil: validUntil, sentAt: r.start, acquired: r.done, votes: v.votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
+	case errors.Is(res, errNoQuorum) && slotsConflict(v.votes):
+		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrSlotsConflict), nil, v.votes)
 	case errors.Is(res, errNoQuorum):
 		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrLockHeld), nil, v.votes)
 	default:
@@ -342,7 +395,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ac acquireConfig, 
 	}
 
 	// Failed: remove our value everywhere, each master after its SET ended.
-	r.abandon(key, value, timeout, v.votes, v.ctxErr == nil)
+	r.abandon(key, releaseCall(key, value, slot), timeout, v.votes, v.ctxErr == nil)
 	c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: e.Votes, Err: e})
 	return nil, e
 }
@@ -434,13 +487,13 @@ func (l *Lock) extend(ctx context.Context) (*OpEvent, error) {
 	}
 	ttlMillis := l.ttl.Milliseconds()
 	timeout := c.nodeTimeout(l.ttl)
-	args := extendArgs(l.key, l.value, ttlMillis)
+	ext := extendCall(l.key, l.value, ttlMillis, l.slot)
 	acquired, restoring := l.inflight()
 	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := after(ctx, i, acquired, restoring); err != nil {
 			return OutcomeError, err
 		}
-		return n.extend(ctx, args)
+		return n.run(ctx, ext)
 	})
 	if err != nil {
 		return nil, err
@@ -505,13 +558,13 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	// The release is registered (r.inflight) once the round has started; the
 	// hook that unregisters it when every request has ended waits for that.
 	registered := make(chan struct{})
-	args := releaseArgs(l.key, l.value)
+	rel := releaseCall(l.key, l.value, l.slot)
 	acquired, restoring := l.inflight()
 	r, err := c.startReleaseRound(ctx, c.nodeTimeout(l.ttl), func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := after(ctx, i, acquired, restoring); err != nil {
 			return OutcomeError, err
 		}
-		return n.release(ctx, args)
+		return n.run(ctx, rel)
 	}, func(r *round) {
 		<-registered
 		c.releases.end(l.key, r.inflight)
@@ -580,6 +633,14 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 			return nil, invalidf(op, "restore option %d is nil", i)
 		}
 		o(l)
+	}
+	if l.slot != nil {
+		if err := validateSlot(op, *l.slot); err != nil {
+			return nil, err
+		}
+		if l.slot.Key() != key {
+			return nil, invalidf(op, "key %q is not slot %d of the semaphore %q (%q)", key, l.slot.Index, l.slot.Semaphore, l.slot.Key())
+		}
 	}
 	return l, nil
 }

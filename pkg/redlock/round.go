@@ -214,12 +214,12 @@ func (r *round) detach() {
 	}
 }
 
-// releaseAll removes value from every master once that master's request in
-// this round has answered or timed out, on a context the caller cannot
-// cancel. It returns one channel per master, closed when its release ended.
-func (r *round) releaseAll(key, value string, timeout time.Duration) []chan struct{} {
+// releaseAll sends rel (a releaseCall) to every master once that master's
+// request in this round has answered or timed out, on a context the caller
+// cannot cancel. It returns one channel per master, closed when its release
+// ended.
+func (r *round) releaseAll(rel scriptCall, timeout time.Duration) []chan struct{} {
 	released := make([]chan struct{}, len(r.votes))
-	args := releaseArgs(key, value)
 	r.c.bg.Add(len(r.votes))
 	for i, n := range r.c.nodes {
 		released[i] = make(chan struct{})
@@ -229,20 +229,21 @@ func (r *round) releaseAll(key, value string, timeout time.Duration) []chan stru
 			<-r.done[i]
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			_, _ = n.release(ctx, args) // best effort: the TTL bounds what is left
+			_, _ = n.run(ctx, rel) // best effort: the TTL bounds what is left
 		}()
 	}
 	return released
 }
 
-// abandon removes value from every master, each after its request in this
-// round ended (releaseAll), and registers the clean-up so that this client's
+// abandon removes the attempt's value of key from every master (rel, a
+// releaseCall), each after its request in this round ended (releaseAll),
+// and registers the clean-up so that this client's
 // next acquisition of key is ordered after it. With waitAnswered it returns
 // once the masters that had answered in votes are clean — they are fast, and
 // a retry (this client's or another's) then finds them clean; stragglers are
 // cleaned in the background either way.
-func (r *round) abandon(key, value string, timeout time.Duration, votes []Vote, waitAnswered bool) {
-	released := r.releaseAll(key, value, timeout)
+func (r *round) abandon(key string, rel scriptCall, timeout time.Duration, votes []Vote, waitAnswered bool) {
+	released := r.releaseAll(rel, timeout)
 	cleanup := r.c.releases.add(key, released)
 	r.c.bg.Go(func() {
 		for _, d := range released {

@@ -1,11 +1,15 @@
 // Package history records who held which lock when, and checks a recorded
 // history for the two safety properties of a lock service: no two holders of
-// one key have overlapping validity windows, and fencing tokens only grow.
+// one key have overlapping validity windows, and fencing tokens only grow;
+// and for the semaphore's: never more holders of a semaphore at once than
+// its number of slots, nor holders that declared different numbers.
 package history
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -20,6 +24,10 @@ type Grant struct {
 	End    time.Time
 	// Token is the fencing token of the grant; zero means none was issued.
 	Token int64
+	// Semaphore is the key of the semaphore whose slot Key is, and Slots
+	// the number of slots its holder declared; "" and 0 for a lock.
+	Semaphore string
+	Slots     int
 }
 
 // Recorder collects grants from concurrent holders.
@@ -57,10 +65,19 @@ func (o *Overlap) Error() string {
 
 // Check returns an error describing the first violation in grants: a grant
 // whose window ends before it starts, two grants of one key whose windows
-// overlap (an *Overlap), or a fencing token that does not exceed the one of
-// an earlier grant of the same key. Windows that only touch (one ends when the next
-// starts) do not overlap.
+// overlap (an *Overlap), a fencing token that does not exceed the one of
+// an earlier grant of the same key (each slot of a semaphore is a key), or
+// for a semaphore more grants at one instant than their Slots, or two at
+// one instant that declared different Slots. Windows that only touch (one
+// ends when the next starts) do not overlap.
 func Check(grants []Grant) error {
+	if err := checkKeys(grants); err != nil {
+		return err
+	}
+	return checkSemaphores(grants)
+}
+
+func checkKeys(grants []Grant) error {
 	byKey := map[string][]Grant{}
 	for _, g := range grants {
 		if g.End.Before(g.Start) {
@@ -91,6 +108,46 @@ func Check(grants []Grant) error {
 			}
 			if g.Token > top.Token {
 				top = g
+			}
+		}
+	}
+	return nil
+}
+
+// checkSemaphores sweeps each semaphore's grants in order of their start:
+// at every start, the grants whose windows still run, with the new one,
+// must be no more than its Slots and must all have declared that number.
+func checkSemaphores(grants []Grant) error {
+	bySem := map[string][]Grant{}
+	for _, g := range grants {
+		if g.Semaphore != "" {
+			bySem[g.Semaphore] = append(bySem[g.Semaphore], g)
+		}
+	}
+	sems := slices.Sorted(maps.Keys(bySem))
+	for _, sem := range sems {
+		gs := bySem[sem]
+		slices.SortStableFunc(gs, func(a, b Grant) int { return a.Start.Compare(b.Start) })
+		var running []Grant
+		for _, g := range gs {
+			if g.Slots < 1 {
+				return fmt.Errorf("semaphore %q: grant to %s declares %d slots", sem, g.Holder, g.Slots)
+			}
+			running = slices.DeleteFunc(running, func(r Grant) bool { return !r.End.After(g.Start) })
+			for _, r := range running {
+				if r.Slots != g.Slots {
+					return fmt.Errorf("semaphore %q: %s held a slot declared with %d slots until %s, but %s got one declared with %d at %s",
+						sem, r.Holder, r.Slots, r.End.Format(time.RFC3339Nano), g.Holder, g.Slots, g.Start.Format(time.RFC3339Nano))
+				}
+			}
+			running = append(running, g)
+			if len(running) > g.Slots {
+				holders := make([]string, len(running))
+				for i, r := range running {
+					holders[i] = r.Holder + " (" + r.Key + ")"
+				}
+				return fmt.Errorf("semaphore %q of %d slots: %d holders at %s: %s",
+					sem, g.Slots, len(running), g.Start.Format(time.RFC3339Nano), strings.Join(holders, ", "))
 			}
 		}
 	}

@@ -13,6 +13,9 @@ func TestCheck(t *testing.T) {
 	g := func(key, holder string, from, to int, token int64) Grant {
 		return Grant{Key: key, Holder: holder, Start: at(from), End: at(to), Token: token}
 	}
+	sem := func(slots, slot int, holder string, from, to int) Grant {
+		return Grant{Key: fmt.Sprintf("s:slot:%d", slot), Semaphore: "s", Slots: slots, Holder: holder, Start: at(from), End: at(to)}
+	}
 	tests := []struct {
 		name   string
 		grants []Grant
@@ -28,6 +31,11 @@ func TestCheck(t *testing.T) {
 		{"token not increasing", []Grant{g("k", "a", 0, 10, 5), g("k", "b", 10, 20, 5)}, "fencing token 5"},
 		{"token decreasing later", []Grant{g("k", "a", 0, 10, 1), g("k", "b", 10, 20, 7), g("k", "c", 20, 30, 3)}, "does not exceed token 7"},
 		{"negative window", []Grant{g("k", "a", 10, 0, 0)}, "before it starts"},
+		{"semaphore: slots overlap up to its number", []Grant{sem(2, 0, "a", 0, 10), sem(2, 1, "b", 5, 15), sem(2, 0, "c", 10, 20)}, ""},
+		{"semaphore: two numbers at once", []Grant{sem(2, 0, "a", 0, 10), sem(2, 1, "b", 5, 15), sem(3, 2, "c", 6, 8)}, "declared with 2 slots"},
+		{"semaphore: more holders than slots", []Grant{sem(2, 0, "a", 0, 10), sem(2, 1, "b", 5, 15), sem(2, 2, "c", 9, 12)}, "3 holders"},
+		{"semaphore: numbers may change between holders", []Grant{sem(2, 0, "a", 0, 10), sem(3, 0, "b", 10, 20), sem(3, 1, "c", 11, 20)}, ""},
+		{"semaphore: a slot is a lock", []Grant{sem(2, 0, "a", 0, 10), sem(2, 0, "b", 9, 20)}, "overlap"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

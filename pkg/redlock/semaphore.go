@@ -1,0 +1,304 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+)
+
+// MaxSlots is the largest number of slots a semaphore may have.
+const MaxSlots = 1000
+
+// Slot names one slot of a semaphore: up to Slots holders of the semaphore
+// Semaphore at once, each holding one slot, a lock of its own under
+// [SlotKey](Semaphore, Index) with its own fencing counter.
+type Slot struct {
+	// Semaphore is the semaphore's key, shared by every holder.
+	Semaphore string
+	// Slots is how many holders the semaphore admits at once, from 1 to
+	// MaxSlots. It is stored on the masters ([SlotsKey]): holders that
+	// declare another number are refused while a slot is held.
+	Slots int
+	// Index is this slot, from 0 to Slots-1.
+	Index int
+}
+
+// Key returns the Redis key of the slot's lock.
+func (s Slot) Key() string { return SlotKey(s.Semaphore, s.Index) }
+
+// SlotKey returns the key of slot i of the semaphore key: key + ":slot:" +
+// i. Its fencing counter is [FenceKey] of it.
+func SlotKey(key string, i int) string { return key + ":slot:" + strconv.Itoa(i) }
+
+// SlotsKey returns the key under which every master stores the number of
+// slots declared for the semaphore key: key + ":slots". Every grant of a
+// slot writes it, with a TTL at least that of any slot copy on the master;
+// a grant finding another number there is refused ([ErrSlotsConflict]);
+// the release of the master's last slot copy removes it.
+func SlotsKey(key string) string { return key + slotsSuffix }
+
+const slotsSuffix = ":slots"
+
+// ErrSlotsConflict reports that masters store another number of slots for
+// the semaphore ([SlotsKey]) than the acquisition declared: holders that
+// declare another number hold slots of it. It is read from the votes that
+// arrived before the decision, like [ErrLockHeld].
+var ErrSlotsConflict = errors.New("semaphore declared with another number of slots")
+
+// SlotsConflictError is the error of a master's vote that refused a slot
+// because it stores another number of slots for the semaphore.
+type SlotsConflictError struct {
+	// Semaphore is the semaphore's key.
+	Semaphore string
+	// Declared is what the master stores in SlotsKey(Semaphore).
+	Declared string
+	// Slots is what the refused acquisition declared.
+	Slots int
+}
+
+// Error describes the conflict.
+func (e *SlotsConflictError) Error() string {
+	return fmt.Sprintf("semaphore %q is declared with %s slots on this master, not %d", e.Semaphore, e.Declared, e.Slots)
+}
+
+// fenceCounterLua defines counter(): the fencing counter KEYS[2] (0 when
+// absent), or nil and an error reply when it is malformed, so that a
+// malformed counter grants nothing.
+const fenceCounterLua = `local function counter()
+  local c = redis.call("GET", KEYS[2])
+  if not c then return 0 end
+  c = tonumber(c)
+  if c == nil or c < 0 or c >= 9007199254740991 or c ~= math.floor(c) then
+    return nil, redis.error_reply("ERR fence counter " .. KEYS[2] .. " is not an integer in [0, 2^53-1)")
+  end
+  return c
+end
+`
+
+// takeTokenLua defines take(c): a fencing token from the counter c read
+// by counter(), max(c + 1, TIME in microseconds), stored back into KEYS[2]
+// and returned as a decimal string (Lua numbers are doubles: integers
+// below 2^53 are exact, a string keeps them so on the wire). Redis 7
+// replicates script effects, so TIME may precede a write.
+const takeTokenLua = `local function take(c)
+  local t = redis.call("TIME")
+  local s = string.format("%.0f", math.max(c + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+  redis.call("SET", KEYS[2], s)
+  return s
+end
+`
+
+var (
+	// slotSetScript is SET slot value NX PX ttl for a semaphore's slot.
+	// KEYS: the slot, its fencing counter, the declaration (SlotsKey);
+	// ARGV: value, ttl, slots, "1" to take a fencing token. It refuses
+	// ({-2, declared}) when the declaration holds another number, and
+	// otherwise answers {0} when the slot holds a value, {1} when granted
+	// and {1, token} when granted with a token. A grant writes the
+	// declaration, never shortening its TTL: it outlives every slot copy on
+	// the master, so a holder of any slot keeps other numbers out.
+	slotSetScript = newScript(fenceCounterLua + takeTokenLua + `local d = redis.call("GET", KEYS[3])
+if d and d ~= ARGV[3] then return {-2, d} end
+local c = 0
+if ARGV[4] == "1" then
+  local e
+  c, e = counter()
+  if e then return e end
+end
+if not redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then return {0} end
+if d then
+  redis.call("PEXPIRE", KEYS[3], ARGV[2], "GT")
+else
+  redis.call("SET", KEYS[3], ARGV[3], "PX", ARGV[2])
+end
+if ARGV[4] ~= "1" then return {1} end
+return {1, take(c)}`)
+
+	// slotExtendScript is extendScript for a semaphore's slot (KEYS: the
+	// slot, the declaration; ARGV: value, ttl, slots): it also keeps the
+	// declaration alive at least as long as the slot's copy (both only
+	// ever lengthened by the same TTLs, the declaration's starting at least
+	// as long), writes it back where it is gone, and leaves another number
+	// alone. It calls no command beyond ACLRules, like every script here.
+	slotExtendScript = newScript(`local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] then
+  redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
+  local d = redis.call("GET", KEYS[2])
+  if d == ARGV[3] then
+    redis.call("PEXPIRE", KEYS[2], ARGV[2], "GT")
+  elseif not d then
+    redis.call("SET", KEYS[2], ARGV[3], "PX", ARGV[2])
+  end
+  return 1
+end
+if v == false then return -1 end
+return 0`)
+
+	// slotReleaseScript is releaseScript for a semaphore's slot (KEYS: the
+	// slot, the declaration, then every slot of the semaphore; ARGV: value,
+	// slots): once the slot is deleted and no slot of the declared number
+	// is left on the master, it deletes the declaration too, so that a new
+	// number may be declared at once rather than after its TTL.
+	slotReleaseScript = newScript(`local v = redis.call("GET", KEYS[1])
+if v ~= ARGV[1] then
+  if v == false then return -1 end
+  return 0
+end
+redis.call("DEL", KEYS[1])
+if redis.call("GET", KEYS[2]) ~= ARGV[2] then return 1 end
+for i = 3, #KEYS do
+  if redis.call("GET", KEYS[i]) then return 1 end
+end
+redis.call("DEL", KEYS[2])
+return 1`)
+)
+
+// slotSetArgs returns the arguments of slotSetScript for setSlot.
+func slotSetArgs(s Slot, value string, ttlMillis int64, fenced bool) []any {
+	f := "0"
+	if fenced {
+		f = "1"
+	}
+	return slotSetScript.args([]string{s.Key(), FenceKey(s.Key()), SlotsKey(s.Semaphore)}, value, ttlMillis, strconv.Itoa(s.Slots), f)
+}
+
+// setSlot runs slotSetScript (args from slotSetArgs for s): the slot's
+// SET NX PX and, when it was granted with fencing, the master's token. A
+// master storing another number of slots votes OutcomeHeld with a
+// *SlotsConflictError.
+func (n *node) setSlot(ctx context.Context, s Slot, args []any) (Outcome, int64, error) {
+	reply, err := n.eval(ctx, slotSetScript, args).Slice()
+	if err != nil {
+		return OutcomeError, 0, err
+	}
+	code, _ := reply[0].(int64)
+	switch {
+	case code == 0:
+		return OutcomeHeld, 0, nil
+	case code == -2 && len(reply) == 2:
+		declared, _ := reply[1].(string)
+		return OutcomeHeld, 0, &SlotsConflictError{Semaphore: s.Semaphore, Declared: declared, Slots: s.Slots}
+	case code == 1 && len(reply) == 1:
+		return OutcomeGranted, 0, nil
+	case code == 1 && len(reply) == 2:
+		str, _ := reply[1].(string)
+		tok, err := strconv.ParseInt(str, 10, 64)
+		if err != nil || tok <= 0 {
+			// Granted: a failed acquisition's clean-up, or the lock's
+			// release, removes the value like any straggler's.
+			return OutcomeError, 0, fmt.Errorf("fencing token reply %q: not a positive integer", str)
+		}
+		return OutcomeGranted, tok, nil
+	default:
+		return OutcomeError, 0, fmt.Errorf("unexpected slot script reply %v", reply)
+	}
+}
+
+func slotExtendCall(s Slot, value string, ttlMillis int64) scriptCall {
+	return scriptCall{slotExtendScript, slotExtendScript.args([]string{s.Key(), SlotsKey(s.Semaphore)}, value, ttlMillis, strconv.Itoa(s.Slots))}
+}
+
+func slotReleaseCall(s Slot, value string) scriptCall {
+	keys := make([]string, 0, 2+s.Slots)
+	keys = append(keys, s.Key(), SlotsKey(s.Semaphore))
+	for i := range s.Slots {
+		keys = append(keys, SlotKey(s.Semaphore, i))
+	}
+	return scriptCall{slotReleaseScript, slotReleaseScript.args(keys, value, strconv.Itoa(s.Slots))}
+}
+
+// validateSlot checks a slot's names and numbers; nothing is sent.
+func validateSlot(op Op, s Slot) error {
+	if s.Slots < 1 || s.Slots > MaxSlots {
+		return invalidf(op, "a semaphore has from 1 to %d slots, not %d", MaxSlots, s.Slots)
+	}
+	if s.Index < 0 || s.Index >= s.Slots {
+		return invalidf(op, "slot %d of a semaphore of %d slots: slots are numbered from 0 to %d", s.Index, s.Slots, s.Slots-1)
+	}
+	if err := validateKey(op, s.Semaphore); err != nil {
+		return err
+	}
+	return validateKey(op, s.Key())
+}
+
+// slotsConflict reports whether a master refused because it stores another
+// number of slots.
+func slotsConflict(votes []Vote) bool {
+	for _, v := range votes {
+		if e := (*SlotsConflictError)(nil); errors.As(v.Err, &e) {
+			return true
+		}
+	}
+	return false
+}
+
+// AcquireSlot acquires slot s.Index of the semaphore s.Semaphore of s.Slots
+// slots: a lock (the returned Lock's Key is s.Key()) that is also refused
+// with ErrSlotsConflict while masters store another number of slots for
+// the semaphore (SlotsKey), and that keeps its own number stored there
+// while it is held. Use it when the caller assigns slots itself (the
+// operator gives each slot a DistributedLock); AcquireSemaphore takes any
+// free one. Options, retries and errors are Acquire's; WithFencing takes a
+// token strictly increasing per slot: a fenced resource compares (slot,
+// token), keeping the last token it accepted for each slot.
+func (c *Client) AcquireSlot(ctx context.Context, s Slot, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := validateSlot(OpAcquire, s); err != nil {
+		return nil, err
+	}
+	ac, err := c.prepareAcquire(ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.retry(ctx, s.Key(), func(attempt int) (*Lock, error) {
+		return c.acquireOnce(ctx, s.Key(), &s, ac, ttl, attempt)
+	})
+}
+
+// AcquireSemaphore acquires any free slot of the semaphore key of slots
+// slots (see AcquireSlot), so that at most slots holders hold it at once,
+// across clients and processes that declare the same number. Each attempt
+// tries the slots in turn from a random one, one round each, until one is
+// granted; a conflicting declaration (ErrSlotsConflict) or an unavailable
+// quorum (ErrQuorumUnavailable) ends the attempt at once, and ErrLockHeld
+// means every slot was held. Lock.Slot tells which slot was taken.
+func (c *Client) AcquireSemaphore(ctx context.Context, key string, slots int, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := validateSlot(OpAcquire, Slot{Semaphore: key, Slots: slots}); err != nil {
+		return nil, err
+	}
+	ac, err := c.prepareAcquire(ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	first := rand.N(slots)
+	return c.retry(ctx, key, func(attempt int) (*Lock, error) {
+		var err error
+		for k := range slots {
+			s := Slot{Semaphore: key, Slots: slots, Index: (first + k) % slots}
+			var l *Lock
+			l, err = c.acquireOnce(ctx, s.Key(), &s, ac, ttl, attempt)
+			if err == nil || !errors.Is(err, ErrLockHeld) && !errors.Is(err, ErrExpired) {
+				return l, err
+			}
+		}
+		return nil, err
+	})
+}
+
+// Slot returns the semaphore slot the lock holds, and false for a plain
+// lock.
+func (l *Lock) Slot() (Slot, bool) {
+	if l.slot == nil {
+		return Slot{}, false
+	}
+	return *l.slot, true
+}
+
+// WithSlot restores a semaphore's slot (Lock.Slot): the key given to
+// Restore must be s.Key(). Its extensions then keep the semaphore's number
+// of slots stored, and its release removes it with the last slot.
+func WithSlot(s Slot) RestoreOption {
+	return func(l *Lock) { l.slot = &s }
+}

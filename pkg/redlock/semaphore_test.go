@@ -1,0 +1,328 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/internal/harness/history"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// TestSemaphoreAdmitsSlotsHolders: a semaphore of 3 grants three holders,
+// each its own slot with its own fencing token, refuses a fourth while
+// they hold (ErrLockHeld), and grants it the slot a release freed, with a
+// token above that slot's last one.
+func TestSemaphoreAdmitsSlotsHolders(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	held := map[int]*redlock.Lock{}
+	for range 3 {
+		l, err := c.AcquireSemaphore(ctx, "sem-a", 3, time.Minute, redlock.WithFencing())
+		if err != nil {
+			t.Fatalf("acquire with %d of 3 slots held: %v", len(held), err)
+		}
+		s, ok := l.Slot()
+		if !ok || s.Semaphore != "sem-a" || s.Slots != 3 || l.Key() != redlock.SlotKey("sem-a", s.Index) {
+			t.Fatalf("lock %q: slot %+v (%v)", l.Key(), s, ok)
+		}
+		if held[s.Index] != nil {
+			t.Fatalf("slot %d granted twice", s.Index)
+		}
+		if l.Token() <= 0 {
+			t.Fatalf("slot %d: token %d", s.Index, l.Token())
+		}
+		held[s.Index] = l
+	}
+	if _, err := c.AcquireSemaphore(ctx, "sem-a", 3, time.Minute); !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("fourth holder of a semaphore of 3: %v, want ErrLockHeld", err)
+	}
+	for _, s := range servers {
+		if got := value(t, s, redlock.SlotsKey("sem-a")); got != "3" {
+			t.Fatalf("%s stores %q slots for sem-a, want 3", s.Addr(), got)
+		}
+	}
+	freed := held[1]
+	if err := freed.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.AcquireSemaphore(ctx, "sem-a", 3, time.Minute, redlock.WithFencing())
+	if err != nil {
+		t.Fatalf("acquire after slot 1 was released: %v", err)
+	}
+	if s, _ := l.Slot(); s.Index != 1 {
+		t.Fatalf("granted slot %d, want the freed slot 1", s.Index)
+	}
+	if l.Token() <= freed.Token() {
+		t.Fatalf("slot 1's token %d does not exceed its previous %d", l.Token(), freed.Token())
+	}
+}
+
+// TestSemaphoreRefusesAnotherNumberOfSlots: while holders of a semaphore of
+// 2 hold a slot, an acquisition declaring 3 is refused with
+// ErrSlotsConflict (each master's vote says what it stores), whichever
+// slot it asks for, even one the first number does not have; releasing the
+// last slot removes the declaration, and 3 is then served.
+func TestSemaphoreRefusesAnotherNumberOfSlots(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	a, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-b", Slots: 2, Index: 0}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-b", Slots: 2, Index: 1}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1, 2} {
+		_, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-b", Slots: 3, Index: i}, time.Minute)
+		if !errors.Is(err, redlock.ErrSlotsConflict) || errors.Is(err, redlock.ErrLockHeld) {
+			t.Fatalf("slot %d of 3 while a slot of 2 is held: %v, want ErrSlotsConflict", i, err)
+		}
+		conflicts := 0
+		for _, v := range votesOf(t, err) {
+			if v.Outcome == redlock.OutcomePending {
+				continue // decided without it
+			}
+			var ce *redlock.SlotsConflictError
+			if !errors.As(v.Err, &ce) || ce.Declared != "2" || ce.Slots != 3 || v.Outcome != redlock.OutcomeHeld {
+				t.Fatalf("slot %d: vote %+v, want held with a conflict naming 2 slots", i, v)
+			}
+			conflicts++
+		}
+		if conflicts < 2 {
+			t.Fatalf("slot %d: %d masters said they store another number, want a quorum (2)", i, conflicts)
+		}
+	}
+	if _, err := c.AcquireSemaphore(ctx, "sem-b", 3, time.Minute); !errors.Is(err, redlock.ErrSlotsConflict) {
+		t.Fatalf("AcquireSemaphore of 3 while a slot of 2 is held: %v, want ErrSlotsConflict", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		if got := value(t, s, redlock.SlotsKey("sem-b")); got != "" {
+			t.Fatalf("%s still stores %q slots after the last slot was released", s.Addr(), got)
+		}
+	}
+	l, err := c.AcquireSemaphore(ctx, "sem-b", 3, time.Minute)
+	if err != nil {
+		t.Fatalf("acquire with 3 slots once nothing is held: %v", err)
+	}
+	if s, _ := l.Slot(); s.Slots != 3 {
+		t.Fatalf("slot %+v", s)
+	}
+}
+
+// TestSemaphoreDeclarationOutlivesItsSlots: on every master the stored
+// number of slots lives at least as long as every slot copy, through
+// acquisitions of different TTLs and extensions, so that an abandoned
+// holder keeps other numbers out until its copies expire, and no longer.
+func TestSemaphoreDeclarationOutlivesItsSlots(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	long, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-c", Slots: 2, Index: 0}, 6*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-c", Slots: 2, Index: 1}, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, s := range servers {
+			d := pttl(t, s, redlock.SlotsKey("sem-c"))
+			for _, k := range []string{long.Key(), short.Key()} {
+				if p := pttl(t, s, k); p > d {
+					t.Fatalf("%s, %s: slot %s lives %v, its declaration only %v", when, s.Addr(), k, p, d)
+				}
+			}
+		}
+	}
+	check("after both acquisitions")
+	if err := long.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after extending the longer slot")
+	// Walk away from both: the declaration expires with the last copy.
+	waitFor(t, 20*time.Second, "the abandoned slots and their declaration to expire", func() bool {
+		return value(t, servers[0], long.Key()) == "" && value(t, servers[0], redlock.SlotsKey("sem-c")) == ""
+	})
+	if _, err := c.AcquireSemaphore(ctx, "sem-c", 5, time.Second); err != nil {
+		t.Fatalf("another number once the abandoned slots expired: %v", err)
+	}
+}
+
+// TestSemaphoreSlotSurvivesRestartedMasters: masters restarted one after
+// another without their data get the slot and its declaration back after
+// the next extension, so that another number stays refused throughout.
+func TestSemaphoreSlotSurvivesRestartedMasters(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(2*time.Second))
+	slot := redlock.Slot{Semaphore: "sem-d", Slots: 2, Index: 1}
+	l, err := c.AcquireSlot(ctx, slot, time.Minute, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(servers) - 1; i >= 0; i-- {
+		if err := servers[i].Restart(false); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx); err != nil {
+			t.Fatalf("extend after restarting master %d: %v", i, err)
+		}
+		waitFor(t, 5*time.Second, fmt.Sprintf("restarted master %d to get the slot and its declaration back", i), func() bool {
+			return value(t, servers[i], slot.Key()) == l.Value() && value(t, servers[i], redlock.SlotsKey("sem-d")) == "2" &&
+				value(t, servers[i], redlock.FenceKey(slot.Key())) == strconv.FormatInt(l.Token(), 10)
+		})
+	}
+	if _, err := c.AcquireSemaphore(ctx, "sem-d", 3, time.Minute); !errors.Is(err, redlock.ErrSlotsConflict) {
+		t.Fatalf("another number after every master restarted under the held slot: %v, want ErrSlotsConflict", err)
+	}
+	// A restored lock (another process adopting the slot) releases it with
+	// its declaration.
+	r, err := c.Restore(slot.Key(), l.Value(), l.TTL(), l.ValidUntil(), redlock.WithSlot(slot), redlock.WithToken(l.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		if v := value(t, s, redlock.SlotsKey("sem-d")); v != "" {
+			t.Fatalf("%s keeps the declaration %q after the restored slot's release", s.Addr(), v)
+		}
+	}
+}
+
+// TestSemaphoreBadInput: slots and indices out of range, reserved keys and
+// a restored slot whose key is not the slot's are refused before anything
+// is sent.
+func TestSemaphoreBadInput(t *testing.T) {
+	c := newClient(t, []string{"127.0.0.1:1"}, redlock.WithTries(1))
+	ctx := context.Background()
+	for name, s := range map[string]redlock.Slot{
+		"no slots":         {Semaphore: "s", Slots: 0},
+		"too many slots":   {Semaphore: "s", Slots: redlock.MaxSlots + 1},
+		"negative index":   {Semaphore: "s", Slots: 2, Index: -1},
+		"index past slots": {Semaphore: "s", Slots: 2, Index: 2},
+		"empty key":        {Semaphore: "", Slots: 2},
+		"fence key":        {Semaphore: "s:fence", Slots: 2},
+		"window key":       {Semaphore: redlock.WindowKey, Slots: 2},
+	} {
+		if _, err := c.AcquireSlot(ctx, s, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("AcquireSlot %s: %v, want ErrInvalidArgument", name, err)
+		}
+		if s.Index == 0 {
+			if _, err := c.AcquireSemaphore(ctx, s.Semaphore, s.Slots, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+				t.Errorf("AcquireSemaphore %s: %v, want ErrInvalidArgument", name, err)
+			}
+		}
+	}
+	slot := redlock.Slot{Semaphore: "s", Slots: 2, Index: 1}
+	if _, err := c.Restore(redlock.SlotKey("s", 0), "v", time.Second, time.Now(), redlock.WithSlot(slot)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("Restore of another slot's key: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := c.Restore(slot.Key(), "v", time.Second, time.Now(), redlock.WithSlot(redlock.Slot{Semaphore: "s", Slots: 1, Index: 1})); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("Restore of a slot past the number: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestSemaphoreHistoryUnderContention: many clients contend for one
+// semaphore key, some declaring 2 slots and some 3, and for a few slots
+// directly; the recorded history never has more valid holders than the
+// number they declared, never two numbers at once, and each slot's tokens
+// increase.
+func TestSemaphoreHistoryUnderContention(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	addrs := redistest.Addrs(servers)
+	const workers, rounds = 12, 12
+	var rec history.Recorder
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]int{}
+	for w := range workers {
+		c := newClient(t, addrs, redlock.WithTries(20), redlock.WithRetryDelay(time.Millisecond, 15*time.Millisecond),
+			redlock.WithNodeTimeout(100*time.Millisecond))
+		slots := 2 + w%2
+		wg.Go(func() {
+			for r := range rounds {
+				var l *redlock.Lock
+				var err error
+				if r%3 == 2 {
+					l, err = c.AcquireSlot(context.Background(), redlock.Slot{Semaphore: "sem-h", Slots: slots, Index: r % slots}, 200*time.Millisecond, redlock.WithFencing())
+				} else {
+					l, err = c.AcquireSemaphore(context.Background(), "sem-h", slots, 200*time.Millisecond, redlock.WithFencing())
+				}
+				if err != nil {
+					// Contention, another number held, a master too slow
+					// on this loaded machine: none may break the bound.
+					switch {
+					case errors.Is(err, redlock.ErrLockHeld), errors.Is(err, redlock.ErrSlotsConflict),
+						errors.Is(err, redlock.ErrQuorumUnavailable), errors.Is(err, redlock.ErrExpired):
+						mu.Lock()
+						errs[kindOf(err)]++
+						mu.Unlock()
+					default:
+						t.Errorf("worker %d: %v", w, err)
+					}
+					continue
+				}
+				start := time.Now()
+				s, _ := l.Slot()
+				g := history.Grant{Key: l.Key(), Holder: fmt.Sprintf("w%d-r%d", w, r), Start: start, Token: l.Token(), Semaphore: s.Semaphore, Slots: s.Slots}
+				if r%4 == 3 {
+					// Walk away: the slot expires before anyone else gets it.
+					g.End = l.ValidUntil()
+					rec.Record(g)
+					continue
+				}
+				time.Sleep(time.Duration(r%3) * 5 * time.Millisecond) // the critical section
+				g.End = time.Now()
+				if vu := l.ValidUntil(); vu.Before(g.End) {
+					g.End = vu
+				}
+				rec.Record(g)
+				if err := l.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrQuorumUnavailable) {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	grants := rec.Grants()
+	if err := history.Check(grants); err != nil {
+		t.Fatalf("semaphore bound violated: %v", err)
+	}
+	bySlots := map[int]int{}
+	for _, g := range grants {
+		bySlots[g.Slots]++
+	}
+	if bySlots[2] == 0 || bySlots[3] == 0 {
+		t.Fatalf("both numbers should have been served at some point: %v", bySlots)
+	}
+	t.Logf("%d grants checked (by declared slots %v); refusals %v", len(grants), bySlots, errs)
+}
+
+// kindOf names the sentinel err matches.
+func kindOf(err error) string {
+	for _, k := range []error{redlock.ErrSlotsConflict, redlock.ErrLockHeld, redlock.ErrQuorumUnavailable, redlock.ErrExpired} {
+		if errors.Is(err, k) {
+			return k.Error()
+		}
+	}
+	return "other"
+}
