@@ -72,6 +72,10 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.key) == has(oldSelf.key) && (!has(self.key) || self.key == oldSelf.key)",message="key is immutable"
 // +kubebuilder:validation:XValidation:rule="self.masterSet == oldSelf.masterSet",message="masterSet is immutable: create a new DistributedLock to move a lock to other masters"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewInterval) || duration(self.renewInterval) < duration(self.ttl)",message="renewInterval must be shorter than ttl"
+// +kubebuilder:validation:XValidation:rule="has(self.slotOf) == has(oldSelf.slotOf) && (!has(self.slotOf) || self.slotOf == oldSelf.slotOf)",message="slotOf is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.slotOf) || (has(self.key) && self.key.startsWith(self.slotOf.semaphoreKey + ':slot:') && self.key.substring(size(self.slotOf.semaphoreKey) + 6).matches('^(0|[1-9][0-9]*)$') && int(self.key.substring(size(self.slotOf.semaphoreKey) + 6)) == self.slotOf.index)",message="the key of a semaphore's slot is '<slotOf.semaphoreKey>:slot:<slotOf.index>'"
+// +kubebuilder:validation:XValidation:rule="!has(self.slotOf) || !has(self.holderIdentity)",message="a semaphore's slot serves pods: it has no holderIdentity"
+// +kubebuilder:validation:XValidation:rule="!has(self.key) || !self.key.matches(':slot:[0-9]+$') || has(self.slotOf)",message="a key '<semaphore>:slot:<index>' is a slot of a semaphore: only a DistributedSemaphore's own locks (spec.slotOf) take it"
 type DistributedLockSpec struct {
 	// MasterSet is the name of the RedisMasterSet, in this namespace, whose
 	// masters arbitrate the lock. Immutable: a lock held on one set must not
@@ -85,12 +89,15 @@ type DistributedLockSpec struct {
 	// to `redlock:<namespace>/<name>` (shown in status.key). Immutable. It may
 	// not end in `:fence`: `<key>:fence` holds the fencing counter of the lock
 	// `<key>` on every master. `redlock:quarantine-window` is
-	// reserved too: every master keeps the longest quarantine window there.
+	// reserved too: every master keeps the longest quarantine window there;
+	// so are semaphores' keys: `<key>:slots`, and `<key>:slot:<index>` but
+	// for a semaphore's own locks.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence')",message="key must not end in ':fence': '<key>:fence' is the fencing counter of the lock '<key>'"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':slots')",message="key must not end in ':slots': '<key>:slots' holds the number of slots of the semaphore '<key>'"
 	Key string `json:"key,omitempty"`
 
 	// TTL is the validity of each acquisition and renewal, from 1s to 24h in
@@ -141,6 +148,33 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('3s') && duration(self) <= duration('24h')",message="heartbeatTimeout must be between 3s and 24h"
 	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+
+	// SlotOf makes the lock one slot of a DistributedSemaphore: the
+	// semaphore's controller creates such locks, one per slot, and owns
+	// them. Its acquisitions declare the semaphore's number of slots on the
+	// masters and are refused (reason SlotsConflict) while holders that
+	// declared another number hold a slot of the same semaphore key.
+	// Immutable; the key must then be '<semaphoreKey>:slot:<index>'.
+	// +optional
+	SlotOf *SemaphoreSlot `json:"slotOf,omitempty"`
+}
+
+// SemaphoreSlot names one slot of a semaphore.
+//
+// +kubebuilder:validation:XValidation:rule="self.index < self.slots",message="slotOf.index must be less than slotOf.slots"
+type SemaphoreSlot struct {
+	// SemaphoreKey is the Redis key of the semaphore.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	SemaphoreKey string `json:"semaphoreKey"`
+	// Slots is the semaphore's number of slots.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Slots int32 `json:"slots"`
+	// Index is this slot, from 0.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=999
+	Index int32 `json:"index"`
 }
 
 // LostPolicy is what happens to a holder pod whose lock is lost.

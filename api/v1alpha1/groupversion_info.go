@@ -1,6 +1,7 @@
 // Package v1alpha1 contains the API types of the coordination.redlock.dev
-// group, version v1alpha1: DistributedLock, RedisMasterSet and LockHeartbeat. It holds types,
-// validation markers and generated deep-copy functions, no logic.
+// group, version v1alpha1: DistributedLock, DistributedSemaphore,
+// RedisMasterSet and LockHeartbeat. It holds types, validation markers and
+// generated deep-copy functions, no logic.
 //
 // +kubebuilder:object:generate=true
 // +groupName=coordination.redlock.dev
@@ -28,6 +29,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&DistributedLock{}, &DistributedLockList{},
 		&RedisMasterSet{}, &RedisMasterSetList{},
 		&LockHeartbeat{}, &LockHeartbeatList{},
+		&DistributedSemaphore{}, &DistributedSemaphoreList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -444,7 +444,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 				s.shedding = true // as the reconcile that gave it up would have gone on
 				return nil
 			}
-			err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
+			err := r.giveBack(ctx, h, refOf(lock, h.grantID), nil)
 			if reason := heldConditionReason(fresh.Status); reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost {
 				r.countLost(lock, reason)
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.token, h.holder, reason)
@@ -543,7 +543,7 @@ func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 // whichever is later, and the drift allowance; then they are removed,
 // and the lock looks again. It returns until which the keys are left.
 func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *held, shown time.Time) time.Time {
-	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}
+	grant := refOf(lock, h.grantID)
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	name := client.ObjectKeyFromObject(lock)
 	r.sessions.drop(h)
@@ -597,7 +597,7 @@ func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
 	// showing the grant, remove the value wherever it is left.
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
 		r.countLost(lock, reason)
-		err := r.giveBack(ctx, h, grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: h.grantID, ttl: lock.Spec.TTL.Duration}, nil)
+		err := r.giveBack(ctx, h, refOf(lock, h.grantID), nil)
 		logf.FromContext(ctx).V(1).Info("released what a lost grant left", "lock", h.name, "token", h.token, "error", errString(err))
 	})
 }
@@ -1091,7 +1091,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	value := r.Values.Value(string(lock.UID), grantID)
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	lk, err := c.Acquire(octx, lock.RedisKey(), ttl, redlock.WithValue(value), redlock.WithFencing())
+	lk, err := acquire(octx, c, lock, ttl, redlock.WithValue(value), redlock.WithFencing())
 	if err != nil {
 		// No grant: the room admit kept for it goes back (a lock whose
 		// key another lock holds, or whose masters lack a quorum, would
@@ -1136,7 +1136,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		// shows (its ttl may have shrunk since the grant): the keys never
 		// expire, nor is the validity shown moved back, before that.
 		ttl := renewal.CoveringTTL(lock.Spec.TTL.Duration, st.ValidUntil.Time, time.Now())
-		lk, err = c.Restore(lock.RedisKey(), r.Values.Value(string(lock.UID), grantID), ttl, st.ValidUntil.Time, redlock.WithToken(st.FencingToken))
+		lk, err = c.Restore(lock.RedisKey(), r.Values.Value(string(lock.UID), grantID), ttl, st.ValidUntil.Time, restoreOptions(slotOf(lock), st.FencingToken)...)
 	}
 	if err == nil {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -1198,7 +1198,7 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 	r.sessions.hold(h, func() *renewal.Session {
 		return renewal.Hold(r.sessions.base, renewal.Grant{
 			Lock: lk, Client: c,
-			Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
+			Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), Slot: slotOf(lock), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),
 			ValidUntil: lk.ValidUntil(), Votes: lk.Votes(), OthersCopiesUntil: h.othersCopiesUntil,
 		}, renewal.Config{
 			Client:  func() *redlock.Client { return r.Masters.Lookup(ms) },
@@ -1226,7 +1226,7 @@ func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
 	if h != nil {
 		holder = h.holder
 	}
-	grant := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}
+	grant := refOf(lock, grantIDOf(lock.Status))
 	s.releasing = true
 	s.clear(reason, msg)
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
@@ -1250,7 +1250,7 @@ func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
 // same grant (same value) on a view this one has not seen.
 func (r *Reconciler) giveBackShown(s *scope, c *redlock.Client) {
 	lock := s.lock
-	g := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}
+	g := refOf(lock, grantIDOf(lock.Status))
 	if g.grantID == "" || lock.Status.Holder == nil || s.givingBack {
 		return
 	}
@@ -1288,6 +1288,12 @@ type grantRef struct {
 	key     string
 	grantID string
 	ttl     time.Duration
+	slot    *redlock.Slot // the semaphore slot the lock is; nil for a plain lock
+}
+
+// refOf names the grant grantID of lock.
+func refOf(lock *v1alpha1.DistributedLock, grantID string) grantRef {
+	return grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantID, ttl: lock.Spec.TTL.Duration, slot: slotOf(lock)}
 }
 
 // othersCopiesUntil bounds the copies of a grant whose validity status
@@ -1342,7 +1348,7 @@ func (r *Reconciler) releaseGrant(ctx context.Context, g grantRef, c *redlock.Cl
 	case c == nil:
 		return redlock.ErrQuorumUnavailable
 	}
-	lk, err := c.Restore(g.key, r.Values.Value(string(g.uid), g.grantID), g.ttl, time.Time{})
+	lk, err := c.Restore(g.key, r.Values.Value(string(g.uid), g.grantID), g.ttl, time.Time{}, restoreOptions(g.slot, 0)...)
 	if err != nil {
 		return err
 	}
@@ -1396,7 +1402,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		return nil
 	}
 	// Nothing is shown: give back whatever is left, then let the object go.
-	err := r.giveBack(ctx, r.sessions.get(lock.UID), grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: grantIDOf(lock.Status), ttl: lock.Spec.TTL.Duration}, c)
+	err := r.giveBack(ctx, r.sessions.get(lock.UID), refOf(lock, grantIDOf(lock.Status)), c)
 	expiry, known := r.sessions.expiry(lock.UID)
 	if ra := lock.Status.ReleasedAt; ra != nil {
 		// Another manager (or this one before a restart) stopped showing

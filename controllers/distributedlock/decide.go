@@ -64,6 +64,8 @@ func heldReason(err error) string {
 	switch {
 	case errors.Is(err, redlock.ErrLockHeld):
 		return v1alpha1.ReasonHeldElsewhere
+	case errors.Is(err, redlock.ErrSlotsConflict):
+		return v1alpha1.ReasonSlotsConflict
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		return v1alpha1.ReasonQuorumUnavailable
 	case errors.Is(err, redlock.ErrExpired):

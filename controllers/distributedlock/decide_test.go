@@ -47,6 +47,7 @@ func TestDecideHolder(t *testing.T) {
 func TestHeldReason(t *testing.T) {
 	for err, want := range map[error]string{
 		redlock.ErrLockHeld:                      v1alpha1.ReasonHeldElsewhere,
+		redlock.ErrSlotsConflict:                 v1alpha1.ReasonSlotsConflict,
 		redlock.ErrQuorumUnavailable:             v1alpha1.ReasonQuorumUnavailable,
 		redlock.ErrExpired:                       v1alpha1.ReasonValidityExpired,
 		redlock.ErrNotHeld:                       v1alpha1.ReasonLost,

@@ -248,7 +248,7 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	if how == "" {
 		return
 	}
-	g := grantRef{uid: lock.UID, key: lock.RedisKey(), grantID: st.GrantID, ttl: lock.Spec.TTL.Duration}
+	g := refOf(lock, st.GrantID)
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	err := r.releaseGrant(octx, g, s.client)
 	cancel()

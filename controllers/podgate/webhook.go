@@ -22,11 +22,13 @@ import (
 const WebhookPath = "/mutate-v1-pod-lock-gate"
 
 // +kubebuilder:webhook:path=/mutate-v1-pod-lock-gate,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=gate.pods.redlock.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded
+// +kubebuilder:webhook:path=/mutate-v1-pod-lock-gate,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=semaphore-gate.pods.redlock.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded
 
 // Gater is the mutating admission webhook that makes a label enough: a pod
-// created with the label redlock.dev/lock and neither gate gets the
-// scheduling gate (or, with redlock.dev/gate: readiness, the readiness
-// gate). Both gates can only be set at creation. Pods that carry a gate
+// created with the label redlock.dev/lock (or redlock.dev/semaphore: the
+// webhook configuration has one entry for each, with an objectSelector
+// each) and neither gate gets the scheduling gate (or, with
+// redlock.dev/gate: readiness, the readiness gate). Both gates can only be set at creation. Pods that carry a gate
 // already are left as they are; so is every pod without the label (the
 // webhook configuration's objectSelector keeps them from being sent), and
 // every pod of a namespace the operator does not watch: nobody would ever
@@ -51,16 +53,17 @@ func (g *Gater) Handle(ctx context.Context, req admission.Request) admission.Res
 	if err := g.Decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if pod.Labels[v1alpha1.LockLabel] == "" {
+	what := requested(pod)
+	if what == "" {
 		return admission.Allowed("nothing to add")
 	}
 	if len(g.Namespaces) > 0 && !slices.Contains(g.Namespaces, req.Namespace) {
 		if podagent.Wanted(pod) {
-			return admission.Denied(fmt.Sprintf("redlock-operator does not watch namespace %q: the pod asks for the agent (%s), which would never see lock %q granted",
-				req.Namespace, v1alpha1.AgentAnnotation, pod.Labels[v1alpha1.LockLabel]))
+			return admission.Denied(fmt.Sprintf("redlock-operator does not watch namespace %q: the pod asks for the agent (%s), which would never see %s granted",
+				req.Namespace, v1alpha1.AgentAnnotation, what))
 		}
 		return admission.Allowed("namespace not watched").WithWarnings(fmt.Sprintf(
-			"redlock-operator does not watch namespace %q: the pod gets no gate from it and will never be granted lock %q", req.Namespace, pod.Labels[v1alpha1.LockLabel]))
+			"redlock-operator does not watch namespace %q: the pod gets no gate from it and will never be granted %s", req.Namespace, what))
 	}
 	gated := addGate(pod)
 	agent, err := podagent.Inject(pod, g.Agent)
@@ -81,11 +84,23 @@ func (g *Gater) Handle(ctx context.Context, req admission.Request) admission.Res
 	return resp
 }
 
+// requested names what pod's labels request ("lock x", "semaphore y"),
+// or "" when they request nothing.
+func requested(pod *corev1.Pod) string {
+	if name := pod.Labels[v1alpha1.LockLabel]; name != "" {
+		return fmt.Sprintf("lock %q", name)
+	}
+	if name := pod.Labels[v1alpha1.SemaphoreLabel]; name != "" {
+		return fmt.Sprintf("semaphore %q", name)
+	}
+	return ""
+}
+
 // leadWarnings warns when the pod's agent would stop its app before every
 // refresh of its lock's validity (the lock read from the cache; none when
 // it is not there yet).
 func (g *Gater) leadWarnings(ctx context.Context, namespace string, pod *corev1.Pod) []string {
-	if g.Locks == nil {
+	if g.Locks == nil || pod.Labels[v1alpha1.LockLabel] == "" {
 		return nil
 	}
 	var l v1alpha1.DistributedLock

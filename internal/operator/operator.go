@@ -31,6 +31,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/agentaccess"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
+	"github.com/redlock-operator/redlock-operator/controllers/distributedsemaphore"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
 	"github.com/redlock-operator/redlock-operator/controllers/redismasterset"
 	"github.com/redlock-operator/redlock-operator/internal/eventlimit"
@@ -167,7 +168,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
 	recorder := eventlimit.New(mgr.GetEventRecorder("redlock-operator"), o.EventQPS, int(5*o.EventQPS), o.Metrics.EventsDropped, logf.Log.WithName("events"))
-	pods, err := PodCache(mgr, o.PodCacheConfig, o.WatchNamespaces...)
+	pods, err := PodCache(mgr, o.PodCacheConfig, v1alpha1.LockLabel, o.WatchNamespaces...)
+	if err != nil {
+		return nil, err
+	}
+	semPods, err := PodCache(mgr, o.PodCacheConfig, v1alpha1.SemaphoreLabel, o.WatchNamespaces...)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +205,14 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		OperatorNamespace: o.Namespace,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
+	}
+	if err := (&distributedsemaphore.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: recorder,
+		Pods:     semPods,
+		Clock:    o.Clock,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up DistributedSemaphore controller: %w", err)
 	}
 	core, err := corev1client.NewForConfig(mgr.GetConfig())
 	if err != nil {
@@ -250,12 +263,13 @@ func synced(ctx context.Context, c cache.Cache, objs ...client.Object) bool {
 	return true
 }
 
-// PodCache returns a cache of the pods that request locks (labelled
-// redlock.dev/lock), added to mgr: the operator watches no other pod but
+// PodCache returns a cache of the pods labelled label (redlock.dev/lock:
+// pods that request locks; redlock.dev/semaphore: pods that request a
+// semaphore's slot), added to mgr: the operator watches no other pod but
 // the members of managed master sets (see CacheOptions). With namespaces,
 // only the labelled pods of those.
-func PodCache(mgr manager.Manager, cfg *rest.Config, namespaces ...string) (cache.Cache, error) {
-	sel, err := labels.Parse(v1alpha1.LockLabel)
+func PodCache(mgr manager.Manager, cfg *rest.Config, label string, namespaces ...string) (cache.Cache, error) {
+	sel, err := labels.Parse(label)
 	if err != nil {
 		return nil, err
 	}

@@ -132,6 +132,12 @@ func Problem(pod *corev1.Pod) string {
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Sprintf("label %s=%q does not name a DistributedLock: %s", v1alpha1.LockLabel, name, strings.Join(errs, "; "))
 	}
+	return GateProblem(pod)
+}
+
+// GateProblem says why a pod's gates keep it from taking part in a lock or
+// a semaphore; "" when they do not.
+func GateProblem(pod *corev1.Pod) string {
 	gate := GateOf(pod)
 	switch gate {
 	case GateNone:
@@ -150,6 +156,13 @@ func Problem(pod *corev1.Pod) string {
 // usable, not finished and not being deleted.
 func Candidate(pod *corev1.Pod) bool {
 	return Problem(pod) == "" && !Finished(pod) && pod.DeletionTimestamp.IsZero()
+}
+
+// SemaphoreCandidate reports whether pod, labelled for a semaphore, may be
+// given one of its slots: its gates are usable, and it has not finished
+// nor is being deleted.
+func SemaphoreCandidate(pod *corev1.Pod) bool {
+	return GateProblem(pod) == "" && !Finished(pod) && pod.DeletionTimestamp.IsZero()
 }
 
 // Order sorts pods first come, first served: creation time, then name.

@@ -73,6 +73,9 @@ type Grant struct {
 	// Token is the grant's fencing token (0 when unfenced): renewals carry
 	// it to the masters they put the value back on (redlock.WithToken).
 	Token int64
+	// Slot is the semaphore slot Key is (redlock.WithSlot), nil for a plain
+	// lock: renewals keep the semaphore's number of slots stored with it.
+	Slot *redlock.Slot
 	// TTL is the time to live of each renewal.
 	TTL time.Duration
 	// Every is the renew interval.
@@ -86,6 +89,16 @@ type Grant struct {
 	// wakes from a pause may still renew it until its own validity); zero
 	// for a grant this process made. State.ExpiresBy is never earlier.
 	OthersCopiesUntil time.Time
+}
+
+// RestoreOptions are the options by which the grant is restored on a
+// client: its token, and its slot for a semaphore's.
+func (g Grant) RestoreOptions() []redlock.RestoreOption {
+	opts := []redlock.RestoreOption{redlock.WithToken(g.Token)}
+	if g.Slot != nil {
+		opts = append(opts, redlock.WithSlot(*g.Slot))
+	}
+	return opts
 }
 
 // Config is what a Session needs besides its grant.
@@ -254,7 +267,7 @@ func (s *Session) Release(ctx context.Context) error {
 	if lk == nil {
 		// Restored with no validity: a lock that can only be released.
 		var err error
-		if lk, err = c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, time.Time{}, redlock.WithToken(s.grant.Token)); err != nil {
+		if lk, err = c.Restore(s.grant.Key, s.grant.Value, s.timing().ttl, time.Time{}, s.grant.RestoreOptions()...); err != nil {
 			return fmt.Errorf("release %q: %w", s.grant.Key, err)
 		}
 	}
@@ -371,7 +384,7 @@ func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.
 	s.mu.Unlock()
 	if lk == nil {
 		var err error
-		if lk, err = c.Restore(s.grant.Key, s.grant.Value, ttl, validUntil, redlock.WithToken(s.grant.Token)); err != nil {
+		if lk, err = c.Restore(s.grant.Key, s.grant.Value, ttl, validUntil, s.grant.RestoreOptions()...); err != nil {
 			return fmt.Errorf("renew %q: %w", s.grant.Key, err)
 		}
 	}

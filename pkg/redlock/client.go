@@ -444,8 +444,26 @@ func (c *Client) checkWindow(op Op, ttl time.Duration) error {
 	return nil
 }
 
-// validateKey checks a key against Redis's limits.
+// validateKey checks a lock's (or a semaphore's) key against Redis's
+// limits and the keys the package reserves: WindowKey, fencing counters
+// ("<key>:fence"), semaphores' slots ("<key>:slot:<i>", taken through
+// AcquireSlot and restored WithSlot only) and their numbers of slots
+// ("<key>:slots").
 func validateKey(op Op, key string) error {
+	if err := validateStoredKey(op, key); err != nil {
+		return err
+	}
+	if sem, i, ok := parseSlotKey(key); ok {
+		return invalidf(op, "key %q is slot %d of the semaphore %q: take it with AcquireSlot or AcquireSemaphore, restore it WithSlot", key, i, sem)
+	}
+	if strings.HasSuffix(key, slotsSuffix) {
+		return invalidf(op, "key %q ends in %q, reserved for the number of slots of the semaphore %q", key, slotsSuffix, strings.TrimSuffix(key, slotsSuffix))
+	}
+	return nil
+}
+
+// validateStoredKey checks any key the package writes a value under.
+func validateStoredKey(op Op, key string) error {
 	if key == "" {
 		return invalidf(op, "empty key")
 	}

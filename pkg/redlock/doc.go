@@ -108,7 +108,13 @@
 // release of a master's last slot copy removes the number, so that a new
 // one may be declared at once; an abandoned holder's number expires with
 // its copies. Extensions put the number back with the slot on restarted
-// masters, like the value.
+// masters, like the value, and a slot's copy whose number is gone is not
+// extended (semaphores, like fencing counters, need maxmemory-policy
+// noeviction). Slots' keys and "<key>:slots" are refused as plain lock
+// keys. When the number shrinks (from 5 to 3), a holder of a slot that no
+// longer exists (4) that wakes from a pause meets no later holder of its
+// slot: a fenced resource bounds its writers only if it also refuses slots
+// at or beyond the current number.
 //
 // Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
 // is the fencing counter of the lock "k" (see [FenceKey]); so is

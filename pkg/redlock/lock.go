@@ -386,7 +386,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, slot *Slot, ac acq
 		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, slot: slot, validUntil: validUntil, sentAt: r.start, acquired: r.done, votes: v.votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
-	case errors.Is(res, errNoQuorum) && slotsConflict(v.votes):
+	case errors.Is(res, errNoQuorum) && c.slotsConflict(v.votes):
 		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrSlotsConflict), nil, v.votes)
 	case errors.Is(res, errNoQuorum):
 		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrLockHeld), nil, v.votes)
@@ -604,11 +604,28 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 // a TTL that, with its drift allowance, exceeds the client's quarantine
 // window, unless validUntil has passed: releasing is always safe.
 // The restored lock's Token is 0 unless given with WithToken: persist the
-// token beside the other fields.
+// token beside the other fields. A semaphore's slot is restored WithSlot
+// only (persist its Slot too): its key is refused otherwise.
 func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time, opts ...RestoreOption) (*Lock, error) {
 	const op = Op("restore")
-	if err := validateKey(op, key); err != nil {
-		return nil, err
+	l := &Lock{c: c, key: key, value: value, ttl: ttl}
+	for i, o := range opts {
+		if o == nil {
+			return nil, invalidf(op, "restore option %d is nil", i)
+		}
+		o(l)
+	}
+	if l.slot == nil {
+		if err := validateKey(op, key); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := validateSlot(op, *l.slot); err != nil {
+			return nil, err
+		}
+		if l.slot.Key() != key {
+			return nil, invalidf(op, "key %q is not slot %d of the semaphore %q (%q)", key, l.slot.Index, l.slot.Semaphore, l.slot.Key())
+		}
 	}
 	if err := validateTTL(op, ttl); err != nil {
 		return nil, err
@@ -624,23 +641,9 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 	if limit := time.Now().Add(ttl - Drift(ttl)); validUntil.After(limit) {
 		validUntil = limit
 	}
-	l := &Lock{c: c, key: key, value: value, ttl: ttl, validUntil: validUntil}
+	l.validUntil = validUntil
 	if !validUntil.IsZero() {
 		l.sentAt = validUntil.Add(Drift(ttl) - ttl)
-	}
-	for i, o := range opts {
-		if o == nil {
-			return nil, invalidf(op, "restore option %d is nil", i)
-		}
-		o(l)
-	}
-	if l.slot != nil {
-		if err := validateSlot(op, *l.slot); err != nil {
-			return nil, err
-		}
-		if l.slot.Key() != key {
-			return nil, invalidf(op, "key %q is not slot %d of the semaphore %q (%q)", key, l.slot.Index, l.slot.Semaphore, l.slot.Key())
-		}
 	}
 	return l, nil
 }

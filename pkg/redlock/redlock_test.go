@@ -1392,6 +1392,17 @@ func TestACLRulesSuffice(t *testing.T) {
 			t.Fatalf("release: %v", err)
 		}
 	}
+	// A semaphore's slot: its scripts call nothing more.
+	l, err := c.AcquireSemaphore(ctx, "acl-sem", 2, time.Second, redlock.WithFencing())
+	if err != nil {
+		t.Fatalf("acquire a slot: %v", err)
+	}
+	if err := l.Extend(ctx); err != nil {
+		t.Fatalf("extend a slot: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release a slot: %v", err)
+	}
 }
 
 // without returns the ACL rules without the given ones.

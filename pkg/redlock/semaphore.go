@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // MaxSlots is the largest number of slots a semaphore may have.
 const MaxSlots = 1000
+
+// MaxSemaphoreKeyLen is the longest key of a semaphore, in bytes: the
+// release of a slot reads every slot's key.
+const MaxSemaphoreKeyLen = 1024
 
 // Slot names one slot of a semaphore: up to Slots holders of the semaphore
 // Semaphore at once, each holding one slot, a lock of its own under
@@ -31,7 +36,7 @@ func (s Slot) Key() string { return SlotKey(s.Semaphore, s.Index) }
 
 // SlotKey returns the key of slot i of the semaphore key: key + ":slot:" +
 // i. Its fencing counter is [FenceKey] of it.
-func SlotKey(key string, i int) string { return key + ":slot:" + strconv.Itoa(i) }
+func SlotKey(key string, i int) string { return key + slotInfix + strconv.Itoa(i) }
 
 // SlotsKey returns the key under which every master stores the number of
 // slots declared for the semaphore key: key + ":slots". Every grant of a
@@ -41,6 +46,23 @@ func SlotKey(key string, i int) string { return key + ":slot:" + strconv.Itoa(i)
 func SlotsKey(key string) string { return key + slotsSuffix }
 
 const slotsSuffix = ":slots"
+
+// slotInfix separates a semaphore's key from a slot's index.
+const slotInfix = ":slot:"
+
+// parseSlotKey splits a slot's key ("<semaphore>:slot:<index>").
+func parseSlotKey(key string) (sem string, index int, ok bool) {
+	i := strings.LastIndex(key, slotInfix)
+	if i < 0 {
+		return "", 0, false
+	}
+	digits := key[i+len(slotInfix):]
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return "", 0, false
+	}
+	index, err := strconv.Atoi(digits)
+	return key[:i], index, err == nil
+}
 
 // ErrSlotsConflict reports that masters store another number of slots for
 // the semaphore ([SlotsKey]) than the acquisition declared: holders that
@@ -53,15 +75,20 @@ var ErrSlotsConflict = errors.New("semaphore declared with another number of slo
 type SlotsConflictError struct {
 	// Semaphore is the semaphore's key.
 	Semaphore string
-	// Declared is what the master stores in SlotsKey(Semaphore).
-	Declared string
+	// Declared is the number of slots the master stores; 0 when what it
+	// stores under SlotsKey is not a number of slots (never shown: it may
+	// be another client's lock value).
+	Declared int
 	// Slots is what the refused acquisition declared.
 	Slots int
 }
 
 // Error describes the conflict.
 func (e *SlotsConflictError) Error() string {
-	return fmt.Sprintf("semaphore %q is declared with %s slots on this master, not %d", e.Semaphore, e.Declared, e.Slots)
+	if e.Declared == 0 {
+		return fmt.Sprintf("semaphore %q: the master holds a value under %q that is not a number of slots", e.Semaphore, SlotsKey(e.Semaphore))
+	}
+	return fmt.Sprintf("semaphore %q is declared with %d slots on this master, not %d", e.Semaphore, e.Declared, e.Slots)
 }
 
 // fenceCounterLua defines counter(): the fencing counter KEYS[2] (0 when
@@ -118,30 +145,34 @@ if ARGV[4] ~= "1" then return {1} end
 return {1, take(c)}`)
 
 	// slotExtendScript is extendScript for a semaphore's slot (KEYS: the
-	// slot, the declaration; ARGV: value, ttl, slots): it also keeps the
-	// declaration alive at least as long as the slot's copy (both only
-	// ever lengthened by the same TTLs, the declaration's starting at least
-	// as long), writes it back where it is gone, and leaves another number
-	// alone. It calls no command beyond ACLRules, like every script here.
+	// slot, the declaration; ARGV: value, ttl, slots): it extends the slot
+	// and the declaration together, so that the declaration outlives the
+	// slot's copy (both only ever lengthened by the same TTLs, the
+	// declaration's starting at least as long). A copy whose declaration
+	// is gone or another number (a master that evicted it: semaphores,
+	// like fencing counters, need maxmemory-policy noeviction) is not
+	// extended and answers 0, "another value": when in doubt, not held.
+	// Like every script here, it calls no command beyond ACLRules.
 	slotExtendScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
+  if redis.call("GET", KEYS[2]) ~= ARGV[3] then return 0 end
   redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
-  local d = redis.call("GET", KEYS[2])
-  if d == ARGV[3] then
-    redis.call("PEXPIRE", KEYS[2], ARGV[2], "GT")
-  elseif not d then
-    redis.call("SET", KEYS[2], ARGV[3], "PX", ARGV[2])
-  end
+  redis.call("PEXPIRE", KEYS[2], ARGV[2], "GT")
   return 1
 end
 if v == false then return -1 end
 return 0`)
 
 	// slotReleaseScript is releaseScript for a semaphore's slot (KEYS: the
-	// slot, the declaration, then every slot of the semaphore; ARGV: value,
-	// slots): once the slot is deleted and no slot of the declared number
-	// is left on the master, it deletes the declaration too, so that a new
-	// number may be declared at once rather than after its TTL.
+	// slot, the declaration; ARGV: value, slots, the semaphore's key):
+	// once the slot is deleted and no slot of the declared number is left
+	// on the master, it deletes the declaration too, so that a new number
+	// may be declared at once rather than after its TTL. The slots' keys
+	// are built here, only when the value matched, so that a release (and
+	// a failed attempt's clean-up, sent to every master) costs no more for
+	// a thousand slots than for one; the masters are independent servers,
+	// never a Redis Cluster, so keys a script does not declare are theirs
+	// to read.
 	slotReleaseScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v ~= ARGV[1] then
   if v == false then return -1 end
@@ -149,8 +180,8 @@ if v ~= ARGV[1] then
 end
 redis.call("DEL", KEYS[1])
 if redis.call("GET", KEYS[2]) ~= ARGV[2] then return 1 end
-for i = 3, #KEYS do
-  if redis.call("GET", KEYS[i]) then return 1 end
+for i = 0, tonumber(ARGV[2]) - 1 do
+  if redis.call("GET", ARGV[3] .. ":slot:" .. i) then return 1 end
 end
 redis.call("DEL", KEYS[2])
 return 1`)
@@ -179,7 +210,11 @@ func (n *node) setSlot(ctx context.Context, s Slot, args []any) (Outcome, int64,
 	case code == 0:
 		return OutcomeHeld, 0, nil
 	case code == -2 && len(reply) == 2:
-		declared, _ := reply[1].(string)
+		str, _ := reply[1].(string)
+		declared, err := strconv.Atoi(str)
+		if err != nil || declared < 1 || declared > MaxSlots {
+			declared = 0
+		}
 		return OutcomeHeld, 0, &SlotsConflictError{Semaphore: s.Semaphore, Declared: declared, Slots: s.Slots}
 	case code == 1 && len(reply) == 1:
 		return OutcomeGranted, 0, nil
@@ -202,12 +237,7 @@ func slotExtendCall(s Slot, value string, ttlMillis int64) scriptCall {
 }
 
 func slotReleaseCall(s Slot, value string) scriptCall {
-	keys := make([]string, 0, 2+s.Slots)
-	keys = append(keys, s.Key(), SlotsKey(s.Semaphore))
-	for i := range s.Slots {
-		keys = append(keys, SlotKey(s.Semaphore, i))
-	}
-	return scriptCall{slotReleaseScript, slotReleaseScript.args(keys, value, strconv.Itoa(s.Slots))}
+	return scriptCall{slotReleaseScript, slotReleaseScript.args([]string{s.Key(), SlotsKey(s.Semaphore)}, value, strconv.Itoa(s.Slots), s.Semaphore)}
 }
 
 // validateSlot checks a slot's names and numbers; nothing is sent.
@@ -218,21 +248,24 @@ func validateSlot(op Op, s Slot) error {
 	if s.Index < 0 || s.Index >= s.Slots {
 		return invalidf(op, "slot %d of a semaphore of %d slots: slots are numbered from 0 to %d", s.Index, s.Slots, s.Slots-1)
 	}
-	if err := validateKey(op, s.Semaphore); err != nil {
-		return err
+	if len(s.Semaphore) > MaxSemaphoreKeyLen {
+		return invalidf(op, "semaphore key of %d bytes exceeds %d", len(s.Semaphore), MaxSemaphoreKeyLen)
 	}
-	return validateKey(op, s.Key())
+	return validateKey(op, s.Semaphore)
 }
 
-// slotsConflict reports whether a master refused because it stores another
-// number of slots.
-func slotsConflict(votes []Vote) bool {
-	for _, v := range votes {
-		if e := (*SlotsConflictError)(nil); errors.As(v.Err, &e) {
-			return true
+// slotsConflict reports whether the masters that store another number of
+// slots are enough, alone, to keep a quorum from granting (in some list):
+// one stale number on a minority is no reason to stop trying the slots.
+func (c *Client) slotsConflict(votes []Vote) bool {
+	conflicts := make([]Vote, len(votes))
+	for i, v := range votes {
+		conflicts[i] = Vote{Outcome: OutcomePending}
+		if e := (*SlotsConflictError)(nil); errors.As(v.Err, &e) && v.Outcome == OutcomeHeld {
+			conflicts[i].Outcome = OutcomeHeld
 		}
 	}
-	return false
+	return c.anyList(c.tallies(conflicts), func(t Tally, size, quorum int) bool { return size-t.Held < quorum })
 }
 
 // AcquireSlot acquires slot s.Index of the semaphore s.Semaphore of s.Slots
@@ -272,18 +305,26 @@ func (c *Client) AcquireSemaphore(ctx context.Context, key string, slots int, tt
 	if err != nil {
 		return nil, err
 	}
-	first := rand.N(slots)
 	return c.retry(ctx, key, func(attempt int) (*Lock, error) {
-		var err error
+		first := rand.N(slots)
+		var last error
 		for k := range slots {
 			s := Slot{Semaphore: key, Slots: slots, Index: (first + k) % slots}
-			var l *Lock
-			l, err = c.acquireOnce(ctx, s.Key(), &s, ac, ttl, attempt)
+			l, err := c.acquireOnce(ctx, s.Key(), &s, ac, ttl, attempt)
 			if err == nil || !errors.Is(err, ErrLockHeld) && !errors.Is(err, ErrExpired) {
 				return l, err
 			}
+			last = err
 		}
-		return nil, err
+		// Every slot was held (or granted too late to count): the
+		// semaphore is full.
+		var votes []Vote
+		if e := (*Error)(nil); errors.As(last, &e) {
+			votes = e.Votes
+		}
+		e := c.opError(OpAcquire, key, ErrLockHeld, nil, votes)
+		e.detail = fmt.Sprintf("all %d slots held (votes of the last slot tried)", slots)
+		return nil, e
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestSemaphoreRefusesAnotherNumberOfSlots(t *testing.T) {
 				continue // decided without it
 			}
 			var ce *redlock.SlotsConflictError
-			if !errors.As(v.Err, &ce) || ce.Declared != "2" || ce.Slots != 3 || v.Outcome != redlock.OutcomeHeld {
+			if !errors.As(v.Err, &ce) || ce.Declared != 2 || ce.Slots != 3 || v.Outcome != redlock.OutcomeHeld {
 				t.Fatalf("slot %d: vote %+v, want held with a conflict naming 2 slots", i, v)
 			}
 			conflicts++
@@ -143,11 +144,11 @@ func TestSemaphoreDeclarationOutlivesItsSlots(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		for _, s := range servers {
-			d := pttl(t, s, redlock.SlotsKey("sem-c"))
-			for _, k := range []string{long.Key(), short.Key()} {
-				if p := pttl(t, s, k); p > d {
-					t.Fatalf("%s, %s: slot %s lives %v, its declaration only %v", when, s.Addr(), k, p, d)
-				}
+			// Absolute expiry instants (ms), not TTLs read one after the
+			// other.
+			p := max(expireTime(t, s, long.Key()), expireTime(t, s, short.Key()))
+			if d := expireTime(t, s, redlock.SlotsKey("sem-c")); p > d {
+				t.Fatalf("%s, %s: a slot lives until %d, its number only until %d", when, s.Addr(), p, d)
 			}
 		}
 	}
@@ -208,6 +209,71 @@ func TestSemaphoreSlotSurvivesRestartedMasters(t *testing.T) {
 	}
 }
 
+// TestSemaphoreStaleNumberOnAMinority: a number of slots left on one master
+// of three (a crashed client's, of another number) does not stop the
+// semaphore: the other slots are still tried and granted by the quorum
+// that stores nothing else.
+func TestSemaphoreStaleNumberOnAMinority(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	set(t, servers[2], redlock.SlotsKey("sem-m"), "5", time.Minute)
+	held, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-m", Slots: 3, Index: 0}, time.Minute)
+	if err != nil {
+		t.Fatalf("slot 0 with 5 stored on one master of three: %v", err)
+	}
+	for range 10 {
+		l, err := c.AcquireSemaphore(ctx, "sem-m", 3, time.Minute)
+		if err != nil {
+			t.Fatalf("a free slot while slot 0 is held and one master stores 5: %v", err)
+		}
+		if s, _ := l.Slot(); s.Index == 0 {
+			t.Fatalf("slot 0 granted twice")
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = held.Release(ctx)
+}
+
+// TestSemaphoreSlotWithoutItsNumberIsNotExtended: a slot's copy whose
+// number of slots is gone from the master (evicted) is not extended there,
+// nor counted: when a quorum lost it, the slot is lost rather than held
+// without the number that keeps other numbers out.
+func TestSemaphoreSlotWithoutItsNumberIsNotExtended(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	slot := redlock.Slot{Semaphore: "sem-e", Slots: 2, Index: 1}
+	acquired, err := c.AcquireSlot(ctx, slot, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Extended with a longer TTL than it was acquired with, so that an
+	// extension shows in its copies' TTL.
+	l, err := c.Restore(slot.Key(), acquired.Value(), 2*time.Minute, acquired.ValidUntil(), redlock.WithSlot(slot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[:2] {
+		cl := s.Client()
+		if err := cl.Del(ctx, redlock.SlotsKey("sem-e")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cl.Close()
+	}
+	if err := l.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("extend with the number gone from two masters of three: %v, want ErrNotHeld", err)
+	}
+	if got := pttl(t, servers[0], l.Key()); got > 30*time.Second {
+		t.Fatalf("the copy without its number was extended: pttl %v", got)
+	}
+	if got := pttl(t, servers[2], l.Key()); got <= 30*time.Second {
+		t.Fatalf("the copy with its number was not extended: pttl %v", got)
+	}
+}
+
 // TestSemaphoreBadInput: slots and indices out of range, reserved keys and
 // a restored slot whose key is not the slot's are refused before anything
 // is sent.
@@ -231,6 +297,17 @@ func TestSemaphoreBadInput(t *testing.T) {
 				t.Errorf("AcquireSemaphore %s: %v, want ErrInvalidArgument", name, err)
 			}
 		}
+	}
+	for _, key := range []string{redlock.SlotKey("s", 0), redlock.SlotsKey("s")} {
+		if _, err := c.Acquire(ctx, key, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("plain Acquire of a semaphore's key %q: %v, want ErrInvalidArgument", key, err)
+		}
+		if _, err := c.Restore(key, "2", time.Second, time.Now()); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("Restore of a semaphore's key %q without WithSlot: %v, want ErrInvalidArgument", key, err)
+		}
+	}
+	if _, err := c.AcquireSemaphore(ctx, strings.Repeat("k", redlock.MaxSemaphoreKeyLen+1), 2, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("a semaphore key over %d bytes: %v, want ErrInvalidArgument", redlock.MaxSemaphoreKeyLen, err)
 	}
 	slot := redlock.Slot{Semaphore: "s", Slots: 2, Index: 1}
 	if _, err := c.Restore(redlock.SlotKey("s", 0), "v", time.Second, time.Now(), redlock.WithSlot(slot)); !errors.Is(err, redlock.ErrInvalidArgument) {
@@ -325,4 +402,16 @@ func kindOf(err error) string {
 		}
 	}
 	return "other"
+}
+
+// expireTime is PEXPIRETIME key on s: when it expires, in Unix ms.
+func expireTime(t *testing.T, s *redistest.Server, key string) int64 {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	ms, err := c.Do(context.Background(), "pexpiretime", key).Int64()
+	if err != nil || ms < 0 {
+		t.Fatalf("PEXPIRETIME %s on %s: %d, %v", key, s.Addr(), ms, err)
+	}
+	return ms
 }

@@ -1,0 +1,35 @@
+package distributedlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// slotOf returns the semaphore slot lock is (spec.slotOf), or nil for a
+// plain lock.
+func slotOf(lock *v1alpha1.DistributedLock) *redlock.Slot {
+	so := lock.Spec.SlotOf
+	if so == nil {
+		return nil
+	}
+	return &redlock.Slot{Semaphore: so.SemaphoreKey, Slots: int(so.Slots), Index: int(so.Index)}
+}
+
+// acquire acquires lock on c for ttl: its key, or, for a semaphore's
+// slot, the slot with the semaphore's number declared on the masters.
+func acquire(ctx context.Context, c *redlock.Client, lock *v1alpha1.DistributedLock, ttl time.Duration, opts ...redlock.AcquireOption) (*redlock.Lock, error) {
+	if slot := slotOf(lock); slot != nil {
+		return c.AcquireSlot(ctx, *slot, ttl, opts...)
+	}
+	return c.Acquire(ctx, lock.RedisKey(), ttl, opts...)
+}
+
+// restoreOptions are the options that restore a grant of token (0: none
+// known) of a lock that is slot (nil: a plain lock).
+func restoreOptions(slot *redlock.Slot, token int64) []redlock.RestoreOption {
+	return renewal.Grant{Slot: slot, Token: token}.RestoreOptions()
+}

@@ -1,0 +1,276 @@
+package distributedsemaphore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// expectationTTL is how long an assignment this manager made counts
+// without the cache showing it: past it, the cache is trusted again.
+const expectationTTL = time.Minute
+
+// EventSlotNameTaken is the reason of the event when a DistributedLock
+// the semaphore does not own has a slot's name.
+const EventSlotNameTaken = "SlotNameTaken"
+
+// Reconciler runs DistributedSemaphores: it keeps one DistributedLock per
+// slot and labels waiting pods for idle slots.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// Pods caches the pods labelled redlock.dev/semaphore.
+	Pods  cache.Cache
+	Clock clock.PassiveClock
+
+	mu sync.Mutex
+	// expected: semaphore → slot lock name → the assignment made.
+	expected map[types.NamespacedName]map[string]expectation
+}
+
+// expectation is an assignment this manager made.
+type expectation struct {
+	pod types.UID
+	at  time.Time
+}
+
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/status,verbs=patch
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/finalizers,verbs=update
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	sem := &v1alpha1.DistributedSemaphore{}
+	if err := r.Get(ctx, req.NamespacedName, sem); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !sem.DeletionTimestamp.IsZero() {
+		// Its slots' locks go with it (owner references), each releasing
+		// its grant first (their finalizer).
+		return ctrl.Result{}, nil
+	}
+	in, err := r.gather(ctx, sem)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p := decide(in)
+	errs := r.apply(ctx, sem, &p)
+	st := computeStatus(in, p)
+	if !equality.Semantic.DeepEqual(st, sem.Status) {
+		patched := sem.DeepCopy()
+		patched.Status = st
+		if err := r.Status().Patch(ctx, patched, client.MergeFrom(sem)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("patch status: %w", err))
+		}
+	}
+	var res ctrl.Result
+	if r.pending(req.NamespacedName) {
+		// An assignment the cache does not show yet: look again once it
+		// may, whatever wakes the semaphore before.
+		res.RequeueAfter = time.Second
+	}
+	return res, kerrors.NewAggregate(errs)
+}
+
+// gather reads what decide needs: the locks and pods labelled for the
+// semaphore, and the assignments the cache may not show yet.
+func (r *Reconciler) gather(ctx context.Context, sem *v1alpha1.DistributedSemaphore) (inputs, error) {
+	in := inputs{sem: sem}
+	var locks v1alpha1.DistributedLockList
+	if err := r.List(ctx, &locks, client.InNamespace(sem.Namespace), client.MatchingLabels{v1alpha1.SemaphoreLabel: sem.Name}); err != nil {
+		return in, fmt.Errorf("list the slots' locks: %w", err)
+	}
+	for i := range locks.Items {
+		in.locks = append(in.locks, &locks.Items[i])
+	}
+	var pods corev1.PodList
+	if err := r.Pods.List(ctx, &pods, client.InNamespace(sem.Namespace), client.MatchingLabels{v1alpha1.SemaphoreLabel: sem.Name}); err != nil {
+		return in, fmt.Errorf("list the semaphore's pods: %w", err)
+	}
+	for i := range pods.Items {
+		in.pods = append(in.pods, &pods.Items[i])
+	}
+	in.expected = r.expectations(client.ObjectKeyFromObject(sem), in.pods)
+	return in, nil
+}
+
+// apply carries out p: creates, updates and removes slots' locks and
+// labels pods for idle slots. A slot's name found taken by a lock the
+// semaphore does not own is added to p.taken.
+func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemaphore, p *plan) []error {
+	var errs []error
+	for _, l := range p.create {
+		err := r.Create(ctx, l)
+		if apierrors.IsAlreadyExists(err) {
+			existing := &v1alpha1.DistributedLock{}
+			if gerr := r.Get(ctx, client.ObjectKeyFromObject(l), existing); gerr == nil && !metav1.IsControlledBy(existing, sem) {
+				p.taken = append(p.taken, l.Name)
+				r.Recorder.Eventf(sem, nil, corev1.EventTypeWarning, EventSlotNameTaken, "CreateSlot",
+					"DistributedLock %s exists and is not this semaphore's: slot %s cannot be created", l.Name, l.Name)
+			}
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("create slot %s: %w", l.Name, err))
+		}
+	}
+	for _, l := range p.update {
+		if err := r.Update(ctx, l); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("update slot %s: %w", l.Name, err))
+		}
+	}
+	for _, l := range p.remove {
+		// Only as seen: a slot granted since this view was read is not
+		// removed (its resourceVersion moved).
+		uid, rv := l.UID, l.ResourceVersion
+		if err := r.Delete(ctx, l, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("remove slot %s: %w", l.Name, err))
+		}
+	}
+	for _, a := range p.assign {
+		if err := r.assign(ctx, sem, a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// assign labels a waiting pod for an idle slot's lock, on the version of
+// the pod this reconcile read: a pod changed since (labelled by an earlier
+// reconcile whose write the cache does not show yet) is left for the next.
+func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) error {
+	pod := a.pod.DeepCopy()
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[v1alpha1.LockLabel] = a.lock
+	err := r.Patch(ctx, pod, client.MergeFromWithOptions(a.pod, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil:
+		r.expect(client.ObjectKeyFromObject(sem), a.lock, pod.UID)
+		logf.FromContext(ctx).V(1).Info("slot assigned", "pod", pod.Name, "lock", a.lock)
+		return nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return nil // the pod changed or went: the next reconcile sees it
+	default:
+		return fmt.Errorf("label pod %s for slot %s: %w", pod.Name, a.lock, err)
+	}
+}
+
+// expect records an assignment until the cache shows it.
+func (r *Reconciler) expect(sem types.NamespacedName, lock string, pod types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.expected == nil {
+		r.expected = map[types.NamespacedName]map[string]expectation{}
+	}
+	if r.expected[sem] == nil {
+		r.expected[sem] = map[string]expectation{}
+	}
+	r.expected[sem][lock] = expectation{pod: pod, at: r.Clock.Now()}
+}
+
+// expectations drops the assignments pods shows (or that are too old) and
+// returns the others.
+func (r *Reconciler) expectations(sem types.NamespacedName, pods []*corev1.Pod) map[string]types.UID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	labelled := map[types.UID]string{}
+	for _, p := range pods {
+		labelled[p.UID] = p.Labels[v1alpha1.LockLabel]
+	}
+	out := map[string]types.UID{}
+	now := r.Clock.Now()
+	for lock, e := range r.expected[sem] {
+		if labelled[e.pod] == lock || now.Sub(e.at) > expectationTTL {
+			delete(r.expected[sem], lock)
+			continue
+		}
+		out[lock] = e.pod
+	}
+	return out
+}
+
+// pending reports whether an assignment to sem awaits the cache.
+func (r *Reconciler) pending(sem types.NamespacedName) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.expected[sem]) > 0
+}
+
+func (r *Reconciler) forget(sem types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.expected, sem)
+}
+
+// SetupWithManager registers the controller: it watches semaphores, their
+// slots' locks (a change of holder or condition, not a refresh of the
+// validity) and the pods labelled for them.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("distributedsemaphore").
+		For(&v1alpha1.DistributedSemaphore{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&v1alpha1.DistributedLock{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*v1alpha1.DistributedLock)
+			cur, okNew := e.ObjectNew.(*v1alpha1.DistributedLock)
+			return !okOld || !okNew || slotChanged(old, cur)
+		}})).
+		WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[v1alpha1.SemaphoreLabel]}}}
+		}))).
+		Complete(r)
+}
+
+// slotChanged says whether a new version of a slot's lock can change the
+// semaphore's decisions or status: anything but a refresh of the validity.
+func slotChanged(old, cur *v1alpha1.DistributedLock) bool {
+	if old.Generation != cur.Generation || !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) {
+		return true
+	}
+	o, c := old.Status, cur.Status
+	if o.GrantID != c.GrantID || o.FencingToken != c.FencingToken ||
+		!equality.Semantic.DeepEqual(o.Holder, c.Holder) || !equality.Semantic.DeepEqual(o.LastHolderPod, c.LastHolderPod) {
+		return true
+	}
+	for _, typ := range []string{v1alpha1.ConditionHeld, v1alpha1.ConditionReady} {
+		oc, cc := meta.FindStatusCondition(o.Conditions, typ), meta.FindStatusCondition(c.Conditions, typ)
+		if (oc == nil) != (cc == nil) || oc != nil && (oc.Status != cc.Status || oc.Reason != cc.Reason || oc.Message != cc.Message) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,193 @@
+package distributedsemaphore
+
+import (
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
+)
+
+// inputs are what a reconcile gathered: the semaphore, the
+// DistributedLocks labelled for it (its slots, and any lock that took one
+// of their names), the pods labelled for it, and the slots whose
+// assignment this manager made but its cache may not show yet.
+type inputs struct {
+	sem   *v1alpha1.DistributedSemaphore
+	locks []*v1alpha1.DistributedLock
+	pods  []*corev1.Pod
+	// expected maps a slot's lock name to the pod this manager labelled
+	// for it, while the cache may not show that label yet.
+	expected map[string]types.UID
+}
+
+// assignment labels pod for the slot's lock.
+type assignment struct {
+	pod  *corev1.Pod
+	lock string
+}
+
+// plan is what a reconcile does.
+type plan struct {
+	// create are the slots' locks to create.
+	create []*v1alpha1.DistributedLock
+	// update are slots' locks whose spec is to follow the semaphore's.
+	update []*v1alpha1.DistributedLock
+	// remove are the idle slots of a previous number of slots.
+	remove []*v1alpha1.DistributedLock
+	// assign labels the first waiting pods for the idle slots.
+	assign []assignment
+	// taken names the slots whose names a lock the semaphore does not own
+	// has.
+	taken []string
+}
+
+// slot is one of the semaphore's slots as gathered.
+type slot struct {
+	lock *v1alpha1.DistributedLock
+	// pods are the pods labelled for the slot's lock that may still run
+	// (its holder, a former holder, a waiter).
+	pods []*corev1.Pod
+}
+
+// idle reports whether the slot may be given a pod: nobody holds it or is
+// shown to, no pod labelled for it may still run, and no assignment of
+// this manager's is on its way.
+func (s slot) idle(expected map[string]types.UID) bool {
+	_, pending := expected[s.lock.Name]
+	return s.lock.Status.Holder == nil && len(s.pods) == 0 && !pending && s.lock.DeletionTimestamp.IsZero()
+}
+
+// ownedSlots sorts the locks labelled for the semaphore into its slots,
+// by number of slots then index, and the names of the slots that a lock
+// it does not own has taken.
+func ownedSlots(in inputs) (slots []slot, taken []string) {
+	byLock := map[string][]*corev1.Pod{}
+	for _, p := range in.pods {
+		if name := p.Labels[v1alpha1.LockLabel]; name != "" && podlock.MayHold(p) {
+			byLock[name] = append(byLock[name], p)
+		}
+	}
+	for _, l := range in.locks {
+		if !metav1.IsControlledBy(l, in.sem) || l.Spec.SlotOf == nil {
+			taken = append(taken, l.Name)
+			continue
+		}
+		slots = append(slots, slot{lock: l, pods: byLock[l.Name]})
+	}
+	slices.SortFunc(slots, func(a, b slot) int {
+		if c := int(a.lock.Spec.SlotOf.Slots) - int(b.lock.Spec.SlotOf.Slots); c != 0 {
+			return c
+		}
+		return int(a.lock.Spec.SlotOf.Index) - int(b.lock.Spec.SlotOf.Index)
+	})
+	slices.Sort(taken)
+	return slots, taken
+}
+
+// waiting are the pods labelled for the semaphore that wait for a slot:
+// candidates labelled for no lock yet, first come, first served.
+func waiting(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.Labels[v1alpha1.LockLabel] == "" && podlock.SemaphoreCandidate(p) {
+			out = append(out, p)
+		}
+	}
+	podlock.Order(out)
+	return out
+}
+
+// decide plans a reconcile: the slots of spec.slots exist (created only
+// once no slot of another number is left: holders of two numbers never
+// share the key), follow the semaphore's spec, and each idle one is given
+// the next waiting pod; a slot of another number is removed once idle.
+func decide(in inputs) plan {
+	var p plan
+	slots, taken := ownedSlots(in)
+	p.taken = taken
+	n := in.sem.Spec.Slots
+	draining := false
+	current := map[int32]slot{}
+	for _, s := range slots {
+		if s.lock.Spec.SlotOf.Slots != n {
+			draining = true
+			if s.idle(in.expected) {
+				p.remove = append(p.remove, s.lock)
+			}
+			continue
+		}
+		current[s.lock.Spec.SlotOf.Index] = s
+		if want := slotLock(in.sem, n, s.lock.Spec.SlotOf.Index); !equality.Semantic.DeepEqual(mutableSpec(s.lock.Spec), mutableSpec(want.Spec)) {
+			u := s.lock.DeepCopy()
+			u.Spec = withMutable(u.Spec, want.Spec)
+			p.update = append(p.update, u)
+		}
+	}
+	if draining {
+		return p
+	}
+	var idle []string
+	for i := range n {
+		s, ok := current[i]
+		switch {
+		case !ok && slices.Contains(taken, in.sem.SlotLockName(n, i)):
+		case !ok:
+			p.create = append(p.create, slotLock(in.sem, n, i))
+		case s.idle(in.expected):
+			idle = append(idle, s.lock.Name)
+		}
+	}
+	for i, pod := range waiting(in.pods) {
+		if i >= len(idle) {
+			break
+		}
+		p.assign = append(p.assign, assignment{pod: pod, lock: idle[i]})
+	}
+	return p
+}
+
+// slotLock is the DistributedLock of slot index of the semaphore's slots
+// slots: owned by the semaphore, labelled for it, its key the slot's.
+func slotLock(sem *v1alpha1.DistributedSemaphore, slots, index int32) *v1alpha1.DistributedLock {
+	key := sem.RedisKey()
+	l := &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: sem.Namespace,
+			Name:      sem.SlotLockName(slots, index),
+			Labels:    map[string]string{v1alpha1.SemaphoreLabel: sem.Name},
+			Annotations: map[string]string{
+				SlotAnnotation: strconv.Itoa(int(index)) + "/" + strconv.Itoa(int(slots)),
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sem, v1alpha1.GroupVersion.WithKind("DistributedSemaphore"))},
+		},
+		Spec: v1alpha1.DistributedLockSpec{
+			MasterSet: sem.Spec.MasterSet,
+			Key:       v1alpha1.SlotKey(key, index),
+			SlotOf:    &v1alpha1.SemaphoreSlot{SemaphoreKey: key, Slots: slots, Index: index},
+		},
+	}
+	l.Spec = withMutable(l.Spec, v1alpha1.DistributedLockSpec{
+		TTL: sem.Spec.TTL, RenewInterval: sem.Spec.RenewInterval, OnLost: sem.Spec.OnLost, HeartbeatTimeout: sem.Spec.HeartbeatTimeout,
+	})
+	return l
+}
+
+// SlotAnnotation on a slot's DistributedLock reads "<index>/<slots>".
+const SlotAnnotation = "redlock.dev/slot"
+
+// mutableSpec is the part of a slot's spec that follows the semaphore's.
+func mutableSpec(s v1alpha1.DistributedLockSpec) v1alpha1.DistributedLockSpec {
+	return withMutable(v1alpha1.DistributedLockSpec{}, s)
+}
+
+// withMutable returns to with the semaphore-following fields of from.
+func withMutable(to, from v1alpha1.DistributedLockSpec) v1alpha1.DistributedLockSpec {
+	to.TTL, to.RenewInterval, to.OnLost, to.HeartbeatTimeout = from.TTL, from.RenewInterval, from.OnLost, from.HeartbeatTimeout
+	return to
+}

@@ -1,0 +1,236 @@
+package distributedsemaphore
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/podsim"
+)
+
+var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+func sem(slots int32) *v1alpha1.DistributedSemaphore {
+	return &v1alpha1.DistributedSemaphore{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db", UID: "sem-uid", Generation: 3},
+		Spec: v1alpha1.DistributedSemaphoreSpec{
+			MasterSet: "masters", Slots: slots, TTL: metav1.Duration{Duration: 10 * time.Second},
+		},
+	}
+}
+
+// slotOf is slot index of slots, as the semaphore s created it; holder
+// names the pod holding it ("" for none).
+func slotOf(s *v1alpha1.DistributedSemaphore, slots, index int32, holder string) *v1alpha1.DistributedLock {
+	l := slotLock(s, slots, index)
+	if holder != "" {
+		l.Status.Holder = &v1alpha1.LockHolder{Pod: &v1alpha1.PodReference{Name: holder, UID: types.UID(holder)}}
+		l.Status.FencingToken = int64(index + 1)
+	}
+	return l
+}
+
+// pod is a gated pod labelled for the semaphore, created at t0+age
+// seconds; lock, when set, is its redlock.dev/lock label.
+func pod(name string, age int, lock string) *corev1.Pod {
+	p := podsim.Gated("ns", name, map[string]string{v1alpha1.SemaphoreLabel: "db"})
+	p.UID = types.UID(name)
+	p.CreationTimestamp = metav1.NewTime(t0.Add(time.Duration(age) * time.Second))
+	if lock != "" {
+		p.Labels[v1alpha1.LockLabel] = lock
+	}
+	return p
+}
+
+func names[T metav1.Object](objs []T) []string {
+	out := []string{}
+	for _, o := range objs {
+		out = append(out, o.GetName())
+	}
+	return out
+}
+
+func assigned(as []assignment) map[string]string {
+	out := map[string]string{}
+	for _, a := range as {
+		out[a.pod.Name] = a.lock
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	s2, s3 := sem(2), sem(3)
+	foreign := slotLock(s2, 2, 1)
+	foreign.OwnerReferences = nil
+	ttlChanged := sem(2)
+	ttlChanged.Spec.TTL = metav1.Duration{Duration: 30 * time.Second}
+	finished := pod("done", 0, "db-2-0")
+	finished.Status.Phase = corev1.PodSucceeded
+
+	cases := []struct {
+		name   string
+		in     inputs
+		create []string
+		update []string
+		remove []string
+		assign map[string]string
+		taken  []string
+	}{{
+		name:   "a new semaphore creates its slots and assigns nobody yet",
+		in:     inputs{sem: s2, pods: []*corev1.Pod{pod("a", 0, "")}},
+		create: []string{"db-2-0", "db-2-1"},
+		assign: map[string]string{},
+	}, {
+		name: "idle slots go to the first waiting pods, first come first served",
+		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), slotOf(s2, 2, 1, "")},
+			pods: []*corev1.Pod{pod("late", 5, ""), pod("b", 1, ""), pod("a", 1, "")}},
+		assign: map[string]string{"a": "db-2-0", "b": "db-2-1"},
+	}, {
+		name: "a held slot, a slot with a labelled pod and a pending assignment are not idle",
+		in: inputs{sem: s3,
+			locks:    []*v1alpha1.DistributedLock{slotOf(s3, 3, 0, "h"), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
+			pods:     []*corev1.Pod{pod("h", 0, "db-3-0"), pod("w", 1, "db-3-1"), pod("next", 2, "")},
+			expected: map[string]types.UID{"db-3-2": "someone"}},
+		assign: map[string]string{},
+	}, {
+		name: "a finished pod labelled for a slot leaves it idle",
+		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), slotOf(s2, 2, 1, "x")},
+			pods: []*corev1.Pod{finished, pod("x", 1, "db-2-1"), pod("next", 2, "")}},
+		assign: map[string]string{"next": "db-2-0"},
+	}, {
+		name: "slots follow the semaphore's ttl",
+		in: inputs{sem: ttlChanged, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "x"), slotOf(s2, 2, 1, "y")},
+			pods: []*corev1.Pod{pod("x", 0, "db-2-0"), pod("y", 0, "db-2-1")}},
+		update: []string{"db-2-0", "db-2-1"},
+		assign: map[string]string{},
+	}, {
+		name: "resizing drains: idle slots of the previous number go, held ones stay, nothing new is created or assigned",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "x"), slotOf(s2, 2, 1, "")},
+			pods: []*corev1.Pod{pod("x", 0, "db-2-0"), pod("next", 1, "")}},
+		remove: []string{"db-2-1"},
+		assign: map[string]string{},
+	}, {
+		name: "a lock the semaphore does not own keeps its name: that slot is neither created nor assigned",
+		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), foreign},
+			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, "")}},
+		assign: map[string]string{"a": "db-2-0"},
+		taken:  []string{"db-2-1"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := decide(tc.in)
+			check := func(what string, got, want []string) {
+				t.Helper()
+				if want == nil {
+					want = []string{}
+				}
+				if len(got) != len(want) {
+					t.Fatalf("%s: got %v, want %v", what, got, want)
+				}
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("%s: got %v, want %v", what, got, want)
+					}
+				}
+			}
+			check("create", names(p.create), tc.create)
+			check("update", names(p.update), tc.update)
+			check("remove", names(p.remove), tc.remove)
+			check("taken", p.taken, tc.taken)
+			got := assigned(p.assign)
+			if len(got) != len(tc.assign) {
+				t.Fatalf("assign: got %v, want %v", got, tc.assign)
+			}
+			for k, v := range tc.assign {
+				if got[k] != v {
+					t.Fatalf("assign: got %v, want %v", got, tc.assign)
+				}
+			}
+			for _, u := range p.update {
+				if u.Spec.TTL != tc.in.sem.Spec.TTL {
+					t.Fatalf("update of %s has ttl %v, want the semaphore's %v", u.Name, u.Spec.TTL, tc.in.sem.Spec.TTL)
+				}
+			}
+		})
+	}
+}
+
+func TestComputeStatus(t *testing.T) {
+	s3 := sem(3)
+	conflict := slotOf(s3, 3, 1, "")
+	meta.SetStatusCondition(&conflict.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSlotsConflict, Message: "another number",
+	})
+	cases := []struct {
+		name         string
+		in           inputs
+		held         int32
+		slots        int32
+		queue        []string
+		ready        string
+		resizing     string
+		holderTokens []int64
+	}{{
+		name:  "no slots yet",
+		in:    inputs{sem: s3},
+		slots: 3, ready: v1alpha1.ReasonCreatingSlots, resizing: v1alpha1.ReasonResized,
+	}, {
+		name: "holders are listed per slot and the queue is the waiting pods in order, holders left out",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s3, 3, 0, "a"), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "c")},
+			pods: []*corev1.Pod{pod("a", 0, "db-3-0"), pod("c", 0, "db-3-2"), pod("z", 9, ""), pod("y", 8, "")}},
+		held: 2, slots: 3, queue: []string{"y", "z"}, ready: v1alpha1.ReasonValid, resizing: v1alpha1.ReasonResized,
+		holderTokens: []int64{1, 3},
+	}, {
+		name: "while draining, status.slots is the previous number and Resizing is True",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(sem(2), 2, 0, "a")},
+			pods: []*corev1.Pod{pod("a", 0, "db-2-0")}},
+		held: 1, slots: 2, ready: v1alpha1.ReasonValid, resizing: v1alpha1.ReasonDraining, holderTokens: []int64{1},
+	}, {
+		name:  "a slot refused for another number makes the semaphore not ready with SlotsConflict",
+		in:    inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s3, 3, 0, ""), conflict, slotOf(s3, 3, 2, "")}},
+		slots: 3, ready: v1alpha1.ReasonSlotsConflict, resizing: v1alpha1.ReasonResized,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := computeStatus(tc.in, decide(tc.in))
+			if st.Held != tc.held || st.Slots != tc.slots {
+				t.Fatalf("held/slots = %d/%d, want %d/%d", st.Held, st.Slots, tc.held, tc.slots)
+			}
+			var queue []string
+			if st.Queue != nil {
+				for _, w := range st.Queue.Waiting {
+					queue = append(queue, w.Name)
+				}
+				if int(st.Queue.Count) != len(tc.queue) {
+					t.Fatalf("queue count %d, want %d", st.Queue.Count, len(tc.queue))
+				}
+			}
+			if len(queue) != len(tc.queue) || (len(queue) > 0 && (queue[0] != tc.queue[0] || queue[len(queue)-1] != tc.queue[len(tc.queue)-1])) {
+				t.Fatalf("queue %v, want %v", queue, tc.queue)
+			}
+			var tokens []int64
+			for _, h := range st.Holders {
+				tokens = append(tokens, h.FencingToken)
+			}
+			if len(tokens) != len(tc.holderTokens) {
+				t.Fatalf("holder tokens %v, want %v", tokens, tc.holderTokens)
+			}
+			for i := range tokens {
+				if tokens[i] != tc.holderTokens[i] {
+					t.Fatalf("holder tokens %v, want %v", tokens, tc.holderTokens)
+				}
+			}
+			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != tc.ready {
+				t.Fatalf("Ready = %+v, want reason %s", c, tc.ready)
+			}
+			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionResizing); c == nil || c.Reason != tc.resizing {
+				t.Fatalf("Resizing = %+v, want reason %s", c, tc.resizing)
+			}
+		})
+	}
+}

@@ -1,0 +1,44 @@
+// Package distributedsemaphore is the DistributedSemaphore controller. A
+// semaphore of N slots is N DistributedLocks that it creates and owns,
+// named <semaphore>-<N>-<index>, each the lock of one slot
+// (spec.slotOf: pkg/redlock's AcquireSlot, with N stored on the masters):
+// everything a lock guarantees — the status contract, renewals, adoption
+// by a new leader, holder liveness, the pod gate — holds for every slot,
+// and the slots of one key are never held by more than N holders that
+// declared N. The controller gives each idle slot the next waiting pod (a
+// pod labelled redlock.dev/semaphore: <name>, first come, first served) by
+// labelling it redlock.dev/lock: <slot's lock>; that lock then grants it.
+//
+// Layout, in the manner of cluster-api's machineset package:
+//   - controller.go: fetch, gather, apply the plan, the one status patch;
+//     the watches (slots' locks on a change of holder or condition, not a
+//     refresh of their validity; the pods labelled for semaphores, from a
+//     cache of their own);
+//   - decide.go: the plan, a pure function of what was gathered: which
+//     slots to create, update (ttl, renewInterval, onLost,
+//     heartbeatTimeout follow the semaphore), remove, and which pod goes
+//     to which idle slot;
+//   - status.go: status computed from the same inputs.
+//
+// Changing spec.slots drains: slots of the previous number keep their
+// holders (nobody is pre-empted) and take no new pod; each is removed once
+// idle, and the slots of the new number are created only once none of the
+// previous number is left, so that holders of two numbers never share the
+// key (the masters would refuse them anyway: SlotsConflict).
+//
+// Status fields and their one owner, this controller (a merge patch of
+// what it computed; nothing in it is a contract a pod acts on: pods and
+// their agents read the slot's DistributedLock, named in the holder pod's
+// redlock.dev/lock-name annotation):
+//
+//	field                                   owner
+//	key, slots, held, holders, queue,       the semaphore reconciler,
+//	conditions (Ready, Resizing),           from the slots' locks and
+//	observedGeneration                      the pods it read
+//
+// Slots' locks are written by this controller only in their spec and
+// metadata (create, update of the fields above, delete); the pods only in
+// the label redlock.dev/lock, set once, on the version of the pod read
+// (optimistic concurrency), and counted as set until the cache shows it
+// (expectations), so that a lagging cache never gives one slot two pods.
+package distributedsemaphore

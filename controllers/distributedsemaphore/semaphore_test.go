@@ -1,0 +1,259 @@
+package distributedsemaphore_test
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/podsim"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
+	"github.com/redlock-operator/redlock-operator/test/demo"
+)
+
+// newSemaphore is a semaphore with a 2s ttl, so that a lost holder's slot
+// passes on quickly.
+func newSemaphore(ms *testenv.MasterSet, name, key string, slots int32) *v1alpha1.DistributedSemaphore {
+	return &v1alpha1.DistributedSemaphore{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ms.NS, Name: name},
+		Spec: v1alpha1.DistributedSemaphoreSpec{
+			MasterSet: ms.Name, Key: key, Slots: slots, TTL: metav1.Duration{Duration: 2 * time.Second},
+		},
+	}
+}
+
+func fetchSemaphore(s *v1alpha1.DistributedSemaphore) *v1alpha1.DistributedSemaphore {
+	out := &v1alpha1.DistributedSemaphore{}
+	Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(s), out)).To(Succeed())
+	return out
+}
+
+func getPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{}
+	Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(p), out)).To(Succeed())
+	return out
+}
+
+// semPods creates n gated pods labelled for the semaphore sem, named
+// <prefix>-1 … <prefix>-n (first come, first served is then their order).
+func semPods(ns, sem, prefix string, n int) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for i := 1; i <= n; i++ {
+		p := podsim.Gated(ns, fmt.Sprintf("%s-%d", prefix, i), map[string]string{v1alpha1.SemaphoreLabel: sem})
+		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// ungated returns the names of pods no longer gated, sorted.
+func ungated(pods []*corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if !demo.Gated(getPod(p)) {
+			out = append(out, p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// watchRunning polls the pods labelled for sem in ns until the spec ends
+// and returns a function that reports the most that could run at once,
+// and every moment more than limit could.
+func watchRunning(ns, sem string, limit int) func() (int, []string) {
+	var mu sync.Mutex
+	most, violations := 0, []string{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var list corev1.PodList
+			if err := k8s.List(suiteCtx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.SemaphoreLabel: sem}); err == nil {
+				var running []string
+				for i := range list.Items {
+					if demo.MayRun(&list.Items[i]) {
+						running = append(running, list.Items[i].Name)
+					}
+				}
+				mu.Lock()
+				most = max(most, len(running))
+				if len(running) > limit {
+					violations = append(violations, fmt.Sprintf("%s: %v may run", time.Now().Format(time.RFC3339Nano), running))
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	stop := sync.OnceFunc(func() { close(done); wg.Wait() })
+	DeferCleanup(stop)
+	return func() (int, []string) {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		return most, violations
+	}
+}
+
+// tokenOf reads the fencing token and the slot's lock the operator wrote
+// on a granted pod.
+func tokenOf(p *corev1.Pod) (lock string, token int64) {
+	cur := getPod(p)
+	token, _ = strconv.ParseInt(cur.Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
+	return cur.Annotations[v1alpha1.LockNameAnnotation], token
+}
+
+func semCondition(s *v1alpha1.DistributedSemaphore, typ string) metav1.Condition {
+	if c := meta.FindStatusCondition(s.Status.Conditions, typ); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+var _ = Describe("DistributedSemaphore", Ordered, func() {
+	var (
+		mgr *testenv.Manager
+		ns  string
+		ms  *testenv.MasterSet
+	)
+	BeforeAll(func() {
+		mgr = env.StartManager()
+		ns = env.NewNamespace()
+		ms = env.NewServingMasters(ns, "masters", 3, 4*time.Second)
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("runs at most its number of pods at once, first come first served, each with a token of its slot", func() {
+		sem := newSemaphore(ms, "batch", "", 2)
+		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
+		watch := watchRunning(ns, "batch", 2)
+		pods := semPods(ns, "batch", "job", 5)
+
+		By("ungating job-1 and job-2, each with its own slot's lock and token")
+		Eventually(func() []string { return ungated(pods) }).WithTimeout(20*time.Second).Should(Equal([]string{"job-1", "job-2"}), "the first two pods of semaphore %s/batch to be ungated", ns)
+		tokens := map[string]int64{}  // slot lock → last token
+		slotOf := map[string]string{} // pod → slot lock
+		for _, p := range pods[:2] {
+			lock, token := tokenOf(p)
+			Expect(lock).To(HavePrefix("batch-2-"), "pod %s's slot lock", p.Name)
+			Expect(token).To(BeNumerically(">", 0), "pod %s's token", p.Name)
+			Expect(tokens).NotTo(HaveKey(lock), "pod %s shares slot %s", p.Name, lock)
+			tokens[lock], slotOf[p.Name] = token, lock
+			Expect(podsim.Run(suiteCtx, k8s, p, "node-1")).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			st := fetchSemaphore(sem).Status
+			g.Expect(st.Held).To(Equal(int32(2)), "held")
+			g.Expect(st.Holders).To(HaveLen(2), "holders")
+			g.Expect(st.Queue).NotTo(BeNil(), "queue")
+			g.Expect(st.Queue.Count).To(Equal(int32(3)), "waiting")
+			g.Expect(st.Queue.Waiting[0].Name).To(Equal("job-3"), "first in line")
+			g.Expect(semCondition(fetchSemaphore(sem), v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue), "Ready")
+		}).Should(Succeed(), "semaphore %s/batch to show its two holders and three waiting pods", ns)
+		Consistently(func() []string { return ungated(pods) }).WithTimeout(time.Second).Should(Equal([]string{"job-1", "job-2"}), "the other pods of semaphore %s/batch to stay gated", ns)
+
+		By("passing each finished pod's slot to the next pod in line, with a greater token of that slot")
+		for i, next := range pods[2:] {
+			done := pods[i]
+			Expect(podsim.Finish(suiteCtx, k8s, done, 0)).To(Succeed())
+			Eventually(func() bool { return !demo.Gated(getPod(next)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s to be ungated once %s finished", next.Name, done.Name)
+			lock, token := tokenOf(next)
+			Expect(lock).To(Equal(slotOf[done.Name]), "pod %s takes the slot %s freed", next.Name, done.Name)
+			Expect(token).To(BeNumerically(">", tokens[lock]), "pod %s's token of slot %s", next.Name, lock)
+			tokens[lock], slotOf[next.Name] = token, lock
+			Expect(podsim.Run(suiteCtx, k8s, next, "node-1")).To(Succeed())
+		}
+		for _, p := range pods[3:] {
+			Expect(podsim.Finish(suiteCtx, k8s, p, 0)).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			st := fetchSemaphore(sem).Status
+			g.Expect(st.Held).To(BeZero(), "held")
+			g.Expect(st.Queue).To(BeNil(), "queue")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/batch to show nobody holding or waiting", ns)
+		most, violations := watch()
+		Expect(violations).To(BeEmpty(), "moments more than 2 pods of semaphore %s/batch could run", ns)
+		Expect(most).To(Equal(2), "the most pods of semaphore %s/batch that ran at once", ns)
+	})
+
+	It("refuses a semaphore of the same key that declares another number while a slot is held, and serves it after", func() {
+		first := newSemaphore(ms, "two", "shared-sem", 2)
+		second := newSemaphore(ms, "three", "shared-sem", 3)
+		Expect(k8s.Create(suiteCtx, first)).To(Succeed())
+		Expect(k8s.Create(suiteCtx, second)).To(Succeed())
+		holder := semPods(ns, "two", "two", 1)[0]
+		Eventually(func() bool { return !demo.Gated(getPod(holder)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s of semaphore %s/two to be ungated", holder.Name, ns)
+		Expect(podsim.Run(suiteCtx, k8s, holder, "node-1")).To(Succeed())
+
+		By("showing the conflict on the second semaphore and keeping its pod gated")
+		waiter := semPods(ns, "three", "three", 1)[0]
+		Eventually(func(g Gomega) {
+			c := semCondition(fetchSemaphore(second), v1alpha1.ConditionReady)
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse), "Ready")
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonSlotsConflict), "reason")
+			g.Expect(c.Message).To(ContainSubstring("declared with 2 slots"), "message")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/three to show that the masters store 2 slots", ns)
+		Consistently(func() bool { return demo.Gated(getPod(waiter)) }).WithTimeout(2*time.Second).Should(BeTrue(), "pod %s of semaphore %s/three to stay gated", waiter.Name, ns)
+
+		By("granting it once the other number's holder finished")
+		Expect(podsim.Finish(suiteCtx, k8s, holder, 0)).To(Succeed())
+		Eventually(func() bool { return !demo.Gated(getPod(waiter)) }).WithTimeout(30*time.Second).Should(BeTrue(), "pod %s of semaphore %s/three to be ungated", waiter.Name, ns)
+		Eventually(func() string { return semCondition(fetchSemaphore(second), v1alpha1.ConditionReady).Reason }).Should(Equal(v1alpha1.ReasonValid), "semaphore %s/three to be Ready", ns)
+		Expect(podsim.Finish(suiteCtx, k8s, waiter, 0)).To(Succeed())
+	})
+
+	It("applies a new number once the holders of the previous one finished, granting nobody new meanwhile", func() {
+		sem := newSemaphore(ms, "resized", "", 1)
+		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
+		pods := semPods(ns, "resized", "rs", 3)
+		Eventually(func() []string { return ungated(pods) }).WithTimeout(20*time.Second).Should(Equal([]string{"rs-1"}), "pod rs-1 of semaphore %s/resized to be ungated", ns)
+		Expect(podsim.Run(suiteCtx, k8s, pods[0], "node-1")).To(Succeed())
+
+		By("raising the number to 2: Resizing until rs-1 finishes, rs-2 still gated")
+		cur := fetchSemaphore(sem)
+		cur.Spec.Slots = 2
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := semCondition(fetchSemaphore(sem), v1alpha1.ConditionResizing)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "Resizing")
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonDraining), "reason")
+		}).Should(Succeed(), "semaphore %s/resized to be draining", ns)
+		Consistently(func() []string { return ungated(pods) }).WithTimeout(2*time.Second).Should(Equal([]string{"rs-1"}), "pods of semaphore %s/resized other than rs-1 to stay gated while it drains", ns)
+
+		By("serving two at once after rs-1 finished, on the new slots")
+		Expect(podsim.Finish(suiteCtx, k8s, pods[0], 0)).To(Succeed())
+		Eventually(func() []string { return ungated(pods) }).WithTimeout(30*time.Second).Should(Equal([]string{"rs-1", "rs-2", "rs-3"}), "pods rs-2 and rs-3 of semaphore %s/resized to be ungated", ns)
+		for _, p := range pods[1:] {
+			lock, _ := tokenOf(p)
+			Expect(lock).To(HavePrefix("resized-2-"), "pod %s's slot", p.Name)
+		}
+		Eventually(func(g Gomega) {
+			s := fetchSemaphore(sem)
+			g.Expect(semCondition(s, v1alpha1.ConditionResizing).Status).To(Equal(metav1.ConditionFalse), "Resizing")
+			g.Expect(s.Status.Slots).To(Equal(int32(2)), "slots")
+			var locks v1alpha1.DistributedLockList
+			g.Expect(k8s.List(suiteCtx, &locks, client.InNamespace(ns), client.MatchingLabels{v1alpha1.SemaphoreLabel: "resized"})).To(Succeed())
+			var names []string
+			for _, l := range locks.Items {
+				names = append(names, l.Name)
+			}
+			g.Expect(names).To(ConsistOf("resized-2-0", "resized-2-1"), "slots' locks")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/resized to have resized to 2", ns)
+	})
+})
