@@ -163,9 +163,11 @@ type DistributedLockSpec struct {
 //
 // +kubebuilder:validation:XValidation:rule="self.index < self.slots",message="slotOf.index must be less than slotOf.slots"
 type SemaphoreSlot struct {
-	// SemaphoreKey is the Redis key of the semaphore.
+	// SemaphoreKey is the Redis key of the semaphore, with the rules of a
+	// DistributedSemaphore's key.
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:MaxLength=1000
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence') && self != 'redlock:quarantine-window' && !self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="slotOf.semaphoreKey must not end in ':fence', ':slots' or ':slot:<index>', nor be 'redlock:quarantine-window': those keys are reserved"
 	SemaphoreKey string `json:"semaphoreKey"`
 	// Slots is the semaphore's number of slots.
 	// +kubebuilder:validation:Minimum=1

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -664,10 +663,8 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 	switch maxTTL := ms.Spec.MaxLockTTL.Duration; {
 	case ttl > maxTTL:
 		invalid, reason = fmt.Sprintf("ttl %v exceeds maxLockTTL %v of RedisMasterSet %q", ttl, maxTTL, ms.Name), v1alpha1.ReasonTTLTooLong
-	case strings.HasSuffix(lock.RedisKey(), redlock.FenceKey("")):
-		invalid = fmt.Sprintf("key %q ends in %q: that is the fencing counter of the lock %q", lock.RedisKey(), redlock.FenceKey(""), strings.TrimSuffix(lock.RedisKey(), redlock.FenceKey("")))
-	case lock.RedisKey() == redlock.WindowKey:
-		invalid = fmt.Sprintf("key %q is reserved: every master keeps the quarantine window there", lock.RedisKey())
+	case keyProblem(lock) != nil:
+		invalid = keyProblem(lock).Error()
 	case ttl%time.Millisecond != 0 || renewInterval(lock.Spec) >= ttl:
 		invalid = fmt.Sprintf("ttl %v must be whole milliseconds and longer than the renew interval %v", ttl, renewInterval(lock.Spec))
 	}

@@ -218,6 +218,28 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, newLock(ms, "window-key", redlock.WindowKey, "x", 2*time.Second))).
 			To(MatchError(ContainSubstring("is reserved")), "the masters' quarantine window as the key")
 
+		By("refusing semaphores' keys to plain locks, and a slot whose key is not its semaphore's")
+		Expect(k8s.Create(suiteCtx, newLock(ms, "slots-key", "s1:slots", "x", 2*time.Second))).
+			To(MatchError(ContainSubstring("must not end in ':slots'")), "a semaphore's number of slots as the key")
+		Expect(k8s.Create(suiteCtx, newLock(ms, "slot-key", "s1:slot:0", "", 2*time.Second))).
+			To(MatchError(ContainSubstring("is a slot of a semaphore")), "a semaphore's slot as a plain lock's key")
+		slot := func(name, key string, so v1alpha1.SemaphoreSlot) *v1alpha1.DistributedLock {
+			l := newLock(ms, name, key, "", 2*time.Second)
+			l.Spec.SlotOf = &so
+			return l
+		}
+		Expect(k8s.Create(suiteCtx, slot("slot-other-key", "s1:slot:1", v1alpha1.SemaphoreSlot{SemaphoreKey: "s1", Slots: 2, Index: 0}))).
+			To(MatchError(ContainSubstring("'<slotOf.semaphoreKey>:slot:<slotOf.index>'")), "slot 0's lock with slot 1's key")
+		Expect(k8s.Create(suiteCtx, slot("slot-zero-padded", "s1:slot:01", v1alpha1.SemaphoreSlot{SemaphoreKey: "s1", Slots: 2, Index: 1}))).
+			To(MatchError(ContainSubstring("'<slotOf.semaphoreKey>:slot:<slotOf.index>'")), "a zero-padded index")
+		Expect(k8s.Create(suiteCtx, slot("slot-out-of-range", "s1:slot:2", v1alpha1.SemaphoreSlot{SemaphoreKey: "s1", Slots: 2, Index: 2}))).
+			To(MatchError(ContainSubstring("less than slotOf.slots")), "slot 2 of 2")
+		Expect(k8s.Create(suiteCtx, slot("slot-reserved-sem", "k:fence:slot:0", v1alpha1.SemaphoreSlot{SemaphoreKey: "k:fence", Slots: 2, Index: 0}))).
+			To(MatchError(ContainSubstring("those keys are reserved")), "a fencing counter as the semaphore's key")
+		withHolder := slot("slot-with-holder", "s1:slot:0", v1alpha1.SemaphoreSlot{SemaphoreKey: "s1", Slots: 2, Index: 0})
+		withHolder.Spec.HolderIdentity = "x"
+		Expect(k8s.Create(suiteCtx, withHolder)).To(MatchError(ContainSubstring("it has no holderIdentity")), "a static holder for a slot")
+
 		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
 		// Retried on conflicts with the controller's own writes.

@@ -19,6 +19,15 @@ func slotOf(lock *v1alpha1.DistributedLock) *redlock.Slot {
 	return &redlock.Slot{Semaphore: so.SemaphoreKey, Slots: int(so.Slots), Index: int(so.Index)}
 }
 
+// keyProblem is why pkg/redlock would refuse lock's key (or slot), or nil:
+// a condition, not an acquisition retried for ever.
+func keyProblem(lock *v1alpha1.DistributedLock) error {
+	if slot := slotOf(lock); slot != nil {
+		return redlock.ValidateSlot(*slot)
+	}
+	return redlock.ValidateKey(lock.RedisKey())
+}
+
 // acquire acquires lock on c for ttl: its key, or, for a semaphore's
 // slot, the slot with the semaphore's number declared on the masters.
 func acquire(ctx context.Context, c *redlock.Client, lock *v1alpha1.DistributedLock, ttl time.Duration, opts ...redlock.AcquireOption) (*redlock.Lock, error) {

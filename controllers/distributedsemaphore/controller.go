@@ -60,7 +60,7 @@ type expectation struct {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/status,verbs=patch
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/finalizers,verbs=update
-// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -593,6 +593,23 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		Expect(relabel(granted, "other-lock")).To(Succeed())
 	})
 
+	It("admits a pod gated for a semaphore, lets its semaphore label it for a slot once, and fixes that label", func() {
+		semPod := gatedPod(ns, "sem-waiting", "", false)
+		semPod.Labels = map[string]string{v1alpha1.SemaphoreLabel: "some-semaphore"}
+		By("waiting until the API server enforces the policy (probed with a dry run of an unlabelled gated pod)")
+		unlabelled := gatedPod(ns, "sem-unlabelled", "", false)
+		unlabelled.Labels = nil
+		Eventually(func() error { return k8s.Create(suiteCtx, unlabelled, client.DryRunAll) }).
+			Should(MatchError(ContainSubstring("nor redlock.dev/semaphore")), "the policy to refuse pod %s/%s, gated without a label (dry run)", ns, unlabelled.Name)
+
+		By("admitting the pod labelled only for its semaphore")
+		Expect(k8s.Create(suiteCtx, semPod)).To(Succeed(), "pod %s/%s gated for a semaphore", ns, semPod.Name)
+
+		By("allowing the label naming a slot's lock once, and no change after it")
+		Expect(updateLabel(semPod, v1alpha1.LockLabel, "some-semaphore-2-0")).To(Succeed(), "labelling pod %s for a slot", semPod.Name)
+		Expect(updateLabel(semPod, v1alpha1.LockLabel, "some-semaphore-2-1")).To(MatchError(ContainSubstring("cannot change")), "moving pod %s to another slot", semPod.Name)
+	})
+
 	It("refuses a pod created with the holder mark, and a change of a pod's gate mode", func() {
 		By("waiting until the API server enforces the policy (probed with a dry run)")
 		premarked := holderLabelPod(ns, "premarked", "some-lock")

@@ -57,6 +57,11 @@ func (g *Gater) Handle(ctx context.Context, req admission.Request) admission.Res
 	if what == "" {
 		return admission.Allowed("nothing to add")
 	}
+	if pod.Labels[v1alpha1.LockLabel] == "" {
+		if problem := podlock.SemaphoreProblem(pod); problem != "" {
+			return admission.Denied(problem)
+		}
+	}
 	if len(g.Namespaces) > 0 && !slices.Contains(g.Namespaces, req.Namespace) {
 		if podagent.Wanted(pod) {
 			return admission.Denied(fmt.Sprintf("redlock-operator does not watch namespace %q: the pod asks for the agent (%s), which would never see %s granted",

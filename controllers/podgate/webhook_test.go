@@ -32,15 +32,18 @@ func testScheme(t *testing.T) *runtime.Scheme {
 	return scheme
 }
 
-// admitIn asks g to admit the creation of pod in namespace.
-func admitIn(t *testing.T, g *Gater, namespace string, pod *corev1.Pod) admission.Response {
+// podNamespace is the namespace of the pods the tests admit.
+const podNamespace = "team-a"
+
+// admit asks g to admit the creation of pod in podNamespace.
+func admit(t *testing.T, g *Gater, pod *corev1.Pod) admission.Response {
 	t.Helper()
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		Operation: admissionv1.Create, Namespace: namespace, Object: runtime.RawExtension{Raw: raw},
+		Operation: admissionv1.Create, Namespace: podNamespace, Object: runtime.RawExtension{Raw: raw},
 	}})
 }
 
@@ -68,9 +71,10 @@ func TestGaterAddsTheGateALabelAsksFor(t *testing.T) {
 		{"an unlabelled pod is left alone", labelled(nil), nil, nil, false},
 		{"a labelled pod of a watched namespace gets the gate", labelled(map[string]string{v1alpha1.LockLabel: "l"}), []string{"/spec/schedulingGates"}, []string{"team-b", "team-a"}, false},
 		{"a labelled pod of a namespace the operator does not watch is left alone, with a warning", labelled(map[string]string{v1alpha1.LockLabel: "l"}), nil, []string{"team-b"}, true},
+		{"a pod labelled for a semaphore gets the scheduling gate", labelled(map[string]string{v1alpha1.SemaphoreLabel: "s"}), []string{"/spec/schedulingGates"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := admitIn(t, &Gater{Decoder: decoder, Namespaces: tc.watch}, "team-a", tc.pod)
+			resp := admit(t, &Gater{Decoder: decoder, Namespaces: tc.watch}, tc.pod)
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
 			}
@@ -93,7 +97,7 @@ func TestGaterRefusesAnAgentPodInANamespaceItDoesNotWatch(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{v1alpha1.LockLabel: "l"}, Annotations: map[string]string{v1alpha1.AgentAnnotation: "run"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Command: []string{"/c"}}}},
 	}
-	resp := admitIn(t, &Gater{Decoder: admission.NewDecoder(testScheme(t)), Namespaces: []string{"team-b"}}, "team-a", p)
+	resp := admit(t, &Gater{Decoder: admission.NewDecoder(testScheme(t)), Namespaces: []string{"team-b"}}, p)
 	if resp.Allowed || !strings.Contains(resp.Result.Message, "does not watch namespace") {
 		t.Errorf("response %+v: want the pod refused, its app would run without the lock", resp.Result)
 	}
@@ -122,12 +126,35 @@ func TestGaterWarnsWhenTheAgentWouldStopTheAppBeforeEveryRefresh(t *testing.T) {
 		if tc.grace != "" {
 			p.Annotations[v1alpha1.AgentGraceAnnotation] = tc.grace
 		}
-		resp := admitIn(t, &Gater{Decoder: admission.NewDecoder(scheme), Agent: podagent.Options{Image: "op"}, Locks: locks}, "team-a", p)
+		resp := admit(t, &Gater{Decoder: admission.NewDecoder(scheme), Agent: podagent.Options{Image: "op"}, Locks: locks}, p)
 		if !resp.Allowed {
 			t.Fatalf("grace %q: refused: %+v", tc.grace, resp.Result)
 		}
 		if warned := len(resp.Warnings) > 0 && strings.Contains(resp.Warnings[0], "before the validity is refreshed"); warned != tc.warns {
 			t.Errorf("grace %q: warnings %q, want a warning: %v", tc.grace, resp.Warnings, tc.warns)
 		}
+	}
+}
+
+func TestGaterRefusesASemaphorePodThatWouldStartBeforeItsSlot(t *testing.T) {
+	for name, mutate := range map[string]func(*corev1.Pod){
+		"readiness mode":    func(p *corev1.Pod) { p.Labels[v1alpha1.GateModeLabel] = v1alpha1.GateModeReadiness },
+		"holder-label mode": func(p *corev1.Pod) { p.Labels[v1alpha1.GateModeLabel] = v1alpha1.GateModeHolderLabel },
+		"the readiness gate": func(p *corev1.Pod) {
+			p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ReadinessGate}}
+		},
+		"the agent": func(p *corev1.Pod) { p.Annotations = map[string]string{v1alpha1.AgentAnnotation: "run"} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{v1alpha1.SemaphoreLabel: "s"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Command: []string{"/c"}}}},
+			}
+			mutate(p)
+			resp := admit(t, &Gater{Decoder: admission.NewDecoder(testScheme(t))}, p)
+			if resp.Allowed || !strings.Contains(resp.Result.Message, "a semaphore's pods") {
+				t.Errorf("response %+v: want the pod refused, it cannot wait for a slot that way", resp.Result)
+			}
+		})
 	}
 }

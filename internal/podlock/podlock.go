@@ -162,7 +162,26 @@ func Candidate(pod *corev1.Pod) bool {
 // given one of its slots: its gates are usable, and it has not finished
 // nor is being deleted.
 func SemaphoreCandidate(pod *corev1.Pod) bool {
-	return GateProblem(pod) == "" && !Finished(pod) && pod.DeletionTimestamp.IsZero()
+	return SemaphoreProblem(pod) == "" && GateProblem(pod) == "" && !Finished(pod) && pod.DeletionTimestamp.IsZero()
+}
+
+// SemaphoreProblem says why a pod labelled for a semaphore cannot wait for
+// one of its slots the way it asks; "" when it can. A semaphore's pods wait
+// behind the scheduling gate only: they must not start before they are
+// given a slot, whose lock then names them (label redlock.dev/lock), so
+// neither the readiness gate, nor holder-label mode, nor the agent (which
+// reads the lock's name when its container starts) can serve them.
+func SemaphoreProblem(pod *corev1.Pod) string {
+	switch {
+	case pod.Labels[v1alpha1.GateModeLabel] != "":
+		return fmt.Sprintf("a semaphore's pods wait behind the scheduling gate only: drop the label %s", v1alpha1.GateModeLabel)
+	case slices.ContainsFunc(pod.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == v1alpha1.ReadinessGate }):
+		return fmt.Sprintf("a semaphore's pods wait behind the scheduling gate only: drop the readiness gate %s", v1alpha1.ReadinessGate)
+	}
+	if _, agent := pod.Annotations[v1alpha1.AgentAnnotation]; agent {
+		return fmt.Sprintf("a semaphore's pods do not run the agent: drop the annotation %s", v1alpha1.AgentAnnotation)
+	}
+	return ""
 }
 
 // Order sorts pods first come, first served: creation time, then name.

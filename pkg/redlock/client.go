@@ -444,6 +444,14 @@ func (c *Client) checkWindow(op Op, ttl time.Duration) error {
 	return nil
 }
 
+// ValidateKey reports whether Acquire may take key: nil, or an
+// ErrInvalidArgument error that says why not (Redis's limits, and the keys
+// the package reserves; see validateKey). Nothing is sent.
+func ValidateKey(key string) error { return validateKey(OpAcquire, key) }
+
+// ValidateSlot reports whether AcquireSlot may take s, as ValidateKey.
+func ValidateSlot(s Slot) error { return validateSlot(OpAcquire, s) }
+
 // validateKey checks a lock's (or a semaphore's) key against Redis's
 // limits and the keys the package reserves: WindowKey, fencing counters
 // ("<key>:fence"), semaphores' slots ("<key>:slot:<i>", taken through

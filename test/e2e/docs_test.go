@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -55,7 +57,7 @@ func docObjects(page string) []*unstructured.Unstructured {
 	for _, u := range objs {
 		u.SetNamespace(ns)
 		switch u.GetKind() {
-		case "DistributedLock":
+		case "DistributedLock", "DistributedSemaphore":
 			Expect(unstructured.SetNestedField(u.Object, "masters", "spec", "masterSet")).To(Succeed())
 			Expect(unstructured.SetNestedField(u.Object, ttl.String(), "spec", "ttl")).To(Succeed())
 			Expect(unstructured.SetNestedField(u.Object, "e2e/docs/"+u.GetName(), "spec", "key")).To(Succeed())
@@ -123,6 +125,39 @@ func createDocObjects(objs []*unstructured.Unstructured) {
 	}
 }
 
+// waitForJobs waits until every Job of jobs (from page) has completed.
+func waitForJobs(page string, jobs []*unstructured.Unstructured) {
+	for _, u := range jobs {
+		Eventually(func(g Gomega) {
+			job := &batchv1.Job{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: u.GetName()}, job)).To(Succeed(), "Job %s/%s", ns, u.GetName())
+			completions := int32(1)
+			if job.Spec.Completions != nil {
+				completions = *job.Spec.Completions
+			}
+			g.Expect(job.Status.Succeeded).To(Equal(completions), "succeeded pods of Job %s", job.Name)
+		}, 4*time.Minute, time.Second).Should(Succeed(), "Job %s/%s of %s to complete", ns, u.GetName(), page)
+	}
+}
+
+// finishedRuns are the runs, from their status and annotations, of the
+// pods in ns matching labels: every one must have finished its container.
+func finishedRuns(labels client.MatchingLabels) []lockRun {
+	var pods corev1.PodList
+	Expect(k8s.List(ctx, &pods, client.InNamespace(ns), labels)).To(Succeed())
+	Expect(pods.Items).NotTo(BeEmpty(), "pods labelled %v", labels)
+	runs := make([]lockRun, 0, len(pods.Items))
+	for _, p := range pods.Items {
+		Expect(p.Status.ContainerStatuses).To(HaveLen(1), "pod %s ran its container", p.Name)
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		Expect(term).NotTo(BeNil(), "pod %s finished", p.Name)
+		token, err := strconv.ParseInt(p.Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
+		Expect(err).NotTo(HaveOccurred(), "pod %s's fencing token", p.Name)
+		runs = append(runs, lockRun{name: p.Name, start: term.StartedAt.Time, finish: term.FinishedAt.Time, token: token, key: p.Annotations[v1alpha1.LockKeyAnnotation]})
+	}
+	return runs
+}
+
 // ofKind are the objects of objs of kind.
 func ofKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
@@ -152,33 +187,56 @@ var _ = Describe("the task pages of the docs, run on a real cluster", Ordered, f
 		locks := map[string]bool{}
 		for _, u := range jobs {
 			locks[lockOf(u)] = true
-			Eventually(func(g Gomega) {
-				job := &batchv1.Job{}
-				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: u.GetName()}, job)).To(Succeed(), "Job %s/%s", ns, u.GetName())
-				completions := int32(1)
-				if job.Spec.Completions != nil {
-					completions = *job.Spec.Completions
-				}
-				g.Expect(job.Status.Succeeded).To(Equal(completions), "succeeded pods of Job %s", job.Name)
-			}, 4*time.Minute, time.Second).Should(Succeed(), "Job %s/%s of docs/tasks/jobs.md to complete", ns, u.GetName())
 		}
+		waitForJobs("docs/tasks/jobs.md", jobs)
 
 		By("checking from the pods' status that the pods of each lock ran one after another, each with a larger token")
 		for lock := range locks {
-			var pods corev1.PodList
-			Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LockLabel: lock})).To(Succeed())
-			Expect(pods.Items).NotTo(BeEmpty(), "pods of lock %s", lock)
-			runs := make([]lockRun, 0, len(pods.Items))
-			for _, p := range pods.Items {
-				Expect(p.Status.ContainerStatuses).To(HaveLen(1), "pod %s ran its container", p.Name)
-				term := p.Status.ContainerStatuses[0].State.Terminated
-				Expect(term).NotTo(BeNil(), "pod %s finished", p.Name)
-				token, err := strconv.ParseInt(p.Annotations[v1alpha1.FencingTokenAnnotation], 10, 64)
-				Expect(err).NotTo(HaveOccurred(), "pod %s's fencing token", p.Name)
-				runs = append(runs, lockRun{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token})
-			}
+			runs := finishedRuns(client.MatchingLabels{v1alpha1.LockLabel: lock})
 			GinkgoWriter.Printf("lock %s: %d pods ran\n", lock, len(runs))
 			expectOneAfterAnother(runs)
+		}
+	})
+
+	It("runs docs/tasks/semaphores.md: every Job completes, never more than the semaphore's slots at once, each slot's pods one after another with rising tokens", func() {
+		const page = "docs/tasks/semaphores.md"
+		objs := docObjects(page)
+		jobs := ofKind(objs, "Job")
+		sems := ofKind(objs, "DistributedSemaphore")
+		Expect(sems).To(HaveLen(1), "%s has one DistributedSemaphore", page)
+		Expect(len(jobs)).To(BeNumerically(">=", 3), "%s has more Jobs than slots", page)
+		sem := &v1alpha1.DistributedSemaphore{}
+		Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(sems[0].Object, sem)).To(Succeed())
+		slots := int(sem.Spec.Slots)
+		Expect(slots).To(Equal(2), "%s's semaphore has 2 slots", page)
+		createDocObjects(objs)
+
+		By("waiting for every Job of the page to complete")
+		waitForJobs(page, jobs)
+
+		By("checking from the pods' status that at most 2 ran at once, and each slot's pods one after another with rising tokens")
+		runs := finishedRuns(client.MatchingLabels{v1alpha1.SemaphoreLabel: sem.Name})
+		Expect(runs).To(HaveLen(len(jobs)), "one pod per Job of %s", page)
+		most := 0
+		for _, r := range runs {
+			at := 0 // runs going on when r started: [start, finish)
+			for _, o := range runs {
+				if !o.start.After(r.start) && r.start.Before(o.finish) {
+					at++
+				}
+			}
+			most = max(most, at)
+		}
+		GinkgoWriter.Printf("semaphore %s: %d pods ran, at most %d at once\n", sem.Name, len(runs), most)
+		Expect(most).To(BeNumerically("<=", slots), "pods of semaphore %s running at once", sem.Name)
+		bySlot := map[string][]lockRun{}
+		for _, r := range runs {
+			bySlot[r.key] = append(bySlot[r.key], r)
+		}
+		Expect(len(bySlot)).To(BeNumerically("<=", slots), "slot keys the pods held: %v", slices.Collect(maps.Keys(bySlot)))
+		for key, rs := range bySlot {
+			Expect(key).To(MatchRegexp(`:slot:[0-9]+$`), "pods' %s is a slot's key", v1alpha1.LockKeyAnnotation)
+			expectOneAfterAnother(rs)
 		}
 	})
 

@@ -30,6 +30,7 @@ type lockRun struct {
 	name          string
 	start, finish time.Time
 	token         int64
+	key           string // the Redis key held, where known
 }
 
 // runOf is the finished run of a demo.Workload pod.
@@ -37,7 +38,7 @@ func runOf(p *corev1.Pod) lockRun {
 	token, err := demo.PrintedToken(p)
 	Expect(err).NotTo(HaveOccurred())
 	term := p.Status.ContainerStatuses[0].State.Terminated
-	return lockRun{p.Name, term.StartedAt.Time, term.FinishedAt.Time, token}
+	return lockRun{name: p.Name, start: term.StartedAt.Time, finish: term.FinishedAt.Time, token: token}
 }
 
 // waitJobsSucceeded waits until each of the Jobs named succeeded once.

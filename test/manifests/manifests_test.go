@@ -186,7 +186,7 @@ func pagesWithExamples() []string {
 var _ = Describe("every example object in the docs is accepted by the API server", func() {
 	pages := pagesWithExamples()
 	It("covers README.md and the pages of docs/ that hold examples", func() {
-		Expect(pages).To(ContainElements("README.md", "docs/tasks/jobs.md", "docs/tasks/deployments.md", "docs/tasks/statefulsets.md"))
+		Expect(pages).To(ContainElements("README.md", "docs/tasks/jobs.md", "docs/tasks/semaphores.md", "docs/tasks/deployments.md", "docs/tasks/statefulsets.md"))
 		Expect(len(pages)).To(BeNumerically(">=", 10), "pages with example objects: %v", pages)
 	})
 	for _, page := range pages {
