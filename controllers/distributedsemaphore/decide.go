@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -61,6 +62,14 @@ type slot struct {
 func (s slot) idle(expected map[string]types.UID) bool {
 	_, pending := expected[s.lock.Name]
 	return s.lock.Status.Holder == nil && len(s.pods) == 0 && !pending && s.lock.DeletionTimestamp.IsZero()
+}
+
+// lastRefused reports whether the slot's lock was last refused by the
+// masters: held by another holder of the key (another cluster's), or
+// another number of slots declared.
+func (s slot) lastRefused() bool {
+	c := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionHeld)
+	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict)
 }
 
 // ownedSlots sorts the locks labelled for the semaphore into its slots,
@@ -132,17 +141,23 @@ func decide(in inputs) plan {
 	if draining {
 		return p
 	}
-	var idle []string
+	var idle, heldElsewhere []string
 	for i := range n {
 		s, ok := current[i]
 		switch {
 		case !ok && slices.Contains(taken, in.sem.SlotLockName(n, i)):
 		case !ok:
 			p.create = append(p.create, slotLock(in.sem, n, i))
+		case s.idle(in.expected) && s.lastRefused():
+			heldElsewhere = append(heldElsewhere, s.lock.Name)
 		case s.idle(in.expected):
 			idle = append(idle, s.lock.Name)
 		}
 	}
+	// A pod given a slot keeps it: slots last refused by the masters (held
+	// in another cluster sharing the key) go last, so that a pod does not
+	// wait on one while another is free.
+	idle = append(idle, heldElsewhere...)
 	for i, pod := range waiting(in.pods) {
 		if i >= len(idle) {
 			break

@@ -69,6 +69,10 @@ func TestDecide(t *testing.T) {
 	foreign.OwnerReferences = nil
 	ttlChanged := sem(2)
 	ttlChanged.Spec.TTL = metav1.Duration{Duration: 30 * time.Second}
+	elsewhere := slotOf(s3, 3, 0, "")
+	meta.SetStatusCondition(&elsewhere.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonHeldElsewhere, Message: "another cluster",
+	})
 	finished := pod("done", 0, "db-2-0")
 	finished.Status.Phase = corev1.PodSucceeded
 
@@ -90,6 +94,11 @@ func TestDecide(t *testing.T) {
 		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), slotOf(s2, 2, 1, "")},
 			pods: []*corev1.Pod{pod("late", 5, ""), pod("b", 1, ""), pod("a", 1, "")}},
 		assign: map[string]string{"a": "db-2-0", "b": "db-2-1"},
+	}, {
+		name: "a slot last held elsewhere (another cluster) goes after the free ones",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{elsewhere, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
+			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, ""), pod("c", 2, "")}},
+		assign: map[string]string{"a": "db-3-1", "b": "db-3-2", "c": "db-3-0"},
 	}, {
 		name: "a held slot, a slot with a labelled pod and a pending assignment are not idle",
 		in: inputs{sem: s3,
