@@ -14,7 +14,11 @@
 // ttl may still be valid. A set of cluster a's own has its list of masters
 // edited by the schedule (one of two spare servers named in place of a
 // listed one): each edit is a membership change with joint quorums, under
-// the same manager pauses and kills.
+// the same manager pauses and kills. Semaphores run beside the locks: one
+// key of 2 slots in both clusters, one declared with 2 slots in one and 3
+// in the other; the schedule creates pods waiting for them and deletes
+// them, and the history is checked for more holders of a semaphore than
+// its slots, and for holders of two numbers of slots at once.
 //
 // `make test` runs it briefly; `make soak-controller SEED=… DURATION=10m`
 // runs it longer and prints a table.
@@ -41,6 +45,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -50,6 +55,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/harness/history"
+	"github.com/redlock-operator/redlock-operator/internal/harness/podsim"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
@@ -224,6 +230,9 @@ func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 				Key: st.Key, Holder: cl + "/" + l.Name + "/" + st.Holder.Identity,
 				Start: seen, End: st.ValidUntil.Time, Token: st.FencingToken,
 			}}
+			if so := l.Spec.SlotOf; so != nil { // a semaphore's slot
+				o.g.Semaphore, o.g.Slots = so.SemaphoreKey, int(so.Slots)
+			}
 			r.grants[id] = o
 		}
 		if !o.released && st.ValidUntil.After(o.g.End) {
@@ -353,6 +362,20 @@ func watchLocks(c *cluster, rec statusRecorder, stop <-chan struct{}) {
 	}
 }
 
+// semSpec is a DistributedSemaphore of the schedule.
+type semSpec struct {
+	cluster *cluster
+	name    string
+	key     string
+	slots   int32
+}
+
+// semPod is a pod the schedule created for a semaphore.
+type semPod struct {
+	cluster *cluster
+	name    string
+}
+
 var _ = Describe("The operator under chaos", func() {
 	It("never shows two grants of a key at once, hands out increasing tokens per key, and serves every key again afterwards", func() {
 		seed := *seedFlag
@@ -397,6 +420,20 @@ var _ = Describe("The operator under chaos", func() {
 			{b, "b-k1", "k1", ""}, {b, "b-k2", "k2", ""},
 			{a, "a-moved", "moved", moving.Name}, {a, "a-moved-twin", "moved", moving.Name},
 		}
+		// Semaphores: "sem" of 2 slots in both clusters; "semc" declared
+		// with 2 slots in cluster a and 3 in b, which the masters must
+		// refuse to serve at once. Their holders are gated pods (envtest has
+		// no scheduler: an ungated pod stays Pending, and holds its slot
+		// until the schedule deletes it).
+		sems := []semSpec{{a, "a-sem", "sem", 2}, {b, "b-sem", "sem", 2}, {a, "a-semc", "semc", 2}, {b, "b-semc", "semc", 3}}
+		for _, sm := range sems {
+			Expect(sm.cluster.env.Client.Create(sm.cluster.env.Ctx, &v1alpha1.DistributedSemaphore{
+				ObjectMeta: metav1.ObjectMeta{Namespace: sm.cluster.ns, Name: sm.name},
+				Spec:       v1alpha1.DistributedSemaphoreSpec{MasterSet: ms.Name, Key: sm.key, Slots: sm.slots, TTL: metav1.Duration{Duration: sm.cluster.ttl}},
+			})).To(Succeed(), "semaphore %s/%s", sm.cluster.ns, sm.name)
+		}
+		var semPods []semPod
+		podSeq := 0
 		holders := []string{"", "x", "y", "z"}
 		create := func(l lockSpec, holder string) {
 			err := l.cluster.env.Client.Create(l.cluster.env.Ctx, &v1alpha1.DistributedLock{
@@ -509,6 +546,22 @@ var _ = Describe("The operator under chaos", func() {
 				if a.env.Client.Update(a.env.Ctx, cur) == nil {
 					actions["replace a master of a set (membership change)"]++
 				}
+			case p < 90 && len(semPods) < 10:
+				sm := sems[rnd.IntN(len(sems))]
+				podSeq++
+				pod := podsim.Gated(sm.cluster.ns, fmt.Sprintf("%s-%d", sm.name, podSeq), map[string]string{v1alpha1.SemaphoreLabel: sm.name})
+				if sm.cluster.env.Client.Create(sm.cluster.env.Ctx, pod) == nil {
+					semPods = append(semPods, semPod{sm.cluster, pod.Name})
+					actions["create a pod waiting for a semaphore"]++
+				}
+			case p < 97 && len(semPods) > 0:
+				i := rnd.IntN(len(semPods))
+				sp := semPods[i]
+				semPods = slices.Delete(semPods, i, i+1)
+				err := sp.cluster.env.Client.Delete(sp.cluster.env.Ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sp.cluster.ns, Name: sp.name}})
+				if err == nil {
+					actions["delete a semaphore's pod (holder or waiting)"]++
+				}
 			}
 			time.Sleep(time.Duration(100+rnd.IntN(400)) * time.Millisecond) // the schedule's pace
 		}
@@ -573,6 +626,13 @@ var _ = Describe("The operator under chaos", func() {
 		}
 		Expect(err).To(Succeed())
 		Expect(len(grants)).To(BeNumerically(">=", len(locks)), "too few grants to mean anything")
+		slotGrants := 0
+		for _, g := range grants {
+			if g.Semaphore != "" {
+				slotGrants++
+			}
+		}
+		Expect(slotGrants).To(BeNumerically(">", 0), "no grant of a semaphore's slot: the semaphores' part of the history means nothing")
 	})
 })
 
