@@ -171,6 +171,10 @@ soak-controller: redis envtest ## Randomized history of two managers on two API 
 bench-handover: redis envtest ## Pod-to-pod handover latency (100 handovers) next to a client-go leaderelection Lease; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchhandover $(BENCH_HANDOVER_FLAGS)
 
+.PHONY: bench-semaphore
+bench-semaphore: redis envtest ## A DistributedSemaphore of 3 slots serving 30 pods next to a DistributedLock serving 30 (envtest; the program plays the kubelet): grants/s and handover p50/p99; prints a table.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchsemaphore $(BENCH_SEMAPHORE_FLAGS)
+
 .PHONY: bench-podgate
 bench-podgate: redis envtest ## Pod-gate reconciles per status refresh with 1,000 pods queued on 10 held locks; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchpodgate $(BENCH_PODGATE_FLAGS)
