@@ -111,10 +111,17 @@ func TestSemaphoreRefusesAnotherNumberOfSlots(t *testing.T) {
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Release returns once a quorum has answered: a minority may still
+	// hold its copy (the slot's and the number's) until the release
+	// reaches it or they expire.
+	var still []string
 	for _, s := range servers {
 		if got := value(t, s, redlock.SlotsKey("sem-b")); got != "" {
-			t.Fatalf("%s still stores %q slots after the last slot was released", s.Addr(), got)
+			still = append(still, s.Addr()+" stores "+got)
 		}
+	}
+	if len(still) > len(servers)-(len(servers)/2+1) {
+		t.Fatalf("the number of slots outlives the last slot's release on a quorum: %v", still)
 	}
 	l, err := c.AcquireSemaphore(ctx, "sem-b", 3, time.Minute)
 	if err != nil {
