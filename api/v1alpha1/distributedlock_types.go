@@ -35,6 +35,15 @@ const (
 	ReasonMasterSetNotReady = "MasterSetNotReady"
 	ReasonTTLTooLong        = "TTLExceedsMaxLockTTL"
 	ReasonInvalidSpec       = "InvalidSpec"
+	// ReasonNamespaceNotAllowed: another DistributedLock (or
+	// DistributedSemaphore) of the same key names the namespaces that may
+	// take it (spec.allowedHolders.namespaces), and this one's is not
+	// among them: it grants nobody.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonServiceAccountNotAllowed is the reason of the pod condition
+	// redlock.dev/HolderNotAllowed on a pod whose ServiceAccount the lock's
+	// spec.allowedHolders.serviceAccounts does not name.
+	ReasonServiceAccountNotAllowed = "ServiceAccountNotAllowed"
 	// ReasonStatusWritesBehind: a new grant waits, because the status
 	// refreshes of the locks already held are behind and go first.
 	ReasonStatusWritesBehind = "StatusWritesBehind"
@@ -157,6 +166,48 @@ type DistributedLockSpec struct {
 	// Immutable; the key must then be '<semaphoreKey>:slot:<index>'.
 	// +optional
 	SlotOf *SemaphoreSlot `json:"slotOf,omitempty"`
+
+	// AllowedHolders restricts who may queue for the lock. Unset (the
+	// default): every pod of the namespace labelled for it, and every
+	// DistributedLock of any namespace that names its key. Pods it does
+	// not allow are never granted the lock: they get the pod condition
+	// redlock.dev/HolderNotAllowed and an event. Changing it never takes
+	// the lock from its current holder (docs/tasks/who-may-hold.md).
+	// +optional
+	AllowedHolders *AllowedHolders `json:"allowedHolders,omitempty"`
+}
+
+// AllowedHolders names who may queue for a lock or a semaphore. A list
+// that is unset allows everyone; both lists must allow a holder.
+type AllowedHolders struct {
+	// ServiceAccounts are the names of the ServiceAccounts, in the lock's
+	// namespace, whose pods may queue for it. A pod's ServiceAccount is
+	// spec.serviceAccountName ("default" when unset). Whoever may create
+	// pods in the namespace may run them as any of its ServiceAccounts:
+	// this keeps workloads apart, not tenants (a namespace is the boundary
+	// between tenants).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// Namespaces are the namespaces whose DistributedLocks (and, for a
+	// semaphore, DistributedSemaphores) may take this key in this cluster:
+	// a lock in another namespace that names the same key is refused
+	// (Ready False, reason NamespaceNotAllowed) and grants nobody. When
+	// several objects of a key name namespaces, an object must be allowed
+	// by every one of them. Operators in other clusters sharing the masters
+	// do not see this list: across clusters, the masters' credentials are
+	// the boundary.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespaces []string `json:"namespaces,omitempty"`
 }
 
 // SemaphoreSlot names one slot of a semaphore.
@@ -210,13 +261,27 @@ type PodReference struct {
 	UID types.UID `json:"uid"`
 }
 
+// QueuedPod is a pod waiting in a lock's or a semaphore's queue.
+type QueuedPod struct {
+	// Name of the pod.
+	Name string `json:"name"`
+	// UID of the pod.
+	UID types.UID `json:"uid"`
+	// Priority is the pod's queue priority: its annotation
+	// redlock.dev/priority, or else its PriorityClass's value
+	// (spec.priority), or else 0.
+	// +optional
+	Priority int32 `json:"priority"`
+}
+
 // LockQueue shows the pods waiting for a lock.
 type LockQueue struct {
-	// Waiting lists the first pods in line (at most 10), first come, first
-	// served (creation time, then name).
+	// Waiting lists the first pods in line (at most 10), in the order they
+	// will be served (docs/concepts/queue-order.md): higher priority first,
+	// then first come, first served (creation time, then name).
 	// +optional
 	// +listType=atomic
-	Waiting []PodReference `json:"waiting,omitempty"`
+	Waiting []QueuedPod `json:"waiting,omitempty"`
 	// Count is how many pods wait.
 	Count int32 `json:"count"`
 }
@@ -329,6 +394,8 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Valid-Until",type=string,JSONPath=`.status.validUntil`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.queue.count`
+// +kubebuilder:printcolumn:name="Next",type=string,JSONPath=`.status.queue.waiting[0].name`,priority=1
+// +kubebuilder:printcolumn:name="Next-Priority",type=integer,JSONPath=`.status.queue.waiting[0].priority`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="the name of a DistributedLock must be at most 63 characters: pods name their lock in the label redlock.dev/lock, whose values are at most 63 characters"
 type DistributedLock struct {

@@ -95,6 +95,11 @@ type DistributedSemaphoreSpec struct {
 	// +optional
 	// +kubebuilder:default=Keep
 	OnLost LostPolicy `json:"onLost,omitempty"`
+	// AllowedHolders restricts who may queue for a slot, as for a
+	// DistributedLock; its namespaces list applies to the semaphores that
+	// name the same key. Unset: everyone.
+	// +optional
+	AllowedHolders *AllowedHolders `json:"allowedHolders,omitempty"`
 
 	// HeartbeatTimeout turns on holder liveness for holder pods whose app
 	// the agent runs, as for a DistributedLock (from 3s to 24h).
@@ -170,6 +175,8 @@ type DistributedSemaphoreStatus struct {
 // +kubebuilder:printcolumn:name="Slots",type=integer,JSONPath=`.spec.slots`
 // +kubebuilder:printcolumn:name="Held",type=integer,JSONPath=`.status.held`
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.queue.count`
+// +kubebuilder:printcolumn:name="Next",type=string,JSONPath=`.status.queue.waiting[0].name`,priority=1
+// +kubebuilder:printcolumn:name="Next-Priority",type=integer,JSONPath=`.status.queue.waiting[0].priority`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 54",message="the name of a DistributedSemaphore must be at most 54 characters: its slots are DistributedLocks named '<name>-<slots>-<index>', which pods name in a label of at most 63 characters"

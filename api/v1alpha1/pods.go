@@ -61,6 +61,18 @@ const (
 	// behind every other pod.
 	UnresponsiveAnnotation = "redlock.dev/unresponsive"
 
+	// PriorityAnnotation on a pod labelled for a lock or a semaphore sets
+	// its queue priority, a 32-bit integer (higher is served first); it
+	// overrides the value of the pod's PriorityClass (spec.priority). A
+	// running holder is never pre-empted (docs/concepts/queue-order.md).
+	PriorityAnnotation = "redlock.dev/priority"
+
+	// ConditionHolderNotAllowed is the pod condition, True, on a pod that
+	// waits for a lock or a semaphore whose spec.allowedHolders does not
+	// allow it: it is never granted (reasons ServiceAccountNotAllowed,
+	// NamespaceNotAllowed).
+	ConditionHolderNotAllowed = "redlock.dev/HolderNotAllowed"
+
 	// AgentAnnotation on a pod labelled for a lock asks the webhook to add
 	// the in-pod agent (cmd/agent): AgentRun or AgentWatch.
 	AgentAnnotation = "redlock.dev/agent"

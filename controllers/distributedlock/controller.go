@@ -197,6 +197,9 @@ type scope struct {
 	givingBack bool
 	// shedding is set when this reconcile shows the grant shed (shedGrant).
 	shedding bool
+	// refused says why the locks of this lock's key refuse its namespace
+	// (checkNamespace); "" when they do not.
+	refused string
 	// afterCommit runs, in order, once the status patch has committed.
 	afterCommit []func(context.Context)
 	// stale: status shows what another manager wrote since this one's
@@ -685,6 +688,9 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 		return nil, false, nil
 	}
 	s.setReady(metav1.ConditionTrue, v1alpha1.ReasonValid, "the spec is valid and its master set usable")
+	if err := r.checkNamespace(ctx, s); err != nil {
+		return nil, false, err
+	}
 	return c, true, nil
 }
 
@@ -737,11 +743,13 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 	if at := lastMarkPassableAt(lock.Status, lock.Spec.TTL.Duration, pods); s.now.Before(at) {
 		s.requeueAfter(at.Sub(s.now)) // the lock is free for the others then
 	}
-	choice := podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, nil, passable)
+	rules := podlock.Rules{Passable: passable, Allowed: s.allows}
+	choice := podlock.Choose(s.static(current), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
 	if choice.Pod != nil && (current == nil || !podlock.Is(choice.Pod, current.Pod)) && podlock.MixedRevisions(pods) {
 		// A new pod is due and a rollout is under way: its workload's
 		// current revision goes first.
-		choice = podlock.Choose(lock.Spec.HolderIdentity, lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, r.staleRevisions(ctx, pods), passable)
+		rules.Stale = r.staleRevisions(ctx, pods)
+		choice = podlock.Choose(s.static(current), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
 	}
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
@@ -1700,6 +1708,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.DistributedLock{}, indexPolicyKey, func(o client.Object) []string {
+		return []string{policyKey(o.(*v1alpha1.DistributedLock))}
+	}); err != nil {
+		return err
+	}
 	workers := r.MaxConcurrentReconciles
 	if workers <= 0 {
 		workers = 4
@@ -1708,6 +1721,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named("distributedlock").
 		// Held locks first when a new leader starts: see adoptionPriority.
 		Watches(&v1alpha1.DistributedLock{}, &adoptFirst{now: r.Clock.Now}, builder.WithPredicates(specOrLifecycleChanged())).
+		// A lock's allowedHolders.namespaces governs the others of its key.
+		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(r.locksOfPolicyKey), builder.WithPredicates(specOrLifecycleChanged())).
 		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, listAdopted()))).
 		WatchesRawSource(r.wake)

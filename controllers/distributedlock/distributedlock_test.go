@@ -240,6 +240,26 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		withHolder.Spec.HolderIdentity = "x"
 		Expect(k8s.Create(suiteCtx, withHolder)).To(MatchError(ContainSubstring("it has no holderIdentity")), "a static holder for a slot")
 
+		By("refusing lists of allowed holders that name nothing, or what no ServiceAccount or namespace can be called")
+		allowing := func(name string, a v1alpha1.AllowedHolders) *v1alpha1.DistributedLock {
+			l := newLock(ms, name, "", "", 2*time.Second)
+			l.Spec.AllowedHolders = &a
+			return l
+		}
+		empty := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.GroupVersion.String(), "kind": "DistributedLock",
+			"metadata": map[string]any{"namespace": ns, "name": "allow-empty"},
+			"spec":     map[string]any{"masterSet": ms.Name, "ttl": "2s", "allowedHolders": map[string]any{"serviceAccounts": []any{}}},
+		}}
+		Expect(k8s.Create(suiteCtx, empty)).To(MatchError(ContainSubstring("spec.allowedHolders.serviceAccounts")), "an empty list of ServiceAccounts, which reads as 'nobody' (unset allows everyone)")
+		Expect(k8s.Create(suiteCtx, allowing("allow-bad-sa", v1alpha1.AllowedHolders{ServiceAccounts: []string{"App_1"}}))).
+			To(MatchError(ContainSubstring("spec.allowedHolders.serviceAccounts[0]")), "a ServiceAccount name with capitals")
+		Expect(k8s.Create(suiteCtx, allowing("allow-bad-ns", v1alpha1.AllowedHolders{Namespaces: []string{"team.a"}}))).
+			To(MatchError(ContainSubstring("spec.allowedHolders.namespaces[0]")), "a namespace with a dot")
+		Expect(k8s.Create(suiteCtx, allowing("allow-dup", v1alpha1.AllowedHolders{Namespaces: []string{"a", "a"}}))).
+			To(MatchError(ContainSubstring("Duplicate value")), "a namespace named twice")
+		Expect(k8s.Create(suiteCtx, allowing("allow-ok", v1alpha1.AllowedHolders{ServiceAccounts: []string{"app", "system.batch"}, Namespaces: []string{ns}}))).To(Succeed())
+
 		l := newLock(ms, "immutable-key", "k1", "", 2*time.Second)
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
 		// Retried on conflicts with the controller's own writes.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
+	"github.com/redlock-operator/redlock-operator/internal/semantic"
 )
 
 // expectationTTL is how long an assignment this manager made counts
@@ -62,6 +64,7 @@ type expectation struct {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/finalizers,verbs=update
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile implements reconcile.Reconciler.
@@ -85,8 +88,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p := decide(in)
 	errs := r.apply(ctx, sem, &p)
+	errs = append(errs, r.tellNotAllowed(ctx, in)...)
 	st := computeStatus(in, p)
-	if !equality.Semantic.DeepEqual(st, sem.Status) {
+	if !semantic.Equal(st, sem.Status) {
 		patched := sem.DeepCopy()
 		patched.Status = st
 		if err := r.Status().Patch(ctx, patched, client.MergeFrom(sem)); err != nil && !apierrors.IsNotFound(err) {
@@ -100,6 +104,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		res.RequeueAfter = time.Second
 	}
 	return res, kerrors.NewAggregate(errs)
+}
+
+// tellNotAllowed gives the pods waiting for a slot that the semaphore
+// never grants the condition redlock.dev/HolderNotAllowed and an event
+// (and turns it False once they are allowed). The pods given a slot are
+// the pod gate controller's to tell, as for any lock.
+func (r *Reconciler) tellNotAllowed(ctx context.Context, in inputs) []error {
+	slots, _ := ownedSlots(in)
+	nsRefusal := refused(slots)
+	var errs []error
+	for _, pod := range in.pods {
+		if pod.Labels[v1alpha1.LockLabel] != "" || !podlock.SemaphoreCandidate(pod) {
+			continue
+		}
+		reason, msg := "", podlock.NotAllowed(in.sem.Spec.AllowedHolders, "DistributedSemaphore "+in.sem.Name, pod)
+		switch {
+		case msg != "":
+			reason = v1alpha1.ReasonServiceAccountNotAllowed
+		case nsRefusal != "":
+			reason, msg = v1alpha1.ReasonNamespaceNotAllowed, nsRefusal
+		}
+		if reason == "" {
+			if conditions.PodTrue(pod, v1alpha1.ConditionHolderNotAllowed) {
+				if err := conditions.SetPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, corev1.ConditionFalse, "Allowed", "the semaphore allows this pod now", r.Clock.Now()); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			continue
+		}
+		if conditions.PodHas(pod, v1alpha1.ConditionHolderNotAllowed, corev1.ConditionTrue, reason) {
+			continue
+		}
+		if err := conditions.SetPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, corev1.ConditionTrue, reason, msg, r.Clock.Now()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.Recorder.Eventf(pod, in.sem, corev1.EventTypeWarning, reason, "Queue", "%s", msg)
+	}
+	return errs
 }
 
 // gather reads what decide needs: the locks and pods labelled for the
@@ -263,7 +306,7 @@ func slotChanged(old, cur *v1alpha1.DistributedLock) bool {
 	}
 	o, c := old.Status, cur.Status
 	if o.GrantID != c.GrantID || o.FencingToken != c.FencingToken ||
-		!equality.Semantic.DeepEqual(o.Holder, c.Holder) || !equality.Semantic.DeepEqual(o.LastHolderPod, c.LastHolderPod) {
+		!semantic.Equal(o.Holder, c.Holder) || !semantic.Equal(o.LastHolderPod, c.LastHolderPod) {
 		return true
 	}
 	for _, typ := range []string{v1alpha1.ConditionHeld, v1alpha1.ConditionReady} {

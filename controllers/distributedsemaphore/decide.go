@@ -5,13 +5,13 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
+	"github.com/redlock-operator/redlock-operator/internal/semantic"
 )
 
 // inputs are what a reconcile gathered: the semaphore, the
@@ -78,7 +78,10 @@ func (s slot) lastRefused() bool {
 func ownedSlots(in inputs) (slots []slot, taken []string) {
 	byLock := map[string][]*corev1.Pod{}
 	for _, p := range in.pods {
-		if name := p.Labels[v1alpha1.LockLabel]; name != "" && podlock.MayHold(p) {
+		// A pod the semaphore does not allow (its list changed since the
+		// pod was given a slot) leaves its slot to others unless it was
+		// granted: the slot's lock never grants it.
+		if name := p.Labels[v1alpha1.LockLabel]; name != "" && podlock.MayHold(p) && (allowed(in.sem, p) || p.Annotations[v1alpha1.FencingTokenAnnotation] != "") {
 			byLock[name] = append(byLock[name], p)
 		}
 	}
@@ -100,11 +103,13 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 }
 
 // waiting are the pods labelled for the semaphore that wait for a slot:
-// candidates labelled for no lock yet, first come, first served.
-func waiting(pods []*corev1.Pod) []*corev1.Pod {
+// candidates labelled for no lock yet that the semaphore allows, in queue
+// order (podlock.Order: higher priority first, then first come, first
+// served).
+func waiting(sem *v1alpha1.DistributedSemaphore, pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
-		if p.Labels[v1alpha1.LockLabel] == "" && podlock.SemaphoreCandidate(p) {
+		if p.Labels[v1alpha1.LockLabel] == "" && podlock.SemaphoreCandidate(p) && allowed(sem, p) {
 			out = append(out, p)
 		}
 	}
@@ -132,13 +137,13 @@ func decide(in inputs) plan {
 			continue
 		}
 		current[s.lock.Spec.SlotOf.Index] = s
-		if want := slotLock(in.sem, n, s.lock.Spec.SlotOf.Index); !equality.Semantic.DeepEqual(mutableSpec(s.lock.Spec), mutableSpec(want.Spec)) {
+		if want := slotLock(in.sem, n, s.lock.Spec.SlotOf.Index); !semantic.Equal(mutableSpec(s.lock.Spec), mutableSpec(want.Spec)) {
 			u := s.lock.DeepCopy()
 			u.Spec = withMutable(u.Spec, want.Spec)
 			p.update = append(p.update, u)
 		}
 	}
-	if draining {
+	if draining || refused(slots) != "" {
 		return p
 	}
 	var idle, heldElsewhere []string
@@ -158,7 +163,7 @@ func decide(in inputs) plan {
 	// in another cluster sharing the key) go last, so that a pod does not
 	// wait on one while another is free.
 	idle = append(idle, heldElsewhere...)
-	for i, pod := range waiting(in.pods) {
+	for i, pod := range waiting(in.sem, in.pods) {
 		if i >= len(idle) {
 			break
 		}
@@ -189,6 +194,7 @@ func slotLock(sem *v1alpha1.DistributedSemaphore, slots, index int32) *v1alpha1.
 	}
 	l.Spec = withMutable(l.Spec, v1alpha1.DistributedLockSpec{
 		TTL: sem.Spec.TTL, RenewInterval: sem.Spec.RenewInterval, OnLost: sem.Spec.OnLost, HeartbeatTimeout: sem.Spec.HeartbeatTimeout,
+		AllowedHolders: sem.Spec.AllowedHolders,
 	})
 	return l
 }
@@ -204,5 +210,24 @@ func mutableSpec(s v1alpha1.DistributedLockSpec) v1alpha1.DistributedLockSpec {
 // withMutable returns to with the semaphore-following fields of from.
 func withMutable(to, from v1alpha1.DistributedLockSpec) v1alpha1.DistributedLockSpec {
 	to.TTL, to.RenewInterval, to.OnLost, to.HeartbeatTimeout = from.TTL, from.RenewInterval, from.OnLost, from.HeartbeatTimeout
+	to.AllowedHolders = from.AllowedHolders
 	return to
+}
+
+// allowed reports whether the semaphore's spec.allowedHolders lets pod
+// queue for a slot.
+func allowed(sem *v1alpha1.DistributedSemaphore, pod *corev1.Pod) bool {
+	return podlock.NotAllowed(sem.Spec.AllowedHolders, "", pod) == ""
+}
+
+// refused is the message of a slot's lock refused because the semaphores
+// of its key refuse its namespace (spec.allowedHolders.namespaces); ""
+// when none is. Nobody is given a slot meanwhile.
+func refused(slots []slot) string {
+	for _, s := range slots {
+		if c := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == v1alpha1.ReasonNamespaceNotAllowed {
+			return c.Message
+		}
+	}
+	return ""
 }

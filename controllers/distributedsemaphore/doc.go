@@ -6,8 +6,10 @@
 // by a new leader, holder liveness, the pod gate — holds for every slot,
 // and the slots of one key are never held by more than N holders that
 // declared N. The controller gives each idle slot the next waiting pod (a
-// pod labelled redlock.dev/semaphore: <name>, first come, first served) by
-// labelling it redlock.dev/lock: <slot's lock>; that lock then grants it.
+// pod labelled redlock.dev/semaphore: <name> that spec.allowedHolders
+// allows, in podlock.Order: higher priority first, then first come, first
+// served) by labelling it redlock.dev/lock: <slot's lock>; that lock then
+// grants it.
 //
 // Layout, in the manner of cluster-api's machineset package:
 //   - controller.go: fetch, gather, apply the plan, the one status patch;
@@ -16,8 +18,9 @@
 //     cache of their own);
 //   - decide.go: the plan, a pure function of what was gathered: which
 //     slots to create, update (ttl, renewInterval, onLost,
-//     heartbeatTimeout follow the semaphore), remove, and which pod goes
-//     to which idle slot;
+//     heartbeatTimeout, allowedHolders follow the semaphore), remove, and
+//     which pod goes to which idle slot (none while a slot's lock is
+//     refused its namespace: NamespaceNotAllowed);
 //   - status.go: status computed from the same inputs.
 //
 // Changing spec.slots drains: slots of the previous number keep their
@@ -38,6 +41,8 @@
 //
 // Slots' locks are written by this controller only in their spec and
 // metadata (create, update of the fields above, delete); the pods only in
+// the pod condition redlock.dev/HolderNotAllowed of pods that wait for a
+// slot (not yet labelled for one: once they are, the pod gate owns it) and
 // the label redlock.dev/lock, set once, on the version of the pod read
 // (optimistic concurrency), and counted as set until the cache shows it
 // (expectations), so that a lagging cache never gives one slot two pods.

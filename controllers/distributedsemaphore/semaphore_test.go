@@ -256,4 +256,56 @@ var _ = Describe("DistributedSemaphore", Ordered, func() {
 			g.Expect(names).To(ConsistOf("resized-2-0", "resized-2-1"), "slots' locks")
 		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/resized to have resized to 2", ns)
 	})
+
+	It("gives slots to allowed pods only, higher priority first, and tells the others", func() {
+		sem := newSemaphore(ms, "ranked", "", 1)
+		sem.Spec.AllowedHolders = &v1alpha1.AllowedHolders{ServiceAccounts: []string{"app"}}
+		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
+		mk := func(name, sa, priority string) *corev1.Pod {
+			p := podsim.Gated(ns, name, map[string]string{v1alpha1.SemaphoreLabel: "ranked"})
+			p.Spec.ServiceAccountName = sa
+			if priority != "" {
+				p.Annotations = map[string]string{v1alpha1.PriorityAnnotation: priority}
+			}
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+			return p
+		}
+		intruder := mk("ranked-intruder", "other", "100") // first, and of the highest priority
+		first := mk("ranked-first", "app", "")
+		By("giving the slot to the allowed pod and telling the other with a condition and an event")
+		Eventually(func() []string { return ungated([]*corev1.Pod{intruder, first}) }).WithTimeout(20*time.Second).Should(Equal([]string{"ranked-first"}), "semaphore %s/ranked to grant ranked-first", ns)
+		Expect(podsim.Run(suiteCtx, k8s, first, "node-1")).To(Succeed())
+		Eventually(func(g Gomega) {
+			var c *corev1.PodCondition
+			for _, pc := range getPod(intruder).Status.Conditions {
+				if string(pc.Type) == v1alpha1.ConditionHolderNotAllowed {
+					c = &pc
+				}
+			}
+			g.Expect(c).NotTo(BeNil(), "condition %s", v1alpha1.ConditionHolderNotAllowed)
+			g.Expect(c.Status).To(Equal(corev1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonServiceAccountNotAllowed))
+			g.Expect(env.EventReasons(ns, intruder.Name)).To(ContainElement(v1alpha1.ReasonServiceAccountNotAllowed), "events of pod %s", intruder.Name)
+		}).Should(Succeed(), "pod %s/ranked-intruder to be told semaphore ranked never grants it", ns)
+
+		By("queueing the allowed pods by priority, then first come first served")
+		low := mk("ranked-low", "app", "")
+		high := mk("ranked-high", "app", "10")
+		Eventually(func(g Gomega) {
+			q := fetchSemaphore(sem).Status.Queue
+			g.Expect(q).NotTo(BeNil())
+			g.Expect(q.Waiting).To(HaveLen(2))
+			g.Expect(q.Waiting[0].Name).To(Equal("ranked-high"))
+			g.Expect(q.Waiting[0].Priority).To(Equal(int32(10)))
+			g.Expect(q.Waiting[1].Name).To(Equal("ranked-low"))
+		}).Should(Succeed(), "semaphore %s/ranked to queue ranked-high before ranked-low, and not ranked-intruder", ns)
+		for _, step := range []struct{ done, next *corev1.Pod }{{first, high}, {high, low}} {
+			Expect(podsim.Finish(suiteCtx, k8s, step.done, 0)).To(Succeed())
+			Eventually(func() bool { return !demo.Gated(getPod(step.next)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s to be given the slot after %s", step.next.Name, step.done.Name)
+			Expect(podsim.Run(suiteCtx, k8s, step.next, "node-1")).To(Succeed())
+		}
+		Expect(podsim.Finish(suiteCtx, k8s, low, 0)).To(Succeed())
+		Eventually(func() int32 { return fetchSemaphore(sem).Status.Held }).WithTimeout(20*time.Second).Should(BeZero(), "semaphore %s/ranked to be free", ns)
+		Consistently(func() bool { return demo.Gated(getPod(intruder)) }, 2*time.Second).Should(BeTrue(), "pod %s/ranked-intruder to stay gated with the slot free", ns)
+	})
 })

@@ -47,21 +47,16 @@ func computeStatus(in inputs, p plan) v1alpha1.DistributedSemaphoreStatus {
 	st.Holders = holders
 	st.Held = int32(len(holders)) //nolint:gosec // at most 1000 slots, twice over while resizing
 
-	var queue []*corev1.Pod
+	// In line: the pods given a slot that is not theirs yet, then the
+	// others in queue order.
+	var given []*corev1.Pod
 	for _, pod := range in.pods {
-		if !holding[pod.Name] && podlock.SemaphoreCandidate(pod) {
-			queue = append(queue, pod)
+		if !holding[pod.Name] && pod.Labels[v1alpha1.LockLabel] != "" && podlock.SemaphoreCandidate(pod) && allowed(sem, pod) {
+			given = append(given, pod)
 		}
 	}
-	podlock.Order(queue)
-	st.Queue = nil
-	if len(queue) > 0 {
-		q := &v1alpha1.LockQueue{Count: int32(len(queue))} //nolint:gosec // pods of one namespace
-		for _, pod := range queue[:min(len(queue), podlock.MaxShownWaiting)] {
-			q.Waiting = append(q.Waiting, podlock.Ref(pod))
-		}
-		st.Queue = q
-	}
+	podlock.Order(given)
+	st.Queue = podlock.Queue(append(given, waiting(sem, in.pods)...))
 
 	if previous > 0 {
 		set(&st, sem.Generation, v1alpha1.ConditionResizing, metav1.ConditionTrue, v1alpha1.ReasonDraining,

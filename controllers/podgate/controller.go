@@ -5,12 +5,14 @@
 // the readiness condition False and the mark off every other labelled pod,
 // and evicts a holder whose lock was lost when the lock asks for it.
 //
-// It owns, on pods: the grant annotations, the readiness-gate condition,
-// the scheduling gate's removal, the label redlock.dev/holds and the
-// holder's pod-deletion-cost, and the problem annotation.
+// It owns, on pods labelled for a lock: the grant annotations, the
+// readiness-gate condition, the condition redlock.dev/HolderNotAllowed
+// (the lock's spec.allowedHolders refuses the pod), the scheduling gate's
+// removal, the label redlock.dev/holds and the holder's
+// pod-deletion-cost, and the problem annotation.
 //
-// The DistributedLock controller decides who holds a lock (first come,
-// first served) and commits it to the lock's status; this controller only
+// The DistributedLock controller decides who holds a lock
+// (docs/concepts/queue-order.md) and commits it to the lock's status; this controller only
 // acts on committed grants, in the order acquire → commit → annotate →
 // check → ungate, so that the token is on the pod before it runs, and a
 // pod is ungated only while a fresh read of the lock, after its annotation
@@ -46,6 +48,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/seen"
@@ -140,7 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, r.report(ctx, pod, EventBadLockSpec, msg)
 	}
-	if err := r.report(ctx, pod, "", ""); err != nil {
+	if refused, err := r.tellAllowed(ctx, pod, lock); refused || err != nil {
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
@@ -223,6 +226,47 @@ func (r *Reconciler) lockGone(ctx context.Context, pod *corev1.Pod, name string)
 		return r.evict(ctx, pod, name, nil)
 	}
 	return nil
+}
+
+// notAllowed says why lock never grants pod (reason, message): its
+// spec.allowedHolders does not name the pod's ServiceAccount, or the
+// locks of its key refuse its namespace; "" when it may be granted. A pod
+// the lock shows as its holder, or that holds or held its key, is not
+// told: it keeps its grant until it ends.
+func notAllowed(pod *corev1.Pod, lock *v1alpha1.DistributedLock) (reason, msg string) {
+	if showsGrantOf(lock.Status, pod) || podlock.HeldBefore(pod, lock.RedisKey()) {
+		return "", ""
+	}
+	if msg := podlock.NotAllowed(lock.Spec.AllowedHolders, "DistributedLock "+lock.Name, pod); msg != "" {
+		return v1alpha1.ReasonServiceAccountNotAllowed, msg
+	}
+	if c := meta.FindStatusCondition(lock.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == v1alpha1.ReasonNamespaceNotAllowed {
+		return v1alpha1.ReasonNamespaceNotAllowed, c.Message
+	}
+	return "", ""
+}
+
+// tellAllowed tells pod whether lock may grant it, and reports refused
+// when it never does: then the pod shows the condition
+// redlock.dev/HolderNotAllowed True, the problem annotation and an event,
+// and stays waiting should the lock allow it later. Otherwise that
+// condition turns False if it was True, and the problem annotation goes.
+func (r *Reconciler) tellAllowed(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock) (refused bool, err error) {
+	if reason, msg := notAllowed(pod, lock); reason != "" {
+		if err := conditions.SetPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, corev1.ConditionTrue, reason, msg, r.Clock.Now()); err != nil {
+			return true, err
+		}
+		if err := r.standDown(ctx, pod, reason, msg); err != nil {
+			return true, err
+		}
+		return true, r.report(ctx, pod, reason, msg)
+	}
+	if conditions.PodTrue(pod, v1alpha1.ConditionHolderNotAllowed) {
+		if err := conditions.SetPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, corev1.ConditionFalse, "Allowed", "the lock allows this pod now", r.Clock.Now()); err != nil {
+			return false, err
+		}
+	}
+	return false, r.report(ctx, pod, "", "")
 }
 
 // decision is what to do with one pod.
@@ -319,7 +363,7 @@ func (r *Reconciler) grant(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.
 	annotate := pod.Annotations[v1alpha1.FencingTokenAnnotation] != token || pod.Annotations[v1alpha1.LockKeyAnnotation] != lock.Status.Key ||
 		pod.Annotations[v1alpha1.OnLostAnnotation] != onLost || pod.Annotations[v1alpha1.LockNameAnnotation] != lock.Name
 	gate := podlock.GateOf(pod)
-	grants := annotate || gate == podlock.GateScheduling || (gate == podlock.GateReadiness && d.ready && !hasReadiness(pod, corev1.ConditionTrue, d.reason)) ||
+	grants := annotate || gate == podlock.GateScheduling || (gate == podlock.GateReadiness && d.ready && !conditions.PodHas(pod, v1alpha1.ReadinessGate, corev1.ConditionTrue, d.reason)) ||
 		(gate == podlock.GateLabel && d.mark && !marked(pod, lock.Name))
 	if grants {
 		stands, err := r.grantStands(ctx, pod, lock)
@@ -467,21 +511,8 @@ func (r *Reconciler) grantStands(ctx context.Context, pod *corev1.Pod, lock *v1a
 	return decide(pod, fresh, r.Clock.Now()).grant && fresh.Status.FencingToken == lock.Status.FencingToken && fresh.Status.GrantID == lock.Status.GrantID, nil
 }
 
-// hasReadiness reports whether the pod's readiness-gate condition already
-// has status and reason.
-func hasReadiness(pod *corev1.Pod, status corev1.ConditionStatus, reason string) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1alpha1.ReadinessGate && c.Status == status && c.Reason == reason {
-			return true
-		}
-	}
-	return false
-}
-
-// setReady sets the pod's readiness-gate condition with a strategic merge
-// patch of pods/status that carries only that condition, so that the
-// kubelet's conditions are never touched. Pods without the readiness gate
-// are left alone.
+// setReady sets the pod's readiness-gate condition (conditions.SetPod).
+// Pods without the readiness gate are left alone.
 func (r *Reconciler) setReady(ctx context.Context, pod *corev1.Pod, ready bool, reason, msg string) error {
 	if podlock.GateOf(pod) != podlock.GateReadiness {
 		return nil
@@ -490,15 +521,7 @@ func (r *Reconciler) setReady(ctx context.Context, pod *corev1.Pod, ready bool, 
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	if hasReadiness(pod, status, reason) {
-		return nil
-	}
-	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"message":%q,"lastTransitionTime":%q}]}}`,
-		v1alpha1.ReadinessGate, status, reason, msg, r.Clock.Now().UTC().Format(time.RFC3339))
-	if err := r.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("set the readiness gate: %w", err))
-	}
-	return nil
+	return conditions.SetPod(ctx, r.Client, pod, v1alpha1.ReadinessGate, status, reason, msg, r.Clock.Now())
 }
 
 // evict evicts a holder pod whose lock (named name; lock is nil when it is

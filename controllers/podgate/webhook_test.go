@@ -158,3 +158,18 @@ func TestGaterRefusesASemaphorePodThatWouldStartBeforeItsSlot(t *testing.T) {
 		})
 	}
 }
+
+func TestGaterRefusesAnUnusablePriority(t *testing.T) {
+	for _, labels := range []map[string]string{{v1alpha1.LockLabel: "l"}, {v1alpha1.SemaphoreLabel: "s"}} {
+		for value, allowed := range map[string]bool{"high": false, "2147483648": false, "-5": true, "1000000": true} {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: labels, Annotations: map[string]string{v1alpha1.PriorityAnnotation: value}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Command: []string{"/c"}}}},
+			}
+			resp := admit(t, &Gater{Decoder: admission.NewDecoder(testScheme(t))}, p)
+			if resp.Allowed != allowed || (!allowed && !strings.Contains(resp.Result.Message, "is not a 32-bit integer")) {
+				t.Errorf("labels %v, %s=%q: allowed %v (%+v), want %v", labels, v1alpha1.PriorityAnnotation, value, resp.Allowed, resp.Result, allowed)
+			}
+		}
+	}
+}

@@ -28,7 +28,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,6 +47,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
+	"github.com/redlock-operator/redlock-operator/internal/semantic"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -137,7 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if retErr != nil {
 			result = ctrl.Result{} // an error is retried with backoff
 		}
-		if equality.Semantic.DeepEqual(base.Status, ms.Status) {
+		if semantic.Equal(base.Status, ms.Status) {
 			return
 		}
 		// Member records (lastServingAt, restarts) decide admissions: never

@@ -8,6 +8,7 @@ package podlock
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -132,7 +133,47 @@ func Problem(pod *corev1.Pod) string {
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Sprintf("label %s=%q does not name a DistributedLock: %s", v1alpha1.LockLabel, name, strings.Join(errs, "; "))
 	}
+	if _, problem := Priority(pod); problem != "" {
+		return problem
+	}
 	return GateProblem(pod)
+}
+
+// Priority is pod's queue priority: its annotation redlock.dev/priority,
+// or else its PriorityClass's value (spec.priority, which the API server
+// sets from spec.priorityClassName), or else 0. problem says why the
+// annotation cannot be used ("" when it can, or is absent).
+func Priority(pod *corev1.Pod) (priority int32, problem string) {
+	if v, ok := pod.Annotations[v1alpha1.PriorityAnnotation]; ok {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return 0, fmt.Sprintf("annotation %s=%q is not a 32-bit integer", v1alpha1.PriorityAnnotation, v)
+		}
+		return int32(n), ""
+	}
+	if pod.Spec.Priority != nil {
+		return *pod.Spec.Priority, ""
+	}
+	return 0, ""
+}
+
+// ServiceAccount is the ServiceAccount pod runs as.
+func ServiceAccount(pod *corev1.Pod) string {
+	if pod.Spec.ServiceAccountName == "" {
+		return "default"
+	}
+	return pod.Spec.ServiceAccountName
+}
+
+// NotAllowed says why allowed (a lock's or a semaphore's
+// spec.allowedHolders, named what) does not let pod queue; "" when it does
+// (nil allows every pod).
+func NotAllowed(allowed *v1alpha1.AllowedHolders, what string, pod *corev1.Pod) string {
+	if allowed == nil || len(allowed.ServiceAccounts) == 0 || slices.Contains(allowed.ServiceAccounts, ServiceAccount(pod)) {
+		return ""
+	}
+	return fmt.Sprintf("%s allows the pods of the ServiceAccounts %s only (spec.allowedHolders.serviceAccounts); this pod runs as %q and is never granted it",
+		what, strings.Join(allowed.ServiceAccounts, ", "), ServiceAccount(pod))
 }
 
 // GateProblem says why a pod's gates keep it from taking part in a lock or
@@ -181,12 +222,19 @@ func SemaphoreProblem(pod *corev1.Pod) string {
 	if _, agent := pod.Annotations[v1alpha1.AgentAnnotation]; agent {
 		return fmt.Sprintf("a semaphore's pods do not run the agent: drop the annotation %s", v1alpha1.AgentAnnotation)
 	}
-	return ""
+	_, problem := Priority(pod)
+	return problem
 }
 
-// Order sorts pods first come, first served: creation time, then name.
+// Order sorts pods in queue order: higher priority (Priority) first, then
+// first come, first served: creation time, then name.
 func Order(pods []*corev1.Pod) {
 	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
+		pa, _ := Priority(a)
+		pb, _ := Priority(b)
+		if pa != pb {
+			return int(pb) - int(pa)
+		}
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
@@ -217,7 +265,23 @@ type Choice struct {
 	Waiting []*corev1.Pod
 }
 
-// Choose decides who holds the lock key. In order:
+// Rules are what Choose is told about a lock's pods beyond the pods
+// themselves. Every field may be nil.
+type Rules struct {
+	// Stale reports that a pod is of an old revision of its workload
+	// (nil: no pod is).
+	Stale func(*corev1.Pod) bool
+	// Passable reports that a pod marked unresponsive can no longer act
+	// on its last grant (nil: no marked pod is passable yet).
+	Passable func(*corev1.Pod) bool
+	// Allowed reports that a pod may queue for the lock (nil: every pod
+	// may): a pod it refuses is never granted, though as a current or
+	// former holder it still keeps everyone waiting while it may run.
+	Allowed func(*corev1.Pod) bool
+}
+
+// Choose decides who holds the lock key. In order
+// (docs/concepts/queue-order.md says the same for users):
 //   - the current holder pod, as long as its containers may run (even
 //     while it is being deleted, even on an unreachable node, even when a
 //     static holder is asked for: a lock never moves while its holder may
@@ -229,29 +293,32 @@ type Choice struct {
 //     new token; while it is being deleted, or once its label no longer
 //     names the lock, nobody is granted until its containers stopped;
 //   - the static holder when the spec names one;
-//   - the first candidate of its workload's current revision (stale
-//     reports it is not), first come, first served: a rollout hands the
-//     lock over once, to a new pod, not to an old one about to be
-//     replaced too;
-//   - the first candidate, first come, first served.
+//   - the first candidate of its workload's current revision (rules.Stale
+//     reports it is not): a rollout hands the lock over once, to a new
+//     pod, not to an old one about to be replaced too;
+//   - the first candidate in Order: higher priority first, then first
+//     come, first served.
+//
+// A pod rules.Allowed refuses is no candidate, and a former holder it
+// refuses is not granted again (it still keeps everyone waiting while it
+// may act on its last token).
 //
 // A pod marked unresponsive (Unresponsive) stays the current holder until
-// the lock controller has given that grant up. After that, until passable
-// says its last grant can no longer be acted on (its agent has stopped
-// the app by the end of any validity it could have seen), it keeps
-// everyone waiting and is not granted again; then it waits behind every
-// other candidate. passable may be nil: no marked pod is passable yet.
+// the lock controller has given that grant up. After that, until
+// rules.Passable says its last grant can no longer be acted on (its agent
+// has stopped the app by the end of any validity it could have seen), it
+// keeps everyone waiting and is not granted again; then it waits behind
+// every other candidate.
 //
 // pods are the pods labelled for the lock (named name), and the current
-// and last holder pods whatever their labels. stale may be nil: no pod is
-// of an old revision.
-func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, stale, passable func(*corev1.Pod) bool) Choice {
-	g := sortPods(key, holder, last, pods, passable)
+// and last holder pods whatever their labels.
+func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, rules Rules) Choice {
+	g := sortPods(key, holder, last, pods, rules)
 	candidates := g.candidates
 	Order(candidates)
-	if stale != nil {
-		// Current revision first, first come, first served within each.
-		slices.SortStableFunc(candidates, func(a, b *corev1.Pod) int { return cmpBool(stale(a), stale(b)) })
+	if rules.Stale != nil {
+		// Current revision first, in Order within each.
+		slices.SortStableFunc(candidates, func(a, b *corev1.Pod) int { return cmpBool(rules.Stale(a), rules.Stale(b)) })
 	}
 	Order(g.prior)
 	Order(g.marked)
@@ -263,7 +330,7 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 		// A pod given up as unresponsive may still act on its grant:
 		// nobody yet.
 		return Choice{Waiting: candidates}
-	case len(g.prior) == 1 && g.prior[0].DeletionTimestamp.IsZero() && g.prior[0].Labels[v1alpha1.LockLabel] == name:
+	case len(g.prior) == 1 && g.prior[0].DeletionTimestamp.IsZero() && g.prior[0].Labels[v1alpha1.LockLabel] == name && rules.allows(g.prior[0]):
 		return Choice{Pod: g.prior[0], Waiting: candidates}
 	case len(g.prior) > 0:
 		// A former holder still runs (terminating, relabelled, or more
@@ -286,26 +353,28 @@ type sorted struct {
 	blocked bool
 }
 
-func sortPods(key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, passable func(*corev1.Pod) bool) sorted {
+func sortPods(key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, rules Rules) sorted {
 	var g sorted
 	for _, p := range pods {
 		switch {
 		case holder != nil && Is(p, holder.Pod) && !Ended(p):
 			g.current = p
 		case Unresponsive(p) && !Ended(p):
-			if passable == nil || !passable(p) {
+			if rules.Passable == nil || !rules.Passable(p) {
 				g.blocked = true
-			} else if Candidate(p) && !GrantedElsewhere(p, key) {
+			} else if Candidate(p) && !GrantedElsewhere(p, key) && rules.allows(p) {
 				g.marked = append(g.marked, p)
 			}
 		case (HeldBefore(p, key) || Is(p, last)) && !Ended(p):
 			g.prior = append(g.prior, p)
-		case Candidate(p) && !GrantedElsewhere(p, key):
+		case Candidate(p) && !GrantedElsewhere(p, key) && rules.allows(p):
 			g.candidates = append(g.candidates, p)
 		}
 	}
 	return g
 }
+
+func (r Rules) allows(p *corev1.Pod) bool { return r.Allowed == nil || r.Allowed(p) }
 
 // Unresponsive reports whether pod was marked unresponsive by the lock
 // controller (annotation redlock.dev/unresponsive) and its app runs under
@@ -383,14 +452,15 @@ func HeldBefore(pod *corev1.Pod, key string) bool {
 	return key != "" && pod.Annotations[v1alpha1.LockKeyAnnotation] == key && pod.Annotations[v1alpha1.FencingTokenAnnotation] != ""
 }
 
-// Queue is status's view of the waiting pods.
+// Queue is status's view of the waiting pods, in line.
 func Queue(waiting []*corev1.Pod) *v1alpha1.LockQueue {
 	if len(waiting) == 0 {
 		return nil
 	}
 	q := &v1alpha1.LockQueue{Count: int32(len(waiting))} //nolint:gosec // pods in one namespace
 	for _, p := range waiting[:min(len(waiting), MaxShownWaiting)] {
-		q.Waiting = append(q.Waiting, Ref(p))
+		prio, _ := Priority(p)
+		q.Waiting = append(q.Waiting, v1alpha1.QueuedPod{Name: p.Name, UID: p.UID, Priority: prio})
 	}
 	return q
 }

@@ -157,7 +157,7 @@ func TestChoose(t *testing.T) {
 		}, "", "c", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose(tc.static, "lock", "key", tc.holder, tc.last, tc.pods, nil, isPassable)
+			got := Choose(tc.static, "lock", "key", tc.holder, tc.last, tc.pods, Rules{Passable: isPassable})
 			gotPod := ""
 			if got.Pod != nil {
 				gotPod = got.Pod.Name
@@ -293,7 +293,7 @@ func TestChooseServesTheCurrentRevisionFirst(t *testing.T) {
 		{"a former holder of an old revision that still runs stays first", nil, []*corev1.Pod{newA, pod("old-a", 0, running, heldKey, rev("v1"))}, stale, "old-a", []string{"new-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Choose("", "lock", "key", tc.holder, nil, tc.pods, tc.stale, nil)
+			got := Choose("", "lock", "key", tc.holder, nil, tc.pods, Rules{Stale: tc.stale})
 			var waiting []string
 			for _, p := range got.Waiting {
 				waiting = append(waiting, p.Name)
@@ -302,6 +302,145 @@ func TestChooseServesTheCurrentRevisionFirst(t *testing.T) {
 				t.Errorf("Choose = pod %v, waiting %v; want %q, %v", got.Pod, waiting, tc.wantPod, tc.wantWaiting)
 			}
 		})
+	}
+}
+
+// priority gives p a queue priority: its PriorityClass's value
+// (spec.priority), as the API server sets it.
+func priority(n int32) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.Priority = &n } }
+
+// annotated gives p the annotation redlock.dev/priority.
+func annotated(v string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[v1alpha1.PriorityAnnotation] = v
+	}
+}
+
+// asServiceAccount runs p as sa.
+func asServiceAccount(sa string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Spec.ServiceAccountName = sa }
+}
+
+// TestChooseQueueOrder: the whole queue order of docs/concepts/queue-order.md
+// (issue 22, items 2 and 3).
+func TestChooseQueueOrder(t *testing.T) {
+	rev := func(hash string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash }
+	}
+	stale := func(p *corev1.Pod) bool { return Revision(p) == "v1" }
+	onlyApp := func(p *corev1.Pod) bool {
+		return NotAllowed(&v1alpha1.AllowedHolders{ServiceAccounts: []string{"app"}}, "", p) == ""
+	}
+	for _, tc := range []struct {
+		name        string
+		holder      *v1alpha1.LockHolder
+		pods        []*corev1.Pod
+		rules       Rules
+		wantPod     string
+		wantWaiting []string
+	}{
+		{"higher priority first, first come first served within one",
+			nil, []*corev1.Pod{pod("low-old", 0), pod("high-new", 3*time.Second, priority(100)), pod("high-old", time.Second, priority(100)), pod("mid", 2*time.Second, priority(10))},
+			Rules{}, "high-old", []string{"high-new", "mid", "low-old"}},
+		{"the annotation overrides the PriorityClass value",
+			nil, []*corev1.Pod{pod("class", 0, priority(1000)), pod("annotated", time.Second, priority(1000), annotated("2000")), pod("lowered", 2*time.Second, priority(5000), annotated("-1"))},
+			Rules{}, "annotated", []string{"class", "lowered"}},
+		{"a pod with an unusable annotation waits nowhere",
+			nil, []*corev1.Pod{pod("bad", 0, annotated("high")), pod("ok", time.Second)},
+			Rules{}, "ok", nil},
+		{"a running holder is never pre-empted by a higher priority",
+			holderOf(pod("low", 0, running)), []*corev1.Pod{pod("low", 0, running), pod("high", time.Second, priority(1<<30))},
+			Rules{}, "low", []string{"high"}},
+		{"a former holder that still runs comes before any priority",
+			nil, []*corev1.Pod{pod("high", time.Second, priority(1<<30)), pod("former", 0, running, heldKey)},
+			Rules{}, "former", []string{"high"}},
+		{"the current revision before a higher priority of an old one",
+			nil, []*corev1.Pod{pod("old-high", 0, rev("v1"), priority(100)), pod("new-low", time.Second, rev("v2")), pod("new-high", 2*time.Second, rev("v2"), priority(5))},
+			Rules{Stale: stale}, "new-high", []string{"new-low", "old-high"}},
+		{"pods of other ServiceAccounts are never queued",
+			nil, []*corev1.Pod{pod("other", 0, priority(100)), pod("default", 0), pod("app", time.Second, asServiceAccount("app"))},
+			Rules{Allowed: onlyApp}, "app", nil},
+		{"a running holder the list no longer allows keeps the lock",
+			holderOf(pod("other", 0, running)), []*corev1.Pod{pod("other", 0, running, asServiceAccount("other")), pod("app", time.Second, asServiceAccount("app"))},
+			Rules{Allowed: onlyApp}, "other", []string{"app"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Choose("", "lock", "key", tc.holder, nil, tc.pods, tc.rules)
+			var waiting []string
+			for _, p := range got.Waiting {
+				waiting = append(waiting, p.Name)
+			}
+			gotPod := ""
+			if got.Pod != nil {
+				gotPod = got.Pod.Name
+			}
+			if gotPod != tc.wantPod || !equal(waiting, tc.wantWaiting) {
+				t.Errorf("Choose = pod %q, waiting %v; want %q, %v", gotPod, waiting, tc.wantPod, tc.wantWaiting)
+			}
+		})
+	}
+}
+
+// TestChooseDoesNotGrantAFormerHolderNoLongerAllowed: it keeps everyone
+// waiting while it may act on its last token, and is not granted again.
+func TestChooseDoesNotGrantAFormerHolderNoLongerAllowed(t *testing.T) {
+	former := pod("former", 0, running, heldKey, asServiceAccount("other"))
+	got := Choose("", "lock", "key", nil, nil, []*corev1.Pod{former, pod("app", time.Second, asServiceAccount("app"))},
+		Rules{Allowed: func(p *corev1.Pod) bool { return ServiceAccount(p) == "app" }})
+	if got.Pod != nil || len(got.Waiting) != 1 || got.Waiting[0].Name != "app" {
+		t.Errorf("Choose = pod %v, waiting %d; want nobody, app waiting", got.Pod, len(got.Waiting))
+	}
+}
+
+func TestPriorityAndQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		pod         *corev1.Pod
+		want        int32
+		wantProblem bool
+	}{
+		{"none", pod("p", 0), 0, false},
+		{"PriorityClass", pod("p", 0, priority(7)), 7, false},
+		{"annotation", pod("p", 0, priority(7), annotated("-3")), -3, false},
+		{"largest", pod("p", 0, annotated("2147483647")), 1<<31 - 1, false},
+		{"out of range", pod("p", 0, annotated("2147483648")), 0, true},
+		{"not a number", pod("p", 0, annotated("high")), 0, true},
+	} {
+		got, problem := Priority(tc.pod)
+		if got != tc.want || (problem != "") != tc.wantProblem {
+			t.Errorf("%s: Priority = %d, %q; want %d, problem %v", tc.name, got, problem, tc.want, tc.wantProblem)
+		}
+		if tc.wantProblem && (Problem(tc.pod) == "" || SemaphoreProblem(tc.pod) == "") {
+			t.Errorf("%s: neither Problem nor SemaphoreProblem refuses the pod", tc.name)
+		}
+	}
+	q := Queue([]*corev1.Pod{pod("a", 0, priority(9)), pod("b", 0)})
+	if q.Count != 2 || q.Waiting[0].Priority != 9 || q.Waiting[1].Priority != 0 || q.Waiting[0].Name != "a" || q.Waiting[0].UID != "uid-a" {
+		t.Errorf("Queue = %+v", q)
+	}
+}
+
+func TestNotAllowed(t *testing.T) {
+	only := &v1alpha1.AllowedHolders{ServiceAccounts: []string{"app", "default"}}
+	for _, tc := range []struct {
+		name    string
+		allowed *v1alpha1.AllowedHolders
+		pod     *corev1.Pod
+		want    bool
+	}{
+		{"no list", nil, pod("p", 0, asServiceAccount("x")), true},
+		{"namespaces only", &v1alpha1.AllowedHolders{Namespaces: []string{"a"}}, pod("p", 0, asServiceAccount("x")), true},
+		{"named", only, pod("p", 0, asServiceAccount("app")), true},
+		{"unset is default", only, pod("p", 0), true},
+		{"another", only, pod("p", 0, asServiceAccount("intruder")), false},
+	} {
+		msg := NotAllowed(tc.allowed, "DistributedLock l", tc.pod)
+		if (msg == "") != tc.want {
+			t.Errorf("%s: NotAllowed = %q, want allowed %v", tc.name, msg, tc.want)
+		}
 	}
 }
 

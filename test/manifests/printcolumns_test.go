@@ -80,7 +80,7 @@ var _ = Describe("kubectl get's columns", Ordered, func() {
 		Expect(k8s.Create(ctx, held)).To(Succeed())
 		held.Status = v1alpha1.DistributedLockStatus{
 			Holder: &v1alpha1.LockHolder{Identity: "migrations-job"}, GrantID: "g1", FencingToken: 1796020759067016,
-			ValidUntil: validUntil, Queue: &v1alpha1.LockQueue{Count: 3},
+			ValidUntil: validUntil, Queue: &v1alpha1.LockQueue{Count: 3, Waiting: []v1alpha1.QueuedPod{{Name: "urgent-pod", UID: "u1", Priority: 5000}, {Name: "pod-2", UID: "u2"}}},
 		}
 		meta.SetStatusCondition(&held.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHeld, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAcquired, Message: "held"})
 		Expect(k8s.Status().Update(ctx, held)).To(Succeed())
@@ -117,6 +117,9 @@ var _ = Describe("kubectl get's columns", Ordered, func() {
 		Expect(held["Valid-Until"]).To(Equal(strings.Trim(string(shown), `"`)), "the validity as status shows it, in the future")
 		Expect(held).To(HaveKeyWithValue("Token", BeNumerically("==", 1796020759067016)))
 		Expect(held).To(HaveKeyWithValue("Waiting", BeNumerically("==", 3)))
+		By("showing the next pod in line and its priority with -o wide")
+		Expect(held).To(HaveKeyWithValue("Next", "urgent-pod"))
+		Expect(held).To(HaveKeyWithValue("Next-Priority", BeNumerically("==", 5000)))
 		Expect(held["Age"]).To(MatchRegexp(`^[0-9]+[smhd]`), "the lock's age")
 		idle := cells(t, 1)
 		Expect(idle).To(HaveKeyWithValue("Name", "idle"))

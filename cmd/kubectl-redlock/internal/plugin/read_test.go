@@ -135,7 +135,7 @@ var _ = Describe("The read commands", Ordered, func() {
 	It("queue lists the waiting pods in order, and names a lock that does not exist", func() {
 		r := kubectlRedlock("queue", "jobs", "-n", ns)
 		Expect(r.err).NotTo(HaveOccurred())
-		Expect(r.out).To(MatchRegexp(`^# +POD +PHASE +GATE +AGE\n1 +job-b +Pending +scheduling +[0-9]+s\n2 +job-c +Pending +scheduling +[0-9]+s\n$`))
+		Expect(r.out).To(MatchRegexp(`^# +POD +PRIORITY +PHASE +GATE +AGE\n1 +job-b +0 +Pending +scheduling +[0-9]+s\n2 +job-c +0 +Pending +scheduling +[0-9]+s\n$`))
 
 		var q report.Queue
 		decode(kubectlRedlock("queue", "jobs", "-n", ns, "-o", "json"), &q)

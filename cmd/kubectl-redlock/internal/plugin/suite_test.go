@@ -141,7 +141,7 @@ func grant(st *v1alpha1.DistributedLockStatus, identity string, pod *corev1.Pod,
 func queue(st *v1alpha1.DistributedLockStatus, pods ...*corev1.Pod) {
 	st.Queue = &v1alpha1.LockQueue{Count: int32(len(pods))} //nolint:gosec // a few pods
 	for _, p := range pods {
-		st.Queue.Waiting = append(st.Queue.Waiting, v1alpha1.PodReference{Name: p.Name, UID: p.UID})
+		st.Queue.Waiting = append(st.Queue.Waiting, v1alpha1.QueuedPod{Name: p.Name, UID: p.UID})
 	}
 }
 

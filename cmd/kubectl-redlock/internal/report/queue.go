@@ -68,8 +68,11 @@ type QueueEntry struct {
 	Phase string `json:"phase"`
 	// Gate is the gate it waits with (see GateOf); empty when gone.
 	Gate string `json:"gate,omitempty"`
-	// Created is the pod's creation time: the queue is first come, first
-	// served.
+	// Priority is the pod's queue priority as status shows it: higher is
+	// served first.
+	Priority int32 `json:"priority"`
+	// Created is the pod's creation time: within one priority, the queue
+	// is first come, first served.
 	Created *time.Time `json:"created"`
 	// Age is the table's AGE.
 	Age string `json:"age"`
@@ -97,7 +100,7 @@ func QueueOf(lock *v1alpha1.DistributedLock, pods map[string]*corev1.Pod, now ti
 	}
 	q.Count = lock.Status.Queue.Count
 	for i, ref := range lock.Status.Queue.Waiting {
-		e := QueueEntry{Position: i + 1, Pod: ref.Name, Phase: PhaseGone, Age: none}
+		e := QueueEntry{Position: i + 1, Pod: ref.Name, Phase: PhaseGone, Priority: ref.Priority, Age: none}
 		if p := pods[ref.Name]; p != nil && p.UID == ref.UID {
 			e.Phase, e.Gate = phase(p), GateOf(p)
 			c := p.CreationTimestamp.UTC()
@@ -120,7 +123,7 @@ func phase(p *corev1.Pod) string {
 }
 
 // QueueHeaders are the columns of `queue`.
-var QueueHeaders = []string{"#", "POD", "PHASE", "GATE", "AGE"}
+var QueueHeaders = []string{"#", "POD", "PRIORITY", "PHASE", "GATE", "AGE"}
 
 // WriteQueue prints the table of `queue`, with a line after it when status
 // lists only the first of the pods that wait; errOut gets the note that
@@ -136,7 +139,7 @@ func WriteQueue(w, errOut io.Writer, q Queue) error {
 		if gate == "" {
 			gate = none
 		}
-		rows = append(rows, []string{itoa(int32(e.Position)), e.Pod, e.Phase, gate, e.Age}) //nolint:gosec // at most 10 entries
+		rows = append(rows, []string{itoa(int32(e.Position)), e.Pod, itoa(e.Priority), e.Phase, gate, e.Age}) //nolint:gosec // at most 10 entries
 	}
 	if err := table(w, QueueHeaders, rows); err != nil {
 		return err

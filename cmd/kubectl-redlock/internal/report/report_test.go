@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,11 @@ func grantedTo(pod string, uid types.UID, validFor time.Duration) func(*v1alpha1
 
 func queued(refs ...v1alpha1.PodReference) func(*v1alpha1.DistributedLock) {
 	return func(l *v1alpha1.DistributedLock) {
-		l.Status.Queue = &v1alpha1.LockQueue{Waiting: refs, Count: int32(len(refs))} //nolint:gosec // a few
+		q := &v1alpha1.LockQueue{Count: int32(len(refs))} //nolint:gosec // a few
+		for _, r := range refs {
+			q.Waiting = append(q.Waiting, v1alpha1.QueuedPod{Name: r.Name, UID: r.UID})
+		}
+		l.Status.Queue = q
 	}
 }
 
@@ -233,7 +238,7 @@ func TestExplain(t *testing.T) {
 			p.Annotations = map[string]string{v1alpha1.ProblemAnnotation: "both the scheduling gate and the readiness gate"}
 		}), lockWith("shop", "l", nil), nil, nil, WhyPodRefused, []string{"the operator refuses the pod (annotation redlock.dev/problem): both the scheduling gate and the readiness gate"}},
 		{"beyond the ten listed", podWith("me", "l", nil), lockWith("shop", "l", func(l *v1alpha1.DistributedLock) {
-			l.Status.Queue = &v1alpha1.LockQueue{Waiting: []v1alpha1.PodReference{ref("a")}, Count: 12}
+			l.Status.Queue = &v1alpha1.LockQueue{Waiting: []v1alpha1.QueuedPod{{Name: "a", UID: "uid-a"}}, Count: 12}
 		}), nil, nil, WhyBehindOthers, []string{"12 pods wait and status lists only the first 1"}},
 		{"holds, gate being lifted", podWith("me", "l", nil), lockWith("shop", "l", grantedTo("me", "uid-me", 25*time.Second)), nil, nil,
 			WhyBeingUngated, []string{"holds the lock (fencing token 42, valid for 25s)", "lifts its scheduling gate"}},
@@ -297,7 +302,9 @@ func TestExplainPositionAndEvents(t *testing.T) {
 
 func TestQueueOf(t *testing.T) {
 	lock := lockWith("shop", "l", func(l *v1alpha1.DistributedLock) {
-		l.Status.Queue = &v1alpha1.LockQueue{Waiting: []v1alpha1.PodReference{ref("a"), ref("gone"), ref("renamed")}, Count: 14}
+		queued(ref("a"), ref("gone"), ref("renamed"))(l)
+		l.Status.Queue.Count = 14
+		l.Status.Queue.Waiting[0].Priority = 1000
 	})
 	pods := map[string]*corev1.Pod{
 		"a":       podWith("a", "l", nil),
@@ -314,6 +321,9 @@ func TestQueueOf(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "... and 11 more: status lists the first 3 of the 14 pods that wait.") {
 		t.Fatalf("queue table:\n%s", out.String())
+	}
+	if q.Waiting[0].Priority != 1000 || !regexp.MustCompile(`(?m)^1 +a +1000 +Pending`).MatchString(out.String()) {
+		t.Fatalf("the first pod's priority (1000) is not in the queue table:\n%s", out.String())
 	}
 	out.Reset()
 	if err := WriteQueue(&out, &errOut, QueueOf(lockWith("shop", "free", nil), nil, now)); err != nil {
