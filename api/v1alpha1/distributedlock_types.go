@@ -175,7 +175,43 @@ type DistributedLockSpec struct {
 	// the lock from its current holder (docs/tasks/who-may-hold.md).
 	// +optional
 	AllowedHolders *AllowedHolders `json:"allowedHolders,omitempty"`
+
+	// WaitTimeout is the longest a pod may wait for the lock, counted from
+	// the pod's creation, from 1s to 720h; a pod's annotation
+	// redlock.dev/wait-timeout overrides it. Past it the pod gets the
+	// condition redlock.dev/LockWaitTimeout and an event, and onWaitTimeout
+	// applies. Unset: pods wait for as long as it takes.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('720h')",message="waitTimeout must be between 1s and 720h"
+	WaitTimeout *metav1.Duration `json:"waitTimeout,omitempty"`
+
+	// OnWaitTimeout is what happens to a pod that waited longer than
+	// waitTimeout: Keep (the default) leaves it waiting, with the
+	// condition; Fail sets a pod that waits behind the scheduling gate to
+	// phase Failed (through pods/status, with the condition), so that its
+	// Job's podFailurePolicy can match the condition
+	// redlock.dev/LockWaitTimeout; other pods keep waiting. A pod's
+	// annotation redlock.dev/on-wait-timeout overrides it.
+	// +optional
+	// +kubebuilder:default=Keep
+	OnWaitTimeout WaitTimeoutPolicy `json:"onWaitTimeout,omitempty"`
 }
+
+// WaitTimeoutPolicy is what happens to a pod that waited too long.
+// +kubebuilder:validation:Enum=Keep;Fail
+type WaitTimeoutPolicy string
+
+// Policies for pods that waited longer than their wait limit.
+const (
+	// WaitKeep leaves the pod waiting, with the condition
+	// redlock.dev/LockWaitTimeout.
+	WaitKeep WaitTimeoutPolicy = "Keep"
+	// WaitFail sets a scheduling-gated pod to phase Failed, with the
+	// condition.
+	WaitFail WaitTimeoutPolicy = "Fail"
+)
 
 // AllowedHolders names who may queue for a lock or a semaphore. A list
 // that is unset allows everyone; both lists must allow a holder.

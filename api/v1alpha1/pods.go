@@ -67,6 +67,24 @@ const (
 	// running holder is never pre-empted (docs/concepts/queue-order.md).
 	PriorityAnnotation = "redlock.dev/priority"
 
+	// WaitTimeoutAnnotation on a pod labelled for a lock or a semaphore
+	// sets the longest it may wait (a Go duration, e.g. "10m"), overriding
+	// the lock's spec.waitTimeout.
+	WaitTimeoutAnnotation = "redlock.dev/wait-timeout"
+	// OnWaitTimeoutAnnotation on such a pod overrides the lock's
+	// spec.onWaitTimeout: Keep or Fail.
+	OnWaitTimeoutAnnotation = "redlock.dev/on-wait-timeout"
+	// ConditionLockWaitTimeout is the pod condition, True (reason
+	// WaitTimeout), on a pod that waited for a lock or a semaphore's slot
+	// longer than its wait limit; False (reason Granted) once a pod that
+	// kept waiting is granted. A Job's podFailurePolicy matches it on pods
+	// the operator set to Failed (onWaitTimeout: Fail).
+	ConditionLockWaitTimeout = "redlock.dev/LockWaitTimeout"
+	// ReasonWaitTimeout and ReasonGranted are the reasons of the pod
+	// condition redlock.dev/LockWaitTimeout.
+	ReasonWaitTimeout = "WaitTimeout"
+	ReasonGranted     = "Granted"
+
 	// ConditionHolderNotAllowed is the pod condition, True, on a pod that
 	// waits for a lock or a semaphore whose spec.allowedHolders does not
 	// allow it: it is never granted (reasons ServiceAccountNotAllowed,

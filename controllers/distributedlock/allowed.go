@@ -5,73 +5,161 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 )
 
-// indexPolicyKey indexes DistributedLocks by the key that
-// spec.allowedHolders.namespaces governs (policyKey).
-const indexPolicyKey = "redlock.dev/policy-key"
+// Who may take a key (spec.allowedHolders.namespaces). The list of one
+// object governs a key in this cluster: the oldest object of the key that
+// names namespaces (creation time, then namespace and name), among the
+// DistributedLocks of a lock's key, or the DistributedSemaphores of a
+// semaphore's key (a slot's lock follows its semaphore's). A later object
+// naming other namespaces cannot take the key from the first, only refuse
+// itself; and an object that names no namespaces never refuses anyone.
 
-// EventNamespaceNotAllowed is the event on a lock refused by another
-// lock's (or semaphore's) spec.allowedHolders.namespaces.
+const (
+	// indexPolicyKey indexes every DistributedLock by the key its
+	// namespaces rule is about (policyKey).
+	indexPolicyKey = "redlock.dev/policy-key"
+	// indexNamespaceRule indexes the DistributedLocks (not slots) and the
+	// DistributedSemaphores that name namespaces, by their key.
+	indexNamespaceRule = "redlock.dev/namespace-rule"
+)
+
+// EventNamespaceNotAllowed is the event on a lock refused by the
+// namespaces rule of its key.
 const EventNamespaceNotAllowed = v1alpha1.ReasonNamespaceNotAllowed
 
-// policyKey is the key whose holders a lock's namespaces list governs: a
-// lock's Redis key, or, for a semaphore's slot, the semaphore's key (the
-// semaphore copies its allowedHolders into every slot).
+// policyKey is the key a lock's namespaces rule is about: its Redis key,
+// or, for a semaphore's slot, the semaphore's key.
 func policyKey(l *v1alpha1.DistributedLock) string {
 	if l.Spec.SlotOf != nil {
-		return "semaphore:" + l.Spec.SlotOf.SemaphoreKey
+		return semaphorePolicyKey(l.Spec.SlotOf.SemaphoreKey)
 	}
 	return "lock:" + l.RedisKey()
 }
 
-// namespaceRefusal says why the locks of the same policy key refuse lock
-// (one of them names the namespaces that may take the key, and lock's is
-// not among them); "" when none does. A lock may refuse itself.
-func namespaceRefusal(lock *v1alpha1.DistributedLock, same []v1alpha1.DistributedLock) string {
-	var by []string
-	for i := range same {
-		l := &same[i]
-		if a := l.Spec.AllowedHolders; a != nil && len(a.Namespaces) > 0 && !slices.Contains(a.Namespaces, lock.Namespace) && l.DeletionTimestamp.IsZero() {
-			by = append(by, fmt.Sprintf("%s/%s (allows %s)", l.Namespace, l.Name, strings.Join(a.Namespaces, ", ")))
-		}
-	}
-	if len(by) == 0 {
-		return ""
-	}
-	slices.Sort(by)
-	what := "key " + lock.RedisKey()
-	if lock.Spec.SlotOf != nil {
-		what = "semaphore key " + lock.Spec.SlotOf.SemaphoreKey
-	}
-	return fmt.Sprintf("namespace %q may not take %s: spec.allowedHolders.namespaces of %s; no pod is granted this lock", lock.Namespace, what, strings.Join(by, "; "))
+func semaphorePolicyKey(key string) string { return "semaphore:" + key }
+
+// rule is an object that names the namespaces that may take its key.
+type rule struct {
+	kind, namespace, name string
+	created               time.Time
+	namespaces            []string
 }
 
-// checkNamespace sets s.refused when the locks sharing s.lock's policy key
-// refuse its namespace, and tells so (Ready False, an event when it
-// starts). The lock still reconciles: its current holder keeps the grant
-// until it ends, and nobody else is granted.
-func (r *Reconciler) checkNamespace(ctx context.Context, s *scope) error {
-	var same v1alpha1.DistributedLockList
-	if err := r.List(ctx, &same, client.MatchingFields{indexPolicyKey: policyKey(s.lock)}); err != nil {
-		return fmt.Errorf("list the locks of key %s: %w", s.lock.RedisKey(), err)
+// ruleOf is o's rule, or ok false when o names no namespaces (or is being
+// deleted).
+func ruleOf(o client.Object) (r rule, key string, ok bool) {
+	if !o.GetDeletionTimestamp().IsZero() {
+		return rule{}, "", false
 	}
-	s.refused = namespaceRefusal(s.lock, same.Items)
+	r = rule{namespace: o.GetNamespace(), name: o.GetName(), created: o.GetCreationTimestamp().Time}
+	var a *v1alpha1.AllowedHolders
+	switch x := o.(type) {
+	case *v1alpha1.DistributedLock:
+		if x.Spec.SlotOf != nil {
+			return rule{}, "", false // its semaphore's rule counts
+		}
+		r.kind, key, a = "DistributedLock", policyKey(x), x.Spec.AllowedHolders
+	case *v1alpha1.DistributedSemaphore:
+		r.kind, key, a = "DistributedSemaphore", semaphorePolicyKey(x.RedisKey()), x.Spec.AllowedHolders
+	}
+	if a == nil || len(a.Namespaces) == 0 {
+		return rule{}, "", false
+	}
+	r.namespaces = a.Namespaces
+	return r, key, true
+}
+
+// governing is the rule that governs a key: the oldest of rules.
+func governing(rules []rule) (rule, bool) {
+	if len(rules) == 0 {
+		return rule{}, false
+	}
+	return slices.MinFunc(rules, func(a, b rule) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.namespace, b.namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	}), true
+}
+
+// namespaceRefusal says why the rule of its key refuses a lock in
+// namespace ns ("" when nothing does); what names the key.
+func namespaceRefusal(ns, what string, rules []rule) string {
+	g, ok := governing(rules)
+	if !ok || slices.Contains(g.namespaces, ns) {
+		return ""
+	}
+	return fmt.Sprintf("namespace %q may not take %s: %s %s/%s, the first to name who may, allows %s (spec.allowedHolders.namespaces); nobody new is granted this lock",
+		ns, what, g.kind, g.namespace, g.name, strings.Join(g.namespaces, ", "))
+}
+
+// rulesOf lists the rules of lock's key.
+func (r *Reconciler) rulesOf(ctx context.Context, lock *v1alpha1.DistributedLock) ([]rule, error) {
+	var objs []client.Object
+	key := policyKey(lock)
+	if lock.Spec.SlotOf != nil {
+		var list v1alpha1.DistributedSemaphoreList
+		if err := r.List(ctx, &list, client.MatchingFields{indexNamespaceRule: key}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list the semaphores of key %s: %w", lock.Spec.SlotOf.SemaphoreKey, err)
+		}
+		for i := range list.Items {
+			objs = append(objs, &list.Items[i])
+		}
+	} else {
+		var list v1alpha1.DistributedLockList
+		if err := r.List(ctx, &list, client.MatchingFields{indexNamespaceRule: key}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list the locks of key %s: %w", lock.RedisKey(), err)
+		}
+		for i := range list.Items {
+			objs = append(objs, &list.Items[i])
+		}
+	}
+	var rules []rule
+	for _, o := range objs {
+		if ru, _, ok := ruleOf(o); ok {
+			rules = append(rules, ru)
+		}
+	}
+	return rules, nil
+}
+
+// checkNamespace sets s.refused when the rule of s.lock's key refuses its
+// namespace, and tells so (Ready False, an event when it starts). The lock
+// still reconciles: a holder keeps its grant until it ends, nobody new is
+// granted.
+func (r *Reconciler) checkNamespace(ctx context.Context, s *scope) error {
+	rules, err := r.rulesOf(ctx, s.lock)
+	if err != nil {
+		return err
+	}
+	what := "key " + s.lock.RedisKey()
+	if so := s.lock.Spec.SlotOf; so != nil {
+		what = "semaphore key " + so.SemaphoreKey
+	}
+	s.refused = namespaceRefusal(s.lock.Namespace, what, rules)
 	if s.refused == "" {
 		return nil
 	}
 	if c := meta.FindStatusCondition(s.orig.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonNamespaceNotAllowed {
-		r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNamespaceNotAllowed, "Acquire", "%s", s.refused)
+		r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNamespaceNotAllowed, "Acquire", "%s", conditions.Message(s.refused))
 	}
 	s.setReady(metav1.ConditionFalse, v1alpha1.ReasonNamespaceNotAllowed, s.refused)
 	return nil
@@ -84,32 +172,71 @@ func (s *scope) allows(p *corev1.Pod) bool {
 }
 
 // static is the static holder Choose may grant: none while the lock's
-// namespace is refused, but for the current holder, which keeps its grant.
-func (s *scope) static(current *v1alpha1.LockHolder) string {
+// namespace is refused, but for a current holder whose grant is live (in
+// this manager's memory, or shown valid): it keeps it.
+func (s *scope) static(current *v1alpha1.LockHolder, live bool) string {
 	static := s.lock.Spec.HolderIdentity
-	if s.refused != "" && (current == nil || current.Pod != nil || current.Identity != static) {
+	if s.refused != "" && (!live || current == nil || current.Pod != nil || current.Identity != static) {
 		return ""
 	}
 	return static
 }
 
-// locksOfPolicyKey enqueues the locks that share a changed lock's policy
-// key: its namespaces list may now refuse them, or no longer.
-func (r *Reconciler) locksOfPolicyKey(ctx context.Context, o client.Object) []reconcile.Request {
-	lock, ok := o.(*v1alpha1.DistributedLock)
-	if !ok {
+// namespaceRuleChanged passes the creation and deletion of an object that
+// names namespaces, and updates that change its list or start its
+// deletion: the other locks of its key look again.
+func namespaceRuleChanged() predicate.Predicate {
+	names := func(o client.Object) bool { _, _, ok := ruleOf(o); return ok }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return names(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return names(e.Object) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, _, okOld := ruleOf(e.ObjectOld)
+			n, _, okNew := ruleOf(e.ObjectNew)
+			return okOld != okNew || okOld && !slices.Equal(o.namespaces, n.namespaces)
+		},
+	}
+}
+
+// locksOfRule enqueues the locks whose key a changed rule is about.
+func (r *Reconciler) locksOfRule(ctx context.Context, o client.Object) []reconcile.Request {
+	var key string
+	switch x := o.(type) {
+	case *v1alpha1.DistributedLock:
+		key = policyKey(x)
+	case *v1alpha1.DistributedSemaphore:
+		key = semaphorePolicyKey(x.RedisKey())
+	default:
 		return nil
 	}
 	var same v1alpha1.DistributedLockList
-	if err := r.List(ctx, &same, client.MatchingFields{indexPolicyKey: policyKey(lock)}); err != nil {
-		logf.FromContext(ctx).Error(err, "list the locks of a key", "lock", client.ObjectKeyFromObject(lock))
+	if err := r.List(ctx, &same, client.MatchingFields{indexPolicyKey: key}, client.UnsafeDisableDeepCopy); err != nil {
+		logf.FromContext(ctx).Error(err, "list the locks of a key", "object", client.ObjectKeyFromObject(o))
 		return nil
 	}
-	var reqs []reconcile.Request
+	reqs := make([]reconcile.Request, 0, len(same.Items))
 	for i := range same.Items {
-		if same.Items[i].UID != lock.UID {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&same.Items[i])})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&same.Items[i])})
 	}
 	return reqs
+}
+
+// indexRules registers the indexes of this file.
+func indexRules(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &v1alpha1.DistributedLock{}, indexPolicyKey, func(o client.Object) []string {
+		return []string{policyKey(o.(*v1alpha1.DistributedLock))}
+	}); err != nil {
+		return err
+	}
+	byRule := func(o client.Object) []string {
+		if _, key, ok := ruleOf(o); ok {
+			return []string{key}
+		}
+		return nil
+	}
+	if err := indexer.IndexField(ctx, &v1alpha1.DistributedLock{}, indexNamespaceRule, byRule); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &v1alpha1.DistributedSemaphore{}, indexNamespaceRule, byRule)
 }

@@ -687,9 +687,11 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 		s.requeueAfter(10 * time.Second) // a Secret is not watched: look again
 		return nil, false, nil
 	}
-	s.setReady(metav1.ConditionTrue, v1alpha1.ReasonValid, "the spec is valid and its master set usable")
 	if err := r.checkNamespace(ctx, s); err != nil {
 		return nil, false, err
+	}
+	if s.refused == "" {
+		s.setReady(metav1.ConditionTrue, v1alpha1.ReasonValid, "the spec is valid and its master set usable")
 	}
 	return c, true, nil
 }
@@ -744,13 +746,13 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		s.requeueAfter(at.Sub(s.now)) // the lock is free for the others then
 	}
 	rules := podlock.Rules{Passable: passable, Allowed: s.allows}
-	choice := podlock.Choose(s.static(current), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
-	if choice.Pod != nil && (current == nil || !podlock.Is(choice.Pod, current.Pod)) && podlock.MixedRevisions(pods) {
-		// A new pod is due and a rollout is under way: its workload's
-		// current revision goes first.
+	if podlock.MixedRevisions(pods) {
+		// A rollout is under way: its workload's current revision goes
+		// first (in the choice of a new pod, and in the queue shown).
 		rules.Stale = r.staleRevisions(ctx, pods)
-		choice = podlock.Choose(s.static(current), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
 	}
+	live := in.InMemory || in.ValidUntil.After(s.now)
+	choice := podlock.Choose(s.static(current, live), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
 	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)
@@ -1708,9 +1710,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.DistributedLock{}, indexPolicyKey, func(o client.Object) []string {
-		return []string{policyKey(o.(*v1alpha1.DistributedLock))}
-	}); err != nil {
+	if err := indexRules(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	workers := r.MaxConcurrentReconciles
@@ -1721,8 +1721,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named("distributedlock").
 		// Held locks first when a new leader starts: see adoptionPriority.
 		Watches(&v1alpha1.DistributedLock{}, &adoptFirst{now: r.Clock.Now}, builder.WithPredicates(specOrLifecycleChanged())).
-		// A lock's allowedHolders.namespaces governs the others of its key.
-		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(r.locksOfPolicyKey), builder.WithPredicates(specOrLifecycleChanged())).
+		// The namespaces rule of a key governs every lock of the key.
+		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(r.locksOfRule), builder.WithPredicates(namespaceRuleChanged())).
+		Watches(&v1alpha1.DistributedSemaphore{}, handler.EnqueueRequestsFromMapFunc(r.locksOfRule), builder.WithPredicates(namespaceRuleChanged())).
 		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, listAdopted()))).
 		WatchesRawSource(r.wake)

@@ -83,7 +83,7 @@ var _ = Describe("DistributedLock", Ordered, func() {
 		for _, c := range cols {
 			names = append(names, c.(map[string]any)["name"].(string))
 		}
-		Expect(names).To(Equal([]string{"Holder", "Held", "Valid-Until", "Token", "Waiting", "Age"}))
+		Expect(names).To(Equal([]string{"Holder", "Held", "Valid-Until", "Token", "Waiting", "Next", "Next-Priority", "Age"}))
 		shortNames, _, _ := unstructured.NestedStringSlice(crd.Object, "spec", "names", "shortNames")
 		Expect(shortNames).To(ContainElement("dlock"))
 	})

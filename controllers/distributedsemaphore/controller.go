@@ -29,6 +29,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/semantic"
+	"github.com/redlock-operator/redlock-operator/internal/waitlimit"
 )
 
 // expectationTTL is how long an assignment this manager made counts
@@ -89,6 +90,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	p := decide(in)
 	errs := r.apply(ctx, sem, &p)
 	errs = append(errs, r.tellNotAllowed(ctx, in)...)
+	waitRecheck, waitErrs := r.enforceWaits(ctx, in, p)
+	errs = append(errs, waitErrs...)
 	st := computeStatus(in, p)
 	if !semantic.Equal(st, sem.Status) {
 		patched := sem.DeepCopy()
@@ -97,8 +100,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			errs = append(errs, fmt.Errorf("patch status: %w", err))
 		}
 	}
-	var res ctrl.Result
-	if r.pending(req.NamespacedName) {
+	res := ctrl.Result{RequeueAfter: waitRecheck}
+	if r.pending(req.NamespacedName) && (res.RequeueAfter == 0 || res.RequeueAfter > time.Second) {
 		// An assignment the cache does not show yet: look again once it
 		// may, whatever wakes the semaphore before.
 		res.RequeueAfter = time.Second
@@ -115,7 +118,13 @@ func (r *Reconciler) tellNotAllowed(ctx context.Context, in inputs) []error {
 	nsRefusal := refused(slots)
 	var errs []error
 	for _, pod := range in.pods {
-		if pod.Labels[v1alpha1.LockLabel] != "" || !podlock.SemaphoreCandidate(pod) {
+		if pod.Labels[v1alpha1.LockLabel] != "" || podlock.Finished(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.reportProblem(ctx, pod); err != nil {
+			errs = append(errs, err)
+		}
+		if !podlock.SemaphoreCandidate(pod) {
 			continue
 		}
 		reason, msg := "", podlock.NotAllowed(in.sem.Spec.AllowedHolders, "DistributedSemaphore "+in.sem.Name, pod)
@@ -140,9 +149,70 @@ func (r *Reconciler) tellNotAllowed(ctx context.Context, in inputs) []error {
 			errs = append(errs, err)
 			continue
 		}
-		r.Recorder.Eventf(pod, in.sem, corev1.EventTypeWarning, reason, "Queue", "%s", msg)
+		r.Recorder.Eventf(pod, in.sem, corev1.EventTypeWarning, reason, "Queue", "%s", conditions.Message(msg))
 	}
 	return errs
+}
+
+// enforceWaits applies the wait limit (waitlimit.Enforce) to the pods
+// waiting for a slot, but those this reconcile gave one; it returns when
+// the next limit passes. Pods given a slot are the pod gate's, under the
+// slot lock's copy of the limit.
+func (r *Reconciler) enforceWaits(ctx context.Context, in inputs, p plan) (time.Duration, []error) {
+	given := map[types.UID]bool{}
+	for _, a := range p.assign {
+		given[a.pod.UID] = true
+	}
+	var next time.Duration
+	var errs []error
+	for _, pod := range in.pods {
+		if pod.Labels[v1alpha1.LockLabel] != "" || given[pod.UID] || !podlock.SemaphoreCandidate(pod) {
+			continue
+		}
+		limit, _ := podlock.WaitLimitOf(pod, in.sem.Spec.WaitTimeout, in.sem.Spec.OnWaitTimeout)
+		at, err := waitlimit.Enforce(ctx, r.Client, r.Recorder, pod, "a slot of DistributedSemaphore "+in.sem.Name, in.sem, limit, false, r.Clock.Now())
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if at > 0 && (next == 0 || at < next) {
+			next = at
+		}
+	}
+	return next, errs
+}
+
+// EventBadRequest is the reason of the event on a pod waiting for a slot
+// whose request cannot be served (the pod gate's LockRequestInvalid).
+const EventBadRequest = "LockRequestInvalid"
+
+// reportProblem records on a pod waiting for a slot why it cannot wait
+// the way it asks (the annotation redlock.dev/problem and an event), or
+// removes that annotation once the problem is gone. The pod gate owns the
+// annotation on pods given a slot.
+func (r *Reconciler) reportProblem(ctx context.Context, pod *corev1.Pod) error {
+	problem := podlock.SemaphoreProblem(pod)
+	if problem == "" {
+		problem = podlock.GateProblem(pod)
+	}
+	if pod.Annotations[v1alpha1.ProblemAnnotation] == problem {
+		return nil
+	}
+	patched := pod.DeepCopy()
+	if problem == "" {
+		delete(patched.Annotations, v1alpha1.ProblemAnnotation)
+	} else {
+		if patched.Annotations == nil {
+			patched.Annotations = map[string]string{}
+		}
+		patched.Annotations[v1alpha1.ProblemAnnotation] = problem
+	}
+	if err := r.Patch(ctx, patched, client.MergeFrom(pod)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("annotate pod %s: %w", pod.Name, err))
+	}
+	if problem != "" {
+		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventBadRequest, "Queue", "%s", conditions.Message(problem))
+	}
+	return nil
 }
 
 // gather reads what decide needs: the locks and pods labelled for the

@@ -78,10 +78,7 @@ func (s slot) lastRefused() bool {
 func ownedSlots(in inputs) (slots []slot, taken []string) {
 	byLock := map[string][]*corev1.Pod{}
 	for _, p := range in.pods {
-		// A pod the semaphore does not allow (its list changed since the
-		// pod was given a slot) leaves its slot to others unless it was
-		// granted: the slot's lock never grants it.
-		if name := p.Labels[v1alpha1.LockLabel]; name != "" && podlock.MayHold(p) && (allowed(in.sem, p) || p.Annotations[v1alpha1.FencingTokenAnnotation] != "") {
+		if name := p.Labels[v1alpha1.LockLabel]; name != "" && podlock.MayHold(p) {
 			byLock[name] = append(byLock[name], p)
 		}
 	}
@@ -90,7 +87,13 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 			taken = append(taken, l.Name)
 			continue
 		}
-		slots = append(slots, slot{lock: l, pods: byLock[l.Name]})
+		s := slot{lock: l}
+		for _, p := range byLock[l.Name] {
+			if !left(in.sem, l, p) {
+				s.pods = append(s.pods, p)
+			}
+		}
+		slots = append(slots, s)
 	}
 	slices.SortFunc(slots, func(a, b slot) int {
 		if c := int(a.lock.Spec.SlotOf.Slots) - int(b.lock.Spec.SlotOf.Slots); c != 0 {
@@ -100,6 +103,21 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 	})
 	slices.Sort(taken)
 	return slots, taken
+}
+
+// left reports whether pod, labelled for the slot lock l, has left it to
+// others: it was never granted, and l (whose spec already follows the
+// semaphore's list, so that it cannot grant the pod from an older copy)
+// never will grant it — the list no longer allows it, or an annotation of
+// its cannot be used.
+func left(sem *v1alpha1.DistributedSemaphore, l *v1alpha1.DistributedLock, pod *corev1.Pod) bool {
+	if pod.Annotations[v1alpha1.FencingTokenAnnotation] != "" || l.Spec.SlotOf.Slots != sem.Spec.Slots {
+		return false
+	}
+	if podlock.AnnotationProblem(pod) != "" {
+		return true
+	}
+	return !allowed(sem, pod) && semantic.Equal(l.Spec.AllowedHolders, sem.Spec.AllowedHolders)
 }
 
 // waiting are the pods labelled for the semaphore that wait for a slot:
@@ -129,19 +147,22 @@ func decide(in inputs) plan {
 	draining := false
 	current := map[int32]slot{}
 	for _, s := range slots {
-		if s.lock.Spec.SlotOf.Slots != n {
+		// Every slot follows the semaphore's spec, those of a previous
+		// number too while they drain.
+		so := s.lock.Spec.SlotOf
+		if want := slotLock(in.sem, so.Slots, so.Index); !semantic.Equal(mutableSpec(s.lock.Spec), mutableSpec(want.Spec)) {
+			u := s.lock.DeepCopy()
+			u.Spec = withMutable(u.Spec, want.Spec)
+			p.update = append(p.update, u)
+		}
+		if so.Slots != n {
 			draining = true
 			if s.idle(in.expected) {
 				p.remove = append(p.remove, s.lock)
 			}
 			continue
 		}
-		current[s.lock.Spec.SlotOf.Index] = s
-		if want := slotLock(in.sem, n, s.lock.Spec.SlotOf.Index); !semantic.Equal(mutableSpec(s.lock.Spec), mutableSpec(want.Spec)) {
-			u := s.lock.DeepCopy()
-			u.Spec = withMutable(u.Spec, want.Spec)
-			p.update = append(p.update, u)
-		}
+		current[so.Index] = s
 	}
 	if draining || refused(slots) != "" {
 		return p
@@ -194,7 +215,7 @@ func slotLock(sem *v1alpha1.DistributedSemaphore, slots, index int32) *v1alpha1.
 	}
 	l.Spec = withMutable(l.Spec, v1alpha1.DistributedLockSpec{
 		TTL: sem.Spec.TTL, RenewInterval: sem.Spec.RenewInterval, OnLost: sem.Spec.OnLost, HeartbeatTimeout: sem.Spec.HeartbeatTimeout,
-		AllowedHolders: sem.Spec.AllowedHolders,
+		AllowedHolders: sem.Spec.AllowedHolders, WaitTimeout: sem.Spec.WaitTimeout, OnWaitTimeout: sem.Spec.OnWaitTimeout,
 	})
 	return l
 }
@@ -210,7 +231,7 @@ func mutableSpec(s v1alpha1.DistributedLockSpec) v1alpha1.DistributedLockSpec {
 // withMutable returns to with the semaphore-following fields of from.
 func withMutable(to, from v1alpha1.DistributedLockSpec) v1alpha1.DistributedLockSpec {
 	to.TTL, to.RenewInterval, to.OnLost, to.HeartbeatTimeout = from.TTL, from.RenewInterval, from.OnLost, from.HeartbeatTimeout
-	to.AllowedHolders = from.AllowedHolders
+	to.AllowedHolders, to.WaitTimeout, to.OnWaitTimeout = from.AllowedHolders, from.WaitTimeout, from.OnWaitTimeout
 	return to
 }
 

@@ -243,3 +243,49 @@ func TestComputeStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideAfterTheListNarrowed: a pod given a slot that the semaphore's
+// list no longer allows leaves the slot to the next pod only once the
+// slot's lock carries the new list (an older copy could still grant it);
+// a pod with an unusable annotation leaves it at once; a granted pod
+// keeps it; the slots of a previous number follow the list too.
+func TestDecideAfterTheListNarrowed(t *testing.T) {
+	narrowed := sem(1)
+	narrowed.Spec.AllowedHolders = &v1alpha1.AllowedHolders{ServiceAccounts: []string{"app"}}
+	other := pod("other", 0, "db-1-0")
+	other.Spec.ServiceAccountName = "other"
+	next := pod("next", 1, "")
+	next.Spec.ServiceAccountName = "app"
+
+	oldCopy := slotOf(sem(1), 1, 0, "") // the slot's lock before the update
+	p := decide(inputs{sem: narrowed, locks: []*v1alpha1.DistributedLock{oldCopy}, pods: []*corev1.Pod{other, next}})
+	if len(p.assign) != 0 || len(p.update) != 1 {
+		t.Errorf("with the slot's old copy of the list: assign %v, update %v; want the update only", assigned(p.assign), names(p.update))
+	}
+	p = decide(inputs{sem: narrowed, locks: []*v1alpha1.DistributedLock{slotOf(narrowed, 1, 0, "")}, pods: []*corev1.Pod{other, next}})
+	if got := assigned(p.assign); got["next"] != "db-1-0" {
+		t.Errorf("with the new list on the slot: assign %v, want next on db-1-0", got)
+	}
+
+	granted := pod("other", 0, "db-1-0")
+	granted.Spec.ServiceAccountName = "other"
+	granted.Annotations = map[string]string{v1alpha1.FencingTokenAnnotation: "5"}
+	p = decide(inputs{sem: narrowed, locks: []*v1alpha1.DistributedLock{slotOf(narrowed, 1, 0, "")}, pods: []*corev1.Pod{granted, next}})
+	if len(p.assign) != 0 {
+		t.Errorf("a granted pod lost its slot: assign %v", assigned(p.assign))
+	}
+
+	bad := pod("bad", 0, "db-1-0")
+	bad.Annotations = map[string]string{v1alpha1.PriorityAnnotation: "high"}
+	p = decide(inputs{sem: sem(1), locks: []*v1alpha1.DistributedLock{slotOf(sem(1), 1, 0, "")}, pods: []*corev1.Pod{bad, pod("next", 1, "")}})
+	if got := assigned(p.assign); got["next"] != "db-1-0" {
+		t.Errorf("a pod with an unusable annotation kept its slot: assign %v", got)
+	}
+
+	resized := sem(2)
+	resized.Spec.AllowedHolders = narrowed.Spec.AllowedHolders
+	p = decide(inputs{sem: resized, locks: []*v1alpha1.DistributedLock{slotOf(sem(1), 1, 0, "holder")}})
+	if len(p.update) != 1 || p.update[0].Spec.AllowedHolders == nil {
+		t.Errorf("a slot of the previous number does not follow the list: update %v", names(p.update))
+	}
+}

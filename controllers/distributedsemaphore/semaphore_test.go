@@ -308,4 +308,30 @@ var _ = Describe("DistributedSemaphore", Ordered, func() {
 		Eventually(func() int32 { return fetchSemaphore(sem).Status.Held }).WithTimeout(20*time.Second).Should(BeZero(), "semaphore %s/ranked to be free", ns)
 		Consistently(func() bool { return demo.Gated(getPod(intruder)) }, 2*time.Second).Should(BeTrue(), "pod %s/ranked-intruder to stay gated with the slot free", ns)
 	})
+
+	It("sets a pod that waited for a slot past its annotation's limit Failed, with the condition", func() {
+		sem := newSemaphore(ms, "brief", "", 1)
+		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
+		holder := semPods(ns, "brief", "brief-holder", 1)[0]
+		Eventually(func() bool { return !demo.Gated(getPod(holder)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s to be given the slot", holder.Name)
+		Expect(podsim.Run(suiteCtx, k8s, holder, "node-1")).To(Succeed())
+		waiter := podsim.Gated(ns, "brief-waiter", map[string]string{v1alpha1.SemaphoreLabel: "brief"})
+		waiter.Annotations = map[string]string{v1alpha1.WaitTimeoutAnnotation: "2s", v1alpha1.OnWaitTimeoutAnnotation: "Fail"}
+		Expect(k8s.Create(suiteCtx, waiter)).To(Succeed())
+		Eventually(func(g Gomega) {
+			cur := getPod(waiter)
+			g.Expect(cur.Status.Phase).To(Equal(corev1.PodFailed), "phase")
+			var found bool
+			for _, c := range cur.Status.Conditions {
+				if string(c.Type) == v1alpha1.ConditionLockWaitTimeout && c.Status == corev1.ConditionTrue {
+					found = true
+				}
+			}
+			g.Expect(found).To(BeTrue(), "condition %s True", v1alpha1.ConditionLockWaitTimeout)
+			g.Expect(cur.Labels).NotTo(HaveKey(v1alpha1.LockLabel), "given no slot")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "pod %s/brief-waiter to be Failed past its 2s wait for a slot", ns)
+		Expect(podsim.Finish(suiteCtx, k8s, holder, 0)).To(Succeed())
+		Eventually(func() int32 { return fetchSemaphore(sem).Status.Held }).WithTimeout(20*time.Second).Should(BeZero(), "semaphore %s/brief to be free", ns)
+		Consistently(func() string { return getPod(waiter).Labels[v1alpha1.LockLabel] }, time.Second).Should(BeEmpty(), "the failed pod is given no slot")
+	})
 })

@@ -52,6 +52,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/seen"
+	"github.com/redlock-operator/redlock-operator/internal/waitlimit"
 )
 
 // Event reasons on pods.
@@ -143,14 +144,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, r.report(ctx, pod, EventBadLockSpec, msg)
 	}
-	if refused, err := r.tellAllowed(ctx, pod, lock); refused || err != nil {
+	refused, err := r.tellAllowed(ctx, pod, lock)
+	switch {
+	case err != nil:
 		return ctrl.Result{}, err
+	case refused:
+		return r.enforceWait(ctx, pod, lock, false, 0)
 	}
-	now := r.Clock.Now()
-	d := decide(pod, lock, now)
+	d := decide(pod, lock, r.Clock.Now())
 	if d.grant {
+		if _, err := r.enforceWait(ctx, pod, lock, true, 0); err != nil {
+			return ctrl.Result{}, err
+		}
 		return r.grant(ctx, pod, lock, d)
 	}
+	return r.notHolding(ctx, pod, lock, d)
+}
+
+// notHolding shows a pod that does not hold its lock as such, tells it of
+// a lost grant, evicts it when the lock asks for that, and enforces its
+// wait limit.
+func (r *Reconciler) notHolding(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, d decision) (ctrl.Result, error) {
 	if err := r.standDown(ctx, pod, d.reason, d.message); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -160,7 +174,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if d.evict {
 		return ctrl.Result{}, r.evict(ctx, pod, lock.Name, lock)
 	}
-	return ctrl.Result{RequeueAfter: d.recheck}, nil
+	return r.enforceWait(ctx, pod, lock, false, d.recheck)
+}
+
+// enforceWait applies pod's wait limit (waitlimit.Enforce) and asks to be
+// called again by the earlier of recheck and the limit's deadline.
+func (r *Reconciler) enforceWait(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, granted bool, recheck time.Duration) (ctrl.Result, error) {
+	limit, _ := podlock.WaitLimitOf(pod, lock.Spec.WaitTimeout, lock.Spec.OnWaitTimeout)
+	at, err := waitlimit.Enforce(ctx, r.Client, r.Recorder, pod, "DistributedLock "+lock.Name, lock, limit, granted, r.Clock.Now())
+	if at > 0 && (recheck == 0 || at < recheck) {
+		recheck = at
+	}
+	return ctrl.Result{RequeueAfter: recheck}, err
 }
 
 // standDown shows a pod that does not hold its lock as such: its
@@ -240,10 +265,17 @@ func notAllowed(pod *corev1.Pod, lock *v1alpha1.DistributedLock) (reason, msg st
 	if msg := podlock.NotAllowed(lock.Spec.AllowedHolders, "DistributedLock "+lock.Name, pod); msg != "" {
 		return v1alpha1.ReasonServiceAccountNotAllowed, msg
 	}
-	if c := meta.FindStatusCondition(lock.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == v1alpha1.ReasonNamespaceNotAllowed {
-		return v1alpha1.ReasonNamespaceNotAllowed, c.Message
+	if refusedNamespace(lock.Status) {
+		return v1alpha1.ReasonNamespaceNotAllowed, meta.FindStatusCondition(lock.Status.Conditions, v1alpha1.ConditionReady).Message
 	}
 	return "", ""
+}
+
+// refusedNamespace reports whether st shows the lock refused by the
+// namespaces rule of its key.
+func refusedNamespace(st v1alpha1.DistributedLockStatus) bool {
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+	return c != nil && c.Reason == v1alpha1.ReasonNamespaceNotAllowed
 }
 
 // tellAllowed tells pod whether lock may grant it, and reports refused
@@ -569,7 +601,7 @@ func (r *Reconciler) report(ctx context.Context, pod *corev1.Pod, reason, proble
 		return client.IgnoreNotFound(fmt.Errorf("annotate the pod: %w", err))
 	}
 	if problem != "" {
-		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Gate", "%s", problem)
+		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Gate", "%s", conditions.Message(problem))
 	}
 	return nil
 }
@@ -614,6 +646,9 @@ func grantChanged(old, cur *v1alpha1.DistributedLock, now time.Time) bool {
 	ch := meta.FindStatusCondition(c.Conditions, v1alpha1.ConditionHeld)
 	if (oh == nil) != (ch == nil) || oh != nil && (oh.Status != ch.Status || oh.Reason != ch.Reason) {
 		return true
+	}
+	if refusedNamespace(o) != refusedNamespace(c) {
+		return true // its pods are told, or no longer
 	}
 	return o.ValidUntil != nil && !now.Before(o.ValidUntil.Time)
 }

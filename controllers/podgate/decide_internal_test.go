@@ -137,6 +137,17 @@ func TestGrantChanged(t *testing.T) {
 			l.Status.ValidUntil = v1alpha1.NewPreciseTime(now.Add(500 * time.Millisecond))
 		}, true},
 		{"a lock re-created under the same name", nil, func(l *v1alpha1.DistributedLock) { l.UID = "other" }, true},
+		{"refused by the namespaces rule of its key", nil, func(l *v1alpha1.DistributedLock) {
+			l.Status.Conditions = append(l.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNamespaceNotAllowed})
+		}, true},
+		{"no longer refused", func(l *v1alpha1.DistributedLock) {
+			l.Status.Conditions = append(l.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNamespaceNotAllowed})
+		}, func(l *v1alpha1.DistributedLock) {
+			l.Status.Conditions[1] = metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid}
+		}, true},
+		{"Ready's message changed", func(l *v1alpha1.DistributedLock) {
+			l.Status.Conditions = append(l.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid})
+		}, func(l *v1alpha1.DistributedLock) { l.Status.Conditions[1].Message = "other" }, false},
 	} {
 		old, cur := held(), held()
 		if tc.old != nil {

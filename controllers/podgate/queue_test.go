@@ -97,7 +97,7 @@ var _ = Describe("Who may hold a lock, and who goes first", Ordered, func() {
 			cur := fetchLock(ns, "accounts")
 			cur.Spec.AllowedHolders.ServiceAccounts = append(cur.Spec.AllowedHolders.ServiceAccounts, "other")
 			return k8s.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/accounts to take the ServiceAccount other into its list", ns)
 		Eventually(func(g Gomega) {
 			expectHolds(g, ns, "accounts", intruder)
 			c := podCondition(intruder, v1alpha1.ConditionHolderNotAllowed)
@@ -145,7 +145,7 @@ var _ = Describe("Who may hold a lock, and who goes first", Ordered, func() {
 			cur := fetchLock(ns, "owned")
 			cur.Spec.AllowedHolders.Namespaces = append(cur.Spec.AllowedHolders.Namespaces, other)
 			return k8s.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		}).Should(Succeed(), "lock %s/owned to take namespace %s into its list", ns, other)
 		Eventually(func() string {
 			c := meta.FindStatusCondition(fetchLock(other, "owned").Status.Conditions, v1alpha1.ConditionReady)
 			if c == nil {
@@ -153,6 +153,11 @@ var _ = Describe("Who may hold a lock, and who goes first", Ordered, func() {
 			}
 			return c.Reason
 		}).Should(Equal(v1alpha1.ReasonValid), "lock %s/owned to be Ready once allowed", other)
+		Eventually(func(g Gomega) {
+			c := podCondition(outsider, v1alpha1.ConditionHolderNotAllowed)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(corev1.ConditionFalse), "condition %s", v1alpha1.ConditionHolderNotAllowed)
+		}).Should(Succeed(), "pod %s/outsider to be told it is allowed now, while the key is still held", other)
 		Consistently(func() bool { return gated(getPod(outsider)) }, time.Second).Should(BeTrue(), "pod %s/outsider to wait while %s/insider holds the key", other, ns)
 		kubeletStops(insider, corev1.PodSucceeded)
 		Eventually(func(g Gomega) { expectHolds(g, other, "owned", outsider) }).WithTimeout(20*time.Second).Should(Succeed(), "lock %s/owned to be held by pod outsider", other)
@@ -169,20 +174,25 @@ var _ = Describe("Who may hold a lock, and who goes first", Ordered, func() {
 		kubeletRuns(holder)
 
 		By("queueing: the annotation's 5000, the PriorityClass's 1000, then the two of priority 0 in creation order")
-		low1 := gatedPod(ns, "ranked-low-1", "ranked", false)
+		low1 := gatedPod(ns, "ranked-low-b", "ranked", false) // first, though its name sorts last
 		Expect(k8s.Create(suiteCtx, low1)).To(Succeed())
+		// Creation times have whole seconds: the next second, so that
+		// creation order and not the name decides between the two.
+		created := getPod(low1).CreationTimestamp.Time
+		Eventually(func() time.Time { return time.Now().Truncate(time.Second) }).WithTimeout(3*time.Second).Should(BeTemporally(">", created),
+			"the clock to pass the second pod %s/ranked-low-b was created in", ns)
 		classy := gatedPod(ns, "ranked-class", "ranked", false)
 		classy.Spec.PriorityClassName = high.Name
 		Expect(k8s.Create(suiteCtx, classy)).To(Succeed())
 		Expect(getPod(classy).Spec.Priority).To(HaveValue(Equal(int32(1000))), "the API server sets spec.priority from the PriorityClass")
-		low2 := gatedPod(ns, "ranked-low-2", "ranked", false)
+		low2 := gatedPod(ns, "ranked-low-a", "ranked", false)
 		Expect(k8s.Create(suiteCtx, low2)).To(Succeed())
 		urgent := gatedPod(ns, "ranked-urgent", "ranked", false)
 		urgent.Annotations = map[string]string{v1alpha1.PriorityAnnotation: "5000"}
 		Expect(k8s.Create(suiteCtx, urgent)).To(Succeed())
 		Eventually(func(g Gomega) {
 			l := fetchLock(ns, "ranked")
-			g.Expect(queueNames(l)).To(Equal([]string{"ranked-urgent", "ranked-class", "ranked-low-1", "ranked-low-2"}), "status.queue of lock ranked")
+			g.Expect(queueNames(l)).To(Equal([]string{"ranked-urgent", "ranked-class", "ranked-low-b", "ranked-low-a"}), "status.queue of lock ranked")
 			g.Expect(l.Status.Queue.Waiting[0].Priority).To(Equal(int32(5000)))
 			g.Expect(l.Status.Queue.Waiting[1].Priority).To(Equal(int32(1000)))
 			g.Expect(l.Status.Queue.Waiting[2].Priority).To(BeZero())
@@ -197,5 +207,69 @@ var _ = Describe("Who may hold a lock, and who goes first", Ordered, func() {
 			kubeletRuns(next)
 			prev = next
 		}
+	})
+
+	It("tells a pod that waited past the lock's waitTimeout and keeps it waiting, or sets a scheduling-gated one Failed", func() {
+		Expect(k8s.Create(suiteCtx, &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "patience"},
+			Spec: v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 2 * time.Second}, HolderIdentity: "maintenance",
+				WaitTimeout: &metav1.Duration{Duration: 2 * time.Second}, OnWaitTimeout: v1alpha1.WaitFail},
+		})).To(Succeed())
+		Eventually(func() *v1alpha1.LockHolder { return fetchLock(ns, "patience").Status.Holder }).ShouldNot(BeNil(), "lock %s/patience to be held by its static holder", ns)
+		gatedFail := gatedPod(ns, "patience-fail", "patience", false)
+		readinessWaits := gatedPod(ns, "patience-ready", "patience", true)
+		keeps := gatedPod(ns, "patience-keep", "patience", false)
+		keeps.Annotations = map[string]string{v1alpha1.OnWaitTimeoutAnnotation: string(v1alpha1.WaitKeep), v1alpha1.WaitTimeoutAnnotation: "3s"}
+		for _, p := range []*corev1.Pod{gatedFail, readinessWaits, keeps} {
+			Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+		}
+		kubeletRuns(readinessWaits)
+
+		By("setting the scheduling-gated pod Failed with the condition, in one write")
+		Eventually(func(g Gomega) {
+			cur := getPod(gatedFail)
+			g.Expect(cur.Status.Phase).To(Equal(corev1.PodFailed), "phase of pod %s", gatedFail.Name)
+			c := podCondition(gatedFail, v1alpha1.ConditionLockWaitTimeout)
+			g.Expect(c).NotTo(BeNil(), "condition %s", v1alpha1.ConditionLockWaitTimeout)
+			g.Expect(c.Status).To(Equal(corev1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonWaitTimeout))
+			g.Expect(cur.Status.Reason).To(Equal("LockWaitTimeout"))
+			g.Expect(env.EventReasons(ns, gatedFail.Name)).To(ContainElement("LockWaitTimeout"), "events of pod %s", gatedFail.Name)
+		}).Should(Succeed(), "pod %s/patience-fail to be Failed past its 2s wait", ns)
+		created := getPod(gatedFail).CreationTimestamp.Time
+		c := podCondition(gatedFail, v1alpha1.ConditionLockWaitTimeout)
+		Expect(c.LastTransitionTime.Time).NotTo(BeTemporally("<", created.Add(2*time.Second).Truncate(time.Second)), "not before its limit")
+
+		By("leaving a readiness-gated pod, and one whose annotation says Keep, waiting with the condition")
+		for _, p := range []*corev1.Pod{readinessWaits, keeps} {
+			Eventually(func(g Gomega) {
+				c := podCondition(p, v1alpha1.ConditionLockWaitTimeout)
+				g.Expect(c).NotTo(BeNil(), "condition %s", v1alpha1.ConditionLockWaitTimeout)
+				g.Expect(c.Status).To(Equal(corev1.ConditionTrue))
+				g.Expect(env.EventReasons(ns, p.Name)).To(ContainElement("LockWaitTimeout"), "events of pod %s", p.Name)
+			}).Should(Succeed(), "pod %s/%s to be told it waited past its limit", ns, p.Name)
+			Expect(getPod(p).Status.Phase).NotTo(Equal(corev1.PodFailed), "pod %s was failed", p.Name)
+		}
+		Expect(gated(getPod(keeps))).To(BeTrue())
+
+		By("granting a pod that kept waiting once the static holder is gone, and turning its condition False")
+		Eventually(func() error {
+			cur := fetchLock(ns, "patience")
+			cur.Spec.HolderIdentity = ""
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed(), "lock %s/patience to drop its static holder", ns)
+		Eventually(func(g Gomega) {
+			l := fetchLock(ns, "patience")
+			g.Expect(l.Status.Holder).NotTo(BeNil(), "holder of lock patience")
+			g.Expect(l.Status.Holder.Identity).To(BeElementOf(readinessWaits.Name, keeps.Name), "a pod still waiting (the failed one is out)")
+			p := readinessWaits
+			if l.Status.Holder.Identity == keeps.Name {
+				p = keeps
+			}
+			c := podCondition(p, v1alpha1.ConditionLockWaitTimeout)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(corev1.ConditionFalse), "condition %s of the holder once granted", v1alpha1.ConditionLockWaitTimeout)
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonGranted))
+		}).WithTimeout(20*time.Second).Should(Succeed(), "lock %s/patience to pass to a pod that kept waiting, and turn its condition False", ns)
 	})
 })

@@ -57,7 +57,7 @@ func (g *Gater) Handle(ctx context.Context, req admission.Request) admission.Res
 	if what == "" {
 		return admission.Allowed("nothing to add")
 	}
-	if _, problem := podlock.Priority(pod); problem != "" {
+	if problem := podlock.AnnotationProblem(pod); problem != "" {
 		return admission.Denied(problem)
 	}
 	if pod.Labels[v1alpha1.LockLabel] == "" {

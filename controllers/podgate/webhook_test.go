@@ -173,3 +173,25 @@ func TestGaterRefusesAnUnusablePriority(t *testing.T) {
 		}
 	}
 }
+
+func TestGaterRefusesAnUnusableWaitLimit(t *testing.T) {
+	for _, tc := range []struct {
+		key, value string
+		allowed    bool
+	}{
+		{v1alpha1.WaitTimeoutAnnotation, "10m", true},
+		{v1alpha1.WaitTimeoutAnnotation, "soon", false},
+		{v1alpha1.WaitTimeoutAnnotation, "1ms", false},
+		{v1alpha1.OnWaitTimeoutAnnotation, "Fail", true},
+		{v1alpha1.OnWaitTimeoutAnnotation, "Evict", false},
+	} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{v1alpha1.LockLabel: "l"}, Annotations: map[string]string{tc.key: tc.value}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Command: []string{"/c"}}}},
+		}
+		resp := admit(t, &Gater{Decoder: admission.NewDecoder(testScheme(t))}, p)
+		if resp.Allowed != tc.allowed || (!tc.allowed && !strings.Contains(resp.Result.Message, tc.key)) {
+			t.Errorf("%s=%q: allowed %v (%+v), want %v", tc.key, tc.value, resp.Allowed, resp.Result, tc.allowed)
+		}
+	}
+}

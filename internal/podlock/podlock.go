@@ -6,13 +6,16 @@
 package podlock
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -133,10 +136,66 @@ func Problem(pod *corev1.Pod) string {
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Sprintf("label %s=%q does not name a DistributedLock: %s", v1alpha1.LockLabel, name, strings.Join(errs, "; "))
 	}
-	if _, problem := Priority(pod); problem != "" {
+	if problem := AnnotationProblem(pod); problem != "" {
 		return problem
 	}
 	return GateProblem(pod)
+}
+
+// AnnotationProblem says why one of the annotations a pod sets for its
+// wait (redlock.dev/priority, redlock.dev/wait-timeout,
+// redlock.dev/on-wait-timeout) cannot be used; "" when they can.
+func AnnotationProblem(pod *corev1.Pod) string {
+	if _, problem := Priority(pod); problem != "" {
+		return problem
+	}
+	_, problem := WaitLimitOf(pod, nil, "")
+	return problem
+}
+
+// WaitLimit is how long a pod may wait for a lock or a slot, and what
+// then happens to it.
+type WaitLimit struct {
+	// Timeout is the longest wait, from the pod's creation; 0: no limit.
+	Timeout time.Duration
+	// Fail: a scheduling-gated pod is set to phase Failed past it.
+	Fail bool
+}
+
+// maxWaitTimeout is the longest wait limit (spec.waitTimeout's maximum).
+const maxWaitTimeout = 720 * time.Hour
+
+// WaitLimitOf is pod's wait limit: its annotations redlock.dev/wait-timeout
+// and redlock.dev/on-wait-timeout, else the lock's (or semaphore's)
+// spec.waitTimeout and spec.onWaitTimeout. problem says why an annotation
+// cannot be used ("" when it can, or is absent).
+func WaitLimitOf(pod *corev1.Pod, timeout *metav1.Duration, policy v1alpha1.WaitTimeoutPolicy) (limit WaitLimit, problem string) {
+	if timeout != nil {
+		limit.Timeout = timeout.Duration
+	}
+	if v, ok := pod.Annotations[v1alpha1.WaitTimeoutAnnotation]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > maxWaitTimeout {
+			return WaitLimit{}, fmt.Sprintf("annotation %s=%q is not a duration between 1s and 720h", v1alpha1.WaitTimeoutAnnotation, v)
+		}
+		limit.Timeout = d
+	}
+	if v, ok := pod.Annotations[v1alpha1.OnWaitTimeoutAnnotation]; ok {
+		if v != string(v1alpha1.WaitKeep) && v != string(v1alpha1.WaitFail) {
+			return WaitLimit{}, fmt.Sprintf("annotation %s=%q is neither %s nor %s", v1alpha1.OnWaitTimeoutAnnotation, v, v1alpha1.WaitKeep, v1alpha1.WaitFail)
+		}
+		policy = v1alpha1.WaitTimeoutPolicy(v)
+	}
+	limit.Fail = policy == v1alpha1.WaitFail
+	return limit, ""
+}
+
+// WaitDeadline is when pod's wait limit passes; zero without a limit.
+func (l WaitLimit) WaitDeadline(pod *corev1.Pod) time.Time {
+	if l.Timeout <= 0 {
+		return time.Time{}
+	}
+	return pod.CreationTimestamp.Add(l.Timeout)
 }
 
 // Priority is pod's queue priority: its annotation redlock.dev/priority,
@@ -222,8 +281,7 @@ func SemaphoreProblem(pod *corev1.Pod) string {
 	if _, agent := pod.Annotations[v1alpha1.AgentAnnotation]; agent {
 		return fmt.Sprintf("a semaphore's pods do not run the agent: drop the annotation %s", v1alpha1.AgentAnnotation)
 	}
-	_, problem := Priority(pod)
-	return problem
+	return AnnotationProblem(pod)
 }
 
 // Order sorts pods in queue order: higher priority (Priority) first, then
@@ -232,8 +290,8 @@ func Order(pods []*corev1.Pod) {
 	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
 		pa, _ := Priority(a)
 		pb, _ := Priority(b)
-		if pa != pb {
-			return int(pb) - int(pa)
+		if c := cmp.Compare(pb, pa); c != 0 {
+			return c
 		}
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
@@ -275,8 +333,8 @@ type Rules struct {
 	// on its last grant (nil: no marked pod is passable yet).
 	Passable func(*corev1.Pod) bool
 	// Allowed reports that a pod may queue for the lock (nil: every pod
-	// may): a pod it refuses is never granted, though as a current or
-	// former holder it still keeps everyone waiting while it may run.
+	// may): a pod it refuses is never granted, unless it is the current or
+	// a former holder, which keeps its place while it may run.
 	Allowed func(*corev1.Pod) bool
 }
 
@@ -299,9 +357,9 @@ type Rules struct {
 //   - the first candidate in Order: higher priority first, then first
 //     come, first served.
 //
-// A pod rules.Allowed refuses is no candidate, and a former holder it
-// refuses is not granted again (it still keeps everyone waiting while it
-// may act on its last token).
+// A pod rules.Allowed refuses is no candidate; a current or former holder
+// is not a candidate but keeps its place: changing who may hold never
+// takes a lock from a pod that may still act on its token.
 //
 // A pod marked unresponsive (Unresponsive) stays the current holder until
 // the lock controller has given that grant up. After that, until
@@ -330,7 +388,7 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 		// A pod given up as unresponsive may still act on its grant:
 		// nobody yet.
 		return Choice{Waiting: candidates}
-	case len(g.prior) == 1 && g.prior[0].DeletionTimestamp.IsZero() && g.prior[0].Labels[v1alpha1.LockLabel] == name && rules.allows(g.prior[0]):
+	case len(g.prior) == 1 && g.prior[0].DeletionTimestamp.IsZero() && g.prior[0].Labels[v1alpha1.LockLabel] == name:
 		return Choice{Pod: g.prior[0], Waiting: candidates}
 	case len(g.prior) > 0:
 		// A former holder still runs (terminating, relabelled, or more

@@ -1,6 +1,7 @@
 package podlock
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -384,14 +385,21 @@ func TestChooseQueueOrder(t *testing.T) {
 	}
 }
 
-// TestChooseDoesNotGrantAFormerHolderNoLongerAllowed: it keeps everyone
-// waiting while it may act on its last token, and is not granted again.
-func TestChooseDoesNotGrantAFormerHolderNoLongerAllowed(t *testing.T) {
+// TestChooseGrantsAFormerHolderNoLongerAllowed: changing who may hold
+// never takes the lock from a pod that may still act on its token: a
+// former holder (its grant lost in a blip) is granted again, and a
+// terminating one keeps everyone waiting.
+func TestChooseGrantsAFormerHolderNoLongerAllowed(t *testing.T) {
+	onlyApp := Rules{Allowed: func(p *corev1.Pod) bool { return ServiceAccount(p) == "app" }}
 	former := pod("former", 0, running, heldKey, asServiceAccount("other"))
-	got := Choose("", "lock", "key", nil, nil, []*corev1.Pod{former, pod("app", time.Second, asServiceAccount("app"))},
-		Rules{Allowed: func(p *corev1.Pod) bool { return ServiceAccount(p) == "app" }})
-	if got.Pod != nil || len(got.Waiting) != 1 || got.Waiting[0].Name != "app" {
-		t.Errorf("Choose = pod %v, waiting %d; want nobody, app waiting", got.Pod, len(got.Waiting))
+	got := Choose("", "lock", "key", nil, nil, []*corev1.Pod{former, pod("app", time.Second, asServiceAccount("app"))}, onlyApp)
+	if got.Pod == nil || got.Pod.Name != "former" || len(got.Waiting) != 1 || got.Waiting[0].Name != "app" {
+		t.Errorf("Choose = pod %v, waiting %d; want former, app waiting", got.Pod, len(got.Waiting))
+	}
+	terminating := pod("former", 0, running, heldKey, asServiceAccount("other"), deleting)
+	got = Choose("", "lock", "key", nil, nil, []*corev1.Pod{terminating, pod("app", time.Second, asServiceAccount("app"))}, onlyApp)
+	if got.Pod != nil {
+		t.Errorf("Choose = pod %v while a terminating former holder may run; want nobody", got.Pod.Name)
 	}
 }
 
@@ -467,5 +475,45 @@ func TestMixedRevisions(t *testing.T) {
 				t.Errorf("MixedRevisions = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestWaitLimitOf(t *testing.T) {
+	minute := &metav1.Duration{Duration: time.Minute}
+	withAnnotations := func(kv ...string) *corev1.Pod {
+		p := pod("p", 0)
+		p.Annotations = map[string]string{}
+		for pair := range slices.Chunk(kv, 2) {
+			p.Annotations[pair[0]] = pair[len(pair)-1]
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name        string
+		pod         *corev1.Pod
+		timeout     *metav1.Duration
+		policy      v1alpha1.WaitTimeoutPolicy
+		want        WaitLimit
+		wantProblem bool
+	}{
+		{"none", withAnnotations(), nil, "", WaitLimit{}, false},
+		{"the lock's", withAnnotations(), minute, v1alpha1.WaitFail, WaitLimit{Timeout: time.Minute, Fail: true}, false},
+		{"the annotations override", withAnnotations(v1alpha1.WaitTimeoutAnnotation, "10s", v1alpha1.OnWaitTimeoutAnnotation, "Keep"), minute, v1alpha1.WaitFail, WaitLimit{Timeout: 10 * time.Second}, false},
+		{"an annotation alone", withAnnotations(v1alpha1.OnWaitTimeoutAnnotation, "Fail"), nil, "", WaitLimit{Fail: true}, false},
+		{"not a duration", withAnnotations(v1alpha1.WaitTimeoutAnnotation, "soon"), minute, "", WaitLimit{}, true},
+		{"too short", withAnnotations(v1alpha1.WaitTimeoutAnnotation, "10ms"), nil, "", WaitLimit{}, true},
+		{"too long", withAnnotations(v1alpha1.WaitTimeoutAnnotation, "721h"), nil, "", WaitLimit{}, true},
+		{"an unknown policy", withAnnotations(v1alpha1.OnWaitTimeoutAnnotation, "fail"), nil, "", WaitLimit{}, true},
+	} {
+		got, problem := WaitLimitOf(tc.pod, tc.timeout, tc.policy)
+		if got != tc.want || (problem != "") != tc.wantProblem {
+			t.Errorf("%s: WaitLimitOf = %+v, %q; want %+v, problem %v", tc.name, got, problem, tc.want, tc.wantProblem)
+		}
+		if tc.wantProblem && (Problem(tc.pod) == "" || SemaphoreProblem(tc.pod) == "" || AnnotationProblem(tc.pod) == "") {
+			t.Errorf("%s: the pod is not refused", tc.name)
+		}
+	}
+	if d := (WaitLimit{Timeout: time.Minute}).WaitDeadline(pod("p", time.Second)); !d.Equal(t0.Add(61 * time.Second)) {
+		t.Errorf("WaitDeadline = %v, want creation + 1m", d)
 	}
 }

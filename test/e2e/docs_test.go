@@ -240,6 +240,92 @@ var _ = Describe("the task pages of the docs, run on a real cluster", Ordered, f
 		}
 	})
 
+	It("runs docs/tasks/wait-limits.md: a Job whose pod waited past the limit fails through its podFailurePolicy; with Keep the pod waits on and completes", func() {
+		const page = "docs/tasks/wait-limits.md"
+		objs := docObjects(page)
+		locks, jobs := ofKind(objs, "DistributedLock"), ofKind(objs, "Job")
+		Expect(locks).To(HaveLen(1), "%s has one DistributedLock", page)
+		Expect(jobs).To(HaveLen(1), "%s has one Job", page)
+		policy, _, _ := unstructured.NestedString(locks[0].Object, "spec", "onWaitTimeout")
+		Expect(policy).To(Equal("Fail"), "the page's lock fails pods that waited too long")
+		// The lock is held by someone else, and the limit fits a test.
+		fit := func(u *unstructured.Unstructured, name, onWaitTimeout string) *unstructured.Unstructured {
+			c := u.DeepCopy()
+			c.SetName(name)
+			switch c.GetKind() {
+			case "DistributedLock":
+				Expect(unstructured.SetNestedField(c.Object, "e2e/docs/"+name, "spec", "key")).To(Succeed())
+				Expect(unstructured.SetNestedField(c.Object, "maintenance-window", "spec", "holderIdentity")).To(Succeed())
+				Expect(unstructured.SetNestedField(c.Object, "10s", "spec", "waitTimeout")).To(Succeed())
+				Expect(unstructured.SetNestedField(c.Object, onWaitTimeout, "spec", "onWaitTimeout")).To(Succeed())
+			case "Job":
+				Expect(unstructured.SetNestedField(c.Object, name, "spec", "template", "metadata", "labels", v1alpha1.LockLabel)).To(Succeed())
+			}
+			return c
+		}
+		failing := []*unstructured.Unstructured{fit(locks[0], "wait-fail", "Fail"), fit(jobs[0], "wait-fail", "")}
+		keeping := []*unstructured.Unstructured{fit(locks[0], "wait-keep", "Keep"), fit(jobs[0], "wait-keep", "")}
+		createDocObjects(append(failing, keeping...))
+
+		podOf := func(g Gomega, job string) *corev1.Pod {
+			var pods corev1.PodList
+			g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": job})).To(Succeed())
+			g.Expect(pods.Items).To(HaveLen(1), "pods of Job %s", job)
+			return &pods.Items[0]
+		}
+		waitCondition := func(p *corev1.Pod) *corev1.PodCondition {
+			for i := range p.Status.Conditions {
+				if string(p.Status.Conditions[i].Type) == v1alpha1.ConditionLockWaitTimeout {
+					return &p.Status.Conditions[i]
+				}
+			}
+			return nil
+		}
+
+		By("failing the Job whose pod waited past 10s, through its podFailurePolicy")
+		Eventually(func(g Gomega) {
+			job := &batchv1.Job{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wait-fail"}, job)).To(Succeed())
+			var failed *batchv1.JobCondition
+			for i := range job.Status.Conditions {
+				if job.Status.Conditions[i].Type == batchv1.JobFailed && job.Status.Conditions[i].Status == corev1.ConditionTrue {
+					failed = &job.Status.Conditions[i]
+				}
+			}
+			g.Expect(failed).NotTo(BeNil(), "Job wait-fail's Failed condition")
+			g.Expect(failed.Reason).To(Equal(batchv1.JobReasonPodFailurePolicy), "reason of Job wait-fail's failure")
+			p := podOf(g, "wait-fail")
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodFailed), "phase of pod %s", p.Name)
+			c := waitCondition(p)
+			g.Expect(c).NotTo(BeNil(), "condition %s of pod %s", v1alpha1.ConditionLockWaitTimeout, p.Name)
+			g.Expect(c.Status).To(Equal(corev1.ConditionTrue))
+			g.Expect(p.Spec.NodeName).To(BeEmpty(), "pod %s never ran", p.Name)
+		}, 2*time.Minute, time.Second).Should(Succeed(), "Job %s/wait-fail to fail with reason PodFailurePolicy", ns)
+
+		By("leaving the pod of the Keep lock waiting with the condition, then completing it once the lock is free")
+		Eventually(func(g Gomega) {
+			p := podOf(g, "wait-keep")
+			c := waitCondition(p)
+			g.Expect(c).NotTo(BeNil(), "condition %s of pod %s", v1alpha1.ConditionLockWaitTimeout, p.Name)
+			g.Expect(c.Status).To(Equal(corev1.ConditionTrue))
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodPending), "pod %s keeps waiting", p.Name)
+		}, time.Minute, time.Second).Should(Succeed(), "pod of Job %s/wait-keep to be told it waited past its limit", ns)
+		Eventually(func() error {
+			l := &v1alpha1.DistributedLock{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wait-keep"}, l); err != nil {
+				return err
+			}
+			l.Spec.HolderIdentity = ""
+			return k8s.Update(ctx, l)
+		}, 30*time.Second, time.Second).Should(Succeed(), "lock %s/wait-keep to drop its static holder", ns)
+		waitForJobs(page, keeping[1:])
+		Eventually(func(g Gomega) {
+			c := waitCondition(podOf(g, "wait-keep"))
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(corev1.ConditionFalse), "condition %s once granted", v1alpha1.ConditionLockWaitTimeout)
+		}, 30*time.Second, time.Second).Should(Succeed(), "pod of Job %s/wait-keep to show it was granted after its limit", ns)
+	})
+
 	for _, page := range []string{"docs/tasks/deployments.md", "docs/tasks/statefulsets.md"} {
 		It("runs "+page+": every pod Ready, exactly one marked as the holder, never two", func() {
 			objs := docObjects(page)
