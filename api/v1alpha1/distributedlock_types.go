@@ -40,6 +40,11 @@ const (
 	// take it (spec.allowedHolders.namespaces), and this one's is not
 	// among them: it grants nobody.
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonLeaseExpired: the static holder did not renew its lease
+	// (spec.holderLease) in time; the grant and the request ended.
+	ReasonLeaseExpired = "LeaseExpired"
+	// ReasonMaxHoldExceeded: the grant was held for spec.maxHoldDuration.
+	ReasonMaxHoldExceeded = "MaxHoldExceeded"
 	// ReasonServiceAccountNotAllowed is the reason of the pod condition
 	// redlock.dev/HolderNotAllowed on a pod whose ServiceAccount the lock's
 	// spec.allowedHolders.serviceAccounts does not name.
@@ -157,6 +162,36 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('3s') && duration(self) <= duration('24h')",message="heartbeatTimeout must be between 3s and 24h"
 	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+
+	// HolderLease makes a static holder's grant a lease (from 3s to 24h):
+	// the holder renews the lock's LockHeartbeat (spec.holderIdentity: the
+	// grant ID status shows; spec.renewTime) at least this often, e.g.
+	// with `kubectl redlock renew`. Unrenewed for this long, counted from
+	// when the operator first looked at the grant, the grant ends (Held
+	// False, reason LeaseExpired; its keys expire after the validity
+	// shown) and so does the request: status.endedRequest names it, and
+	// the lock serves its pods as if holderIdentity were empty until
+	// spec.holderIdentity changes. Unset (the default): a static holder
+	// holds for as long as the spec names it.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('3s') && duration(self) <= duration('24h')",message="holderLease must be between 3s and 24h"
+	HolderLease *metav1.Duration `json:"holderLease,omitempty"`
+
+	// MaxHoldDuration is the longest one grant may be held, from its
+	// acquisition (from 1s to 720h). Past it the grant ends (Held False,
+	// reason MaxHoldExceeded): a static holder's request ends with it, as
+	// with holderLease; a holder pod whose app the agent runs is marked
+	// and waits behind the others, as with heartbeatTimeout (the agent
+	// stops the app by the validity it saw). Other holder pods are not
+	// cut short, since nothing would stop them: an event says so. Unset
+	// (the default): no limit.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('720h')",message="maxHoldDuration must be between 1s and 720h"
+	MaxHoldDuration *metav1.Duration `json:"maxHoldDuration,omitempty"`
 
 	// SlotOf makes the lock one slot of a DistributedSemaphore: the
 	// semaphore's controller creates such locks, one per slot, and owns
@@ -297,6 +332,20 @@ type PodReference struct {
 	UID types.UID `json:"uid"`
 }
 
+// EndedRequest is a static holder's request that ended on its own.
+type EndedRequest struct {
+	// Identity is the static holder.
+	Identity string `json:"identity"`
+	// Generation is the lock's generation it ended in: a later spec
+	// naming the same identity asks again.
+	Generation int64 `json:"generation"`
+	// Reason is LeaseExpired or MaxHoldExceeded.
+	Reason string `json:"reason"`
+	// At is when it ended.
+	// +optional
+	At *PreciseTime `json:"at,omitempty"`
+}
+
 // QueuedPod is a pod waiting in a lock's or a semaphore's queue.
 type QueuedPod struct {
 	// Name of the pod.
@@ -407,6 +456,12 @@ type DistributedLockStatus struct {
 	// Queue shows the pods waiting for the lock.
 	// +optional
 	Queue *LockQueue `json:"queue,omitempty"`
+
+	// EndedRequest is the static holder's request that ended on its own
+	// (its lease expired, or it held past maxHoldDuration): the lock does
+	// not grant it again until spec.holderIdentity changes.
+	// +optional
+	EndedRequest *EndedRequest `json:"endedRequest,omitempty"`
 
 	// Quorum shows the masters' votes on the latest operation.
 	// +optional

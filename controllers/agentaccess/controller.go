@@ -20,10 +20,11 @@
 //
 // It also keeps the lock's LockHeartbeat (same name, owned by the lock and
 // labelled as the operator's; its spec is the holders' to write: the
-// heartbeat when the lock sets spec.heartbeatTimeout, and the agent's word
-// that the app of a grant stopped), and the Role allows get and update on
-// that one object. It exists while the Role does, or the lock sets a
-// heartbeat timeout.
+// heartbeat when the lock sets spec.heartbeatTimeout or spec.holderLease,
+// and the agent's word that the app of a grant stopped), and the Role
+// allows get and update on that one object. It exists while the Role
+// does, or the lock sets a heartbeat timeout or a holder lease (a static
+// holder is given rights to it by whoever runs it: docs/tasks/static-holders.md).
 //
 // The operator can only grant what it holds itself (the API server's
 // escalation check): read on DistributedLocks, get and update on
@@ -97,7 +98,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	subjects := Subjects(pods.Items)
 	keep := len(subjects) > 0
-	if _, err := r.apply(ctx, lock, Heartbeat(lock), keep || lock.Spec.HeartbeatTimeout != nil); err != nil {
+	if _, err := r.apply(ctx, lock, Heartbeat(lock), keep || wantsHeartbeat(lock)); err != nil {
 		return reconcile.Result{}, err
 	}
 	// The Role first: no binding is made or kept to a Role not the lock's.
@@ -309,13 +310,20 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Complete(r)
 }
 
-// heartbeatSetOrUnset passes the updates of a lock that set or unset its
-// heartbeat timeout, and no others: status refreshes would wake the
+// wantsHeartbeat reports whether lock's spec asks its holders for a
+// heartbeat: a heartbeat timeout (holder pods), or a holder lease (a
+// static holder).
+func wantsHeartbeat(lock *v1alpha1.DistributedLock) bool {
+	return lock.Spec.HeartbeatTimeout != nil || lock.Spec.HolderLease != nil
+}
+
+// heartbeatSetOrUnset passes the updates of a lock that start or stop
+// asking for a heartbeat, and no others: status refreshes would wake the
 // controller every few seconds per lock.
 func heartbeatSetOrUnset(e event.UpdateEvent) bool {
 	o, ok1 := e.ObjectOld.(*v1alpha1.DistributedLock)
 	n, ok2 := e.ObjectNew.(*v1alpha1.DistributedLock)
-	return ok1 && ok2 && (o.Spec.HeartbeatTimeout == nil) != (n.Spec.HeartbeatTimeout == nil)
+	return ok1 && ok2 && wantsHeartbeat(o) != wantsHeartbeat(n)
 }
 
 // metadataChanged passes the updates that change an object's labels or

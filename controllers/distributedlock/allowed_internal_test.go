@@ -54,7 +54,8 @@ func TestNamespaceRule(t *testing.T) {
 		{"a namespace the owner does not name", "evil", []client.Object{owner}, true},
 		{"a later rule does not refuse the owner", "billing", []client.Object{owner, squatter}, false},
 		{"nor admit its own namespace", "evil", []client.Object{squatter, owner}, true},
-		{"the same age: namespace then name decide", "evil", []client.Object{lock("b", "x", 0, "b"), lock("a", "x", 0, "a")}, true},
+		{"the same age: the first namespace governs", "b", []client.Object{lock("b", "x", 0, "b"), lock("a", "x", 0, "a")}, true},
+		{"the same age: the first namespace governs, itself allowed", "a", []client.Object{lock("b", "x", 0, "b"), lock("a", "x", 0, "a")}, false},
 		{"a rule being deleted counts for nothing", "evil", []client.Object{func() client.Object {
 			l := lock("billing", "ledger", 0, "billing")
 			l.DeletionTimestamp = &metav1.Time{Time: t0}

@@ -137,6 +137,7 @@ type Reconciler struct {
 	writer     *statusWriter
 	wake       *wakeQueue
 	relabelled seen.Set // lock namespace/name → lock UID/pod UID of the relabelled holder last reported
+	overheld   seen.Set // lock namespace/name → grant ID of the holder pod last told it held past maxHoldDuration
 	// written holds the UIDs of the locks this manager has written since
 	// it started (markWritten): only their cache can lag behind a write of
 	// its own.
@@ -253,6 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.releaseOthers(ctx, req.NamespacedName, "")
 		r.Metrics.ForgetLock(req.Namespace, req.Name)
 		r.relabelled.Forget(req.String())
+		r.overheld.Forget(req.String())
 		r.writer.stopWaiting(req.NamespacedName)
 		r.beats.forget(req.NamespacedName)
 		r.stoppings.forget(req.NamespacedName)
@@ -489,6 +491,9 @@ func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *held) error {
 		r.hideForDeletion(s, h)
 		return nil
 	}
+	if ended, err := r.endOnItsOwn(ctx, s, h); ended || err != nil {
+		return err
+	}
 	why, pod, err := r.checkLiveness(ctx, s, h)
 	if err != nil || why == "" {
 		return err
@@ -531,9 +536,9 @@ func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
 			r.Metrics.LocksShed.Inc()
 			r.countLost(lock, reason)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
-		case v1alpha1.ReasonHolderUnresponsive:
+		case v1alpha1.ReasonHolderUnresponsive, v1alpha1.ReasonLeaseExpired, v1alpha1.ReasonMaxHoldExceeded:
 			r.countLost(lock, reason)
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventHolderUnresponsive, "Release", "grant %d to %s given up: %s", h.token, h.holder, why)
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, reason, "Release", "grant %d to %s given up: %s", h.token, h.holder, why)
 		}
 		logf.FromContext(ctx).Info("gave up a grant", "lock", h.name, "token", h.token, "reason", reason, "keysUntil", until)
 	})
@@ -566,7 +571,11 @@ func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *held, shown ti
 // givenUp reports whether reason is that of a grant given up with its keys
 // left until its validity passed (shedGrant).
 func givenUp(reason string) bool {
-	return reason == v1alpha1.ReasonShed || reason == v1alpha1.ReasonHolderUnresponsive || reason == v1alpha1.ReasonHolderTerminating
+	switch reason {
+	case v1alpha1.ReasonShed, v1alpha1.ReasonHolderUnresponsive, v1alpha1.ReasonHolderTerminating, v1alpha1.ReasonLeaseExpired, v1alpha1.ReasonMaxHoldExceeded:
+		return true
+	}
+	return false
 }
 
 // endSession forgets h, whose Session ended by itself (the grant was
@@ -751,8 +760,7 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 		// first (in the choice of a new pod, and in the queue shown).
 		rules.Stale = r.staleRevisions(ctx, pods)
 	}
-	live := in.InMemory || in.ValidUntil.After(s.now)
-	choice := podlock.Choose(s.static(current, live), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
+	choice := podlock.Choose(s.staticRequest(current, in), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
 	s.requested = requestedHolder(choice)
 	lock.Status.Queue = podlock.Queue(choice.Waiting)
 	in.Requested, in.Holder = holderKey(s.requested), holderKey(current)
@@ -790,9 +798,12 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 		r.release(s, c, v1alpha1.ReasonReleased, "released for the new holder")
 		s.requeueAfter(time.Millisecond)
 	case actNone:
-		if s.requested == nil && (heldConditionReason(s.lock.Status) != v1alpha1.ReasonHolderTerminating || s.lock.Status.LastHolderPod == nil) {
+		reason := heldConditionReason(s.lock.Status)
+		ended := s.lock.Status.EndedRequest != nil && s.lock.Status.EndedRequest.Reason == reason
+		if s.requested == nil && !ended && (reason != v1alpha1.ReasonHolderTerminating || s.lock.Status.LastHolderPod == nil) {
 			// (A grant handed back by a pod being deleted keeps saying so
-			// while that pod may still run.)
+			// while that pod may still run; so does a static request that
+			// ended, until another is made.)
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
 		}
 	}
@@ -1104,12 +1115,15 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// key another lock holds, or whose masters lack a quorum, would
 		// otherwise keep it for as long as that lasts).
 		r.writer.stopWaiting(name)
-		if heldConditionReason(lock.Status) == v1alpha1.ReasonHolderUnresponsive && errors.Is(err, redlock.ErrLockHeld) {
+		switch reason := heldConditionReason(lock.Status); {
+		case reason == v1alpha1.ReasonHolderUnresponsive && errors.Is(err, redlock.ErrLockHeld):
 			// Most likely the keys of the grant given up, which expire
 			// once its shown validity has passed: the reason stays.
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonHolderUnresponsive,
 				"the unresponsive holder's grant was given up; the next is granted once its validity has passed: "+err.Error())
-		} else {
+		case (reason == v1alpha1.ReasonLeaseExpired || reason == v1alpha1.ReasonMaxHoldExceeded) && errors.Is(err, redlock.ErrLockHeld):
+			s.setHeld(metav1.ConditionFalse, reason, "the grant was given up ("+reason+"); the next is granted once its validity has passed: "+err.Error())
+		default:
 			s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
 		}
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))

@@ -118,8 +118,8 @@ func (r *Reconciler) tellNotAllowed(ctx context.Context, in inputs) []error {
 	nsRefusal := refused(slots)
 	var errs []error
 	for _, pod := range in.pods {
-		if pod.Labels[v1alpha1.LockLabel] != "" || podlock.Finished(pod) || !pod.DeletionTimestamp.IsZero() {
-			continue
+		if _, labelled := pod.Labels[v1alpha1.LockLabel]; labelled || podlock.Finished(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue // given a slot (or labelled empty): the pod gate's to tell
 		}
 		if err := r.reportProblem(ctx, pod); err != nil {
 			errs = append(errs, err)
@@ -170,7 +170,7 @@ func (r *Reconciler) enforceWaits(ctx context.Context, in inputs, p plan) (time.
 			continue
 		}
 		limit, _ := podlock.WaitLimitOf(pod, in.sem.Spec.WaitTimeout, in.sem.Spec.OnWaitTimeout)
-		at, err := waitlimit.Enforce(ctx, r.Client, r.Recorder, pod, "a slot of DistributedSemaphore "+in.sem.Name, in.sem, limit, false, r.Clock.Now())
+		at, err := waitlimit.Enforce(ctx, r.Client, r.Recorder, pod, "a slot of DistributedSemaphore "+in.sem.Name, in.sem, limit, false, r.Clock.Now(), nil)
 		if err != nil {
 			errs = append(errs, err)
 		}

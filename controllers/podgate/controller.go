@@ -178,10 +178,23 @@ func (r *Reconciler) notHolding(ctx context.Context, pod *corev1.Pod, lock *v1al
 }
 
 // enforceWait applies pod's wait limit (waitlimit.Enforce) and asks to be
-// called again by the earlier of recheck and the limit's deadline.
+// called again by the earlier of recheck and the limit's deadline. A pod
+// status shows granted, valid or not, is not timed; nor is one a fresh
+// read of the lock shows granted, just before it would be set Failed.
 func (r *Reconciler) enforceWait(ctx context.Context, pod *corev1.Pod, lock *v1alpha1.DistributedLock, granted bool, recheck time.Duration) (ctrl.Result, error) {
 	limit, _ := podlock.WaitLimitOf(pod, lock.Spec.WaitTimeout, lock.Spec.OnWaitTimeout)
-	at, err := waitlimit.Enforce(ctx, r.Client, r.Recorder, pod, "DistributedLock "+lock.Name, lock, limit, granted, r.Clock.Now())
+	stillWaiting := func(ctx context.Context) (bool, error) {
+		if r.APIReader == nil {
+			return true, nil
+		}
+		fresh := &v1alpha1.DistributedLock{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return fresh.UID == lock.UID && !showsGrantOf(fresh.Status, pod), nil
+	}
+	granted = granted || showsGrantOf(lock.Status, pod)
+	at, err := waitlimit.Enforce(ctx, r.Client, r.Recorder, pod, "DistributedLock "+lock.Name, lock, limit, granted, r.Clock.Now(), stillWaiting)
 	if at > 0 && (recheck == 0 || at < recheck) {
 		recheck = at
 	}

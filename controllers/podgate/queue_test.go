@@ -217,6 +217,7 @@ var _ = Describe("Who may hold a lock, and who goes first", Ordered, func() {
 		})).To(Succeed())
 		Eventually(func() *v1alpha1.LockHolder { return fetchLock(ns, "patience").Status.Holder }).ShouldNot(BeNil(), "lock %s/patience to be held by its static holder", ns)
 		gatedFail := gatedPod(ns, "patience-fail", "patience", false)
+		gatedFail.Spec.RestartPolicy = corev1.RestartPolicyNever // as a Job's pod: nothing re-creates it in its place
 		readinessWaits := gatedPod(ns, "patience-ready", "patience", true)
 		keeps := gatedPod(ns, "patience-keep", "patience", false)
 		keeps.Annotations = map[string]string{v1alpha1.OnWaitTimeoutAnnotation: string(v1alpha1.WaitKeep), v1alpha1.WaitTimeoutAnnotation: "3s"}

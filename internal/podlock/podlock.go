@@ -357,9 +357,12 @@ type Rules struct {
 //   - the first candidate in Order: higher priority first, then first
 //     come, first served.
 //
-// A pod rules.Allowed refuses is no candidate; a current or former holder
-// is not a candidate but keeps its place: changing who may hold never
-// takes a lock from a pod that may still act on its token.
+// A pod rules.Allowed refuses is no candidate. The current holder, and the
+// pod of the last grant status committed (last), keep their place whatever
+// it says: changing who may hold never takes a lock from a pod that may
+// still act on its token. Any other former holder it refuses is not
+// granted (its annotations, which anyone who may edit the pod can write,
+// prove nothing), though it keeps everyone waiting while it may run.
 //
 // A pod marked unresponsive (Unresponsive) stays the current holder until
 // the lock controller has given that grant up. After that, until
@@ -388,7 +391,7 @@ func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha
 		// A pod given up as unresponsive may still act on its grant:
 		// nobody yet.
 		return Choice{Waiting: candidates}
-	case len(g.prior) == 1 && g.prior[0].DeletionTimestamp.IsZero() && g.prior[0].Labels[v1alpha1.LockLabel] == name:
+	case len(g.prior) == 1 && g.prior[0].DeletionTimestamp.IsZero() && g.prior[0].Labels[v1alpha1.LockLabel] == name && (rules.allows(g.prior[0]) || Is(g.prior[0], last)):
 		return Choice{Pod: g.prior[0], Waiting: candidates}
 	case len(g.prior) > 0:
 		// A former holder still runs (terminating, relabelled, or more

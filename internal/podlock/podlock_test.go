@@ -392,9 +392,17 @@ func TestChooseQueueOrder(t *testing.T) {
 func TestChooseGrantsAFormerHolderNoLongerAllowed(t *testing.T) {
 	onlyApp := Rules{Allowed: func(p *corev1.Pod) bool { return ServiceAccount(p) == "app" }}
 	former := pod("former", 0, running, heldKey, asServiceAccount("other"))
-	got := Choose("", "lock", "key", nil, nil, []*corev1.Pod{former, pod("app", time.Second, asServiceAccount("app"))}, onlyApp)
+	last := &v1alpha1.PodReference{Name: former.Name, UID: former.UID}
+	got := Choose("", "lock", "key", nil, last, []*corev1.Pod{former, pod("app", time.Second, asServiceAccount("app"))}, onlyApp)
 	if got.Pod == nil || got.Pod.Name != "former" || len(got.Waiting) != 1 || got.Waiting[0].Name != "app" {
 		t.Errorf("Choose = pod %v, waiting %d; want former, app waiting", got.Pod, len(got.Waiting))
+	}
+	// A pod that only carries a key and a token, which anyone who may
+	// create pods can write, is no proven former holder: not granted.
+	forged := pod("forged", 0, heldKey, asServiceAccount("other"))
+	got = Choose("", "lock", "key", nil, nil, []*corev1.Pod{forged, pod("app", time.Second, asServiceAccount("app"))}, onlyApp)
+	if got.Pod != nil {
+		t.Errorf("Choose granted %s, which only claims to have held the key", got.Pod.Name)
 	}
 	terminating := pod("former", 0, running, heldKey, asServiceAccount("other"), deleting)
 	got = Choose("", "lock", "key", nil, nil, []*corev1.Pod{terminating, pod("app", time.Second, asServiceAccount("app"))}, onlyApp)

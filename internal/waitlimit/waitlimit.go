@@ -71,7 +71,11 @@ func Decide(pod *corev1.Pod, limit podlock.WaitLimit, granted bool, now time.Tim
 		return Nothing, 0
 	case now.Before(deadline):
 		return Nothing, deadline.Sub(now)
-	case limit.Fail && podlock.GateOf(pod) == podlock.GateScheduling:
+	case limit.Fail && podlock.GateOf(pod) == podlock.GateScheduling && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		// Never ran, and nothing re-creates it in its place but a Job,
+		// whose podFailurePolicy decides (a Deployment's or
+		// StatefulSet's pod would only be replaced by one at the back of
+		// the line): the others keep waiting, told.
 		return Fail, 0
 	case shown:
 		return Nothing, 0
@@ -82,59 +86,64 @@ func Decide(pod *corev1.Pod, limit podlock.WaitLimit, granted bool, now time.Tim
 
 // Enforce carries out what Decide says for pod, which waits for what (a
 // lock or a semaphore, for messages), related to object (for the event).
-// It returns when to look again. Setting the pod Failed is conditional on
-// the version of the pod read: a pod granted since (its token annotation
-// written) is left alone.
+// It returns when to look again. Telling the pod, and setting it Failed,
+// are writes conditional on the version of the pod read: a pod changed
+// since (granted: its token annotation written; or told already by an
+// earlier write the view missed) is looked at again, without a second
+// event. stillWaiting, when not nil, is asked just before a pod is set
+// Failed, and a false answer (its grant shown after all) leaves it alone.
 func Enforce(ctx context.Context, c client.Client, rec events.EventRecorder, pod *corev1.Pod, what string, related client.Object,
-	limit podlock.WaitLimit, granted bool, now time.Time) (time.Duration, error) {
+	limit podlock.WaitLimit, granted bool, now time.Time, stillWaiting func(context.Context) (bool, error)) (time.Duration, error) {
 	action, recheck := Decide(pod, limit, granted, now)
-	if action == Nothing {
+	switch action {
+	case Nothing:
 		return recheck, nil
-	}
-	if action == Clear {
+	case Clear:
 		return 0, conditions.SetPod(ctx, c, pod, v1alpha1.ConditionLockWaitTimeout, corev1.ConditionFalse, v1alpha1.ReasonGranted, "granted after waiting longer than its wait limit", now)
+	case Fail:
+		if stillWaiting != nil {
+			if waits, err := stillWaiting(ctx); err != nil || !waits {
+				return time.Second, err
+			}
+		}
 	}
 	msg := fmt.Sprintf("waited %s for %s, longer than its wait limit %s", now.Sub(pod.CreationTimestamp.Time).Round(time.Second), what, limit.Timeout)
+	note := "Wait"
 	if action == Tell {
-		if err := conditions.SetPod(ctx, c, pod, v1alpha1.ConditionLockWaitTimeout, corev1.ConditionTrue, v1alpha1.ReasonWaitTimeout, msg+"; it keeps waiting", now); err != nil {
-			return 0, err
-		}
-		rec.Eventf(pod, related, corev1.EventTypeWarning, EventLockWaitTimeout, "Wait", "%s", conditions.Message(msg+"; it keeps waiting"))
-		return 0, nil
+		msg += "; it keeps waiting"
+	} else {
+		msg, note = msg+"; set to Failed (onWaitTimeout: Fail)", "Fail"
 	}
-	msg += "; set to Failed (onWaitTimeout: Fail)"
-	if err := fail(ctx, c, pod, msg, now); err != nil {
+	if err := write(ctx, c, pod, action == Fail, msg, now); err != nil {
 		if apierrors.IsConflict(err) {
 			return time.Second, nil // the pod changed: decide again on its new version
 		}
 		return 0, client.IgnoreNotFound(err)
 	}
-	rec.Eventf(pod, related, corev1.EventTypeWarning, EventLockWaitTimeout, "Fail", "%s", conditions.Message(msg))
+	rec.Eventf(pod, related, corev1.EventTypeWarning, EventLockWaitTimeout, note, "%s", conditions.Message(msg))
 	return 0, nil
 }
 
-// fail sets pod to phase Failed with the condition, in one patch of
-// pods/status conditional on the pod's resourceVersion, so that a Job's
-// podFailurePolicy sees the condition when it sees the phase.
-func fail(ctx context.Context, c client.Client, pod *corev1.Pod, msg string, now time.Time) error {
-	patch := map[string]any{
-		"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},
-		"status": map[string]any{
-			"phase":   corev1.PodFailed,
-			"reason":  EventLockWaitTimeout,
-			"message": conditions.Message(msg),
-			"conditions": []map[string]any{{
-				"type": v1alpha1.ConditionLockWaitTimeout, "status": corev1.ConditionTrue, "reason": v1alpha1.ReasonWaitTimeout,
-				"message": conditions.Message(msg), "lastTransitionTime": now.UTC().Format(time.RFC3339),
-			}},
-		},
+// write sets the condition True on pod, and with failed its phase Failed,
+// in one patch of pods/status conditional on the pod's resourceVersion, so
+// that a Job's podFailurePolicy sees the condition when it sees the phase.
+func write(ctx context.Context, c client.Client, pod *corev1.Pod, failed bool, msg string, now time.Time) error {
+	status := map[string]any{
+		"conditions": []map[string]any{{
+			"type": v1alpha1.ConditionLockWaitTimeout, "status": corev1.ConditionTrue, "reason": v1alpha1.ReasonWaitTimeout,
+			"message": conditions.Message(msg), "lastTransitionTime": now.UTC().Format(time.RFC3339),
+		}},
 	}
+	if failed {
+		status["phase"], status["reason"], status["message"] = corev1.PodFailed, EventLockWaitTimeout, conditions.Message(msg)
+	}
+	patch := map[string]any{"metadata": map[string]any{"resourceVersion": pod.ResourceVersion}, "status": status}
 	body, err := json.Marshal(patch)
 	if err != nil {
 		return fmt.Errorf("encode the patch: %w", err)
 	}
 	if err := c.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, body)); err != nil {
-		return fmt.Errorf("set the pod Failed: %w", err)
+		return fmt.Errorf("show the pod's wait past its limit (failed: %v): %w", failed, err)
 	}
 	return nil
 }

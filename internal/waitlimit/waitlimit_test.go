@@ -16,7 +16,7 @@ var created = time.Unix(1_000_000, 0)
 func pod(mutate ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", CreationTimestamp: metav1.Time{Time: created}, Labels: map[string]string{v1alpha1.LockLabel: "l"}},
-		Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}}},
+		Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, SchedulingGates: []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}}},
 	}
 	for _, m := range mutate {
 		m(p)
@@ -55,6 +55,7 @@ func TestDecide(t *testing.T) {
 		{"past it, told already", pod(shown), keep, false, 2 * time.Minute, Nothing, 0},
 		{"past it, fail, scheduling-gated: fail", pod(), fail, false, time.Minute, Fail, 0},
 		{"past it, fail, readiness-gated: keeps waiting, told", pod(readiness), fail, false, time.Minute, Tell, 0},
+		{"past it, fail, a pod something restarts in its place (not restartPolicy Never): told", pod(func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyAlways }), fail, false, time.Minute, Tell, 0},
 		{"past it but granted: nothing to tell", pod(), fail, true, time.Hour, Nothing, 0},
 		{"granted after it was told: clear", pod(shown), keep, true, time.Hour, Clear, 0},
 		{"a former holder waiting to be granted again is not timed", pod(heldBefore), fail, false, time.Hour, Nothing, 0},
