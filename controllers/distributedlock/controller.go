@@ -1149,6 +1149,12 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	lock := s.lock
 	st := lock.Status
+	if sp := lock.Spec; sp.HolderLease != nil || sp.MaxHoldDuration != nil || sp.HeartbeatTimeout != nil {
+		// The adopted grant's lease, bound or heartbeat is counted from
+		// the next look (giveUpIfDue), which nothing else may bring
+		// soon (a static holder has no pods whose events would).
+		s.requeueAfter(time.Millisecond)
+	}
 	grantID := grantIDOf(st)
 	var lk *redlock.Lock
 	err := errors.New("status names no grant")

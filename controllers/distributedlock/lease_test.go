@@ -57,7 +57,7 @@ var _ = Describe("Leased static holders and maxHoldDuration", Ordered, func() {
 	AfterAll(func() { mgr.Stop() })
 
 	It("keeps a static holder's grant while it renews its lease, ends it and the request once it stops, and serves a new request", func() {
-		l := newLock(ms, "freeze", "", "ci-run-1", 2*time.Second)
+		l := newLock(ms, "freeze", "", "ci-run-1", 4*time.Second)
 		l.Spec.HolderLease = &metav1.Duration{Duration: 3 * time.Second}
 		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
 		granted := eventuallyHeldBy(l, "ci-run-1")
@@ -66,9 +66,13 @@ var _ = Describe("Leased static holders and maxHoldDuration", Ordered, func() {
 
 		By("holding the same grant past two leases while the holder renews")
 		Consistently(func(g Gomega) {
+			// The grant, not the validity shown: a refresh may run late on
+			// a loaded machine, which is no end of the lease.
 			cur := fetch(l)
-			expectHeldBy(g, cur, "ci-run-1")
+			g.Expect(cur.Status.Holder).NotTo(BeNil(), "holder of lock freeze")
+			g.Expect(cur.Status.Holder.Identity).To(Equal("ci-run-1"), "holder of lock freeze")
 			g.Expect(cur.Status.GrantID).To(Equal(granted.Status.GrantID), "the grant of lock freeze")
+			g.Expect(eventReasons(ns, "freeze")).NotTo(ContainElement(v1alpha1.ReasonLeaseExpired), "events of lock freeze")
 		}, 7*time.Second, 200*time.Millisecond).Should(Succeed(), "lock %s/freeze to stay with ci-run-1 while it renews", ns)
 		Expect(stop()).To(BeNumerically(">=", 5), "renewals written")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,6 +263,17 @@ func TestSemaphoreSlotWithoutItsNumberIsNotExtended(t *testing.T) {
 	l, err := c.Restore(slot.Key(), acquired.Value(), 2*time.Minute, acquired.ValidUntil(), redlock.WithSlot(slot))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The acquisition returns once a quorum answered: wait until the
+	// straggler's copy and number have landed too, so that none lands
+	// after they are removed below.
+	for _, s := range servers {
+		for deadline := time.Now().Add(10 * time.Second); pttl(t, s, redlock.SlotsKey("sem-e")) <= 0; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the number of slots never reached %s", s.Addr())
+			}
+			runtime.Gosched()
+		}
 	}
 	for _, s := range servers[:2] {
 		cl := s.Client()
