@@ -171,17 +171,6 @@ func (s *scope) allows(p *corev1.Pod) bool {
 	return s.refused == "" && podlock.NotAllowed(s.lock.Spec.AllowedHolders, "", p) == ""
 }
 
-// static is the static holder Choose may grant: none while the lock's
-// namespace is refused, but for a current holder whose grant is live (in
-// this manager's memory, or shown valid): it keeps it.
-func (s *scope) static(current *v1alpha1.LockHolder, live bool) string {
-	static := s.lock.Spec.HolderIdentity
-	if s.refused != "" && (!live || current == nil || current.Pod != nil || current.Identity != static) {
-		return ""
-	}
-	return static
-}
-
 // namespaceRuleChanged passes the creation and deletion of an object that
 // names namespaces, and updates that change its list or start its
 // deletion: the other locks of its key look again.

@@ -145,12 +145,17 @@ func (r *Reconciler) endOnItsOwn(ctx context.Context, s *scope, h *held) (bool, 
 	return true, nil
 }
 
-// staticRequest is the static holder Choose may grant: s.static, and none
-// once its request ended (its lease expired, or it held too long: the
-// pods are served), but for a current holder still being given up.
+// staticRequest is the static holder Choose may grant: spec.holderIdentity,
+// but none while the lock's namespace is refused (allowed.go) or once the
+// request ended (its lease expired, or it held too long: the pods are
+// served). The current holder of that name keeps it: while refused, as
+// long as its grant is live (in this manager's memory, or shown valid);
+// once ended, while its grant is still being given up.
 func (s *scope) staticRequest(current *v1alpha1.LockHolder, in holderInputs) string {
-	static := s.static(current, in.InMemory || in.ValidUntil.After(s.now))
-	if requestEnded(s.lock) && (current == nil || current.Pod != nil || current.Identity != static) {
+	static := s.lock.Spec.HolderIdentity
+	holds := current != nil && current.Pod == nil && current.Identity == static
+	live := in.InMemory || in.ValidUntil.After(s.now)
+	if (s.refused != "" && (!holds || !live)) || (requestEnded(s.lock) && !holds) {
 		return ""
 	}
 	return static

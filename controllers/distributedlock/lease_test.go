@@ -11,9 +11,11 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/holding"
 )
 
-// renewing renews lock l's lease as `kubectl redlock renew` does, every
+// renewing renews lock l's lease as `kubectl redlock renew` does
+// (holding.Beat), every
 // interval, until the returned stop is called; it counts the renewals
 // written.
 func renewing(l *v1alpha1.DistributedLock, interval time.Duration) (stop func() int) {
@@ -25,13 +27,8 @@ func renewing(l *v1alpha1.DistributedLock, interval time.Duration) (stop func() 
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			cur := fetch(l)
-			hb := &v1alpha1.LockHeartbeat{}
-			if cur.Status.GrantID != "" && k8s.Get(suiteCtx, client.ObjectKeyFromObject(l), hb) == nil {
-				hb.Spec.HolderIdentity, hb.Spec.RenewTime = cur.Status.GrantID, &metav1.MicroTime{Time: time.Now()}
-				if k8s.Update(suiteCtx, hb) == nil {
-					n++
-				}
+			if cur := fetch(l); cur.Status.GrantID != "" && holding.Beat(suiteCtx, k8s, client.ObjectKeyFromObject(l), cur.Status.GrantID, time.Now()) == nil {
+				n++
 			}
 			select {
 			case <-done:

@@ -89,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p := decide(in)
 	errs := r.apply(ctx, sem, &p)
-	errs = append(errs, r.tellNotAllowed(ctx, in)...)
+	errs = append(errs, r.tellNotAllowed(ctx, in, p.refused)...)
 	waitRecheck, waitErrs := r.enforceWaits(ctx, in, p)
 	errs = append(errs, waitErrs...)
 	st := computeStatus(in, p)
@@ -110,12 +110,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // tellNotAllowed gives the pods waiting for a slot that the semaphore
-// never grants the condition redlock.dev/HolderNotAllowed and an event
-// (and turns it False once they are allowed). The pods given a slot are
+// never grants (its list refuses them, or nsRefusal says why the rule of
+// its key refuses its namespace) the condition
+// redlock.dev/HolderNotAllowed and an event (and turns it False once they
+// are allowed). The pods given a slot are
 // the pod gate controller's to tell, as for any lock.
-func (r *Reconciler) tellNotAllowed(ctx context.Context, in inputs) []error {
-	slots, _ := ownedSlots(in)
-	nsRefusal := refused(slots)
+func (r *Reconciler) tellNotAllowed(ctx context.Context, in inputs, nsRefusal string) []error {
 	var errs []error
 	for _, pod := range in.pods {
 		if _, labelled := pod.Labels[v1alpha1.LockLabel]; labelled || podlock.Finished(pod) || !pod.DeletionTimestamp.IsZero() {
@@ -135,10 +135,8 @@ func (r *Reconciler) tellNotAllowed(ctx context.Context, in inputs) []error {
 			reason, msg = v1alpha1.ReasonNamespaceNotAllowed, nsRefusal
 		}
 		if reason == "" {
-			if conditions.PodTrue(pod, v1alpha1.ConditionHolderNotAllowed) {
-				if err := conditions.SetPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, corev1.ConditionFalse, "Allowed", "the semaphore allows this pod now", r.Clock.Now()); err != nil {
-					errs = append(errs, err)
-				}
+			if err := conditions.WithdrawPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, "Allowed", "the semaphore allows this pod now", r.Clock.Now()); err != nil {
+				errs = append(errs, err)
 			}
 			continue
 		}
@@ -194,25 +192,7 @@ func (r *Reconciler) reportProblem(ctx context.Context, pod *corev1.Pod) error {
 	if problem == "" {
 		problem = podlock.GateProblem(pod)
 	}
-	if pod.Annotations[v1alpha1.ProblemAnnotation] == problem {
-		return nil
-	}
-	patched := pod.DeepCopy()
-	if problem == "" {
-		delete(patched.Annotations, v1alpha1.ProblemAnnotation)
-	} else {
-		if patched.Annotations == nil {
-			patched.Annotations = map[string]string{}
-		}
-		patched.Annotations[v1alpha1.ProblemAnnotation] = problem
-	}
-	if err := r.Patch(ctx, patched, client.MergeFrom(pod)); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("annotate pod %s: %w", pod.Name, err))
-	}
-	if problem != "" {
-		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventBadRequest, "Queue", "%s", conditions.Message(problem))
-	}
-	return nil
+	return conditions.ReportProblem(ctx, r.Client, r.Recorder, pod, EventBadRequest, "Queue", problem)
 }
 
 // gather reads what decide needs: the locks and pods labelled for the

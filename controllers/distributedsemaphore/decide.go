@@ -46,6 +46,9 @@ type plan struct {
 	// taken names the slots whose names a lock the semaphore does not own
 	// has.
 	taken []string
+	// refused is why the rule of the semaphore's key refuses its
+	// namespace (a slot's lock shows NamespaceNotAllowed); "" when not.
+	refused string
 }
 
 // slot is one of the semaphore's slots as gathered.
@@ -164,7 +167,8 @@ func decide(in inputs) plan {
 		}
 		current[so.Index] = s
 	}
-	if draining || refused(slots) != "" {
+	p.refused = refused(slots)
+	if draining || p.refused != "" {
 		return p
 	}
 	var idle, heldElsewhere []string

@@ -306,10 +306,8 @@ func (r *Reconciler) tellAllowed(ctx context.Context, pod *corev1.Pod, lock *v1a
 		}
 		return true, r.report(ctx, pod, reason, msg)
 	}
-	if conditions.PodTrue(pod, v1alpha1.ConditionHolderNotAllowed) {
-		if err := conditions.SetPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, corev1.ConditionFalse, "Allowed", "the lock allows this pod now", r.Clock.Now()); err != nil {
-			return false, err
-		}
+	if err := conditions.WithdrawPod(ctx, r.Client, pod, v1alpha1.ConditionHolderNotAllowed, "Allowed", "the lock allows this pod now", r.Clock.Now()); err != nil {
+		return false, err
 	}
 	return false, r.report(ctx, pod, "", "")
 }
@@ -598,25 +596,7 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod, name string, lo
 // report records on the pod why it cannot take part (an annotation and one
 // event per new problem), or clears the annotation when reason is "".
 func (r *Reconciler) report(ctx context.Context, pod *corev1.Pod, reason, problem string) error {
-	if pod.Annotations[ProblemAnnotation] == problem {
-		return nil
-	}
-	base := pod.DeepCopy()
-	if problem == "" {
-		delete(pod.Annotations, ProblemAnnotation)
-	} else {
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
-		pod.Annotations[ProblemAnnotation] = problem
-	}
-	if err := r.Patch(ctx, pod, client.MergeFrom(base)); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("annotate the pod: %w", err))
-	}
-	if problem != "" {
-		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Gate", "%s", conditions.Message(problem))
-	}
-	return nil
+	return conditions.ReportProblem(ctx, r.Client, r.Recorder, pod, reason, "Gate", problem)
 }
 
 // SetupWithManager registers the controller: it reconciles labelled pods,

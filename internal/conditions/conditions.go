@@ -1,5 +1,6 @@
 // Package conditions holds what the controllers share about the conditions
-// they write.
+// they write, on their own objects and on pods, and about the problem
+// annotation by which they tell a pod why it cannot take part.
 package conditions
 
 // maxMessage is the longest condition message the controllers write.

@@ -7,7 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
 
 // PodHas reports whether pod shows the condition typ with status and
@@ -44,6 +47,40 @@ func SetPod(ctx context.Context, c client.Client, pod *corev1.Pod, typ string, s
 		typ, status, reason, Message(msg), now.UTC().Format(time.RFC3339))
 	if err := c.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("set the pod condition %s: %w", typ, err))
+	}
+	return nil
+}
+
+// WithdrawPod turns pod's condition typ False (reason, msg, at now) when
+// it shows it True, and leaves it alone otherwise.
+func WithdrawPod(ctx context.Context, c client.Client, pod *corev1.Pod, typ, reason, msg string, now time.Time) error {
+	if !PodTrue(pod, typ) {
+		return nil
+	}
+	return SetPod(ctx, c, pod, typ, corev1.ConditionFalse, reason, msg, now)
+}
+
+// ReportProblem records on pod why it cannot take part: the annotation
+// redlock.dev/problem, and one event (reason, action) per new problem; a
+// problem of "" removes the annotation. pod is updated in place.
+func ReportProblem(ctx context.Context, c client.Client, rec events.EventRecorder, pod *corev1.Pod, reason, action, problem string) error {
+	if pod.Annotations[v1alpha1.ProblemAnnotation] == problem {
+		return nil
+	}
+	base := pod.DeepCopy()
+	if problem == "" {
+		delete(pod.Annotations, v1alpha1.ProblemAnnotation)
+	} else {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[v1alpha1.ProblemAnnotation] = problem
+	}
+	if err := c.Patch(ctx, pod, client.MergeFrom(base)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("annotate pod %s: %w", pod.Name, err))
+	}
+	if problem != "" {
+		rec.Eventf(pod, nil, corev1.EventTypeWarning, reason, action, "%s", Message(problem))
 	}
 	return nil
 }

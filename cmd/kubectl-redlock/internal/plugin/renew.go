@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/holding"
 )
 
 // ErrRequestEnded is returned when the static holder's request ended (its
@@ -98,17 +98,11 @@ func (c *cli) renew(ctx context.Context, k client.Client, ns, name, as string, w
 		}
 		return fmt.Errorf("%q does not hold lock %s (yet): nothing renewed", static, ref)
 	}
-	hb := &v1alpha1.LockHeartbeat{}
-	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, hb); err != nil {
+	if err := holding.Beat(ctx, k, client.ObjectKey{Namespace: ns, Name: name}, st.GrantID, time.Now()); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("lock %s has no LockHeartbeat yet (the operator makes it for a lock with spec.holderLease): nothing renewed", ref)
 		}
-		return apiError("get LockHeartbeat "+ref, err)
-	}
-	hb.Spec.HolderIdentity = st.GrantID
-	hb.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	if err := k.Update(ctx, hb); err != nil {
-		return apiError("renew LockHeartbeat "+ref, err)
+		return apiError("renew the lease of "+ref, err)
 	}
 	_, err := fmt.Fprintf(out, "renewed %s's lease on lock %s (fencing token %d): it runs out %s from now unless renewed.\n",
 		static, ref, st.FencingToken, lock.Spec.HolderLease.Duration)
