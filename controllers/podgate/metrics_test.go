@@ -47,8 +47,11 @@ var _ = Describe("Metrics an on-call engineer pages on", Ordered, func() {
 		pods []*corev1.Pod
 	)
 	BeforeAll(func() {
-		mgr = env.StartManager()
 		ns = env.NewNamespace()
+		// Only this namespace: redlock_pod_wait_seconds has no labels, and
+		// a manager watching every namespace could also ungate a pod an
+		// earlier spec left waiting (envtest never deletes namespaces).
+		mgr = env.StartScopedManager(testenv.Scope{WatchNamespaces: []string{ns}}, nil)
 		ms = env.NewServingMasters(ns, "masters", 3, 4*time.Second)
 		lock = map[string]string{"namespace": ns, "name": "paged"}
 		set = map[string]string{"namespace": ns, "name": ms.Name}
