@@ -336,8 +336,8 @@ type PodReference struct {
 type EndedRequest struct {
 	// Identity is the static holder.
 	Identity string `json:"identity"`
-	// Generation is the lock's generation it ended in: a later spec
-	// naming the same identity asks again.
+	// Generation is the lock's metadata.generation when it ended, for
+	// the record: only another spec.holderIdentity asks again.
 	Generation int64 `json:"generation"`
 	// Reason is LeaseExpired or MaxHoldExceeded.
 	Reason string `json:"reason"`
@@ -516,4 +516,15 @@ func (l *DistributedLock) RedisKey() string {
 		return l.Spec.Key
 	}
 	return "redlock:" + l.Namespace + "/" + l.Name
+}
+
+// StaticRequest is the static holder the lock asks for: spec.holderIdentity,
+// or "" when there is none or status.endedRequest shows that request ended
+// (its lease expired, or it held past maxHoldDuration; the lock then serves
+// its pods until spec.holderIdentity changes).
+func (l *DistributedLock) StaticRequest() string {
+	if er := l.Status.EndedRequest; er != nil && er.Identity == l.Spec.HolderIdentity {
+		return ""
+	}
+	return l.Spec.HolderIdentity
 }

@@ -42,6 +42,8 @@ type endInputs struct {
 	// Since, LastBeat: when the count started, and the latest renewal seen.
 	Lease           time.Duration
 	Since, LastBeat time.Time
+	// NoHeartbeat: the lock has no LockHeartbeat the holder could renew.
+	NoHeartbeat bool
 }
 
 // endVerdict says whether the grant ends now (reason and why; "" when
@@ -55,8 +57,11 @@ func endVerdict(in endInputs) (reason, why string, recheck time.Duration) {
 		recheck = in.MaxHold - held
 	}
 	if in.Lease > 0 {
-		why, r := livenessVerdict(livenessInputs{Now: in.Now, Timeout: in.Lease, Since: in.Since, LastBeat: in.LastBeat})
-		if why != "" {
+		why, r := livenessVerdict(livenessInputs{Now: in.Now, Timeout: in.Lease, Since: in.Since, LastBeat: in.LastBeat, Limit: "holderLease"})
+		switch {
+		case why != "" && in.NoHeartbeat:
+			return v1alpha1.ReasonLeaseExpired, fmt.Sprintf("the static holder's lease was not renewed: the lock has no LockHeartbeat to renew it with (the operator makes one unless it runs with --agent-access=false): %s", why), 0
+		case why != "":
 			return v1alpha1.ReasonLeaseExpired, fmt.Sprintf("the static holder's lease was not renewed: %s", why), 0
 		}
 		if recheck == 0 || r < recheck {
@@ -79,18 +84,17 @@ func (r *Reconciler) checkEnd(ctx context.Context, s *scope, h *held) (reason, w
 	static := h.pod == nil && h.holder == lock.Spec.HolderIdentity
 	if l := lock.Spec.HolderLease; l != nil && static {
 		key := client.ObjectKeyFromObject(lock)
-		switch err := r.Get(ctx, key, &v1alpha1.LockHeartbeat{}); {
-		case apierrors.IsNotFound(err):
-			s.requeueAfter(l.Duration) // not made yet: nothing to renew, nothing counted
-		case err != nil:
+		// No LockHeartbeat counts as no renewal: when in doubt, the
+		// lease runs out (nothing else could end the grant).
+		err := r.Get(ctx, key, &v1alpha1.LockHeartbeat{})
+		if err != nil && !apierrors.IsNotFound(err) {
 			return "", "", nil, fmt.Errorf("read heartbeat: %w", err)
-		default:
-			lv := &h.liveness
-			if lv.since.IsZero() || lv.timeout != l.Duration {
-				*lv = liveness{since: s.now, timeout: l.Duration}
-			}
-			in.Lease, in.Since, in.LastBeat = l.Duration, lv.since, r.beats.watch(key, h.grantID)
 		}
+		lv := &h.liveness
+		if lv.since.IsZero() || lv.timeout != l.Duration {
+			*lv = liveness{since: s.now, timeout: l.Duration}
+		}
+		in.Lease, in.Since, in.LastBeat, in.NoHeartbeat = l.Duration, lv.since, r.beats.watch(key, h.grantID), err != nil
 	}
 	if in.MaxHold == 0 && in.Lease == 0 {
 		return "", "", nil, nil

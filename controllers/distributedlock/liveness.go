@@ -149,22 +149,29 @@ type livenessInputs struct {
 	// crashes.
 	Down         bool
 	TroubleSince time.Time
+	// Limit names the field Timeout comes from, in the verdict's words
+	// ("": heartbeatTimeout).
+	Limit string
 }
 
 // livenessVerdict says why the holder is to be treated as finished ("":
 // it is not), and when to look again.
 func livenessVerdict(in livenessInputs) (why string, recheck time.Duration) {
+	limit := in.Limit
+	if limit == "" {
+		limit = "heartbeatTimeout"
+	}
 	last := in.Since
 	if in.LastBeat.After(last) {
 		last = in.LastBeat
 	}
 	if quiet := in.Now.Sub(last); quiet >= in.Timeout {
-		return fmt.Sprintf("no heartbeat seen for %s (heartbeatTimeout %s)", quiet.Round(time.Millisecond), in.Timeout), 0
+		return fmt.Sprintf("no heartbeat seen for %s (%s %s)", quiet.Round(time.Millisecond), limit, in.Timeout), 0
 	}
 	recheck = last.Add(in.Timeout).Sub(in.Now)
 	if in.Down && !in.TroubleSince.IsZero() {
 		if spell := in.Now.Sub(in.TroubleSince); spell >= in.Timeout {
-			return fmt.Sprintf("its containers have crash-looped for %s (heartbeatTimeout %s)", spell.Round(time.Millisecond), in.Timeout), 0
+			return fmt.Sprintf("its containers have crash-looped for %s (%s %s)", spell.Round(time.Millisecond), limit, in.Timeout), 0
 		}
 		recheck = min(recheck, in.TroubleSince.Add(in.Timeout).Sub(in.Now))
 	}

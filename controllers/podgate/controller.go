@@ -378,6 +378,7 @@ func decide(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) deci
 var lossReasons = map[string]bool{
 	v1alpha1.ReasonLost: true, v1alpha1.ReasonValidityExpired: true, v1alpha1.ReasonRenewFailed: true,
 	v1alpha1.ReasonShed: true, v1alpha1.ReasonSuperseded: true, v1alpha1.ReasonHolderUnresponsive: true,
+	v1alpha1.ReasonMaxHoldExceeded: true,
 }
 
 // showsGrantOf reports whether st shows a grant to pod, which has not

@@ -59,14 +59,15 @@ func PlanFor(lock *v1alpha1.DistributedLock) (Plan, error) {
 		p.Waiting = st.Queue.Count
 	}
 	ref := lock.Namespace + "/" + lock.Name
+	static := lock.StaticRequest() // none once its request ended: the pods are served
 	switch {
-	case lock.Spec.HolderIdentity != "" && st.Holder != nil && st.Holder.Identity != lock.Spec.HolderIdentity:
+	case static != "" && st.Holder != nil && st.Holder.Identity != static:
 		return Plan{}, fmt.Errorf("lock %s: its spec asks for %q while status still shows %s: the operator is switching holders; hand over once it settled: %w",
-			ref, lock.Spec.HolderIdentity, holderName(st.Holder), ErrNotHeld)
-	case lock.Spec.HolderIdentity != "":
+			ref, static, holderName(st.Holder), ErrNotHeld)
+	case static != "":
 		// Granted to the static holder, or asked for and not granted yet
 		// (no grant to wait past): clearing the spec gives it up either way.
-		p.Action, p.Holder = ClearStatic, lock.Spec.HolderIdentity
+		p.Action, p.Holder = ClearStatic, static
 		if st.Holder == nil {
 			p.GrantID, p.Token = "", 0
 		}

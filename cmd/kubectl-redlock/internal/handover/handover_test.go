@@ -20,6 +20,12 @@ func lock(spec string, st v1alpha1.DistributedLockStatus) *v1alpha1.DistributedL
 		Spec: v1alpha1.DistributedLockSpec{HolderIdentity: spec}, Status: st}
 }
 
+// ended records that the static request of l's spec ended (its lease expired).
+func ended(l *v1alpha1.DistributedLock) *v1alpha1.DistributedLock {
+	l.Status.EndedRequest = &v1alpha1.EndedRequest{Identity: l.Spec.HolderIdentity, Reason: v1alpha1.ReasonLeaseExpired}
+	return l
+}
+
 func podGrant(pod, grant string, token int64, waiting int32) v1alpha1.DistributedLockStatus {
 	return v1alpha1.DistributedLockStatus{
 		Holder:     &v1alpha1.LockHolder{Identity: pod, Pod: &v1alpha1.PodReference{Name: pod, UID: "uid-" + "pod"}},
@@ -45,6 +51,9 @@ func TestPlanFor(t *testing.T) {
 		{"static holder being released", lock("", static), 0, "", "", `held by "nightly", which its spec no longer asks for`},
 		{"spec asks for another static holder than status shows", lock("weekly", static), 0, "", "", `its spec asks for "weekly" while status still shows nightly`},
 		{"spec asks for a static holder, a pod still holds", lock("weekly", podGrant("web-0", "g2", 8, 0)), 0, "", "", `status still shows pod/web-0`},
+		{"static request ended, a pod holds", ended(lock("nightly", podGrant("web-0", "g2", 8, 0))), EvictPod, "pod/web-0", "g2", ""},
+		{"static request ended, its grant being given up", ended(lock("nightly", static)), 0, "", "", `held by "nightly", which its spec no longer asks for`},
+		{"static request ended, nobody holds", ended(lock("nightly", v1alpha1.DistributedLockStatus{})), 0, "", "", "is not held"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := PlanFor(tc.lock)

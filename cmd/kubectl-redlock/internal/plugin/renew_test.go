@@ -56,6 +56,40 @@ var _ = Describe("kubectl redlock renew", func() {
 		Expect(r.err).To(MatchError(ContainSubstring("set another spec.holderIdentity to ask again")))
 	})
 
+	It("with --every, reports a failed renewal and tries again, and exits only once renewing cannot go on", func() {
+		lock := staticLock(ns, "every", "ci-run-2")
+		Eventually(func() error {
+			cur := read(lock)
+			cur.Spec.HolderLease = &metav1.Duration{Duration: 3 * time.Second}
+			return k8s.Update(ctx, cur)
+		}).Should(Succeed(), "lock %s/every to take a holderLease", ns)
+
+		By("trying again while the lock has no LockHeartbeat to renew")
+		stderr, done := session{}.start("renew", "every", "-n", ns, "--every", "200ms")
+		Eventually(stderr.String).Should(ContainSubstring("renewing failed, trying again in 200ms"), "kubectl redlock renew on lock %s/every to report the missing LockHeartbeat", ns)
+		Expect(done).NotTo(Receive(), "the renewer still runs")
+
+		By("renewing once the LockHeartbeat exists")
+		Expect(k8s.Create(ctx, &v1alpha1.LockHeartbeat{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "every"}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			hb := &v1alpha1.LockHeartbeat{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "every"}, hb)).To(Succeed())
+			g.Expect(hb.Spec.HolderIdentity).To(Equal("grant-ci-run-2"))
+			g.Expect(hb.Spec.RenewTime).NotTo(BeNil())
+		}).Should(Succeed(), "LockHeartbeat %s/every to be renewed for grant-ci-run-2", ns)
+		Expect(done).NotTo(Receive(), "the renewer still runs")
+
+		By("exiting once the request ended")
+		writeStatus(lock, func(st *v1alpha1.DistributedLockStatus) {
+			st.Holder, st.ValidUntil = nil, nil
+			st.EndedRequest = &v1alpha1.EndedRequest{Identity: "ci-run-2", Reason: v1alpha1.ReasonLeaseExpired}
+		})
+		var r result
+		Eventually(done).WithTimeout(10*time.Second).Should(Receive(&r), "kubectl redlock renew --every on lock %s/every to exit", ns)
+		Expect(r.err).To(MatchError(plugin.ErrRequestEnded))
+		Expect(r.out).To(ContainSubstring("renewed ci-run-2's lease on lock " + ns + "/every"))
+	})
+
 	It("fails on a lock without a static holder or without a lease, and when the holder does not hold it yet", func() {
 		newLock(ns, "pods-only", nil)
 		Expect(kubectlRedlock("renew", "pods-only", "-n", ns).err).To(MatchError(ContainSubstring("has no static holder")))

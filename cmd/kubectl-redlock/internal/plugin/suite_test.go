@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,16 +78,46 @@ type session struct {
 func kubectlRedlock(args ...string) result { return session{}.run(args...) }
 
 func (s session) run(args ...string) result {
-	var out, errOut bytes.Buffer
+	_, done := s.start(args...)
+	return <-done
+}
+
+// start runs `kubectl redlock ARGS…` in the background: stderr can be
+// read while it runs, and done receives what it printed and returned.
+func (s session) start(args ...string) (stderr *syncBuffer, done <-chan result) {
+	var out bytes.Buffer
+	errOut := &syncBuffer{}
 	in := s.stdin
 	if in == nil {
 		in = strings.NewReader("")
 	}
-	cmd := plugin.NewCommand(genericiooptions.IOStreams{In: in, Out: &out, ErrOut: &errOut},
+	cmd := plugin.NewCommand(genericiooptions.IOStreams{In: in, Out: &out, ErrOut: errOut},
 		plugin.Options{IsTerminal: func(io.Reader) bool { return s.terminal }, PollInterval: 200 * time.Millisecond})
 	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
-	err := cmd.ExecuteContext(ctx)
-	return result{out: out.String(), errOut: errOut.String(), err: err}
+	ch := make(chan result, 1)
+	go func() {
+		err := cmd.ExecuteContext(ctx)
+		ch <- result{out: out.String(), errOut: errOut.String(), err: err}
+	}()
+	return errOut, ch
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // namespace creates a namespace of the given name ("" for a generated one).

@@ -220,6 +220,13 @@ func TestExplain(t *testing.T) {
 				l.Status.Holder = &v1alpha1.LockHolder{Identity: "nightly"}
 			}, queued(me))), nil, nil,
 			WhyStaticHolder, []string{`static holder "nightly" (spec.holderIdentity)`, "kubectl redlock handover l"}},
+		{"static holder whose request ended, its grant being given up", podWith("me", "l", nil),
+			lockWith("shop", "l", both(func(l *v1alpha1.DistributedLock) {
+				l.Spec.HolderIdentity = "nightly"
+				l.Status.Holder = &v1alpha1.LockHolder{Identity: "nightly"}
+				l.Status.EndedRequest = &v1alpha1.EndedRequest{Identity: "nightly", Reason: v1alpha1.ReasonLeaseExpired}
+			}, queued(me))), nil, nil,
+			WhyReleasing, []string{`still held by "nightly", which the spec no longer asks for`}},
 		{"quorum unavailable", podWith("me", "l", nil),
 			lockWith("shop", "l", both(queued(me), condition(v1alpha1.ConditionHeld, "False", v1alpha1.ReasonQuorumUnavailable, "2 of 3 masters down"))), nil, nil,
 			WhyLockNotHeld, []string{"nobody holds the lock: Held=False, reason QuorumUnavailable: 2 of 3 masters down"}},

@@ -179,7 +179,7 @@ func holderState(lock *v1alpha1.DistributedLock, holderPod *corev1.Pod, now time
 	}
 	until, _, shown := Validity(st, now)
 	h := &HolderState{Holder: *holderOf(st), FencingToken: st.FencingToken, ValidUntil: until, ValidFor: shown,
-		Static: st.Holder.Pod == nil && lock.Spec.HolderIdentity == st.Holder.Identity}
+		Static: st.Holder.Pod == nil && lock.StaticRequest() == st.Holder.Identity}
 	if st.Holder.Pod != nil {
 		h.PodPhase = PhaseGone
 		if holderPod != nil {
@@ -241,9 +241,9 @@ func explainHolder(w *Why, in WhyInput, ahead string) (reason, text string) {
 	lock, st := in.Lock, in.Lock.Status
 	hp := w.Holder
 	switch {
-	case lock.Spec.HolderIdentity != "":
+	case lock.StaticRequest() != "":
 		return WhyStaticHolder, fmt.Sprintf("the lock is reserved for the static holder %q (spec.holderIdentity): pods wait until that field is cleared, e.g. with `kubectl redlock handover %s`%s",
-			lock.Spec.HolderIdentity, lock.Name, ahead)
+			lock.StaticRequest(), lock.Name, ahead)
 	case st.Holder != nil && st.Holder.Pod == nil:
 		return WhyReleasing, fmt.Sprintf("the lock is still held by %q, which the spec no longer asks for: the operator is releasing it%s", st.Holder.Identity, ahead)
 	case st.Holder != nil && in.HolderPod == nil:
