@@ -16,6 +16,11 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
+// patient keeps a loaded machine's stall from failing a single try: these
+// tests are about what the masters store, not about slow masters (a node
+// timeout derived from a short TTL is tens of milliseconds).
+var patient = redlock.WithNodeTimeout(2 * time.Second)
+
 // TestSemaphoreAdmitsSlotsHolders: a semaphore of 3 grants three holders,
 // each its own slot with its own fencing token, refuses a fourth while
 // they hold (ErrLockHeld), and grants it the slot a release freed, with a
@@ -23,7 +28,7 @@ import (
 func TestSemaphoreAdmitsSlotsHolders(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	ctx := context.Background()
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
 	held := map[int]*redlock.Lock{}
 	for range 3 {
 		l, err := c.AcquireSemaphore(ctx, "sem-a", 3, time.Minute, redlock.WithFencing())
@@ -74,7 +79,7 @@ func TestSemaphoreAdmitsSlotsHolders(t *testing.T) {
 func TestSemaphoreRefusesAnotherNumberOfSlots(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	ctx := context.Background()
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
 	a, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-b", Slots: 2, Index: 0}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +145,7 @@ func TestSemaphoreRefusesAnotherNumberOfSlots(t *testing.T) {
 func TestSemaphoreDeclarationOutlivesItsSlots(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	ctx := context.Background()
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
 	long, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-c", Slots: 2, Index: 0}, 6*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +229,7 @@ func TestSemaphoreSlotSurvivesRestartedMasters(t *testing.T) {
 func TestSemaphoreStaleNumberOnAMinority(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	ctx := context.Background()
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
 	set(t, servers[2], redlock.SlotsKey("sem-m"), "5", time.Minute)
 	held, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-m", Slots: 3, Index: 0}, time.Minute)
 	if err != nil {
@@ -252,7 +257,7 @@ func TestSemaphoreStaleNumberOnAMinority(t *testing.T) {
 func TestSemaphoreSlotWithoutItsNumberIsNotExtended(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	ctx := context.Background()
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
 	slot := redlock.Slot{Semaphore: "sem-e", Slots: 2, Index: 1}
 	acquired, err := c.AcquireSlot(ctx, slot, 30*time.Second)
 	if err != nil {
