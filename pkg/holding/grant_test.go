@@ -81,3 +81,32 @@ func TestGrantOfUnderClockOffsets(t *testing.T) {
 		t.Errorf("no lock: GrantOf = %+v, want none", g)
 	}
 }
+
+// TestGrantOfStaticHolder: a static holder (Identity) holds a grant status
+// shows for that identity with no pod, and nothing a pod of the same name
+// holds.
+func TestGrantOfStaticHolder(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	me := Holder{Identity: "ci-run-1"}
+	lock := func(h *v1alpha1.LockHolder) *v1alpha1.DistributedLock {
+		return &v1alpha1.DistributedLock{
+			Spec: v1alpha1.DistributedLockSpec{HolderLease: &metav1.Duration{Duration: 9 * time.Second}},
+			Status: v1alpha1.DistributedLockStatus{
+				Holder: h, GrantID: "g", FencingToken: 7, ValidUntil: v1alpha1.NewPreciseTime(now.Add(5 * time.Second)),
+				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionHeld, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAcquired}},
+			},
+		}
+	}
+	g := GrantOf(lock(&v1alpha1.LockHolder{Identity: "ci-run-1"}), me, now, 0)
+	if g == nil || g.Token != 7 || g.HolderLease != 9*time.Second {
+		t.Fatalf("GrantOf = %+v, want token 7 with a holderLease of 9s", g)
+	}
+	for name, h := range map[string]*v1alpha1.LockHolder{
+		"a pod named as the identity": {Identity: "ci-run-1", Pod: &v1alpha1.PodReference{Name: "ci-run-1", UID: "u"}},
+		"another static holder":       {Identity: "ci-run-2"},
+	} {
+		if g := GrantOf(lock(h), me, now, 0); g != nil {
+			t.Errorf("%s: GrantOf = %+v, want none", name, g)
+		}
+	}
+}

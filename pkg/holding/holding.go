@@ -1,4 +1,5 @@
-// Package holding tells a process whether its pod holds a DistributedLock,
+// Package holding tells a process whether its pod (or it, as a static
+// holder: pkg/lockclient) holds a DistributedLock,
 // from a watch of that one lock, and until when it may act on the grant by
 // its own clock: the fencing deadline.
 //
@@ -60,12 +61,31 @@ type Grant struct {
 	// holder must renew the lock's heartbeat Lease well within it
 	// (Heartbeat), or the operator gives the grant up.
 	HeartbeatTimeout time.Duration
+	// HolderLease is the lock's spec.holderLease (0: unset): a static
+	// holder must renew the lock's heartbeat within it, or the operator
+	// ends the grant.
+	HolderLease time.Duration
 }
 
-// Holder is who the watcher looks for in the lock's status: a pod.
+// Holder is who the watcher looks for in the lock's status: a pod (Name
+// and UID), or a static holder (Identity: spec.holderIdentity, shown in
+// status with no pod).
 type Holder struct {
-	Name string
-	UID  types.UID
+	Name     string
+	UID      types.UID
+	Identity string
+}
+
+// shows reports whether status holder h is this holder.
+func (holder Holder) shows(h *v1alpha1.LockHolder) bool {
+	switch {
+	case h == nil:
+		return false
+	case holder.Identity != "":
+		return h.Pod == nil && h.Identity == holder.Identity
+	default:
+		return h.Pod != nil && h.Pod.UID == holder.UID && h.Pod.Name == holder.Name
+	}
 }
 
 // Options tune a Watcher.
@@ -82,7 +102,7 @@ type Options struct {
 	RetryDelay time.Duration
 }
 
-// Watcher follows one DistributedLock for one holder pod.
+// Watcher follows one DistributedLock for one holder.
 type Watcher struct {
 	c      client.WithWatch
 	lock   types.NamespacedName
@@ -97,6 +117,8 @@ type Watcher struct {
 	shown    string
 	observed bool
 	changed  chan struct{} // closed and replaced whenever current changes
+	latest   *v1alpha1.DistributedLock
+	version  chan struct{} // closed and replaced at every version observed
 	err      error         // the latest error of the watch, nil once it works again
 	stopped  chan struct{}
 }
@@ -109,7 +131,7 @@ func Watch(ctx context.Context, c client.WithWatch, lock types.NamespacedName, h
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = 500 * time.Millisecond
 	}
-	w := &Watcher{c: c, lock: lock, holder: holder, opts: opts, changed: make(chan struct{}), stopped: make(chan struct{})}
+	w := &Watcher{c: c, lock: lock, holder: holder, opts: opts, changed: make(chan struct{}), version: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run(ctx)
 	return w
 }
@@ -207,6 +229,16 @@ func (w *Watcher) Deadline(id string) time.Time {
 	return w.current.Deadline
 }
 
+// Latest returns the latest version of the lock observed (nil: it does
+// not exist, or, with seen false, nothing was observed yet) and a channel
+// closed once a later one is observed. The lock is shared: do not modify
+// it.
+func (w *Watcher) Latest() (l *v1alpha1.DistributedLock, seen bool, next <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.latest, w.observed, w.version
+}
+
 // Changed returns a channel closed at the next change of what this pod
 // holds.
 func (w *Watcher) Changed() <-chan struct{} {
@@ -285,6 +317,9 @@ func (w *Watcher) observe(l *v1alpha1.DistributedLock) {
 	shown := shownTo(l, w.holder)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.latest = l
+	close(w.version)
+	w.version = make(chan struct{})
 	if sameGrant(w.current, next) && w.observed && shown == w.shown {
 		return
 	}
@@ -296,8 +331,7 @@ func (w *Watcher) observe(l *v1alpha1.DistributedLock) {
 // shownTo is the ID of the grant l's status shows to holder, valid or
 // not ("": none).
 func shownTo(l *v1alpha1.DistributedLock, holder Holder) string {
-	if l == nil || l.Status.Holder == nil || l.Status.Holder.Pod == nil ||
-		l.Status.Holder.Pod.UID != holder.UID || l.Status.Holder.Pod.Name != holder.Name {
+	if l == nil || !holder.shows(l.Status.Holder) {
 		return ""
 	}
 	return l.Status.GrantID
@@ -330,8 +364,7 @@ func GrantOf(l *v1alpha1.DistributedLock, holder Holder, now time.Time, skew tim
 		return nil
 	}
 	st := l.Status
-	if st.Holder == nil || st.Holder.Pod == nil || st.Holder.Pod.UID != holder.UID || st.Holder.Pod.Name != holder.Name ||
-		st.ValidUntil == nil || !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionHeld) {
+	if !holder.shows(st.Holder) || st.ValidUntil == nil || !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionHeld) {
 		return nil
 	}
 	left := st.ValidUntil.Sub(now) - skew // wall clocks: the operator's instant against this host's
@@ -344,6 +377,9 @@ func GrantOf(l *v1alpha1.DistributedLock, holder Holder, now time.Time, skew tim
 	}
 	if t := l.Spec.HeartbeatTimeout; t != nil {
 		g.HeartbeatTimeout = t.Duration
+	}
+	if t := l.Spec.HolderLease; t != nil {
+		g.HolderLease = t.Duration
 	}
 	return g
 }

@@ -1,0 +1,418 @@
+// Package lockclient holds a DistributedLock for a critical section of a
+// running process, through the Kubernetes API server only: it never talks
+// to Redis, so a process needs no master credentials, only RBAC on one
+// lock.
+//
+// Acquire asks for the lock as its static holder (spec.holderIdentity, a
+// name of its own per call), on the version of the lock it read, once no
+// other static request is open; the operator acquires the lock across the
+// masters and shows the grant in status. The grant carries its fencing
+// token, the validity status showed and the deadline by this host's clock
+// (package holding): pass the token to every fenced resource, and stop
+// acting on the grant when Done is closed, or Err says so before each
+// action.
+//
+// The lock must set spec.holderLease. While the grant lasts, the client
+// renews that lease through the lock's LockHeartbeat (a third of the lease
+// apart), so the lock of a process that crashed, hangs or is cut off
+// passes on once the lease runs out. A grant ends (Done, Err) at the
+// earliest of: status no longer shows it; the validity status showed
+// passes (less the skew allowance) with no refresh seen; the lease runs
+// out counted from the last renewal sent, which is no later than the
+// operator's own count can end it; Release. A process paused past its
+// deadline sees Err report the end before it acts again, whatever its
+// goroutines did meanwhile.
+//
+// It needs get, list, watch and patch on the DistributedLock (list and
+// watch with a field selector on its name, so a Role may name it in
+// resourceNames) and get and update on its LockHeartbeat; docs/tasks/go-client.md
+// has a Role.
+package lockclient
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/holding"
+)
+
+// Errors. A grant's Err wraps one of ErrLost, ErrExpired, ErrReleased.
+var (
+	// ErrNoLease: the lock sets no spec.holderLease, so a process that
+	// crashed would keep it for ever; the client refuses it.
+	ErrNoLease = errors.New("lockclient: the lock sets no spec.holderLease")
+	// ErrLockNotFound: no such DistributedLock.
+	ErrLockNotFound = errors.New("lockclient: no such DistributedLock")
+	// ErrRequestEnded: the request ended before its grant was seen (the
+	// lease ran out, or maxHoldDuration passed).
+	ErrRequestEnded = errors.New("lockclient: the request ended")
+	// ErrLost: status no longer shows the grant (given up, lost, handed
+	// over, the lock deleted).
+	ErrLost = errors.New("lockclient: the grant ended")
+	// ErrExpired: the grant's deadline passed: no validity refresh seen,
+	// or the lease not renewed, in time.
+	ErrExpired = errors.New("lockclient: the grant's deadline passed")
+	// ErrReleased: Release was called.
+	ErrReleased = errors.New("lockclient: released")
+)
+
+// DefaultSkewAllowance is how far this host's clock may run behind the
+// operator's by default (as the in-pod agent's --skew-allowance).
+const DefaultSkewAllowance = 250 * time.Millisecond
+
+// Client acquires DistributedLocks for this process.
+type Client struct {
+	c        client.WithWatch
+	identity string
+	skew     time.Duration
+	clock    clock.Clock
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithIdentity sets the prefix of the static holder names the client asks
+// for (default: the host name); each Acquire adds a random suffix.
+func WithIdentity(prefix string) Option { return func(c *Client) { c.identity = prefix } }
+
+// WithSkewAllowance sets how far this host's clock may run behind the
+// operator's (default DefaultSkewAllowance): it is taken off every
+// validity. Keep it below a tenth of the lock's ttl.
+func WithSkewAllowance(d time.Duration) Option { return func(c *Client) { c.skew = d } }
+
+// WithClock sets the local clock (default: the real one).
+func WithClock(clk clock.Clock) Option { return func(c *Client) { c.clock = clk } }
+
+// New returns a client acting through c, whose scheme must know the
+// coordination.redlock.dev types (v1alpha1.AddToScheme).
+func New(c client.WithWatch, opts ...Option) *Client {
+	cl := &Client{c: c, skew: DefaultSkewAllowance, clock: clock.RealClock{}}
+	for _, o := range opts {
+		o(cl)
+	}
+	if cl.identity == "" {
+		cl.identity, _ = os.Hostname()
+	}
+	if cl.identity == "" {
+		cl.identity = "lockclient"
+	}
+	return cl
+}
+
+// Acquire asks for lock and waits until it is granted, or ctx ends (then
+// the request is withdrawn). ctx bounds the wait only: the grant lasts
+// until it ends on its own or Release.
+func (c *Client) Acquire(ctx context.Context, lock types.NamespacedName) (*Grant, error) {
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return nil, fmt.Errorf("lockclient: a holder name: %w", err)
+	}
+	id := c.identity + "-" + hex.EncodeToString(suffix)
+	wctx, stop := context.WithCancel(context.Background())
+	w := holding.Watch(wctx, c.c, lock, holding.Holder{Identity: id}, holding.Options{SkewAllowance: c.skew, Clock: c.clock})
+	var claimed time.Time // when the request was sent (zero: not yet)
+	fail := func(err error) (*Grant, error) {
+		if !claimed.IsZero() {
+			// Withdrawn on a context of its own: ctx may be what ended.
+			wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if werr := c.withdraw(wctx, lock, id); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+		stop()
+		return nil, err
+	}
+	for {
+		l, seen, next := w.Latest()
+		if g := w.Current(); g != nil {
+			return c.start(w, stop, lock, id, g), nil
+		}
+		if seen {
+			done, err := c.step(ctx, l, lock, id, &claimed)
+			if done {
+				return fail(err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fail(fmt.Errorf("lockclient: acquire %s: %w", lock, ctx.Err()))
+		case <-next:
+		}
+	}
+}
+
+// step acts on version l of the lock while Acquire waits: it asks for the
+// lock once no other static request is open. done: Acquire fails with err.
+func (c *Client) step(ctx context.Context, l *v1alpha1.DistributedLock, lock types.NamespacedName, id string, claimed *time.Time) (done bool, err error) {
+	switch {
+	case l == nil:
+		return true, fmt.Errorf("%w: %s", ErrLockNotFound, lock)
+	case l.Spec.HolderLease == nil:
+		return true, fmt.Errorf("%w: %s", ErrNoLease, lock)
+	case l.Spec.HolderIdentity == id && l.StaticRequest() == "":
+		er := l.Status.EndedRequest
+		return true, fmt.Errorf("%w: %s: %s", ErrRequestEnded, lock, er.Reason)
+	case l.Spec.HolderIdentity == id, l.StaticRequest() != "":
+		return false, nil // asked, or another request is open: wait
+	}
+	next := l.DeepCopy()
+	next.Spec.HolderIdentity = id
+	sent := c.clock.Now()
+	switch err := c.c.Patch(ctx, next, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{})); {
+	case err == nil:
+		*claimed = sent
+		return false, nil
+	case apierrors.IsConflict(err), ctx.Err() != nil:
+		return false, nil // a later version comes, or the wait ends
+	case apierrors.IsNotFound(err):
+		return true, fmt.Errorf("%w: %s", ErrLockNotFound, lock)
+	default:
+		return true, fmt.Errorf("lockclient: ask for %s: %w", lock, err)
+	}
+}
+
+// withdraw clears spec.holderIdentity if it still names id.
+func (c *Client) withdraw(ctx context.Context, lock types.NamespacedName, id string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l := &v1alpha1.DistributedLock{}
+		if err := c.c.Get(ctx, lock, l); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if l.Spec.HolderIdentity != id {
+			return nil
+		}
+		next := l.DeepCopy()
+		next.Spec.HolderIdentity = ""
+		return c.c.Patch(ctx, next, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{}))
+	})
+	if err != nil {
+		return fmt.Errorf("lockclient: give back %s: %w", lock, err)
+	}
+	return nil
+}
+
+// start begins the grant's lease renewals and its watch for an end.
+func (c *Client) start(w *holding.Watcher, stop context.CancelFunc, lock types.NamespacedName, id string, g *holding.Grant) *Grant {
+	gr := &Grant{
+		Token: g.Token, GrantID: g.GrantID, Key: g.Key, ValidUntil: g.ValidUntil, Holder: id,
+		c: c, w: w, stop: stop, lock: lock, done: make(chan struct{}), moved: make(chan struct{}, 1),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gr.cancel = cancel
+	go gr.renew(ctx)
+	go gr.watch(ctx, w.Done(ctx, g))
+	return gr
+}
+
+// Grant is one grant of a lock to this process.
+type Grant struct {
+	// Token is the grant's fencing token: pass it to every fenced
+	// resource, which refuses a token lower than the highest it has seen.
+	Token int64
+	// GrantID identifies the grant.
+	GrantID string
+	// Key is the lock's Redis key.
+	Key string
+	// ValidUntil is the validity status showed when the grant was seen,
+	// on the operator's clock (refreshed while it lasts: Deadline).
+	ValidUntil time.Time
+	// Holder is the static holder name the client asked for.
+	Holder string
+
+	c      *Client
+	w      *holding.Watcher
+	stop   context.CancelFunc // the watch
+	cancel context.CancelFunc // renew and watch
+	lock   types.NamespacedName
+	done   chan struct{}
+	moved  chan struct{} // leaseUntil moved on
+
+	mu  sync.Mutex
+	err error
+	// leaseUntil is when the lease runs out at the earliest: the latest
+	// renewal that succeeded, from when it was sent (the operator counts
+	// from when it sees it, later), plus the lease. Zero until one
+	// succeeded: the operator's count started at its first look at the
+	// grant, which this process cannot place; the validity bounds it.
+	leaseUntil time.Time
+}
+
+// Done is closed once the grant has ended: stop acting on it.
+func (g *Grant) Done() <-chan struct{} { return g.done }
+
+// Err is nil while the grant lasts, and why it ended after: ErrLost,
+// ErrExpired or ErrReleased, wrapped. It reads the clock itself, so a
+// process that was paused past the deadline learns it here first; ask it
+// before each action on the grant.
+func (g *Grant) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err == nil {
+		if why := g.overLocked(); why != nil {
+			g.endLocked(why)
+		}
+	}
+	return g.err
+}
+
+// Deadline is when the grant ends at the latest, by this host's clock
+// (monotonic): the validity last seen less the skew allowance, or the
+// lease counted from the last renewal that succeeded (from when it was
+// sent), whichever is earlier. Zero once status no longer shows it.
+func (g *Grant) Deadline() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.deadlineLocked()
+}
+
+func (g *Grant) deadlineLocked() time.Time {
+	d := g.w.Deadline(g.GrantID)
+	if !d.IsZero() && !g.leaseUntil.IsZero() && g.leaseUntil.Before(d) {
+		return g.leaseUntil
+	}
+	return d
+}
+
+// overLocked says why the grant is over by the clock and the latest
+// status seen (nil: it is not).
+func (g *Grant) overLocked() error {
+	now := g.c.clock.Now()
+	switch d := g.w.Deadline(g.GrantID); {
+	case d.IsZero():
+		return fmt.Errorf("%w: %s no longer shows grant %s", ErrLost, g.lock, g.GrantID)
+	case !g.leaseUntil.IsZero() && !now.Before(g.leaseUntil):
+		return fmt.Errorf("%w: lease of %s not renewed in time", ErrExpired, g.lock)
+	case !now.Before(d):
+		return fmt.Errorf("%w: validity of %s not refreshed in time", ErrExpired, g.lock)
+	}
+	return nil
+}
+
+// endLocked ends the grant with err (once).
+func (g *Grant) endLocked(err error) {
+	if g.err != nil {
+		return
+	}
+	g.err = err
+	close(g.done)
+	g.cancel()
+	g.stop()
+}
+
+func (g *Grant) end(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.endLocked(err)
+}
+
+// Release ends the grant and gives the lock back: it clears
+// spec.holderIdentity if it still names this grant's holder. Done is
+// closed first; the lock passes on once the operator has released the
+// keys.
+func (g *Grant) Release(ctx context.Context) error {
+	g.end(fmt.Errorf("%w: %s", ErrReleased, g.lock))
+	return g.c.withdraw(ctx, g.lock, g.Holder)
+}
+
+// watch ends the grant when status stops showing it, or by the deadline.
+func (g *Grant) watch(ctx context.Context, shown <-chan struct{}) {
+	for {
+		g.mu.Lock()
+		if g.err == nil {
+			if why := g.overLocked(); why != nil {
+				g.endLocked(why)
+			}
+		}
+		ended, left := g.err != nil, time.Duration(0)
+		if !ended {
+			left = g.deadlineLocked().Sub(g.c.clock.Now())
+		}
+		g.mu.Unlock()
+		if ended {
+			return
+		}
+		t := g.c.clock.NewTimer(left)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-shown:
+			t.Stop()
+			g.end(g.lostOrExpired())
+			return
+		case <-g.moved:
+			t.Stop()
+		case <-g.w.Changed():
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// lostOrExpired says why the watcher reported the grant's end.
+func (g *Grant) lostOrExpired() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if why := g.overLocked(); why != nil {
+		return why
+	}
+	return fmt.Errorf("%w: %s", ErrLost, g.lock)
+}
+
+// renew renews the lease a third of it apart, at once after a failure a
+// tenth of it apart, as long as the grant lasts.
+func (g *Grant) renew(ctx context.Context) {
+	for {
+		if g.Err() != nil {
+			return // never a renewal past the deadline, e.g. after a pause
+		}
+		cur := g.w.Current()
+		if cur == nil || cur.GrantID != g.GrantID || cur.HolderLease <= 0 {
+			return // the watch ends the grant
+		}
+		lease := cur.HolderLease
+		sent := g.c.clock.Now()
+		// Not past the deadline: a renewal sent before a pause is given
+		// up when the process resumes after it.
+		limit := lease / 3
+		if dl := g.Deadline(); !dl.IsZero() && dl.Sub(sent) < limit {
+			limit = dl.Sub(sent)
+		}
+		bctx, cancel := context.WithTimeout(ctx, limit)
+		err := holding.Beat(bctx, g.c.c, g.lock, g.GrantID, sent)
+		cancel()
+		wait := lease / 3
+		if err == nil {
+			g.mu.Lock()
+			if until := sent.Add(lease); g.err == nil && until.After(g.leaseUntil) {
+				g.leaseUntil = until
+			}
+			g.mu.Unlock()
+			select {
+			case g.moved <- struct{}{}:
+			default:
+			}
+		} else {
+			wait = lease / 10
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.c.clock.After(wait):
+		}
+	}
+}
