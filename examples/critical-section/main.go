@@ -10,7 +10,7 @@
 // It prints one line per event, for people and for its test:
 //
 //	event=granted holder=… token=… at=<unix ns>
-//	event=write token=… status=accepted|refused at=…
+//	event=write token=… status=accepted|refused|error sent=<unix ns> at=…
 //	event=done reason="…" at=…        (the grant ended: it stops writing)
 //	event=released at=…
 //
@@ -78,6 +78,16 @@ func run(ctx context.Context, lock types.NamespacedName, fenced, identity string
 		return 1
 	}
 	say("granted", "holder", g.Holder, "token", g.Token)
+	// Released however the critical section ends: a grant that ended on
+	// its own withdraws its request too, but Release says when it is done.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Release(rctx); err != nil {
+			fmt.Fprintln(os.Stderr, "critical-section:", err)
+		}
+		say("released")
+	}()
 
 	end := time.After(hold)
 	tick := time.NewTicker(every)
@@ -88,31 +98,34 @@ func run(ctx context.Context, lock types.NamespacedName, fenced, identity string
 			say("done", "reason", strconv.Quote(g.Err().Error()))
 			return 3
 		case <-ctx.Done():
+			return 0
 		case <-end:
+			return 0
 		case <-tick.C:
-			// Ask before each action: after a pause, this is where the
-			// process learns that its grant is over.
-			if err := g.Err(); err != nil {
-				say("done", "reason", strconv.Quote(err.Error()))
-				return 3
-			}
-			say("write", "token", g.Token, "status", write(ctx, fenced, g))
-			continue
 		}
-		break
+		// Ask before each action: after a pause, this is where the process
+		// learns that its grant is over. The token is what protects the
+		// resource: a pause can fall between this and the write landing.
+		if err := g.Err(); err != nil {
+			say("done", "reason", strconv.Quote(err.Error()))
+			return 3
+		}
+		sent := time.Now().UnixNano()
+		status := write(ctx, fenced, g)
+		say("write", "token", g.Token, "status", status, "sent", sent)
+		if status == "refused" {
+			// A higher token was accepted: another holder has the lock.
+			say("done", "reason", strconv.Quote("the fenced resource refused token "+strconv.FormatInt(g.Token, 10)))
+			return 3
+		}
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := g.Release(rctx); err != nil {
-		fmt.Fprintln(os.Stderr, "critical-section:", err)
-		return 1
-	}
-	say("released")
-	return 0
 }
 
 // write sends one write with the grant's token to the fenced resource.
+// It is bounded by the grant's deadline: not sent, or abandoned, past it.
 func write(ctx context.Context, fenced string, g *lockclient.Grant) string {
+	ctx, cancel := context.WithDeadline(ctx, g.Deadline())
+	defer cancel()
 	q := url.Values{"token": {strconv.FormatInt(g.Token, 10)}, "writer": {g.Holder}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fenced+"?"+q.Encode(), nil)
 	if err != nil {

@@ -1,6 +1,8 @@
 // Command benchsemaphore measures a DistributedSemaphore serving a queue of
 // pods, next to a DistributedLock serving the same queue in the same run:
-// grants per second and slot handover latency.
+// grants per second and slot handover latency; and the Go client
+// (pkg/lockclient) holding a lock for a critical section next to client-go's
+// leaderelection on a Lease: Acquire → granted, Release → next granted.
 //
 // It starts a real kube-apiserver and etcd (envtest), five redis-server
 // masters and the manager in this process. envtest has no kubelet: the
@@ -39,10 +41,11 @@ import (
 )
 
 var (
-	pods  = flag.Int("pods", 30, "pods queued per run")
-	slots = flag.Int("slots", 3, "slots of the semaphore")
-	hold  = flag.Duration("hold", 200*time.Millisecond, "how long each pod holds its slot")
-	ttl   = flag.Duration("ttl", 10*time.Second, "ttl of the semaphore and of the lock")
+	pods   = flag.Int("pods", 30, "pods queued per run")
+	slots  = flag.Int("slots", 3, "slots of the semaphore")
+	hold   = flag.Duration("hold", 200*time.Millisecond, "how long each pod holds its slot")
+	ttl    = flag.Duration("ttl", 10*time.Second, "ttl of the semaphore and of the locks")
+	rounds = flag.Int("rounds", 20, "rounds of the Go client and of leaderelection")
 )
 
 const (
@@ -93,6 +96,17 @@ func run() error {
 	}
 	lockRun := queue(ctx, env.Client, "lock", v1alpha1.LockLabel)
 
+	fmt.Printf("Go client and leaderelection, %d rounds each...\n", *rounds)
+	clientRun := lockClientRun(ctx, env.Client, *rounds)
+	elections := []electionTimings{
+		{"defaults", 15 * time.Second, 10 * time.Second, 2 * time.Second},
+		{"fast", 3 * time.Second, 2 * time.Second, 200 * time.Millisecond},
+	}
+	var electionRuns []clientResult
+	for _, t := range elections {
+		electionRuns = append(electionRuns, leaderElectionRun(ctx, env.Config, *rounds, t))
+	}
+
 	fmt.Printf("\nenvtest kube-apiserver + etcd, 5 masters, ttl %v, hold %v, manager in this process, %d CPUs\n\n", *ttl, *hold, runtime.NumCPU())
 	fmt.Println("| run | pods | grants/s | handover p50 | handover p99 | most holding at once | errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
@@ -104,6 +118,25 @@ func run() error {
 	fmt.Printf("\n| ratio, semaphore / lock | grants/s | handover p50 | handover p99 |\n|---|---:|---:|---:|\n")
 	fmt.Printf("| | %.2f× | %.2f× | %.2f× |\n", semRun.rate()/lockRun.rate(),
 		ratio(pct(semRun.handovers, 0.5), pct(lockRun.handovers, 0.5)), ratio(pct(semRun.handovers, 0.99), pct(lockRun.handovers, 0.99)))
+	fmt.Printf("\n| critical section in a process | rounds | Acquire → granted p50 | p99 | Release → next granted p50 | p99 | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	crow := func(name string, r clientResult) {
+		fmt.Printf("| %s | %d | %v | %v | %v | %v | %d |\n", name, len(r.handover), round(pct(r.acquire, 0.5)), round(pct(r.acquire, 0.99)),
+			round(pct(r.handover, 0.5)), round(pct(r.handover, 0.99)), len(r.errs))
+	}
+	crow("pkg/lockclient, DistributedLock (holderLease 3s)", clientRun)
+	for i, t := range elections {
+		crow(fmt.Sprintf("client-go leaderelection, Lease (%s: %v/%v/%v)", t.name, t.leaseDuration, t.renewDeadline, t.period), electionRuns[i])
+	}
+	fmt.Printf("\n| ratio, lockclient / leaderelection | Acquire p50 | Release → next p50 |\n|---|---:|---:|\n")
+	for i, t := range elections {
+		e := electionRuns[i]
+		fmt.Printf("| %s | %.2f× | %.2f× |\n", t.name, ratio(pct(clientRun.acquire, 0.5), pct(e.acquire, 0.5)), ratio(pct(clientRun.handover, 0.5), pct(e.handover, 0.5)))
+	}
+	for _, r := range append([]clientResult{clientRun}, electionRuns...) {
+		for _, err := range r.errs[:min(len(r.errs), 5)] {
+			fmt.Println("error:", err)
+		}
+	}
 	for _, r := range []result{semRun, lockRun} {
 		for _, err := range r.errs[:min(len(r.errs), 5)] {
 			fmt.Println("error:", err)

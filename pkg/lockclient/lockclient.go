@@ -14,19 +14,24 @@
 //
 // The lock must set spec.holderLease. While the grant lasts, the client
 // renews that lease through the lock's LockHeartbeat (a third of the lease
-// apart), so the lock of a process that crashed, hangs or is cut off
-// passes on once the lease runs out. A grant ends (Done, Err) at the
-// earliest of: status no longer shows it; the validity status showed
-// passes (less the skew allowance) with no refresh seen; the lease runs
-// out counted from the last renewal sent, which is no later than the
-// operator's own count can end it; Release. A process paused past its
-// deadline sees Err report the end before it acts again, whatever its
-// goroutines did meanwhile.
+// apart, at once when the lease changes), so the lock of a process that
+// crashed, hangs or is cut off passes on once the lease runs out. A grant
+// ends (Done, Err) at the earliest of: status no longer shows it; the
+// validity status showed passes (less the skew allowance) with no refresh
+// seen; the lease runs out, counted from when the latest renewal that
+// succeeded was sent (no later than the operator's own count); Release.
+// The validity is what keeps two holders apart (the operator leaves the
+// keys of a grant it gives up until then); the lease only ends a grant
+// sooner. A process paused past its deadline learns from Err that the
+// grant ended before it acts again, whatever its goroutines did meanwhile;
+// the fencing token is what protects a resource from an action already
+// under way. A grant that ends on its own withdraws its request in the
+// background, so the lock passes on without waiting for the lease.
 //
 // It needs get, list, watch and patch on the DistributedLock (list and
 // watch with a field selector on its name, so a Role may name it in
-// resourceNames) and get and update on its LockHeartbeat; docs/tasks/go-client.md
-// has a Role.
+// resourceNames) and get and update on its LockHeartbeat;
+// docs/tasks/go-client.md has a Role.
 package lockclient
 
 import (
@@ -114,26 +119,28 @@ func New(c client.WithWatch, opts ...Option) *Client {
 
 // Acquire asks for lock and waits until it is granted, or ctx ends (then
 // the request is withdrawn). ctx bounds the wait only: the grant lasts
-// until it ends on its own or Release.
+// until it ends on its own or Release, and renews its lease until then,
+// so Release every grant (defer g.Release(ctx)).
+//
+// Waiters are not queued: when the lock is free of static requests, every
+// waiting client asks at once on the version it read, and one wins; the
+// others wait for the next turn.
 func (c *Client) Acquire(ctx context.Context, lock types.NamespacedName) (*Grant, error) {
-	suffix := make([]byte, 4)
+	suffix := make([]byte, 8)
 	if _, err := rand.Read(suffix); err != nil {
 		return nil, fmt.Errorf("lockclient: a holder name: %w", err)
 	}
 	id := c.identity + "-" + hex.EncodeToString(suffix)
 	wctx, stop := context.WithCancel(context.Background())
 	w := holding.Watch(wctx, c.c, lock, holding.Holder{Identity: id}, holding.Options{SkewAllowance: c.skew, Clock: c.clock})
-	var claimed time.Time // when the request was sent (zero: not yet)
+	asked := false // a request was sent, whatever its answer
 	fail := func(err error) (*Grant, error) {
-		if !claimed.IsZero() {
-			// Withdrawn on a context of its own: ctx may be what ended.
-			wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if werr := c.withdraw(wctx, lock, id); werr != nil {
+		stop()
+		if asked {
+			if werr := c.giveBack(lock, id); werr != nil {
 				err = errors.Join(err, werr)
 			}
 		}
-		stop()
 		return nil, err
 	}
 	for {
@@ -142,7 +149,7 @@ func (c *Client) Acquire(ctx context.Context, lock types.NamespacedName) (*Grant
 			return c.start(w, stop, lock, id, g), nil
 		}
 		if seen {
-			done, err := c.step(ctx, l, lock, id, &claimed)
+			done, err := c.step(ctx, l, lock, id, &asked)
 			if done {
 				return fail(err)
 			}
@@ -157,7 +164,7 @@ func (c *Client) Acquire(ctx context.Context, lock types.NamespacedName) (*Grant
 
 // step acts on version l of the lock while Acquire waits: it asks for the
 // lock once no other static request is open. done: Acquire fails with err.
-func (c *Client) step(ctx context.Context, l *v1alpha1.DistributedLock, lock types.NamespacedName, id string, claimed *time.Time) (done bool, err error) {
+func (c *Client) step(ctx context.Context, l *v1alpha1.DistributedLock, lock types.NamespacedName, id string, asked *bool) (done bool, err error) {
 	switch {
 	case l == nil:
 		return true, fmt.Errorf("%w: %s", ErrLockNotFound, lock)
@@ -171,18 +178,45 @@ func (c *Client) step(ctx context.Context, l *v1alpha1.DistributedLock, lock typ
 	}
 	next := l.DeepCopy()
 	next.Spec.HolderIdentity = id
-	sent := c.clock.Now()
+	// Counted as sent before it is: a request applied whose answer is
+	// lost (ctx ended, a timeout) is withdrawn all the same.
+	*asked = true
 	switch err := c.c.Patch(ctx, next, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{})); {
-	case err == nil:
-		*claimed = sent
-		return false, nil
-	case apierrors.IsConflict(err), ctx.Err() != nil:
+	case err == nil, apierrors.IsConflict(err), ctx.Err() != nil:
 		return false, nil // a later version comes, or the wait ends
 	case apierrors.IsNotFound(err):
 		return true, fmt.Errorf("%w: %s", ErrLockNotFound, lock)
 	default:
 		return true, fmt.Errorf("lockclient: ask for %s: %w", lock, err)
 	}
+}
+
+// giveBackFor is how long a request is tried to be withdrawn in the
+// background after the first attempt failed; the lease ends it anyway.
+const giveBackFor = 5 * time.Minute
+
+// giveBack withdraws the request of id (withdraw), on a context of its
+// own: the caller's may be what ended. When that fails it goes on trying
+// in the background, a second apart, for giveBackFor, and returns the
+// first failure.
+func (c *Client) giveBack(lock types.NamespacedName, id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := c.withdraw(ctx, lock, id)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), giveBackFor)
+		defer cancel()
+		for ctx.Err() == nil && c.withdraw(ctx, lock, id) != nil {
+			select {
+			case <-ctx.Done():
+			case <-c.clock.After(time.Second):
+			}
+		}
+	}()
+	return err
 }
 
 // withdraw clears spec.holderIdentity if it still names id.
@@ -222,6 +256,8 @@ func (c *Client) start(w *holding.Watcher, stop context.CancelFunc, lock types.N
 type Grant struct {
 	// Token is the grant's fencing token: pass it to every fenced
 	// resource, which refuses a token lower than the highest it has seen.
+	// The token, not Err, is what protects the resource: a process can
+	// pause between asking Err and its write landing.
 	Token int64
 	// GrantID identifies the grant.
 	GrantID string
@@ -239,25 +275,25 @@ type Grant struct {
 	cancel context.CancelFunc // renew and watch
 	lock   types.NamespacedName
 	done   chan struct{}
-	moved  chan struct{} // leaseUntil moved on
+	moved  chan struct{} // a renewal succeeded or failed
 
 	mu  sync.Mutex
 	err error
-	// leaseUntil is when the lease runs out at the earliest: the latest
-	// renewal that succeeded, from when it was sent (the operator counts
-	// from when it sees it, later), plus the lease. Zero until one
-	// succeeded: the operator's count started at its first look at the
-	// grant, which this process cannot place; the validity bounds it.
-	leaseUntil time.Time
+	// renewed is when the latest renewal that succeeded was sent (zero:
+	// none yet); renewErr the latest renewal's error (nil: it succeeded).
+	renewed  time.Time
+	renewErr error
 }
 
-// Done is closed once the grant has ended: stop acting on it.
+// Done is closed once the grant has ended: stop acting on it. Err says
+// why.
 func (g *Grant) Done() <-chan struct{} { return g.done }
 
 // Err is nil while the grant lasts, and why it ended after: ErrLost,
-// ErrExpired or ErrReleased, wrapped. It reads the clock itself, so a
-// process that was paused past the deadline learns it here first; ask it
-// before each action on the grant.
+// ErrExpired or ErrReleased, wrapped (with the latest renewal's error, if
+// it failed). It reads the clock itself, so a process that was paused
+// past the deadline learns it here, before anything else; ask it before
+// each action on the grant.
 func (g *Grant) Err() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -271,38 +307,65 @@ func (g *Grant) Err() error {
 
 // Deadline is when the grant ends at the latest, by this host's clock
 // (monotonic): the validity last seen less the skew allowance, or the
-// lease counted from the last renewal that succeeded (from when it was
-// sent), whichever is earlier. Zero once status no longer shows it.
+// lease counted from when the latest renewal that succeeded was sent,
+// whichever is earlier. Zero once the grant ended. Bound each action on
+// the grant by it (context.WithDeadline).
 func (g *Grant) Deadline() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.err != nil {
+		return time.Time{}
+	}
 	return g.deadlineLocked()
 }
 
 func (g *Grant) deadlineLocked() time.Time {
 	d := g.w.Deadline(g.GrantID)
-	if !d.IsZero() && !g.leaseUntil.IsZero() && g.leaseUntil.Before(d) {
-		return g.leaseUntil
+	if l := g.leaseUntilLocked(); !d.IsZero() && !l.IsZero() && l.Before(d) {
+		return l
 	}
 	return d
+}
+
+// leaseUntilLocked is when the lease runs out by this process's count: the
+// latest renewal that succeeded, from when it was sent, plus the lease
+// the lock sets now. The operator counts from when it sees a renewal, or
+// a new lease, and from its first look at the grant, all no earlier, so
+// this is no later than its verdict; zero until a renewal succeeded. It
+// is not what keeps two holders apart: the validity is (the operator
+// leaves the keys of a grant it gives up until then).
+func (g *Grant) leaseUntilLocked() time.Time {
+	cur := g.w.Current()
+	if g.renewed.IsZero() || cur == nil || cur.GrantID != g.GrantID || cur.HolderLease <= 0 {
+		return time.Time{}
+	}
+	return g.renewed.Add(cur.HolderLease)
 }
 
 // overLocked says why the grant is over by the clock and the latest
 // status seen (nil: it is not).
 func (g *Grant) overLocked() error {
 	now := g.c.clock.Now()
-	switch d := g.w.Deadline(g.GrantID); {
+	var why error
+	switch d, l := g.w.Deadline(g.GrantID), g.leaseUntilLocked(); {
 	case d.IsZero():
-		return fmt.Errorf("%w: %s no longer shows grant %s", ErrLost, g.lock, g.GrantID)
-	case !g.leaseUntil.IsZero() && !now.Before(g.leaseUntil):
-		return fmt.Errorf("%w: lease of %s not renewed in time", ErrExpired, g.lock)
+		why = fmt.Errorf("%w: %s no longer shows grant %s", ErrLost, g.lock, g.GrantID)
+	case !l.IsZero() && !now.Before(l):
+		why = fmt.Errorf("%w: lease of %s not renewed in time", ErrExpired, g.lock)
 	case !now.Before(d):
-		return fmt.Errorf("%w: validity of %s not refreshed in time", ErrExpired, g.lock)
+		why = fmt.Errorf("%w: validity of %s not refreshed in time", ErrExpired, g.lock)
+	default:
+		return nil
 	}
-	return nil
+	if g.renewErr != nil {
+		why = fmt.Errorf("%w (the latest renewal failed: %w)", why, g.renewErr)
+	}
+	return why
 }
 
-// endLocked ends the grant with err (once).
+// endLocked ends the grant with err (once). Unless it was released, the
+// request is withdrawn in the background: the lock passes on without
+// waiting for the lease.
 func (g *Grant) endLocked(err error) {
 	if g.err != nil {
 		return
@@ -311,6 +374,9 @@ func (g *Grant) endLocked(err error) {
 	close(g.done)
 	g.cancel()
 	g.stop()
+	if !errors.Is(err, ErrReleased) {
+		go func() { _ = g.c.giveBack(g.lock, g.Holder) }()
+	}
 }
 
 func (g *Grant) end(err error) {
@@ -322,7 +388,8 @@ func (g *Grant) end(err error) {
 // Release ends the grant and gives the lock back: it clears
 // spec.holderIdentity if it still names this grant's holder. Done is
 // closed first; the lock passes on once the operator has released the
-// keys.
+// keys. After the grant ended on its own, it only withdraws the request
+// (already done in the background).
 func (g *Grant) Release(ctx context.Context) error {
 	g.end(fmt.Errorf("%w: %s", ErrReleased, g.lock))
 	return g.c.withdraw(ctx, g.lock, g.Holder)
@@ -331,6 +398,7 @@ func (g *Grant) Release(ctx context.Context) error {
 // watch ends the grant when status stops showing it, or by the deadline.
 func (g *Grant) watch(ctx context.Context, shown <-chan struct{}) {
 	for {
+		changed := g.w.Changed()
 		g.mu.Lock()
 		if g.err == nil {
 			if why := g.overLocked(); why != nil {
@@ -356,7 +424,7 @@ func (g *Grant) watch(ctx context.Context, shown <-chan struct{}) {
 			return
 		case <-g.moved:
 			t.Stop()
-		case <-g.w.Changed():
+		case <-changed:
 			t.Stop()
 		case <-t.C():
 		}
@@ -373,10 +441,16 @@ func (g *Grant) lostOrExpired() error {
 	return fmt.Errorf("%w: %s", ErrLost, g.lock)
 }
 
-// renew renews the lease a third of it apart, at once after a failure a
-// tenth of it apart, as long as the grant lasts.
+// renew renews the lease a third of it apart (a tenth after a failure),
+// and at once when the lock's lease changes, as long as the grant lasts.
 func (g *Grant) renew(ctx context.Context) {
+	var (
+		tried time.Time     // the latest attempt
+		lease time.Duration // the lease it was made under
+		wait  time.Duration // from it to the next
+	)
 	for {
+		changed := g.w.Changed()
 		if g.Err() != nil {
 			return // never a renewal past the deadline, e.g. after a pause
 		}
@@ -384,35 +458,44 @@ func (g *Grant) renew(ctx context.Context) {
 		if cur == nil || cur.GrantID != g.GrantID || cur.HolderLease <= 0 {
 			return // the watch ends the grant
 		}
-		lease := cur.HolderLease
-		sent := g.c.clock.Now()
-		// Not past the deadline: a renewal sent before a pause is given
-		// up when the process resumes after it.
-		limit := lease / 3
-		if dl := g.Deadline(); !dl.IsZero() && dl.Sub(sent) < limit {
-			limit = dl.Sub(sent)
-		}
-		bctx, cancel := context.WithTimeout(ctx, limit)
-		err := holding.Beat(bctx, g.c.c, g.lock, g.GrantID, sent)
-		cancel()
-		wait := lease / 3
-		if err == nil {
-			g.mu.Lock()
-			if until := sent.Add(lease); g.err == nil && until.After(g.leaseUntil) {
-				g.leaseUntil = until
+		now := g.c.clock.Now()
+		if tried.IsZero() || cur.HolderLease != lease || now.Sub(tried) >= wait {
+			tried, lease = now, cur.HolderLease
+			wait = lease / 3
+			if g.beat(ctx, now, lease) != nil {
+				wait = lease / 10
 			}
-			g.mu.Unlock()
-			select {
-			case g.moved <- struct{}{}:
-			default:
-			}
-		} else {
-			wait = lease / 10
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.c.clock.After(wait):
+		case <-changed:
+		case <-g.c.clock.After(tried.Add(wait).Sub(now)):
 		}
 	}
+}
+
+// beat renews the lease once, sent at sent, and records the outcome.
+func (g *Grant) beat(ctx context.Context, sent time.Time, lease time.Duration) error {
+	// Never past the deadline: a renewal begun before a pause is given up
+	// when the process resumes after it.
+	limit := lease / 3
+	if dl := g.Deadline(); !dl.IsZero() && dl.Sub(sent) < limit {
+		limit = dl.Sub(sent)
+	}
+	bctx, cancel := context.WithTimeout(ctx, limit)
+	err := holding.Beat(bctx, g.c.c, g.lock, g.GrantID, sent)
+	cancel()
+	g.mu.Lock()
+	if err == nil && g.err == nil && sent.After(g.renewed) {
+		g.renewed = sent
+	}
+	g.renewErr = err
+	g.mu.Unlock()
+	select {
+	case g.moved <- struct{}{}:
+	default:
+	}
+	return err
 }

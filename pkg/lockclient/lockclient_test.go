@@ -4,13 +4,16 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/pkg/lockclient"
@@ -36,40 +39,105 @@ var _ = Describe("Acquire and Release in a process", func() {
 		g := acquire(newClient("worker"), key)
 		Expect(g.Token).To(BeNumerically(">", 0))
 		Expect(g.Err()).To(Succeed())
+		Expect(g.Deadline()).To(BeTemporally(">", time.Now()))
 		l := getLock(key)
 		Expect(l.Spec.HolderIdentity).To(Equal(g.Holder), "the request is the grant's holder name")
 		Expect(l.Status.Holder.Identity).To(Equal(g.Holder))
 
-		By("renewing the lease in the lock's LockHeartbeat")
-		Eventually(func(g2 Gomega) {
+		By("renewing the lease in the lock's LockHeartbeat, so that the operator keeps the grant past two leases")
+		heartbeat := func() *v1alpha1.LockHeartbeat {
 			hb := &v1alpha1.LockHeartbeat{}
-			g2.Expect(env.Client.Get(env.Ctx, key, hb)).To(Succeed())
+			Expect(env.Client.Get(env.Ctx, key, hb)).To(Succeed())
+			return hb
+		}
+		var first time.Time
+		Eventually(func(g2 Gomega) {
+			hb := heartbeat()
 			g2.Expect(hb.Spec.HolderIdentity).To(Equal(g.GrantID))
+			g2.Expect(hb.Spec.RenewTime).NotTo(BeNil())
+			first = hb.Spec.RenewTime.Time
 		}).Should(Succeed(), "LockHeartbeat %s to be renewed for grant %s", key, g.GrantID)
-		Consistently(g.Err).WithTimeout(7*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(),
-			"the grant of lock %s to last over two leases, renewed", key)
-		Expect(getLock(key).Status.FencingToken).To(Equal(g.Token), "the same grant")
+		Eventually(func(g2 Gomega) {
+			g2.Expect(heartbeat().Spec.RenewTime.Time).To(BeTemporally(">", first.Add(7*time.Second)))
+		}).WithTimeout(30*time.Second).Should(Succeed(), "LockHeartbeat %s to be renewed for over two leases", key)
+		st := getLock(key).Status
+		Expect(st.GrantID).To(Equal(g.GrantID), "the operator still shows the grant")
+		Expect(st.EndedRequest).To(BeNil())
+		Expect(g.Err()).To(Succeed())
 
 		By("releasing: Done first, then the request withdrawn and the lock free")
 		Expect(g.Release(env.Ctx)).To(Succeed())
 		Expect(g.Done()).To(BeClosed())
 		Expect(g.Err()).To(MatchError(lockclient.ErrReleased))
+		Expect(g.Deadline().IsZero()).To(BeTrue(), "no deadline once released")
 		Expect(getLock(key).Spec.HolderIdentity).To(BeEmpty())
 		Eventually(func(g2 Gomega) {
 			g2.Expect(getLock(key).Status.Holder).To(BeNil())
 		}).Should(Succeed(), "lock %s to show no holder after Release", key)
 	})
 
+	It("ends the grant by its own count of the lease when its renewals fail, though the operator saw them, and withdraws the request", func() {
+		key := newLock("renewals-fail", 3*time.Second)
+		var failing atomic.Bool
+		c, err := client.NewWithWatch(env.Cfg, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		// A renewal that reaches the API server but whose answer is lost:
+		// written, then reported failed.
+		lossy := interceptor.NewClient(c, interceptor.Funcs{
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				err := c.Update(ctx, obj, opts...)
+				if _, ok := obj.(*v1alpha1.LockHeartbeat); ok && err == nil && failing.Load() {
+					return apierrors.NewServiceUnavailable("the test lost the answer")
+				}
+				return err
+			},
+		})
+		g := acquire(lockclient.New(lossy, lockclient.WithIdentity("lossy")), key)
+		Eventually(func(g2 Gomega) {
+			hb := &v1alpha1.LockHeartbeat{}
+			g2.Expect(env.Client.Get(env.Ctx, key, hb)).To(Succeed())
+			g2.Expect(hb.Spec.HolderIdentity).To(Equal(g.GrantID))
+		}).Should(Succeed(), "LockHeartbeat %s to be renewed once for grant %s", key, g.GrantID)
+
+		By("losing the answer of every renewal from now on")
+		failing.Store(true)
+		Eventually(g.Done()).WithTimeout(30*time.Second).Should(BeClosed(), "the grant of lock %s to end once no renewal was confirmed for a lease", key)
+		Expect(g.Err()).To(MatchError(lockclient.ErrExpired))
+		Expect(g.Err().Error()).To(ContainSubstring("lease of " + key.String() + " not renewed in time"))
+		Expect(g.Err().Error()).To(ContainSubstring("the test lost the answer"), "the renewal's failure is told")
+		Expect(g.Deadline().IsZero()).To(BeTrue())
+
+		By("withdrawing the request of the grant that ended, so that the lock passes on")
+		Eventually(func(g2 Gomega) {
+			l := getLock(key)
+			g2.Expect(l.Spec.HolderIdentity).To(BeEmpty())
+			g2.Expect(l.Status.EndedRequest).To(BeNil(), "the operator did not end it: it saw the renewals")
+		}).Should(Succeed(), "the ended grant's request on lock %s to be withdrawn", key)
+	})
+
 	It("refuses a lock without a lease or that does not exist, and changes nothing", func() {
 		key := newLock("no-lease", 0)
 		_, err := newClient("worker").Acquire(env.Ctx, key)
 		Expect(err).To(MatchError(lockclient.ErrNoLease))
-		Expect(getLock(key).Spec.HolderIdentity).To(BeEmpty(), "nothing asked")
+		l := getLock(key)
+		Expect(l.Spec.HolderIdentity).To(BeEmpty(), "nothing asked")
+		Expect(l.Generation).To(Equal(int64(1)), "the spec never changed")
 		_, err = newClient("worker").Acquire(env.Ctx, types.NamespacedName{Namespace: ns, Name: "missing"})
 		Expect(err).To(MatchError(lockclient.ErrLockNotFound))
 	})
 
-	It("waits while another holds the lock, and leaves the other's request alone when its wait ends", func() {
+	It("withdraws its own request when its wait ends after asking", func() {
+		key := newLockOn("never-granted", "no-such-masters", 3*time.Second)
+		ctx, cancel := context.WithTimeout(env.Ctx, 2*time.Second)
+		defer cancel()
+		_, err := newClient("impatient").Acquire(ctx, key)
+		Expect(err).To(MatchError(context.DeadlineExceeded))
+		l := getLock(key)
+		Expect(l.Spec.HolderIdentity).To(BeEmpty(), "the request withdrawn")
+		Expect(l.Generation).To(Equal(int64(3)), "asked, then withdrawn")
+	})
+
+	It("waits while another holds the lock without touching its request, and is granted once it releases", func() {
 		key := newLock("busy", 3*time.Second)
 		holder := acquire(newClient("first"), key)
 		DeferCleanup(func() { _ = holder.Release(env.Ctx) })
@@ -162,18 +230,25 @@ var _ = Describe("Processes contending through the API server", func() {
 		resumed := time.Now()
 		Expect(a.cmd.Process.Signal(syscall.SIGCONT)).To(Succeed())
 		Eventually(a.exited).WithTimeout(time.Minute).Should(BeClosed(), "process a to stop once resumed")
-		var after []event
+		d, ok := a.first("done")
+		Expect(ok).To(BeTrue(), "process a saw its grant end")
+		Expect(d.at).To(BeTemporally(">", stopped), "it saw the end after the pause")
 		for _, e := range a.Events() {
-			Expect(e.at.After(stopped) && e.at.Before(resumed)).To(BeFalse(), "process a printed %s while stopped", e.name)
-			if e.at.After(resumed) {
-				after = append(after, e)
+			if e.name != "write" {
+				continue
+			}
+			sent, err := strconv.ParseInt(e.fields["sent"], 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+			if time.Unix(0, sent).After(resumed) {
+				Expect(e.fields["status"]).NotTo(Equal("accepted"), "a write process a began after the pause succeeded")
 			}
 		}
-		Expect(after).NotTo(BeEmpty())
-		Expect(after[0].name).To(Equal("done"), "the first thing process a does after the pause is to see its grant ended")
-		for _, e := range after {
-			Expect(e.name).NotTo(Equal("write"), "process a wrote after the pause")
+		var bWrote bool
+		for _, w := range f.log() {
+			bWrote = bWrote || w.writer == gb.fields["holder"]
+			Expect(bWrote && w.writer == ga.fields["holder"] && w.accepted).To(BeFalse(), "a write of process a accepted after process b's")
 		}
+		Expect(bWrote).To(BeTrue(), "process b wrote")
 
 		By("refusing process a's token at the fenced resource: a write sent before the pause, arriving late")
 		resp, err := http.Post(f.url+"?writer=a-late&token="+ga.fields["token"], "text/plain", nil)

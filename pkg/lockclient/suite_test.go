@@ -57,7 +57,7 @@ var _ = BeforeSuite(func() {
 	kubeconfig = env.Kubeconfig(dir)
 	mgr = env.StartManager()
 	ns = env.NewNamespace()
-	ms = env.NewServingMasters(ns, "masters", 3, 4*time.Second)
+	ms = env.NewServingMasters(ns, "masters", 3, 10*time.Second)
 })
 
 var _ = AfterSuite(func() {
@@ -67,12 +67,18 @@ var _ = AfterSuite(func() {
 	env.Stop()
 })
 
-// newLock creates a lock on the suite's masters with a ttl of 2s and, when
-// lease is non-zero, that holderLease.
+// newLock creates a lock on the suite's masters with a ttl of 10s (its
+// validity lasts well past a lease of 3s, and a tenth of it, the lead of a
+// validity refresh, is well above the skew allowance) and, when lease is
+// non-zero, that holderLease.
 func newLock(name string, lease time.Duration) types.NamespacedName {
+	return newLockOn(name, ms.Name, lease)
+}
+
+func newLockOn(name, masterSet string, lease time.Duration) types.NamespacedName {
 	l := &v1alpha1.DistributedLock{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       v1alpha1.DistributedLockSpec{MasterSet: ms.Name, TTL: metav1.Duration{Duration: 2 * time.Second}},
+		Spec:       v1alpha1.DistributedLockSpec{MasterSet: masterSet, TTL: metav1.Duration{Duration: 10 * time.Second}},
 	}
 	if lease > 0 {
 		l.Spec.HolderLease = &metav1.Duration{Duration: lease}
