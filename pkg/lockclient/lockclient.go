@@ -19,7 +19,8 @@
 // ends (Done, Err) at the earliest of: status no longer shows it; the
 // validity status showed passes (less the skew allowance) with no refresh
 // seen; the lease runs out, counted from when the latest renewal that
-// succeeded was sent (no later than the operator's own count); Release.
+// succeeded was sent (once one did, a moment after the grant, no later
+// than the operator's own count); Release.
 // The validity is what keeps two holders apart (the operator leaves the
 // keys of a grant it gives up until then); the lease only ends a grant
 // sooner. A process paused past its deadline learns from Err that the
@@ -133,11 +134,14 @@ func (c *Client) Acquire(ctx context.Context, lock types.NamespacedName) (*Grant
 	id := c.identity + "-" + hex.EncodeToString(suffix)
 	wctx, stop := context.WithCancel(context.Background())
 	w := holding.Watch(wctx, c.c, lock, holding.Holder{Identity: id}, holding.Options{SkewAllowance: c.skew, Clock: c.clock})
-	asked := false // a request was sent, whatever its answer
+	var asked request
 	fail := func(err error) (*Grant, error) {
+		if werr := w.Err(); werr != nil {
+			err = fmt.Errorf("%w (watching the lock: %w)", err, werr)
+		}
 		stop()
-		if asked {
-			if werr := c.giveBack(lock, id); werr != nil {
+		if asked.sent {
+			if werr := c.giveBack(lock, id, asked.unsure); werr != nil {
 				err = errors.Join(err, werr)
 			}
 		}
@@ -162,9 +166,18 @@ func (c *Client) Acquire(ctx context.Context, lock types.NamespacedName) (*Grant
 	}
 }
 
+// request is what Acquire knows of its request: sent (it may have been
+// applied) and unsure (its answer never came: it may be applied later
+// than a first look shows).
+type request struct{ sent, unsure bool }
+
+// askTimeout bounds the request, whatever the caller's context: its
+// answer says whether it was applied.
+const askTimeout = 10 * time.Second
+
 // step acts on version l of the lock while Acquire waits: it asks for the
 // lock once no other static request is open. done: Acquire fails with err.
-func (c *Client) step(ctx context.Context, l *v1alpha1.DistributedLock, lock types.NamespacedName, id string, asked *bool) (done bool, err error) {
+func (c *Client) step(ctx context.Context, l *v1alpha1.DistributedLock, lock types.NamespacedName, id string, asked *request) (done bool, err error) {
 	switch {
 	case l == nil:
 		return true, fmt.Errorf("%w: %s", ErrLockNotFound, lock)
@@ -178,32 +191,40 @@ func (c *Client) step(ctx context.Context, l *v1alpha1.DistributedLock, lock typ
 	}
 	next := l.DeepCopy()
 	next.Spec.HolderIdentity = id
-	// Counted as sent before it is: a request applied whose answer is
-	// lost (ctx ended, a timeout) is withdrawn all the same.
-	*asked = true
-	switch err := c.c.Patch(ctx, next, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{})); {
-	case err == nil, apierrors.IsConflict(err), ctx.Err() != nil:
-		return false, nil // a later version comes, or the wait ends
+	// Not cancelled with ctx, so that its answer comes; counted as sent
+	// before it is: one applied whose answer is lost is withdrawn too.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), askTimeout)
+	defer cancel()
+	asked.sent = true
+	switch err := c.c.Patch(actx, next, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{})); {
+	case err == nil, apierrors.IsConflict(err):
+		return false, nil // a later version comes
 	case apierrors.IsNotFound(err):
 		return true, fmt.Errorf("%w: %s", ErrLockNotFound, lock)
 	default:
+		asked.unsure = asked.unsure || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err)
 		return true, fmt.Errorf("lockclient: ask for %s: %w", lock, err)
 	}
 }
 
-// giveBackFor is how long a request is tried to be withdrawn in the
-// background after the first attempt failed; the lease ends it anyway.
-const giveBackFor = 5 * time.Minute
+// Withdrawing a request: giveBack tries once for giveBackNow, then goes on
+// in the background a second apart for giveBackFor (the lease ends a
+// request nobody renews anyway); a request whose answer never came is
+// looked for again at each of recheckAfter, in case it is applied later.
+const (
+	giveBackNow = 2 * time.Second
+	giveBackFor = 5 * time.Minute
+)
 
-// giveBack withdraws the request of id (withdraw), on a context of its
-// own: the caller's may be what ended. When that fails it goes on trying
-// in the background, a second apart, for giveBackFor, and returns the
-// first failure.
-func (c *Client) giveBack(lock types.NamespacedName, id string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+var recheckAfter = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
+
+// giveBack withdraws the request of id (withdraw), on contexts of its own:
+// the caller's may be what ended. It returns the first attempt's failure.
+func (c *Client) giveBack(lock types.NamespacedName, id string, unsure bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackNow)
 	err := c.withdraw(ctx, lock, id)
 	cancel()
-	if err == nil {
+	if err == nil && !unsure {
 		return nil
 	}
 	go func() {
@@ -214,6 +235,17 @@ func (c *Client) giveBack(lock types.NamespacedName, id string) error {
 			case <-ctx.Done():
 			case <-c.clock.After(time.Second):
 			}
+		}
+		if !unsure {
+			return
+		}
+		for _, d := range recheckAfter {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.clock.After(d):
+			}
+			_ = c.withdraw(ctx, lock, id)
 		}
 	}()
 	return err
@@ -280,9 +312,11 @@ type Grant struct {
 	mu  sync.Mutex
 	err error
 	// renewed is when the latest renewal that succeeded was sent (zero:
-	// none yet); renewErr the latest renewal's error (nil: it succeeded).
-	renewed  time.Time
-	renewErr error
+	// none yet), under the lease renewedFor; renewErr the latest renewal's
+	// error (nil: it succeeded).
+	renewed    time.Time
+	renewedFor time.Duration
+	renewErr   error
 }
 
 // Done is closed once the grant has ended: stop acting on it. Err says
@@ -313,6 +347,11 @@ func (g *Grant) Err() error {
 func (g *Grant) Deadline() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.err == nil {
+		if why := g.overLocked(); why != nil {
+			g.endLocked(why)
+		}
+	}
 	if g.err != nil {
 		return time.Time{}
 	}
@@ -328,18 +367,19 @@ func (g *Grant) deadlineLocked() time.Time {
 }
 
 // leaseUntilLocked is when the lease runs out by this process's count: the
-// latest renewal that succeeded, from when it was sent, plus the lease
-// the lock sets now. The operator counts from when it sees a renewal, or
-// a new lease, and from its first look at the grant, all no earlier, so
-// this is no later than its verdict; zero until a renewal succeeded. It
-// is not what keeps two holders apart: the validity is (the operator
-// leaves the keys of a grant it gives up until then).
+// latest renewal that succeeded, from when it was sent, plus the lease it
+// was made under (a changed lease is renewed at once). The operator counts
+// from when it sees a renewal, and afresh from when it sees a new lease,
+// so once a renewal succeeded this is no later than its verdict; zero
+// until then (a moment after the grant: the operator's count started at
+// its first look at the grant, which this process cannot place). It is
+// not what keeps two holders apart: the validity is (the operator leaves
+// the keys of a grant it gives up until then).
 func (g *Grant) leaseUntilLocked() time.Time {
-	cur := g.w.Current()
-	if g.renewed.IsZero() || cur == nil || cur.GrantID != g.GrantID || cur.HolderLease <= 0 {
+	if g.renewed.IsZero() {
 		return time.Time{}
 	}
-	return g.renewed.Add(cur.HolderLease)
+	return g.renewed.Add(g.renewedFor)
 }
 
 // overLocked says why the grant is over by the clock and the latest
@@ -375,7 +415,7 @@ func (g *Grant) endLocked(err error) {
 	g.cancel()
 	g.stop()
 	if !errors.Is(err, ErrReleased) {
-		go func() { _ = g.c.giveBack(g.lock, g.Holder) }()
+		go func() { _ = g.c.giveBack(g.lock, g.Holder, false) }()
 	}
 }
 
@@ -478,10 +518,11 @@ func (g *Grant) renew(ctx context.Context) {
 
 // beat renews the lease once, sent at sent, and records the outcome.
 func (g *Grant) beat(ctx context.Context, sent time.Time, lease time.Duration) error {
-	// Never past the deadline: a renewal begun before a pause is given up
-	// when the process resumes after it.
-	limit := lease / 3
-	if dl := g.Deadline(); !dl.IsZero() && dl.Sub(sent) < limit {
+	// Bounded by the deadline only: a renewal begun before a pause is
+	// given up when the process resumes after it, and a slow one still
+	// counts while the grant lasts.
+	limit := lease
+	if dl := g.Deadline(); !dl.IsZero() {
 		limit = dl.Sub(sent)
 	}
 	bctx, cancel := context.WithTimeout(ctx, limit)
@@ -489,7 +530,7 @@ func (g *Grant) beat(ctx context.Context, sent time.Time, lease time.Duration) e
 	cancel()
 	g.mu.Lock()
 	if err == nil && g.err == nil && sent.After(g.renewed) {
-		g.renewed = sent
+		g.renewed, g.renewedFor = sent, lease
 	}
 	g.renewErr = err
 	g.mu.Unlock()
