@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,12 +66,13 @@ while :; do sleep 0.05; done`
 
 // podAgent is one pod in holder-label mode and its agent process.
 type podAgent struct {
-	pod    *corev1.Pod
-	cmd    *exec.Cmd
-	log    string        // the app's start/stop log
-	state  string        // the agent's --state-dir
-	listen string        // the agent's --listen
-	exited chan struct{} // closed once the agent process exited
+	pod      *corev1.Pod
+	cmd      *exec.Cmd
+	log      string        // the app's start/stop log
+	state    string        // the agent's --state-dir
+	listen   string        // the agent's --listen
+	exited   chan struct{} // closed once the agent process exited
+	agentLog *lockedBuffer // what the agent logged (JSON lines)
 	// exitedAt is when it exited (read once exited is closed).
 	exitedAt time.Time
 }
@@ -154,7 +158,8 @@ func launch(wrap, extra []string, ns, name, lock, kubeconfig, script string, mut
 	}
 	a.cmd = exec.Command(args[0], args[1:]...)
 	a.cmd.Env = append(os.Environ(), "REDLOCK_LOCK="+lock, "POD_NAMESPACE="+ns, "POD_NAME="+name, "POD_UID="+string(p.UID), "APP_LOG="+a.log)
-	a.cmd.Stdout, a.cmd.Stderr = GinkgoWriter, GinkgoWriter
+	a.agentLog = &lockedBuffer{}
+	a.cmd.Stdout, a.cmd.Stderr = GinkgoWriter, io.MultiWriter(GinkgoWriter, a.agentLog)
 	// Its own process group: the end of a spec kills the agent and its
 	// app, as the end of a container kills every process in it.
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -250,10 +255,58 @@ func (a *podAgent) periods() []period {
 			out[len(out)-1].stop = at
 		}
 	}
+	// An app the agent SIGKILLed wrote no stop line (a loaded machine
+	// may leave the agent no time for the SIGTERM's grace): it stopped
+	// by the time the agent logged the kill, after reaping it.
+	for _, killed := range a.kills() {
+		for i := range out {
+			if out[i].stop.IsZero() && out[i].start.Before(killed) {
+				out[i].stop = killed
+				break
+			}
+		}
+	}
 	return out
 }
 
-// running reports whether the app runs now, as its log says.
+// kills are the times the agent logged "app killed".
+func (a *podAgent) kills() []time.Time {
+	var out []time.Time
+	sc := bufio.NewScanner(bytes.NewReader(a.agentLog.Bytes()))
+	for sc.Scan() {
+		var line struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "app killed" {
+			out = append(out, line.Time)
+		}
+	}
+	return out
+}
+
+// lockedBuffer is a bytes.Buffer safe for the writer exec runs and a
+// spec reading it at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Bytes is a copy of what was written so far.
+func (b *lockedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// running reports whether the app runs now, as its log and the agent's
+// say.
 func (a *podAgent) running() bool {
 	p := a.periods()
 	return len(p) > 0 && p[len(p)-1].stop.IsZero()
@@ -580,6 +633,8 @@ var _ = Describe("The agent in a pod in holder-label mode", Ordered, func() {
 		seen := fetchLock(ns, "stubborn").Status.ValidUntil.Time
 		Eventually(a.exited, 20*time.Second).Should(BeClosed(), "stubborn-a's agent exited once its app was killed")
 		Expect(a.exitedAt).To(BeTemporally("<", seen), "the agent exited, its app killed, after the last validity it could have seen")
+		Expect(a.running()).To(BeFalse(), "stubborn-a's app shown running after the agent logged its kill")
+		Expect(a.periods()[0].stop).To(BeTemporally("<=", a.exitedAt), "stubborn-a's app shown stopped after its agent exited")
 		for _, pid := range children {
 			Eventually(func() bool { return alive(pid) }).Should(BeFalse(), "the app's child %d outlived it", pid)
 		}
