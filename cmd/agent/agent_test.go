@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/internal/harness/syncbuf"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
@@ -68,11 +68,11 @@ while :; do sleep 0.05; done`
 type podAgent struct {
 	pod      *corev1.Pod
 	cmd      *exec.Cmd
-	log      string        // the app's start/stop log
-	state    string        // the agent's --state-dir
-	listen   string        // the agent's --listen
-	exited   chan struct{} // closed once the agent process exited
-	agentLog *lockedBuffer // what the agent logged (JSON lines)
+	log      string          // the app's start/stop log
+	state    string          // the agent's --state-dir
+	listen   string          // the agent's --listen
+	exited   chan struct{}   // closed once the agent process exited
+	agentLog *syncbuf.Buffer // what the agent logged (JSON lines)
 	// exitedAt is when it exited (read once exited is closed).
 	exitedAt time.Time
 }
@@ -158,7 +158,7 @@ func launch(wrap, extra []string, ns, name, lock, kubeconfig, script string, mut
 	}
 	a.cmd = exec.Command(args[0], args[1:]...)
 	a.cmd.Env = append(os.Environ(), "REDLOCK_LOCK="+lock, "POD_NAMESPACE="+ns, "POD_NAME="+name, "POD_UID="+string(p.UID), "APP_LOG="+a.log)
-	a.agentLog = &lockedBuffer{}
+	a.agentLog = &syncbuf.Buffer{}
 	a.cmd.Stdout, a.cmd.Stderr = GinkgoWriter, io.MultiWriter(GinkgoWriter, a.agentLog)
 	// Its own process group: the end of a spec kills the agent and its
 	// app, as the end of a container kills every process in it.
@@ -283,26 +283,6 @@ func (a *podAgent) kills() []time.Time {
 		}
 	}
 	return out
-}
-
-// lockedBuffer is a bytes.Buffer safe for the writer exec runs and a
-// spec reading it at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// Bytes is a copy of what was written so far.
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }
 
 // running reports whether the app runs now, as its log and the agent's

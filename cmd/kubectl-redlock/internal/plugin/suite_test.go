@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/cmd/kubectl-redlock/internal/plugin"
+	"github.com/redlock-operator/redlock-operator/internal/harness/syncbuf"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 )
 
@@ -84,9 +84,9 @@ func (s session) run(args ...string) result {
 
 // start runs `kubectl redlock ARGS…` in the background: stderr can be
 // read while it runs, and done receives what it printed and returned.
-func (s session) start(args ...string) (stderr *syncBuffer, done <-chan result) {
+func (s session) start(args ...string) (stderr *syncbuf.Buffer, done <-chan result) {
 	var out bytes.Buffer
-	errOut := &syncBuffer{}
+	errOut := &syncbuf.Buffer{}
 	in := s.stdin
 	if in == nil {
 		in = strings.NewReader("")
@@ -100,24 +100,6 @@ func (s session) start(args ...string) (stderr *syncBuffer, done <-chan result) 
 		ch <- result{out: out.String(), errOut: errOut.String(), err: err}
 	}()
 	return errOut, ch
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // namespace creates a namespace of the given name ("" for a generated one).
