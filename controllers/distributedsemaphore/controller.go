@@ -93,14 +93,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	waitRecheck, waitErrs := r.enforceWaits(ctx, in, p)
 	errs = append(errs, waitErrs...)
 	st := computeStatus(in, p)
+	res := ctrl.Result{RequeueAfter: waitRecheck}
 	if !semantic.Equal(st, sem.Status) {
 		patched := sem.DeepCopy()
 		patched.Status = st
-		if err := r.Status().Patch(ctx, patched, client.MergeFrom(sem)); err != nil && !apierrors.IsNotFound(err) {
+		// Conditional on the version read: a process that paused after
+		// gathering (a deposed leader waking up) does not overwrite what
+		// a newer view wrote; it computes again from the newer semaphore.
+		err := r.Status().Patch(ctx, patched, client.MergeFromWithOptions(sem, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			// The newer version's watch event brings the semaphore back.
+			logf.FromContext(ctx).V(1).Info("status conflict: computing again from the newer semaphore")
+		default:
 			errs = append(errs, fmt.Errorf("patch status: %w", err))
 		}
 	}
-	res := ctrl.Result{RequeueAfter: waitRecheck}
 	if r.pending(req.NamespacedName) && (res.RequeueAfter == 0 || res.RequeueAfter > time.Second) {
 		// An assignment the cache does not show yet: look again once it
 		// may, whatever wakes the semaphore before.
@@ -293,8 +302,8 @@ func (r *Reconciler) expect(sem types.NamespacedName, lock string, pod types.UID
 	r.expected[sem][lock] = expectation{pod: pod, at: r.Clock.Now()}
 }
 
-// expectations drops the assignments pods shows (or that are too old) and
-// returns the others.
+// expectations drops the assignments pods shows, those of pods it no
+// longer lists, and those too old, and returns the others.
 func (r *Reconciler) expectations(sem types.NamespacedName, pods []*corev1.Pod) map[string]types.UID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -305,7 +314,10 @@ func (r *Reconciler) expectations(sem types.NamespacedName, pods []*corev1.Pod) 
 	out := map[string]types.UID{}
 	now := r.Clock.Now()
 	for lock, e := range r.expected[sem] {
-		if labelled[e.pod] == lock || now.Sub(e.at) > expectationTTL {
+		// Assigned pods came from this cache: one it no longer lists was
+		// deleted (or left the semaphore) and holds the slot no more.
+		label, listed := labelled[e.pod]
+		if !listed || label == lock || now.Sub(e.at) > expectationTTL {
 			delete(r.expected[sem], lock)
 			continue
 		}
@@ -336,7 +348,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("distributedsemaphore").
-		For(&v1alpha1.DistributedSemaphore{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Every change, status included: a status another writer changed
+		// (a deposed leader's late write) is computed again and put back.
+		// The controller's own writes cost one reconcile that writes
+		// nothing.
+		For(&v1alpha1.DistributedSemaphore{}).
 		Owns(&v1alpha1.DistributedLock{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 			old, okOld := e.ObjectOld.(*v1alpha1.DistributedLock)
 			cur, okNew := e.ObjectNew.(*v1alpha1.DistributedLock)

@@ -334,4 +334,31 @@ var _ = Describe("DistributedSemaphore", Ordered, func() {
 		Eventually(func() int32 { return fetchSemaphore(sem).Status.Held }).WithTimeout(20*time.Second).Should(BeZero(), "semaphore %s/brief to be free", ns)
 		Consistently(func() string { return getPod(waiter).Labels[v1alpha1.LockLabel] }, time.Second).Should(BeEmpty(), "the failed pod is given no slot")
 	})
+
+	It("puts its holders back when another writer overwrote its status from an old view", func() {
+		sem := newSemaphore(ms, "restored", "", 1)
+		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
+		holder := semPods(ns, "restored", "restored", 1)[0]
+		Eventually(func() bool { return !demo.Gated(getPod(holder)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s to be given the slot", holder.Name)
+		Expect(podsim.Run(suiteCtx, k8s, holder, "node-1")).To(Succeed())
+		_, token := tokenOf(holder)
+		Eventually(func(g Gomega) {
+			st := fetchSemaphore(sem).Status
+			g.Expect(st.Holders).To(HaveLen(1), "holders")
+			g.Expect(st.Holders[0].FencingToken).To(Equal(token), "the holder's token")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/restored to show %s holding", ns, holder.Name)
+
+		By("writing the status a paused, deposed leader computed before the grant: nobody holding")
+		cur := fetchSemaphore(sem)
+		stale := cur.DeepCopy()
+		stale.Status.Held, stale.Status.Holders = 0, nil
+		Expect(k8s.Status().Patch(suiteCtx, stale, client.MergeFrom(cur))).To(Succeed())
+		Eventually(func(g Gomega) {
+			st := fetchSemaphore(sem).Status
+			g.Expect(st.Held).To(Equal(int32(1)), "held")
+			g.Expect(st.Holders).To(HaveLen(1), "holders")
+			g.Expect(st.Holders[0].FencingToken).To(Equal(token), "the holder's token")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/restored to show %s holding again", ns, holder.Name)
+		Expect(podsim.Finish(suiteCtx, k8s, holder, 0)).To(Succeed())
+	})
 })
