@@ -235,10 +235,21 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 		err := r.Create(ctx, l)
 		if apierrors.IsAlreadyExists(err) {
 			existing := &v1alpha1.DistributedLock{}
-			if gerr := r.Get(ctx, client.ObjectKeyFromObject(l), existing); gerr == nil && !metav1.IsControlledBy(existing, sem) {
+			gerr := r.Get(ctx, client.ObjectKeyFromObject(l), existing)
+			switch {
+			case gerr != nil:
+				errs = append(errs, fmt.Errorf("read slot %s: %w", l.Name, gerr))
+			case !metav1.IsControlledBy(existing, sem):
 				p.taken = append(p.taken, l.Name)
 				r.Recorder.Eventf(sem, nil, corev1.EventTypeWarning, EventSlotNameTaken, "CreateSlot",
 					"DistributedLock %s exists and is not this semaphore's: slot %s cannot be created", l.Name, l.Name)
+			default:
+				// Its own slot, which the list did not show: its label was
+				// removed (or the cache lags). The label is how the
+				// semaphore finds its slots: put it back.
+				if err := r.restoreLabel(ctx, sem, existing); err != nil {
+					errs = append(errs, err)
+				}
 			}
 			continue
 		}
@@ -326,6 +337,26 @@ func (r *Reconciler) expectations(sem types.NamespacedName, pods []*corev1.Pod) 
 	return out
 }
 
+// restoreLabel puts the semaphore's label back on a slot's lock it owns,
+// conditional on the version read (a cache that merely lagged shows the
+// label already: nothing is written).
+func (r *Reconciler) restoreLabel(ctx context.Context, sem *v1alpha1.DistributedSemaphore, l *v1alpha1.DistributedLock) error {
+	if l.Labels[v1alpha1.SemaphoreLabel] == sem.Name {
+		return nil
+	}
+	labelled := l.DeepCopy()
+	if labelled.Labels == nil {
+		labelled.Labels = map[string]string{}
+	}
+	labelled.Labels[v1alpha1.SemaphoreLabel] = sem.Name
+	// An update carries the version read: a lock changed since is left
+	// to the next look.
+	if err := r.Update(ctx, labelled); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("label slot %s: %w", l.Name, err)
+	}
+	return nil
+}
+
 // pending reports whether an assignment to sem awaits the cache.
 func (r *Reconciler) pending(sem types.NamespacedName) bool {
 	r.mu.Lock()
@@ -367,7 +398,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // slotChanged says whether a new version of a slot's lock can change the
 // semaphore's decisions or status: anything but a refresh of the validity.
 func slotChanged(old, cur *v1alpha1.DistributedLock) bool {
-	if old.Generation != cur.Generation || !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) {
+	if old.Generation != cur.Generation || !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+		old.Labels[v1alpha1.SemaphoreLabel] != cur.Labels[v1alpha1.SemaphoreLabel] {
 		return true
 	}
 	o, c := old.Status, cur.Status

@@ -76,8 +76,9 @@ func (s slot) lastRefused() bool {
 }
 
 // ownedSlots sorts the locks labelled for the semaphore into its slots,
-// by number of slots then index, and the names of the slots that a lock
-// it does not own has taken.
+// by number of slots then index, and the names of the slots of its
+// current number that a lock it does not own has taken (a lock of another
+// name carrying its label takes nothing).
 func ownedSlots(in inputs) (slots []slot, taken []string) {
 	byLock := map[string][]*corev1.Pod{}
 	for _, p := range in.pods {
@@ -87,7 +88,9 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 	}
 	for _, l := range in.locks {
 		if !metav1.IsControlledBy(l, in.sem) || l.Spec.SlotOf == nil {
-			taken = append(taken, l.Name)
+			if isSlotName(in.sem, l.Name) {
+				taken = append(taken, l.Name)
+			}
 			continue
 		}
 		s := slot{lock: l}
@@ -255,4 +258,15 @@ func refused(slots []slot) string {
 		}
 	}
 	return ""
+}
+
+// isSlotName reports whether name is the name of a slot of the
+// semaphore's current number.
+func isSlotName(sem *v1alpha1.DistributedSemaphore, name string) bool {
+	for i := range sem.Spec.Slots {
+		if sem.SlotLockName(sem.Spec.Slots, i) == name {
+			return true
+		}
+	}
+	return false
 }

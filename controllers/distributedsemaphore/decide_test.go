@@ -67,6 +67,8 @@ func TestDecide(t *testing.T) {
 	s2, s3 := sem(2), sem(3)
 	foreign := slotLock(s2, 2, 1)
 	foreign.OwnerReferences = nil
+	stray := foreign.DeepCopy()
+	stray.Name = "db-migrations"
 	ttlChanged := sem(2)
 	ttlChanged.Spec.TTL = metav1.Duration{Duration: 30 * time.Second}
 	elsewhere := slotOf(s3, 3, 0, "")
@@ -129,6 +131,11 @@ func TestDecide(t *testing.T) {
 			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, "")}},
 		assign: map[string]string{"a": "db-2-0"},
 		taken:  []string{"db-2-1"},
+	}, {
+		name: "a lock of another name carrying the semaphore's label takes no slot",
+		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "x"), slotOf(s2, 2, 1, "y"), stray},
+			pods: []*corev1.Pod{pod("x", 0, "db-2-0"), pod("y", 0, "db-2-1")}},
+		assign: map[string]string{},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -119,6 +119,17 @@ func tokenOf(p *corev1.Pod) (lock string, token int64) {
 	return cur.Annotations[v1alpha1.LockNameAnnotation], token
 }
 
+// holdingOne creates a semaphore of one slot and a pod given it, reported
+// running.
+func holdingOne(ms *testenv.MasterSet, name string) (*v1alpha1.DistributedSemaphore, *corev1.Pod) {
+	sem := newSemaphore(ms, name, "", 1)
+	Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
+	holder := semPods(ms.NS, name, name, 1)[0]
+	Eventually(func() bool { return !demo.Gated(getPod(holder)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s to be given the slot of semaphore %s", holder.Name, name)
+	Expect(podsim.Run(suiteCtx, k8s, holder, "node-1")).To(Succeed())
+	return sem, holder
+}
+
 func semCondition(s *v1alpha1.DistributedSemaphore, typ string) metav1.Condition {
 	if c := meta.FindStatusCondition(s.Status.Conditions, typ); c != nil {
 		return *c
@@ -310,11 +321,7 @@ var _ = Describe("DistributedSemaphore", Ordered, func() {
 	})
 
 	It("sets a pod that waited for a slot past its annotation's limit Failed, with the condition", func() {
-		sem := newSemaphore(ms, "brief", "", 1)
-		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
-		holder := semPods(ns, "brief", "brief-holder", 1)[0]
-		Eventually(func() bool { return !demo.Gated(getPod(holder)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s to be given the slot", holder.Name)
-		Expect(podsim.Run(suiteCtx, k8s, holder, "node-1")).To(Succeed())
+		sem, holder := holdingOne(ms, "brief")
 		waiter := podsim.Gated(ns, "brief-waiter", map[string]string{v1alpha1.SemaphoreLabel: "brief"})
 		waiter.Annotations = map[string]string{v1alpha1.WaitTimeoutAnnotation: "2s", v1alpha1.OnWaitTimeoutAnnotation: "Fail"}
 		Expect(k8s.Create(suiteCtx, waiter)).To(Succeed())
@@ -336,11 +343,7 @@ var _ = Describe("DistributedSemaphore", Ordered, func() {
 	})
 
 	It("puts its holders back when another writer overwrote its status from an old view", func() {
-		sem := newSemaphore(ms, "restored", "", 1)
-		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
-		holder := semPods(ns, "restored", "restored", 1)[0]
-		Eventually(func() bool { return !demo.Gated(getPod(holder)) }).WithTimeout(20*time.Second).Should(BeTrue(), "pod %s to be given the slot", holder.Name)
-		Expect(podsim.Run(suiteCtx, k8s, holder, "node-1")).To(Succeed())
+		sem, holder := holdingOne(ms, "restored")
 		_, token := tokenOf(holder)
 		Eventually(func(g Gomega) {
 			st := fetchSemaphore(sem).Status
@@ -359,6 +362,31 @@ var _ = Describe("DistributedSemaphore", Ordered, func() {
 			g.Expect(st.Holders).To(HaveLen(1), "holders")
 			g.Expect(st.Holders[0].FencingToken).To(Equal(token), "the holder's token")
 		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/restored to show %s holding again", ns, holder.Name)
+		Expect(podsim.Finish(suiteCtx, k8s, holder, 0)).To(Succeed())
+	})
+
+	It("puts its label back on a slot's lock a user removed it from, and keeps showing the slot's holder", func() {
+		sem, holder := holdingOne(ms, "relabelled")
+		slotName, _ := tokenOf(holder)
+
+		By("removing the label redlock.dev/semaphore from the slot's lock " + slotName)
+		Eventually(func() error {
+			l := &v1alpha1.DistributedLock{}
+			if err := k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: slotName}, l); err != nil {
+				return err
+			}
+			delete(l.Labels, v1alpha1.SemaphoreLabel)
+			return k8s.Update(suiteCtx, l)
+		}).Should(Succeed(), "removing the label from lock %s/%s", ns, slotName)
+		Eventually(func(g Gomega) {
+			l := &v1alpha1.DistributedLock{}
+			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: slotName}, l)).To(Succeed())
+			g.Expect(l.Labels).To(HaveKeyWithValue(v1alpha1.SemaphoreLabel, "relabelled"), "the slot's label")
+			st := fetchSemaphore(sem).Status
+			g.Expect(st.Holders).To(HaveLen(1), "holders")
+			g.Expect(st.Holders[0].Holder.Identity).To(Equal(holder.Name), "the holder")
+			g.Expect(semCondition(fetchSemaphore(sem), v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue), "Ready")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "lock %s/%s to be labelled for semaphore relabelled again, %s its holder", ns, slotName, holder.Name)
 		Expect(podsim.Finish(suiteCtx, k8s, holder, 0)).To(Succeed())
 	})
 })
