@@ -63,7 +63,7 @@ type expectation struct {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/status,verbs=patch
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/finalizers,verbs=update
-// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -237,6 +237,9 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 			existing := &v1alpha1.DistributedLock{}
 			gerr := r.Get(ctx, client.ObjectKeyFromObject(l), existing)
 			switch {
+			case apierrors.IsNotFound(gerr):
+				// Created by an earlier look, not in the cache yet: its
+				// event brings the semaphore back.
 			case gerr != nil:
 				errs = append(errs, fmt.Errorf("read slot %s: %w", l.Name, gerr))
 			case !metav1.IsControlledBy(existing, sem):
@@ -349,9 +352,9 @@ func (r *Reconciler) restoreLabel(ctx context.Context, sem *v1alpha1.Distributed
 		labelled.Labels = map[string]string{}
 	}
 	labelled.Labels[v1alpha1.SemaphoreLabel] = sem.Name
-	// An update carries the version read: a lock changed since is left
+	// The labels only, on the version read: a lock changed since is left
 	// to the next look.
-	if err := r.Update(ctx, labelled); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if err := r.Patch(ctx, labelled, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("label slot %s: %w", l.Name, err)
 	}
 	return nil

@@ -45,5 +45,9 @@
 // slot (not yet labelled for one: once they are, the pod gate owns it) and
 // the label redlock.dev/lock, set once, on the version of the pod read
 // (optimistic concurrency), and counted as set until the cache shows it
-// (expectations), so that a lagging cache never gives one slot two pods.
+// or no longer lists the pod (expectations), so that a lagging cache never
+// gives one slot two pods. A pod leaves that list only when deleted: the
+// admission policy keeps its label redlock.dev/semaphore while it takes
+// part. The status is patched on the version of the semaphore read, and
+// recomputed when another writer changed it.
 package distributedsemaphore

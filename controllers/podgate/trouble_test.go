@@ -605,14 +605,13 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		By("admitting the pod labelled only for its semaphore")
 		Expect(k8s.Create(suiteCtx, semPod)).To(Succeed(), "pod %s/%s gated for a semaphore", ns, semPod.Name)
 
-		By("refusing one labelled for a semaphore without the gate, as if no webhook had run")
-		ungatedPod := semPod.DeepCopy()
-		ungatedPod.Name, ungatedPod.ResourceVersion, ungatedPod.UID, ungatedPod.Spec.SchedulingGates = "sem-ungated", "", "", nil
-		Expect(k8s.Create(suiteCtx, ungatedPod)).To(MatchError(ContainSubstring("would run without a slot")), "pod %s/%s labelled for a semaphore without the gate", ns, ungatedPod.Name)
-
 		By("allowing the label naming a slot's lock once, and no change after it")
 		Expect(updateLabel(semPod, v1alpha1.LockLabel, "some-semaphore-2-0")).To(Succeed(), "labelling pod %s for a slot", semPod.Name)
 		Expect(updateLabel(semPod, v1alpha1.LockLabel, "some-semaphore-2-1")).To(MatchError(ContainSubstring("cannot change")), "moving pod %s to another slot", semPod.Name)
+
+		By("refusing a change or removal of its semaphore label while it waits")
+		Expect(updateLabel(semPod, v1alpha1.SemaphoreLabel, "other-semaphore")).To(MatchError(ContainSubstring("redlock.dev/semaphore cannot change")), "moving pod %s to another semaphore", semPod.Name)
+		Expect(updateLabel(semPod, v1alpha1.SemaphoreLabel, "")).To(MatchError(ContainSubstring("redlock.dev/semaphore cannot change")), "removing pod %s's semaphore label", semPod.Name)
 	})
 
 	It("refuses a pod created with the holder mark, and a change of a pod's gate mode", func() {
