@@ -1136,6 +1136,9 @@ func TestReleaseAfterLateExtendRemovesCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Acquire returns on a quorum: the third master's copy may still be on
+	// its way (a loaded machine).
+	waitHeldEverywhere(t, servers, key, lock.Value())
 	// The masters hold the value for long enough to outlive the stall below.
 	for i, s := range servers {
 		a := s.Client()
@@ -1307,7 +1310,7 @@ func scriptCalls(t *testing.T, s *redistest.Server) int64 {
 // acquisition returns once a quorum has it).
 func waitHeldEverywhere(t *testing.T, servers []*redistest.Server, key, val string) {
 	t.Helper()
-	waitFor(t, 2*time.Second, "every master to hold the value", func() bool {
+	waitFor(t, 10*time.Second, "every master to hold the value", func() bool {
 		for _, s := range servers {
 			if value(t, s, key) != val {
 				return false
