@@ -285,21 +285,39 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 // the pod this reconcile read: a pod changed since (labelled by an earlier
 // reconcile whose write the cache does not show yet) is left for the next.
 func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) error {
-	pod := a.pod.DeepCopy()
-	if pod.Labels == nil {
-		pod.Labels = map[string]string{}
+	written, err := r.labelAsRead(ctx, a.pod, v1alpha1.LockLabel, a.lock)
+	if err != nil {
+		return fmt.Errorf("label pod %s for slot %s: %w", a.pod.Name, a.lock, err)
 	}
-	pod.Labels[v1alpha1.LockLabel] = a.lock
-	err := r.Patch(ctx, pod, client.MergeFromWithOptions(a.pod, client.MergeFromWithOptimisticLock{}))
+	if written {
+		r.expect(client.ObjectKeyFromObject(sem), a.lock, a.pod.UID)
+		logf.FromContext(ctx).V(1).Info("slot assigned", "pod", a.pod.Name, "lock", a.lock)
+	}
+	return nil
+}
+
+// labelAsRead sets the label key of obj to value with a patch conditional
+// on the version read, and reports whether it wrote: an object changed
+// since, or gone, is left to the next reconcile, which sees it.
+func (r *Reconciler) labelAsRead(ctx context.Context, obj client.Object, key, value string) (bool, error) {
+	labelled, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return false, fmt.Errorf("copy of %T is not an object", obj)
+	}
+	labels := labelled.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[key] = value
+	labelled.SetLabels(labels)
+	err := r.Patch(ctx, labelled, client.MergeFromWithOptions(obj, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case err == nil:
-		r.expect(client.ObjectKeyFromObject(sem), a.lock, pod.UID)
-		logf.FromContext(ctx).V(1).Info("slot assigned", "pod", pod.Name, "lock", a.lock)
-		return nil
+		return true, nil
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		return nil // the pod changed or went: the next reconcile sees it
+		return false, nil
 	default:
-		return fmt.Errorf("label pod %s for slot %s: %w", pod.Name, a.lock, err)
+		return false, err
 	}
 }
 
@@ -341,20 +359,13 @@ func (r *Reconciler) expectations(sem types.NamespacedName, pods []*corev1.Pod) 
 }
 
 // restoreLabel puts the semaphore's label back on a slot's lock it owns,
-// conditional on the version read (a cache that merely lagged shows the
-// label already: nothing is written).
+// on the version read (a cache that merely lagged shows the label already:
+// nothing is written).
 func (r *Reconciler) restoreLabel(ctx context.Context, sem *v1alpha1.DistributedSemaphore, l *v1alpha1.DistributedLock) error {
 	if l.Labels[v1alpha1.SemaphoreLabel] == sem.Name {
 		return nil
 	}
-	labelled := l.DeepCopy()
-	if labelled.Labels == nil {
-		labelled.Labels = map[string]string{}
-	}
-	labelled.Labels[v1alpha1.SemaphoreLabel] = sem.Name
-	// The labels only, on the version read: a lock changed since is left
-	// to the next look.
-	if err := r.Patch(ctx, labelled, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if _, err := r.labelAsRead(ctx, l, v1alpha1.SemaphoreLabel, sem.Name); err != nil {
 		return fmt.Errorf("label slot %s: %w", l.Name, err)
 	}
 	return nil
