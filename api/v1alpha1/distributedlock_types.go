@@ -79,6 +79,15 @@ const (
 	// (LockHeartbeat stoppedGrant) or the pod's containers have stopped
 	// (docs/active-passive.md).
 	ReasonHolderTerminating = "HolderTerminating"
+	// ReasonRequestChanged: someone other than the leased static holder
+	// cleared or changed its request (spec.holderIdentity) without the
+	// holder's release word; the grant ended, and its keys are kept until
+	// the validity status showed has passed (docs/design/grant-life.md).
+	ReasonRequestChanged = "RequestChanged"
+	// ReasonDeleting: the lock is being deleted; the grant ended, and its
+	// keys, and the object, are kept until the validity status showed has
+	// passed, unless its holder pod ended.
+	ReasonDeleting = "Deleting"
 )
 
 // DistributedLockSpec is the desired state of a DistributedLock.
@@ -339,7 +348,8 @@ type EndedRequest struct {
 	// Generation is the lock's metadata.generation when it ended, for
 	// the record: only another spec.holderIdentity asks again.
 	Generation int64 `json:"generation"`
-	// Reason is LeaseExpired or MaxHoldExceeded.
+	// Reason is LeaseExpired, MaxHoldExceeded, or Released (the holder's
+	// own release word).
 	Reason string `json:"reason"`
 	// At is when it ended.
 	// +optional

@@ -147,6 +147,9 @@ type Reconciler struct {
 	// stoppings are the grants hidden because their pods are being
 	// deleted, until their keys are released (terminating.go).
 	stoppings stoppings
+	// ends are the last grant each lock ended here and when its keys
+	// may go (end.go).
+	ends ends
 }
 
 // markWritten records a committed write of this manager's to lock uid.
@@ -411,8 +414,10 @@ func (r *Reconciler) holderNodePhase(ctx context.Context, s *scope) (flow, error
 // the same name. Their sessions must not outlive their objects.
 func (r *Reconciler) releaseOthers(ctx context.Context, name types.NamespacedName, uid types.UID) {
 	for _, h := range r.sessions.others(name, uid) {
-		err := r.releaseSession(ctx, h)
-		logf.FromContext(ctx).Info("released the grant of a lock object that is gone", "uid", h.uid, "token", h.token, "error", errString(err))
+		lock := lockRef(name, h.uid)
+		lock.Spec.MasterSet = h.masterSet
+		until := r.leaveKeys(lock, h, h.ref, time.Time{})
+		logf.FromContext(ctx).Info("stopped renewing the grant of a lock object that is gone", "uid", h.uid, "token", h.token, "keysUntil", until)
 	}
 }
 
@@ -437,30 +442,25 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 			// hidden when its validity passed (a renewal landing just
 			// after). Either way it ends here: readers were told.
 			s.continueFrom(fresh)
-			if reason := heldConditionReason(fresh.Status); givenUp(reason) {
-				// Given up by a patch whose commit this manager did not
-				// see: its keys are left as that reconcile would have left
-				// them (shedGrant), the agent may act until its deadline.
-				r.leaveKeys(lock, h, time.Time{})
+			// Hidden by a patch whose commit this manager did not see: the
+			// reconcile that wrote it can no longer say what proof it had,
+			// so the keys are left until the validity this manager's
+			// Session gave them has passed (decideEnd).
+			_ = r.settle(ctx, lock, h, refOf(lock, h.grantID), nil, time.Time{}, endHiddenElsewhere)
+			switch reason := heldConditionReason(fresh.Status); {
+			case givenUp(reason):
 				if reason == v1alpha1.ReasonHolderTerminating {
 					r.noteStopping(lock, h)
 				}
 				s.shedding = true // as the reconcile that gave it up would have gone on
-				return nil
-			}
-			err := r.giveBack(ctx, h, refOf(lock, h.grantID), nil)
-			if reason := heldConditionReason(fresh.Status); reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost {
+			case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
 				r.countLost(lock, reason)
 				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.token, h.holder, reason)
-			}
-			if err != nil && !errors.Is(err, redlock.ErrNotHeld) {
-				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
-					"release of grant %d did not reach a quorum; copies expire with the TTL: %s", h.token, conditions.Message(err.Error()))
 			}
 			return nil
 		}
 		if fresh.UID != lock.UID || !showsGrantOf(fresh.Status, h) {
-			_ = r.releaseSession(ctx, h) // its value is unique to it: nothing else is touched
+			_ = r.settle(ctx, lock, h, refOf(lock, h.grantID), nil, time.Time{}, endSuperseded)
 			r.countLost(lock, v1alpha1.ReasonSuperseded)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
 				"gave up grant %d: status shows another grant (fencing token %d)", h.token, fresh.Status.FencingToken)
@@ -479,8 +479,21 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 // when it is due: the status writer sheds it, its pod is being deleted
 // (terminating.go), or its holder shows no sign of life (liveness.go).
 func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *held) error {
+	released, err := r.saidReleased(ctx, s.lock, h, false)
+	if err != nil {
+		return err
+	}
+	if released {
+		// A static holder's own release (its word for the grant): the
+		// keys go at once, and its request ends with it.
+		s.lock.Status.EndedRequest = &v1alpha1.EndedRequest{
+			Identity: h.holder, Generation: s.lock.Generation, Reason: v1alpha1.ReasonReleased, At: v1alpha1.NewPreciseTime(s.now),
+		}
+		r.release(s, nil, endReleased, v1alpha1.ReasonReleased, "released by its holder")
+		return nil
+	}
 	if why, shed := r.writer.shedding(h); shed {
-		r.shedGrant(s, h, v1alpha1.ReasonShed, why)
+		r.shedGrant(s, h, endShed, v1alpha1.ReasonShed, why)
 		return nil
 	}
 	terminating, err := r.holderTerminating(ctx, s, h)
@@ -503,69 +516,33 @@ func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *held) error {
 	if err := r.setMark(ctx, pod, h.grantID); err != nil {
 		return err
 	}
-	r.shedGrant(s, h, v1alpha1.ReasonHolderUnresponsive, why)
+	r.shedGrant(s, h, endUnresponsive, v1alpha1.ReasonHolderUnresponsive, why)
 	return nil
 }
 
-// shedGrant stops showing h's grant, with reason: Shed, when the status
-// writer sheds it (load.go), HolderUnresponsive, when its holder shows
-// no sign of life (liveness.go), or HolderTerminating, when its pod is
-// being deleted (terminating.go: the keys are released earlier, once the
-// pod can no longer act on the grant). Once that committed, the grant's Session
-// stops renewing, and its keys, which outlive the validity status showed,
-// are left to expire and removed after it (a reader's view of the shown
-// validity may be stale, and an agent stops its app only by then: nobody
-// else is granted the key before it passes). Its holder has lost it (a
-// pod gets LockLost, and onLost applies). A shed grant is granted again
-// when status writes leave room; an unresponsive holder waits behind the
-// others (podlock.Choose, markPassable), and the next in line is granted
-// once the keys are gone.
-func (r *Reconciler) shedGrant(s *scope, h *held, reason, why string) {
+// shedGrant gives up h's grant, which its Session still renews, for
+// cause (endGrant): shed by the status writer (load.go), its holder
+// unresponsive (liveness.go), its pod being deleted (terminating.go),
+// its lease or maxHoldDuration run out (lease.go). Its holder has lost it
+// (a pod gets LockLost, and onLost applies); its keys stay until the
+// validity shown has passed. A shed grant is granted again when status
+// writes leave room; an unresponsive holder waits behind the others
+// (podlock.Choose, markPassable).
+func (r *Reconciler) shedGrant(s *scope, h *held, cause endCause, reason, why string) {
 	lock := s.lock
-	s.shedding, s.releasing = true, true
-	shown := time.Time{}
-	if vu := s.orig.ValidUntil; vu != nil {
-		shown = vu.Time
-	}
-	s.clear(reason, why)
-	s.givingBack = true
-	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
-		until := r.leaveKeys(lock, h, shown)
-		switch reason {
-		case v1alpha1.ReasonShed:
+	s.shedding = true
+	r.endGrant(s, h, nil, cause, reason, why, func(ctx context.Context, _ error) {
+		switch cause {
+		case endShed:
 			r.Metrics.LocksShed.Inc()
 			r.countLost(lock, reason)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.token, h.holder, why)
-		case v1alpha1.ReasonHolderUnresponsive, v1alpha1.ReasonLeaseExpired, v1alpha1.ReasonMaxHoldExceeded:
+		case endUnresponsive, endLeaseExpired, endMaxHold:
 			r.countLost(lock, reason)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, reason, "Release", "grant %d to %s given up: %s", h.token, h.holder, why)
 		}
-		logf.FromContext(ctx).Info("gave up a grant", "lock", h.name, "token", h.token, "reason", reason, "keysUntil", until)
+		logf.FromContext(ctx).Info("gave up a grant", "lock", h.name, "token", h.token, "reason", reason)
 	})
-}
-
-// leaveKeys stops renewing h's grant, which status no longer shows, and
-// leaves its keys until any validity a reader may have seen of it has
-// passed: shown (the validity status showed last) or the Session's own,
-// whichever is later, and the drift allowance; then they are removed,
-// and the lock looks again. It returns until which the keys are left.
-func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *held, shown time.Time) time.Time {
-	grant := refOf(lock, h.grantID)
-	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
-	name := client.ObjectKeyFromObject(lock)
-	r.sessions.drop(h)
-	h.session.Orphan()
-	until := shown
-	if v := h.session.State().ValidUntil; v.After(until) {
-		until = v
-	}
-	time.AfterFunc(time.Until(until.Add(redlock.Drift(grant.ttl))), func() {
-		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		_ = r.releaseGrant(octx, grant, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
-		r.enqueue(name)                                       // the next grant need not wait for a retry
-	})
-	return until
 }
 
 // givenUp reports whether reason is that of a grant given up with its keys
@@ -599,18 +576,12 @@ func (r *Reconciler) endSession(ctx context.Context, s *scope, h *held) {
 	if errors.As(err, &lost) {
 		reason = lost.Reason
 	}
-	s.clear(reason, "the grant was lost: "+errString(err))
-	s.givingBack = true
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.token, h.holder, conditions.Message(errString(err)))
 	// Masters that still hold the lost grant's value (a minority its last
 	// renewals reached, each refreshed for a whole ttl) would keep the key
-	// from the next grant, this holder's included: once status stopped
-	// showing the grant, remove the value wherever it is left.
-	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
-		r.countLost(lock, reason)
-		err := r.giveBack(ctx, h, refOf(lock, h.grantID), nil)
-		logf.FromContext(ctx).V(1).Info("released what a lost grant left", "lock", h.name, "token", h.token, "error", errString(err))
-	})
+	// from the next grant, this holder's included: once the validity
+	// shown has passed, the value is removed wherever it is left.
+	r.endGrant(s, h, nil, endLost, reason, "the grant was lost: "+errString(err), func(context.Context, error) { r.countLost(lock, reason) })
 }
 
 // countLost counts a grant of lock that ended without its holder giving
@@ -684,7 +655,7 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 		// A grant the spec no longer allows (maxLockTTL shrunk under it)
 		// is given back: the masters' quarantine no longer covers it.
 		if h := r.sessions.get(lock.UID); h != nil {
-			r.release(s, nil, reason, invalid)
+			r.release(s, nil, endSpecInvalid, reason, invalid)
 		}
 		s.setReady(metav1.ConditionFalse, reason, invalid)
 		return nil, false, nil
@@ -790,12 +761,20 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	case actAdopt:
 		r.adopt(ctx, s, c)
 	case actRelease:
-		r.release(s, c, v1alpha1.ReasonNotRequested, "no holder is requested")
+		cause, err := r.requestEnd(ctx, s)
+		if err != nil {
+			return err
+		}
+		r.release(s, c, cause, endReason(cause, v1alpha1.ReasonNotRequested), endMessage(cause, "no holder is requested"))
 	case actHandover:
 		// Stop showing the old holder, release, then acquire for the new
 		// one in the next reconcile: no instant shows a grant whose keys
 		// are gone.
-		r.release(s, c, v1alpha1.ReasonReleased, "released for the new holder")
+		cause, err := r.requestEnd(ctx, s)
+		if err != nil {
+			return err
+		}
+		r.release(s, c, cause, endReason(cause, v1alpha1.ReasonReleased), endMessage(cause, "released for the new holder"))
 		s.requeueAfter(time.Millisecond)
 	case actNone:
 		reason := heldConditionReason(s.lock.Status)
@@ -1099,11 +1078,11 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		r.writer.stopWaiting(name) // no grant: its room goes back
 		return
 	}
-	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) {
+	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) && !s.givingBack {
 		// Status still shows a grant whose validity passed (decideHolder)
 		// and that no Session here renews: it is replaced or hidden by
 		// this reconcile's patch, and what it left released after that.
-		r.giveBackShown(s, c)
+		r.endGrant(s, nil, c, endLapsed, "", "", nil)
 	}
 	grantID := lockvalue.NewGrantID()
 	value := r.Values.Value(string(lock.UID), grantID)
@@ -1115,15 +1094,12 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// key another lock holds, or whose masters lack a quorum, would
 		// otherwise keep it for as long as that lasts).
 		r.writer.stopWaiting(name)
-		switch reason := heldConditionReason(lock.Status); {
-		case reason == v1alpha1.ReasonHolderUnresponsive && errors.Is(err, redlock.ErrLockHeld):
-			// Most likely the keys of the grant given up, which expire
-			// once its shown validity has passed: the reason stays.
-			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonHolderUnresponsive,
-				"the unresponsive holder's grant was given up; the next is granted once its validity has passed: "+err.Error())
-		case (reason == v1alpha1.ReasonLeaseExpired || reason == v1alpha1.ReasonMaxHoldExceeded) && errors.Is(err, redlock.ErrLockHeld):
-			s.setHeld(metav1.ConditionFalse, reason, "the grant was given up ("+reason+"); the next is granted once its validity has passed: "+err.Error())
-		default:
+		if at, left := r.keysLeft(lock); left && errors.Is(err, redlock.ErrLockHeld) && s.now.Before(at) {
+			// Most likely the keys of the last grant, which its end left
+			// until the validity it showed has passed: the reason stays.
+			s.setHeld(metav1.ConditionFalse, heldConditionReason(lock.Status),
+				"the last grant's keys are kept until the validity it showed has passed ("+at.UTC().Format(time.RFC3339Nano)+"); the next is granted then: "+err.Error())
+		} else {
 			s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
 		}
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
@@ -1136,7 +1112,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		return
 	}
 	h := &held{
-		uid: lock.UID, name: name,
+		uid: lock.UID, name: name, ref: refOf(lock, grantID), masterSet: lock.Spec.MasterSet,
 		grantID: grantID, holder: s.requested.Identity, pod: s.requested.Pod, token: lk.Token(),
 		acquiredAt: r.Clock.Now(), quorum: c.Quorum(),
 	}
@@ -1179,9 +1155,8 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	}
 	if err != nil {
 		// The adopting extension may have refreshed copies (a minority's,
-		// or a quorum's too late): released once status stopped showing
-		// the grant.
-		r.giveBackShown(s, c)
+		// or a quorum's too late): removed once status stopped showing
+		// the grant and its validity passed.
 		// A validity that passed between this reconcile's start and the
 		// adopting extension (ErrExpired) ended at the validity shown,
 		// which clearGrant records, not at this reconcile's start.
@@ -1189,8 +1164,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		if errors.Is(err, redlock.ErrExpired) {
 			reason = v1alpha1.ReasonValidityExpired
 		}
-		s.clear(reason, "the grant could not be adopted: "+err.Error())
-		s.afterCommit = append(s.afterCommit, func(context.Context) { r.countLost(lock, reason) })
+		r.endGrant(s, nil, c, endAdoptionFailed, reason, "the grant could not be adopted: "+err.Error(), func(context.Context, error) { r.countLost(lock, reason) })
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost at its adoption: %s", st.FencingToken, st.Holder.Identity, conditions.Message(err.Error()))
 		r.acquire(ctx, s, c)
 		return
@@ -1200,7 +1174,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		acquiredAt = st.AcquiredAt.Time
 	}
 	h := &held{
-		uid: lock.UID, name: client.ObjectKeyFromObject(lock),
+		uid: lock.UID, name: client.ObjectKeyFromObject(lock), ref: refOf(lock, grantID), masterSet: lock.Spec.MasterSet,
 		grantID: grantID, holder: st.Holder.Identity, pod: st.Holder.Pod, token: st.FencingToken,
 		acquiredAt: acquiredAt, quorum: c.Quorum(),
 		othersCopiesUntil: othersCopiesUntil(st.ValidUntil.Time, lock.Spec.TTL.Duration),
@@ -1240,60 +1214,24 @@ func (r *Reconciler) startSession(s *scope, h *held, lk *redlock.Lock, c *redloc
 // enqueue asks for a reconcile of lock without blocking the caller.
 func (r *Reconciler) enqueue(name types.NamespacedName) { r.wake.add(name) }
 
-// release stops showing the current grant and, once that status write
-// has committed, stops renewing it and releases it in Redis (c is used when
-// this manager has no session for it). Until then the session keeps
-// renewing: if the write fails, nothing has changed. An unfinished release
-// leaves copies that expire with the TTL, never a holder that is still
-// shown.
-func (r *Reconciler) release(s *scope, c *redlock.Client, reason, msg string) {
+// release ends the current grant for cause (endGrant), and tells of it
+// once its keys' fate is settled. c is used when this manager has no
+// Session for it. Until the patch commits, the Session keeps renewing: if
+// the write fails, nothing has changed.
+func (r *Reconciler) release(s *scope, c *redlock.Client, cause endCause, reason, msg string) {
 	lock := s.lock
 	holder := shownHolder(lock.Status, s.now)
 	h := r.sessions.get(lock.UID)
 	if h != nil {
 		holder = h.holder
 	}
-	grant := refOf(lock, grantIDOf(lock.Status))
-	s.releasing = true
-	s.clear(reason, msg)
-	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
-		err := r.giveBack(ctx, h, grant, c)
-		switch {
-		case err == nil || errors.Is(err, redlock.ErrNotHeld):
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "released by %s", holder)
-		default:
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
-				"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, conditions.Message(err.Error()))
+	r.endGrant(s, h, c, cause, reason, msg, func(_ context.Context, err error) {
+		if decideEnd(cause).keys == keysNow {
+			r.releasedEvent(lock, holder, err)
+			return
 		}
-	})
-}
-
-// giveBackShown releases, once the patch that stops showing it has
-// committed, the grant status shows now, which no Session of this manager
-// renews (lost at adoption, or its validity passed): copies it left — a
-// minority's, or a quorum's refreshed by a late extension — would keep the
-// key from the next grant for up to a TTL. Released only after the commit,
-// which is conditional on the status read: another manager may renew the
-// same grant (same value) on a view this one has not seen.
-func (r *Reconciler) giveBackShown(s *scope, c *redlock.Client) {
-	lock := s.lock
-	g := refOf(lock, grantIDOf(lock.Status))
-	if g.grantID == "" || lock.Status.Holder == nil || s.givingBack {
-		return
-	}
-	s.givingBack = true
-	name := client.ObjectKeyFromObject(lock)
-	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
-	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
-		if c == nil {
-			// The master set was not resolved in this reconcile (the show
-			// phase runs anyway): its last good client.
-			c = r.Masters.Lookup(ms)
-		}
-		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		defer cancel()
-		err := r.releaseGrant(octx, g, c)
-		logf.FromContext(ctx).V(1).Info("released what a grant no longer shown left", "lock", name, "grantID", g.grantID, "error", errString(err))
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release",
+			"grant of %s ended (%s): its keys are kept until the validity status showed has passed", holder, cause)
 	})
 }
 
@@ -1353,7 +1291,7 @@ func (r *Reconciler) giveBack(ctx context.Context, h *held, g grantRef, c *redlo
 		cancel()
 	}
 	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && !expiry.IsZero() {
-		r.sessions.setExpiry(g.uid, expiry)
+		r.ends.setExpiry(g.uid, expiry)
 	}
 	return err
 }
@@ -1406,7 +1344,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); {
 		case apierrors.IsNotFound(err):
 			// Gone, so nothing shows the grant any more.
-			_ = r.releaseSession(ctx, h)
+			_ = r.settle(ctx, lock, h, h.ref, nil, time.Time{}, endObjectGone)
 			return nil
 		case err != nil:
 			return fmt.Errorf("read lock: %w", err)
@@ -1422,15 +1360,34 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	c := r.clientFor(ctx, lock)
 	if lock.Status.Holder != nil {
 		if vu := lock.Status.ValidUntil; vu != nil && r.sessions.get(lock.UID) == nil {
-			r.sessions.setExpiry(lock.UID, othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
+			r.ends.setExpiry(lock.UID, othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
 		}
-		r.release(s, c, v1alpha1.ReasonReleased, "released on deletion")
+		cause, err := r.deletionEnd(ctx, s)
+		if err != nil {
+			return err
+		}
+		r.release(s, c, cause, endReason(cause, v1alpha1.ReasonReleased), endMessage(cause, "released on deletion"))
 		s.requeueAfter(time.Millisecond) // then remove the finalizer
 		return nil
 	}
-	// Nothing is shown: give back whatever is left, then let the object go.
+	return r.removeFinalizer(ctx, s, c)
+}
+
+// removeFinalizer lets a lock being deleted, which shows no grant, go:
+// once the last grant's end lets its keys go (decideEnd), whatever is
+// left is given back, and the finalizer removed once that completed or
+// every copy has expired.
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope, c *redlock.Client) error {
+	lock := s.lock
+	if at, left := r.keysLeft(lock); left && s.now.Before(at) {
+		s.setHeld(metav1.ConditionFalse, cmp.Or(heldConditionReason(lock.Status), v1alpha1.ReasonReleased),
+			"deleting: the last grant's keys are kept until the validity it showed has passed ("+at.UTC().Format(time.RFC3339Nano)+"); the object goes then")
+		s.requeueAfter(at.Sub(s.now))
+		return nil
+	}
 	err := r.giveBack(ctx, r.sessions.get(lock.UID), refOf(lock, grantIDOf(lock.Status)), c)
-	expiry, known := r.sessions.expiry(lock.UID)
+	rec, _ := r.ends.get(lock.UID)
+	expiry, known := rec.expiry, !rec.expiry.IsZero()
 	if ra := lock.Status.ReleasedAt; ra != nil {
 		// Another manager (or this one before a restart) stopped showing
 		// the grant at releasedAt and renewed it at most until its release
@@ -1447,7 +1404,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 			return nil
 		}
 	}
-	r.sessions.forgetExpiry(lock.UID)
+	r.ends.forget(lock.UID)
 	r.Metrics.ForgetLock(lock.Namespace, lock.Name)
 	controllerutil.RemoveFinalizer(lock, Finalizer)
 	if err := r.Update(ctx, lock); err != nil {
@@ -1505,7 +1462,9 @@ func (r *Reconciler) showHolder(s *scope) {
 				s.requeueAfter(at.Sub(s.now))
 				return
 			}
-			r.giveBackShown(s, s.client)
+			if !s.givingBack {
+				r.endGrant(s, nil, s.client, endLapsed, "", "", nil)
+			}
 		}
 		s.clear(v1alpha1.ReasonValidityExpired, "the grant's validity passed without renewal")
 		s.afterCommit = append(s.afterCommit, func(context.Context) { r.countLost(lock, v1alpha1.ReasonValidityExpired) })
@@ -1532,7 +1491,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 			case writeRefused:
 				r.dropPending(ctx, s, h, err)
 			case writeUnknown:
-				r.leavePending(s, h, err)
+				r.leavePending(ctx, s, h, err)
 			case writeCommitted:
 				r.Metrics.Grants.WithLabelValues(lock.Namespace, lock.Name).Inc()
 			}
@@ -1613,9 +1572,8 @@ func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
 // grant if status shows it. Releasing it could leave status showing a
 // grant whose keys are gone, for another lock of the key to be granted
 // meanwhile.
-func (r *Reconciler) leavePending(s *scope, h *held, cause error) {
-	r.sessions.drop(h)
-	h.session.Orphan()
+func (r *Reconciler) leavePending(ctx context.Context, s *scope, h *held, cause error) {
+	_ = r.settle(ctx, s.lock, h, h.ref, nil, time.Time{}, endCommitUnknown)
 	r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
 		"grant %d to %s is left to expire: whether its status write committed is not known: %s", h.token, h.holder, conditions.Message(cause.Error()))
 }
@@ -1624,7 +1582,7 @@ func (r *Reconciler) leavePending(s *scope, h *held, cause error) {
 // did not commit: it is released, its value being unique to it.
 func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *held, cause error) {
 	lock := s.lock
-	_ = r.releaseSession(context.WithoutCancel(ctx), h)
+	_ = r.settle(context.WithoutCancel(ctx), lock, h, h.ref, nil, time.Time{}, endNotCommitted)
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
 		"grant %d to %s was given back: status could not be written: %s", h.token, h.holder, conditions.Message(cause.Error()))
 }

@@ -10,6 +10,10 @@
 //     runPhases; deletion has its own path (reconcileDelete);
 //   - status.go: status computed from gathered inputs (pure functions);
 //   - decide.go: what to do with the holder (pure functions);
+//   - end.go: how a grant ends, every way in one rule (decideEnd: when
+//     status stops showing it, when its keys may go; keys go before the
+//     validity shown only on proof that the holder stopped), carried out
+//     by endGrant; docs/design/grant-life.md has the table;
 //   - sessions.go: the renewal sessions this manager runs, by lock UID;
 //   - writer.go: the status writer, which owns the refresh schedule of
 //     held grants' validity (when a refresh is due, when the renewal it
@@ -50,11 +54,12 @@
 // Rules the controller keeps so that every quorum that can grant a key
 // overlaps the one holding it (issue 18):
 //   - a grant lost or lapsed is released on every master once the patch
-//     that stops showing it committed — its Session ended, an adoption
-//     found it lost, or status shows it lapsed (by the drift allowance too,
-//     its validity may come from another manager's clock) with no Session
-//     here: copies a minority still held, or a late extension refreshed,
-//     would keep the key from the next grant, the same holder's included.
+//     that stops showing it committed and the validity it showed has
+//     passed (decideEnd) — its Session ended, an adoption found it lost,
+//     or status shows it lapsed (by the drift allowance too, its validity
+//     may come from another manager's clock) with no Session here: copies
+//     a minority still held, or a late extension refreshed, would keep the
+//     key from the next grant, the same holder's included.
 //     That guarded release is the only removal of a lost grant's value:
 //     values are derived (UID, grant ID), so another manager may renew the
 //     same one, and pkg/redlock's failed extensions remove no copies;

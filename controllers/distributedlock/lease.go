@@ -145,7 +145,11 @@ func (r *Reconciler) endOnItsOwn(ctx context.Context, s *scope, h *held) (bool, 
 			Identity: h.holder, Generation: s.lock.Generation, Reason: reason, At: v1alpha1.NewPreciseTime(s.now),
 		}
 	}
-	r.shedGrant(s, h, reason, why)
+	cause := endLeaseExpired
+	if reason == v1alpha1.ReasonMaxHoldExceeded {
+		cause = endMaxHold
+	}
+	r.shedGrant(s, h, cause, reason, why)
 	return true, nil
 }
 

@@ -17,6 +17,8 @@ import (
 type held struct {
 	uid        types.UID
 	name       types.NamespacedName
+	ref        grantRef // the grant in Redis
+	masterSet  string
 	grantID    string
 	holder     string
 	pod        *v1alpha1.PodReference // the holder pod, when a pod holds it
@@ -73,7 +75,6 @@ type sessions struct {
 	mu        sync.Mutex
 	m         map[types.UID]*held
 	bySession map[*renewal.Session]*held
-	expiries  map[types.UID]time.Time
 }
 
 func newSessions() *sessions {
@@ -173,30 +174,4 @@ func (ss *sessions) all() []*held {
 		out = append(out, h)
 	}
 	return out
-}
-
-// setExpiry remembers when the copies of a lock's incompletely released
-// grant expire, for the deletion that waits for them.
-func (ss *sessions) setExpiry(uid types.UID, t time.Time) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.expiries == nil {
-		ss.expiries = map[types.UID]time.Time{}
-	}
-	if t.After(ss.expiries[uid]) {
-		ss.expiries[uid] = t
-	}
-}
-
-func (ss *sessions) expiry(uid types.UID) (time.Time, bool) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	t, ok := ss.expiries[uid]
-	return t, ok
-}
-
-func (ss *sessions) forgetExpiry(uid types.UID) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	delete(ss.expiries, uid)
 }

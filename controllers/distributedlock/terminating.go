@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,7 +132,7 @@ func wordCounts(pod *corev1.Pod) bool { return podagent.RunsApp(pod) && podagent
 // (step 1 above): given up like a shed grant, and remembered until its
 // keys are released.
 func (r *Reconciler) hideForDeletion(s *scope, h *held) {
-	r.shedGrant(s, h, v1alpha1.ReasonHolderTerminating,
+	r.shedGrant(s, h, endTerminating, v1alpha1.ReasonHolderTerminating,
 		"its pod is being deleted: the grant is released once its agent says the app stopped, or its containers have stopped")
 	lock := s.lock
 	s.afterCommit = append(s.afterCommit, func(context.Context) { r.noteStopping(lock, h) })
@@ -236,22 +237,19 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	if ok && rec.grantID == st.GrantID && rec.settled {
 		return
 	}
-	how := ""
+	how, cause := "", endCause(0)
 	switch {
 	case slices.ContainsFunc(pods, said):
-		how = "its agent said the app stopped"
+		how, cause = "its agent said the app stopped", endAgentWord
 	case ok && rec.grantID == st.GrantID:
 		if i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == rec.pod }); i < 0 || podlock.Ended(pods[i]) {
-			how = "its containers stopped"
+			how, cause = "its containers stopped", endPodEnded
 		}
 	}
 	if how == "" {
 		return
 	}
-	g := refOf(lock, st.GrantID)
-	octx, cancel := context.WithTimeout(ctx, opTimeout)
-	err := r.releaseGrant(octx, g, s.client)
-	cancel()
+	err := r.settle(ctx, lock, nil, refOf(lock, st.GrantID), s.client, time.Time{}, cause)
 	r.stoppings.set(name, stopping{grantID: st.GrantID, settled: true})
 	logf.FromContext(ctx).V(1).Info("released a grant whose pod is being deleted", "grantID", st.GrantID, "how", how, "error", errString(err))
 	switch {

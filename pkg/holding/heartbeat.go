@@ -36,10 +36,12 @@ func Beat(ctx context.Context, c client.Client, lock types.NamespacedName, grant
 // SayStopped writes the holder's word that nothing acts on grantID any
 // more: the lock's LockHeartbeat's stoppedGrant (its other fields are kept;
 // a conflicting write is tried again on the newer version). Say it only
-// once status no longer shows the grant (Watcher.Hidden) and everything
-// that could act on it has stopped and cannot start again under it: for a
-// pod that is being deleted, the operator then releases the grant and
-// grants the next pod at once.
+// once everything that could act on the grant has stopped and cannot start
+// again under it. A static holder says it to release its grant: the
+// operator releases the keys at once and ends its request. The agent of a
+// pod being deleted says it once status no longer shows the grant
+// (Watcher.Hidden): the operator then releases the keys and grants the
+// next pod at once.
 func SayStopped(ctx context.Context, c client.Client, lock types.NamespacedName, grantID string) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		hb := &v1alpha1.LockHeartbeat{}

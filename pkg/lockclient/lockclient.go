@@ -425,14 +425,21 @@ func (g *Grant) end(err error) {
 	g.endLocked(err)
 }
 
-// Release ends the grant and gives the lock back: it clears
-// spec.holderIdentity if it still names this grant's holder. Done is
-// closed first; the lock passes on once the operator has released the
-// keys. After the grant ended on its own, it only withdraws the request
-// (already done in the background).
+// Release ends the grant and gives the lock back. Done is closed first;
+// then it writes its word for the grant (the LockHeartbeat's
+// stoppedGrant), on which the operator releases the keys at once and
+// grants the next holder, and withdraws the request (clears
+// spec.holderIdentity if it still names this grant's holder). A change
+// of the request by anyone else is not a release: the operator then keeps
+// the keys until the validity status showed has passed. After the grant
+// ended on its own, the word still tells that nothing acts on it.
 func (g *Grant) Release(ctx context.Context) error {
 	g.end(fmt.Errorf("%w: %s", ErrReleased, g.lock))
-	return g.c.withdraw(ctx, g.lock, g.Holder)
+	word := holding.SayStopped(ctx, g.c.c, g.lock, g.GrantID)
+	if apierrors.IsNotFound(word) {
+		word = nil // no LockHeartbeat: the withdrawal is all the operator reads
+	}
+	return errors.Join(word, g.c.withdraw(ctx, g.lock, g.Holder))
 }
 
 // watch ends the grant when status stops showing it, or by the deadline.

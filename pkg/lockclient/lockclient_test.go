@@ -221,6 +221,31 @@ var _ = Describe("Processes contending through the API server", func() {
 		}
 	})
 
+	It("keep the next process waiting until the deadline of a process cut off from the API server whose request someone else cleared", func() {
+		key := newLockOn("cut-off-cleared", ms.Name, 30*time.Second)
+		f := newFenced()
+		kc, proxy := proxiedKubeconfig()
+		a := start("a", kc, key, f, 10*time.Minute)
+		a.eventually("write", time.Minute)
+
+		By("cutting process a off from the API server, then clearing its request as kubectl redlock handover does")
+		Expect(proxy.Stall()).To(Succeed())
+		Eventually(func() error {
+			l := getLock(key)
+			next := l.DeepCopy()
+			next.Spec.HolderIdentity = ""
+			return env.Client.Patch(env.Ctx, next, client.MergeFromWithOptions(l, client.MergeFromWithOptimisticLock{}))
+		}).Should(Succeed(), "lock %s to take the cleared request", key)
+		b := start("b", kubeconfig, key, f, time.Second)
+		granted := b.eventually("granted", 2*time.Minute)
+		done := a.eventually("done", time.Minute)
+		Expect(done.at).To(BeTemporally("<", granted.at), "process a's Done closed before process b was granted")
+		Eventually(b.exited).WithTimeout(time.Minute).Should(BeClosed(), "process b to finish")
+		for i, w := range f.log() {
+			Expect(w.accepted).To(BeTrue(), "write %d (token %d by %s) accepted", i, w.token, w.writer)
+		}
+	})
+
 	It("show a process paused past its lease that its grant ended before it acts again, and the fenced resource refuses its token", func() {
 		key := newLock("paused", 3*time.Second)
 		f := newFenced()

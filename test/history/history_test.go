@@ -240,16 +240,27 @@ func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 		}
 		return
 	}
-	// The grant is no longer shown: from releasedAt on, if that is earlier.
+	// The grant is no longer shown. It ended at releasedAt only on proof
+	// that its holder stopped (its release, its pod's end: Held reason
+	// Released or NotRequested); any other end (a deletion, a shed, a
+	// loss, someone else's change) lasts until the validity shown, which
+	// a holder may act on (docs/design/grant-life.md).
 	if o != nil && !o.released && st.ReleasedAt != nil {
 		o.released = true
-		if st.ReleasedAt.Before(o.g.End) {
+		if endedOnProof(l) && st.ReleasedAt.Before(o.g.End) {
 			o.g.End = st.ReleasedAt.Time
 		}
 		if o.g.End.Before(o.g.Start) { // seen only after its hiding began
 			o.g.End = o.g.Start
 		}
 	}
+}
+
+// endedOnProof reports whether the version that stopped showing l's grant
+// says its holder stopped: released by its holder, or its pod ended.
+func endedOnProof(l *v1alpha1.DistributedLock) bool {
+	c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
+	return c != nil && (c.Reason == v1alpha1.ReasonReleased || c.Reason == v1alpha1.ReasonNotRequested)
 }
 
 // describe is one line of a lock's status version.

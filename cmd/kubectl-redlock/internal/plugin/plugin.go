@@ -69,8 +69,8 @@ func NewCommand(streams genericiooptions.IOStreams, opts Options) *cobra.Command
 (coordination.redlock.dev/v1alpha1) and the pods that wait for them, from what
 the API server shows: who holds a lock and for how long, why a pod is still
 gated, who waits, which locks share a Redis key, and a pod's fencing token.
-handover hands a lock on and renew renews a static holder's lease; they never
-write status and never touch Redis.`,
+handover hands a lock on, renew renews a static holder's lease and release is
+a static holder's own release; they never write status and never touch Redis.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl redlock"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -84,7 +84,7 @@ write status and never touch Redis.`,
 	c.flags.AddFlags(root.PersistentFlags())
 	// The version alone, as the manager, the gate and the agent print it.
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(c.statusCommand(), c.whyCommand(), c.queueCommand(), c.whoCommand(), c.tokenCommand(), c.handoverCommand(), c.renewCommand())
+	root.AddCommand(c.statusCommand(), c.whyCommand(), c.queueCommand(), c.whoCommand(), c.tokenCommand(), c.handoverCommand(), c.renewCommand(), c.releaseCommand())
 	return root
 }
 

@@ -1,0 +1,453 @@
+package distributedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// How a grant ends (docs/design/grant-life.md). Every way has a row in
+// decideEnd; endGrant carries the answer out.
+
+// endCause is a way a grant ends.
+type endCause int
+
+const (
+	// endReleased: the holder's own release. A static holder with a lease
+	// releases by its word for the grant (LockHeartbeat stoppedGrant); one
+	// without a lease by clearing or changing spec.holderIdentity.
+	endReleased endCause = iota
+	// endAgentWord: the in-pod agent of a pod being deleted said the app
+	// of the grant, already hidden, stopped.
+	endAgentWord
+	// endPodEnded: the holder pod ended, or is gone.
+	endPodEnded
+	// endRequestChanged: someone else cleared or changed a leased static
+	// holder's request.
+	endRequestChanged
+	// endSpecInvalid: the spec no longer allows the grant (maxLockTTL
+	// shrank under its ttl).
+	endSpecInvalid
+	// endDeleted: the lock is being deleted.
+	endDeleted
+	// endSlotRemoved: a semaphore's slot lock is being deleted (the
+	// semaphore resized, drained or was deleted).
+	endSlotRemoved
+	// endShed: the status writer cannot keep the grant's validity fresh.
+	endShed
+	// endLeaseExpired: a static holder did not renew its lease.
+	endLeaseExpired
+	// endUnresponsive: the holder pod showed no sign of life.
+	endUnresponsive
+	// endMaxHold: the grant was held for spec.maxHoldDuration.
+	endMaxHold
+	// endTerminating: the holder pod is being deleted and its agent's
+	// word would count; the keys go sooner on that word or the pod's end.
+	endTerminating
+	// endLost: the renewals lost the quorum.
+	endLost
+	// endLapsed: the validity shown passed without a renewal here.
+	endLapsed
+	// endAdoptionFailed: a new leader could not adopt the grant.
+	endAdoptionFailed
+	// endHiddenElsewhere: a write this manager did not see commit stopped
+	// showing the grant.
+	endHiddenElsewhere
+	// endSuperseded: status shows another grant, which holds the key on a
+	// quorum.
+	endSuperseded
+	// endNotCommitted: the status write that would have shown the grant
+	// was refused: nobody ever saw it.
+	endNotCommitted
+	// endCommitUnknown: whether the status write that shows the grant
+	// committed is not known.
+	endCommitUnknown
+	// endObjectGone: the lock object is gone (its finalizer removed by
+	// hand) or was re-created.
+	endObjectGone
+
+	numEndCauses // not a cause: the number of causes
+)
+
+var endCauseNames = [...]string{
+	"released", "agent word", "pod ended", "request changed", "spec invalid", "deleted", "slot removed",
+	"shed", "lease expired", "unresponsive", "max hold", "terminating", "lost", "lapsed",
+	"adoption failed", "hidden elsewhere", "superseded", "not committed", "commit unknown", "object gone",
+}
+
+func (c endCause) String() string {
+	if c < 0 || int(c) >= len(endCauseNames) {
+		return "unknown"
+	}
+	return endCauseNames[c]
+}
+
+// hideWhen is when status stops showing an ended grant.
+type hideWhen int
+
+const (
+	// hideNow: the patch of the reconcile that decided the end.
+	hideNow hideWhen = iota
+	// hideAtValidity: once the validity shown passed (and the drift
+	// allowance, for a validity another manager's clock may have set).
+	hideAtValidity
+	// notShown: status does not show it (hidden before, or never shown).
+	notShown
+)
+
+// keysWhen is when an ended grant's keys may be removed from the masters.
+type keysWhen int
+
+const (
+	// keysAfterShown: once the validity status showed, and the drift
+	// allowance, passed: a reader may act on the grant until then.
+	keysAfterShown keysWhen = iota
+	// keysNow: once status no longer shows the grant. Only on proof that
+	// the holder stopped, or when no reader can act on the grant.
+	keysNow
+	// keysExpire: never removed here; they expire with the TTL. For a
+	// grant status may still come to show (a write whose fate is not
+	// known), which the next reconcile then adopts.
+	keysExpire
+)
+
+// endRule is decideEnd's answer.
+type endRule struct {
+	hide hideWhen
+	keys keysWhen
+}
+
+// decideEnd says, for every way a grant ends, when status stops showing
+// it and when its keys may go. An unknown cause gets the safe answer.
+func decideEnd(c endCause) endRule {
+	switch c {
+	case endReleased, endPodEnded:
+		// Proof that the holder stopped.
+		return endRule{hideNow, keysNow}
+	case endAgentWord:
+		// Proof, for a grant hidden at its pod's deletion.
+		return endRule{notShown, keysNow}
+	case endSuperseded, endNotCommitted:
+		// No reader acts on it: another grant holds the key on a quorum,
+		// or it was never shown.
+		return endRule{notShown, keysNow}
+	case endHiddenElsewhere, endObjectGone:
+		return endRule{notShown, keysAfterShown}
+	case endCommitUnknown:
+		return endRule{notShown, keysExpire}
+	case endLapsed:
+		return endRule{hideAtValidity, keysAfterShown}
+	default:
+		// Someone else's edit, a deletion, a shed, a lease or bound run
+		// out, a silent or terminating holder, a loss: the holder may act
+		// until the validity it saw.
+		return endRule{hideNow, keysAfterShown}
+	}
+}
+
+// ends records, per lock UID, what the deletion of the lock waits for:
+// the last grant this manager ended and when its keys may go, and when
+// every copy of a grant whose release did not complete has expired.
+type ends struct {
+	mu sync.Mutex
+	m  map[types.UID]endRecord
+}
+
+// endRecord is what ends keeps of one lock.
+type endRecord struct {
+	grantID string    // the last grant ended here
+	keysAt  time.Time // when its keys may go
+	expiry  time.Time // when every copy of an incomplete release expired (zero: none)
+}
+
+func (e *ends) update(uid types.UID, f func(*endRecord)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[types.UID]endRecord{}
+	}
+	rec := e.m[uid]
+	f(&rec)
+	e.m[uid] = rec
+}
+
+func (e *ends) get(uid types.UID) (endRecord, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rec, ok := e.m[uid]
+	return rec, ok
+}
+
+// set records that grantID's keys may go at.
+func (e *ends) set(uid types.UID, grantID string, at time.Time) {
+	e.update(uid, func(r *endRecord) { r.grantID, r.keysAt = grantID, at })
+}
+
+// setExpiry records that every copy of an incomplete release has expired
+// by t.
+func (e *ends) setExpiry(uid types.UID, t time.Time) {
+	e.update(uid, func(r *endRecord) {
+		if t.After(r.expiry) {
+			r.expiry = t
+		}
+	})
+}
+
+func (e *ends) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, uid)
+}
+
+// endGrant ends the grant status shows for cause: status stops showing it
+// with reason and msg when decideEnd says so now, and once that committed
+// its keys go as decideEnd says (settle). h is this manager's Session of
+// the grant (nil: none); c the master set's client (nil: its last good
+// one). done, when set, runs after that with the release's error.
+func (r *Reconciler) endGrant(s *scope, h *held, c *redlock.Client, cause endCause, reason, msg string, done func(ctx context.Context, err error)) {
+	lock := s.lock
+	grantID := grantIDOf(lock.Status)
+	if h != nil {
+		grantID = h.grantID
+	}
+	g := refOf(lock, grantID)
+	var shown time.Time
+	if vu := s.orig.ValidUntil; vu != nil {
+		shown = vu.Time
+	}
+	if decideEnd(cause).hide == hideNow {
+		s.clear(reason, msg)
+		if h != nil {
+			s.releasing = true // its Session's grant is not shown again
+		}
+	}
+	s.givingBack = true
+	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		err := r.settle(ctx, lock, h, g, c, shown, cause)
+		logf.FromContext(ctx).V(1).Info("ended a grant", "lock", client.ObjectKeyFromObject(lock), "grantID", g.grantID, "cause", cause.String(), "error", errString(err))
+		if done != nil {
+			done(ctx, err)
+		}
+	})
+}
+
+// settle carries out what decideEnd says of the keys of grant g, which
+// status no longer shows: released now, left until the validity shown
+// (shown, or its Session's, h) has passed, or left to expire.
+func (r *Reconciler) settle(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, g grantRef, c *redlock.Client, shown time.Time, cause endCause) error {
+	switch decideEnd(cause).keys {
+	case keysNow:
+		if c == nil && h == nil {
+			c = r.Masters.Lookup(types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet})
+		}
+		err := r.giveBack(ctx, h, g, c)
+		r.ends.set(g.uid, g.grantID, r.Clock.Now())
+		return err
+	case keysExpire:
+		if h != nil {
+			r.sessions.drop(h)
+			h.session.Orphan()
+		}
+		return nil
+	default:
+		r.leaveKeys(lock, h, g, shown)
+		return nil
+	}
+}
+
+// leaveKeys stops renewing grant g (h: its Session here, or nil), which
+// status no longer shows, and leaves its keys until any validity a reader
+// may have seen of it has passed: shown (the validity status showed last)
+// or the Session's own, whichever is later, and the drift allowance; then
+// they are removed, and the lock looks again.
+func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *held, g grantRef, shown time.Time) time.Time {
+	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	name := client.ObjectKeyFromObject(lock)
+	until := shown
+	if h != nil {
+		r.sessions.drop(h)
+		h.session.Orphan()
+		if v := h.session.State().ValidUntil; v.After(until) {
+			until = v
+		}
+	}
+	at := until.Add(redlock.Drift(g.ttl))
+	r.ends.set(g.uid, g.grantID, at)
+	time.AfterFunc(time.Until(at), func() {
+		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		_ = r.releaseGrant(octx, g, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
+		r.enqueue(name)                                   // the next grant need not wait for a retry
+	})
+	return until
+}
+
+// releasedEvent records the outcome of a release of holder's grant.
+func (r *Reconciler) releasedEvent(lock *v1alpha1.DistributedLock, holder string, err error) {
+	switch {
+	case err == nil || errors.Is(err, redlock.ErrNotHeld):
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "released by %s", holder)
+	default:
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
+			"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, conditions.Message(err.Error()))
+	}
+}
+
+// keysLeft reports until when the end of the grant status last showed
+// leaves its keys (decideEnd); false when nothing is known to be left.
+// Without a record of this manager's (another manager ended it, or this
+// one before a restart), a hidden grant's validity ended by releasedAt
+// plus the ttl at the latest.
+func (r *Reconciler) keysLeft(lock *v1alpha1.DistributedLock) (time.Time, bool) {
+	st := lock.Status
+	id := grantIDOf(st)
+	if id == "" || st.Holder != nil {
+		return time.Time{}, false
+	}
+	if rec, ok := r.ends.get(lock.UID); ok && rec.grantID == id {
+		return rec.keysAt, true
+	}
+	if h := r.sessions.get(lock.UID); h != nil && h.grantID == id {
+		return time.Time{}, false // still renewed here: its end decides
+	}
+	if st.ReleasedAt == nil {
+		return time.Time{}, false
+	}
+	ttl := lock.Spec.TTL.Duration
+	return st.ReleasedAt.Add(ttl + redlock.Drift(ttl)), true
+}
+
+// requestEnd says how the current grant ends now that its holder is no
+// longer the one requested. A holder pod is no longer requested only once
+// it ended or is gone (podlock.Choose keeps it while it may run); a static
+// holder without a lease releases by changing its request; one with a
+// lease by its word, and a change of its request by anyone else keeps the
+// keys until the validity shown has passed.
+func (r *Reconciler) requestEnd(ctx context.Context, s *scope) (endCause, error) {
+	lock := s.lock
+	holder := lock.Status.Holder
+	h := r.sessions.get(lock.UID)
+	if h != nil {
+		holder = &v1alpha1.LockHolder{Identity: h.holder, Pod: h.pod}
+	}
+	switch {
+	case holder == nil:
+		return endLapsed, nil
+	case holder.Pod != nil:
+		if r.Pods == nil {
+			return endRequestChanged, nil
+		}
+		i := slices.IndexFunc(s.pods, func(p *corev1.Pod) bool { return podlock.Is(p, holder.Pod) })
+		if i < 0 || podlock.Ended(s.pods[i]) {
+			return endPodEnded, nil // podsOf read it afresh when the cache did not list it
+		}
+		return endRequestChanged, nil
+	case lock.Spec.HolderLease == nil:
+		return endReleased, nil
+	}
+	said, err := r.saidReleased(ctx, lock, h, true)
+	switch {
+	case err != nil:
+		return 0, err
+	case said:
+		return endReleased, nil
+	default:
+		return endRequestChanged, nil
+	}
+}
+
+// deletionEnd says how the current grant ends with its lock's deletion:
+// released at once only when its holder pod ended or is gone (a fresh
+// read).
+func (r *Reconciler) deletionEnd(ctx context.Context, s *scope) (endCause, error) {
+	lock := s.lock
+	cause := endDeleted
+	if lock.Spec.SlotOf != nil {
+		cause = endSlotRemoved
+	}
+	holder := lock.Status.Holder
+	if holder == nil || holder.Pod == nil || r.Pods == nil {
+		return cause, nil
+	}
+	pod, err := r.podByRef(ctx, lock.Namespace, holder.Pod)
+	switch {
+	case err != nil:
+		return 0, err
+	case pod == nil || podlock.Ended(pod):
+		return endPodEnded, nil
+	}
+	return cause, nil
+}
+
+// saidReleased reports whether the static holder of the grant status
+// shows (h: its Session here, or nil) gave it back by its word: the
+// LockHeartbeat the operator keeps for the lock names the grant in
+// stoppedGrant. fresh reads it from the API server rather than the cache
+// (its request may have been withdrawn after the word, and the two
+// caches keep no order between them).
+func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, fresh bool) (bool, error) {
+	st := lock.Status
+	grantID := grantIDOf(st)
+	static := st.Holder != nil && st.Holder.Pod == nil
+	if h != nil {
+		grantID, static = h.grantID, h.pod == nil
+	}
+	if !static || grantID == "" {
+		return false, nil
+	}
+	var rd client.Reader = r.Client
+	if fresh {
+		rd = r.APIReader
+	}
+	hb := &v1alpha1.LockHeartbeat{}
+	if err := rd.Get(ctx, client.ObjectKeyFromObject(lock), hb); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read the holder's word: %w", err)
+	}
+	return metav1.IsControlledBy(hb, lock) && hb.Spec.StoppedGrant == grantID, nil
+}
+
+// endReason is the Held reason of a grant that ends for cause, reason
+// when the cause has none of its own.
+func endReason(cause endCause, reason string) string {
+	switch cause {
+	case endRequestChanged:
+		return v1alpha1.ReasonRequestChanged
+	case endDeleted, endSlotRemoved:
+		return v1alpha1.ReasonDeleting
+	}
+	return reason
+}
+
+// endMessage is the Held message of a grant that ends for cause.
+func endMessage(cause endCause, msg string) string {
+	switch decideEnd(cause).keys {
+	case keysNow:
+		return msg
+	default:
+		switch cause {
+		case endRequestChanged:
+			msg = "the leased holder's request was changed without its release"
+		case endDeleted, endSlotRemoved:
+			msg = "the lock is being deleted"
+		}
+		return msg + ": the grant ended; its keys are kept until the validity status showed has passed"
+	}
+}
