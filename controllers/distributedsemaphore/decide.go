@@ -3,6 +3,7 @@ package distributedsemaphore
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,17 +55,41 @@ type plan struct {
 // slot is one of the semaphore's slots as gathered.
 type slot struct {
 	lock *v1alpha1.DistributedLock
-	// pods are the pods labelled for the slot's lock that may still run
-	// (its holder, a former holder, a waiter).
+	// pods are the pods that keep the slot busy (busy): its holder and
+	// former holders that may still run, and the pods that wait for it.
 	pods []*corev1.Pod
+	// lastUnseen: status.lastHolderPod names a pod the cache does not
+	// list. The lock controller clears it once a fresh read shows that
+	// pod ended or gone; until then the pod may still run.
+	lastUnseen bool
 }
 
-// idle reports whether the slot may be given a pod: nobody holds it or is
-// shown to, no pod labelled for it may still run, and no assignment of
-// this manager's is on its way.
+// idle reports whether the slot may be given a pod, or removed: nobody
+// holds it or is shown to, no pod that holds or held it may still run
+// (being deleted or not), no pod waits for it, and no assignment of this
+// manager's is on its way.
 func (s slot) idle(expected map[string]types.UID) bool {
 	_, pending := expected[s.lock.Name]
-	return s.lock.Status.Holder == nil && len(s.pods) == 0 && !pending && s.lock.DeletionTimestamp.IsZero()
+	return s.lock.Status.Holder == nil && len(s.pods) == 0 && !s.lastUnseen && !pending && s.lock.DeletionTimestamp.IsZero()
+}
+
+// busy reports whether pod keeps the slot lock l from being idle. A pod
+// that holds or held l's key (l's status names it, or it carries a token
+// of l or of l's key: podlock.HeldBefore) does until its containers are
+// known to have stopped (podlock.Ended: the lock controller's rule for
+// former holders), even while it is being deleted. A pod that merely
+// waits for l does while it may still be granted it (podlock.MayHold)
+// and has not left it.
+func busy(sem *v1alpha1.DistributedSemaphore, l *v1alpha1.DistributedLock, pod *corev1.Pod) bool {
+	st := l.Status
+	labelled := pod.Labels[v1alpha1.LockLabel] == l.Name
+	held := podlock.HeldBefore(pod, l.RedisKey()) || podlock.Is(pod, st.LastHolderPod) ||
+		st.Holder != nil && podlock.Is(pod, st.Holder.Pod) ||
+		labelled && pod.Annotations[v1alpha1.FencingTokenAnnotation] != ""
+	if held {
+		return !podlock.Ended(pod)
+	}
+	return labelled && podlock.MayHold(pod) && !left(sem, l, pod)
 }
 
 // lastRefused reports whether the slot's lock was last refused by the
@@ -80,12 +105,7 @@ func (s slot) lastRefused() bool {
 // current number that a lock it does not own has taken (a lock of another
 // name carrying its label takes nothing).
 func ownedSlots(in inputs) (slots []slot, taken []string) {
-	byLock := map[string][]*corev1.Pod{}
-	for _, p := range in.pods {
-		if name := p.Labels[v1alpha1.LockLabel]; name != "" && podlock.MayHold(p) {
-			byLock[name] = append(byLock[name], p)
-		}
-	}
+	x := indexPods(in.pods)
 	for _, l := range in.locks {
 		if !metav1.IsControlledBy(l, in.sem) || l.Spec.SlotOf == nil {
 			if isSlotName(in.sem, l.Name) {
@@ -94,10 +114,14 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 			continue
 		}
 		s := slot{lock: l}
-		for _, p := range byLock[l.Name] {
-			if !left(in.sem, l, p) {
+		for _, p := range x.of(l) {
+			if busy(in.sem, l, p) {
 				s.pods = append(s.pods, p)
 			}
+		}
+		if last := l.Status.LastHolderPod; last != nil {
+			p := x.byUID[last.UID]
+			s.lastUnseen = p == nil || !podlock.Is(p, last)
 		}
 		slots = append(slots, s)
 	}
@@ -109,6 +133,72 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 	})
 	slices.Sort(taken)
 	return slots, taken
+}
+
+// podIndex finds the pods that may keep a slot busy.
+type podIndex struct {
+	// byLock: by their label redlock.dev/lock; byKey: by the key of the
+	// token they carry.
+	byLock, byKey map[string][]*corev1.Pod
+	byUID         map[types.UID]*corev1.Pod
+}
+
+func indexPods(pods []*corev1.Pod) podIndex {
+	x := podIndex{byLock: map[string][]*corev1.Pod{}, byKey: map[string][]*corev1.Pod{}, byUID: map[types.UID]*corev1.Pod{}}
+	for _, p := range pods {
+		x.byUID[p.UID] = p
+		if name := p.Labels[v1alpha1.LockLabel]; name != "" {
+			x.byLock[name] = append(x.byLock[name], p)
+		}
+		if key := p.Annotations[v1alpha1.LockKeyAnnotation]; podlock.HeldBefore(p, key) {
+			x.byKey[key] = append(x.byKey[key], p)
+		}
+	}
+	return x
+}
+
+// of returns the pods labelled for l, those granted l's key, and the pods
+// l's status names, each once.
+func (x podIndex) of(l *v1alpha1.DistributedLock) []*corev1.Pod {
+	out := slices.Concat(x.byLock[l.Name], x.byKey[l.RedisKey()])
+	refs := []*v1alpha1.PodReference{l.Status.LastHolderPod}
+	if l.Status.Holder != nil {
+		refs = append(refs, l.Status.Holder.Pod)
+	}
+	for _, ref := range refs {
+		if ref != nil && x.byUID[ref.UID] != nil {
+			out = append(out, x.byUID[ref.UID])
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	return slices.CompactFunc(out, func(a, b *corev1.Pod) bool { return a.UID == b.UID })
+}
+
+// strays counts the pods that were granted a slot of the semaphore's key
+// whose lock none of its slots is now (deleted by a user, or with an
+// earlier semaphore of this name) and may still run. The locks of the
+// current slots do not know of them (each looks for the former holders
+// of its own key only), so each keeps one slot from being given out.
+func strays(sem *v1alpha1.DistributedSemaphore, slots []slot, pods []*corev1.Pod) int {
+	keys := map[string]bool{}
+	for _, s := range slots {
+		keys[s.lock.RedisKey()] = true
+	}
+	n := 0
+	for _, p := range pods {
+		key := p.Annotations[v1alpha1.LockKeyAnnotation]
+		if !keys[key] && isSlotKey(sem, key) && podlock.HeldBefore(p, key) && !podlock.Ended(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// isSlotKey reports whether key is the key of a slot of the semaphore's
+// key.
+func isSlotKey(sem *v1alpha1.DistributedSemaphore, key string) bool {
+	index, err := strconv.ParseInt(key[strings.LastIndex(key, ":")+1:], 10, 32)
+	return err == nil && index >= 0 && v1alpha1.SlotKey(sem.RedisKey(), int32(index)) == key
 }
 
 // left reports whether pod, labelled for the slot lock l, has left it to
@@ -191,6 +281,7 @@ func decide(in inputs) plan {
 	// in another cluster sharing the key) go last, so that a pod does not
 	// wait on one while another is free.
 	idle = append(idle, heldElsewhere...)
+	idle = idle[:max(0, len(idle)-strays(in.sem, slots, in.pods))]
 	for i, pod := range waiting(in.sem, in.pods) {
 		if i >= len(idle) {
 			break

@@ -296,3 +296,135 @@ func TestDecideAfterTheListNarrowed(t *testing.T) {
 		t.Errorf("a slot of the previous number does not follow the list: update %v", names(p.update))
 	}
 }
+
+// granted is pod p given slot l and granted its key: ungated, bound, its
+// container running, with the lock's annotations.
+func granted(p *corev1.Pod, l *v1alpha1.DistributedLock) *corev1.Pod {
+	p.Labels[v1alpha1.LockLabel] = l.Name
+	p.Annotations = map[string]string{
+		v1alpha1.FencingTokenAnnotation: "7", v1alpha1.LockKeyAnnotation: l.RedisKey(), v1alpha1.LockNameAnnotation: l.Name,
+	}
+	p.Spec.SchedulingGates, p.Spec.NodeName = nil, "node-1"
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	return p
+}
+
+func deleting(p *corev1.Pod) *corev1.Pod {
+	at := metav1.NewTime(t0.Add(time.Minute))
+	p.DeletionTimestamp = &at
+	return p
+}
+
+// stopped reports p's container terminated, as the kubelet does before
+// the pod object goes.
+func stopped(p *corev1.Pod) *corev1.Pod {
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
+	return p
+}
+
+// lostBy is slot l after its grant to p was lost: nobody holds it,
+// status.lastHolderPod names p.
+func lostBy(l *v1alpha1.DistributedLock, p string) *v1alpha1.DistributedLock {
+	l.Status.LastHolderPod = &v1alpha1.PodReference{Name: p, UID: types.UID(p)}
+	return l
+}
+
+// TestIdle: a slot is idle only when no pod that holds or held it may
+// still run (podlock.Ended, being deleted or not), and no pod that waits
+// for it may still be granted it (podlock.MayHold).
+func TestIdle(t *testing.T) {
+	s2 := sem(2)
+	slot1 := func() *v1alpha1.DistributedLock { return slotOf(s2, 2, 1, "") }
+	heldBy := func(p string) *v1alpha1.DistributedLock {
+		l := slotOf(s2, 2, 1, p)
+		l.Status.LastHolderPod = l.Status.Holder.Pod
+		return l
+	}
+	finishedHolder := granted(pod("h", 0, ""), slot1())
+	finishedHolder.Status.Phase = corev1.PodSucceeded
+	sameKeyOtherNumber := granted(pod("h", 0, ""), slotOf(sem(3), 3, 1, ""))
+	cases := []struct {
+		name string
+		lock *v1alpha1.DistributedLock
+		pods []*corev1.Pod
+		idle bool
+	}{
+		{"a holder pod being deleted", heldBy("h"), []*corev1.Pod{deleting(granted(pod("h", 0, ""), slot1()))}, false},
+		{"a last holder pod being deleted, its grant lost", lostBy(slot1(), "h"), []*corev1.Pod{deleting(granted(pod("h", 0, ""), slot1()))}, false},
+		{"a last holder pod being deleted, its containers stopped", lostBy(slot1(), "h"), []*corev1.Pod{stopped(deleting(granted(pod("h", 0, ""), slot1())))}, true},
+		{"a last holder pod the cache does not list", lostBy(slot1(), "h"), nil, false},
+		{"a last holder pod of that name but another UID", lostBy(slot1(), "h"), []*corev1.Pod{func() *corev1.Pod { p := pod("h", 0, ""); p.UID = "other"; return p }()}, false},
+		{"a last holder pod that ended", lostBy(slot1(), "h"), []*corev1.Pod{finishedHolder}, true},
+		{"a former holder status no longer names, being deleted", slot1(), []*corev1.Pod{deleting(granted(pod("h", 0, ""), slot1()))}, false},
+		{"a pod granted the slot's key by a slot of another number", slot1(), []*corev1.Pod{sameKeyOtherNumber}, false},
+		{"a pod waiting for the slot", slot1(), []*corev1.Pod{pod("w", 0, "db-2-1")}, false},
+		{"a pod that waited for the slot, being deleted", slot1(), []*corev1.Pod{deleting(pod("w", 0, "db-2-1"))}, true},
+		{"a pod waiting for another slot", slot1(), []*corev1.Pod{pod("w", 0, "db-2-0")}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			slots, _ := ownedSlots(inputs{sem: s2, locks: []*v1alpha1.DistributedLock{tc.lock}, pods: tc.pods})
+			if len(slots) != 1 {
+				t.Fatalf("slots: %d, want 1", len(slots))
+			}
+			if got := slots[0].idle(nil); got != tc.idle {
+				t.Errorf("idle = %v, want %v", got, tc.idle)
+			}
+		})
+	}
+}
+
+// TestDecideKeepsFormerHolders: a shrink removes a slot of the previous
+// number only once its former holder, being deleted, stopped; a pod
+// granted a slot whose lock is gone keeps a slot of the new number from
+// being given out while it may run.
+func TestDecideKeepsFormerHolders(t *testing.T) {
+	s1, s2 := sem(1), sem(2)
+	ended := granted(pod("a", 0, ""), slotOf(s2, 2, 0, ""))
+	ended.Status.Phase = corev1.PodSucceeded
+	terminating := deleting(granted(pod("b", 0, ""), slotOf(s2, 2, 1, "")))
+	p := decide(inputs{sem: s1, locks: []*v1alpha1.DistributedLock{lostBy(slotOf(s2, 2, 0, ""), "a"), lostBy(slotOf(s2, 2, 1, ""), "b")},
+		pods: []*corev1.Pod{ended, terminating, pod("next", 1, "")}})
+	if got := names(p.remove); len(got) != 1 || got[0] != "db-2-0" || len(p.create)+len(p.assign) != 0 {
+		t.Errorf("draining past a terminating former holder: remove %v, create %v, assign %v; want db-2-0 removed only", got, names(p.create), assigned(p.assign))
+	}
+	p = decide(inputs{sem: s1, locks: []*v1alpha1.DistributedLock{lostBy(slotOf(s2, 2, 1, ""), "b")},
+		pods: []*corev1.Pod{ended, stopped(terminating.DeepCopy()), pod("next", 1, "")}})
+	if got := names(p.remove); len(got) != 1 || got[0] != "db-2-1" {
+		t.Errorf("once the former holder stopped: remove %v, want db-2-1", got)
+	}
+
+	// The semaphore was deleted with its slots, and made again with one.
+	stray := granted(pod("b", 0, ""), slotOf(s2, 2, 1, ""))
+	p = decide(inputs{sem: s1, locks: []*v1alpha1.DistributedLock{slotOf(s1, 1, 0, "")}, pods: []*corev1.Pod{stray, pod("next", 1, "")}})
+	if len(p.assign) != 0 {
+		t.Errorf("with a holder of a slot whose lock is gone still running: assign %v, want none", assigned(p.assign))
+	}
+	p = decide(inputs{sem: s1, locks: []*v1alpha1.DistributedLock{slotOf(s1, 1, 0, "")}, pods: []*corev1.Pod{stopped(deleting(stray.DeepCopy())), pod("next", 1, "")}})
+	if got := assigned(p.assign); got["next"] != "db-1-0" {
+		t.Errorf("once that holder stopped: assign %v, want next on db-1-0", got)
+	}
+	other := sem(1)
+	other.Spec.Key = "another"
+	p = decide(inputs{sem: other, locks: []*v1alpha1.DistributedLock{slotOf(other, 1, 0, "")}, pods: []*corev1.Pod{stray, pod("next", 1, "")}})
+	if got := assigned(p.assign); got["next"] != "db-1-0" {
+		t.Errorf("a holder of another key's slot: assign %v, want next on db-1-0", got)
+	}
+}
+
+// TestSlotChanged: the semaphore is woken by a slot lock's change of
+// holder or last holder pod, not by a refresh of its validity.
+func TestSlotChanged(t *testing.T) {
+	old := lostBy(slotOf(sem(2), 2, 1, ""), "h")
+	refreshed := old.DeepCopy()
+	refreshed.Status.RenewedAt = v1alpha1.NewPreciseTime(t0)
+	if slotChanged(old, refreshed) {
+		t.Error("a refresh of the validity woke the semaphore")
+	}
+	cleared := old.DeepCopy()
+	cleared.Status.LastHolderPod = nil
+	if !slotChanged(old, cleared) {
+		t.Error("status.lastHolderPod cleared did not wake the semaphore")
+	}
+}

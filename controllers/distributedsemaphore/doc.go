@@ -11,6 +11,16 @@
 // served) by labelling it redlock.dev/lock: <slot's lock>; that lock then
 // grants it.
 //
+// A slot is idle when no pod that holds or held it may still run: the
+// lock controller's rule for former holders (podlock.Ended, not
+// MayHold: a pod being deleted runs until its containers stopped) for its
+// holder, its status.lastHolderPod (one the cache does not list counts
+// until the lock clears it) and any pod carrying a token of its key; and
+// when no pod waits for it (MayHold). A pod granted a slot whose lock is
+// gone (deleted by a user, or with an earlier semaphore of this name) and
+// that may still run keeps one slot from being given out: the locks look
+// for the former holders of their own key only.
+//
 // Layout, in the manner of cluster-api's machineset package:
 //   - controller.go: fetch, gather, apply the plan, the one status patch;
 //     the watches (slots' locks on a change of holder or condition, not a
@@ -25,7 +35,7 @@
 //
 // Changing spec.slots drains: slots of the previous number keep their
 // holders (nobody is pre-empted) and take no new pod; each is removed once
-// idle, and the slots of the new number are created only once none of the
+// idle (so a pod that held one never runs beside the new number's), and the slots of the new number are created only once none of the
 // previous number is left, so that holders of two numbers never share the
 // key (the masters would refuse them anyway: SlotsConflict).
 //
