@@ -145,6 +145,7 @@ var _ = Describe("DistributedSemaphore idle slots", Ordered, func() {
 		Expect(lock).To(Equal("shrunk-1-0"), "pod %s's slot", waiter.Name)
 		_, violations := running()
 		Expect(violations).To(BeEmpty(), "moments more than one pod of semaphore %s/shrunk could run after the shrink", ns)
+		Expect(podsim.Finish(suiteCtx, k8s, waiter, 0)).To(Succeed())
 	})
 
 	It("gives no slot while a pod granted a slot that no lock has now may run (the semaphore made again with fewer slots)", func() {
@@ -184,5 +185,6 @@ var _ = Describe("DistributedSemaphore idle slots", Ordered, func() {
 			Should(BeTrue(), "pod %s/%s to be given slot again-1-0 once %s finished", ns, waiter.Name, stray.Name)
 		_, violations := running()
 		Expect(violations).To(BeEmpty(), "moments more than one pod of semaphore %s/again could run", ns)
+		Expect(podsim.Finish(suiteCtx, k8s, waiter, 0)).To(Succeed())
 	})
 })
