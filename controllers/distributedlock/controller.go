@@ -195,9 +195,12 @@ type scope struct {
 	// stops showing it has committed (afterCommit), so that status never
 	// shows a grant whose keys are already gone.
 	releasing bool
+	// ended is set once this reconcile ended a grant (endGrant): it ends
+	// no other in the same patch.
+	ended bool
 	// givingBack is set when this reconcile stops showing a grant and
-	// releases it once that committed (afterCommit): an acquisition that
-	// meets its copies meanwhile tries again right after.
+	// releases its keys once that committed (afterCommit): an acquisition
+	// that meets them meanwhile tries again right after.
 	givingBack bool
 	// shedding is set when this reconcile shows the grant shed (shedGrant).
 	shedding bool
@@ -459,8 +462,13 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 			}
 			return nil
 		}
-		if fresh.UID != lock.UID || !showsGrantOf(fresh.Status, h) {
-			_ = r.settle(ctx, lock, h, refOf(lock, h.grantID), nil, time.Time{}, endSuperseded)
+		if fresh.UID != lock.UID {
+			// Re-created under this name since: the grant's object is gone.
+			_ = r.settle(ctx, lock, h, h.ref, nil, time.Time{}, endObjectGone)
+			return nil
+		}
+		if !showsGrantOf(fresh.Status, h) {
+			_ = r.settle(ctx, lock, h, h.ref, nil, time.Time{}, endSuperseded)
 			r.countLost(lock, v1alpha1.ReasonSuperseded)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
 				"gave up grant %d: status shows another grant (fencing token %d)", h.token, fresh.Status.FencingToken)
@@ -755,6 +763,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	if action != actAcquire && action != actAdopt {
 		r.writer.stopWaiting(client.ObjectKeyFromObject(s.lock)) // it asks for no grant now
 	}
+	if s.ended && (action == actRelease || action == actHandover) {
+		return nil // ended already by this reconcile (its holder's word)
+	}
 	switch action {
 	case actAcquire:
 		r.acquire(ctx, s, c)
@@ -779,10 +790,13 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	case actNone:
 		reason := heldConditionReason(s.lock.Status)
 		ended := s.lock.Status.EndedRequest != nil && s.lock.Status.EndedRequest.Reason == reason
-		if s.requested == nil && !ended && (reason != v1alpha1.ReasonHolderTerminating || s.lock.Status.LastHolderPod == nil) {
+		at, left := r.keysLeft(s.lock)
+		kept := left && s.now.Before(at)
+		if s.requested == nil && !ended && !kept && (reason != v1alpha1.ReasonHolderTerminating || s.lock.Status.LastHolderPod == nil) {
 			// (A grant handed back by a pod being deleted keeps saying so
 			// while that pod may still run; so does a static request that
-			// ended, until another is made.)
+			// ended, until another is made, and a grant whose keys are
+			// kept, until they go.)
 			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
 		}
 	}
@@ -1078,7 +1092,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		r.writer.stopWaiting(name) // no grant: its room goes back
 		return
 	}
-	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) && !s.givingBack {
+	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) && !s.ended {
 		// Status still shows a grant whose validity passed (decideHolder)
 		// and that no Session here renews: it is replaced or hidden by
 		// this reconcile's patch, and what it left released after that.
@@ -1113,6 +1127,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	}
 	h := &held{
 		uid: lock.UID, name: name, ref: refOf(lock, grantID), masterSet: lock.Spec.MasterSet,
+		leased:  s.requested.Pod == nil && lock.Spec.HolderLease != nil,
 		grantID: grantID, holder: s.requested.Identity, pod: s.requested.Pod, token: lk.Token(),
 		acquiredAt: r.Clock.Now(), quorum: c.Quorum(),
 	}
@@ -1175,6 +1190,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 	}
 	h := &held{
 		uid: lock.UID, name: client.ObjectKeyFromObject(lock), ref: refOf(lock, grantID), masterSet: lock.Spec.MasterSet,
+		leased:  st.Holder.Pod == nil && lock.Spec.HolderLease != nil,
 		grantID: grantID, holder: st.Holder.Identity, pod: st.Holder.Pod, token: st.FencingToken,
 		acquiredAt: acquiredAt, quorum: c.Quorum(),
 		othersCopiesUntil: othersCopiesUntil(st.ValidUntil.Time, lock.Spec.TTL.Duration),
@@ -1356,6 +1372,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		*s.lock = *fresh.DeepCopy()
 		s.orig = *fresh.Status.DeepCopy()
 		lock = s.lock
+		if st := lock.Status; st.Holder == nil || !showsGrantOf(st, h) {
+			// Hidden (or replaced) by a write whose commit this manager
+			// did not see: its end is settled as syncSession settles it,
+			// before the keys left are waited for.
+			cause := endHiddenElsewhere
+			if grantIDOf(st) != h.grantID {
+				cause = endSuperseded
+			}
+			_ = r.settle(ctx, lock, h, h.ref, nil, time.Time{}, cause)
+		}
 	}
 	c := r.clientFor(ctx, lock)
 	if lock.Status.Holder != nil {
@@ -1462,7 +1488,7 @@ func (r *Reconciler) showHolder(s *scope) {
 				s.requeueAfter(at.Sub(s.now))
 				return
 			}
-			if !s.givingBack {
+			if !s.ended {
 				r.endGrant(s, nil, s.client, endLapsed, "", "", nil)
 			}
 		}

@@ -236,7 +236,8 @@ func (r *Reconciler) endGrant(s *scope, h *held, c *redlock.Client, cause endCau
 			s.releasing = true // its Session's grant is not shown again
 		}
 	}
-	s.givingBack = true
+	s.ended = true
+	s.givingBack = s.givingBack || decideEnd(cause).keys == keysNow
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
 		err := r.settle(ctx, lock, h, g, c, shown, cause)
 		logf.FromContext(ctx).V(1).Info("ended a grant", "lock", client.ObjectKeyFromObject(lock), "grantID", g.grantID, "cause", cause.String(), "error", errString(err))
@@ -357,7 +358,7 @@ func (r *Reconciler) requestEnd(ctx context.Context, s *scope) (endCause, error)
 			return endPodEnded, nil // podsOf read it afresh when the cache did not list it
 		}
 		return endRequestChanged, nil
-	case lock.Spec.HolderLease == nil:
+	case !leasedGrant(lock, h):
 		return endReleased, nil
 	}
 	said, err := r.saidReleased(ctx, lock, h, true)
@@ -394,20 +395,18 @@ func (r *Reconciler) deletionEnd(ctx context.Context, s *scope) (endCause, error
 	return cause, nil
 }
 
-// saidReleased reports whether the static holder of the grant status
-// shows (h: its Session here, or nil) gave it back by its word: the
+// saidReleased reports whether the static holder of the leased grant
+// status shows (h: its Session here, or nil) gave it back by its word: the
 // LockHeartbeat the operator keeps for the lock names the grant in
 // stoppedGrant. fresh reads it from the API server rather than the cache
 // (its request may have been withdrawn after the word, and the two
 // caches keep no order between them).
 func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, fresh bool) (bool, error) {
-	st := lock.Status
-	grantID := grantIDOf(st)
-	static := st.Holder != nil && st.Holder.Pod == nil
+	grantID := grantIDOf(lock.Status)
 	if h != nil {
-		grantID, static = h.grantID, h.pod == nil
+		grantID = h.grantID
 	}
-	if !static || grantID == "" {
+	if !leasedGrant(lock, h) || grantID == "" {
 		return false, nil
 	}
 	var rd client.Reader = r.Client
@@ -422,6 +421,19 @@ func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.Distribute
 		return false, fmt.Errorf("read the holder's word: %w", err)
 	}
 	return metav1.IsControlledBy(hb, lock) && hb.Spec.StoppedGrant == grantID, nil
+}
+
+// leasedGrant reports whether the grant status shows (h: its Session
+// here, or nil) is a static holder's under a lease: made or adopted here
+// while the lock set spec.holderLease, or, without a Session here, while
+// it sets one now. Only such a grant ends by its holder's word; any other
+// static grant ends when its request changes.
+func leasedGrant(lock *v1alpha1.DistributedLock, h *held) bool {
+	if h != nil {
+		return h.leased || h.pod == nil && lock.Spec.HolderLease != nil
+	}
+	st := lock.Status
+	return st.Holder != nil && st.Holder.Pod == nil && lock.Spec.HolderLease != nil
 }
 
 // endReason is the Held reason of a grant that ends for cause, reason
@@ -444,7 +456,7 @@ func endMessage(cause endCause, msg string) string {
 	default:
 		switch cause {
 		case endRequestChanged:
-			msg = "the leased holder's request was changed without its release"
+			msg = "the request was changed without the holder's release"
 		case endDeleted, endSlotRemoved:
 			msg = "the lock is being deleted"
 		}

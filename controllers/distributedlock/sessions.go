@@ -15,13 +15,17 @@ import (
 // held is a grant this manager renews: what status shows of it, and the
 // session that keeps it alive.
 type held struct {
-	uid        types.UID
-	name       types.NamespacedName
-	ref        grantRef // the grant in Redis
-	masterSet  string
-	grantID    string
-	holder     string
-	pod        *v1alpha1.PodReference // the holder pod, when a pod holds it
+	uid       types.UID
+	name      types.NamespacedName
+	ref       grantRef // the grant in Redis
+	masterSet string
+	grantID   string
+	holder    string
+	pod       *v1alpha1.PodReference // the holder pod, when a pod holds it
+	// leased: a static holder's grant made or adopted while the lock set
+	// spec.holderLease: it ends by the holder's word, not by a change of
+	// its request, even if the lease is unset since.
+	leased     bool
 	token      int64
 	acquiredAt time.Time
 	quorum     int

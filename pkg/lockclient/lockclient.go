@@ -425,7 +425,9 @@ func (g *Grant) end(err error) {
 	g.endLocked(err)
 }
 
-// Release ends the grant and gives the lock back. Done is closed first;
+// Release ends the grant and gives the lock back: call it only once
+// nothing acts on the grant any more (its word says so). Done is closed
+// first;
 // then it writes its word for the grant (the LockHeartbeat's
 // stoppedGrant), on which the operator releases the keys at once and
 // grants the next holder, and withdraws the request (clears

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,17 +20,19 @@ func (c *cli) releaseCommand() *cobra.Command {
 		Short: "Release a static holder's grant on a lock: its word, then its request withdrawn",
 		Long: `release is the static holder's own release of LOCK (spec.holderIdentity).
 
-When status shows the holder's grant, it first writes the holder's word for
-that grant into the lock's LockHeartbeat (stoppedGrant): the operator releases
-the keys at once, ends the request and serves the next holder. Then it clears
-spec.holderIdentity if it still names the holder. Run it only once the work the
-lock guards has stopped.
+--as names the holder releasing, and must be the name spec.holderIdentity and
+status show: a release is the holder's own, never someone else's. On a lock
+with spec.holderLease, when status shows the holder's grant, it first writes
+the holder's word for that grant into the lock's LockHeartbeat (stoppedGrant):
+the operator releases the keys at once, ends the request and serves the next
+holder. Then it clears spec.holderIdentity if it still names the holder. Run it
+only once the work the lock guards has stopped.
 
-For a lock with spec.holderLease the word is what makes a release: a change of
+On a leased lock the word is what makes a release: a change of
 spec.holderIdentity without it (kubectl redlock handover, an edit) is taken as
 someone else's, and the operator keeps the keys until the validity status
-showed has passed. For a lock without a lease, clearing spec.holderIdentity is
-the release, with or without the word.
+showed has passed. On a lock without a lease, clearing spec.holderIdentity is
+the release, and no word is written.
 
 It needs get and patch on the DistributedLock and get and update on its
 LockHeartbeat (docs/tasks/static-holders.md has a Role).`,
@@ -45,7 +46,8 @@ LockHeartbeat (docs/tasks/static-holders.md has a Role).`,
 			return c.release(cmd.Context(), k, ns, lockName, as)
 		},
 	}
-	cmd.Flags().StringVar(&as, "as", "", "The static holder releasing: fail unless the lock's spec.holderIdentity is this name.")
+	cmd.Flags().StringVar(&as, "as", "", "The static holder releasing (required): fail unless the lock's spec.holderIdentity is this name.")
+	_ = cmd.MarkFlagRequired("as")
 	return cmd
 }
 
@@ -61,21 +63,16 @@ func (c *cli) release(ctx context.Context, k client.Client, ns, name, as string)
 	switch {
 	case static == "":
 		return fmt.Errorf("lock %s has no static holder (spec.holderIdentity): nothing to release", ref)
-	case as != "" && as != static:
+	case as != static:
 		return fmt.Errorf("lock %s is requested for %q, not %q: nothing released", ref, static, as)
 	}
 	st := lock.Status
 	said := false
-	if st.Holder != nil && st.Holder.Pod == nil && st.Holder.Identity == static && st.GrantID != "" {
-		key := client.ObjectKey{Namespace: ns, Name: name}
-		switch err := holding.SayStopped(ctx, k, key, st.GrantID); {
-		case err == nil:
-			said = true
-		case apierrors.IsNotFound(err) && lock.Spec.HolderLease == nil:
-			// No LockHeartbeat: clearing the request is the release.
-		default:
+	if lock.Spec.HolderLease != nil && st.Holder != nil && st.Holder.Pod == nil && st.Holder.Identity == static && st.GrantID != "" {
+		if err := holding.SayStopped(ctx, k, client.ObjectKey{Namespace: ns, Name: name}, st.GrantID); err != nil {
 			return apiError("write the release of "+ref, err)
 		}
+		said = true
 	}
 	if err := withdraw(ctx, k, lock, static); err != nil {
 		return apiError("withdraw the request of "+ref, err)

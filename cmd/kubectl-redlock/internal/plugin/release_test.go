@@ -46,15 +46,27 @@ var _ = Describe("kubectl redlock release", func() {
 
 	It("fails on a leased lock without a LockHeartbeat and leaves the request, and only withdraws a request not granted yet", func() {
 		lock := leased("no-heartbeat", "ci-run-2")
-		Expect(kubectlRedlock("release", "no-heartbeat", "-n", ns).err).To(MatchError(ContainSubstring("write the release of " + ns + "/no-heartbeat")))
+		Expect(kubectlRedlock("release", "no-heartbeat", "-n", ns).err).To(MatchError(ContainSubstring(`"as" not set`)), "--as is required")
+		Expect(kubectlRedlock("release", "no-heartbeat", "-n", ns, "--as", "ci-run-2").err).To(MatchError(ContainSubstring("write the release of " + ns + "/no-heartbeat")))
 		Expect(read(lock).Spec.HolderIdentity).To(Equal("ci-run-2"), "the request stays")
 
 		waiting := newLock(ns, "waiting", func(s *v1alpha1.DistributedLockSpec) { s.HolderIdentity = "ci-run-3" })
-		r := kubectlRedlock("release", "waiting", "-n", ns)
+		r := kubectlRedlock("release", "waiting", "-n", ns, "--as", "ci-run-3")
 		Expect(r.err).NotTo(HaveOccurred())
 		Expect(r.out).To(ContainSubstring("ci-run-3 on lock " + ns + "/waiting: withdrew its request."))
 		Expect(read(waiting).Spec.HolderIdentity).To(BeEmpty())
 
-		Expect(kubectlRedlock("release", "waiting", "-n", ns).err).To(MatchError(ContainSubstring("has no static holder")))
+		Expect(kubectlRedlock("release", "waiting", "-n", ns, "--as", "ci-run-3").err).To(MatchError(ContainSubstring("has no static holder")))
+
+		By("only withdrawing the request of a lock without a lease, which is its release")
+		unleased := staticLock(ns, "unleased", "report-cron")
+		Expect(k8s.Create(ctx, &v1alpha1.LockHeartbeat{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unleased"}})).To(Succeed())
+		r = kubectlRedlock("release", "unleased", "-n", ns, "--as", "report-cron")
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.out).To(ContainSubstring("report-cron on lock " + ns + "/unleased: withdrew its request."))
+		hb := &v1alpha1.LockHeartbeat{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "unleased"}, hb)).To(Succeed())
+		Expect(hb.Spec.StoppedGrant).To(BeEmpty(), "no word on a lock without a lease")
+		Expect(read(unleased).Spec.HolderIdentity).To(BeEmpty())
 	})
 })
