@@ -2,9 +2,6 @@ package podgate_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,10 +15,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
@@ -542,15 +537,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 	var ns string
 	BeforeAll(func() {
 		ns = env.NewNamespace()
-		_, file, _, _ := runtime.Caller(0)
-		data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "config", "admission-policy", "policy.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		for _, doc := range strings.Split(string(data), "\n---\n") {
-			obj := &unstructured.Unstructured{}
-			Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
-			Expect(k8s.Create(suiteCtx, obj)).To(Succeed())
-			DeferCleanup(func() { _ = k8s.Delete(context.Background(), obj) })
-		}
+		env.InstallAdmissionPolicy(ns)
 	})
 
 	It("refuses a pod that waits behind a lock gate without the label naming its lock, and admits labelled ones", func() {
@@ -624,9 +611,28 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		By("admitting a pod in holder-label mode, and the operator's mark on it later")
 		p := holderLabelPod(ns, "label-mode", "some-lock")
 		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
-		Eventually(func() error { // the pod gate controller writes the pod too
-			return updateLabel(p, v1alpha1.HoldsLabel, "some-lock")
-		}).Should(Succeed(), "marking pod label-mode")
+		operator := env.ClientAs(testenv.OperatorUser, testenv.Admin)
+		cur := getPod(p)
+		cur.Labels[v1alpha1.HoldsLabel] = "some-lock"
+		Expect(operator.Update(suiteCtx, cur)).To(Succeed(), "the operator marking pod label-mode")
+
+		By("refusing the mark, or a change of it, by a user who may edit pods; letting the user remove it")
+		user := env.PodEditor(ns, "alice")
+		other := holderLabelPod(ns, "label-mode-other", "some-lock")
+		Expect(k8s.Create(suiteCtx, other)).To(Succeed())
+		markAs := func(c client.Client, p *corev1.Pod, value string) error {
+			cur := getPod(p)
+			if value == "" {
+				delete(cur.Labels, v1alpha1.HoldsLabel)
+			} else {
+				cur.Labels[v1alpha1.HoldsLabel] = value
+			}
+			return c.Update(suiteCtx, cur)
+		}
+		Expect(markAs(user, other, "some-lock")).To(MatchError(ContainSubstring("only redlock-operator ("+testenv.OperatorUser+") adds or changes it")), "alice marking pod %s", other.Name)
+		Expect(markAs(user, p, "other-lock")).To(MatchError(ContainSubstring("only redlock-operator")), "alice changing the mark of pod %s", p.Name)
+		Expect(markAs(user, p, "")).To(Succeed(), "alice removing the mark of pod %s", p.Name)
+		Expect(markAs(operator, p, "some-lock")).To(Succeed(), "the operator marking pod %s again", p.Name)
 
 		By("refusing to change or remove its gate mode")
 		changeMode := func(mode string) func() error {

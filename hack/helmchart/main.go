@@ -10,7 +10,9 @@
 // PodDisruptionBudget and PriorityClass — into templates/generated/. The
 // manager's ClusterRole and binding are also rendered as a Role and
 // RoleBinding in each namespace of .Values.watchNamespaces, as
-// config/watch-namespaces does (test/manifests compares the two).
+// config/watch-namespaces does (test/manifests compares the two). The
+// admission policy's operator identity (the only one that may mark
+// holders) names the ServiceAccount in the release namespace.
 // The Deployment and the metrics Service, which the chart's values shape,
 // are written by hand (templates/deployment.yaml, templates/metrics.yaml);
 // test/manifests renders the chart and compares it with the kustomize
@@ -150,6 +152,9 @@ func run(in io.Reader, chart string) error {
 	if err != nil {
 		return err
 	}
+	if err := templateOperator(objs); err != nil {
+		return err
+	}
 	files := map[string][]byte{}
 	crds := 0
 	for _, u := range objs {
@@ -238,6 +243,54 @@ func template(u *unstructured.Unstructured, condition string) (string, error) {
 		doc = "{{- if " + condition + " }}\n" + doc + "{{- end }}\n"
 	}
 	return doc, nil
+}
+
+// operatorIdentity is the admission policy's variable operator, the
+// manager's ServiceAccount as the API server names it, with the namespace
+// and the account's name as separate CEL string literals (config/default
+// writes them with kustomize replacements).
+const operatorIdentity = "'system:serviceaccount:' + '%s' + ':' + '%s'"
+
+// templateOperator makes the admission policy's operator identity follow
+// the release namespace: only that identity may mark holders. Its
+// ServiceAccount's name is the one the chart renders.
+func templateOperator(objs []*unstructured.Unstructured) error {
+	var accounts []string
+	for _, u := range objs {
+		if u.GetKind() == "ServiceAccount" {
+			accounts = append(accounts, u.GetName())
+		}
+	}
+	if len(accounts) != 1 {
+		return fmt.Errorf("the admission policy names the manager's ServiceAccount: want one ServiceAccount in the input, found %v", accounts)
+	}
+	for _, u := range objs {
+		if u.GetKind() != "ValidatingAdmissionPolicy" {
+			continue
+		}
+		vars, _, err := unstructured.NestedSlice(u.Object, "spec", "variables")
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, v := range vars {
+			if v, ok := v.(map[string]any); ok && v["name"] == "operator" {
+				want := fmt.Sprintf(operatorIdentity, namespace, accounts[0])
+				if v["expression"] != want {
+					return fmt.Errorf("ValidatingAdmissionPolicy %s: variable operator is %q, want %q (see config/default's replacements)", u.GetName(), v["expression"], want)
+				}
+				v["expression"] = fmt.Sprintf(operatorIdentity, nsPlaceholder, accounts[0])
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("ValidatingAdmissionPolicy %s: no variable operator (the identity allowed to mark holders)", u.GetName())
+		}
+		if err := unstructured.SetNestedSlice(u.Object, vars, "spec", "variables"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // watched turns a ClusterRole or ClusterRoleBinding into a Role or

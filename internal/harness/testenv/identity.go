@@ -1,0 +1,91 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2" //nolint:staticcheck // a Ginkgo harness
+	. "github.com/onsi/gomega"    //nolint:staticcheck // a Ginkgo harness
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// OperatorUser is the manager's ServiceAccount as config/default installs
+// it, and as config/admission-policy names it: the only identity the
+// admission policy lets mark holders. A manager run as it
+// (Scope{Cfg: ConfigAs(OperatorUser, Admin)}) may write what the policy
+// keeps for the operator.
+const OperatorUser = "system:serviceaccount:" + OperatorNamespace + ":redlock-operator-controller-manager"
+
+// Admin is the group of the control plane's administrators: a user
+// impersonated in it has every right, so that only its name matters.
+const Admin = "system:masters"
+
+// ConfigAs returns a copy of the administrator's connection that acts as
+// user in groups (impersonated): what the API server's admission sees.
+func (e *Env) ConfigAs(user string, groups ...string) *rest.Config {
+	cfg := rest.CopyConfig(e.Cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return cfg
+}
+
+// ClientAs is a client of ConfigAs(user, groups...).
+func (e *Env) ClientAs(user string, groups ...string) client.Client {
+	c, err := client.New(e.ConfigAs(user, groups...), client.Options{Scheme: e.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// PodEditor gives user the right to read, update and patch pods (and
+// their status) in ns, and nothing else, and returns a client acting as
+// user: someone who may edit workloads but is not the operator.
+func (e *Env) PodEditor(ns, user string) client.Client {
+	name := "pod-editor-" + strings.ToLower(user)
+	Expect(e.Client.Create(e.Ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""},
+			Resources: []string{"pods", "pods/status"},
+			Verbs:     []string{"get", "list", "watch", "update", "patch"},
+		}},
+	})).To(Succeed())
+	Expect(e.Client.Create(e.Ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+	})).To(Succeed())
+	return e.ClientAs(user, "system:authenticated")
+}
+
+// InstallAdmissionPolicy creates the objects of
+// config/admission-policy/policy.yaml as they are (the operator named
+// OperatorUser), removed when the spec or container ends, and waits until
+// the API server enforces them: a dry run of a pod created in ns with the
+// holder mark is refused.
+func (e *Env) InstallAdmissionPolicy(ns string) {
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "config", "admission-policy", "policy.yaml")) //nolint:gosec // a file of this repository
+	Expect(err).NotTo(HaveOccurred())
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
+		Expect(e.Client.Create(e.Ctx, obj)).To(Succeed())
+		DeferCleanup(func() { _ = e.Client.Delete(context.Background(), obj) })
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "policy-probe", Labels: map[string]string{v1alpha1.HoldsLabel: "probe"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "work", Image: "busybox"}}},
+	}
+	Eventually(func() error { return e.Client.Create(e.Ctx, probe.DeepCopy(), client.DryRunAll) }).
+		Should(MatchError(ContainSubstring("redlock.dev/holds marks the pod")), "the admission policy to refuse pod %s/%s, created with the holder mark (dry run)", ns, probe.Name)
+}
