@@ -9,8 +9,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2" //nolint:staticcheck // a Ginkgo harness
 	. "github.com/onsi/gomega"    //nolint:staticcheck // a Ginkgo harness
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -47,23 +49,39 @@ func (e *Env) ClientAs(user string, groups ...string) client.Client {
 }
 
 // PodEditor gives user the right to read, update and patch pods (and
-// their status) in ns, and nothing else, and returns a client acting as
-// user: someone who may edit workloads but is not the operator.
+// their status) in ns, and nothing else (once: again, it reuses the
+// Role), and returns a client acting as user: someone who may edit
+// workloads but is not the operator.
 func (e *Env) PodEditor(ns, user string) client.Client {
 	name := "pod-editor-" + strings.ToLower(user)
-	Expect(e.Client.Create(e.Ctx, &rbacv1.Role{
+	again := func(err error) error {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	Expect(again(e.Client.Create(e.Ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{""},
 			Resources: []string{"pods", "pods/status"},
 			Verbs:     []string{"get", "list", "watch", "update", "patch"},
 		}},
-	})).To(Succeed())
-	Expect(e.Client.Create(e.Ctx, &rbacv1.RoleBinding{
+	}))).To(Succeed(), "Role %s/%s", ns, name)
+	Expect(again(e.Client.Create(e.Ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-	})).To(Succeed())
+	}))).To(Succeed(), "RoleBinding %s/%s", ns, name)
+	// The authorizer learns of the binding from a watch: wait for it.
+	Eventually(func(g Gomega) {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Resource: "pods", Subresource: "status", Verb: "patch"},
+		}}
+		g.Expect(e.Client.Create(e.Ctx, review)).To(Succeed())
+		g.Expect(review.Status.Allowed).To(BeTrue(), "%s may patch pods/status in %s", user, ns)
+	}).Should(Succeed(), "the API server to authorize %s to edit pods in %s", user, ns)
 	return e.ClientAs(user, "system:authenticated")
 }
 
