@@ -89,6 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p := decide(in)
 	errs := r.apply(ctx, sem, &p)
+	errs = append(errs, r.takeBack(ctx, in)...)
 	errs = append(errs, r.tellNotAllowed(ctx, in, p.refused)...)
 	waitRecheck, waitErrs := r.enforceWaits(ctx, in, p)
 	errs = append(errs, waitErrs...)
@@ -296,9 +297,10 @@ func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaph
 	return nil
 }
 
-// labelAsRead sets the label key of obj to value with a patch conditional
-// on the version read, and reports whether it wrote: an object changed
-// since, or gone, is left to the next reconcile, which sees it.
+// labelAsRead sets the label key of obj to value ("" removes it) with a
+// patch conditional on the version read, and reports whether it wrote: an
+// object changed since, or gone, is left to the next reconcile, which
+// sees it.
 func (r *Reconciler) labelAsRead(ctx context.Context, obj client.Object, key, value string) (bool, error) {
 	labelled, ok := obj.DeepCopyObject().(client.Object)
 	if !ok {
@@ -308,7 +310,11 @@ func (r *Reconciler) labelAsRead(ctx context.Context, obj client.Object, key, va
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[key] = value
+	if value == "" {
+		delete(labels, key)
+	} else {
+		labels[key] = value
+	}
 	labelled.SetLabels(labels)
 	err := r.Patch(ctx, labelled, client.MergeFromWithOptions(obj, client.MergeFromWithOptimisticLock{}))
 	switch {

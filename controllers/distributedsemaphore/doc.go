@@ -31,6 +31,9 @@
 //     heartbeatTimeout, allowedHolders follow the semaphore), remove, and
 //     which pod goes to which idle slot (none while a slot's lock is
 //     refused its namespace: NamespaceNotAllowed);
+//   - strand.go: pods labelled for a slot's lock that no longer exists
+//     (a deposed leader labelled them from its view before a resize),
+//     taken back into the queue;
 //   - status.go: status computed from the same inputs.
 //
 // Changing spec.slots drains: slots of the previous number keep their
@@ -56,7 +59,12 @@
 // the label redlock.dev/lock, set once, on the version of the pod read
 // (optimistic concurrency), and counted as set until the cache shows it
 // or no longer lists the pod (expectations), so that a lagging cache never
-// gives one slot two pods. A pod leaves that list only when deleted: the
+// gives one slot two pods. The label is removed again, the same way, only
+// from a pod never granted (no fencing token) that still waits behind the
+// scheduling gate and names a slot of another number whose lock does not
+// exist: that name comes back only if spec.slots does. The admission
+// policy lets only the operator write the label on a semaphore's pod,
+// and the removal only on such a pod. A pod leaves that list only when deleted: the
 // admission policy keeps its label redlock.dev/semaphore while it takes
 // part. The status is patched on the version of the semaphore read, and
 // recomputed when another writer changed it.

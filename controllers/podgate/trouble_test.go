@@ -522,14 +522,17 @@ func watchAcross(clusters []client.Client, namespaces []string) func() []string 
 
 // updateLabel sets label key of pod p to value ("" removes it) with an
 // update of the pod as read now.
-func updateLabel(p *corev1.Pod, key, value string) error {
+func updateLabel(p *corev1.Pod, key, value string) error { return updateLabelAs(k8s, p, key, value) }
+
+// updateLabelAs is updateLabel written by c (whom it acts as).
+func updateLabelAs(c client.Client, p *corev1.Pod, key, value string) error {
 	cur := getPod(p)
 	if value == "" {
 		delete(cur.Labels, key)
 	} else {
 		cur.Labels[key] = value
 	}
-	return k8s.Update(suiteCtx, cur)
+	return c.Update(suiteCtx, cur)
 }
 
 // The policy config/admission-policy ships, applied as it is.
@@ -580,7 +583,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		Expect(relabel(granted, "other-lock")).To(Succeed())
 	})
 
-	It("admits a pod gated for a semaphore, lets its semaphore label it for a slot once, and fixes that label", func() {
+	It("admits a pod gated for a semaphore, lets only the operator label it for a slot once or take it back from the slot while it waits, and fixes that label", func() {
 		semPod := gatedPod(ns, "sem-waiting", "", false)
 		semPod.Labels = map[string]string{v1alpha1.SemaphoreLabel: "some-semaphore"}
 		By("waiting until the API server enforces the policy (probed with a dry run of an unlabelled gated pod)")
@@ -592,9 +595,24 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		By("admitting the pod labelled only for its semaphore")
 		Expect(k8s.Create(suiteCtx, semPod)).To(Succeed(), "pod %s/%s gated for a semaphore", ns, semPod.Name)
 
-		By("allowing the label naming a slot's lock once, and no change after it")
-		Expect(updateLabel(semPod, v1alpha1.LockLabel, "some-semaphore-2-0")).To(Succeed(), "labelling pod %s for a slot", semPod.Name)
-		Expect(updateLabel(semPod, v1alpha1.LockLabel, "some-semaphore-2-1")).To(MatchError(ContainSubstring("cannot change")), "moving pod %s to another slot", semPod.Name)
+		By("allowing the operator, and nobody else, the label naming a slot's lock once, and no change after it")
+		operator := env.ClientAs(testenv.OperatorUser, testenv.Admin)
+		user := env.PodEditor(ns, "alice")
+		cannotChange := MatchError(ContainSubstring("redlock.dev/lock cannot change"))
+		Expect(updateLabelAs(user, semPod, v1alpha1.LockLabel, "some-semaphore-2-0")).To(cannotChange, "alice labelling pod %s for a slot", semPod.Name)
+		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "some-semaphore-2-0")).To(Succeed(), "labelling pod %s for a slot", semPod.Name)
+		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "some-semaphore-2-1")).To(cannotChange, "moving pod %s to another slot", semPod.Name)
+
+		By("letting the operator, and nobody else, take the waiting pod back from its slot, and label it for another")
+		Expect(updateLabelAs(user, semPod, v1alpha1.LockLabel, "")).To(cannotChange, "alice removing the slot label of pod %s", semPod.Name)
+		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "")).To(Succeed(), "the operator taking pod %s back from its slot", semPod.Name)
+		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "some-semaphore-3-2")).To(Succeed(), "labelling pod %s for another slot", semPod.Name)
+
+		By("refusing the operator too once the pod was granted its slot")
+		granted := getPod(semPod)
+		granted.Annotations = map[string]string{v1alpha1.FencingTokenAnnotation: "3"}
+		Expect(k8s.Update(suiteCtx, granted)).To(Succeed(), "annotating pod %s with its token", semPod.Name)
+		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "")).To(cannotChange, "the operator taking the granted pod %s back", semPod.Name)
 
 		By("refusing a change or removal of its semaphore label while it waits")
 		Expect(updateLabel(semPod, v1alpha1.SemaphoreLabel, "other-semaphore")).To(MatchError(ContainSubstring("redlock.dev/semaphore cannot change")), "moving pod %s to another semaphore", semPod.Name)
@@ -612,22 +630,14 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		p := holderLabelPod(ns, "label-mode", "some-lock")
 		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
 		operator := env.ClientAs(testenv.OperatorUser, testenv.Admin)
-		cur := getPod(p)
-		cur.Labels[v1alpha1.HoldsLabel] = "some-lock"
-		Expect(operator.Update(suiteCtx, cur)).To(Succeed(), "the operator marking pod label-mode")
+		Expect(updateLabelAs(operator, p, v1alpha1.HoldsLabel, "some-lock")).To(Succeed(), "the operator marking pod label-mode")
 
 		By("refusing the mark, or a change of it, by a user who may edit pods; letting the user remove it")
 		user := env.PodEditor(ns, "alice")
 		other := holderLabelPod(ns, "label-mode-other", "some-lock")
 		Expect(k8s.Create(suiteCtx, other)).To(Succeed())
 		markAs := func(c client.Client, p *corev1.Pod, value string) error {
-			cur := getPod(p)
-			if value == "" {
-				delete(cur.Labels, v1alpha1.HoldsLabel)
-			} else {
-				cur.Labels[v1alpha1.HoldsLabel] = value
-			}
-			return c.Update(suiteCtx, cur)
+			return updateLabelAs(c, p, v1alpha1.HoldsLabel, value)
 		}
 		Expect(markAs(user, other, "some-lock")).To(MatchError(ContainSubstring("only redlock-operator ("+testenv.OperatorUser+") adds or changes it")), "alice marking pod %s", other.Name)
 		Expect(markAs(user, p, "other-lock")).To(MatchError(ContainSubstring("only redlock-operator")), "alice changing the mark of pod %s", p.Name)

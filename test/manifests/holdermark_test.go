@@ -34,11 +34,8 @@ var _ = Describe("The holder mark redlock.dev/holds", func() {
 		// mark tries, as user, to mark the pod (a dry run: the pod stays
 		// as it is for the next install).
 		mark := func(user string) error {
-			cur := &corev1.Pod{}
-			Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), cur)).To(Succeed())
-			base := cur.DeepCopy()
-			cur.Labels[v1alpha1.HoldsLabel] = "web-leader"
-			return env.ClientAs(user, testenv.Admin).Patch(ctx, cur, client.MergeFrom(base), client.DryRunAll)
+			cur, patch := env.LabelPatch(pod, v1alpha1.HoldsLabel, "web-leader")
+			return env.ClientAs(user, testenv.Admin).Patch(ctx, cur, patch, client.DryRunAll)
 		}
 
 		// config/default with another namespace and name prefix.
@@ -131,17 +128,11 @@ var _ = Describe("The holder mark redlock.dev/holds", func() {
 		By("refusing a user who may patch pods the mark on the passive pod, through the pod or its status, and a change of the holder's mark")
 		user := env.PodEditor(ns, "alice")
 		patchAs := func(sub string, p *corev1.Pod, value string) error {
-			cur := get(p)
-			base := cur.DeepCopy()
-			if value == "" {
-				delete(cur.Labels, v1alpha1.HoldsLabel)
-			} else {
-				cur.Labels[v1alpha1.HoldsLabel] = value
-			}
+			cur, patch := env.LabelPatch(p, v1alpha1.HoldsLabel, value)
 			if sub == "status" {
-				return user.Status().Patch(ctx, cur, client.MergeFrom(base))
+				return user.Status().Patch(ctx, cur, patch)
 			}
-			return user.Patch(ctx, cur, client.MergeFrom(base))
+			return user.Patch(ctx, cur, patch)
 		}
 		refused := MatchError(ContainSubstring("only redlock-operator (" + testenv.OperatorUser + ") adds or changes it"))
 		Expect(patchAs("", passive, "leader")).To(refused, "alice marking the passive pod %s", passive.Name)

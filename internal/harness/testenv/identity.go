@@ -87,23 +87,52 @@ func (e *Env) PodEditor(ns, user string) client.Client {
 
 // InstallAdmissionPolicy creates the objects of
 // config/admission-policy/policy.yaml as they are (the operator named
-// OperatorUser), removed when the spec or container ends, and waits until
-// the API server enforces them: a dry run of a pod created in ns with the
-// holder mark is refused.
+// OperatorUser) and waits until the API server enforces them: a dry run of
+// a pod created in ns with the holder mark is refused. They are removed
+// when the spec or container ends, and the cleanup waits until the API
+// server no longer enforces them, so that the next specs' managers (which
+// may run as another user) are not refused.
 func (e *Env) InstallAdmissionPolicy(ns string) {
 	_, file, _, _ := runtime.Caller(0)
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "config", "admission-policy", "policy.yaml")) //nolint:gosec // a file of this repository
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "config", "admission-policy", "policy.yaml"))
 	Expect(err).NotTo(HaveOccurred())
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		obj := &unstructured.Unstructured{}
-		Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
-		Expect(e.Client.Create(e.Ctx, obj)).To(Succeed())
-		DeferCleanup(func() { _ = e.Client.Delete(context.Background(), obj) })
-	}
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "policy-probe", Labels: map[string]string{v1alpha1.HoldsLabel: "probe"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "work", Image: "busybox"}}},
 	}
-	Eventually(func() error { return e.Client.Create(e.Ctx, probe.DeepCopy(), client.DryRunAll) }).
-		Should(MatchError(ContainSubstring("redlock.dev/holds marks the pod")), "the admission policy to refuse pod %s/%s, created with the holder mark (dry run)", ns, probe.Name)
+	create := func() error { return e.Client.Create(e.Ctx, probe.DeepCopy(), client.DryRunAll) }
+	var objs []*unstructured.Unstructured
+	DeferCleanup(func() {
+		for _, obj := range objs {
+			Expect(client.IgnoreNotFound(e.Client.Delete(context.Background(), obj))).To(Succeed(), "delete %s %s", obj.GetKind(), obj.GetName())
+		}
+		Eventually(create).Should(Succeed(), "the admission policy to be lifted: pod %s/%s, created with the holder mark, admitted (dry run)", ns, probe.Name)
+	})
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
+		Expect(e.Client.Create(e.Ctx, obj)).To(Succeed())
+		objs = append(objs, obj)
+	}
+	Eventually(create).Should(MatchError(ContainSubstring("redlock.dev/holds marks the pod")), "the admission policy to refuse pod %s/%s, created with the holder mark (dry run)", ns, probe.Name)
+}
+
+// LabelPatch reads pod p now and returns it with label key set to value
+// ("" removes it), and the merge patch from the version read, for a
+// client acting as someone (ClientAs) to send, through the pod or its
+// status. The patch carries no resourceVersion: the operator writes the
+// pod too.
+func (e *Env) LabelPatch(p *corev1.Pod, key, value string) (*corev1.Pod, client.Patch) {
+	cur := &corev1.Pod{}
+	Expect(e.Client.Get(e.Ctx, client.ObjectKeyFromObject(p), cur)).To(Succeed())
+	patch := client.MergeFrom(cur.DeepCopy())
+	if cur.Labels == nil {
+		cur.Labels = map[string]string{}
+	}
+	if value == "" {
+		delete(cur.Labels, key)
+	} else {
+		cur.Labels[key] = value
+	}
+	return cur, patch
 }
