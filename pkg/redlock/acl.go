@@ -1,8 +1,8 @@
 package redlock
 
-// ACLRules are the Redis ACL rules a Client needs, and nothing more: SET
-// (acquire without a token), EVAL/EVALSHA of its scripts and the commands
-// they call (GET, SET, DEL, PEXPIRE, TIME; semaphores need nothing more),
+// ACLRules are the Redis ACL rules a Client needs, and nothing more:
+// EVAL/EVALSHA of its scripts and the commands they call (GET, SET, DEL,
+// PEXPIRE, TIME; semaphores need nothing more),
 // INFO (run_id and uptime, for the quarantine of restarted masters), PING, and HELLO/AUTH to log in. A master
 // that refuses one of them answers an error, which counts as a "no" vote.
 //

@@ -31,7 +31,7 @@ func TestBatcherUnderLoad(t *testing.T) {
 			for i := range each {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				key, val := fmt.Sprintf("k-%d-%d", w, i), fmt.Sprint(w*each+i)
-				out, err := n.set(ctx, setArgs(key, val, 10000))
+				out, err := setPlain(ctx, n, key, val)
 				if out != OutcomeGranted || err != nil {
 					t.Errorf("set %s: %v %v", key, out, err)
 				}
@@ -83,7 +83,7 @@ func stoppedMaster(t *testing.T) (*node, *redistest.Server) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	n := c.nodes[0]
-	if out, err := n.set(context.Background(), setArgs("warm", "v", 10000)); out != OutcomeGranted {
+	if out, err := setPlain(context.Background(), n, "warm", "v"); out != OutcomeGranted {
 		t.Fatal(out, err)
 	}
 	if err := servers[0].Stop(); err != nil {
@@ -106,7 +106,7 @@ func TestBatcherStoppedMaster(t *testing.T) {
 		wg.Go(func() {
 			rctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			out, err := n.set(rctx, setArgs(fmt.Sprint("stopped-", i), "v", 10000))
+			out, err := setPlain(rctx, n, fmt.Sprint("stopped-", i), "v")
 			if out != OutcomeError || err == nil {
 				t.Errorf("request %d to a stopped master: %v %v", i, out, err)
 			}
@@ -118,7 +118,7 @@ func TestBatcherStoppedMaster(t *testing.T) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if out, err := n.set(rctx, setArgs("after", "v", 10000)); out != OutcomeGranted {
+	if out, err := setPlain(rctx, n, "after", "v"); out != OutcomeGranted {
 		t.Fatal(out, err)
 	}
 	n.batch.mu.Lock()
@@ -139,7 +139,7 @@ func TestBatchLeaderEndsWithItsOwnRequest(t *testing.T) {
 		go func() {
 			rctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			_, _ = n.set(rctx, setArgs(name, "v", 10000))
+			_, _ = setPlain(rctx, n, name, "v")
 			done <- name
 		}()
 	}
@@ -231,4 +231,11 @@ func TestStragglersOfDecidedRoundsHoldNoSlot(t *testing.T) {
 	if inflight, _, detached := state(); inflight != maxInflight || detached != maxDetached {
 		t.Fatalf("after more operations: %d in flight, %d detached; want both bounded at %d", inflight, detached, maxInflight)
 	}
+}
+
+// setPlain acquires key with val on one master for 10s, as a plain lock
+// without a token.
+func setPlain(ctx context.Context, n *node, key, val string) (Outcome, error) {
+	out, _, err := n.setNX(ctx, newSetCall(key, nil, val, 10000, false))
+	return out, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1" //nolint:gosec // Redis names cached scripts by their SHA-1 (EVALSHA); no security rests on it
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -48,12 +47,6 @@ func (n *node) eval(ctx context.Context, s *script, args []any) *redis.Cmd {
 	return cmd
 }
 
-// setArgs returns the arguments of SET key value PX ttl NX, to be shared
-// like script.args.
-func setArgs(key, value string, ttlMillis int64) []any {
-	return []any{"set", key, value, "px", ttlMillis, "nx"}
-}
-
 // The scripts compare the stored value with the lock's before touching the
 // key and tell "another value" (0) from "no key" (-1).
 var (
@@ -61,22 +54,29 @@ var (
 if v == ARGV[1] then return redis.call("DEL", KEYS[1]) end
 if v == false then return -1 end
 return 0`)
+	// extendScript (KEYS: the key, SlotsKey of it; ARGV: value, ttl)
+	// answers 0, "another value", for a copy beside a semaphore's number
+	// of slots of the same key: both kinds on one master come only from
+	// clients that do not check kinds (older versions), and then neither
+	// is held for sure.
 	extendScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
+  if redis.call("GET", KEYS[2]) then return 0 end
   redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
   return 1
 end
 if v == false then return -1 end
 return 0`)
 
-	// fencedSetScript is SET key value NX PX ttl that, only when the SET
-	// succeeded, takes a fencing token from the key's counter (KEYS[2]; see
-	// takeTokenLua). The counter is checked before the SET so that a
-	// malformed counter grants nothing.
-	fencedSetScript = newScript(fenceCounterLua + takeTokenLua + `local c, e = counter()
-if e then return e end
-if not redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then return false end
-return take(c)`)
+	// lockSetScript is SET key value NX PX ttl for a plain lock. KEYS: the
+	// key, its fencing counter, SlotsKey of it; ARGV: value, ttl, "1" to
+	// take a fencing token (see takeTokenLua). It refuses ({-3}) while the
+	// master stores a number of slots for the key: a semaphore of the key
+	// has holders there, and a key is one kind. Otherwise it answers {0}
+	// when the key holds a value, {1} when granted and {1, token} when
+	// granted with a token (see setNXLua).
+	lockSetScript = newScript(fenceCounterLua + takeTokenLua + setNXLua + `if redis.call("GET", KEYS[3]) then return {-3} end
+return setNX(ARGV[3] == "1", function() end)`)
 
 	// raiseFenceScript sets the counter KEYS[1] to max(counter, ARGV[1]).
 	raiseFenceScript = newScript(`local t = tonumber(ARGV[1])
@@ -106,42 +106,70 @@ func FenceKey(key string) string { return key + fenceSuffix }
 // (the lock "k:fence" would be the counter of the lock "k").
 const fenceSuffix = ":fence"
 
-// set sends SET key value PX ttl NX, with args from setArgs.
-func (n *node) set(ctx context.Context, args []any) (Outcome, error) {
-	cmd := redis.NewStatusCmd(ctx, args...)
-	n.process(ctx, cmd)
-	switch err := cmd.Err(); {
-	case err == nil:
-		return OutcomeGranted, nil
-	case errors.Is(err, redis.Nil):
-		return OutcomeHeld, nil
-	default:
-		return OutcomeError, err
+// setCall is the SET NX of an acquisition or a restore: lockSetScript, or
+// slotSetScript for a semaphore's slot, with its arguments (shared among
+// the masters' requests, like script.args).
+type setCall struct {
+	s    *script
+	args []any
+	// refusal is the error of a refusing reply's code (below 0).
+	refusal func(code int64, reply []any) error
+}
+
+// newSetCall returns the SET NX of value under key, a semaphore's slot
+// when slot is non-nil, taking a fencing token when fenced.
+func newSetCall(key string, slot *Slot, value string, ttlMillis int64, fenced bool) setCall {
+	f := "0"
+	if fenced {
+		f = "1"
+	}
+	if slot != nil {
+		return slotSetCall(*slot, value, ttlMillis, f)
+	}
+	return setCall{
+		s:    lockSetScript,
+		args: lockSetScript.args([]string{key, FenceKey(key), SlotsKey(key)}, value, ttlMillis, f),
+		refusal: func(code int64, _ []any) error {
+			if code != -3 {
+				return nil
+			}
+			return &KindConflictError{Key: key, Held: KindSemaphore}
+		},
 	}
 }
 
-// setFencedArgs returns the arguments of fencedSetScript for setFenced.
-func setFencedArgs(key, value string, ttlMillis int64) []any {
-	return fencedSetScript.args([]string{key, FenceKey(key)}, value, ttlMillis)
-}
-
-// setFenced runs fencedSetScript (args from setFencedArgs): SET key value NX
-// PX ttl and, when it was granted, the master's fencing token for key.
-func (n *node) setFenced(ctx context.Context, args []any) (Outcome, int64, error) {
-	s, err := n.eval(ctx, fencedSetScript, args).Text()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return OutcomeHeld, 0, nil
-	case err != nil:
+// setNX runs c: OutcomeGranted with the master's fencing token when one
+// was asked for, OutcomeHeld when the key holds another value, and
+// OutcomeHeld with the refusal's error when the master refused it.
+func (n *node) setNX(ctx context.Context, c setCall) (Outcome, int64, error) {
+	reply, err := n.eval(ctx, c.s, c.args).Slice()
+	if err != nil {
 		return OutcomeError, 0, err
 	}
-	tok, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || tok <= 0 {
-		// The SET was granted: a failed acquisition's clean-up, or the
-		// lock's release, removes the value like any straggler's.
-		return OutcomeError, 0, fmt.Errorf("fencing token reply %q: not a positive integer", s)
+	var code int64
+	if len(reply) > 0 {
+		code, _ = reply[0].(int64)
 	}
-	return OutcomeGranted, tok, nil
+	switch {
+	case code == 0 && len(reply) == 1:
+		return OutcomeHeld, 0, nil
+	case code < 0:
+		if e := c.refusal(code, reply); e != nil {
+			return OutcomeHeld, 0, e
+		}
+	case code == 1 && len(reply) == 1:
+		return OutcomeGranted, 0, nil
+	case code == 1 && len(reply) == 2:
+		str, _ := reply[1].(string)
+		tok, err := strconv.ParseInt(str, 10, 64)
+		if err != nil || tok <= 0 {
+			// Granted: a failed acquisition's clean-up, or the lock's
+			// release, removes the value like any straggler's.
+			return OutcomeError, 0, fmt.Errorf("fencing token reply %q: not a positive integer", str)
+		}
+		return OutcomeGranted, tok, nil
+	}
+	return OutcomeError, 0, fmt.Errorf("unexpected SET script reply %v", reply)
 }
 
 // raiseFenceArgs returns the arguments of raiseFenceScript for raiseFence.
@@ -188,7 +216,7 @@ func extendCall(key, value string, ttlMillis int64, slot *Slot) scriptCall {
 	if slot != nil {
 		return slotExtendCall(*slot, value, ttlMillis)
 	}
-	return scriptCall{extendScript, extendScript.args([]string{key}, value, ttlMillis)}
+	return scriptCall{extendScript, extendScript.args([]string{key, SlotsKey(key)}, value, ttlMillis)}
 }
 
 func scriptOutcome(r int64, err error) (Outcome, error) {

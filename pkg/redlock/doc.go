@@ -116,13 +116,25 @@
 // slot: a fenced resource bounds its writers only if it also refuses slots
 // at or beyond the current number.
 //
+// A key is one kind ([Kind]): a plain lock of key K and a semaphore of key K
+// exclude each other. A master refuses a plain lock's SET while it stores
+// the number of slots of K (a slot of K is held there), and a slot's while
+// it holds K, each in the script that would grant it; acquisitions fail
+// with [ErrKindConflict] while the other kind holds a quorum, and an
+// extension's put back is refused likewise. Two acquisitions of different
+// kinds that race land one kind per master, so quorums intersecting, at
+// most one kind wins. A copy that sits beside the other kind (put there by
+// a client that does not check, such as an older version) is not
+// extended: when in doubt, not held.
+//
 // Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
 // is the fencing counter of the lock "k" (see [FenceKey]); so is
 // [WindowKey].
 //
 // Failed operations return an [*Error] with every master's vote, matching
 // the sentinels [ErrLockHeld], [ErrQuorumUnavailable], [ErrExpired],
-// [ErrNotHeld] and [ErrCancelled] with errors.Is. Invalid arguments return an
+// [ErrNotHeld], [ErrCancelled], [ErrSlotsConflict] and [ErrKindConflict]
+// with errors.Is. Invalid arguments return an
 // error matching [ErrInvalidArgument] and send nothing; a closed client
 // returns [ErrClosed].
 //

@@ -106,17 +106,13 @@ func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
 	}
 }
 
-// putBack returns what restore sends to a master: SET key value NX PX
-// ttl, for a semaphore's slot only while the master stores no other
-// number of slots (see slotSetScript).
+// putBack returns what restore sends to a master: the acquisition's SET
+// key value NX PX ttl without a token, refused like it while the master
+// stores the other kind for the key, or for a semaphore's slot another
+// number of slots (see lockSetScript, slotSetScript).
 func (l *Lock) putBack(ttlMillis int64) func(context.Context, *node) {
-	if l.slot != nil {
-		s := *l.slot
-		args := slotSetArgs(s, l.value, ttlMillis, false)
-		return func(ctx context.Context, n *node) { _, _, _ = n.setSlot(ctx, s, args) }
-	}
-	args := setArgs(l.key, l.value, ttlMillis)
-	return func(ctx context.Context, n *node) { _, _ = n.set(ctx, args) }
+	set := newSetCall(l.key, l.slot, l.value, ttlMillis, false)
+	return func(ctx context.Context, n *node) { _, _, _ = n.setNX(ctx, set) }
 }
 
 // Key returns the lock's Redis key.
@@ -215,8 +211,9 @@ func WithFencing() AcquireOption {
 // Acquire acquires the lock key with the given TTL on a quorum of masters,
 // retrying with a random delay up to the configured number of tries. On
 // success the lock is valid until Lock.ValidUntil. On failure it returns an
-// *Error matching ErrLockHeld, ErrQuorumUnavailable, ErrExpired or
-// ErrCancelled, and every master is cleaned of this attempt's value.
+// *Error matching ErrLockHeld, ErrKindConflict (a semaphore of key has
+// holders), ErrQuorumUnavailable, ErrExpired or ErrCancelled, and every
+// master is cleaned of this attempt's value.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := validateKey(OpAcquire, key); err != nil {
 		return nil, err
@@ -280,7 +277,8 @@ func (c *Client) retry(ctx context.Context, key string, attempt func(int) (*Lock
 }
 
 func retryable(err error) bool {
-	return errors.Is(err, ErrLockHeld) || errors.Is(err, ErrSlotsConflict) || errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrExpired)
+	return errors.Is(err, ErrLockHeld) || errors.Is(err, ErrSlotsConflict) || errors.Is(err, ErrKindConflict) ||
+		errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrExpired)
 }
 
 func (c *Client) retryDelay() time.Duration {
@@ -324,30 +322,12 @@ func (c *Client) acquireOnce(ctx context.Context, key string, slot *Slot, ac acq
 	if ac.fencing {
 		tokens = make([]int64, len(c.nodes))
 	}
-	var args []any // shared by the masters' requests
-	switch {
-	case slot != nil:
-		args = slotSetArgs(*slot, value, ttlMillis, ac.fencing)
-	case ac.fencing:
-		args = setFencedArgs(key, value, ttlMillis)
-	default:
-		args = setArgs(key, value, ttlMillis)
-	}
+	set := newSetCall(key, slot, value, ttlMillis, ac.fencing) // shared by the masters' requests
 	r, v, err := c.quorumRound(ctx, timeout, func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if err := prior.wait(ctx, i); err != nil {
 			return OutcomeError, err
 		}
-		var out Outcome
-		var tok int64
-		var err error
-		switch {
-		case slot != nil:
-			out, tok, err = n.setSlot(ctx, *slot, args)
-		case tokens != nil:
-			out, tok, err = n.setFenced(ctx, args)
-		default:
-			return n.set(ctx, args)
-		}
+		out, tok, err := n.setNX(ctx, set)
 		if tokens != nil {
 			tokens[i] = tok
 		}
@@ -386,7 +366,9 @@ func (c *Client) acquireOnce(ctx context.Context, key string, slot *Slot, ac acq
 		l := &Lock{c: c, key: key, value: value, ttl: ttl, token: token, slot: slot, validUntil: validUntil, sentAt: r.start, acquired: r.done, votes: v.votes}
 		c.cfg.observer.ObserveOp(OpEvent{Op: OpAcquire, Key: key, Attempt: attempt, Latency: end.Sub(r.start), Votes: v.votes})
 		return l, nil
-	case errors.Is(res, errNoQuorum) && c.slotsConflict(v.votes):
+	case errors.Is(res, errNoQuorum) && refusedFor[*KindConflictError](c, v.votes):
+		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrKindConflict), nil, v.votes)
+	case errors.Is(res, errNoQuorum) && refusedFor[*SlotsConflictError](c, v.votes):
 		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrSlotsConflict), nil, v.votes)
 	case errors.Is(res, errNoQuorum):
 		e = c.opError(OpAcquire, key, c.failureKind(v.lists, ErrLockHeld), nil, v.votes)

@@ -41,8 +41,9 @@ func SlotKey(key string, i int) string { return key + slotInfix + strconv.Itoa(i
 // SlotsKey returns the key under which every master stores the number of
 // slots declared for the semaphore key: key + ":slots". Every grant of a
 // slot writes it, with a TTL at least that of any slot copy on the master;
-// a grant finding another number there is refused ([ErrSlotsConflict]);
-// the release of the master's last slot copy removes it.
+// a grant finding another number there is refused ([ErrSlotsConflict]), and
+// so is a plain lock of key ([ErrKindConflict]); the release of the
+// master's last slot copy removes it.
 func SlotsKey(key string) string { return key + slotsSuffix }
 
 const slotsSuffix = ":slots"
@@ -105,6 +106,25 @@ const fenceCounterLua = `local function counter()
 end
 `
 
+// setNXLua defines setNX(fenced, granted): SET KEYS[1] ARGV[1] NX PX
+// ARGV[2], answering {0} when the key holds a value and, when granted,
+// after granted() ran, {1} or with fenced {1, token} (see counter and
+// take). The counter is checked before the SET so that a malformed
+// counter grants nothing (its error reply is returned).
+const setNXLua = `local function setNX(fenced, granted)
+  local c = 0
+  if fenced then
+    local e
+    c, e = counter()
+    if e then return e end
+  end
+  if not redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then return {0} end
+  granted()
+  if not fenced then return {1} end
+  return {1, take(c)}
+end
+`
+
 // takeTokenLua defines take(c): a fencing token from the counter c read
 // by counter(), max(c + 1, TIME in microseconds), stored back into KEYS[2]
 // and returned as a decimal string (Lua numbers are doubles: integers
@@ -120,42 +140,40 @@ end
 
 var (
 	// slotSetScript is SET slot value NX PX ttl for a semaphore's slot.
-	// KEYS: the slot, its fencing counter, the declaration (SlotsKey);
-	// ARGV: value, ttl, slots, "1" to take a fencing token. It refuses
-	// ({-2, declared}) when the declaration holds another number, and
-	// otherwise answers {0} when the slot holds a value, {1} when granted
-	// and {1, token} when granted with a token. A grant writes the
-	// declaration, never shortening its TTL: it outlives every slot copy on
-	// the master, so a holder of any slot keeps other numbers out.
-	slotSetScript = newScript(fenceCounterLua + takeTokenLua + `local d = redis.call("GET", KEYS[3])
+	// KEYS: the slot, its fencing counter, the declaration (SlotsKey), the
+	// semaphore's key; ARGV: value, ttl, slots, "1" to take a fencing
+	// token. It refuses ({-3}) while a plain lock holds the semaphore's
+	// key (a key is one kind), and ({-2, declared}) when the declaration
+	// holds another number, and otherwise answers {0} when the slot holds
+	// a value, {1} when granted and {1, token} when granted with a token.
+	// A grant writes the declaration, never shortening its TTL: it
+	// outlives every slot copy on the master, so a holder of any slot
+	// keeps other numbers, and plain locks of the key, out.
+	slotSetScript = newScript(fenceCounterLua + takeTokenLua + setNXLua + `if redis.call("GET", KEYS[4]) then return {-3} end
+local d = redis.call("GET", KEYS[3])
 if d and d ~= ARGV[3] then return {-2, d} end
-local c = 0
-if ARGV[4] == "1" then
-  local e
-  c, e = counter()
-  if e then return e end
-end
-if not redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then return {0} end
-if d then
-  redis.call("PEXPIRE", KEYS[3], ARGV[2], "GT")
-else
-  redis.call("SET", KEYS[3], ARGV[3], "PX", ARGV[2])
-end
-if ARGV[4] ~= "1" then return {1} end
-return {1, take(c)}`)
+return setNX(ARGV[4] == "1", function()
+  if d then
+    redis.call("PEXPIRE", KEYS[3], ARGV[2], "GT")
+  else
+    redis.call("SET", KEYS[3], ARGV[3], "PX", ARGV[2])
+  end
+end)`)
 
 	// slotExtendScript is extendScript for a semaphore's slot (KEYS: the
-	// slot, the declaration; ARGV: value, ttl, slots): it extends the slot
-	// and the declaration together, so that the declaration outlives the
-	// slot's copy (both only ever lengthened by the same TTLs, the
-	// declaration's starting at least as long). A copy whose declaration
-	// is gone or another number (a master that evicted it: semaphores,
-	// like fencing counters, need maxmemory-policy noeviction) is not
-	// extended and answers 0, "another value": when in doubt, not held.
-	// Like every script here, it calls no command beyond ACLRules.
+	// slot, the declaration, the semaphore's key; ARGV: value, ttl,
+	// slots): it extends the slot and the declaration together, so that
+	// the declaration outlives the slot's copy (both only ever lengthened
+	// by the same TTLs, the declaration's starting at least as long). A
+	// copy whose declaration is gone or another number (a master that
+	// evicted it: semaphores, like fencing counters, need
+	// maxmemory-policy noeviction), or beside a plain lock of the
+	// semaphore's key (see extendScript), is not extended and answers 0,
+	// "another value": when in doubt, not held. Like every script here,
+	// it calls no command beyond ACLRules.
 	slotExtendScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
-  if redis.call("GET", KEYS[2]) ~= ARGV[3] then return 0 end
+  if redis.call("GET", KEYS[2]) ~= ARGV[3] or redis.call("GET", KEYS[3]) then return 0 end
   redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
   redis.call("PEXPIRE", KEYS[2], ARGV[2], "GT")
   return 1
@@ -187,53 +205,32 @@ redis.call("DEL", KEYS[2])
 return 1`)
 )
 
-// slotSetArgs returns the arguments of slotSetScript for setSlot.
-func slotSetArgs(s Slot, value string, ttlMillis int64, fenced bool) []any {
-	f := "0"
-	if fenced {
-		f = "1"
-	}
-	return slotSetScript.args([]string{s.Key(), FenceKey(s.Key()), SlotsKey(s.Semaphore)}, value, ttlMillis, strconv.Itoa(s.Slots), f)
-}
-
-// setSlot runs slotSetScript (args from slotSetArgs for s): the slot's
-// SET NX PX and, when it was granted with fencing, the master's token. A
-// master storing another number of slots votes OutcomeHeld with a
-// *SlotsConflictError.
-func (n *node) setSlot(ctx context.Context, s Slot, args []any) (Outcome, int64, error) {
-	reply, err := n.eval(ctx, slotSetScript, args).Slice()
-	if err != nil {
-		return OutcomeError, 0, err
-	}
-	code, _ := reply[0].(int64)
-	switch {
-	case code == 0:
-		return OutcomeHeld, 0, nil
-	case code == -2 && len(reply) == 2:
-		str, _ := reply[1].(string)
-		declared, err := strconv.Atoi(str)
-		if err != nil || declared < 1 || declared > MaxSlots {
-			declared = 0
-		}
-		return OutcomeHeld, 0, &SlotsConflictError{Semaphore: s.Semaphore, Declared: declared, Slots: s.Slots}
-	case code == 1 && len(reply) == 1:
-		return OutcomeGranted, 0, nil
-	case code == 1 && len(reply) == 2:
-		str, _ := reply[1].(string)
-		tok, err := strconv.ParseInt(str, 10, 64)
-		if err != nil || tok <= 0 {
-			// Granted: a failed acquisition's clean-up, or the lock's
-			// release, removes the value like any straggler's.
-			return OutcomeError, 0, fmt.Errorf("fencing token reply %q: not a positive integer", str)
-		}
-		return OutcomeGranted, tok, nil
-	default:
-		return OutcomeError, 0, fmt.Errorf("unexpected slot script reply %v", reply)
+// slotSetCall is newSetCall for a semaphore's slot: a master storing
+// another number of slots refuses it with a *SlotsConflictError, one
+// where a plain lock holds the semaphore's key with a *KindConflictError.
+func slotSetCall(s Slot, value string, ttlMillis int64, fenced string) setCall {
+	return setCall{
+		s:    slotSetScript,
+		args: slotSetScript.args([]string{s.Key(), FenceKey(s.Key()), SlotsKey(s.Semaphore), s.Semaphore}, value, ttlMillis, strconv.Itoa(s.Slots), fenced),
+		refusal: func(code int64, reply []any) error {
+			switch {
+			case code == -3:
+				return &KindConflictError{Key: s.Semaphore, Held: KindLock}
+			case code == -2 && len(reply) == 2:
+				str, _ := reply[1].(string)
+				declared, err := strconv.Atoi(str)
+				if err != nil || declared < 1 || declared > MaxSlots {
+					declared = 0
+				}
+				return &SlotsConflictError{Semaphore: s.Semaphore, Declared: declared, Slots: s.Slots}
+			}
+			return nil
+		},
 	}
 }
 
 func slotExtendCall(s Slot, value string, ttlMillis int64) scriptCall {
-	return scriptCall{slotExtendScript, slotExtendScript.args([]string{s.Key(), SlotsKey(s.Semaphore)}, value, ttlMillis, strconv.Itoa(s.Slots))}
+	return scriptCall{slotExtendScript, slotExtendScript.args([]string{s.Key(), SlotsKey(s.Semaphore), s.Semaphore}, value, ttlMillis, strconv.Itoa(s.Slots))}
 }
 
 func slotReleaseCall(s Slot, value string) scriptCall {
@@ -254,24 +251,26 @@ func validateSlot(op Op, s Slot) error {
 	return validateKey(op, s.Semaphore)
 }
 
-// slotsConflict reports whether the masters that store another number of
-// slots are enough, alone, to keep a quorum from granting (in some list):
-// one stale number on a minority is no reason to stop trying the slots.
-func (c *Client) slotsConflict(votes []Vote) bool {
-	conflicts := make([]Vote, len(votes))
+// refusedFor reports whether the masters that refused with an error of
+// type E (*SlotsConflictError, *KindConflictError) are enough, alone, to
+// keep a quorum from granting (in some list): one stale refusal on a
+// minority is no reason to stop trying.
+func refusedFor[E error](c *Client, votes []Vote) bool {
+	refusals := make([]Vote, len(votes))
 	for i, v := range votes {
-		conflicts[i] = Vote{Outcome: OutcomePending}
-		if e := (*SlotsConflictError)(nil); errors.As(v.Err, &e) && v.Outcome == OutcomeHeld {
-			conflicts[i].Outcome = OutcomeHeld
+		refusals[i] = Vote{Outcome: OutcomePending}
+		if e := *new(E); errors.As(v.Err, &e) && v.Outcome == OutcomeHeld {
+			refusals[i].Outcome = OutcomeHeld
 		}
 	}
-	return c.anyList(c.tallies(conflicts), func(t Tally, size, quorum int) bool { return size-t.Held < quorum })
+	return c.anyList(c.tallies(refusals), func(t Tally, size, quorum int) bool { return size-t.Held < quorum })
 }
 
 // AcquireSlot acquires slot s.Index of the semaphore s.Semaphore of s.Slots
 // slots: a lock (the returned Lock's Key is s.Key()) that is also refused
 // with ErrSlotsConflict while masters store another number of slots for
-// the semaphore (SlotsKey), and that keeps its own number stored there
+// the semaphore (SlotsKey), and with ErrKindConflict while a plain lock
+// holds the semaphore's key, and that keeps its own number stored there
 // while it is held. Use it when the caller assigns slots itself (the
 // operator gives each slot a DistributedLock); AcquireSemaphore takes any
 // free one. Options, retries and errors are Acquire's; WithFencing takes a
@@ -294,8 +293,9 @@ func (c *Client) AcquireSlot(ctx context.Context, s Slot, ttl time.Duration, opt
 // slots (see AcquireSlot), so that at most slots holders hold it at once,
 // across clients and processes that declare the same number. Each attempt
 // tries the slots in turn from a random one, one round each, until one is
-// granted; a conflicting declaration (ErrSlotsConflict) or an unavailable
-// quorum (ErrQuorumUnavailable) ends the attempt at once, and ErrLockHeld
+// granted; a conflicting declaration (ErrSlotsConflict), a plain lock of
+// the key (ErrKindConflict) or an unavailable quorum
+// (ErrQuorumUnavailable) ends the attempt at once, and ErrLockHeld
 // means every slot was held. Lock.Slot tells which slot was taken.
 func (c *Client) AcquireSemaphore(ctx context.Context, key string, slots int, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := validateSlot(OpAcquire, Slot{Semaphore: key, Slots: slots}); err != nil {

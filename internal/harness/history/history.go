@@ -2,10 +2,13 @@
 // history for the two safety properties of a lock service: no two holders of
 // one key have overlapping validity windows, and fencing tokens only grow;
 // and for the semaphore's: never more holders of a semaphore at once than
-// its number of slots, nor holders that declared different numbers.
+// its number of slots, nor holders that declared different numbers; and a
+// key is one kind: never a lock's holder and a semaphore's of one key at
+// once.
 package history
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -50,7 +53,9 @@ func (r *Recorder) Grants() []Grant {
 	return slices.Clone(r.grants)
 }
 
-// Overlap is the violation of two grants of one key whose windows overlap.
+// Overlap is the violation of two grants of one key whose windows overlap:
+// of the key itself, or one of a lock whose key is a semaphore's and one of
+// a slot of that semaphore.
 type Overlap struct {
 	Key            string
 	Earlier, Later Grant
@@ -58,6 +63,11 @@ type Overlap struct {
 
 // Error describes the overlap.
 func (o *Overlap) Error() string {
+	if o.Earlier.Key != o.Later.Key {
+		return fmt.Sprintf("key %q is one kind: %s held %q from %s until %s, but %s got %q at %s (overlap %v)",
+			o.Key, o.Earlier.Holder, o.Earlier.Key, o.Earlier.Start.Format(time.RFC3339Nano), o.Earlier.End.Format(time.RFC3339Nano),
+			o.Later.Holder, o.Later.Key, o.Later.Start.Format(time.RFC3339Nano), o.Earlier.End.Sub(o.Later.Start))
+	}
 	return fmt.Sprintf("key %q: %s held it from %s until %s, but %s got it at %s (overlap %v)",
 		o.Key, o.Earlier.Holder, o.Earlier.Start.Format(time.RFC3339Nano), o.Earlier.End.Format(time.RFC3339Nano),
 		o.Later.Holder, o.Later.Start.Format(time.RFC3339Nano), o.Earlier.End.Sub(o.Later.Start))
@@ -68,13 +78,18 @@ func (o *Overlap) Error() string {
 // overlap (an *Overlap), a fencing token that does not exceed the one of
 // an earlier grant of the same key (each slot of a semaphore is a key), or
 // for a semaphore more grants at one instant than their Slots, or two at
-// one instant that declared different Slots. Windows that only touch (one
-// ends when the next starts) do not overlap.
+// one instant that declared different Slots, or a lock's grant of a key
+// and a grant of a slot of the semaphore of that key whose windows overlap
+// (an *Overlap). Windows that only touch (one ends when the next starts)
+// do not overlap.
 func Check(grants []Grant) error {
 	if err := checkKeys(grants); err != nil {
 		return err
 	}
-	return checkSemaphores(grants)
+	if err := checkSemaphores(grants); err != nil {
+		return err
+	}
+	return checkKinds(grants)
 }
 
 func checkKeys(grants []Grant) error {
@@ -148,6 +163,34 @@ func checkSemaphores(grants []Grant) error {
 				}
 				return fmt.Errorf("semaphore %q of %d slots: %d holders at %s: %s",
 					sem, g.Slots, len(running), g.Start.Format(time.RFC3339Nano), strings.Join(holders, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// checkKinds sweeps, for each key both a lock's and a semaphore's, their
+// grants in order of their start: a grant of one kind must not start
+// before every grant of the other kind seen so far has ended.
+func checkKinds(grants []Grant) error {
+	byKey := map[string][]Grant{}
+	for _, g := range grants {
+		byKey[cmp.Or(g.Semaphore, g.Key)] = append(byKey[cmp.Or(g.Semaphore, g.Key)], g)
+	}
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		gs := byKey[k]
+		slices.SortStableFunc(gs, func(a, b Grant) int { return a.Start.Compare(b.Start) })
+		// last[true] is the semaphore's grant whose window ends last among
+		// those seen, last[false] the lock's.
+		last := map[bool]*Grant{}
+		for i := range gs {
+			g := &gs[i]
+			sem := g.Semaphore != ""
+			if o := last[!sem]; o != nil && g.Start.Before(o.End) {
+				return &Overlap{Key: k, Earlier: *o, Later: *g}
+			}
+			if o := last[sem]; o == nil || g.End.After(o.End) {
+				last[sem] = g
 			}
 		}
 	}

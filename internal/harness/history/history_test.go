@@ -36,6 +36,10 @@ func TestCheck(t *testing.T) {
 		{"semaphore: more holders than slots", []Grant{sem(2, 0, "a", 0, 10), sem(2, 1, "b", 5, 15), sem(2, 2, "c", 9, 12)}, "3 holders"},
 		{"semaphore: numbers may change between holders", []Grant{sem(2, 0, "a", 0, 10), sem(3, 0, "b", 10, 20), sem(3, 1, "c", 11, 20)}, ""},
 		{"semaphore: a slot is a lock", []Grant{sem(2, 0, "a", 0, 10), sem(2, 0, "b", 9, 20)}, "overlap"},
+		{"one kind: a lock, then a semaphore of its key", []Grant{g("s", "l", 0, 10, 0), sem(1, 0, "a", 9, 20)}, `key "s" is one kind: l held "s"`},
+		{"one kind: a semaphore, then a lock of its key", []Grant{sem(2, 0, "a", 0, 30), sem(2, 1, "b", 5, 15), g("s", "l", 20, 40, 0)}, `a held "s:slot:0"`},
+		{"one kind: the kinds may take turns", []Grant{g("s", "l", 0, 10, 0), sem(2, 0, "a", 10, 20), sem(2, 1, "b", 12, 25), g("s", "m", 25, 30, 0)}, ""},
+		{"one kind: a lock of another key", []Grant{g("t", "l", 0, 10, 0), sem(1, 0, "a", 5, 20)}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
