@@ -35,6 +35,12 @@ const (
 	ReasonMasterSetNotReady = "MasterSetNotReady"
 	ReasonTTLTooLong        = "TTLExceedsMaxLockTTL"
 	ReasonInvalidSpec       = "InvalidSpec"
+	// ReasonKeyKindConflict: the masters hold the key as the other kind —
+	// a plain lock's key is a semaphore's with holders, or a semaphore's
+	// key (of a slot's lock) a plain lock's with a holder, here or in a
+	// cluster sharing the masters. A key is one kind: nobody is granted
+	// until the other kind's holders are gone.
+	ReasonKeyKindConflict = "KeyKindConflict"
 	// ReasonNamespaceNotAllowed: another DistributedLock (or
 	// DistributedSemaphore) of the same key names the namespaces that may
 	// take it (spec.allowedHolders.namespaces), and this one's is not
@@ -108,8 +114,13 @@ type DistributedLockSpec struct {
 	MasterSet string `json:"masterSet"`
 
 	// Key is the Redis key of the lock. Locks with the same key exclude each
-	// other, also across clusters whose operators share the masters. Defaults
-	// to `redlock:<namespace>/<name>` (shown in status.key). Immutable. It may
+	// other, also across clusters whose operators share the masters. A key
+	// is one kind: the lock is refused (reason KeyKindConflict) while a
+	// DistributedSemaphore with the same key has holders, and the
+	// semaphore while the lock has a holder. Defaults to
+	// `redlock:<namespace>/<name>` (shown in status.key), like a
+	// DistributedSemaphore's: a lock and a semaphore of one name in one
+	// namespace share it. Immutable. It may
 	// not end in `:fence`: `<key>:fence` holds the fencing counter of the lock
 	// `<key>` on every master. `redlock:quarantine-window` is
 	// reserved too: every master keeps the longest quarantine window there;

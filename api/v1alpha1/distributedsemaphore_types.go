@@ -54,10 +54,14 @@ type DistributedSemaphoreSpec struct {
 
 	// Key is the Redis key of the semaphore. Semaphores with the same key
 	// share its slots, also across clusters whose operators share the
-	// masters, and must declare the same number of slots. Defaults to
-	// `redlock:<namespace>/<name>` (shown in status.key). Immutable. Slot i
-	// is the lock `<key>:slot:<i>` and the number of slots is stored under
-	// `<key>:slots` on every master.
+	// masters, and must declare the same number of slots. A key is one
+	// kind: no slot is granted (reason KeyKindConflict) while a
+	// DistributedLock with the same key has a holder, and the lock is
+	// refused while the semaphore has holders. Defaults to
+	// `redlock:<namespace>/<name>` (shown in status.key), like a
+	// DistributedLock's. Immutable. Slot i is the lock `<key>:slot:<i>`
+	// and the number of slots is stored under `<key>:slots` on every
+	// master.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1000

@@ -1114,7 +1114,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 			s.setHeld(metav1.ConditionFalse, heldConditionReason(lock.Status),
 				"the last grant's keys are kept until the validity it showed has passed ("+at.UTC().Format(time.RFC3339Nano)+"); the next is granted then: "+err.Error())
 		} else {
-			s.setHeld(metav1.ConditionFalse, heldReason(err), err.Error())
+			s.setHeld(metav1.ConditionFalse, heldReason(err), heldMessage(lock, err))
 		}
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
 		s.requeueAfter(retryDelay(ttl, jitter))

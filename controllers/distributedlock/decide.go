@@ -2,6 +2,7 @@ package distributedlock
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -66,6 +67,8 @@ func heldReason(err error) string {
 		return v1alpha1.ReasonHeldElsewhere
 	case errors.Is(err, redlock.ErrSlotsConflict):
 		return v1alpha1.ReasonSlotsConflict
+	case errors.Is(err, redlock.ErrKindConflict):
+		return v1alpha1.ReasonKeyKindConflict
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		return v1alpha1.ReasonQuorumUnavailable
 	case errors.Is(err, redlock.ErrExpired):
@@ -75,6 +78,20 @@ func heldReason(err error) string {
 	default:
 		return v1alpha1.ReasonQuorumUnavailable
 	}
+}
+
+// heldMessage is the Held=False message of an acquisition error: what
+// to do first when the masters hold the key as the other kind.
+func heldMessage(lock *v1alpha1.DistributedLock, err error) string {
+	if !errors.Is(err, redlock.ErrKindConflict) {
+		return err.Error()
+	}
+	if so := lock.Spec.SlotOf; so != nil {
+		return fmt.Sprintf("a plain lock (a DistributedLock, here or in a cluster sharing the masters) holds the semaphore's key %q, and a key is one kind: "+
+			"give the semaphore another key, or delete that lock and wait for its holder to go: %v", so.SemaphoreKey, err)
+	}
+	return fmt.Sprintf("a semaphore (a DistributedSemaphore, here or in a cluster sharing the masters) with the key %q has holders, and a key is one kind: "+
+		"give this lock another key, or delete that semaphore and wait for its holders to go: %v", lock.RedisKey(), err)
 }
 
 // renewInterval is the spec's renewInterval, or ttl/3.

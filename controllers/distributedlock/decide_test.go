@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ func TestHeldReason(t *testing.T) {
 	for err, want := range map[error]string{
 		redlock.ErrLockHeld:                      v1alpha1.ReasonHeldElsewhere,
 		redlock.ErrSlotsConflict:                 v1alpha1.ReasonSlotsConflict,
+		redlock.ErrKindConflict:                  v1alpha1.ReasonKeyKindConflict,
 		redlock.ErrQuorumUnavailable:             v1alpha1.ReasonQuorumUnavailable,
 		redlock.ErrExpired:                       v1alpha1.ReasonValidityExpired,
 		redlock.ErrNotHeld:                       v1alpha1.ReasonLost,
@@ -56,6 +58,31 @@ func TestHeldReason(t *testing.T) {
 		if got := heldReason(err); got != want {
 			t.Errorf("heldReason(%v) = %s, want %s", err, got, want)
 		}
+	}
+}
+
+// TestHeldMessageOfKindConflict: the message names the kind that holds
+// the key and what to do; other errors keep their own message.
+func TestHeldMessageOfKindConflict(t *testing.T) {
+	err := fmt.Errorf("x: %w", redlock.ErrKindConflict)
+	plain := &v1alpha1.DistributedLock{Spec: v1alpha1.DistributedLockSpec{Key: "k"}}
+	slot := &v1alpha1.DistributedLock{Spec: v1alpha1.DistributedLockSpec{Key: "k:slot:0", SlotOf: &v1alpha1.SemaphoreSlot{SemaphoreKey: "k", Slots: 1}}}
+	for _, tc := range []struct {
+		lock *v1alpha1.DistributedLock
+		want []string
+	}{
+		{plain, []string{`a DistributedSemaphore`, `the key "k" has holders`, "a key is one kind", "another key", "delete that semaphore"}},
+		{slot, []string{`a DistributedLock`, `the semaphore's key "k"`, "a key is one kind", "another key", "delete that lock"}},
+	} {
+		got := heldMessage(tc.lock, err)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("heldMessage(%s) = %q, does not say %q", tc.lock.Spec.Key, got, w)
+			}
+		}
+	}
+	if got := heldMessage(plain, redlock.ErrLockHeld); got != redlock.ErrLockHeld.Error() {
+		t.Errorf("heldMessage(ErrLockHeld) = %q", got)
 	}
 }
 

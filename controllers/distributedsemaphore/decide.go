@@ -93,11 +93,11 @@ func busy(sem *v1alpha1.DistributedSemaphore, l *v1alpha1.DistributedLock, pod *
 }
 
 // lastRefused reports whether the slot's lock was last refused by the
-// masters: held by another holder of the key (another cluster's), or
-// another number of slots declared.
+// masters: held by another holder of the key (another cluster's), another
+// number of slots declared, or the key held by a plain lock.
 func (s slot) lastRefused() bool {
 	c := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionHeld)
-	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict)
+	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict || c.Reason == v1alpha1.ReasonKeyKindConflict)
 }
 
 // ownedSlots sorts the locks labelled for the semaphore into its slots,

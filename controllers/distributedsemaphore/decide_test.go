@@ -77,6 +77,10 @@ func TestDecide(t *testing.T) {
 	})
 	finished := pod("done", 0, "db-2-0")
 	finished.Status.Phase = corev1.PodSucceeded
+	lockKind := slotOf(s3, 3, 0, "")
+	meta.SetStatusCondition(&lockKind.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonKeyKindConflict, Message: "a plain lock holds the key",
+	})
 
 	cases := []struct {
 		name   string
@@ -101,6 +105,11 @@ func TestDecide(t *testing.T) {
 		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{elsewhere, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
 			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, ""), pod("c", 2, "")}},
 		assign: map[string]string{"a": "db-3-1", "b": "db-3-2", "c": "db-3-0"},
+	}, {
+		name: "a slot last refused for a plain lock of the key goes after the free ones",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{lockKind, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
+			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, "")}},
+		assign: map[string]string{"a": "db-3-1", "b": "db-3-2"},
 	}, {
 		name: "a held slot, a slot with a labelled pod and a pending assignment are not idle",
 		in: inputs{sem: s3,
@@ -182,6 +191,10 @@ func TestComputeStatus(t *testing.T) {
 	meta.SetStatusCondition(&conflict.Status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSlotsConflict, Message: "another number",
 	})
+	lockKind := slotOf(s3, 3, 1, "")
+	meta.SetStatusCondition(&lockKind.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonKeyKindConflict, Message: "a plain lock holds the key",
+	})
 	cases := []struct {
 		name         string
 		in           inputs
@@ -210,6 +223,10 @@ func TestComputeStatus(t *testing.T) {
 		name:  "a slot refused for another number makes the semaphore not ready with SlotsConflict",
 		in:    inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s3, 3, 0, ""), conflict, slotOf(s3, 3, 2, "")}},
 		slots: 3, ready: v1alpha1.ReasonSlotsConflict, resizing: v1alpha1.ReasonResized,
+	}, {
+		name:  "a slot refused for a plain lock of the key makes the semaphore not ready with KeyKindConflict",
+		in:    inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s3, 3, 0, ""), lockKind, slotOf(s3, 3, 2, "")}},
+		slots: 3, ready: v1alpha1.ReasonKeyKindConflict, resizing: v1alpha1.ReasonResized,
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -229,6 +229,67 @@ var _ = Describe("DistributedSemaphore", Ordered, func() {
 		Expect(podsim.Finish(suiteCtx, k8s, waiter, 0)).To(Succeed())
 	})
 
+	It("refuses a semaphore whose key a DistributedLock holds, and the lock while the semaphore holds: a key is one kind", func() {
+		staticLock := func(name string) *v1alpha1.DistributedLock {
+			return &v1alpha1.DistributedLock{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: v1alpha1.DistributedLockSpec{
+					MasterSet: ms.Name, Key: "one-kind", TTL: metav1.Duration{Duration: 2 * time.Second}, HolderIdentity: "static",
+				},
+			}
+		}
+		heldCondition := func(l *v1alpha1.DistributedLock) metav1.Condition {
+			cur := &v1alpha1.DistributedLock{}
+			Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(l), cur)).To(Succeed())
+			if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionHeld); c != nil {
+				return *c
+			}
+			return metav1.Condition{}
+		}
+		lock := staticLock("kind-lock")
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		Eventually(func() metav1.ConditionStatus { return heldCondition(lock).Status }).WithTimeout(20*time.Second).
+			Should(Equal(metav1.ConditionTrue), "lock %s/kind-lock to hold key one-kind", ns)
+
+		By("showing KeyKindConflict on a semaphore of the held lock's key, and granting it nobody")
+		sem := newSemaphore(ms, "kind-sem", "one-kind", 1)
+		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())
+		pod := semPods(ns, "kind-sem", "kind", 1)[0]
+		Eventually(func(g Gomega) {
+			cur := fetchSemaphore(sem)
+			c := semCondition(cur, v1alpha1.ConditionReady)
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse), "Ready")
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonKeyKindConflict), "reason")
+			g.Expect(c.Message).To(And(ContainSubstring("a key is one kind"), ContainSubstring("delete that lock")), "message")
+			g.Expect(cur.Status.Held).To(BeZero(), "held")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "semaphore %s/kind-sem to show that a lock holds its key", ns)
+		Consistently(func() bool { return demo.Gated(getPod(pod)) }).WithTimeout(2*time.Second).Should(BeTrue(), "pod %s of semaphore %s/kind-sem to stay gated", pod.Name, ns)
+
+		By("granting the semaphore once the lock is deleted")
+		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
+		Eventually(func() bool { return !demo.Gated(getPod(pod)) }).WithTimeout(30*time.Second).Should(BeTrue(), "pod %s of semaphore %s/kind-sem to be ungated once lock kind-lock is gone", pod.Name, ns)
+		Expect(podsim.Run(suiteCtx, k8s, pod, "node-1")).To(Succeed())
+		Eventually(func(g Gomega) {
+			cur := fetchSemaphore(sem)
+			g.Expect(semCondition(cur, v1alpha1.ConditionReady).Reason).To(Equal(v1alpha1.ReasonValid), "Ready")
+			g.Expect(cur.Status.Held).To(Equal(int32(1)), "held")
+		}).Should(Succeed(), "semaphore %s/kind-sem to be Ready and show its holder", ns)
+
+		By("refusing a lock of the key while the semaphore holds it, and granting it once the holder finished")
+		again := staticLock("kind-lock-again")
+		Expect(k8s.Create(suiteCtx, again)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := heldCondition(again)
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse), "Held")
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonKeyKindConflict), "reason")
+			g.Expect(c.Message).To(And(ContainSubstring("a key is one kind"), ContainSubstring("delete that semaphore")), "message")
+		}).WithTimeout(20*time.Second).Should(Succeed(), "lock %s/kind-lock-again to show that a semaphore holds its key", ns)
+		Expect(podsim.Finish(suiteCtx, k8s, pod, 0)).To(Succeed())
+		Eventually(func() metav1.ConditionStatus { return heldCondition(again).Status }).WithTimeout(30*time.Second).
+			Should(Equal(metav1.ConditionTrue), "lock %s/kind-lock-again to hold key one-kind once the semaphore's holder finished", ns)
+		Expect(k8s.Delete(suiteCtx, again)).To(Succeed())
+	})
+
 	It("applies a new number once the holders of the previous one finished, granting nobody new meanwhile", func() {
 		sem := newSemaphore(ms, "resized", "", 1)
 		Expect(k8s.Create(suiteCtx, sem)).To(Succeed())

@@ -73,15 +73,17 @@ func computeStatus(in inputs, p plan) v1alpha1.DistributedSemaphoreStatus {
 
 // readiness is the Ready condition: False with the first slot's reason
 // when a slot's lock is not ready, or its masters store another number of
-// slots (SlotsConflict), or a slot's name is taken; True otherwise.
+// slots (SlotsConflict) or hold the key as a plain lock's
+// (KeyKindConflict), or a slot's name is taken; True otherwise.
 func readiness(slots []slot, taken []string) (metav1.ConditionStatus, string, string) {
 	if len(taken) > 0 {
 		return metav1.ConditionFalse, v1alpha1.ReasonSlotNameTaken,
 			fmt.Sprintf("DistributedLock(s) %v have the names of slots but are not this semaphore's: rename or delete them", taken)
 	}
 	for _, s := range slots {
-		if c := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionHeld); c != nil && c.Reason == v1alpha1.ReasonSlotsConflict {
-			return metav1.ConditionFalse, v1alpha1.ReasonSlotsConflict, fmt.Sprintf("slot %s: %s", s.lock.Name, c.Message)
+		if c := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionHeld); c != nil &&
+			(c.Reason == v1alpha1.ReasonSlotsConflict || c.Reason == v1alpha1.ReasonKeyKindConflict) {
+			return metav1.ConditionFalse, c.Reason, fmt.Sprintf("slot %s: %s", s.lock.Name, c.Message)
 		}
 	}
 	for _, s := range slots {

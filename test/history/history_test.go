@@ -15,10 +15,11 @@
 // edited by the schedule (one of two spare servers named in place of a
 // listed one): each edit is a membership change with joint quorums, under
 // the same manager pauses and kills. Semaphores run beside the locks: one
-// key of 2 slots in both clusters, one declared with 2 slots in one and 3
-// in the other; the schedule creates pods waiting for them and deletes
-// them, and the history is checked for more holders of a semaphore than
-// its slots, and for holders of two numbers of slots at once.
+// key of 2 slots in both clusters, which a lock names too, one declared
+// with 2 slots in one and 3 in the other; the schedule creates pods
+// waiting for them and deletes them, and the history is checked for more
+// holders of a semaphore than its slots, for holders of two numbers of
+// slots at once, and for a lock's holder beside a semaphore's of its key.
 //
 // `make test` runs it briefly; `make soak-controller SEED=… DURATION=10m`
 // runs it longer and prints a table.
@@ -430,6 +431,9 @@ var _ = Describe("The operator under chaos", func() {
 			{a, "a-k1", "k1", ""}, {a, "a-k1-twin", "k1", ""}, {a, "a-k2", "k2", ""}, {a, "a-own", "", ""},
 			{b, "b-k1", "k1", ""}, {b, "b-k2", "k2", ""},
 			{a, "a-moved", "moved", moving.Name}, {a, "a-moved-twin", "moved", moving.Name},
+			// The key of the semaphores "sem": a key is one kind, so the
+			// lock and the semaphores' holders take turns.
+			{a, "a-sem-lock", "sem", ""},
 		}
 		// Semaphores: "sem" of 2 slots in both clusters; "semc" declared
 		// with 2 slots in cluster a and 3 in b, which the masters must
@@ -577,11 +581,19 @@ var _ = Describe("The operator under chaos", func() {
 			time.Sleep(time.Duration(100+rnd.IntN(400)) * time.Millisecond) // the schedule's pace
 		}
 
-		By("stopping the chaos: every manager and master running again, every lock requested")
+		By("stopping the chaos: every manager and master running again, every semaphore's pod gone, every lock requested")
 		pauses.Wait()
 		for _, c := range clusters {
 			c.signal(syscall.SIGCONT)
 			c.ensureRunning()
+		}
+		// The lock a-sem-lock is served once the semaphores of its key
+		// have no holders.
+		for _, sp := range semPods {
+			err := sp.cluster.env.Client.Delete(sp.cluster.env.Ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sp.cluster.ns, Name: sp.name}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				Expect(err).NotTo(HaveOccurred(), "delete pod %s/%s", sp.cluster.ns, sp.name)
+			}
 		}
 		final := map[string]string{}
 		for _, l := range locks {
