@@ -68,6 +68,7 @@ var _ = Describe("How a grant ends", Ordered, func() {
 
 		By("deleting the lock, and asking for the key with another lock")
 		Expect(k8s.Delete(suiteCtx, a)).To(Succeed())
+		keptOnQuorum(ms, "given-up-key", expectedValue(granted), v)
 		b := newLock(ms, "next", "given-up-key", "ci-run-2", 6*time.Second)
 		Expect(k8s.Create(suiteCtx, b)).To(Succeed())
 		next := eventuallyHeldBy(b, "ci-run-2")
@@ -78,6 +79,26 @@ var _ = Describe("How a grant ends", Ordered, func() {
 		Eventually(func() bool {
 			return k8s.Get(suiteCtx, client.ObjectKeyFromObject(a), &v1alpha1.DistributedLock{}) != nil
 		}).WithTimeout(20*time.Second).Should(BeTrue(), "lock %s/given-up to be gone", ns)
+	})
+
+	It("keeps the keys and the object of a held lock being deleted until the validity it showed has passed", func() {
+		l := newLock(ms, "deleted-held", "deleted-held-key", "report-cron", 6*time.Second)
+		Expect(k8s.Create(suiteCtx, l)).To(Succeed())
+		granted := eventuallyHeldBy(l, "report-cron")
+		shown := latestValidity(l, granted.Status.GrantID)
+		Expect(k8s.Delete(suiteCtx, l)).To(Succeed())
+		var v time.Time
+		Eventually(func(g Gomega) {
+			cur := fetch(l)
+			g.Expect(cur.Status.Holder).To(BeNil(), "holder of lock deleted-held")
+			g.Expect(heldReason(cur)).To(Equal(v1alpha1.ReasonDeleting), "Held reason of lock deleted-held")
+		}).Should(Succeed(), "lock %s/deleted-held to end its grant for the deletion", ns)
+		v = shown()
+		keptOnQuorum(ms, "deleted-held-key", expectedValue(granted), v)
+		Eventually(func() bool {
+			return k8s.Get(suiteCtx, client.ObjectKeyFromObject(l), &v1alpha1.DistributedLock{}) != nil
+		}).WithTimeout(15*time.Second).Should(BeTrue(), "lock %s/deleted-held to be gone once its keys went", ns)
+		Expect(testenv.CountEqual(ms.ValuesOn("deleted-held-key"), expectedValue(granted))).To(BeZero(), "its keys released")
 	})
 
 	It("keeps the keys when someone else clears a leased holder's request, and releases them at once on the holder's own word", func() {
@@ -97,6 +118,8 @@ var _ = Describe("How a grant ends", Ordered, func() {
 			g.Expect(fetch(l).Status.Holder).To(BeNil(), "holder of lock leased")
 		}).Should(Succeed(), "lock %s/leased to stop showing job-1's grant", ns)
 		v := shown()
+		Expect(heldReason(fetch(l))).To(Equal(v1alpha1.ReasonRequestChanged), "Held reason of lock leased")
+		keptOnQuorum(ms, first.Status.Key, expectedValue(first), v)
 		update(l, func(cur *v1alpha1.DistributedLock) { cur.Spec.HolderIdentity = "job-2" })
 		second := eventuallyHeldBy(l, "job-2")
 		Expect(second.Status.AcquiredAt.Time).To(BeTemporally(">=", v),
@@ -120,6 +143,16 @@ var _ = Describe("How a grant ends", Ordered, func() {
 			"job-3 was granted before the validity job-2's released grant showed (%s): its keys went at once", v.Format(time.RFC3339Nano))
 	})
 })
+
+// keptOnQuorum asserts that value stays on a quorum of ms's masters at key
+// until shortly before v, the validity a reader saw: the end that hid its
+// grant is no proof that the holder stopped.
+func keptOnQuorum(ms *testenv.MasterSet, key, value string, v time.Time) {
+	if d := time.Until(v) - 200*time.Millisecond; d > 0 {
+		Consistently(func() int { return testenv.CountEqual(ms.ValuesOn(key), value) }, d, 50*time.Millisecond).Should(BeNumerically(">=", 2),
+			"the keys of the ended grant %s to stay on a quorum until the validity it showed (%s)", key, v.Format(time.RFC3339Nano))
+	}
+}
 
 // update changes lock l with change, on the version read.
 func update(l *v1alpha1.DistributedLock, change func(*v1alpha1.DistributedLock)) {

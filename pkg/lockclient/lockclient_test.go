@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -72,7 +73,12 @@ var _ = Describe("Acquire and Release in a process", func() {
 		Expect(g.Deadline().IsZero()).To(BeTrue(), "no deadline once released")
 		Expect(getLock(key).Spec.HolderIdentity).To(BeEmpty())
 		Eventually(func(g2 Gomega) {
-			g2.Expect(getLock(key).Status.Holder).To(BeNil())
+			st := getLock(key).Status
+			g2.Expect(st.Holder).To(BeNil())
+			held := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld)
+			g2.Expect(held).NotTo(BeNil())
+			g2.Expect(held.Reason).To(BeElementOf(v1alpha1.ReasonReleased, v1alpha1.ReasonNotRequested),
+				"the holder's own release (its word), not someone else's change of its request")
 		}).Should(Succeed(), "lock %s to show no holder after Release", key)
 	})
 
