@@ -18,20 +18,27 @@ type LockHeartbeatSpec struct {
 	// on its own clock.
 	// +optional
 	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
-	// StoppedGrant is the holder's word that nothing acts on this grant
-	// any more. A static holder writes it to release its grant (the Go
-	// client's Release, kubectl redlock release): the operator releases
-	// the keys at once and ends the request (status.endedRequest). The
-	// in-pod agent writes it, as the container's first process, once
-	// status no longer shows the grant, after it stopped the app and
-	// killed and reaped every other process there; for a pod that is
-	// being deleted (its containers are never restarted) the operator
-	// takes the word as the pod's end: it releases the grant and grants
-	// the next pod without waiting for the kubelet to report the
-	// containers gone.
+	// StoppedGrant is the in-pod agent's word that the app it ran under
+	// this grant has stopped and that nothing else runs in its container:
+	// the agent writes it, as the container's first process, once status
+	// no longer shows the grant, after it stopped the app and killed and
+	// reaped every other process there. For a pod that is being deleted
+	// (its containers are never restarted) the operator takes the word as
+	// the pod's end: it releases the grant and grants the next pod without
+	// waiting for the kubelet to report the containers gone.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	StoppedGrant string `json:"stoppedGrant,omitempty"`
+	// ReleasedGrant is a leased static holder's release of this grant
+	// (the Go client's Release, kubectl redlock release), written once
+	// nothing acts on it: the operator releases the keys at once and ends
+	// the request (status.endedRequest, reason Released). Only those who
+	// may patch the DistributedLock (and so withdraw its request anyway)
+	// may write it: the admission policy lock-release-word refuses anyone
+	// else, such as the agents of the lock's pods.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ReleasedGrant string `json:"releasedGrant,omitempty"`
 }
 
 // LockHeartbeat is the heartbeat of the holder of the DistributedLock of

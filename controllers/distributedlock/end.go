@@ -398,7 +398,7 @@ func (r *Reconciler) deletionEnd(ctx context.Context, s *scope) (endCause, error
 // saidReleased reports whether the static holder of the leased grant
 // status shows (h: its Session here, or nil) gave it back by its word: the
 // LockHeartbeat the operator keeps for the lock names the grant in
-// stoppedGrant. fresh reads it from the API server rather than the cache
+// releasedGrant. fresh reads it from the API server rather than the cache
 // (its request may have been withdrawn after the word, and the two
 // caches keep no order between them).
 func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, fresh bool) (bool, error) {
@@ -420,7 +420,7 @@ func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.Distribute
 		}
 		return false, fmt.Errorf("read the holder's word: %w", err)
 	}
-	return metav1.IsControlledBy(hb, lock) && hb.Spec.StoppedGrant == grantID, nil
+	return metav1.IsControlledBy(hb, lock) && hb.Spec.ReleasedGrant == grantID, nil
 }
 
 // leasedGrant reports whether the grant status shows (h: its Session

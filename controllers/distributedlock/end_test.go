@@ -127,7 +127,7 @@ var _ = Describe("How a grant ends", Ordered, func() {
 
 		By("releasing job-2's grant by its word: the keys go at once and its request ends")
 		shown = latestValidity(l, second.Status.GrantID)
-		Expect(holding.SayStopped(suiteCtx, k8s, client.ObjectKeyFromObject(l), second.Status.GrantID)).To(Succeed())
+		Expect(holding.SayReleased(suiteCtx, k8s, client.ObjectKeyFromObject(l), second.Status.GrantID)).To(Succeed())
 		Eventually(func(g Gomega) {
 			cur := fetch(l)
 			g.Expect(cur.Status.Holder).To(BeNil(), "holder of lock leased")

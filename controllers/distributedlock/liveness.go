@@ -51,8 +51,9 @@ import (
 // renewed by the grant it watches there.
 type heartbeats struct {
 	clock clock.PassiveClock
-	// stopped is told of a LockHeartbeat whose stoppedGrant changed (an
-	// agent's word: terminating.go); nil: nobody.
+	// stopped is told of a LockHeartbeat whose stoppedGrant or
+	// releasedGrant changed (an agent's or a holder's word: terminating.go,
+	// end.go); nil: nobody.
 	stopped func(types.NamespacedName)
 	mu      sync.Mutex
 	seen    map[types.NamespacedName]*beat
@@ -88,7 +89,8 @@ func (b *heartbeats) observe(old, hb *v1alpha1.LockHeartbeat) {
 	if hb == nil || (old != nil && old.ResourceVersion == hb.ResourceVersion) {
 		return // a resync, not a write
 	}
-	if b.stopped != nil && hb.Spec.StoppedGrant != "" && (old == nil || old.Spec.StoppedGrant != hb.Spec.StoppedGrant) {
+	said := func(hb *v1alpha1.LockHeartbeat) [2]string { return [2]string{hb.Spec.StoppedGrant, hb.Spec.ReleasedGrant} }
+	if b.stopped != nil && said(hb) != [2]string{} && (old == nil || said(old) != said(hb)) {
 		b.stopped(types.NamespacedName{Namespace: hb.Namespace, Name: hb.Name})
 	}
 	b.mu.Lock()

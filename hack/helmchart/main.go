@@ -118,6 +118,10 @@ var (
 		"PodDisruptionBudget")
 )
 
+// prefixedHoldsPolicy is the admission policy that names the operator's
+// identity (variable operator), as config/default names it.
+const prefixedHoldsPolicy = "redlock-operator-lock-gate-needs-label"
+
 // keepAnnotation on an object makes helm uninstall leave it.
 const keepAnnotation = "helm.sh/resource-policy"
 
@@ -283,7 +287,7 @@ func templateOperator(objs []*unstructured.Unstructured) error {
 				found = true
 			}
 		}
-		if !found {
+		if !found && u.GetName() == prefixedHoldsPolicy {
 			return fmt.Errorf("ValidatingAdmissionPolicy %s: no variable operator (the identity allowed to mark holders)", u.GetName())
 		}
 		if err := unstructured.SetNestedSlice(u.Object, vars, "spec", "variables"); err != nil {

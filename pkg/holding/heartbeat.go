@@ -33,29 +33,43 @@ func Beat(ctx context.Context, c client.Client, lock types.NamespacedName, grant
 	return nil
 }
 
-// SayStopped writes the holder's word that nothing acts on grantID any
+// SayStopped writes the agent's word that nothing acts on grantID any
 // more: the lock's LockHeartbeat's stoppedGrant (its other fields are kept;
 // a conflicting write is tried again on the newer version). Say it only
-// once everything that could act on the grant has stopped and cannot start
-// again under it. A static holder says it to release its grant: the
-// operator releases the keys at once and ends its request. The agent of a
-// pod being deleted says it once status no longer shows the grant
-// (Watcher.Hidden): the operator then releases the keys and grants the
-// next pod at once.
+// once status no longer shows the grant (Watcher.Hidden) and everything
+// that could act on it has stopped and cannot start again under it: for a
+// pod that is being deleted, the operator then releases the grant and
+// grants the next pod at once.
 func SayStopped(ctx context.Context, c client.Client, lock types.NamespacedName, grantID string) error {
+	return say(ctx, c, lock, "stopped", func(s *v1alpha1.LockHeartbeatSpec) *string { return &s.StoppedGrant }, grantID)
+}
+
+// SayReleased writes a leased static holder's release of grantID: the
+// lock's LockHeartbeat's releasedGrant, on which the operator releases
+// the keys at once and ends the request. Say it only once nothing acts on
+// the grant any more. The admission policy lets only those who may patch
+// the lock write it.
+func SayReleased(ctx context.Context, c client.Client, lock types.NamespacedName, grantID string) error {
+	return say(ctx, c, lock, "released", func(s *v1alpha1.LockHeartbeatSpec) *string { return &s.ReleasedGrant }, grantID)
+}
+
+// say sets the field of lock's LockHeartbeat that field returns to
+// grantID, keeping the others, on the version read.
+func say(ctx context.Context, c client.Client, lock types.NamespacedName, what string, field func(*v1alpha1.LockHeartbeatSpec) *string, grantID string) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		hb := &v1alpha1.LockHeartbeat{}
 		if err := c.Get(ctx, lock, hb); err != nil {
 			return err
 		}
-		if hb.Spec.StoppedGrant == grantID {
+		f := field(&hb.Spec)
+		if *f == grantID {
 			return nil
 		}
-		hb.Spec.StoppedGrant = grantID
+		*f = grantID
 		return c.Update(ctx, hb)
 	})
 	if err != nil {
-		return fmt.Errorf("say grant %s stopped on heartbeat %s: %w", grantID, lock, err)
+		return fmt.Errorf("say grant %s %s on heartbeat %s: %w", grantID, what, lock, err)
 	}
 	return nil
 }

@@ -429,7 +429,7 @@ func (g *Grant) end(err error) {
 // nothing acts on the grant any more (its word says so). Done is closed
 // first;
 // then it writes its word for the grant (the LockHeartbeat's
-// stoppedGrant), on which the operator releases the keys at once and
+// releasedGrant), on which the operator releases the keys at once and
 // grants the next holder, and withdraws the request (clears
 // spec.holderIdentity if it still names this grant's holder). A change
 // of the request by anyone else is not a release: the operator then keeps
@@ -437,7 +437,7 @@ func (g *Grant) end(err error) {
 // ended on its own, the word still tells that nothing acts on it.
 func (g *Grant) Release(ctx context.Context) error {
 	g.end(fmt.Errorf("%w: %s", ErrReleased, g.lock))
-	word := holding.SayStopped(ctx, g.c.c, g.lock, g.GrantID)
+	word := holding.SayReleased(ctx, g.c.c, g.lock, g.GrantID)
 	if apierrors.IsNotFound(word) {
 		word = nil // no LockHeartbeat: the withdrawal is all the operator reads
 	}

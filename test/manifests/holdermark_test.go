@@ -166,6 +166,6 @@ func installPolicy(ctx context.Context, objs []*unstructured.Unstructured) func(
 			created = append(created, u)
 		}
 	}
-	Expect(created).To(HaveLen(2), "a policy and its binding")
+	Expect(created).To(HaveLen(4), "two policies (holder marks and labels; the release word), each with its binding")
 	return remove
 }

@@ -23,7 +23,7 @@ func (c *cli) releaseCommand() *cobra.Command {
 --as names the holder releasing, and must be the name spec.holderIdentity and
 status show: a release is the holder's own, never someone else's. On a lock
 with spec.holderLease, when status shows the holder's grant, it first writes
-the holder's word for that grant into the lock's LockHeartbeat (stoppedGrant):
+the holder's word for that grant into the lock's LockHeartbeat (releasedGrant):
 the operator releases the keys at once, ends the request and serves the next
 holder. Then it clears spec.holderIdentity if it still names the holder. Run it
 only once the work the lock guards has stopped.
@@ -69,7 +69,7 @@ func (c *cli) release(ctx context.Context, k client.Client, ns, name, as string)
 	st := lock.Status
 	said := false
 	if lock.Spec.HolderLease != nil && st.Holder != nil && st.Holder.Pod == nil && st.Holder.Identity == static && st.GrantID != "" {
-		if err := holding.SayStopped(ctx, k, client.ObjectKey{Namespace: ns, Name: name}, st.GrantID); err != nil {
+		if err := holding.SayReleased(ctx, k, client.ObjectKey{Namespace: ns, Name: name}, st.GrantID); err != nil {
 			return apiError("write the release of "+ref, err)
 		}
 		said = true

@@ -40,7 +40,7 @@ var _ = Describe("kubectl redlock release", func() {
 		Expect(r.out).To(ContainSubstring("ci-run-1 on lock " + ns + "/freeze: released grant 100 and withdrew its request."))
 		hb := &v1alpha1.LockHeartbeat{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "freeze"}, hb)).To(Succeed())
-		Expect(hb.Spec.StoppedGrant).To(Equal("grant-ci-run-1"), "the word names the grant status shows")
+		Expect(hb.Spec.ReleasedGrant).To(Equal("grant-ci-run-1"), "the word names the grant status shows")
 		Expect(read(lock).Spec.HolderIdentity).To(BeEmpty(), "the request is withdrawn")
 	})
 
@@ -66,7 +66,7 @@ var _ = Describe("kubectl redlock release", func() {
 		Expect(r.out).To(ContainSubstring("report-cron on lock " + ns + "/unleased: withdrew its request."))
 		hb := &v1alpha1.LockHeartbeat{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "unleased"}, hb)).To(Succeed())
-		Expect(hb.Spec.StoppedGrant).To(BeEmpty(), "no word on a lock without a lease")
+		Expect(hb.Spec.ReleasedGrant).To(BeEmpty(), "no word on a lock without a lease")
 		Expect(read(unleased).Spec.HolderIdentity).To(BeEmpty())
 	})
 })
