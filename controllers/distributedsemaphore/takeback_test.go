@@ -55,7 +55,7 @@ var _ = Describe("A semaphore's pod labelled for a slot that no longer exists", 
 			g.Expect(cur.Annotations).To(HaveKeyWithValue(v1alpha1.LockNameAnnotation, cur.Labels[v1alpha1.LockLabel]), "the lock that granted pod %s", pod.Name)
 			g.Expect(fetchSemaphore(sem).Status.Held).To(Equal(int32(1)), "held")
 		}).WithTimeout(20*time.Second).Should(Succeed(), "pod %s/%s to be given a slot of semaphore stranded and granted it", ns, pod.Name)
-		Expect(env.EventReasons(ns, pod.Name)).To(ContainElement(distributedsemaphore.EventSlotTakenBack), "events of pod %s", pod.Name)
+		Eventually(func() []string { return env.EventReasons(ns, pod.Name) }).Should(ContainElement(distributedsemaphore.EventSlotTakenBack), "events of pod %s", pod.Name)
 
 		Expect(podsim.Run(suiteCtx, k8s, pod, "node-1")).To(Succeed())
 		Expect(podsim.Finish(suiteCtx, k8s, pod, 0)).To(Succeed())

@@ -595,6 +595,12 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		By("admitting the pod labelled only for its semaphore")
 		Expect(k8s.Create(suiteCtx, semPod)).To(Succeed(), "pod %s/%s gated for a semaphore", ns, semPod.Name)
 
+		By("refusing a semaphore's pod created already labelled for a slot: it would skip the queue")
+		preslotted := gatedPod(ns, "sem-preslotted", "", false)
+		preslotted.Labels = map[string]string{v1alpha1.SemaphoreLabel: "some-semaphore", v1alpha1.LockLabel: "some-semaphore-2-0"}
+		Expect(k8s.Create(suiteCtx, preslotted, client.DryRunAll)).To(MatchError(ContainSubstring("create it with the label redlock.dev/semaphore only")),
+			"pod %s/%s created labelled for a slot", ns, preslotted.Name)
+
 		By("allowing the operator, and nobody else, the label naming a slot's lock once, and no change after it")
 		operator := env.ClientAs(testenv.OperatorUser, testenv.Admin)
 		user := env.PodEditor(ns, "alice")

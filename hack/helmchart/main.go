@@ -290,6 +290,9 @@ func templateOperator(objs []*unstructured.Unstructured) error {
 		if !found && u.GetName() == prefixedHoldsPolicy {
 			return fmt.Errorf("ValidatingAdmissionPolicy %s: no variable operator (the identity allowed to mark holders)", u.GetName())
 		}
+		if !found {
+			continue // a policy that names no operator
+		}
 		if err := unstructured.SetNestedSlice(u.Object, vars, "spec", "variables"); err != nil {
 			return err
 		}
