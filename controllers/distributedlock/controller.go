@@ -772,35 +772,44 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	case actAdopt:
 		r.adopt(ctx, s, c)
 	case actRelease:
-		cause, err := r.requestEnd(ctx, s)
-		if err != nil {
-			return err
-		}
-		r.release(s, c, cause, endReason(cause, v1alpha1.ReasonNotRequested), endMessage(cause, "no holder is requested"))
+		return r.endRequest(ctx, s, c, v1alpha1.ReasonNotRequested, "no holder is requested")
 	case actHandover:
 		// Stop showing the old holder, release, then acquire for the new
 		// one in the next reconcile: no instant shows a grant whose keys
 		// are gone.
-		cause, err := r.requestEnd(ctx, s)
-		if err != nil {
-			return err
-		}
-		r.release(s, c, cause, endReason(cause, v1alpha1.ReasonReleased), endMessage(cause, "released for the new holder"))
 		s.requeueAfter(time.Millisecond)
+		return r.endRequest(ctx, s, c, v1alpha1.ReasonReleased, "released for the new holder")
 	case actNone:
-		reason := heldConditionReason(s.lock.Status)
-		ended := s.lock.Status.EndedRequest != nil && s.lock.Status.EndedRequest.Reason == reason
-		at, left := r.keysLeft(s.lock)
-		kept := left && s.now.Before(at)
-		if s.requested == nil && !ended && !kept && (reason != v1alpha1.ReasonHolderTerminating || s.lock.Status.LastHolderPod == nil) {
-			// (A grant handed back by a pod being deleted keeps saying so
-			// while that pod may still run; so does a static request that
-			// ended, until another is made, and a grant whose keys are
-			// kept, until they go.)
-			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
-		}
+		r.showNotRequested(s)
 	}
 	return nil
+}
+
+// endRequest ends the current grant, whose holder is no longer the one
+// requested, as requestEnd says (reason and msg when the end has none of
+// its own).
+func (r *Reconciler) endRequest(ctx context.Context, s *scope, c *redlock.Client, reason, msg string) error {
+	cause, err := r.requestEnd(ctx, s)
+	if err != nil {
+		return err
+	}
+	r.release(s, c, cause, endReason(cause, reason), endMessage(cause, msg))
+	return nil
+}
+
+// showNotRequested shows Held NotRequested when nobody is requested. A
+// grant handed back by a pod being deleted keeps saying so while that pod
+// may still run; so does a static request that ended, until another is
+// made, and a grant whose keys are kept, until they go.
+func (r *Reconciler) showNotRequested(s *scope) {
+	st := s.lock.Status
+	reason := heldConditionReason(st)
+	ended := st.EndedRequest != nil && st.EndedRequest.Reason == reason
+	at, left := r.keysLeft(s.lock)
+	kept := left && s.now.Before(at)
+	if s.requested == nil && !ended && !kept && (reason != v1alpha1.ReasonHolderTerminating || st.LastHolderPod == nil) {
+		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
+	}
 }
 
 // podsOf lists the pods labelled for lock, and the current and last holder

@@ -89,7 +89,9 @@ func (b *heartbeats) observe(old, hb *v1alpha1.LockHeartbeat) {
 	if hb == nil || (old != nil && old.ResourceVersion == hb.ResourceVersion) {
 		return // a resync, not a write
 	}
-	said := func(hb *v1alpha1.LockHeartbeat) [2]string { return [2]string{hb.Spec.StoppedGrant, hb.Spec.ReleasedGrant} }
+	said := func(hb *v1alpha1.LockHeartbeat) [2]string {
+		return [2]string{hb.Spec.StoppedGrant, hb.Spec.ReleasedGrant}
+	}
 	if b.stopped != nil && said(hb) != [2]string{} && (old == nil || said(old) != said(hb)) {
 		b.stopped(types.NamespacedName{Namespace: hb.Namespace, Name: hb.Name})
 	}
