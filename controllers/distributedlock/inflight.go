@@ -12,48 +12,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// Refreshes in flight. The writer sends due refreshes up to a limit in
-// flight at once, sized every loadTick from the window that ended:
-//
-//   - enough to send the budget at the mean round trip the API server
-//     answered with (Little's law), half as many again for the spread
-//     (writeConcurrency), growing by at most half per window: a fixed
-//     number caps the writer at that many per round trip (32 at 650 ms is
-//     49 writes per second, a sixth of a 300/s budget), and the capacity it
-//     measures (load.go) would be its own limit rather than the API
-//     server's;
-//   - but never more than the API server committed in the window times a
-//     quarter of the shortest lead of the grants held (leadShare): a write
-//     in flight waits behind the others, so at that rate a refresh sent
-//     last lands within that quarter. An API server that serves writes one
-//     after another (its CPU) then does not turn a bigger limit into round
-//     trips that eat the lead a refresh lands with, nor take deadline order
-//     away from the writer's heap. The shortest lead is that of the tenth
-//     of the grants with the shortest leads (leadQuantile): one lock of
-//     ttl 5 s among 10,000 of 60 s would otherwise pin the limit at the
-//     least, and the writer at 49 writes per second, for a lead no limit
-//     can keep at that round trip; if that tenth lands tight, the load
-//     rules (load.go) shed;
-//   - halved when a twentieth of the window's writes (at least two) timed
-//     out, were throttled, or the API server failed them (congestion):
-//     those round trips are not counted, and a limit sized from the
-//     answered ones alone would keep the most in flight against an API
-//     server in a brownout.
-//
-// A new leader sizes its limit the same way, from 32 up: its adoptions
-// are ready at once and are refreshed nearest shown validity first. It
-// kept 32 in flight for a while, after a new leader lost its Lease 9 s into
-// adopting 5,000 locks; what starved the Lease renewal was one Event per
-// adoption, 5,000 at once (now limited, internal/eventlimit). With the
-// Events limited and the usual sizing, the same crash was adopted without
-// a late refresh; with 32 in flight, 4,837 of 5,000 first refreshes landed
-// late (docs/failover.md).
-//
-// Round trips of answers that are not the API server's own work (timeouts,
-// throttling: the client retries those within one call) are not counted.
-// The limit stays within [minWriteParallel, maxWriteParallel]; the upper
-// bound is under the API server's default limit of mutating requests in
-// flight (200), which every other client shares.
+// Refreshes in flight: the writer sends due refreshes up to a limit sized
+// every loadTick from the window that ended: Little's law at the mean round
+// trip, capped by what the API server committed within a quarter of the
+// shortest lead, halved on congestion, within [minWriteParallel,
+// maxWriteParallel]. The reasoning and the measurements behind it:
+// docs/design/lock-controller.md.
 const (
 	minWriteParallel = 32
 	maxWriteParallel = 128
