@@ -59,6 +59,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/harness/podsim"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
+	"github.com/redlock-operator/redlock-operator/pkg/holding"
 )
 
 var (
@@ -177,8 +178,30 @@ func (c *cluster) signal(sig syscall.Signal) {
 type lockSpec struct {
 	cluster *cluster
 	name    string
-	key     string // "" for the default key
-	set     string // the master set ("" for the shared one)
+	key     string        // "" for the default key
+	set     string        // the master set ("" for the shared one)
+	lease   time.Duration // spec.holderLease (0: none), renewed by the test
+}
+
+// leaseOf is the holderLease of the leased lock of the history.
+const leaseOf = 3 * time.Second
+
+// renewLease renews the lease of the grant lock l shows, as its static
+// holder would (kubectl redlock renew), a sixth of the lease apart, until
+// stop is closed.
+func renewLease(l lockSpec, stop <-chan struct{}) {
+	key := client.ObjectKey{Namespace: l.cluster.ns, Name: l.name}
+	for {
+		cur := &v1alpha1.DistributedLock{}
+		if l.cluster.env.Client.Get(l.cluster.env.Ctx, key, cur) == nil && cur.Status.Holder != nil && cur.Status.GrantID != "" {
+			_ = holding.Beat(l.cluster.env.Ctx, l.cluster.env.Client, key, cur.Status.GrantID, time.Now()) // a failed renewal is tried again
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(l.lease / 6):
+		}
+	}
 }
 
 // observed is a grant as the watches saw it.
@@ -428,12 +451,16 @@ var _ = Describe("The operator under chaos", func() {
 		}
 
 		locks := []lockSpec{
-			{a, "a-k1", "k1", ""}, {a, "a-k1-twin", "k1", ""}, {a, "a-k2", "k2", ""}, {a, "a-own", "", ""},
-			{b, "b-k1", "k1", ""}, {b, "b-k2", "k2", ""},
-			{a, "a-moved", "moved", moving.Name}, {a, "a-moved-twin", "moved", moving.Name},
+			{a, "a-k1", "k1", "", 0}, {a, "a-k1-twin", "k1", "", 0}, {a, "a-k2", "k2", "", 0}, {a, "a-own", "", "", 0},
+			{b, "b-k1", "k1", "", 0}, {b, "b-k2", "k2", "", 0},
+			{a, "a-moved", "moved", moving.Name, 0}, {a, "a-moved-twin", "moved", moving.Name, 0},
 			// The key of the semaphores "sem": a key is one kind, so the
 			// lock and the semaphores' holders take turns.
-			{a, "a-sem-lock", "sem", ""},
+			{a, "a-sem-lock", "sem", "", 0},
+			// A leased static holder: the schedule's changes of its request
+			// are someone else's (no release word), so its keys stay until
+			// the validity shown; a manager paused past its lease ends it.
+			{b, "b-leased", "k2", "", leaseOf},
 		}
 		// Semaphores: "sem" of 2 slots in both clusters; "semc" declared
 		// with 2 slots in cluster a and 3 in b, which the masters must
@@ -451,9 +478,13 @@ var _ = Describe("The operator under chaos", func() {
 		podSeq := 0
 		holders := []string{"", "x", "y", "z"}
 		create := func(l lockSpec, holder string) {
+			spec := v1alpha1.DistributedLockSpec{MasterSet: cmp.Or(l.set, ms.Name), Key: l.key, TTL: metav1.Duration{Duration: l.cluster.ttl}, HolderIdentity: holder}
+			if l.lease > 0 {
+				spec.HolderLease = &metav1.Duration{Duration: l.lease}
+			}
 			err := l.cluster.env.Client.Create(l.cluster.env.Ctx, &v1alpha1.DistributedLock{
 				ObjectMeta: metav1.ObjectMeta{Namespace: l.cluster.ns, Name: l.name},
-				Spec:       v1alpha1.DistributedLockSpec{MasterSet: cmp.Or(l.set, ms.Name), Key: l.key, TTL: metav1.Duration{Duration: l.cluster.ttl}, HolderIdentity: holder},
+				Spec:       spec,
 			})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				Expect(err).NotTo(HaveOccurred())
@@ -468,6 +499,11 @@ var _ = Describe("The operator under chaos", func() {
 		var watchers sync.WaitGroup
 		for _, c := range clusters {
 			watchers.Go(func() { watchLocks(c, rec, stop) })
+		}
+		for _, l := range locks {
+			if l.lease > 0 {
+				watchers.Go(func() { renewLease(l, stop) })
+			}
 		}
 
 		By("running the chaos schedule")
