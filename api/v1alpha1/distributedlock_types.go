@@ -451,6 +451,13 @@ type DistributedLockStatus struct {
 	// +optional
 	ReleasedAt *PreciseTime `json:"releasedAt,omitempty"`
 
+	// LastValidUntil is the validity status last showed of the latest
+	// grant, kept once status stopped showing it: its keys stay on the
+	// masters until it has passed (and the drift allowance), unless its
+	// holder was proven to have stopped (docs/design/grant-life.md).
+	// +optional
+	LastValidUntil *PreciseTime `json:"lastValidUntil,omitempty"`
+
 	// FencingToken is the token of the current (or latest) grant. Tokens
 	// are strictly increasing per Redis key, across DistributedLocks,
 	// clusters and operators that share the masters, and across restarts

@@ -201,6 +201,10 @@ func (in *DistributedLockStatus) DeepCopyInto(out *DistributedLockStatus) {
 		in, out := &in.ReleasedAt, &out.ReleasedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.LastValidUntil != nil {
+		in, out := &in.LastValidUntil, &out.LastValidUntil
+		*out = (*in).DeepCopy()
+	}
 	if in.LastHolderPod != nil {
 		in, out := &in.LastHolderPod, &out.LastHolderPod
 		*out = new(PodReference)

@@ -449,7 +449,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 			// reconcile that wrote it can no longer say what proof it had,
 			// so the keys are left until the validity this manager's
 			// Session gave them has passed (decideEnd).
-			_ = r.settle(ctx, lock, h, refOf(lock, h.grantID), nil, time.Time{}, endHiddenElsewhere)
+			_ = r.settle(ctx, lock, h, refOf(lock, h.grantID), nil, lastShown(fresh.Status), endHiddenElsewhere)
 			switch reason := heldConditionReason(fresh.Status); {
 			case givenUp(reason):
 				if reason == v1alpha1.ReasonHolderTerminating {
@@ -1389,7 +1389,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 			if grantIDOf(st) != h.grantID {
 				cause = endSuperseded
 			}
-			_ = r.settle(ctx, lock, h, h.ref, nil, time.Time{}, cause)
+			_ = r.settle(ctx, lock, h, h.ref, nil, lastShown(st), cause)
 		}
 	}
 	c := r.clientFor(ctx, lock)

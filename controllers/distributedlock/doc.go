@@ -23,9 +23,9 @@
 //
 //	field                                    writer
 //	holder, grantID, fencingToken,           the reconciler's deferred
-//	acquiredAt, releasedAt, lastHolderPod,   patch, conditional on the
-//	endedRequest, queue, key, conditions,    resourceVersion it read
-//	observedGeneration
+//	acquiredAt, releasedAt, lastValidUntil,  patch, conditional on the
+//	lastHolderPod, endedRequest, queue,      resourceVersion it read
+//	key, conditions, observedGeneration
 //	renewedAt, validUntil, quorum            that patch when it commits or
 //	                                         hides a grant; the status
 //	                                         writer for every later refresh

@@ -239,6 +239,9 @@ func (r *Reconciler) endGrant(s *scope, h *held, c *redlock.Client, cause endCau
 	s.ended = true
 	s.givingBack = s.givingBack || decideEnd(cause).keys == keysNow
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
+		if lv := lock.Status.LastValidUntil; lv != nil && grantIDOf(lock.Status) == g.grantID && lv.After(shown) {
+			shown = lv.Time // as committed, a conflict's fresh validity included
+		}
 		err := r.settle(ctx, lock, h, g, c, shown, cause)
 		logf.FromContext(ctx).V(1).Info("ended a grant", "lock", client.ObjectKeyFromObject(lock), "grantID", g.grantID, "cause", cause.String(), "error", errString(err))
 		if done != nil {
@@ -312,8 +315,7 @@ func (r *Reconciler) releasedEvent(lock *v1alpha1.DistributedLock, holder string
 // keysLeft reports until when the end of the grant status last showed
 // leaves its keys (decideEnd); false when nothing is known to be left.
 // Without a record of this manager's (another manager ended it, or this
-// one before a restart), a hidden grant's validity ended by releasedAt
-// plus the ttl at the latest.
+// one before a restart), status's lastValidUntil says it.
 func (r *Reconciler) keysLeft(lock *v1alpha1.DistributedLock) (time.Time, bool) {
 	st := lock.Status
 	id := grantIDOf(st)
@@ -326,11 +328,15 @@ func (r *Reconciler) keysLeft(lock *v1alpha1.DistributedLock) (time.Time, bool) 
 	if h := r.sessions.get(lock.UID); h != nil && h.grantID == id {
 		return time.Time{}, false // still renewed here: its end decides
 	}
-	if st.ReleasedAt == nil {
-		return time.Time{}, false
-	}
 	ttl := lock.Spec.TTL.Duration
-	return st.ReleasedAt.Add(ttl + redlock.Drift(ttl)), true
+	switch {
+	case st.LastValidUntil != nil:
+		return st.LastValidUntil.Add(redlock.Drift(ttl)), true
+	case st.ReleasedAt != nil:
+		// Hidden by a version that did not record the validity shown.
+		return st.ReleasedAt.Add(ttl + redlock.Drift(ttl)), true
+	}
+	return time.Time{}, false
 }
 
 // requestEnd says how the current grant ends now that its holder is no
@@ -462,4 +468,13 @@ func endMessage(cause endCause, msg string) string {
 		}
 		return msg + ": the grant ended; its keys are kept until the validity status showed has passed"
 	}
+}
+
+// lastShown is the validity status last showed of its hidden grant (zero
+// when it does not say).
+func lastShown(st v1alpha1.DistributedLockStatus) time.Time {
+	if st.LastValidUntil != nil {
+		return st.LastValidUntil.Time
+	}
+	return time.Time{}
 }

@@ -41,7 +41,7 @@ func viewOf(h *held, st renewal.State) grantView {
 // showGrant writes a held grant into status.
 func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64) {
 	if st.GrantID != g.grantID {
-		st.ReleasedAt = nil
+		st.ReleasedAt, st.LastValidUntil = nil, nil
 	}
 	st.Holder = &v1alpha1.LockHolder{Identity: g.holder, Pod: g.pod}
 	if g.pod != nil {
@@ -62,6 +62,7 @@ func showGrant(st *v1alpha1.DistributedLockStatus, g grantView, generation int64
 // (now) and found the session lapsed on its way records the end shown.
 func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, now time.Time, reason, msg string) {
 	if st.Holder != nil {
+		st.LastValidUntil = st.ValidUntil.DeepCopy()
 		st.ReleasedAt = v1alpha1.NewPreciseTime(now)
 		if reason == v1alpha1.ReasonValidityExpired && st.ValidUntil != nil && now.Before(st.ValidUntil.Time) {
 			st.ReleasedAt = st.ValidUntil.DeepCopy()
@@ -179,6 +180,12 @@ func sameValidity(a, b v1alpha1.DistributedLockStatus) bool {
 // the status writer or a deposed leader woken from a pause, showed a later
 // renewal meanwhile).
 func keepLaterValidity(st *v1alpha1.DistributedLockStatus, fresh v1alpha1.DistributedLockStatus) {
+	if st.Holder == nil && fresh.Holder != nil && fresh.ValidUntil != nil && grantIDOf(*st) == grantIDOf(fresh) &&
+		(st.LastValidUntil == nil || fresh.ValidUntil.After(st.LastValidUntil.Time)) {
+		// A hide sent again: the validity shown last is the fresh one.
+		st.LastValidUntil = fresh.ValidUntil.DeepCopy()
+		return
+	}
 	if st.Holder == nil || !sameGrant(*st, fresh) || st.Holder.Identity != fresh.Holder.Identity || fresh.ValidUntil == nil {
 		return
 	}

@@ -271,8 +271,11 @@ func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 	// a holder may act on (docs/design/grant-life.md).
 	if o != nil && !o.released && st.ReleasedAt != nil {
 		o.released = true
-		if endedOnProof(l) && st.ReleasedAt.Before(o.g.End) {
+		switch {
+		case endedOnProof(l) && st.ReleasedAt.Before(o.g.End):
 			o.g.End = st.ReleasedAt.Time
+		case !endedOnProof(l) && st.LastValidUntil != nil && st.LastValidUntil.After(o.g.End):
+			o.g.End = st.LastValidUntil.Time // the validity shown last, which a watch may have missed
 		}
 		if o.g.End.Before(o.g.Start) { // seen only after its hiding began
 			o.g.End = o.g.Start
