@@ -1252,7 +1252,7 @@ func (r *Reconciler) release(s *scope, c *redlock.Client, cause endCause, reason
 	}
 	r.endGrant(s, h, c, cause, reason, msg, func(_ context.Context, err error) {
 		if decideEnd(cause).keys == keysNow {
-			r.releasedEvent(lock, holder, err)
+			r.releasedEvent(lock, holder+"'s grant", "released by "+holder, err)
 			return
 		}
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release",

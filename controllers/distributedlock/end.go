@@ -301,14 +301,15 @@ func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *held, g grantR
 	return until
 }
 
-// releasedEvent records the outcome of a release of holder's grant.
-func (r *Reconciler) releasedEvent(lock *v1alpha1.DistributedLock, holder string, err error) {
+// releasedEvent records the outcome err of the release of grant (how
+// the incomplete release names it): done when it completed.
+func (r *Reconciler) releasedEvent(lock *v1alpha1.DistributedLock, grant, done string, err error) {
 	switch {
 	case err == nil || errors.Is(err, redlock.ErrNotHeld):
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "released by %s", holder)
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "%s", done)
 	default:
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
-			"release of %s's grant did not reach a quorum; copies expire with the TTL: %s", holder, conditions.Message(err.Error()))
+			"release of %s did not reach a quorum; copies expire with the TTL: %s", grant, conditions.Message(err.Error()))
 	}
 }
 

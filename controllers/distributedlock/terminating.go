@@ -3,7 +3,6 @@ package distributedlock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -17,10 +16,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
-	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 // A holder pod being deleted whose app the in-pod agent runs (run mode)
@@ -252,11 +249,6 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	err := r.settle(ctx, lock, nil, refOf(lock, st.GrantID), s.client, time.Time{}, cause)
 	r.stoppings.set(name, stopping{grantID: st.GrantID, settled: true})
 	logf.FromContext(ctx).V(1).Info("released a grant whose pod is being deleted", "grantID", st.GrantID, "how", how, "error", errString(err))
-	switch {
-	case err == nil || errors.Is(err, redlock.ErrNotHeld):
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "grant %d released: %s", st.FencingToken, how)
-	default:
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
-			"release of grant %d did not reach a quorum; copies expire with the TTL: %s", st.FencingToken, conditions.Message(err.Error()))
-	}
+	grant := fmt.Sprintf("grant %d", st.FencingToken)
+	r.releasedEvent(lock, grant, grant+" released: "+how, err)
 }
