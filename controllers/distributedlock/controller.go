@@ -190,14 +190,11 @@ type scope struct {
 	pods []*corev1.Pod
 	// client is the master set's client, once resolved.
 	client *redlock.Client
-	// releasing is set once this reconcile decided to stop showing the
-	// grant: the grant is given back in Redis only after the patch that
-	// stops showing it has committed (afterCommit), so that status never
-	// shows a grant whose keys are already gone.
-	releasing bool
-	// ended is set once this reconcile ended a grant (endGrant): it ends
-	// no other in the same patch.
-	ended bool
+	// ended is the grant this reconcile ended (endGrant; "" when none):
+	// it is not shown again, its keys go only after the patch that stops
+	// showing it has committed (afterCommit), and no other grant is ended
+	// in the same patch.
+	ended string
 	// givingBack is set when this reconcile stops showing a grant and
 	// releases its keys once that committed (afterCommit): an acquisition
 	// that meets them meanwhile tries again right after.
@@ -763,7 +760,7 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	if action != actAcquire && action != actAdopt {
 		r.writer.stopWaiting(client.ObjectKeyFromObject(s.lock)) // it asks for no grant now
 	}
-	if s.ended && (action == actRelease || action == actHandover) {
+	if s.ended != "" && (action == actRelease || action == actHandover) {
 		return nil // ended already by this reconcile (its holder's word)
 	}
 	switch action {
@@ -1101,7 +1098,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		r.writer.stopWaiting(name) // no grant: its room goes back
 		return
 	}
-	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) && !s.ended {
+	if lock.Status.Holder != nil && r.sessions.get(lock.UID) == nil && !s.now.Before(releasableAt(lock)) && s.ended == "" {
 		// Status still shows a grant whose validity passed (decideHolder)
 		// and that no Session here renews: it is replaced or hidden by
 		// this reconcile's patch, and what it left released after that.
@@ -1470,7 +1467,7 @@ func (r *Reconciler) clientFor(ctx context.Context, lock *v1alpha1.DistributedLo
 func (r *Reconciler) showHolder(s *scope) {
 	lock := s.lock
 	st := &lock.Status
-	if h := r.sessions.get(lock.UID); h != nil && !s.releasing {
+	if h := r.sessions.get(lock.UID); h != nil && h.grantID != s.ended {
 		state := h.session.State()
 		switch {
 		case !s.now.Before(state.ValidUntil):
@@ -1497,7 +1494,7 @@ func (r *Reconciler) showHolder(s *scope) {
 				s.requeueAfter(at.Sub(s.now))
 				return
 			}
-			if !s.ended {
+			if s.ended == "" {
 				r.endGrant(s, nil, s.client, endLapsed, "", "", nil)
 			}
 		}

@@ -232,11 +232,8 @@ func (r *Reconciler) endGrant(s *scope, h *held, c *redlock.Client, cause endCau
 	}
 	if decideEnd(cause).hide == hideNow {
 		s.clear(reason, msg)
-		if h != nil {
-			s.releasing = true // its Session's grant is not shown again
-		}
 	}
-	s.ended = true
+	s.ended = grantID
 	s.givingBack = s.givingBack || decideEnd(cause).keys == keysNow
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
 		if lv := lock.Status.LastValidUntil; lv != nil && grantIDOf(lock.Status) == g.grantID && lv.After(shown) {
