@@ -17,6 +17,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -219,11 +220,11 @@ func (e *ends) forget(uid types.UID) {
 // its keys go as decideEnd says (settle). h is this manager's Session of
 // the grant (nil: none); c the master set's client (nil: its last good
 // one). done, when set, runs after that with the release's error.
-func (r *Reconciler) endGrant(s *scope, h *held, c *redlock.Client, cause endCause, reason, msg string, done func(ctx context.Context, err error)) {
+func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, cause endCause, reason, msg string, done func(ctx context.Context, err error)) {
 	lock := s.lock
-	grantID := grantIDOf(lock.Status)
+	grantID := grants.GrantIDOf(lock.Status)
 	if h != nil {
-		grantID = h.grantID
+		grantID = h.ID
 	}
 	g := refOf(lock, grantID)
 	var shown time.Time
@@ -236,11 +237,11 @@ func (r *Reconciler) endGrant(s *scope, h *held, c *redlock.Client, cause endCau
 	s.ended = grantID
 	s.givingBack = s.givingBack || decideEnd(cause).keys == keysNow
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
-		if lv := lock.Status.LastValidUntil; lv != nil && grantIDOf(lock.Status) == g.grantID && lv.After(shown) {
+		if lv := lock.Status.LastValidUntil; lv != nil && grants.GrantIDOf(lock.Status) == g.GrantID && lv.After(shown) {
 			shown = lv.Time // as committed, a conflict's fresh validity included
 		}
 		err := r.settle(ctx, lock, h, g, c, shown, cause)
-		logf.FromContext(ctx).V(1).Info("ended a grant", "lock", client.ObjectKeyFromObject(lock), "grantID", g.grantID, "cause", cause.String(), "error", errString(err))
+		logf.FromContext(ctx).V(1).Info("ended a grant", "lock", client.ObjectKeyFromObject(lock), "grantID", g.GrantID, "cause", cause.String(), "error", errString(err))
 		if done != nil {
 			done(ctx, err)
 		}
@@ -250,19 +251,19 @@ func (r *Reconciler) endGrant(s *scope, h *held, c *redlock.Client, cause endCau
 // settle carries out what decideEnd says of the keys of grant g, which
 // status no longer shows: released now, left until the validity shown
 // (shown, or its Session's, h) has passed, or left to expire.
-func (r *Reconciler) settle(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, g grantRef, c *redlock.Client, shown time.Time, cause endCause) error {
+func (r *Reconciler) settle(ctx context.Context, lock *v1alpha1.DistributedLock, h *grants.Grant, g grants.Ref, c *redlock.Client, shown time.Time, cause endCause) error {
 	switch decideEnd(cause).keys {
 	case keysNow:
 		if c == nil && h == nil {
 			c = r.Masters.Lookup(types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet})
 		}
 		err := r.giveBack(ctx, h, g, c)
-		r.ends.set(g.uid, g.grantID, r.Clock.Now())
+		r.ends.set(g.UID, g.GrantID, r.Clock.Now())
 		return err
 	case keysExpire:
 		if h != nil {
-			r.sessions.drop(h)
-			h.session.Orphan()
+			r.grants.Drop(h)
+			h.Session.Orphan()
 		}
 		return nil
 	default:
@@ -276,19 +277,19 @@ func (r *Reconciler) settle(ctx context.Context, lock *v1alpha1.DistributedLock,
 // may have seen of it has passed: shown (the validity status showed last)
 // or the Session's own, whichever is later, and the drift allowance; then
 // they are removed, and the lock looks again.
-func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *held, g grantRef, shown time.Time) time.Time {
+func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *grants.Grant, g grants.Ref, shown time.Time) time.Time {
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	name := client.ObjectKeyFromObject(lock)
 	until := shown
 	if h != nil {
-		r.sessions.drop(h)
-		h.session.Orphan()
-		if v := h.session.State().ValidUntil; v.After(until) {
+		r.grants.Drop(h)
+		h.Session.Orphan()
+		if v := h.Session.State().ValidUntil; v.After(until) {
 			until = v
 		}
 	}
-	at := until.Add(redlock.Drift(g.ttl))
-	r.ends.set(g.uid, g.grantID, at)
+	at := until.Add(redlock.Drift(g.TTL))
+	r.ends.set(g.UID, g.GrantID, at)
 	time.AfterFunc(time.Until(at), func() {
 		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
@@ -314,16 +315,17 @@ func (r *Reconciler) releasedEvent(lock *v1alpha1.DistributedLock, grant, done s
 // leaves its keys (decideEnd); false when nothing is known to be left.
 // Without a record of this manager's (another manager ended it, or this
 // one before a restart), status's lastValidUntil says it.
-func (r *Reconciler) keysLeft(lock *v1alpha1.DistributedLock) (time.Time, bool) {
+func (r *Reconciler) keysLeft(s *scope) (time.Time, bool) {
+	lock := s.lock
 	st := lock.Status
-	id := grantIDOf(st)
+	id := grants.GrantIDOf(st)
 	if id == "" || st.Holder != nil {
 		return time.Time{}, false
 	}
 	if rec, ok := r.ends.get(lock.UID); ok && rec.grantID == id {
 		return rec.keysAt, true
 	}
-	if h := r.sessions.get(lock.UID); h != nil && h.grantID == id {
+	if h := s.grant(); h != nil && h.ID == id {
 		return time.Time{}, false // still renewed here: its end decides
 	}
 	ttl := lock.Spec.TTL.Duration
@@ -346,9 +348,9 @@ func (r *Reconciler) keysLeft(lock *v1alpha1.DistributedLock) (time.Time, bool) 
 func (r *Reconciler) requestEnd(ctx context.Context, s *scope) (endCause, error) {
 	lock := s.lock
 	holder := lock.Status.Holder
-	h := r.sessions.get(lock.UID)
+	h := s.grant()
 	if h != nil {
-		holder = &v1alpha1.LockHolder{Identity: h.holder, Pod: h.pod}
+		holder = &v1alpha1.LockHolder{Identity: h.Holder, Pod: h.Pod}
 	}
 	switch {
 	case holder == nil:
@@ -405,10 +407,10 @@ func (r *Reconciler) deletionEnd(ctx context.Context, s *scope) (endCause, error
 // releasedGrant. fresh reads it from the API server rather than the cache
 // (its request may have been withdrawn after the word, and the two
 // caches keep no order between them).
-func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.DistributedLock, h *held, fresh bool) (bool, error) {
-	grantID := grantIDOf(lock.Status)
+func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.DistributedLock, h *grants.Grant, fresh bool) (bool, error) {
+	grantID := grants.GrantIDOf(lock.Status)
 	if h != nil {
-		grantID = h.grantID
+		grantID = h.ID
 	}
 	if !leasedGrant(lock, h) || grantID == "" {
 		return false, nil
@@ -432,9 +434,9 @@ func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.Distribute
 // while the lock set spec.holderLease, or, without a Session here, while
 // it sets one now. Only such a grant ends by its holder's word; any other
 // static grant ends when its request changes.
-func leasedGrant(lock *v1alpha1.DistributedLock, h *held) bool {
+func leasedGrant(lock *v1alpha1.DistributedLock, h *grants.Grant) bool {
 	if h != nil {
-		return h.leased || h.pod == nil && lock.Spec.HolderLease != nil
+		return h.Leased || h.Pod == nil && lock.Spec.HolderLease != nil
 	}
 	st := lock.Status
 	return st.Holder != nil && st.Holder.Pod == nil && lock.Spec.HolderLease != nil

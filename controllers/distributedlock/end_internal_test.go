@@ -7,6 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -73,8 +75,8 @@ func TestKeysLeftWithoutRecord(t *testing.T) {
 	if lock.Status.LastValidUntil == nil || !lock.Status.LastValidUntil.Equal(shown) {
 		t.Fatalf("lastValidUntil = %v, want the validity shown %v", lock.Status.LastValidUntil, shown)
 	}
-	r := &Reconciler{sessions: newSessions()}
-	at, left := r.keysLeft(lock)
+	r := &Reconciler{grants: grants.New(grants.Config{Metrics: metrics.New()}, grants.Callbacks{})}
+	at, left := r.keysLeft(&scope{lock: lock})
 	if want := shown.Add(redlock.Drift(10 * time.Second)); !left || !at.Equal(want) {
 		t.Errorf("keysLeft = %v, %v; want %v, true", at, left, want)
 	}

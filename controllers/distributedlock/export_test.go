@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 )
 
@@ -11,14 +12,6 @@ import (
 // shows, showing a renewal at renewedAt valid until validUntil, made by a
 // writer that last saw status show the validity shown.
 func RefreshPatchFor(lock *v1alpha1.DistributedLock, renewedAt, validUntil, shown time.Time) ([]byte, error) {
-	h := &held{uid: lock.UID, grantID: lock.Status.GrantID, holder: lock.Status.Holder.Identity, token: lock.Status.FencingToken}
-	return refreshPatch(h, renewal.State{RenewedAt: renewedAt, ValidUntil: validUntil}, shown, "")
+	h := &grants.Grant{UID: lock.UID, ID: lock.Status.GrantID, Holder: lock.Status.Holder.Identity, Token: lock.Status.FencingToken}
+	return grants.RefreshPatch(h, renewal.State{RenewedAt: renewedAt, ValidUntil: validUntil}, shown, "")
 }
-
-// The refresh schedule of a manager with no failover slack (see
-// refreshSchedule).
-var (
-	StatusLead   = statusLead
-	RenewLead    = renewLead
-	WritesPerTTL = refreshSchedule{}.writesPerTTL
-)

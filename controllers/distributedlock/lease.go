@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 )
 
@@ -75,13 +76,13 @@ func endVerdict(in endInputs) (reason, why string, recheck time.Duration) {
 // reason and why ("" when not, with a look asked for at the next
 // deadline), and, for a pod whose app the agent runs, that pod (to be
 // marked first).
-func (r *Reconciler) checkEnd(ctx context.Context, s *scope, h *held) (reason, why string, pod *corev1.Pod, err error) {
+func (r *Reconciler) checkEnd(ctx context.Context, s *scope, h *grants.Grant) (reason, why string, pod *corev1.Pod, err error) {
 	lock := s.lock
-	in := endInputs{Now: s.now, AcquiredAt: h.acquiredAt}
+	in := endInputs{Now: s.now, AcquiredAt: h.AcquiredAt}
 	if m := lock.Spec.MaxHoldDuration; m != nil {
 		in.MaxHold = m.Duration
 	}
-	static := h.pod == nil && h.holder == lock.Spec.HolderIdentity
+	static := h.Pod == nil && h.Holder == lock.Spec.HolderIdentity
 	if l := lock.Spec.HolderLease; l != nil && static {
 		key := client.ObjectKeyFromObject(lock)
 		// No LockHeartbeat counts as no renewal: when in doubt, the
@@ -90,11 +91,11 @@ func (r *Reconciler) checkEnd(ctx context.Context, s *scope, h *held) (reason, w
 		if err != nil && !apierrors.IsNotFound(err) {
 			return "", "", nil, fmt.Errorf("read heartbeat: %w", err)
 		}
-		lv := &h.liveness
-		if lv.since.IsZero() || lv.timeout != l.Duration {
-			*lv = liveness{since: s.now, timeout: l.Duration}
+		lv := &h.Liveness
+		if lv.Since.IsZero() || lv.Timeout != l.Duration {
+			*lv = grants.Liveness{Since: s.now, Timeout: l.Duration}
 		}
-		in.Lease, in.Since, in.LastBeat, in.NoHeartbeat = l.Duration, lv.since, r.beats.watch(key, h.grantID), err != nil
+		in.Lease, in.Since, in.LastBeat, in.NoHeartbeat = l.Duration, lv.Since, r.beats.watch(key, h.ID), err != nil
 	}
 	if in.MaxHold == 0 && in.Lease == 0 {
 		return "", "", nil, nil
@@ -106,21 +107,21 @@ func (r *Reconciler) checkEnd(ctx context.Context, s *scope, h *held) (reason, w
 		}
 		return "", "", nil, nil
 	}
-	if h.pod == nil {
+	if h.Pod == nil {
 		return reason, why, nil, nil
 	}
 	pod = &corev1.Pod{}
 	if r.Pods == nil {
 		return "", "", nil, nil
 	}
-	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: h.pod.Name}, pod); err != nil {
+	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: h.Pod.Name}, pod); err != nil {
 		return "", "", nil, client.IgnoreNotFound(err)
 	}
-	if pod.UID != h.pod.UID || !podagent.RunsApp(pod) {
+	if pod.UID != h.Pod.UID || !podagent.RunsApp(pod) {
 		// Nothing would stop its workload: it keeps the grant, and is told.
-		if r.overheld.First(lock.Namespace+"/"+lock.Name, h.grantID) {
+		if r.overheld.First(lock.Namespace+"/"+lock.Name, h.ID) {
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventMaxHoldExceeded, "Hold",
-				"grant %d to pod %s %s; it is not cut short: only a pod whose app the agent runs is stopped when its grant ends", h.token, h.pod.Name, why)
+				"grant %d to pod %s %s; it is not cut short: only a pod whose app the agent runs is stopped when its grant ends", h.Token, h.Pod.Name, why)
 		}
 		return "", "", nil, nil
 	}
@@ -129,7 +130,7 @@ func (r *Reconciler) checkEnd(ctx context.Context, s *scope, h *held) (reason, w
 
 // endOnItsOwn gives up h's grant when it ends on its own (checkEnd), and
 // reports whether it did. A static holder's request ends with it.
-func (r *Reconciler) endOnItsOwn(ctx context.Context, s *scope, h *held) (bool, error) {
+func (r *Reconciler) endOnItsOwn(ctx context.Context, s *scope, h *grants.Grant) (bool, error) {
 	reason, why, pod, err := r.checkEnd(ctx, s, h)
 	if err != nil || reason == "" {
 		return false, err
@@ -137,12 +138,12 @@ func (r *Reconciler) endOnItsOwn(ctx context.Context, s *scope, h *held) (bool, 
 	if pod != nil {
 		// Marked first, as an unresponsive holder: once status stops
 		// showing the grant, the pod keeps nobody from the lock.
-		if err := r.setMark(ctx, pod, h.grantID); err != nil {
+		if err := r.setMark(ctx, pod, h.ID); err != nil {
 			return false, err
 		}
 	} else {
 		s.lock.Status.EndedRequest = &v1alpha1.EndedRequest{
-			Identity: h.holder, Generation: s.lock.Generation, Reason: reason, At: v1alpha1.NewPreciseTime(s.now),
+			Identity: h.Holder, Generation: s.lock.Generation, Reason: reason, At: v1alpha1.NewPreciseTime(s.now),
 		}
 	}
 	cause := endLeaseExpired

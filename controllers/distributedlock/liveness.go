@@ -16,6 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -124,23 +125,6 @@ func (b *heartbeats) handler() toolscache.ResourceEventHandler {
 	}
 }
 
-// liveness is what this manager has seen of one grant's holder pod; it
-// lives with the grant's held, and only the lock's reconciles touch it.
-type liveness struct {
-	// since is when this manager first looked at the grant with its pod
-	// running, under the timeout it counts with: the heartbeat is counted
-	// from then at the earliest, and from the look at which the timeout
-	// changed (an agent follows a new timeout only from its next renewal).
-	since   time.Time
-	timeout time.Duration
-	// restarts is the pod's container restarts as last seen.
-	restarts int32
-	// troubleSince and troubleLast bound the current spell of crashes:
-	// first and latest look that found a container down or restarted
-	// (zero: none).
-	troubleSince, troubleLast time.Time
-}
-
 // livenessInputs are what a verdict on a holder's liveness rests on.
 type livenessInputs struct {
 	Now     time.Time
@@ -189,7 +173,7 @@ func livenessVerdict(in livenessInputs) (why string, recheck time.Duration) {
 // per timeout: the verdict's recheck) keep finding that. The first look,
 // and a new timeout, start the count afresh: restarts from before count
 // for nothing.
-func (lv *liveness) observePod(pod *corev1.Pod, now time.Time, timeout time.Duration) (down bool) {
+func observePod(lv *grants.Liveness, pod *corev1.Pod, now time.Time, timeout time.Duration) (down bool) {
 	var restarts int32
 	for _, st := range containerStatuses(pod) {
 		restarts += st.RestartCount
@@ -198,16 +182,16 @@ func (lv *liveness) observePod(pod *corev1.Pod, now time.Time, timeout time.Dura
 			down = true
 		}
 	}
-	if lv.since.IsZero() || lv.timeout != timeout {
-		*lv = liveness{since: now, timeout: timeout, restarts: restarts}
+	if lv.Since.IsZero() || lv.Timeout != timeout {
+		*lv = grants.Liveness{Since: now, Timeout: timeout, Restarts: restarts}
 	}
-	if down || restarts > lv.restarts {
-		if lv.troubleSince.IsZero() || now.Sub(lv.troubleLast) > timeout {
-			lv.troubleSince = now
+	if down || restarts > lv.Restarts {
+		if lv.TroubleSince.IsZero() || now.Sub(lv.TroubleLast) > timeout {
+			lv.TroubleSince = now
 		}
-		lv.troubleLast = now
+		lv.TroubleLast = now
 	}
-	lv.restarts = restarts
+	lv.Restarts = restarts
 	return down
 }
 
@@ -231,17 +215,17 @@ func containerStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
 // recheck is asked for). It judges only a running pod whose app the agent
 // runs (one being deleted on its heartbeat only), and only while the
 // lock's LockHeartbeat exists (the agents could not renew it otherwise).
-func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (string, *corev1.Pod, error) {
+func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *grants.Grant) (string, *corev1.Pod, error) {
 	lock := s.lock
 	timeout := lock.Spec.HeartbeatTimeout
-	if timeout == nil || h.pod == nil || r.Pods == nil {
+	if timeout == nil || h.Pod == nil || r.Pods == nil {
 		return "", nil, nil
 	}
 	pod := &corev1.Pod{}
-	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: h.pod.Name}, pod); err != nil {
+	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: h.Pod.Name}, pod); err != nil {
 		return "", nil, client.IgnoreNotFound(err)
 	}
-	if pod.UID != h.pod.UID || !podagent.RunsApp(pod) || pod.Status.Phase != corev1.PodRunning {
+	if pod.UID != h.Pod.UID || !podagent.RunsApp(pod) || pod.Status.Phase != corev1.PodRunning {
 		// Not started yet, or not one the verdict applies to: looked at
 		// again on its next change.
 		return "", nil, nil
@@ -254,20 +238,20 @@ func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *held) (stri
 		}
 		return "", nil, fmt.Errorf("read heartbeat: %w", err)
 	}
-	lv := &h.liveness
-	down := lv.observePod(pod, s.now, timeout.Duration)
+	lv := &h.Liveness
+	down := observePod(lv, pod, s.now, timeout.Duration)
 	if !pod.DeletionTimestamp.IsZero() {
 		// Stopping: its containers end for good, which is no crash. Its
 		// heartbeat still counts (a pod on a node that stopped reporting
 		// stays Terminating for ever).
-		down, lv.troubleSince = false, time.Time{}
+		down, lv.TroubleSince = false, time.Time{}
 	}
 	why, recheck := livenessVerdict(livenessInputs{
 		Now: s.now, Timeout: timeout.Duration,
-		Since: lv.since, LastBeat: r.beats.watch(key, h.grantID),
-		Down: down, TroubleSince: lv.troubleSince,
+		Since: lv.Since, LastBeat: r.beats.watch(key, h.ID),
+		Down: down, TroubleSince: lv.TroubleSince,
 	})
-	logf.FromContext(ctx).V(1).Info("holder liveness", "pod", pod.Name, "down", down, "since", lv.since, "troubleSince", lv.troubleSince, "verdict", why, "recheck", recheck)
+	logf.FromContext(ctx).V(1).Info("holder liveness", "pod", pod.Name, "down", down, "since", lv.Since, "troubleSince", lv.TroubleSince, "verdict", why, "recheck", recheck)
 	if why != "" {
 		return why, pod, nil
 	}

@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -56,7 +57,7 @@ func TestObservePodCountsASpellOfCrashes(t *testing.T) {
 	exited := func(code int32) corev1.ContainerState {
 		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}
 	}
-	var lv liveness
+	var lv grants.Liveness
 	steps := []struct {
 		at               time.Duration
 		pod              *corev1.Pod
@@ -74,7 +75,7 @@ func TestObservePodCountsASpellOfCrashes(t *testing.T) {
 		{14 * time.Second, pod(8, backoff), 2 * timeout, true, 14 * time.Second}, // a new timeout counts afresh from this look
 	}
 	for _, st := range steps {
-		down := lv.observePod(st.pod, t0.Add(st.at), st.timeout)
+		down := observePod(&lv, st.pod, t0.Add(st.at), st.timeout)
 		if down != st.wantDown {
 			t.Errorf("at %v: down = %v, want %v", st.at, down, st.wantDown)
 		}
@@ -82,23 +83,23 @@ func TestObservePodCountsASpellOfCrashes(t *testing.T) {
 		if st.wantTroubleSince >= 0 {
 			want = t0.Add(st.wantTroubleSince)
 		}
-		if !lv.troubleSince.Equal(want) {
-			t.Errorf("at %v: trouble since %v, want %v", st.at, lv.troubleSince, want)
+		if !lv.TroubleSince.Equal(want) {
+			t.Errorf("at %v: trouble since %v, want %v", st.at, lv.TroubleSince, want)
 		}
 	}
-	if !lv.since.Equal(t0.Add(14 * time.Second)) {
-		t.Errorf("since = %v, want the look with the new timeout", lv.since)
+	if !lv.Since.Equal(t0.Add(14 * time.Second)) {
+		t.Errorf("since = %v, want the look with the new timeout", lv.Since)
 	}
 
 	t.Run("a container that exited for good is not down", func(t *testing.T) {
-		var lv liveness
+		var lv grants.Liveness
 		p := pod(0, exited(0))
 		p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
-		if lv.observePod(p, t0, timeout) {
+		if observePod(&lv, p, t0, timeout) {
 			t.Error("a container that exited 0 under OnFailure counted as down")
 		}
 		p.Status.ContainerStatuses[0].State = exited(2)
-		if !lv.observePod(p, t0, timeout) {
+		if !observePod(&lv, p, t0, timeout) {
 			t.Error("a container that failed under OnFailure, to be restarted, not counted as down")
 		}
 	})

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -31,10 +31,10 @@ type grantView struct {
 }
 
 // viewOf is what status shows of a grant this manager renews.
-func viewOf(h *held, st renewal.State) grantView {
+func viewOf(h *grants.Grant, st renewal.State) grantView {
 	return grantView{
-		holder: h.holder, pod: h.pod, grantID: h.grantID, token: h.token, acquiredAt: h.acquiredAt,
-		renewedAt: st.RenewedAt, validUntil: st.ValidUntil, quorum: h.quorum, votes: st.Votes,
+		holder: h.Holder, pod: h.Pod, grantID: h.ID, token: h.Token, acquiredAt: h.AcquiredAt,
+		renewedAt: st.RenewedAt, validUntil: st.ValidUntil, quorum: h.Quorum, votes: st.Votes,
 	}
 }
 
@@ -89,44 +89,8 @@ func setCondition(st *v1alpha1.DistributedLockStatus, generation int64, typ stri
 
 // setQuorum records the masters' votes.
 func setQuorum(st *v1alpha1.DistributedLockStatus, quorum int, votes []redlock.Vote) {
-	if q := quorumOf(quorum, votes); q != nil {
+	if q := grants.QuorumOf(quorum, votes); q != nil {
 		st.Quorum = q
-	}
-}
-
-// quorumOf is the status of the masters' votes (nil: no votes).
-func quorumOf(quorum int, votes []redlock.Vote) *v1alpha1.QuorumStatus {
-	if len(votes) == 0 {
-		return nil
-	}
-	q := &v1alpha1.QuorumStatus{Quorum: int32(quorum)} //nolint:gosec // a handful of masters
-	for _, v := range votes {
-		mv := v1alpha1.MasterVote{Address: v.Addr, Vote: voteName(v.Outcome)}
-		if v.Err != nil {
-			mv.Error = conditions.Message(v.Err.Error())
-		}
-		if v.Outcome == redlock.OutcomeGranted {
-			q.Granted++
-		}
-		q.Masters = append(q.Masters, mv)
-	}
-	return q
-}
-
-func voteName(o redlock.Outcome) string {
-	switch o {
-	case redlock.OutcomeGranted:
-		return "Granted"
-	case redlock.OutcomeHeld:
-		return "Held"
-	case redlock.OutcomeAbsent:
-		return "Absent"
-	case redlock.OutcomeError:
-		return "Error"
-	case redlock.OutcomeQuarantined:
-		return "Quarantined"
-	default:
-		return "Pending"
 	}
 }
 
@@ -180,7 +144,7 @@ func sameValidity(a, b v1alpha1.DistributedLockStatus) bool {
 // the status writer or a deposed leader woken from a pause, showed a later
 // renewal meanwhile).
 func keepLaterValidity(st *v1alpha1.DistributedLockStatus, fresh v1alpha1.DistributedLockStatus) {
-	if st.Holder == nil && fresh.Holder != nil && fresh.ValidUntil != nil && grantIDOf(*st) == grantIDOf(fresh) &&
+	if st.Holder == nil && fresh.Holder != nil && fresh.ValidUntil != nil && grants.GrantIDOf(*st) == grants.GrantIDOf(fresh) &&
 		(st.LastValidUntil == nil || fresh.ValidUntil.After(st.LastValidUntil.Time)) {
 		// A hide sent again: the validity shown last is the fresh one.
 		st.LastValidUntil = fresh.ValidUntil.DeepCopy()
@@ -200,20 +164,6 @@ func keepLaterValidity(st *v1alpha1.DistributedLockStatus, fresh v1alpha1.Distri
 // equalStatus reports whether two statuses are the same.
 func equalStatus(a, b v1alpha1.DistributedLockStatus) bool {
 	return reflect.DeepEqual(a, b)
-}
-
-// grantIDOf returns the ID of the grant status names. Status written before
-// grant IDs existed names its grant by the fencing token alone (the value
-// was derived from it), which stands in for the ID.
-func grantIDOf(st v1alpha1.DistributedLockStatus) string {
-	switch {
-	case st.GrantID != "":
-		return st.GrantID
-	case st.FencingToken > 0:
-		return strconv.FormatInt(st.FencingToken, 10)
-	default:
-		return ""
-	}
 }
 
 // nodeReady is the status of node's Ready condition ("Unknown" when it

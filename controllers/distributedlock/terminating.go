@@ -16,6 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 )
@@ -104,15 +105,15 @@ func (r *Reconciler) afterDeletions(ctx context.Context, s *scope, pods []*corev
 // holderTerminating reports whether h's holder pod, as the cache shows it,
 // is being deleted, may still run, and its agent's word would count
 // (wordCounts): its grant is to be handed over on that word.
-func (r *Reconciler) holderTerminating(ctx context.Context, s *scope, h *held) (bool, error) {
-	if h.pod == nil || r.Pods == nil {
+func (r *Reconciler) holderTerminating(ctx context.Context, s *scope, h *grants.Grant) (bool, error) {
+	if h.Pod == nil || r.Pods == nil {
 		return false, nil
 	}
 	pod := &corev1.Pod{}
-	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: s.lock.Namespace, Name: h.pod.Name}, pod); err != nil {
+	if err := r.Pods.Get(ctx, types.NamespacedName{Namespace: s.lock.Namespace, Name: h.Pod.Name}, pod); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return pod.UID == h.pod.UID && !pod.DeletionTimestamp.IsZero() && wordCounts(pod) && !podlock.Ended(pod), nil
+	return pod.UID == h.Pod.UID && !pod.DeletionTimestamp.IsZero() && wordCounts(pod) && !podlock.Ended(pod), nil
 }
 
 // wordCounts reports whether the agent's word can stand for all of pod:
@@ -128,7 +129,7 @@ func wordCounts(pod *corev1.Pod) bool { return podagent.RunsApp(pod) && podagent
 // hideForDeletion stops showing h's grant because its pod is being deleted
 // (step 1 above): given up like a shed grant, and remembered until its
 // keys are released.
-func (r *Reconciler) hideForDeletion(s *scope, h *held) {
+func (r *Reconciler) hideForDeletion(s *scope, h *grants.Grant) {
 	r.shedGrant(s, h, endTerminating, v1alpha1.ReasonHolderTerminating,
 		"its pod is being deleted: the grant is released once its agent says the app stopped, or its containers have stopped")
 	lock := s.lock
@@ -137,9 +138,9 @@ func (r *Reconciler) hideForDeletion(s *scope, h *held) {
 
 // noteStopping remembers h's grant, whose pod is being deleted, as
 // stopped showing until its keys are released (settleStopped).
-func (r *Reconciler) noteStopping(lock *v1alpha1.DistributedLock, h *held) {
-	if h.pod != nil {
-		r.stoppings.set(client.ObjectKeyFromObject(lock), stopping{grantID: h.grantID, pod: h.pod.UID})
+func (r *Reconciler) noteStopping(lock *v1alpha1.DistributedLock, h *grants.Grant) {
+	if h.Pod != nil {
+		r.stoppings.set(client.ObjectKeyFromObject(lock), stopping{grantID: h.ID, pod: h.Pod.UID})
 	}
 }
 
@@ -226,7 +227,7 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	if st.Holder != nil || st.GrantID == "" || s.client == nil {
 		return
 	}
-	if h := r.sessions.get(lock.UID); h != nil && h.grantID == st.GrantID {
+	if h := s.grant(); h != nil && h.ID == st.GrantID {
 		return // still renewed here: released by the paths that end a Session
 	}
 	name := client.ObjectKeyFromObject(lock)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -100,13 +101,13 @@ var _ = Describe("The status writer", Ordered, func() {
 			gains = append(gains, shown[i].validUntil.Sub(shown[i-1].validUntil))
 		}
 		slices.Sort(gains)
-		least := ttl - distributedlock.StatusLead(ttl) - 2*distributedlock.RenewLead(ttl) - redlock.Drift(ttl)
+		least := ttl - grants.StatusLead(ttl) - 2*grants.RenewLead(ttl) - redlock.Drift(ttl)
 		Expect(gains[len(gains)/2]).To(BeNumerically(">=", least), "median gain of %v", gains)
 
 		By("counting the refreshes as the status writer's, none of them late")
 		Expect(testutil.ToFloat64(mgr.Metrics.StatusWrites.WithLabelValues("renewal"))).To(BeNumerically(">=", len(shown)-1))
 		Expect(testutil.ToFloat64(mgr.Metrics.StatusWritesLate)).To(BeZero())
-		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriteDemand)).To(BeNumerically("~", distributedlock.WritesPerTTL(ttl)/ttl.Seconds(), 0.01))
+		Expect(testutil.ToFloat64(mgr.Metrics.StatusWriteDemand)).To(BeNumerically("~", grants.WritesPerTTL(ttl)/ttl.Seconds(), 0.01))
 		Expect(k8s.Delete(suiteCtx, lock)).To(Succeed())
 	})
 })
@@ -131,7 +132,7 @@ var _ = Describe("The status writer on a budget the held locks exceed", Ordered,
 			slow, fast = 4 * time.Second, 2 * time.Second
 			n          = 6
 		)
-		perLock := func(ttl time.Duration) float64 { return distributedlock.WritesPerTTL(ttl) / ttl.Seconds() }
+		perLock := func(ttl time.Duration) float64 { return grants.WritesPerTTL(ttl) / ttl.Seconds() }
 		// Admitted while demand stays within 80 % of the budget (1.6/s):
 		// five locks at ttl 4s (0.3/s each), not six.
 		admitted := int(0.8 * budget / perLock(slow))
@@ -240,7 +241,7 @@ var _ = Describe("A grant waiting for room in the status writes", func() {
 		mgr := env.StartScopedManager(testenv.Scope{StatusWriteQPS: budget, GrantRecheck: time.Hour, WatchNamespaces: []string{ns}}, nil)
 		DeferCleanup(mgr.Stop)
 		ms := env.NewServingMasters(ns, "masters", 3, ttl)
-		admitted := int(0.8 * budget / (distributedlock.WritesPerTTL(ttl) / ttl.Seconds()))
+		admitted := int(0.8 * budget / (grants.WritesPerTTL(ttl) / ttl.Seconds()))
 		Expect(admitted).To(Equal(5), "the setup's arithmetic")
 
 		By("granting five locks, and making the sixth wait")

@@ -55,7 +55,7 @@ type Options struct {
 	// Workers is the number of parallel DistributedLock reconciles.
 	Workers int
 	// StatusWriteQPS is the budget of held locks' validity refreshes per
-	// second (default distributedlock.DefaultStatusWriteQPS).
+	// second (default grants.DefaultWritesPerSecond).
 	StatusWriteQPS float64
 	// FailoverSlack is how long after the leader's last Lease renewal a
 	// standby may take to lead and adopt every held lock; status keeps that

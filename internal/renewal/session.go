@@ -13,7 +13,7 @@
 // when its owner asks (RenewSoon): when status is refreshed, and so when a
 // renewal is wanted just before, is the owner's to decide. What the Session
 // keeps from status is one floor: renewals keep the keys at least until the
-// validity readers were shown (Shown).
+// validity readers were shown (Config.Floor).
 package renewal
 
 import (
@@ -113,6 +113,10 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Reasons maps a renewal error to a condition reason for LostError.
 	Reasons func(error) string
+	// Floor returns the latest validity readers were shown (optional):
+	// renewals keep the keys at least until then, whatever the TTL (see
+	// CoveringTTL).
+	Floor func() time.Time
 }
 
 // State is a consistent snapshot of a Session.
@@ -134,7 +138,6 @@ type Session struct {
 
 	mu    sync.Mutex
 	state State
-	shown time.Time // the validity readers see
 	lk    *redlock.Lock
 	lkOn  *redlock.Client // the client lk belongs to
 	// poke asks the loop for a renewal now.
@@ -216,16 +219,6 @@ func (s *Session) State() State {
 	st := s.state
 	st.Votes = append([]redlock.Vote(nil), st.Votes...)
 	return st
-}
-
-// Shown records a validity that readers now see in status: renewals keep
-// the keys at least until then, whatever the TTL (see CoveringTTL).
-func (s *Session) Shown(validUntil time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if validUntil.After(s.shown) {
-		s.shown = validUntil
-	}
 }
 
 // RenewSoon asks for a renewal now rather than on schedule, without
@@ -375,8 +368,12 @@ func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.
 	if c == nil {
 		return fmt.Errorf("renew %q: no client for the master set: %w", s.grant.Key, redlock.ErrQuorumUnavailable)
 	}
+	var floor time.Time
+	if s.cfg.Floor != nil {
+		floor = s.cfg.Floor()
+	}
 	s.mu.Lock()
-	ttl = CoveringTTL(ttl, s.shown, time.Now())
+	ttl = CoveringTTL(ttl, floor, time.Now())
 	lk := s.lk
 	if s.lkOn != c || lk == nil || lk.TTL() != ttl {
 		lk = nil

@@ -1,4 +1,4 @@
-package distributedlock
+package grants
 
 import (
 	"context"
@@ -136,7 +136,7 @@ func (w *statusWriter) setLeadFloor(floor time.Duration) {
 	}
 	now := time.Now()
 	for _, e := range slices.Clone(w.waiting.items) {
-		if due := w.sched.due(e.shown, e.ttl); e.notBefore.IsZero() && due.Before(e.due) && due.After(now) {
+		if due := w.sched.due(e.h.shown, e.ttl); e.notBefore.IsZero() && due.Before(e.due) && due.After(now) {
 			w.schedule(e, due)
 		}
 	}

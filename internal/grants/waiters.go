@@ -1,4 +1,4 @@
-package distributedlock
+package grants
 
 import (
 	"cmp"
@@ -13,7 +13,7 @@ import (
 // appears (a grant released or shed, refreshes caught up, capacity
 // recovered), asks for a reconcile of the locks that now fit, first come
 // first served. A waiting lock is otherwise reconciled only every
-// grantRecheck: a thousand waiting locks polled every few hundred
+// GrantRecheck: a thousand waiting locks polled every few hundred
 // milliseconds cost thousands of reconciles a second, and a grant still
 // came up to that poll late.
 //
@@ -27,9 +27,9 @@ import (
 // loses its place: it waits again, from then, if it asks again. An
 // admitted lock's room is kept the same way until its grant is tracked.
 
-// grantRecheck is how long a waiting grant's lock waits, plus jitter, for a
+// GrantRecheck is how long a waiting grant's lock waits, plus jitter, for a
 // reconcile when the writer does not ask for one sooner.
-const grantRecheck = 10 * time.Second
+const GrantRecheck = 10 * time.Second
 
 // promiseHold is how long a woken lock's room is kept for its reconcile.
 const promiseHold = 5 * time.Second

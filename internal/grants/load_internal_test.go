@@ -1,4 +1,4 @@
-package distributedlock
+package grants
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package distributedlock
+package grants
 
 import (
 	"container/heap"
@@ -71,11 +71,9 @@ type statusWriter struct {
 	// shows its grant, its Session lost it, it was shed, or its grant
 	// waited and now fits (waiters.go).
 	reconcile func(types.NamespacedName)
-	// committed records a refresh that committed (Reconciler.markWritten).
-	committed func(types.UID)
+	// written records the locks a refresh committed to.
+	written *written
 
-	// handedOver is closed once the writer stopped, after its handover.
-	handedOver chan struct{}
 	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
 	// wakes send (a refresh is ready).
 	kickSchedule, kickSend chan struct{}
@@ -114,10 +112,9 @@ type statusWriter struct {
 
 // refresh is the validity refresh of one grant.
 type refresh struct {
-	h     *held
+	h     *Grant
 	ttl   time.Duration
-	shown time.Time // the validity status shows
-	// shownText is shown as status holds it, when that is not the form
+	// shownText is the validity status shows (h.shown) as status holds it, when that is not the form
 	// this writer would write (an earlier version's whole seconds): the
 	// JSON patch's test compares the text.
 	shownText string
@@ -164,7 +161,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		sched:        refreshSchedule{failover: failover},
 		budget:       rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		reports:      renewal.NewReports(),
-		handedOver:   make(chan struct{}),
+		written:      &written{},
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
 		kickWaiters:  make(chan struct{}, 1),
@@ -176,24 +173,21 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		load:         initialLoad(perSecond),
 		refused:      map[string]time.Time{},
 		waiting:      refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
-		ready:        refreshHeap{less: func(a, b *refresh) bool { return a.shown.Before(b.shown) }},
+		ready:        refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
 	}
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (w *statusWriter) NeedLeaderElection() bool { return true }
-
 // track makes w refresh the validity of h's grant, which status now shows
 // valid until shown; ttl is the lock's. It tells the Session what is shown.
-func (w *statusWriter) track(h *held, shown time.Time, ttl time.Duration) {
+func (w *statusWriter) track(h *Grant, shown time.Time, ttl time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.trackLocked(h, shown, ttl)
 }
 
 // trackLocked is track for callers that hold w.mu.
-func (w *statusWriter) trackLocked(h *held, shown time.Time, ttl time.Duration) {
-	e := w.entries[h.uid]
+func (w *statusWriter) trackLocked(h *Grant, shown time.Time, ttl time.Duration) {
+	e := w.entries[h.UID]
 	if e != nil && e.h != h {
 		w.remove(e)
 		e = nil
@@ -201,8 +195,8 @@ func (w *statusWriter) trackLocked(h *held, shown time.Time, ttl time.Duration) 
 	fresh := e == nil
 	if fresh {
 		e = &refresh{h: h, index: -1}
-		w.entries[h.uid] = e
-		w.notWaiting(h.name)
+		w.entries[h.UID] = e
+		w.notWaiting(h.Name)
 		w.setDemand(w.demand + w.sched.perSecond(ttl))
 		w.countTTL(0, ttl)
 	} else if e.ttl != ttl {
@@ -210,20 +204,20 @@ func (w *statusWriter) trackLocked(h *held, shown time.Time, ttl time.Duration) 
 		w.countTTL(e.ttl, ttl)
 	}
 	e.ttl = ttl
-	moved := shown.After(e.shown)
+	moved := fresh || shown.After(h.shown)
 	if moved {
-		e.shown, e.shownText = shown, ""
+		h.setShown(shown)
+		e.shownText = ""
 	}
-	h.session.Shown(e.shown)
 	if e.where == inFlight || (!fresh && !moved) {
 		return // its schedule stands
 	}
-	due := w.sched.due(e.shown, e.ttl)
-	if at, ok := w.refused[h.grantID]; ok {
+	due := w.sched.due(e.h.shown, e.ttl)
+	if at, ok := w.refused[h.ID]; ok {
 		// A refresh of this grant was refused a moment ago: the reconcile
 		// that re-tracks it may still work from a stale cache.
 		if retry := at.Add(refusedBackoff); retry.After(due) {
-			w.backOff(e, earlier(retry, e.shown.Add(-w.sched.lead(e.ttl)/2)))
+			w.backOff(e, earlier(retry, e.h.shown.Add(-w.sched.lead(e.ttl)/2)))
 			return
 		}
 	}
@@ -237,11 +231,11 @@ func (w *statusWriter) trackLocked(h *held, shown time.Time, ttl time.Duration) 
 // deposed leader woken from a pause, hiding the grant) would still commit:
 // the refresh fences it off, as the adoption's own write did when adoptions
 // wrote status.
-func (w *statusWriter) writeAdopted(h *held, shown time.Time, ttl time.Duration) {
+func (w *statusWriter) writeAdopted(h *Grant, shown time.Time, ttl time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.trackLocked(h, shown, ttl) // and marked adopted before a refresh can land
-	if e := w.entries[h.uid]; e != nil && e.h == h {
+	if e := w.entries[h.UID]; e != nil && e.h == h {
 		if !e.adopted {
 			e.adopted = true
 			if w.adopting == 0 {
@@ -261,10 +255,10 @@ const refusedBackoff = time.Second
 
 // renewed is called after each renewal of h's grant: a renewal fresh
 // enough for the next refresh makes it due now (unless it backs off).
-func (w *statusWriter) renewed(h *held) {
+func (w *statusWriter) renewed(h *Grant) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := w.entries[h.uid]
+	e := w.entries[h.UID]
 	if e == nil || e.h != h || (e.where != parked && e.where != waiting) {
 		return
 	}
@@ -272,8 +266,8 @@ func (w *statusWriter) renewed(h *held) {
 		w.place(e, ready)
 		return
 	}
-	at := h.session.State().RenewedAt
-	if !time.Now().Before(e.notBefore) && !at.Before(e.askedAt) && w.sched.fresh(e.shown, e.ttl, at) {
+	at := h.Session.State().RenewedAt
+	if !time.Now().Before(e.notBefore) && !at.Before(e.askedAt) && w.sched.fresh(e.h.shown, e.ttl, at) {
 		w.place(e, ready)
 	}
 }
@@ -291,7 +285,7 @@ func (w *statusWriter) readReports(ctx context.Context) {
 			switch {
 			case h == nil: // released or replaced meanwhile
 			case errors.Is(s.Err(), renewal.ErrLost):
-				w.reconcile(h.name)
+				w.reconcile(h.Name)
 			case s.Err() == nil:
 				w.renewed(h)
 			}
@@ -310,22 +304,21 @@ func (w *statusWriter) behind() bool {
 		return false
 	}
 	e := w.ready.items[0]
-	return time.Until(e.shown) < w.sched.lead(e.ttl)/2
+	return time.Until(e.h.shown) < w.sched.lead(e.ttl)/2
 }
 
 // forget stops refreshing h's grant.
-func (w *statusWriter) forget(h *held) {
+func (w *statusWriter) forget(h *Grant) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e := w.entries[h.uid]; e != nil && e.h == h {
+	if e := w.entries[h.UID]; e != nil && e.h == h {
 		w.remove(e)
 	}
 }
 
-// Start implements manager.Runnable: it sends refreshes as they fall due
-// until ctx ends, then hands over (handOver) and closes handedOver.
-func (w *statusWriter) Start(ctx context.Context) error {
-	defer close(w.handedOver)
+// run sends refreshes as they fall due until ctx ends, then hands over
+// (handOver).
+func (w *statusWriter) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })
@@ -333,7 +326,6 @@ func (w *statusWriter) Start(ctx context.Context) error {
 	w.send(ctx, &wg)
 	wg.Wait()
 	w.handOver(logf.FromContext(ctx))
-	return nil
 }
 
 // handoverTimeout bounds the refreshes of a stopping leader, within the
@@ -357,14 +349,14 @@ func (w *statusWriter) handOver(log logr.Logger) {
 	var due []*refresh
 	limit := time.Now().Add(w.sched.failover)
 	for _, e := range w.entries {
-		if e.where != inFlight && e.shown.Before(limit) {
+		if e.where != inFlight && e.h.shown.Before(limit) {
 			w.place(e, inFlight)
 			due = append(due, e)
 		}
 	}
 	parallel := w.parallel()
 	w.mu.Unlock()
-	slices.SortFunc(due, func(a, b *refresh) int { return a.shown.Compare(b.shown) })
+	slices.SortFunc(due, func(a, b *refresh) int { return a.h.shown.Compare(b.h.shown) })
 	start := time.Now()
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -375,12 +367,12 @@ func (w *statusWriter) handOver(log logr.Logger) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			awaitRenewal(ctx, e.h.session, renewNowTimeout)
+			awaitRenewal(ctx, e.h.Session, renewNowTimeout)
 			w.write(ctx, e)
 		})
 	}
 	wg.Wait()
-	log.Info("refreshed the held locks' validity before handing over", "locks", len(due), "took", time.Since(start), "error", errString(ctx.Err()))
+	log.Info("refreshed the held locks' validity before handing over", "locks", len(due), "took", time.Since(start), "error", ctx.Err())
 }
 
 // scheduleLoop readies waiting refreshes as they wake and asks Sessions
@@ -400,7 +392,7 @@ func (w *statusWriter) scheduleLoop(ctx context.Context) {
 		}
 		w.mu.Unlock()
 		for _, h := range asks {
-			h.session.RenewSoon()
+			h.Session.RenewSoon()
 		}
 		timer.Reset(max(next, 0))
 		select {
@@ -418,11 +410,11 @@ func (w *statusWriter) scheduleLoop(ctx context.Context) {
 // until its renewal is reported (renewed) or for renewNowTimeout — a few
 // at a time, at about the pace they are sent, and not when the shown
 // validity would pass meanwhile. Callers hold w.mu.
-func (w *statusWriter) askForLate(now time.Time) (ask []*held) {
+func (w *statusWriter) askForLate(now time.Time) (ask []*Grant) {
 	for w.ready.Len() > 0 && w.poking < w.parallel() {
 		e := w.ready.items[0]
-		if !e.askedAt.IsZero() || e.shown.Sub(now) < 2*renewNowTimeout ||
-			!e.h.session.State().RenewedAt.Before(now.Add(-2*renewLead(e.ttl))) {
+		if !e.askedAt.IsZero() || e.h.shown.Sub(now) < 2*renewNowTimeout ||
+			!e.h.Session.State().RenewedAt.Before(now.Add(-2*RenewLead(e.ttl))) {
 			break
 		}
 		w.awaitRenewal(e, now.Add(renewNowTimeout))
@@ -488,10 +480,10 @@ func (w *statusWriter) sent() {
 // ready to send; one renewLead before its due time asks for the renewal it
 // will show (returned, for RenewSoon) and waits until due, or until the
 // Session reports that renewal (renewed). Callers hold w.mu.
-func (w *statusWriter) wakeUp(now time.Time) (ask []*held) {
+func (w *statusWriter) wakeUp(now time.Time) (ask []*Grant) {
 	for w.waiting.Len() > 0 && !w.waiting.items[0].wake.After(now) {
 		e := w.waiting.items[0]
-		if !now.Before(e.due) || w.sched.fresh(e.shown, e.ttl, e.h.session.State().RenewedAt) {
+		if !now.Before(e.due) || w.sched.fresh(e.h.shown, e.ttl, e.h.Session.State().RenewedAt) {
 			w.place(e, ready)
 			continue
 		}
@@ -506,19 +498,19 @@ func (w *statusWriter) wakeUp(now time.Time) (ask []*held) {
 func (w *statusWriter) write(ctx context.Context, e *refresh) {
 	h := e.h
 	w.mu.Lock()
-	shown, shownText := e.shown, e.shownText
+	shown, shownText := e.h.shown, e.shownText
 	w.mu.Unlock()
-	st := h.session.State()
+	st := h.Session.State()
 	switch {
-	case w.sessions.get(h.uid) != h || st.ValidUntil.IsZero():
+	case w.sessions.get(h.UID) != h || st.ValidUntil.IsZero():
 		w.forget(h) // released, lost or replaced: the reconcile shows that
 		return
 	case !st.ValidUntil.After(shown):
 		// Nothing newer: after the next renewal (or at once, if one
 		// landed since the state was read: renewed skipped it in flight).
 		w.mu.Lock()
-		if w.entries[h.uid] == e {
-			if h.session.State().Renewals > st.Renewals {
+		if w.entries[h.UID] == e {
+			if h.Session.State().Renewals > st.Renewals {
 				w.place(e, ready)
 			} else {
 				w.schedule(e, time.Time{})
@@ -527,16 +519,16 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 		w.mu.Unlock()
 		return
 	}
-	patch, err := refreshPatch(h, st, shown, shownText)
+	patch, err := RefreshPatch(h, st, shown, shownText)
 	if err != nil {
-		logf.FromContext(ctx).Error(err, "build a validity refresh", "lock", h.name)
+		logf.FromContext(ctx).Error(err, "build a validity refresh", "lock", h.Name)
 		w.forget(h)
 		return
 	}
-	// Renewals keep the keys at least until the validity shown: tell the
-	// Session before the write may commit.
-	h.session.Shown(st.ValidUntil)
-	obj := lockRef(h.name, "")
+	// Renewals keep the keys at least until the validity shown: raise the
+	// floor before the write may commit.
+	h.raiseFloor(st.ValidUntil)
+	obj := LockRef(h.Name, "")
 	octx, cancel := context.WithTimeout(ctx, writeTimeout)
 	start := time.Now()
 	err = w.client.Status().Patch(octx, obj, client.RawPatch(types.JSONPatchType, patch))
@@ -571,24 +563,22 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 // validity in place of shown, and schedules the next.
 func (w *statusWriter) landed(e *refresh, st renewal.State, shown, now time.Time) {
 	h := e.h
-	h.wrote(st.ValidUntil)
-	if w.committed != nil {
-		w.committed(h.uid)
-	}
+	h.Committed(st.ValidUntil)
+	w.written.add(h.UID)
 	w.metrics.StatusWrites.WithLabelValues("renewal").Inc()
 	slack := shown.Sub(now)
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
 	w.mu.Lock()
 	w.count(e, slack)
-	delete(w.refused, h.grantID)
+	delete(w.refused, h.ID)
 	e.fails, e.askedAt, e.shownText = 0, time.Time{}, ""
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
-	if st.ValidUntil.After(e.shown) {
-		e.shown = st.ValidUntil
+	if st.ValidUntil.After(h.shown) {
+		h.setShown(st.ValidUntil)
 	}
-	if w.entries[h.uid] == e {
-		w.schedule(e, w.sched.due(e.shown, e.ttl))
+	if w.entries[h.UID] == e {
+		w.schedule(e, w.sched.due(e.h.shown, e.ttl))
 	}
 	demand, budget := w.demand, float64(w.budget.Limit())
 	w.mu.Unlock()
@@ -596,7 +586,7 @@ func (w *statusWriter) landed(e *refresh, st renewal.State, shown, now time.Time
 		w.metrics.StatusWritesLate.Inc()
 	}
 	if report {
-		w.recorder.Eventf(lockRef(h.name, h.uid), nil, corev1.EventTypeWarning, EventStatusWriteLate, "Renew",
+		w.recorder.Eventf(LockRef(h.Name, h.UID), nil, corev1.EventTypeWarning, EventStatusWriteLate, "Renew",
 			"status showed a validity until %s that passed %v before its refresh was written, though the masters held the grant: status writes are behind (budget %.0f/s; the locks held need %.0f/s)",
 			shown.UTC().Format(time.RFC3339Nano), (-slack).Round(time.Millisecond), budget, demand)
 	}
@@ -611,13 +601,13 @@ func (w *statusWriter) failed(ctx context.Context, e *refresh, err error, now ti
 		// The manager stops: handOver sends it again (if it has not
 		// committed, the validity shown is still this one).
 		w.mu.Lock()
-		if w.entries[h.uid] == e && e.where == inFlight {
+		if w.entries[h.UID] == e && e.where == inFlight {
 			w.place(e, ready)
 		}
 		w.mu.Unlock()
 		return
 	}
-	logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.name, "token", h.token)
+	logf.FromContext(ctx).Error(err, "refresh a held lock's validity", "lock", h.Name, "token", h.Token)
 	w.mu.Lock()
 	e.fails++
 	if congestion(err) {
@@ -625,7 +615,7 @@ func (w *statusWriter) failed(ctx context.Context, e *refresh, err error, now ti
 	}
 	// Back off, but not past half the time the shown validity has
 	// left: the rate limiter bounds the total.
-	backoff := min(retryBase<<min(e.fails-1, 10), retryMax, max(retryBase, e.shown.Sub(now)/2))
+	backoff := min(retryBase<<min(e.fails-1, 10), retryMax, max(retryBase, e.h.shown.Sub(now)/2))
 	w.mu.Unlock()
 	w.reschedule(e, now.Add(backoff)) // then in deadline order again
 }
@@ -666,7 +656,7 @@ func (w *statusWriter) settleAdoption(e *refresh) bool {
 // refuse stops refreshing h's grant, which status no longer shows, and
 // asks for a reconcile of its lock; the grant's refreshes are held back
 // for refusedBackoff.
-func (w *statusWriter) refuse(h *held, now time.Time) {
+func (w *statusWriter) refuse(h *Grant, now time.Time) {
 	w.mu.Lock()
 	if len(w.refused) > 256 && now.Sub(w.pruned) > refusedBackoff {
 		w.pruned = now
@@ -676,10 +666,10 @@ func (w *statusWriter) refuse(h *held, now time.Time) {
 			}
 		}
 	}
-	w.refused[h.grantID] = now
+	w.refused[h.ID] = now
 	w.mu.Unlock()
 	w.forget(h)
-	w.reconcile(h.name)
+	w.reconcile(h.Name)
 }
 
 // relearn reads the lock after a refresh of e, made while status showed
@@ -691,10 +681,10 @@ func (w *statusWriter) relearn(ctx context.Context, e *refresh, shown time.Time)
 	h := e.h
 	fresh := &v1alpha1.DistributedLock{}
 	octx, cancel := context.WithTimeout(ctx, writeTimeout)
-	err := w.client.Get(octx, h.name, fresh)
+	err := w.client.Get(octx, h.Name, fresh)
 	cancel()
 	st := fresh.Status
-	if err != nil || fresh.UID != h.uid || st.Holder == nil || !showsGrantOf(st, h) || st.ValidUntil == nil {
+	if err != nil || fresh.UID != h.UID || st.Holder == nil || !h.ShowsIn(st) || st.ValidUntil == nil {
 		return false
 	}
 	if st.ValidUntil.Equal(shown.Truncate(time.Microsecond)) {
@@ -702,16 +692,16 @@ func (w *statusWriter) relearn(ctx context.Context, e *refresh, shown time.Time)
 		// version wrote whole seconds): test the text status holds.
 		return w.retestAs(ctx, e, shown)
 	}
-	logf.FromContext(ctx).Info("validity changed under the status writer", "lock", h.name, "token", h.token,
+	logf.FromContext(ctx).Info("validity changed under the status writer", "lock", h.Name, "token", h.Token,
 		"expected", shown.UTC().Format(time.RFC3339Nano), "shown", st.ValidUntil.UTC().Format(time.RFC3339Nano))
-	h.session.Shown(st.ValidUntil.Time)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.entries[h.uid] != e {
+	if w.entries[h.UID] != e {
+		h.raiseFloor(st.ValidUntil.Time)
 		return true // forgotten meanwhile
 	}
-	e.shown = st.ValidUntil.Time
-	if h.session.State().ValidUntil.After(e.shown) {
+	h.setShown(st.ValidUntil.Time)
+	if h.Session.State().ValidUntil.After(h.shown) {
 		w.place(e, ready)
 	} else {
 		w.schedule(e, time.Time{}) // after the next renewal
@@ -726,7 +716,7 @@ func (w *statusWriter) retestAs(ctx context.Context, e *refresh, shown time.Time
 	raw := &unstructured.Unstructured{}
 	raw.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DistributedLock"))
 	octx, cancel := context.WithTimeout(ctx, writeTimeout)
-	err := w.client.Get(octx, e.h.name, raw)
+	err := w.client.Get(octx, e.h.Name, raw)
 	cancel()
 	text, _, _ := unstructured.NestedString(raw.Object, "status", "validUntil")
 	if err != nil || text == "" || text == v1alpha1.NewPreciseTime(shown).UTC().Format(metav1.RFC3339Micro) {
@@ -734,7 +724,7 @@ func (w *statusWriter) retestAs(ctx context.Context, e *refresh, shown time.Time
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.entries[e.h.uid] == e && e.shown.Equal(shown) {
+	if w.entries[e.h.UID] == e && e.h.shown.Equal(shown) {
 		e.shownText = text
 		w.place(e, ready)
 	}
@@ -778,11 +768,11 @@ func earlier(a, b time.Time) time.Time {
 	return b
 }
 
-// refreshPatch is the JSON patch that shows st's validity for h's grant,
+// RefreshPatch is the JSON patch that shows st's validity for h's grant,
 // on the condition that status still shows that grant, with the validity
 // shown that it replaces: a writer with a stale view (a deposed leader
 // woken from a pause) cannot move it, backwards or forwards.
-func refreshPatch(h *held, st renewal.State, shown time.Time, shownText string) ([]byte, error) {
+func RefreshPatch(h *Grant, st renewal.State, shown time.Time, shownText string) ([]byte, error) {
 	var prev any = v1alpha1.NewPreciseTime(shown)
 	if shownText != "" {
 		prev = shownText
@@ -793,20 +783,20 @@ func refreshPatch(h *held, st renewal.State, shown time.Time, shownText string) 
 		Value any    `json:"value"`
 	}
 	ops := []op{
-		{"test", "/metadata/uid", h.uid},
-		{"test", "/status/grantID", h.grantID},
-		{"test", "/status/fencingToken", h.token},
-		{"test", "/status/holder/identity", h.holder},
+		{"test", "/metadata/uid", h.UID},
+		{"test", "/status/grantID", h.ID},
+		{"test", "/status/fencingToken", h.Token},
+		{"test", "/status/holder/identity", h.Holder},
 		{"test", "/status/validUntil", prev},
 		{"add", "/status/renewedAt", v1alpha1.NewPreciseTime(st.RenewedAt)},
 		{"add", "/status/validUntil", v1alpha1.NewPreciseTime(st.ValidUntil)},
 	}
-	if q := quorumOf(h.quorum, st.Votes); q != nil {
+	if q := QuorumOf(h.Quorum, st.Votes); q != nil {
 		ops = append(ops, op{"add", "/status/quorum", q})
 	}
 	b, err := json.Marshal(ops)
 	if err != nil {
-		return nil, fmt.Errorf("refresh %s: %w", h.name, err)
+		return nil, fmt.Errorf("refresh %s: %w", h.Name, err)
 	}
 	return b, nil
 }
@@ -890,7 +880,7 @@ func nextLeadFloor(prev time.Duration, w rttWindow, tight bool) time.Duration {
 // failover slack or statusLead as above, and at least the measured floor
 // (nextLeadFloor), up to a quarter of the ttl.
 func (p refreshSchedule) lead(ttl time.Duration) time.Duration {
-	lead := statusLead(ttl)
+	lead := StatusLead(ttl)
 	if p.failover > 0 && ttl >= 2*p.failover {
 		lead = max(p.failover, lead)
 	}
@@ -910,14 +900,14 @@ func (p refreshSchedule) due(shown time.Time, ttl time.Duration) time.Time {
 // validity shown: it was made within two renewLeads of the due time.
 func (p refreshSchedule) fresh(shown time.Time, ttl time.Duration, renewedAt time.Time) bool {
 	due := p.due(shown, ttl)
-	return !due.IsZero() && !renewedAt.Before(due.Add(-2*renewLead(ttl)))
+	return !due.IsZero() && !renewedAt.Before(due.Add(-2*RenewLead(ttl)))
 }
 
 // writesPerTTL is how many status writes per ttl a held grant needs in
 // steady state: a write shows the validity of a renewal made renewLead
 // before it was due, and is due a lead before that validity passes.
 func (p refreshSchedule) writesPerTTL(ttl time.Duration) float64 {
-	cycle := ttl - redlock.Drift(ttl) - p.lead(ttl) - renewLead(ttl)
+	cycle := ttl - redlock.Drift(ttl) - p.lead(ttl) - RenewLead(ttl)
 	return float64(ttl) / float64(cycle)
 }
 
@@ -926,16 +916,20 @@ func (p refreshSchedule) perSecond(ttl time.Duration) float64 {
 	return p.writesPerTTL(ttl) / ttl.Seconds()
 }
 
-// statusLead is the least lead of a refresh: the time a status write has to
+// WritesPerTTL is how many status writes per ttl a held grant needs in
+// steady state, with no failover slack.
+func WritesPerTTL(ttl time.Duration) float64 { return refreshSchedule{}.writesPerTTL(ttl) }
+
+// StatusLead is the least lead of a refresh: the time a status write has to
 // land. A tenth of the ttl, and at least min(ttl/4, 500ms).
-func statusLead(ttl time.Duration) time.Duration {
+func StatusLead(ttl time.Duration) time.Duration {
 	return max(ttl/10, min(ttl/4, 500*time.Millisecond))
 }
 
-// renewLead is how long before a refresh is due the renewal it shows is
+// RenewLead is how long before a refresh is due the renewal it shows is
 // asked for: a fiftieth of the ttl in [20ms, 1s], room for one renewal
 // round.
-func renewLead(ttl time.Duration) time.Duration {
+func RenewLead(ttl time.Duration) time.Duration {
 	return min(max(ttl/50, 20*time.Millisecond), time.Second)
 }
 
@@ -944,7 +938,7 @@ func renewLead(ttl time.Duration) time.Duration {
 func (w *statusWriter) reschedule(e *refresh, due time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.entries[e.h.uid] == e {
+	if w.entries[e.h.UID] == e {
 		w.backOff(e, due)
 	}
 }
@@ -955,9 +949,9 @@ func (w *statusWriter) reschedule(e *refresh, due time.Time) {
 // show makes it ready at once. Callers hold w.mu.
 func (w *statusWriter) schedule(e *refresh, due time.Time) {
 	if !due.IsZero() {
-		e.lead = e.shown.Sub(due)
+		e.lead = e.h.shown.Sub(due)
 	}
-	w.wait(e, due, due.Add(-renewLead(e.ttl)), time.Time{})
+	w.wait(e, due, due.Add(-RenewLead(e.ttl)), time.Time{})
 }
 
 // backOff puts e in the waiting heap to be sent at due and not before,
@@ -1046,12 +1040,12 @@ func (w *statusWriter) backlogChanged() {
 func (w *statusWriter) remove(e *refresh) {
 	w.donePoking(e)
 	w.place(e, parked)
-	if w.entries[e.h.uid] == e {
-		delete(w.entries, e.h.uid)
+	if w.entries[e.h.UID] == e {
+		delete(w.entries, e.h.UID)
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl))
 		w.countTTL(e.ttl, 0)
 		w.settleAdoption(e)
-		delete(w.shed, e.h.uid)
+		delete(w.shed, e.h.UID)
 		w.roomMade()
 	}
 }
@@ -1119,7 +1113,7 @@ func (w *statusWriter) loadLoop(ctx context.Context) {
 		shed := w.judgeLoad(now, now.Sub(start))
 		start = now
 		for _, h := range shed {
-			w.reconcile(h.name)
+			w.reconcile(h.Name)
 		}
 		w.wakeLocks(w.wakeWaiters(time.Now()))
 	}
@@ -1127,7 +1121,7 @@ func (w *statusWriter) loadLoop(ctx context.Context) {
 
 // judgeLoad closes the window of span ending at now, moves the load state
 // on and returns the grants to shed.
-func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
+func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*Grant {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	win := w.win
@@ -1185,10 +1179,10 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 		if _, ok := w.shed[uid]; ok {
 			continue
 		}
-		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.acquiredAt, perSecond: w.sched.perSecond(e.ttl)})
+		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.AcquiredAt, perSecond: w.sched.perSecond(e.ttl)})
 	}
 	uids := chooseShed(cands, shedPerSecond)
-	out := make([]*held, 0, len(uids))
+	out := make([]*Grant, 0, len(uids))
 	why := fmt.Sprintf("status writes cannot keep every held lock refreshed: the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed",
 		win.demand, w.load.capacity, win.budget)
 	for _, uid := range uids {
@@ -1202,12 +1196,12 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*held {
 }
 
 // shedding reports why h's grant is to be shed, if it is.
-func (w *statusWriter) shedding(h *held) (string, bool) {
+func (w *statusWriter) shedding(h *Grant) (string, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e := w.entries[h.uid]; e == nil || e.h != h {
+	if e := w.entries[h.UID]; e == nil || e.h != h {
 		return "", false
 	}
-	why, ok := w.shed[h.uid]
+	why, ok := w.shed[h.UID]
 	return why, ok
 }

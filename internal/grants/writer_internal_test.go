@@ -1,4 +1,4 @@
-package distributedlock
+package grants
 
 import (
 	"container/heap"
@@ -34,12 +34,12 @@ import (
 // grant held.
 func TestRefreshPatchIsConditional(t *testing.T) {
 	shown := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	h := &held{uid: "uid-1", grantID: "g1", holder: "team-a", token: 7, quorum: 2}
+	h := &Grant{UID: "uid-1", ID: "g1", Holder: "team-a", Token: 7, Quorum: 2}
 	st := renewal.State{
 		RenewedAt: shown.Add(-time.Second), ValidUntil: shown.Add(9 * time.Second),
 		Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}, {Addr: "b:1", Outcome: redlock.OutcomeGranted}, {Addr: "c:1", Outcome: redlock.OutcomeError}},
 	}
-	patch, err := refreshPatch(h, st, shown, "")
+	patch, err := RefreshPatch(h, st, shown, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestRefreshPatchIsConditional(t *testing.T) {
 	showing := func(mutate func(*v1alpha1.DistributedLock)) []byte {
 		l := &v1alpha1.DistributedLock{}
 		l.UID = "uid-1"
-		showGrant(&l.Status, grantView{holder: "team-a", grantID: "g1", token: 7, acquiredAt: shown.Add(-time.Minute), renewedAt: shown.Add(-9 * time.Second), validUntil: shown}, 1)
+		l.Status = showingG1(shown)
 		if mutate != nil {
 			mutate(l)
 		}
@@ -69,7 +69,7 @@ func TestRefreshPatchIsConditional(t *testing.T) {
 		{"another grant was committed since", func(l *v1alpha1.DistributedLock) { l.Status.GrantID = "g2" }, false},
 		{"another token was committed since", func(l *v1alpha1.DistributedLock) { l.Status.FencingToken = 8 }, false},
 		{"the grant was released (status shows no holder)", func(l *v1alpha1.DistributedLock) {
-			clearGrant(&l.Status, 1, shown, v1alpha1.ReasonReleased, "released")
+			l.Status.Holder, l.Status.ValidUntil, l.Status.ReleasedAt = nil, nil, v1alpha1.NewPreciseTime(shown)
 		}, false},
 		{"another holder is shown", func(l *v1alpha1.DistributedLock) { l.Status.Holder.Identity = "team-b" }, false},
 		{"the object was re-created under the name", func(l *v1alpha1.DistributedLock) { l.UID = "uid-2" }, false},
@@ -135,7 +135,7 @@ func TestRefreshSchedule(t *testing.T) {
 			if got := p.lead(tc.ttl); got != tc.lead {
 				t.Errorf("lead(%v) = %v, want %v", tc.ttl, got, tc.lead)
 			}
-			if got := renewLead(tc.ttl); got != tc.renewLead {
+			if got := RenewLead(tc.ttl); got != tc.renewLead {
 				t.Errorf("renewLead(%v) = %v, want %v", tc.ttl, got, tc.renewLead)
 			}
 			if got := p.writesPerTTL(tc.ttl); got <= 1 || got >= tc.writesPerTTLLess {
@@ -153,7 +153,7 @@ func TestRefreshSchedule(t *testing.T) {
 				t.Error("a renewal older than two renewLeads before the due write counts as fresh")
 			}
 			w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, tc.failover)
-			e := &refresh{h: &held{uid: "a"}, ttl: tc.ttl, shown: shown, index: -1}
+			e := &refresh{h: &Grant{UID: "a", shown: shown}, ttl: tc.ttl, index: -1}
 			w.schedule(e, due)
 			if !e.wake.Equal(due.Add(-tc.renewLead)) {
 				t.Errorf("a scheduled refresh wakes at due-%v, want due-%v", due.Sub(e.wake), tc.renewLead)
@@ -178,8 +178,8 @@ func TestRefreshAsksForItsRenewal(t *testing.T) {
 	renewed := s.State().RenewedAt
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	track := func(uid string, due time.Time) *refresh {
-		e := &refresh{h: &held{uid: types.UID(uid), session: s}, ttl: ttl, shown: due.Add(statusLead(ttl)), index: -1}
-		w.entries[e.h.uid] = e
+		e := &refresh{h: &Grant{UID: types.UID(uid), Session: s, shown: due.Add(StatusLead(ttl))}, ttl: ttl, index: -1}
+		w.entries[e.h.UID] = e
 		w.schedule(e, due)
 		return e
 	}
@@ -228,8 +228,8 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 	now := time.Now()
 	entry := func(uid string) *refresh {
 		// Due now, the grant's last renewal (now) fresh enough to show.
-		e := &refresh{h: &held{uid: types.UID(uid), session: s}, ttl: ttl, shown: now.Add(statusLead(ttl)), index: -1}
-		w.entries[e.h.uid] = e
+		e := &refresh{h: &Grant{UID: types.UID(uid), Session: s, shown: now.Add(StatusLead(ttl))}, ttl: ttl, index: -1}
+		w.entries[e.h.UID] = e
 		return e
 	}
 
@@ -237,10 +237,10 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 	// Refused "later" than now, so that the backoff (then up to half the
 	// lead before the shown validity: 3s) does not pass while the test runs.
 	w.refused["g-refused"] = now.Add(time.Hour)
-	refused := &held{uid: "refused", grantID: "g-refused", session: s}
-	w.track(refused, now.Add(statusLead(ttl)), ttl)
+	refused := &Grant{UID: "refused", ID: "g-refused", Session: s}
+	w.track(refused, now.Add(StatusLead(ttl)), ttl)
 	e := w.entries["refused"]
-	if e.where != waiting || !e.due.Equal(e.shown.Add(-statusLead(ttl)/2)) {
+	if e.where != waiting || !e.due.Equal(e.h.shown.Add(-StatusLead(ttl)/2)) {
 		t.Fatalf("re-tracked after a refusal: place %v, due in %v", e.where, e.due.Sub(now))
 	}
 	w.renewed(refused)
@@ -278,7 +278,7 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 		t.Fatalf("a renewal older than the ask made it ready: place %v", late.where)
 	}
 	late.askedAt = time.Time{} // as if the renewal came after the ask
-	w.renewed(&held{uid: "late", session: s})
+	w.renewed(&Grant{UID: "late", Session: s})
 	if late.where != waiting {
 		t.Fatal("a renewal of another grant of the same lock moved the refresh")
 	}
@@ -289,7 +289,7 @@ func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 	if w.poking != 1 {
 		t.Fatalf("%d refreshes counted as waiting for their renewal, want 1", w.poking)
 	}
-	w.track(late.h, late.shown.Add(time.Second), ttl)
+	w.track(late.h, late.h.shown.Add(time.Second), ttl)
 	if w.poking != 0 || !late.askedAt.IsZero() {
 		t.Fatalf("re-tracked with a later validity, it still waits for the renewal it asked for (poking %d)", w.poking)
 	}
@@ -312,14 +312,14 @@ func TestReportsReachTheWriter(t *testing.T) {
 				renewal.Config{Client: func() *redlock.Client { return nil }, Reports: w.reports})
 		}
 	}
-	registered := &held{uid: "a", name: types.NamespacedName{Name: "a"}}
+	registered := &Grant{UID: "a", Name: types.NamespacedName{Name: "a"}}
 	ss.hold(registered, loseIn(200*time.Millisecond))
 	loseIn(200 * time.Millisecond)() // never registered
-	dropped := &held{uid: "b", name: types.NamespacedName{Name: "b"}}
+	dropped := &Grant{UID: "b", Name: types.NamespacedName{Name: "b"}}
 	ss.hold(dropped, loseIn(200*time.Millisecond))
 	ss.drop(dropped)
 	// Lost last: once its report is read, the others' were (in order).
-	last := &held{uid: "c", name: types.NamespacedName{Name: "c"}}
+	last := &Grant{UID: "c", Name: types.NamespacedName{Name: "c"}}
 	ss.hold(last, loseIn(time.Second))
 	var got []string
 	for len(got) < 2 {
@@ -342,8 +342,8 @@ func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	base := time.Unix(1000, 0)
 	mk := func(uid string, shown time.Duration) *refresh {
-		e := &refresh{h: &held{uid: types.UID(uid)}, ttl: 10 * time.Second, shown: base.Add(shown), index: -1}
-		w.entries[e.h.uid] = e
+		e := &refresh{h: &Grant{UID: types.UID(uid), shown: base.Add(shown)}, ttl: 10 * time.Second, index: -1}
+		w.entries[e.h.UID] = e
 		return e
 	}
 	for _, e := range []*refresh{mk("c", 3*time.Second), mk("a", time.Second), mk("d", 4*time.Second), mk("b", 2*time.Second)} {
@@ -351,17 +351,17 @@ func TestDueRefreshesGoNearestValidityFirst(t *testing.T) {
 	}
 	var got string
 	for w.ready.Len() > 0 {
-		got += string(heap.Pop(&w.ready).(*refresh).h.uid)
+		got += string(heap.Pop(&w.ready).(*refresh).h.UID)
 	}
 	if got != "abcd" {
 		t.Errorf("due refreshes went out in the order %q, want abcd", got)
 	}
 	for _, e := range []*refresh{mk("y", 20*time.Second), mk("x", 10*time.Second), mk("z", 30*time.Second)} {
-		w.schedule(e, w.sched.due(e.shown, e.ttl))
+		w.schedule(e, w.sched.due(e.h.shown, e.ttl))
 	}
 	got = ""
 	for w.waiting.Len() > 0 {
-		got += string(heap.Pop(&w.waiting).(*refresh).h.uid)
+		got += string(heap.Pop(&w.waiting).(*refresh).h.UID)
 	}
 	if got != "xyz" {
 		t.Errorf("waiting refreshes fall due in the order %q, want xyz", got)
@@ -381,7 +381,7 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 	t.Cleanup(sess.Orphan)
 	var all []*refresh
 	for i := range 50 {
-		e := &refresh{h: &held{uid: types.UID(string(rune('A' + i))), session: sess}, ttl: 10 * time.Second, index: -1}
+		e := &refresh{h: &Grant{UID: types.UID(string(rune('A' + i))), Session: sess}, ttl: 10 * time.Second, index: -1}
 		all = append(all, e)
 	}
 	check := func(step int) {
@@ -389,7 +389,7 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 		for _, hp := range []*refreshHeap{&w.waiting, &w.ready} {
 			for i, e := range hp.items {
 				if e.index != i {
-					t.Fatalf("step %d: %s at %d has index %d", step, e.h.uid, i, e.index)
+					t.Fatalf("step %d: %s at %d has index %d", step, e.h.UID, i, e.index)
 				}
 				if c := (i - 1) / 2; i > 0 && hp.less(e, hp.items[c]) {
 					t.Fatalf("step %d: heap order broken at %d", step, i)
@@ -405,26 +405,26 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 				hp = &w.ready
 			default:
 				if e.index != -1 {
-					t.Fatalf("step %d: %s is %v with index %d", step, e.h.uid, e.where, e.index)
+					t.Fatalf("step %d: %s is %v with index %d", step, e.h.UID, e.where, e.index)
 				}
 				continue
 			}
 			if e.index < 0 || e.index >= hp.Len() || hp.items[e.index] != e {
-				t.Fatalf("step %d: %s is not where its place says", step, e.h.uid)
+				t.Fatalf("step %d: %s is not where its place says", step, e.h.UID)
 			}
 		}
 	}
 	for step := range 5000 {
 		e := all[rnd.IntN(len(all))]
-		tracked := w.entries[e.h.uid] == e
+		tracked := w.entries[e.h.UID] == e
 		switch op := rnd.IntN(7); {
 		case op == 0: // track, with a later validity now and then
 			if !tracked {
-				w.entries[e.h.uid] = e
+				w.entries[e.h.UID] = e
 			}
-			e.shown = base.Add(time.Duration(rnd.IntN(100)) * time.Second)
+			e.h.shown = base.Add(time.Duration(rnd.IntN(100)) * time.Second)
 			if e.where != inFlight {
-				w.schedule(e, w.sched.due(e.shown, e.ttl))
+				w.schedule(e, w.sched.due(e.h.shown, e.ttl))
 			}
 		case op == 1 && tracked && e.where != inFlight: // a fresh renewal
 			w.place(e, ready)
@@ -455,8 +455,8 @@ func TestNewGrantsWaitWhileRefreshesAreBehind(t *testing.T) {
 		t.Fatal("an idle writer holds a grant back")
 	}
 	add := func(uid string, shown time.Duration) {
-		e := &refresh{h: &held{uid: types.UID(uid)}, ttl: 10 * time.Second, shown: now.Add(shown), index: -1}
-		w.entries[e.h.uid] = e
+		e := &refresh{h: &Grant{UID: types.UID(uid), shown: now.Add(shown)}, ttl: 10 * time.Second, index: -1}
+		w.entries[e.h.UID] = e
 		w.place(e, ready)
 	}
 	add("far", 5*time.Second)
@@ -489,14 +489,14 @@ func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
 	per := w.sched.perSecond(ttl)         // 0.115/s
 	holders := int(shedTarget * 10 / per) // as many as the budget admits
 	now := time.Now()
-	var kept []*held
+	var kept []*Grant
 	for i := range holders {
-		h := &held{uid: types.UID(fmt.Sprintf("h%d", i)), name: types.NamespacedName{Name: fmt.Sprintf("h%d", i)}}
+		h := &Grant{UID: types.UID(fmt.Sprintf("h%d", i)), Name: types.NamespacedName{Name: fmt.Sprintf("h%d", i)}}
 		ss.hold(h, func() *renewal.Session {
 			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
 				renewal.Config{Client: func() *redlock.Client { return nil }})
 		})
-		t.Cleanup(h.session.Orphan)
+		t.Cleanup(h.Session.Orphan)
 		w.track(h, now.Add(time.Hour), ttl)
 		kept = append(kept, h)
 	}
@@ -509,8 +509,8 @@ func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
 	if got := w.wakeWaiters(now); len(got) != 0 {
 		t.Fatalf("woken %v with no room made", got)
 	}
-	granted := &held{uid: "g", name: name("granted")}
-	ss.hold(granted, func() *renewal.Session { return kept[0].session })
+	granted := &Grant{UID: "g", Name: name("granted")}
+	ss.hold(granted, func() *renewal.Session { return kept[0].Session })
 	w.track(granted, now.Add(time.Hour), ttl) // granted by a reconcile of its own
 	w.remove(w.entries["g"])
 	<-w.kickWaiters // drained: the next kick is the room below
@@ -566,8 +566,8 @@ func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
 	if got := w.wakeWaiters(time.Now()); len(got) != 0 {
 		t.Fatalf("woken %v into the room of third's grant, admitted but not yet tracked", got)
 	}
-	third := &held{uid: "t3", name: name("third")}
-	ss.hold(third, func() *renewal.Session { return kept[3].session })
+	third := &Grant{UID: "t3", Name: name("third")}
+	ss.hold(third, func() *renewal.Session { return kept[3].Session })
 	w.track(third, now.Add(time.Hour), ttl)
 	if _, kept := w.promised[name("third")]; kept {
 		t.Error("third's room still kept apart once its grant is tracked")
@@ -578,50 +578,14 @@ func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
 	}
 }
 
-// TestKeepLaterValidity: a status write sent again after a conflict keeps a
-// later validity another writer showed meanwhile, and only for the same
-// grant held (issue 18, case 3).
-func TestKeepLaterValidity(t *testing.T) {
-	base := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	shown := func(grantID string, valid time.Duration) v1alpha1.DistributedLockStatus {
-		var st v1alpha1.DistributedLockStatus
-		showGrant(&st, grantView{holder: "h", grantID: grantID, token: 3, acquiredAt: base, renewedAt: base.Add(valid - 10*time.Second), validUntil: base.Add(valid)}, 1)
-		return st
-	}
-	released := shown("g1", 20*time.Second)
-	clearGrant(&released, 1, base, v1alpha1.ReasonReleased, "released")
-	for _, tc := range []struct {
-		name        string
-		mine, fresh v1alpha1.DistributedLockStatus
-		want        time.Duration // validity kept, from base; 0: none
-	}{
-		{"a later validity shown meanwhile is kept", shown("g1", 10*time.Second), shown("g1", 12*time.Second), 12 * time.Second},
-		{"an earlier validity shown meanwhile is not", shown("g1", 12*time.Second), shown("g1", 10*time.Second), 12 * time.Second},
-		{"another grant's validity is not", shown("g1", 10*time.Second), shown("g2", 12*time.Second), 10 * time.Second},
-		{"a release is not undone", released, shown("g1", 12*time.Second), 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			st := *tc.mine.DeepCopy()
-			keepLaterValidity(&st, tc.fresh)
-			switch {
-			case tc.want == 0 && st.ValidUntil != nil:
-				t.Errorf("validity %v written into a released status", st.ValidUntil)
-			case tc.want != 0 && (st.ValidUntil == nil || !st.ValidUntil.Equal(base.Add(tc.want))):
-				t.Errorf("validity %v, want %v", st.ValidUntil, base.Add(tc.want))
-			case tc.want != 0 && !st.RenewedAt.Equal(base.Add(tc.want-10*time.Second)):
-				t.Errorf("renewedAt %v does not go with the validity kept", st.RenewedAt)
-			}
-		})
-	}
-}
 
 // TestRefreshPatchTouchesOnlyItsFields: the status writer writes only the
 // fields doc.go gives it (renewedAt, validUntil, quorum); everything else
 // in its patch is a test.
 func TestRefreshPatchTouchesOnlyItsFields(t *testing.T) {
 	now := time.Now()
-	h := &held{uid: "u", grantID: "g", holder: "h", token: 1, quorum: 2}
-	patch, err := refreshPatch(h, renewal.State{RenewedAt: now, ValidUntil: now.Add(time.Second), Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}}}, now, "")
+	h := &Grant{UID: "u", ID: "g", Holder: "h", Token: 1, Quorum: 2}
+	patch, err := RefreshPatch(h, renewal.State{RenewedAt: now, ValidUntil: now.Add(time.Second), Votes: []redlock.Vote{{Addr: "a:1", Outcome: redlock.OutcomeGranted}}}, now, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,11 +606,11 @@ func TestRefreshPatchTouchesOnlyItsFields(t *testing.T) {
 // text, not instants), and only that text.
 func TestRefreshPatchTestsTheTextStatusHolds(t *testing.T) {
 	shown := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	h := &held{uid: "uid-1", grantID: "g1", holder: "team-a", token: 7}
+	h := &Grant{UID: "uid-1", ID: "g1", Holder: "team-a", Token: 7}
 	st := renewal.State{RenewedAt: shown, ValidUntil: shown.Add(9 * time.Second)}
 	l := &v1alpha1.DistributedLock{}
 	l.UID = "uid-1"
-	showGrant(&l.Status, grantView{holder: "team-a", grantID: "g1", token: 7, acquiredAt: shown.Add(-time.Minute), renewedAt: shown.Add(-9 * time.Second), validUntil: shown}, 1)
+	l.Status = showingG1(shown)
 	micro, err := json.Marshal(l)
 	if err != nil {
 		t.Fatal(err)
@@ -666,7 +630,7 @@ func TestRefreshPatchTestsTheTextStatusHolds(t *testing.T) {
 		{"the text status holds, over it", "2026-11-30T12:00:00Z", seconds, true},
 		{"the text status held, over another form", "2026-11-30T12:00:00Z", micro, false},
 	} {
-		patch, err := refreshPatch(h, st, shown, tc.text)
+		patch, err := RefreshPatch(h, st, shown, tc.text)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -680,25 +644,6 @@ func TestRefreshPatchTestsTheTextStatusHolds(t *testing.T) {
 	}
 }
 
-func TestAnExpiredGrantEndsAtItsValidity(t *testing.T) {
-	now := time.Unix(10_000, 0)
-	for _, tc := range []struct {
-		reason string
-		until  time.Time
-		want   time.Time
-	}{
-		{v1alpha1.ReasonValidityExpired, now.Add(5 * time.Millisecond), now.Add(5 * time.Millisecond)}, // the reconcile began just before the end
-		{v1alpha1.ReasonValidityExpired, now.Add(-time.Second), now},
-		{v1alpha1.ReasonReleased, now.Add(time.Second), now}, // given back while valid: it ends now
-		{v1alpha1.ReasonLost, now.Add(time.Second), now},
-	} {
-		st := v1alpha1.DistributedLockStatus{Holder: &v1alpha1.LockHolder{Identity: "h"}, ValidUntil: v1alpha1.NewPreciseTime(tc.until)}
-		clearGrant(&st, 1, now, tc.reason, "x")
-		if st.ReleasedAt == nil || !st.ReleasedAt.Equal(tc.want) {
-			t.Errorf("%s with validity until now%+v: releasedAt %v, want now%+v", tc.reason, tc.until.Sub(now), st.ReleasedAt, tc.want.Sub(now))
-		}
-	}
-}
 
 // TestAdoptedGrantsAreRefreshedAtOnce: an adopted grant's first refresh is
 // ready at once, however far its shown validity (that write fences off a
@@ -712,10 +657,10 @@ func TestAdoptedGrantsAreRefreshedAtOnce(t *testing.T) {
 	t.Cleanup(s.Orphan)
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	now := time.Now()
-	far, near := &held{uid: "far", grantID: "g-far", session: s}, &held{uid: "near", grantID: "g-near", session: s}
+	far, near := &Grant{UID: "far", ID: "g-far", Session: s}, &Grant{UID: "near", ID: "g-near", Session: s}
 	w.writeAdopted(far, now.Add(50*time.Second), ttl)
 	w.writeAdopted(near, now.Add(20*time.Second), ttl)
-	tracked := &held{uid: "tracked", grantID: "g-tracked", session: s}
+	tracked := &Grant{UID: "tracked", ID: "g-tracked", Session: s}
 	w.track(tracked, now.Add(40*time.Second), ttl)
 	if got := w.entries["tracked"].where; got != waiting {
 		t.Errorf("a grant tracked with 40s shown: place %v, want waiting", got)
@@ -723,7 +668,7 @@ func TestAdoptedGrantsAreRefreshedAtOnce(t *testing.T) {
 	if w.ready.Len() != 2 {
 		t.Fatalf("%d refreshes ready, want the 2 adopted", w.ready.Len())
 	}
-	if first := w.ready.items[0].h.uid; first != "near" {
+	if first := w.ready.items[0].h.UID; first != "near" {
 		t.Errorf("first ready refresh %s, want the adopted grant nearest its shown validity", first)
 	}
 }
@@ -764,16 +709,16 @@ func TestWritesInFlightFollowTheRoundTrip(t *testing.T) {
 	w := newStatusWriter(c, nil, metrics.New(), ss, budget, 0)
 	now := time.Now()
 	for i := range locks {
-		h := &held{uid: types.UID(fmt.Sprintf("u%d", i)), name: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("l%d", i)},
-			grantID: fmt.Sprintf("g%d", i), holder: "h", token: 1}
+		h := &Grant{UID: types.UID(fmt.Sprintf("u%d", i)), Name: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("l%d", i)},
+			ID: fmt.Sprintf("g%d", i), Holder: "h", Token: 1}
 		ss.hold(h, func() *renewal.Session {
 			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
 				renewal.Config{Client: func() *redlock.Client { return nil }})
 		})
-		t.Cleanup(h.session.Orphan)
+		t.Cleanup(h.Session.Orphan)
 		w.track(h, now.Add(50*time.Second), time.Minute)
 		w.mu.Lock()
-		w.place(w.entries[h.uid], ready) // due now (not adopted: a new leader's adoptions keep the least in flight)
+		w.place(w.entries[h.UID], ready) // due now (not adopted: a new leader's adoptions keep the least in flight)
 		w.mu.Unlock()
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -878,16 +823,16 @@ func TestHandOverResendsWritesCutShort(t *testing.T) {
 	ss := newSessions()
 	w := newStatusWriter(c, nil, metrics.New(), ss, 100, 10*time.Second)
 	now := time.Now()
-	h := &held{uid: "u", name: types.NamespacedName{Namespace: "ns", Name: "l"}, grantID: "g", holder: "h", token: 1}
+	h := &Grant{UID: "u", Name: types.NamespacedName{Namespace: "ns", Name: "l"}, ID: "g", Holder: "h", Token: 1}
 	ss.hold(h, func() *renewal.Session {
 		return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
 			renewal.Config{Client: func() *redlock.Client { return nil }})
 	})
-	t.Cleanup(h.session.Orphan)
+	t.Cleanup(h.Session.Orphan)
 	w.writeAdopted(h, now.Add(2*time.Second), time.Minute) // ready at once, within the failover slack
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- w.Start(ctx) }()
+	done := make(chan struct{})
+	go func() { w.run(ctx); close(done) }()
 	select {
 	case <-started:
 	case <-time.After(time.Minute):
@@ -895,10 +840,7 @@ func TestHandOverResendsWritesCutShort(t *testing.T) {
 	}
 	cancel()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("the writer stopped with %v", err)
-		}
+	case <-done:
 	case <-time.After(time.Minute):
 		t.Fatal("the writer did not stop")
 	}
@@ -1017,19 +959,19 @@ func TestLeadFloorRaisesTheLeadAndTheDemand(t *testing.T) {
 		w.countTTL(0, long)
 	}
 	before := w.sched.perSecond(short)
-	if got := w.sched.lead(short); got != statusLead(short) {
-		t.Fatalf("lead(%v) before anything was measured = %v, want statusLead %v", short, got, statusLead(short))
+	if got := w.sched.lead(short); got != StatusLead(short) {
+		t.Fatalf("lead(%v) before anything was measured = %v, want statusLead %v", short, got, StatusLead(short))
 	}
 	now := time.Now()
-	queued := &refresh{h: &held{uid: "w"}, ttl: short, shown: now.Add(3 * time.Second), index: -1}
-	sent := &refresh{h: &held{uid: "s"}, ttl: short, shown: now.Add(3 * time.Second), index: -1}
+	queued := &refresh{h: &Grant{UID: "w", shown: now.Add(3 * time.Second)}, ttl: short, index: -1}
+	sent := &refresh{h: &Grant{UID: "s", shown: now.Add(3 * time.Second)}, ttl: short, index: -1}
 	// Due in 300ms at the 500ms lead; at the raised lead its due time
 	// would have passed.
-	soon := &refresh{h: &held{uid: "n"}, ttl: short, shown: now.Add(800 * time.Millisecond), index: -1}
+	soon := &refresh{h: &Grant{UID: "n", shown: now.Add(800 * time.Millisecond)}, ttl: short, index: -1}
 	w.mu.Lock()
-	w.schedule(queued, w.sched.due(queued.shown, short))
-	w.schedule(sent, w.sched.due(sent.shown, short))
-	w.schedule(soon, w.sched.due(soon.shown, short))
+	w.schedule(queued, w.sched.due(queued.h.shown, short))
+	w.schedule(sent, w.sched.due(sent.h.shown, short))
+	w.schedule(soon, w.sched.due(soon.h.shown, short))
 	soonDue := soon.due
 	w.mu.Unlock()
 	window := func(tight int) {
@@ -1056,12 +998,12 @@ func TestLeadFloorRaisesTheLeadAndTheDemand(t *testing.T) {
 	if got, want := w.sched.lead(long), 2*time.Second; got != want {
 		t.Errorf("lead(%v) = %v, want its tenth %v (above the floor)", long, got, want)
 	}
-	if got, want := queued.shown.Sub(queued.due), short/4; got != want || queued.where != waiting {
+	if got, want := queued.h.shown.Sub(queued.due), short/4; got != want || queued.where != waiting {
 		t.Errorf("a waiting refresh is due %v before its shown validity (%v), want %v, waiting", got, queued.where, want)
 	}
-	if !soon.due.Equal(soonDue) || soon.lead != statusLead(short) || soon.where != waiting {
+	if !soon.due.Equal(soonDue) || soon.lead != StatusLead(short) || soon.where != waiting {
 		t.Errorf("a refresh whose raised due time has passed: due %v, lead %v, %v; want its own due time %v and lead %v, waiting (not a burst sent at once)",
-			soon.due.Sub(now), soon.lead, soon.where, soonDue.Sub(now), statusLead(short))
+			soon.due.Sub(now), soon.lead, soon.where, soonDue.Sub(now), StatusLead(short))
 	}
 	if w.sched.perSecond(short) <= before {
 		t.Errorf("a ttl %v lock needs %.3f writes/s with the floor, want more than %.3f", short, w.sched.perSecond(short), before)
@@ -1076,7 +1018,7 @@ func TestLeadFloorRaisesTheLeadAndTheDemand(t *testing.T) {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	sent.lead = statusLead(short) // sent before the raise, with 500ms
+	sent.lead = StatusLead(short) // sent before the raise, with 500ms
 	w.win = loadWindow{}
 	w.count(sent, 300*time.Millisecond)
 	if w.win.tight != 0 {
@@ -1104,7 +1046,7 @@ func TestLeadFloorLeavesTheLimitInFlight(t *testing.T) {
 		w.inflight = 20
 		w.rtt = rttWindow{rtts: slices.Repeat([]time.Duration{200 * time.Millisecond}, 20)}
 		w.sizeInflight(time.Second, 100, false)
-		if floor > 0 && w.sched.lead(10*time.Second) <= statusLead(10*time.Second) {
+		if floor > 0 && w.sched.lead(10*time.Second) <= StatusLead(10*time.Second) {
 			t.Fatalf("lead floor %v: the lead is no longer above the tenth of the ttl, so this test shows nothing", w.sched.floor)
 		}
 		return w.inflight
@@ -1123,5 +1065,15 @@ func TestLeadFloorLeavesTheLimitInFlight(t *testing.T) {
 		}
 		w.rtt = rttWindow{rtts: slices.Repeat([]time.Duration{100 * time.Microsecond}, 20)}
 		w.sizeInflight(time.Second, 20, false)
+	}
+}
+
+// showingG1 is the status of a lock showing grant g1 (token 7) to team-a,
+// valid until shown.
+func showingG1(shown time.Time) v1alpha1.DistributedLockStatus {
+	return v1alpha1.DistributedLockStatus{
+		Holder: &v1alpha1.LockHolder{Identity: "team-a"}, GrantID: "g1", FencingToken: 7,
+		AcquiredAt: v1alpha1.NewPreciseTime(shown.Add(-time.Minute)), RenewedAt: v1alpha1.NewPreciseTime(shown.Add(-9 * time.Second)),
+		ValidUntil: v1alpha1.NewPreciseTime(shown),
 	}
 }

@@ -1,0 +1,122 @@
+package distributedlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// reconcileDelete releases the lock and removes the finalizer, in two
+// steps: status stops showing the grant (and, once that committed, the
+// grant is released in Redis); then, with no grant shown, the finalizer is
+// removed. When the masters cannot be reached, the finalizer stays until
+// every copy of the grant has expired: what the session wrote (its latest
+// renewal sent, answered or not: renewal.State.ExpiresBy, which for an
+// adopted grant covers the previous renewer's copies too) when this
+// manager renewed it, otherwise what othersCopiesUntil bounds from
+// status's validity, and never before a release recorded in status could
+// have run; plus the drift allowance.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
+	lock := s.lock
+	r.grants.StopWaiting(client.ObjectKeyFromObject(lock))
+	if !controllerutil.ContainsFinalizer(lock, Finalizer) {
+		return nil
+	}
+	if h := s.grant(); h != nil && (lock.Status.Holder == nil || !h.ShowsIn(lock.Status)) {
+		// The cache may show the deletion but not this manager's own last
+		// commit (a grant made just before it): what status shows decides
+		// between giving the Session back now and hiding its grant first.
+		fresh := &v1alpha1.DistributedLock{}
+		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); {
+		case apierrors.IsNotFound(err):
+			// Gone, so nothing shows the grant any more.
+			_ = r.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endObjectGone)
+			return nil
+		case err != nil:
+			return fmt.Errorf("read lock: %w", err)
+		case fresh.UID != lock.UID:
+			return nil // re-created: releaseOthers gives the Session back
+		}
+		// Nothing of the cached view is kept: the deletion computes no
+		// Ready or key of its own.
+		*s.lock = *fresh.DeepCopy()
+		s.orig = *fresh.Status.DeepCopy()
+		lock = s.lock
+		if st := lock.Status; st.Holder == nil || !h.ShowsIn(st) {
+			// Hidden (or replaced) by a write whose commit this manager
+			// did not see: its end is settled as syncSession settles it,
+			// before the keys left are waited for.
+			cause := endHiddenElsewhere
+			if grants.GrantIDOf(st) != h.ID {
+				cause = endSuperseded
+			}
+			_ = r.settle(ctx, lock, h, h.Ref, nil, lastShown(st), cause)
+		}
+	}
+	c := r.clientFor(ctx, lock)
+	if lock.Status.Holder != nil {
+		if vu := lock.Status.ValidUntil; vu != nil && s.grant() == nil {
+			r.ends.setExpiry(lock.UID, othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
+		}
+		cause, err := r.deletionEnd(ctx, s)
+		if err != nil {
+			return err
+		}
+		r.release(s, c, cause, endReason(cause, v1alpha1.ReasonReleased), endMessage(cause, "released on deletion"))
+		s.requeueAfter(time.Millisecond) // then remove the finalizer
+		return nil
+	}
+	return r.removeFinalizer(ctx, s, c)
+}
+
+// removeFinalizer lets a lock being deleted, which shows no grant, go:
+// once the last grant's end lets its keys go (decideEnd), whatever is
+// left is given back, and the finalizer removed once that completed or
+// every copy has expired.
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope, c *redlock.Client) error {
+	lock := s.lock
+	if at, left := r.keysLeft(s); left && s.now.Before(at) {
+		s.setHeld(metav1.ConditionFalse, cmp.Or(heldConditionReason(lock.Status), v1alpha1.ReasonReleased),
+			"deleting: the last grant's keys are kept until the validity it showed has passed ("+at.UTC().Format(time.RFC3339Nano)+"); the object goes then")
+		s.requeueAfter(at.Sub(s.now))
+		return nil
+	}
+	err := r.giveBack(ctx, s.grant(), refOf(lock, grants.GrantIDOf(lock.Status)), c)
+	rec, _ := r.ends.get(lock.UID)
+	expiry, known := rec.expiry, !rec.expiry.IsZero()
+	if ra := lock.Status.ReleasedAt; ra != nil {
+		// Another manager (or this one before a restart) stopped showing
+		// the grant at releasedAt and renewed it at most until its release
+		// ran, within one operation after that.
+		if by := ra.Add(opTimeout + lock.Spec.TTL.Duration); !known || by.After(expiry) {
+			expiry, known = by, true
+		}
+	}
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && known {
+		if until := expiry.Add(redlock.Drift(lock.Spec.TTL.Duration)); s.now.Before(until) {
+			s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonQuorumUnavailable,
+				"deleting: the release did not reach a quorum; retrying until the grant expires at "+until.UTC().Format(time.RFC3339Nano))
+			s.requeueAfter(min(time.Second, until.Sub(s.now)))
+			return nil
+		}
+	}
+	r.ends.forget(lock.UID)
+	r.Metrics.ForgetLock(lock.Namespace, lock.Name)
+	controllerutil.RemoveFinalizer(lock, Finalizer)
+	if err := r.Update(ctx, lock); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.grants.Forget(lock.UID)
+	return nil
+}

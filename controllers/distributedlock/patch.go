@@ -1,0 +1,183 @@
+package distributedlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
+)
+
+// patchStatus writes the status changes of this reconcile in one patch,
+// conditional on the status the reconcile started from. A conflict is
+// retried once when a fresh read shows the same grant; otherwise the
+// reconcile gives up. A grant made by this reconcile counts only once the
+// patch succeeded, and is given back otherwise.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
+	lock := s.lock
+	lock.Status.ObservedGeneration = lock.Generation
+	var err error
+	if !equalStatus(s.orig, lock.Status) {
+		err = r.patch(ctx, s)
+	}
+	if err != nil {
+		if h := s.pending; h != nil {
+			switch r.writeOutcome(ctx, lock, h, err) {
+			case writeRefused:
+				r.dropPending(ctx, s, h, err)
+			case writeUnknown:
+				r.leavePending(ctx, s, h, err)
+			case writeCommitted:
+				r.Metrics.Grants.WithLabelValues(lock.Namespace, lock.Name).Inc()
+			}
+		}
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch status: %w", err)
+	}
+	for _, f := range s.afterCommit {
+		f(context.WithoutCancel(ctx))
+	}
+	if h := s.pending; h != nil {
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventGranted, "Acquire", "granted to %s with fencing token %d", h.Holder, h.Token)
+		r.Metrics.Grants.WithLabelValues(lock.Namespace, lock.Name).Inc()
+		r.Metrics.FencingToken.WithLabelValues(lock.Namespace, lock.Name).Set(float64(h.Token))
+	}
+	if h := s.pending; h != nil && s.ownValidity != nil {
+		h.Committed(*s.ownValidity)
+	}
+	if h := s.grant(); h != nil && lock.Status.GrantID == h.ID && lock.Status.Holder != nil && lock.Status.ValidUntil != nil {
+		r.grants.Show(h, lock.Status.ValidUntil.Time, lock.Spec.TTL.Duration)
+	}
+	return nil
+}
+
+// writeResult is what a failed status write did with the grant it showed.
+type writeResult int
+
+// writeOutcome tells what a status write that returned err did with the
+// grant h (see commitOutcome), reading the lock afresh when the error
+// does not say.
+func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.DistributedLock, h *grants.Grant, err error) writeResult {
+	return commitOutcome(err, func() (bool, error) {
+		fresh := &v1alpha1.DistributedLock{}
+		if gerr := r.APIReader.Get(context.WithoutCancel(ctx), client.ObjectKeyFromObject(lock), fresh); gerr != nil {
+			return false, gerr
+		}
+		return fresh.UID == h.UID && fresh.Status.GrantID == h.ID && fresh.Status.Holder != nil, nil
+	})
+}
+
+// commitOutcome decides what a failed status write did with its new grant
+// (its ID was never shown before). A refusal (conflict, invalid, gone,
+// forbidden, bad request) committed nothing — unless it is a conflict and a
+// fresh read shows the grant: the refusal then answered a resend of a
+// request that had committed (client-go resends after a 5xx with
+// Retry-After).
+// Any other error (a timeout, a reset connection, a request cancelled
+// while the manager stops) leaves the write in flight at the API server,
+// where it may still be applied after any read made now: a fresh read that
+// shows the grant says it committed; one that does not, or that fails,
+// says nothing for certain.
+func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
+	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+		if apierrors.IsConflict(err) {
+			if shows, rerr := showsGrant(); rerr == nil && shows {
+				return writeCommitted
+			}
+		}
+		return writeRefused
+	}
+	if shows, rerr := showsGrant(); rerr == nil && shows {
+		return writeCommitted
+	}
+	return writeUnknown
+}
+
+// leavePending stops renewing a grant whose status write may still be
+// applied, and leaves its keys to expire: they outlive any validity a late
+// commit shows (it shows this Session's), and the next reconcile adopts the
+// grant if status shows it. Releasing it could leave status showing a
+// grant whose keys are gone, for another lock of the key to be granted
+// meanwhile.
+func (r *Reconciler) leavePending(ctx context.Context, s *scope, h *grants.Grant, cause error) {
+	_ = r.settle(ctx, s.lock, h, h.Ref, nil, time.Time{}, endCommitUnknown)
+	r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
+		"grant %d to %s is left to expire: whether its status write committed is not known: %s", h.Token, h.Holder, conditions.Message(cause.Error()))
+}
+
+// dropPending gives back a grant this reconcile made whose status write
+// did not commit: it is released, its value being unique to it.
+func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *grants.Grant, cause error) {
+	lock := s.lock
+	_ = r.settle(context.WithoutCancel(ctx), lock, h, h.Ref, nil, time.Time{}, endNotCommitted)
+	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
+		"grant %d to %s was given back: status could not be written: %s", h.Token, h.Holder, conditions.Message(cause.Error()))
+}
+
+// patch sends the status patch with optimistic concurrency; see
+// patchStatus. A conflict is retried while a fresh read shows the same
+// grant as the status this reconcile started from: the same changes are
+// sent again on the fresh version, so that a validity the status writer
+// refreshed meanwhile is kept.
+func (r *Reconciler) patch(ctx context.Context, s *scope) error {
+	lock := s.lock
+	kind := writeKind(s.orig, lock.Status)
+	var err error
+	for attempt := 0; ; attempt++ {
+		base := lock.DeepCopy()
+		base.Status = s.orig
+		err = r.Status().Patch(ctx, lock, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if !apierrors.IsConflict(err) || attempt == patchAttempts-1 {
+			break
+		}
+		fresh := &v1alpha1.DistributedLock{}
+		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); gerr != nil {
+			return gerr
+		}
+		if fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig) {
+			return fmt.Errorf("status changed under this reconcile (another writer): %w", err)
+		}
+		if hidesGrant(s.orig, lock.Status) && !sameValidity(fresh.Status, s.orig) && !ownValidity(s, fresh.Status) {
+			// This reconcile stops showing a grant that another writer has
+			// shown renewed since it read status (the status writer, or
+			// the leader that took over from this manager): its decision
+			// rests on a stale view. The next reconcile decides again.
+			return fmt.Errorf("the grant was renewed under this reconcile, which would hide it: %w", err)
+		}
+		keepLaterValidity(&lock.Status, fresh.Status)
+		lock.ResourceVersion = fresh.ResourceVersion
+	}
+	if err != nil {
+		return err
+	}
+	r.grants.Wrote(lock.UID)
+	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
+	return nil
+}
+
+// ownValidity reports whether the validity st shows is one this manager's
+// own writes showed for the grant it renews (the status writer's refresh),
+// rather than another manager's.
+func ownValidity(s *scope, st v1alpha1.DistributedLockStatus) bool {
+	h := s.grant()
+	return h != nil && st.ValidUntil != nil && h.ShowsIn(st) && h.OwnValidity(st.ValidUntil.Time)
+}
+
+// patchAttempts bounds the status patches of one reconcile that conflict
+// with validity refreshes.
+const patchAttempts = 4
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
