@@ -28,7 +28,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	if !r.grants.Admit(name, ttl) {
 		// The held locks' refreshes are behind, or would be with this
 		// grant: they go first, a new grant waits until the writer has
-		// room and asks for a reconcile (waiters.go; at the latest after
+		// room and asks for a reconcile (internal/grants; at the latest after
 		// grantRecheck). redlock_status_write_backlog, _demand_per_second
 		// and _capacity_per_second show why. One message for both
 		// causes: a message alternating between them would cost a status
@@ -63,7 +63,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// key another lock holds, or whose masters lack a quorum, would
 		// otherwise keep it for as long as that lasts).
 		r.grants.StopWaiting(name)
-		if at, left := r.keysLeft(s); left && errors.Is(err, redlock.ErrLockHeld) && s.now.Before(at) {
+		if at, left := r.keys.left(s.lock, s.grant()); left && errors.Is(err, redlock.ErrLockHeld) && s.now.Before(at) {
 			// Most likely the keys of the last grant, which its end left
 			// until the validity it showed has passed: the reason stays.
 			s.setHeld(metav1.ConditionFalse, heldConditionReason(lock.Status),

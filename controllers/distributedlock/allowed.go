@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -189,26 +189,19 @@ func namespaceRuleChanged() predicate.Predicate {
 }
 
 // locksOfRule enqueues the locks whose key a changed rule is about.
-func (r *Reconciler) locksOfRule(ctx context.Context, o client.Object) []reconcile.Request {
-	var key string
-	switch x := o.(type) {
-	case *v1alpha1.DistributedLock:
-		key = policyKey(x)
-	case *v1alpha1.DistributedSemaphore:
-		key = semaphorePolicyKey(x.RedisKey())
-	default:
-		return nil
+func locksOfRule(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var key string
+		switch x := o.(type) {
+		case *v1alpha1.DistributedLock:
+			key = policyKey(x)
+		case *v1alpha1.DistributedSemaphore:
+			key = semaphorePolicyKey(x.RedisKey())
+		default:
+			return nil
+		}
+		return listLocks(ctx, c, "list the locks of a key", o, client.MatchingFields{indexPolicyKey: key})
 	}
-	var same v1alpha1.DistributedLockList
-	if err := r.List(ctx, &same, client.MatchingFields{indexPolicyKey: key}, client.UnsafeDisableDeepCopy); err != nil {
-		logf.FromContext(ctx).Error(err, "list the locks of a key", "object", client.ObjectKeyFromObject(o))
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(same.Items))
-	for i := range same.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&same.Items[i])})
-	}
-	return reqs
 }
 
 // indexRules registers the indexes of this file.

@@ -2,7 +2,6 @@ package distributedlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -23,11 +22,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
-	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/internal/seen"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -43,7 +40,7 @@ const indexMasterSet = "spec.masterSet"
 const relabelledPoll = 2 * time.Second
 
 // grantWait is how soon, plus jitter, a lock shown shed is looked at
-// again, to wait for room as new grants do (waiters.go).
+// again, to wait for room as new grants do (grants.Set.Admit).
 const grantWait = 250 * time.Millisecond
 
 // opTimeout bounds one Redis operation of the controller (each master is
@@ -122,12 +119,9 @@ type Reconciler struct {
 	overheld   seen.Set // lock namespace/name → grant ID of the holder pod last told it held past maxHoldDuration
 	// beats are the heartbeat Lease renewals seen (liveness.go).
 	beats *heartbeats
-	// stoppings are the grants hidden because their pods are being
-	// deleted, until their keys are released (terminating.go).
-	stoppings stoppings
-	// ends are the last grant each lock ended here and when its keys
-	// may go (end.go).
-	ends ends
+	// keys removes ended grants' keys and records the last of each lock
+	// (keys.go).
+	keys *keys
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
@@ -239,7 +233,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.overheld.Forget(req.String())
 		r.grants.StopWaiting(req.NamespacedName)
 		r.beats.forget(req.NamespacedName)
-		r.stoppings.forget(req.NamespacedName)
+		r.keys.forgetName(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
@@ -388,196 +382,6 @@ func (r *Reconciler) holderNodePhase(ctx context.Context, s *scope) (flow, error
 	return next, nil
 }
 
-// releaseOthers releases the grants of objects named name other than uid:
-// the lock was deleted (its finalizer stripped by hand) or re-created under
-// the same name. Their sessions must not outlive their objects.
-func (r *Reconciler) releaseOthers(ctx context.Context, name types.NamespacedName, uid types.UID) {
-	for _, h := range r.grants.Others(name, uid) {
-		lock := grants.LockRef(name, h.UID)
-		lock.Spec.MasterSet = h.MasterSet
-		until := r.leaveKeys(lock, h, h.Ref, time.Time{})
-		logf.FromContext(ctx).Info("stopped renewing the grant of a lock object that is gone", "uid", h.UID, "token", h.Token, "keysUntil", until)
-	}
-}
-
-// syncSession reconciles the renewal session with status: a lost session is
-// cleared from status, and a session whose grant status no longer shows
-// (another grant was committed since) is given back.
-func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
-	lock := s.lock
-	h := s.grant()
-	if h == nil {
-		return nil
-	}
-	if !h.ShowsIn(lock.Status) || lock.Status.Holder == nil {
-		// The cache may not show our own commit yet: ask the API server.
-		fresh := &v1alpha1.DistributedLock{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
-			return fmt.Errorf("read lock: %w", err)
-		}
-		if fresh.UID == lock.UID && grants.GrantIDOf(fresh.Status) == h.ID && fresh.Status.Holder == nil && !h.Ended() {
-			// Status stopped showing this grant while its Session runs:
-			// a release whose write timed out yet committed, or a grant
-			// hidden when its validity passed (a renewal landing just
-			// after). Either way it ends here: readers were told.
-			s.continueFrom(fresh)
-			// Hidden by a patch whose commit this manager did not see: the
-			// reconcile that wrote it can no longer say what proof it had,
-			// so the keys are left until the validity this manager's
-			// Session gave them has passed (decideEnd).
-			_ = r.settle(ctx, lock, h, refOf(lock, h.ID), nil, lastShown(fresh.Status), endHiddenElsewhere)
-			switch reason := heldConditionReason(fresh.Status); {
-			case givenUp(reason):
-				if reason == v1alpha1.ReasonHolderTerminating {
-					r.noteStopping(lock, h)
-				}
-				s.shedding = true // as the reconcile that gave it up would have gone on
-			case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
-				r.countLost(lock, reason)
-				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.Token, h.Holder, reason)
-			}
-			return nil
-		}
-		if fresh.UID != lock.UID {
-			// Re-created under this name since: the grant's object is gone.
-			_ = r.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endObjectGone)
-			return nil
-		}
-		if !h.ShowsIn(fresh.Status) {
-			_ = r.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endSuperseded)
-			r.countLost(lock, v1alpha1.ReasonSuperseded)
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
-				"gave up grant %d: status shows another grant (fencing token %d)", h.Token, fresh.Status.FencingToken)
-			return nil
-		}
-		s.continueFrom(fresh)
-	}
-	if !h.Ended() {
-		return r.giveUpIfDue(ctx, s, h)
-	}
-	r.endSession(ctx, s, h)
-	return nil
-}
-
-// giveUpIfDue stops showing h's grant, which its Session still renews,
-// when it is due: the status writer sheds it, its pod is being deleted
-// (terminating.go), or its holder shows no sign of life (liveness.go).
-func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *grants.Grant) error {
-	released, err := r.saidReleased(ctx, s.lock, h, false)
-	if err != nil {
-		return err
-	}
-	if released {
-		// A static holder's own release (its word for the grant): the
-		// keys go at once, and its request ends with it.
-		s.lock.Status.EndedRequest = &v1alpha1.EndedRequest{
-			Identity: h.Holder, Generation: s.lock.Generation, Reason: v1alpha1.ReasonReleased, At: v1alpha1.NewPreciseTime(s.now),
-		}
-		r.release(s, nil, endReleased, v1alpha1.ReasonReleased, "released by its holder")
-		return nil
-	}
-	if why, shed := r.grants.Shedding(h); shed {
-		r.shedGrant(s, h, endShed, v1alpha1.ReasonShed, why)
-		return nil
-	}
-	terminating, err := r.holderTerminating(ctx, s, h)
-	if err != nil {
-		return err
-	}
-	if terminating {
-		r.hideForDeletion(s, h)
-		return nil
-	}
-	if ended, err := r.endOnItsOwn(ctx, s, h); ended || err != nil {
-		return err
-	}
-	why, pod, err := r.checkLiveness(ctx, s, h)
-	if err != nil || why == "" {
-		return err
-	}
-	// Marked first: once status stops showing the grant, the pod must
-	// keep nobody from the lock, whichever manager looks next.
-	if err := r.setMark(ctx, pod, h.ID); err != nil {
-		return err
-	}
-	r.shedGrant(s, h, endUnresponsive, v1alpha1.ReasonHolderUnresponsive, why)
-	return nil
-}
-
-// shedGrant gives up h's grant, which its Session still renews, for
-// cause (endGrant): shed by the status writer (load.go), its holder
-// unresponsive (liveness.go), its pod being deleted (terminating.go),
-// its lease or maxHoldDuration run out (lease.go). Its holder has lost it
-// (a pod gets LockLost, and onLost applies); its keys stay until the
-// validity shown has passed. A shed grant is granted again when status
-// writes leave room; an unresponsive holder waits behind the others
-// (podlock.Choose, markPassable).
-func (r *Reconciler) shedGrant(s *scope, h *grants.Grant, cause endCause, reason, why string) {
-	lock := s.lock
-	s.shedding = true
-	r.endGrant(s, h, nil, cause, reason, why, func(ctx context.Context, _ error) {
-		switch cause {
-		case endShed:
-			r.Metrics.LocksShed.Inc()
-			r.countLost(lock, reason)
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.Token, h.Holder, why)
-		case endUnresponsive, endLeaseExpired, endMaxHold:
-			r.countLost(lock, reason)
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, reason, "Release", "grant %d to %s given up: %s", h.Token, h.Holder, why)
-		}
-		logf.FromContext(ctx).Info("gave up a grant", "lock", h.Name, "token", h.Token, "reason", reason)
-	})
-}
-
-// givenUp reports whether reason is that of a grant given up with its keys
-// left until its validity passed (shedGrant).
-func givenUp(reason string) bool {
-	switch reason {
-	case v1alpha1.ReasonShed, v1alpha1.ReasonHolderUnresponsive, v1alpha1.ReasonHolderTerminating, v1alpha1.ReasonLeaseExpired, v1alpha1.ReasonMaxHoldExceeded:
-		return true
-	}
-	return false
-}
-
-// endSession forgets h, whose Session ended by itself (the grant was
-// lost), and hides its grant: status stops showing it and, once that
-// committed, its value is removed from every master.
-func (r *Reconciler) endSession(ctx context.Context, s *scope, h *grants.Grant) {
-	lock := s.lock
-	r.grants.Drop(h)
-	if st := lock.Status; st.Holder != nil && st.ValidUntil != nil && h.ShowsIn(st) && !h.OwnValidity(st.ValidUntil.Time) {
-		// Status shows the grant renewed beyond anything this manager's
-		// writes showed: another manager renews it now (this one was
-		// deposed while paused, and its Session lapsed meanwhile). Not
-		// this manager's to hide, nor to release, nor to act on further.
-		logf.FromContext(ctx).Info("a lapsed session's grant is renewed by another manager", "lock", h.Name, "token", h.Token)
-		s.stale = true
-		return
-	}
-	err := h.Session.Err()
-	reason := v1alpha1.ReasonLost
-	var lost *renewal.LostError
-	if errors.As(err, &lost) {
-		reason = lost.Reason
-	}
-	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.Token, h.Holder, conditions.Message(errString(err)))
-	// Masters that still hold the lost grant's value (a minority its last
-	// renewals reached, each refreshed for a whole ttl) would keep the key
-	// from the next grant, this holder's included: once the validity
-	// shown has passed, the value is removed wherever it is left.
-	r.endGrant(s, h, nil, endLost, reason, "the grant was lost: "+errString(err), func(context.Context, error) { r.countLost(lock, reason) })
-}
-
-// countLost counts a grant of lock that ended without its holder giving
-// it back, by the Held reason status shows, once status stopped showing it:
-// redlock_lock_grants_lost_total, and the time of the loss, which the
-// alert reads (a counter's first increment, or one after a restart, is
-// invisible to increase()).
-func (r *Reconciler) countLost(lock *v1alpha1.DistributedLock, reason string) {
-	r.Metrics.GrantsLost.WithLabelValues(lock.Namespace, lock.Name, reason).Inc()
-	r.Metrics.GrantLostAt.WithLabelValues(lock.Namespace, lock.Name, reason).Set(float64(r.Clock.Now().UnixNano()) / 1e9)
-}
-
 // heldConditionReason is the reason of status's Held condition, or "".
 func heldConditionReason(st v1alpha1.DistributedLockStatus) string {
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld); c != nil {
@@ -690,7 +494,7 @@ func (r *Reconciler) reconcileHolder(ctx context.Context, s *scope) error {
 	if podlock.MixedRevisions(pods) {
 		// A rollout is under way: its workload's current revision goes
 		// first (in the choice of a new pod, and in the queue shown).
-		rules.Stale = r.staleRevisions(ctx, pods)
+		rules.Stale = r.api().staleRevisions(ctx, pods)
 	}
 	choice := podlock.Choose(s.staticRequest(current, in), lock.Name, lock.RedisKey(), current, lock.Status.LastHolderPod, pods, rules)
 	s.requested = requestedHolder(choice)
@@ -758,7 +562,7 @@ func (r *Reconciler) showNotRequested(s *scope) {
 	st := s.lock.Status
 	reason := heldConditionReason(st)
 	ended := st.EndedRequest != nil && st.EndedRequest.Reason == reason
-	at, left := r.keysLeft(s)
+	at, left := r.keys.left(s.lock, s.grant())
 	kept := left && s.now.Before(at)
 	if s.requested == nil && !ended && !kept && (reason != v1alpha1.ReasonHolderTerminating || st.LastHolderPod == nil) {
 		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonNotRequested, "no holder is requested")
@@ -827,6 +631,9 @@ const markedRecheck = 500 * time.Millisecond
 // a candidate is looked at again.
 const staleCacheRecheck = 200 * time.Millisecond
 
+// api reads from the API server, past the cache.
+func (r *Reconciler) api() apiReads { return apiReads{r.APIReader} }
+
 // enqueue asks for a reconcile of lock without blocking the caller.
 func (r *Reconciler) enqueue(name types.NamespacedName) { r.wake.add(name) }
 
@@ -877,54 +684,6 @@ func refOf(lock *v1alpha1.DistributedLock, grantID string) grants.Ref {
 // where it is used.
 func othersCopiesUntil(shown time.Time, ttl time.Duration) time.Time {
 	return shown.Add(2*ttl + 2*opTimeout)
-}
-
-// giveBack releases a grant in Redis: through its session when this
-// manager renews it (h), otherwise from its grant ID on client c. When the
-// release does not complete, the instant every copy has expired is
-// remembered for a deletion waiting on it.
-func (r *Reconciler) giveBack(ctx context.Context, h *grants.Grant, g grants.Ref, c *redlock.Client) error {
-	var err error
-	var expiry time.Time
-	if h != nil {
-		err = r.releaseSession(ctx, h)
-		// Not the validity: a renewal that failed may still have reached
-		// some masters, and its copies outlive the validity. Read once the
-		// Session stopped, so that a renewal in flight counts.
-		expiry = h.Session.State().ExpiresBy
-	} else {
-		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		err = r.releaseGrant(octx, g, c)
-		cancel()
-	}
-	if err != nil && !errors.Is(err, redlock.ErrNotHeld) && !expiry.IsZero() {
-		r.ends.setExpiry(g.UID, expiry)
-	}
-	return err
-}
-
-// releaseSession forgets h and releases its grant through its session,
-// within one operation's time.
-func (r *Reconciler) releaseSession(ctx context.Context, h *grants.Grant) error {
-	r.grants.Drop(h)
-	octx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	return h.Session.Release(octx)
-}
-
-// releaseGrant releases the grant g on client c.
-func (r *Reconciler) releaseGrant(ctx context.Context, g grants.Ref, c *redlock.Client) error {
-	switch {
-	case g.GrantID == "":
-		return redlock.ErrNotHeld
-	case c == nil:
-		return redlock.ErrQuorumUnavailable
-	}
-	lk, err := c.Restore(g.Key, r.Values.Value(string(g.UID), g.GrantID), g.TTL, time.Time{}, restoreOptions(g.Slot, 0)...)
-	if err != nil {
-		return err
-	}
-	return lk.Release(ctx)
 }
 
 // clientFor returns the client of the lock's master set, or nil.

@@ -41,7 +41,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); {
 		case apierrors.IsNotFound(err):
 			// Gone, so nothing shows the grant any more.
-			_ = r.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endObjectGone)
+			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endObjectGone)
 			return nil
 		case err != nil:
 			return fmt.Errorf("read lock: %w", err)
@@ -61,13 +61,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 			if grants.GrantIDOf(st) != h.ID {
 				cause = endSuperseded
 			}
-			_ = r.settle(ctx, lock, h, h.Ref, nil, lastShown(st), cause)
+			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, lastShown(st), cause)
 		}
 	}
 	c := r.clientFor(ctx, lock)
 	if lock.Status.Holder != nil {
 		if vu := lock.Status.ValidUntil; vu != nil && s.grant() == nil {
-			r.ends.setExpiry(lock.UID, othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
+			r.keys.expires(lock.UID, othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
 		}
 		cause, err := r.deletionEnd(ctx, s)
 		if err != nil {
@@ -86,14 +86,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 // every copy has expired.
 func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope, c *redlock.Client) error {
 	lock := s.lock
-	if at, left := r.keysLeft(s); left && s.now.Before(at) {
+	if at, left := r.keys.left(s.lock, s.grant()); left && s.now.Before(at) {
 		s.setHeld(metav1.ConditionFalse, cmp.Or(heldConditionReason(lock.Status), v1alpha1.ReasonReleased),
 			"deleting: the last grant's keys are kept until the validity it showed has passed ("+at.UTC().Format(time.RFC3339Nano)+"); the object goes then")
 		s.requeueAfter(at.Sub(s.now))
 		return nil
 	}
-	err := r.giveBack(ctx, s.grant(), refOf(lock, grants.GrantIDOf(lock.Status)), c)
-	rec, _ := r.ends.get(lock.UID)
+	err := r.keys.giveBack(ctx, s.grant(), refOf(lock, grants.GrantIDOf(lock.Status)), c)
+	rec, _ := r.keys.record(lock.UID)
 	expiry, known := rec.expiry, !rec.expiry.IsZero()
 	if ra := lock.Status.ReleasedAt; ra != nil {
 		// Another manager (or this one before a restart) stopped showing
@@ -111,7 +111,7 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope, c *redlock.C
 			return nil
 		}
 	}
-	r.ends.forget(lock.UID)
+	r.keys.forget(lock.UID)
 	r.Metrics.ForgetLock(lock.Namespace, lock.Name)
 	controllerutil.RemoveFinalizer(lock, Finalizer)
 	if err := r.Update(ctx, lock); err != nil {

@@ -5,19 +5,22 @@
 //
 // Files:
 //   - controller.go: fetch, the reconcile's phases (Reconciler.phases),
-//     the one deferred, conditional status patch; deletion
-//     (reconcileDelete);
+//     the scope it gathers (the held grant once: scope.grant); held.go:
+//     the held grant against status; acquire.go, delete.go; patch.go: the
+//     one deferred, conditional status patch;
 //   - decide.go, status.go: what to do with the holder, and status, as
 //     pure functions of what was gathered;
 //   - end.go: every way a grant ends, in one rule (decideEnd: when status
 //     stops showing it, when its keys may go), carried out by endGrant;
-//   - sessions.go: the grants this manager renews, by lock UID;
-//   - writer.go, inflight.go, load.go, waiters.go: the status writer,
-//     which refreshes held grants' validity within a budget, measures the
-//     API server, sheds what it cannot keep and admits new grants when
-//     there is room; order.go: the work queue's order;
+//     keys.go: the keys of ended grants, and what each lock waits for;
 //   - liveness.go, lease.go, terminating.go, allowed.go: holder liveness,
-//     leases and maxHoldDuration, holders being deleted, who may hold.
+//     leases and maxHoldDuration, holders being deleted, who may hold;
+//     pods.go, revisions.go: the pods that take part; order.go, setup.go:
+//     the work queue and its watches.
+//
+// The grants this manager holds (their Sessions, the validity status
+// shows of each, its refreshes, admission and shedding) are a
+// grants.Set (internal/grants).
 //
 // Status is the contract pods act on. Each field has one writer:
 //
@@ -27,8 +30,8 @@
 //	lastHolderPod, endedRequest, queue,      resourceVersion it read
 //	key, conditions, observedGeneration
 //	renewedAt, validUntil, quorum            that patch when it commits or
-//	                                         hides a grant; the status
-//	                                         writer for every later refresh
+//	                                         hides a grant; the grants.Set
+//	                                         for every later refresh
 //	                                         (a JSON patch whose tests
 //	                                         require the grant and the
 //	                                         validity it replaces)

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -161,60 +159,6 @@ func decideEnd(c endCause) endRule {
 	}
 }
 
-// ends records, per lock UID, what the deletion of the lock waits for:
-// the last grant this manager ended and when its keys may go, and when
-// every copy of a grant whose release did not complete has expired.
-type ends struct {
-	mu sync.Mutex
-	m  map[types.UID]endRecord
-}
-
-// endRecord is what ends keeps of one lock.
-type endRecord struct {
-	grantID string    // the last grant ended here
-	keysAt  time.Time // when its keys may go
-	expiry  time.Time // when every copy of an incomplete release expired (zero: none)
-}
-
-func (e *ends) update(uid types.UID, f func(*endRecord)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.m == nil {
-		e.m = map[types.UID]endRecord{}
-	}
-	rec := e.m[uid]
-	f(&rec)
-	e.m[uid] = rec
-}
-
-func (e *ends) get(uid types.UID) (endRecord, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rec, ok := e.m[uid]
-	return rec, ok
-}
-
-// set records that grantID's keys may go at.
-func (e *ends) set(uid types.UID, grantID string, at time.Time) {
-	e.update(uid, func(r *endRecord) { r.grantID, r.keysAt = grantID, at })
-}
-
-// setExpiry records that every copy of an incomplete release has expired
-// by t.
-func (e *ends) setExpiry(uid types.UID, t time.Time) {
-	e.update(uid, func(r *endRecord) {
-		if t.After(r.expiry) {
-			r.expiry = t
-		}
-	})
-}
-
-func (e *ends) forget(uid types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.m, uid)
-}
-
 // endGrant ends the grant status shows for cause: status stops showing it
 // with reason and msg when decideEnd says so now, and once that committed
 // its keys go as decideEnd says (settle). h is this manager's Session of
@@ -240,63 +184,12 @@ func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, caus
 		if lv := lock.Status.LastValidUntil; lv != nil && grants.GrantIDOf(lock.Status) == g.GrantID && lv.After(shown) {
 			shown = lv.Time // as committed, a conflict's fresh validity included
 		}
-		err := r.settle(ctx, lock, h, g, c, shown, cause)
+		err := r.keys.settle(ctx, lock, h, g, c, shown, cause)
 		logf.FromContext(ctx).V(1).Info("ended a grant", "lock", client.ObjectKeyFromObject(lock), "grantID", g.GrantID, "cause", cause.String(), "error", errString(err))
 		if done != nil {
 			done(ctx, err)
 		}
 	})
-}
-
-// settle carries out what decideEnd says of the keys of grant g, which
-// status no longer shows: released now, left until the validity shown
-// (shown, or its Session's, h) has passed, or left to expire.
-func (r *Reconciler) settle(ctx context.Context, lock *v1alpha1.DistributedLock, h *grants.Grant, g grants.Ref, c *redlock.Client, shown time.Time, cause endCause) error {
-	switch decideEnd(cause).keys {
-	case keysNow:
-		if c == nil && h == nil {
-			c = r.Masters.Lookup(types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet})
-		}
-		err := r.giveBack(ctx, h, g, c)
-		r.ends.set(g.UID, g.GrantID, r.Clock.Now())
-		return err
-	case keysExpire:
-		if h != nil {
-			r.grants.Drop(h)
-			h.Session.Orphan()
-		}
-		return nil
-	default:
-		r.leaveKeys(lock, h, g, shown)
-		return nil
-	}
-}
-
-// leaveKeys stops renewing grant g (h: its Session here, or nil), which
-// status no longer shows, and leaves its keys until any validity a reader
-// may have seen of it has passed: shown (the validity status showed last)
-// or the Session's own, whichever is later, and the drift allowance; then
-// they are removed, and the lock looks again.
-func (r *Reconciler) leaveKeys(lock *v1alpha1.DistributedLock, h *grants.Grant, g grants.Ref, shown time.Time) time.Time {
-	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
-	name := client.ObjectKeyFromObject(lock)
-	until := shown
-	if h != nil {
-		r.grants.Drop(h)
-		h.Session.Orphan()
-		if v := h.Session.State().ValidUntil; v.After(until) {
-			until = v
-		}
-	}
-	at := until.Add(redlock.Drift(g.TTL))
-	r.ends.set(g.UID, g.GrantID, at)
-	time.AfterFunc(time.Until(at), func() {
-		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		_ = r.releaseGrant(octx, g, r.Masters.Lookup(ms)) // what is left expires with the TTL anyway
-		r.enqueue(name)                                   // the next grant need not wait for a retry
-	})
-	return until
 }
 
 // releasedEvent records the outcome err of the release of grant (how
@@ -309,34 +202,6 @@ func (r *Reconciler) releasedEvent(lock *v1alpha1.DistributedLock, grant, done s
 		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
 			"release of %s did not reach a quorum; copies expire with the TTL: %s", grant, conditions.Message(err.Error()))
 	}
-}
-
-// keysLeft reports until when the end of the grant status last showed
-// leaves its keys (decideEnd); false when nothing is known to be left.
-// Without a record of this manager's (another manager ended it, or this
-// one before a restart), status's lastValidUntil says it.
-func (r *Reconciler) keysLeft(s *scope) (time.Time, bool) {
-	lock := s.lock
-	st := lock.Status
-	id := grants.GrantIDOf(st)
-	if id == "" || st.Holder != nil {
-		return time.Time{}, false
-	}
-	if rec, ok := r.ends.get(lock.UID); ok && rec.grantID == id {
-		return rec.keysAt, true
-	}
-	if h := s.grant(); h != nil && h.ID == id {
-		return time.Time{}, false // still renewed here: its end decides
-	}
-	ttl := lock.Spec.TTL.Duration
-	switch {
-	case st.LastValidUntil != nil:
-		return st.LastValidUntil.Add(redlock.Drift(ttl)), true
-	case st.ReleasedAt != nil:
-		// Hidden by a version that did not record the validity shown.
-		return st.ReleasedAt.Add(ttl + redlock.Drift(ttl)), true
-	}
-	return time.Time{}, false
 }
 
 // requestEnd says how the current grant ends now that its holder is no
@@ -391,7 +256,7 @@ func (r *Reconciler) deletionEnd(ctx context.Context, s *scope) (endCause, error
 	if holder == nil || holder.Pod == nil || r.Pods == nil {
 		return cause, nil
 	}
-	pod, err := r.podByRef(ctx, lock.Namespace, holder.Pod)
+	pod, err := r.api().podByRef(ctx, lock.Namespace, holder.Pod)
 	switch {
 	case err != nil:
 		return 0, err

@@ -7,8 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/grants"
-	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -75,10 +73,9 @@ func TestKeysLeftWithoutRecord(t *testing.T) {
 	if lock.Status.LastValidUntil == nil || !lock.Status.LastValidUntil.Equal(shown) {
 		t.Fatalf("lastValidUntil = %v, want the validity shown %v", lock.Status.LastValidUntil, shown)
 	}
-	r := &Reconciler{grants: grants.New(grants.Config{Metrics: metrics.New()}, grants.Callbacks{})}
-	at, left := r.keysLeft(&scope{lock: lock})
+	at, left := (&keys{}).left(lock, nil)
 	if want := shown.Add(redlock.Drift(10 * time.Second)); !left || !at.Equal(want) {
-		t.Errorf("keysLeft = %v, %v; want %v, true", at, left, want)
+		t.Errorf("keys.left = %v, %v; want %v, true", at, left, want)
 	}
 
 	// A hide sent again after a conflict keeps the later validity the

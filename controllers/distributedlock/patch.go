@@ -108,7 +108,7 @@ func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
 // grant whose keys are gone, for another lock of the key to be granted
 // meanwhile.
 func (r *Reconciler) leavePending(ctx context.Context, s *scope, h *grants.Grant, cause error) {
-	_ = r.settle(ctx, s.lock, h, h.Ref, nil, time.Time{}, endCommitUnknown)
+	_ = r.keys.settle(ctx, s.lock, h, h.Ref, nil, time.Time{}, endCommitUnknown)
 	r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
 		"grant %d to %s is left to expire: whether its status write committed is not known: %s", h.Token, h.Holder, conditions.Message(cause.Error()))
 }
@@ -117,7 +117,7 @@ func (r *Reconciler) leavePending(ctx context.Context, s *scope, h *grants.Grant
 // did not commit: it is released, its value being unique to it.
 func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *grants.Grant, cause error) {
 	lock := s.lock
-	_ = r.settle(context.WithoutCancel(ctx), lock, h, h.Ref, nil, time.Time{}, endNotCommitted)
+	_ = r.keys.settle(context.WithoutCancel(ctx), lock, h, h.Ref, nil, time.Time{}, endNotCommitted)
 	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
 		"grant %d to %s was given back: status could not be written: %s", h.Token, h.Holder, conditions.Message(cause.Error()))
 }

@@ -41,7 +41,7 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 		// A fresh object (perhaps re-created under the name of a deleted
 		// one): a pod granted the key before and relabelled since carries
 		// no label to find it by. Look once through the namespace.
-		former, err := r.formerHolders(ctx, lock, out)
+		former, err := r.api().formerHolders(ctx, lock, out)
 		if err != nil {
 			return nil, err
 		}
@@ -51,7 +51,7 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 		if ref == nil || slices.ContainsFunc(out, func(p *corev1.Pod) bool { return p.UID == ref.UID }) {
 			continue
 		}
-		pod, err := r.podByRef(ctx, lock.Namespace, ref)
+		pod, err := r.api().podByRef(ctx, lock.Namespace, ref)
 		if err != nil {
 			return nil, err
 		}
@@ -67,11 +67,16 @@ func (r *Reconciler) podsOf(ctx context.Context, lock *v1alpha1.DistributedLock,
 	return out, nil
 }
 
+// apiReads reads pods, and the workloads and locks they belong to, from
+// the API server: what the label-selected cache does not show, or shows
+// late.
+type apiReads struct{ client.Reader }
+
 // formerHolders lists, from the API server, the pods of lock's namespace
 // that were granted its key, may still run, and are not in known.
-func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.DistributedLock, known []*corev1.Pod) ([]*corev1.Pod, error) {
+func (a apiReads) formerHolders(ctx context.Context, lock *v1alpha1.DistributedLock, known []*corev1.Pod) ([]*corev1.Pod, error) {
 	var list corev1.PodList
-	if err := r.APIReader.List(ctx, &list, client.InNamespace(lock.Namespace)); err != nil {
+	if err := a.Reader.List(ctx, &list, client.InNamespace(lock.Namespace)); err != nil {
 		return nil, fmt.Errorf("list former holders: %w", err)
 	}
 	var out []*corev1.Pod
@@ -80,7 +85,7 @@ func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.Distribut
 		if !podlock.HeldBefore(p, lock.RedisKey()) || podlock.Ended(p) || slices.ContainsFunc(known, func(k *corev1.Pod) bool { return k.UID == p.UID }) {
 			continue
 		}
-		other, err := r.grantedByOther(ctx, lock, p)
+		other, err := a.grantedByOther(ctx, lock, p)
 		if err != nil {
 			return nil, err
 		}
@@ -98,13 +103,13 @@ func (r *Reconciler) formerHolders(ctx context.Context, lock *v1alpha1.Distribut
 // holder (nor report it relabelled). A pod whose granting lock is gone or
 // no longer tracks it is a former holder of the key, and keeps others
 // waiting until it ends.
-func (r *Reconciler) grantedByOther(ctx context.Context, lock *v1alpha1.DistributedLock, pod *corev1.Pod) (bool, error) {
+func (a apiReads) grantedByOther(ctx context.Context, lock *v1alpha1.DistributedLock, pod *corev1.Pod) (bool, error) {
 	if podlock.GrantedBy(pod, lock.Name) {
 		return false, nil
 	}
 	granter := pod.Annotations[v1alpha1.LockNameAnnotation]
 	other := &v1alpha1.DistributedLock{}
-	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
+	switch err := a.Reader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
@@ -118,9 +123,9 @@ func (r *Reconciler) grantedByOther(ctx context.Context, lock *v1alpha1.Distribu
 // podByRef reads a pod the label-selected cache does not show from the API
 // server: nil when it is gone (or another pod has its name). A failed read
 // is no answer: the caller retries rather than hand the lock over.
-func (r *Reconciler) podByRef(ctx context.Context, ns string, ref *v1alpha1.PodReference) (*corev1.Pod, error) {
+func (a apiReads) podByRef(ctx context.Context, ns string, ref *v1alpha1.PodReference) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, pod)
+	err := a.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, pod)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -156,7 +161,7 @@ func (r *Reconciler) requestedPodMayHold(ctx context.Context, s *scope) bool {
 		return true
 	}
 	ref := s.requested.Pod
-	pod, err := r.podByRef(ctx, s.lock.Namespace, ref)
+	pod, err := r.api().podByRef(ctx, s.lock.Namespace, ref)
 	switch {
 	case err != nil:
 		logf.FromContext(ctx).Error(err, "read the requested pod before granting it", "pod", ref.Name)

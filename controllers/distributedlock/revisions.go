@@ -27,8 +27,8 @@ const deploymentRevision = "deployment.kubernetes.io/revision"
 // workload cannot be read counts as current (first come, first served
 // decides), and the read is logged. It is called only when a grant to a new
 // pod is due among pods of mixed revisions: a rollout is under way.
-func (r *Reconciler) staleRevisions(ctx context.Context, pods []*corev1.Pod) func(*corev1.Pod) bool {
-	if r.APIReader == nil {
+func (a apiReads) staleRevisions(ctx context.Context, pods []*corev1.Pod) func(*corev1.Pod) bool {
+	if a.Reader == nil {
 		return nil
 	}
 	stale := map[types.UID]bool{}
@@ -40,7 +40,7 @@ func (r *Reconciler) staleRevisions(ctx context.Context, pods []*corev1.Pod) fun
 		}
 		isStale, ok := byOwner[ref.UID]
 		if !ok {
-			isStale = r.revisionCheck(ctx, p.Namespace, ref)
+			isStale = a.revisionCheck(ctx, p.Namespace, ref)
 			byOwner[ref.UID] = isStale
 		}
 		stale[p.UID] = isStale(p)
@@ -50,13 +50,13 @@ func (r *Reconciler) staleRevisions(ctx context.Context, pods []*corev1.Pod) fun
 
 // revisionCheck reads the workload ref names and returns whether one of its
 // pods is of an old revision.
-func (r *Reconciler) revisionCheck(ctx context.Context, ns string, ref *metav1.OwnerReference) func(*corev1.Pod) bool {
+func (a apiReads) revisionCheck(ctx context.Context, ns string, ref *metav1.OwnerReference) func(*corev1.Pod) bool {
 	current := func(*corev1.Pod) bool { return false }
 	log := logf.FromContext(ctx)
 	switch {
 	case ref.Kind == "ReplicaSet" && ref.APIVersion == appsv1.SchemeGroupVersion.String():
 		var rs appsv1.ReplicaSet
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &rs); err != nil {
+		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &rs); err != nil {
 			log.Error(err, "read a waiting pod's ReplicaSet to serve its current revision first", "replicaSet", ref.Name)
 			return current
 		}
@@ -65,7 +65,7 @@ func (r *Reconciler) revisionCheck(ctx context.Context, ns string, ref *metav1.O
 			return current
 		}
 		var d appsv1.Deployment
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, &d); err != nil {
+		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, &d); err != nil {
 			log.Error(err, "read a waiting pod's Deployment to serve its current revision first", "deployment", owner.Name)
 			return current
 		}
@@ -73,7 +73,7 @@ func (r *Reconciler) revisionCheck(ctx context.Context, ns string, ref *metav1.O
 		return func(*corev1.Pod) bool { return old }
 	case ref.Kind == "StatefulSet" && ref.APIVersion == appsv1.SchemeGroupVersion.String():
 		var sts appsv1.StatefulSet
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &sts); err != nil {
+		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &sts); err != nil {
 			log.Error(err, "read a waiting pod's StatefulSet to serve its current revision first", "statefulSet", ref.Name)
 			return current
 		}

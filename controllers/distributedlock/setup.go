@@ -41,6 +41,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		WritesPerSecond: r.StatusWriteQPS, FailoverSlack: r.FailoverSlack,
 	}, grants.Callbacks{Reconcile: r.enqueue})
 	r.wake = &wakeQueue{}
+	r.keys = &keys{grants: r.grants, masters: r.Masters, values: r.Values, clock: r.Clock, wake: r.enqueue}
 	r.beats = newHeartbeats(r.Clock)
 	hbs, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.LockHeartbeat{})
 	if err != nil {
@@ -70,15 +71,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// Held locks first when a new leader starts: see adoptionPriority.
 		Watches(&v1alpha1.DistributedLock{}, &adoptFirst{now: r.Clock.Now}, builder.WithPredicates(specOrLifecycleChanged())).
 		// The namespaces rule of a key governs every lock of the key.
-		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(r.locksOfRule), builder.WithPredicates(namespaceRuleChanged())).
-		Watches(&v1alpha1.DistributedSemaphore{}, handler.EnqueueRequestsFromMapFunc(r.locksOfRule), builder.WithPredicates(namespaceRuleChanged())).
-		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(r.locksOfMasterSet),
+		Watches(&v1alpha1.DistributedLock{}, handler.EnqueueRequestsFromMapFunc(locksOfRule(r.Client)), builder.WithPredicates(namespaceRuleChanged())).
+		Watches(&v1alpha1.DistributedSemaphore{}, handler.EnqueueRequestsFromMapFunc(locksOfRule(r.Client)), builder.WithPredicates(namespaceRuleChanged())).
+		Watches(&v1alpha1.RedisMasterSet{}, handler.EnqueueRequestsFromMapFunc(locksOfMasterSet(r.Client)),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, listAdopted()))).
 		WatchesRawSource(r.wake)
 	if r.Pods != nil {
 		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(lockOfPod)))
 		if !r.IgnoreNodes {
-			b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.locksOnNode), builder.WithPredicates(nodeReadinessChanged()))
+			b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(locksOnNode(r.Pods)), builder.WithPredicates(nodeReadinessChanged()))
 		}
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: rateLimiter(), UsePriorityQueue: ptr.To(true)}).
@@ -105,20 +106,23 @@ func lockOfPod(_ context.Context, pod *corev1.Pod) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}}}
 }
 
-// locksOnNode enqueues the locks of the labelled pods bound to a node.
-func (r *Reconciler) locksOnNode(ctx context.Context, o client.Object) []reconcile.Request {
-	var list corev1.PodList
-	if err := r.Pods.List(ctx, &list); err != nil {
-		logf.FromContext(ctx).Error(err, "list pods of node", "node", o.GetName())
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		if list.Items[i].Spec.NodeName == o.GetName() {
-			reqs = append(reqs, lockOfPod(ctx, &list.Items[i])...)
+// locksOnNode enqueues the locks of the labelled pods (in pods) bound to
+// a node.
+func locksOnNode(pods client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list corev1.PodList
+		if err := pods.List(ctx, &list); err != nil {
+			logf.FromContext(ctx).Error(err, "list pods of node", "node", o.GetName())
+			return nil
 		}
+		var reqs []reconcile.Request
+		for i := range list.Items {
+			if list.Items[i].Spec.NodeName == o.GetName() {
+				reqs = append(reqs, lockOfPod(ctx, &list.Items[i])...)
+			}
+		}
+		return reqs
 	}
-	return reqs
 }
 
 // nodeReadinessChanged passes node creations, deletions and updates that
@@ -147,10 +151,18 @@ func listAdopted() predicate.Predicate {
 }
 
 // locksOfMasterSet enqueues the locks that use a master set.
-func (r *Reconciler) locksOfMasterSet(ctx context.Context, o client.Object) []reconcile.Request {
+func locksOfMasterSet(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		return listLocks(ctx, c, "list locks of master set", o, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexMasterSet: o.GetName()})
+	}
+}
+
+// listLocks lists the locks opts select as requests; a failure is logged
+// with msg and o.
+func listLocks(ctx context.Context, c client.Reader, msg string, o client.Object, opts ...client.ListOption) []reconcile.Request {
 	var list v1alpha1.DistributedLockList
-	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexMasterSet: o.GetName()}); err != nil {
-		logf.FromContext(ctx).Error(err, "list locks of master set", "masterSet", o.GetName())
+	if err := c.List(ctx, &list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		logf.FromContext(ctx).Error(err, msg, "object", client.ObjectKeyFromObject(o))
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))

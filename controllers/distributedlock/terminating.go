@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,43 +43,6 @@ import (
 // always did, once the kubelet reports the containers stopped: the keys
 // of the grant this manager hid are released then (stopping), and
 // otherwise expire with the ttl.
-
-// stoppings are, per lock, the grant this manager stopped showing because
-// its pod is being deleted, until its keys are released.
-type stoppings struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]stopping
-}
-
-// stopping is a grant hidden because its pod is being deleted.
-type stopping struct {
-	grantID string
-	pod     types.UID
-	// settled: its keys were released.
-	settled bool
-}
-
-func (s *stoppings) get(lock types.NamespacedName) (stopping, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.m[lock]
-	return st, ok
-}
-
-func (s *stoppings) set(lock types.NamespacedName, st stopping) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[types.NamespacedName]stopping{}
-	}
-	s.m[lock] = st
-}
-
-func (s *stoppings) forget(lock types.NamespacedName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, lock)
-}
 
 // afterDeletions sees to the pod of the last grant when it is being
 // deleted: its agent's word read, the grant's keys released once it can
@@ -133,15 +95,7 @@ func (r *Reconciler) hideForDeletion(s *scope, h *grants.Grant) {
 	r.shedGrant(s, h, endTerminating, v1alpha1.ReasonHolderTerminating,
 		"its pod is being deleted: the grant is released once its agent says the app stopped, or its containers have stopped")
 	lock := s.lock
-	s.afterCommit = append(s.afterCommit, func(context.Context) { r.noteStopping(lock, h) })
-}
-
-// noteStopping remembers h's grant, whose pod is being deleted, as
-// stopped showing until its keys are released (settleStopped).
-func (r *Reconciler) noteStopping(lock *v1alpha1.DistributedLock, h *grants.Grant) {
-	if h.Pod != nil {
-		r.stoppings.set(client.ObjectKeyFromObject(lock), stopping{grantID: h.ID, pod: h.Pod.UID})
-	}
+	s.afterCommit = append(s.afterCommit, func(context.Context) { r.keys.stopping(lock, h) })
 }
 
 // markDeleted marks the pod of the last grant unresponsive (as a holder
@@ -230,16 +184,15 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	if h := s.grant(); h != nil && h.ID == st.GrantID {
 		return // still renewed here: released by the paths that end a Session
 	}
-	name := client.ObjectKeyFromObject(lock)
-	rec, ok := r.stoppings.get(name)
-	if ok && rec.grantID == st.GrantID && rec.settled {
+	rec, ok := r.keys.record(lock.UID)
+	if ok && rec.grantID == st.GrantID && rec.released {
 		return
 	}
 	how, cause := "", endCause(0)
 	switch {
 	case slices.ContainsFunc(pods, said):
 		how, cause = "its agent said the app stopped", endAgentWord
-	case ok && rec.grantID == st.GrantID:
+	case ok && rec.grantID == st.GrantID && rec.pod != "":
 		if i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == rec.pod }); i < 0 || podlock.Ended(pods[i]) {
 			how, cause = "its containers stopped", endPodEnded
 		}
@@ -247,8 +200,7 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	if how == "" {
 		return
 	}
-	err := r.settle(ctx, lock, nil, refOf(lock, st.GrantID), s.client, time.Time{}, cause)
-	r.stoppings.set(name, stopping{grantID: st.GrantID, settled: true})
+	err := r.keys.settle(ctx, lock, nil, refOf(lock, st.GrantID), s.client, time.Time{}, cause)
 	logf.FromContext(ctx).V(1).Info("released a grant whose pod is being deleted", "grantID", st.GrantID, "how", how, "error", errString(err))
 	grant := fmt.Sprintf("grant %d", st.FencingToken)
 	r.releasedEvent(lock, grant, grant+" released: "+how, err)

@@ -1,0 +1,206 @@
+package distributedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/conditions"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+)
+
+// releaseOthers releases the grants of objects named name other than uid:
+// the lock was deleted (its finalizer stripped by hand) or re-created under
+// the same name. Their sessions must not outlive their objects.
+func (r *Reconciler) releaseOthers(ctx context.Context, name types.NamespacedName, uid types.UID) {
+	for _, h := range r.grants.Others(name, uid) {
+		until := r.keys.leave(name, types.NamespacedName{Namespace: name.Namespace, Name: h.MasterSet}, h, h.Ref, time.Time{})
+		logf.FromContext(ctx).Info("stopped renewing the grant of a lock object that is gone", "uid", h.UID, "token", h.Token, "keysUntil", until)
+	}
+}
+
+// syncSession reconciles the renewal session with status: a lost session is
+// cleared from status, and a session whose grant status no longer shows
+// (another grant was committed since) is given back.
+func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
+	lock := s.lock
+	h := s.grant()
+	if h == nil {
+		return nil
+	}
+	if !h.ShowsIn(lock.Status) || lock.Status.Holder == nil {
+		// The cache may not show our own commit yet: ask the API server.
+		fresh := &v1alpha1.DistributedLock{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
+			return fmt.Errorf("read lock: %w", err)
+		}
+		if fresh.UID == lock.UID && grants.GrantIDOf(fresh.Status) == h.ID && fresh.Status.Holder == nil && !h.Ended() {
+			// Status stopped showing this grant while its Session runs:
+			// a release whose write timed out yet committed, or a grant
+			// hidden when its validity passed (a renewal landing just
+			// after). Either way it ends here: readers were told.
+			s.continueFrom(fresh)
+			// Hidden by a patch whose commit this manager did not see: the
+			// reconcile that wrote it can no longer say what proof it had,
+			// so the keys are left until the validity this manager's
+			// Session gave them has passed (decideEnd).
+			_ = r.keys.settle(ctx, lock, h, refOf(lock, h.ID), nil, lastShown(fresh.Status), endHiddenElsewhere)
+			switch reason := heldConditionReason(fresh.Status); {
+			case givenUp(reason):
+				if reason == v1alpha1.ReasonHolderTerminating {
+					r.keys.stopping(lock, h)
+				}
+				s.shedding = true // as the reconcile that gave it up would have gone on
+			case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
+				r.countLost(lock, reason)
+				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.Token, h.Holder, reason)
+			}
+			return nil
+		}
+		if fresh.UID != lock.UID {
+			// Re-created under this name since: the grant's object is gone.
+			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endObjectGone)
+			return nil
+		}
+		if !h.ShowsIn(fresh.Status) {
+			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endSuperseded)
+			r.countLost(lock, v1alpha1.ReasonSuperseded)
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
+				"gave up grant %d: status shows another grant (fencing token %d)", h.Token, fresh.Status.FencingToken)
+			return nil
+		}
+		s.continueFrom(fresh)
+	}
+	if !h.Ended() {
+		return r.giveUpIfDue(ctx, s, h)
+	}
+	r.endSession(ctx, s, h)
+	return nil
+}
+
+// giveUpIfDue stops showing h's grant, which its Session still renews,
+// when it is due: the status writer sheds it, its pod is being deleted
+// (terminating.go), or its holder shows no sign of life (liveness.go).
+func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *grants.Grant) error {
+	released, err := r.saidReleased(ctx, s.lock, h, false)
+	if err != nil {
+		return err
+	}
+	if released {
+		// A static holder's own release (its word for the grant): the
+		// keys go at once, and its request ends with it.
+		s.lock.Status.EndedRequest = &v1alpha1.EndedRequest{
+			Identity: h.Holder, Generation: s.lock.Generation, Reason: v1alpha1.ReasonReleased, At: v1alpha1.NewPreciseTime(s.now),
+		}
+		r.release(s, nil, endReleased, v1alpha1.ReasonReleased, "released by its holder")
+		return nil
+	}
+	if why, shed := r.grants.Shedding(h); shed {
+		r.shedGrant(s, h, endShed, v1alpha1.ReasonShed, why)
+		return nil
+	}
+	terminating, err := r.holderTerminating(ctx, s, h)
+	if err != nil {
+		return err
+	}
+	if terminating {
+		r.hideForDeletion(s, h)
+		return nil
+	}
+	if ended, err := r.endOnItsOwn(ctx, s, h); ended || err != nil {
+		return err
+	}
+	why, pod, err := r.checkLiveness(ctx, s, h)
+	if err != nil || why == "" {
+		return err
+	}
+	// Marked first: once status stops showing the grant, the pod must
+	// keep nobody from the lock, whichever manager looks next.
+	if err := r.setMark(ctx, pod, h.ID); err != nil {
+		return err
+	}
+	r.shedGrant(s, h, endUnresponsive, v1alpha1.ReasonHolderUnresponsive, why)
+	return nil
+}
+
+// shedGrant gives up h's grant, which its Session still renews, for
+// cause (endGrant): shed by the status writer (grants.Set.Shedding), its holder
+// unresponsive (liveness.go), its pod being deleted (terminating.go),
+// its lease or maxHoldDuration run out (lease.go). Its holder has lost it
+// (a pod gets LockLost, and onLost applies); its keys stay until the
+// validity shown has passed. A shed grant is granted again when status
+// writes leave room; an unresponsive holder waits behind the others
+// (podlock.Choose, markPassable).
+func (r *Reconciler) shedGrant(s *scope, h *grants.Grant, cause endCause, reason, why string) {
+	lock := s.lock
+	s.shedding = true
+	r.endGrant(s, h, nil, cause, reason, why, func(ctx context.Context, _ error) {
+		switch cause {
+		case endShed:
+			r.Metrics.LocksShed.Inc()
+			r.countLost(lock, reason)
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.Token, h.Holder, why)
+		case endUnresponsive, endLeaseExpired, endMaxHold:
+			r.countLost(lock, reason)
+			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, reason, "Release", "grant %d to %s given up: %s", h.Token, h.Holder, why)
+		}
+		logf.FromContext(ctx).Info("gave up a grant", "lock", h.Name, "token", h.Token, "reason", reason)
+	})
+}
+
+// givenUp reports whether reason is that of a grant given up with its keys
+// left until its validity passed (shedGrant).
+func givenUp(reason string) bool {
+	switch reason {
+	case v1alpha1.ReasonShed, v1alpha1.ReasonHolderUnresponsive, v1alpha1.ReasonHolderTerminating, v1alpha1.ReasonLeaseExpired, v1alpha1.ReasonMaxHoldExceeded:
+		return true
+	}
+	return false
+}
+
+// endSession forgets h, whose Session ended by itself (the grant was
+// lost), and hides its grant: status stops showing it and, once that
+// committed, its value is removed from every master.
+func (r *Reconciler) endSession(ctx context.Context, s *scope, h *grants.Grant) {
+	lock := s.lock
+	r.grants.Drop(h)
+	if st := lock.Status; st.Holder != nil && st.ValidUntil != nil && h.ShowsIn(st) && !h.OwnValidity(st.ValidUntil.Time) {
+		// Status shows the grant renewed beyond anything this manager's
+		// writes showed: another manager renews it now (this one was
+		// deposed while paused, and its Session lapsed meanwhile). Not
+		// this manager's to hide, nor to release, nor to act on further.
+		logf.FromContext(ctx).Info("a lapsed session's grant is renewed by another manager", "lock", h.Name, "token", h.Token)
+		s.stale = true
+		return
+	}
+	err := h.Session.Err()
+	reason := v1alpha1.ReasonLost
+	var lost *renewal.LostError
+	if errors.As(err, &lost) {
+		reason = lost.Reason
+	}
+	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.Token, h.Holder, conditions.Message(errString(err)))
+	// Masters that still hold the lost grant's value (a minority its last
+	// renewals reached, each refreshed for a whole ttl) would keep the key
+	// from the next grant, this holder's included: once the validity
+	// shown has passed, the value is removed wherever it is left.
+	r.endGrant(s, h, nil, endLost, reason, "the grant was lost: "+errString(err), func(context.Context, error) { r.countLost(lock, reason) })
+}
+
+// countLost counts a grant of lock that ended without its holder giving
+// it back, by the Held reason status shows, once status stopped showing it:
+// redlock_lock_grants_lost_total, and the time of the loss, which the
+// alert reads (a counter's first increment, or one after a restart, is
+// invisible to increase()).
+func (r *Reconciler) countLost(lock *v1alpha1.DistributedLock, reason string) {
+	r.Metrics.GrantsLost.WithLabelValues(lock.Namespace, lock.Name, reason).Inc()
+	r.Metrics.GrantLostAt.WithLabelValues(lock.Namespace, lock.Name, reason).Set(float64(r.Clock.Now().UnixNano()) / 1e9)
+}
