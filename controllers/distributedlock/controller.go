@@ -178,6 +178,11 @@ type scope struct {
 	// grant it made or adopted, from its own Session.
 	ownValidity *time.Time
 	requeue     time.Duration // 0: none
+	// heartbeat: the lock's LockHeartbeat as the cache showed it, read
+	// once (Reconciler.heartbeat; nil: none).
+	hb     *v1alpha1.LockHeartbeat
+	hbErr  error
+	hbRead bool
 }
 
 // grant returns the grant this manager holds for the lock, or nil.
@@ -630,6 +635,23 @@ const markedRecheck = 500 * time.Millisecond
 // staleCacheRecheck is how soon a lock whose cache showed a stopped pod as
 // a candidate is looked at again.
 const staleCacheRecheck = 200 * time.Millisecond
+
+// heartbeat returns the lock's LockHeartbeat as the cache shows it (nil:
+// there is none), read once per reconcile.
+func (r *Reconciler) heartbeat(ctx context.Context, s *scope) (*v1alpha1.LockHeartbeat, error) {
+	if !s.hbRead {
+		hb := &v1alpha1.LockHeartbeat{}
+		err := r.Get(ctx, client.ObjectKeyFromObject(s.lock), hb)
+		switch {
+		case apierrors.IsNotFound(err):
+			hb, err = nil, nil
+		case err != nil:
+			hb, err = nil, fmt.Errorf("read heartbeat: %w", err)
+		}
+		s.hb, s.hbErr, s.hbRead = hb, err, true
+	}
+	return s.hb, s.hbErr
+}
 
 // api reads from the API server, past the cache.
 func (r *Reconciler) api() apiReads { return apiReads{r.APIReader} }

@@ -232,7 +232,7 @@ func (r *Reconciler) requestEnd(ctx context.Context, s *scope) (endCause, error)
 	case !leasedGrant(lock, h):
 		return endReleased, nil
 	}
-	said, err := r.saidReleased(ctx, lock, h, true)
+	said, err := r.saidReleased(ctx, s, h, true)
 	switch {
 	case err != nil:
 		return 0, err
@@ -272,7 +272,8 @@ func (r *Reconciler) deletionEnd(ctx context.Context, s *scope) (endCause, error
 // releasedGrant. fresh reads it from the API server rather than the cache
 // (its request may have been withdrawn after the word, and the two
 // caches keep no order between them).
-func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.DistributedLock, h *grants.Grant, fresh bool) (bool, error) {
+func (r *Reconciler) saidReleased(ctx context.Context, s *scope, h *grants.Grant, fresh bool) (bool, error) {
+	lock := s.lock
 	grantID := grants.GrantIDOf(lock.Status)
 	if h != nil {
 		grantID = h.ID
@@ -280,16 +281,21 @@ func (r *Reconciler) saidReleased(ctx context.Context, lock *v1alpha1.Distribute
 	if !leasedGrant(lock, h) || grantID == "" {
 		return false, nil
 	}
-	var rd client.Reader = r.Client
+	var hb *v1alpha1.LockHeartbeat
+	var err error
 	if fresh {
-		rd = r.APIReader
-	}
-	hb := &v1alpha1.LockHeartbeat{}
-	if err := rd.Get(ctx, client.ObjectKeyFromObject(lock), hb); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
+		hb = &v1alpha1.LockHeartbeat{}
+		if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), hb); apierrors.IsNotFound(err) {
+			hb, err = nil, nil
 		}
+	} else {
+		hb, err = r.heartbeat(ctx, s)
+	}
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("read the holder's word: %w", err)
+	case hb == nil:
+		return false, nil
 	}
 	return metav1.IsControlledBy(hb, lock) && hb.Spec.ReleasedGrant == grantID, nil
 }

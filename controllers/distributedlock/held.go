@@ -90,7 +90,7 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 // when it is due: the status writer sheds it, its pod is being deleted
 // (terminating.go), or its holder shows no sign of life (liveness.go).
 func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *grants.Grant) error {
-	released, err := r.saidReleased(ctx, s.lock, h, false)
+	released, err := r.saidReleased(ctx, s, h, false)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,15 +86,15 @@ func (r *Reconciler) checkEnd(ctx context.Context, s *scope, h *grants.Grant) (r
 		key := client.ObjectKeyFromObject(lock)
 		// No LockHeartbeat counts as no renewal: when in doubt, the
 		// lease runs out (nothing else could end the grant).
-		err := r.Get(ctx, key, &v1alpha1.LockHeartbeat{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return "", "", nil, fmt.Errorf("read heartbeat: %w", err)
+		hb, err := r.heartbeat(ctx, s)
+		if err != nil {
+			return "", "", nil, err
 		}
 		lv := &h.Liveness
 		if lv.Since.IsZero() || lv.Timeout != l.Duration {
 			*lv = grants.Liveness{Since: s.now, Timeout: l.Duration}
 		}
-		in.Lease, in.Since, in.LastBeat, in.NoHeartbeat = l.Duration, lv.Since, r.beats.watch(key, h.ID), err != nil
+		in.Lease, in.Since, in.LastBeat, in.NoHeartbeat = l.Duration, lv.Since, r.beats.watch(key, h.ID), hb == nil
 	}
 	if in.MaxHold == 0 && in.Lease == 0 {
 		return "", "", nil, nil

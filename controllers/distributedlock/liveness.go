@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -231,12 +230,12 @@ func (r *Reconciler) checkLiveness(ctx context.Context, s *scope, h *grants.Gran
 		return "", nil, nil
 	}
 	key := client.ObjectKeyFromObject(lock)
-	if err := r.Get(ctx, key, &v1alpha1.LockHeartbeat{}); err != nil {
-		if apierrors.IsNotFound(err) {
-			s.requeueAfter(timeout.Duration) // not made yet, or deleted: nothing to count
-			return "", nil, nil
-		}
-		return "", nil, fmt.Errorf("read heartbeat: %w", err)
+	switch hb, err := r.heartbeat(ctx, s); {
+	case err != nil:
+		return "", nil, err
+	case hb == nil:
+		s.requeueAfter(timeout.Duration) // not made yet, or deleted: nothing to count
+		return "", nil, nil
 	}
 	lv := &h.Liveness
 	down := observePod(lv, pod, s.now, timeout.Duration)

@@ -52,7 +52,7 @@ import (
 // ended.
 func (r *Reconciler) afterDeletions(ctx context.Context, s *scope, pods []*corev1.Pod) ([]*corev1.Pod, error) {
 	lock := s.lock
-	word, err := r.stoppedWord(ctx, lock, pods)
+	word, err := r.stoppedWord(ctx, s, pods)
 	if err != nil {
 		return nil, err
 	}
@@ -151,18 +151,19 @@ func saidStopped(st v1alpha1.DistributedLockStatus, word, key string, pod *corev
 // stoppedWord is the agent's word on the lock's LockHeartbeat, read only
 // when it could count: status shows no holder and a pod is being deleted
 // that runs its app through the agent.
-func (r *Reconciler) stoppedWord(ctx context.Context, lock *v1alpha1.DistributedLock, pods []*corev1.Pod) (string, error) {
+func (r *Reconciler) stoppedWord(ctx context.Context, s *scope, pods []*corev1.Pod) (string, error) {
+	lock := s.lock
 	if lock.Status.Holder != nil || lock.Status.GrantID == "" || !slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
 		return !p.DeletionTimestamp.IsZero() && wordCounts(p)
 	}) {
 		return "", nil
 	}
-	hb := &v1alpha1.LockHeartbeat{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(lock), hb); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return "", nil
-		}
+	hb, err := r.heartbeat(ctx, s)
+	switch {
+	case err != nil:
 		return "", fmt.Errorf("read the agents' word: %w", err)
+	case hb == nil:
+		return "", nil
 	}
 	if !metav1.IsControlledBy(hb, lock) {
 		return "", nil // not the one the operator keeps for this lock (agentaccess)
