@@ -239,6 +239,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.grants.StopWaiting(req.NamespacedName)
 		r.beats.forget(req.NamespacedName)
 		r.keys.forgetName(req.NamespacedName)
+		r.grants.Forget(req.NamespacedName, "")
 		return ctrl.Result{}, nil
 	}
 	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
@@ -335,7 +336,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, s *scope) (flow, error
 		if err := r.Update(ctx, lock); err != nil {
 			return halt, fmt.Errorf("add finalizer: %w", err)
 		}
-		r.grants.Wrote(lock.UID)
+		r.grants.Wrote(client.ObjectKeyFromObject(lock), lock.UID)
 		s.orig = *lock.Status.DeepCopy() // the server's status came back with the update
 	}
 	lock.Status.Key = lock.RedisKey()

@@ -67,7 +67,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	c := r.clientFor(ctx, lock)
 	if lock.Status.Holder != nil {
 		if vu := lock.Status.ValidUntil; vu != nil && s.grant() == nil {
-			r.keys.expires(lock.UID, othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
+			r.keys.expires(lock.UID, client.ObjectKeyFromObject(lock), othersCopiesUntil(vu.Time, lock.Spec.TTL.Duration))
 		}
 		cause, err := r.deletionEnd(ctx, s)
 		if err != nil {
@@ -117,6 +117,6 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope, c *redlock.C
 	if err := r.Update(ctx, lock); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	r.grants.Forget(lock.UID)
+	r.grants.Forget(client.ObjectKeyFromObject(lock), "")
 	return nil
 }

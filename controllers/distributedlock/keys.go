@@ -36,13 +36,20 @@ type endRecord struct {
 	name    types.NamespacedName
 	grantID string    // the last grant ended here
 	keysAt  time.Time // when its keys may go
-	// released: its keys were removed (settled).
-	released bool
-	// pod is the holder pod whose deletion hid the grant (zero: none).
-	pod types.UID
 	// expiry is when every copy of an incomplete release has expired
 	// (zero: none).
 	expiry time.Time
+	// stop is the last grant hidden because its pod is being deleted,
+	// until settleStopped released its keys; another grant's end leaves
+	// it.
+	stop stopRecord
+}
+
+// stopRecord is a grant hidden because its pod is being deleted.
+type stopRecord struct {
+	grantID string
+	pod     types.UID
+	settled bool // settleStopped released its keys
 }
 
 // update changes the record of lock uid (named name); a record of another
@@ -55,10 +62,22 @@ func (k *keys) update(uid types.UID, name types.NamespacedName, grantID string, 
 	}
 	rec := k.m[uid]
 	if rec.grantID != grantID {
-		rec = endRecord{expiry: rec.expiry, grantID: grantID}
+		rec = endRecord{expiry: rec.expiry, stop: rec.stop, grantID: grantID}
 	}
 	rec.name = name
 	f(&rec)
+	k.m[uid] = rec
+}
+
+// setStop records stop for lock uid (named name).
+func (k *keys) setStop(uid types.UID, name types.NamespacedName, stop stopRecord) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[types.UID]endRecord{}
+	}
+	rec := k.m[uid]
+	rec.name, rec.stop = name, stop
 	k.m[uid] = rec
 }
 
@@ -74,7 +93,7 @@ func (k *keys) record(uid types.UID) (endRecord, bool) {
 // (settleStopped).
 func (k *keys) stopping(lock *v1alpha1.DistributedLock, h *grants.Grant) {
 	if h.Pod != nil {
-		k.update(lock.UID, client.ObjectKeyFromObject(lock), h.ID, func(r *endRecord) { r.pod = h.Pod.UID })
+		k.setStop(lock.UID, client.ObjectKeyFromObject(lock), stopRecord{grantID: h.ID, pod: h.Pod.UID})
 	}
 }
 
@@ -137,7 +156,7 @@ func (k *keys) settle(ctx context.Context, lock *v1alpha1.DistributedLock, h *gr
 		}
 		err := k.giveBack(ctx, h, g, c)
 		now := k.clock.Now()
-		k.update(g.UID, name, g.GrantID, func(r *endRecord) { r.keysAt, r.released = now, true })
+		k.update(g.UID, name, g.GrantID, func(r *endRecord) { r.keysAt = now })
 		return err
 	case keysExpire:
 		if h != nil {
@@ -194,21 +213,22 @@ func (k *keys) giveBack(ctx context.Context, h *grants.Grant, g grants.Ref, c *r
 		// some masters, and its copies outlive the validity. Read once the
 		// Session stopped, so that a renewal in flight counts.
 		if expiry := h.Session.State().ExpiresBy; !expiry.IsZero() {
-			k.expires(g.UID, expiry)
+			k.expires(g.UID, h.Name, expiry)
 		}
 	}
 	return err
 }
 
 // expires records that every copy of an incomplete release of lock uid's
-// grant has expired by t.
-func (k *keys) expires(uid types.UID, t time.Time) {
+// (named name) grant has expired by t.
+func (k *keys) expires(uid types.UID, name types.NamespacedName, t time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
 		k.m = map[types.UID]endRecord{}
 	}
 	rec := k.m[uid]
+	rec.name = name
 	if t.After(rec.expiry) {
 		rec.expiry = t
 	}

@@ -158,7 +158,7 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	r.grants.Wrote(lock.UID)
+	r.grants.Wrote(client.ObjectKeyFromObject(lock), lock.UID)
 	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
 	return nil
 }

@@ -185,16 +185,17 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	if h := s.grant(); h != nil && h.ID == st.GrantID {
 		return // still renewed here: released by the paths that end a Session
 	}
-	rec, ok := r.keys.record(lock.UID)
-	if ok && rec.grantID == st.GrantID && rec.released {
+	rec, _ := r.keys.record(lock.UID)
+	stop := rec.stop
+	if stop.grantID == st.GrantID && stop.settled {
 		return
 	}
 	how, cause := "", endCause(0)
 	switch {
 	case slices.ContainsFunc(pods, said):
 		how, cause = "its agent said the app stopped", endAgentWord
-	case ok && rec.grantID == st.GrantID && rec.pod != "":
-		if i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == rec.pod }); i < 0 || podlock.Ended(pods[i]) {
+	case stop.grantID == st.GrantID && stop.pod != "":
+		if i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.UID == stop.pod }); i < 0 || podlock.Ended(pods[i]) {
 			how, cause = "its containers stopped", endPodEnded
 		}
 	}
@@ -202,6 +203,7 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 		return
 	}
 	err := r.keys.settle(ctx, lock, nil, refOf(lock, st.GrantID), s.client, time.Time{}, cause)
+	r.keys.setStop(lock.UID, client.ObjectKeyFromObject(lock), stopRecord{grantID: st.GrantID, settled: true})
 	logf.FromContext(ctx).V(1).Info("released a grant whose pod is being deleted", "grantID", st.GrantID, "how", how, "error", errString(err))
 	grant := fmt.Sprintf("grant %d", st.FencingToken)
 	r.releasedEvent(lock, grant, grant+" released: "+how, err)

@@ -45,8 +45,8 @@ type Grant struct {
 	dropped atomic.Bool
 
 	// The one record of the validity status shows of this grant. mu
-	// guards it; shown and floor change only under the writer's lock too,
-	// which orders its refreshes by shown.
+	// guards it; shown changes only under the writer's lock too, which
+	// orders its refreshes by shown.
 	mu sync.Mutex
 	// shown is the validity status shows, as this manager last knew it
 	// (it moves back only when status did).

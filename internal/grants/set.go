@@ -121,20 +121,29 @@ func (s *Set) StopWaiting(name types.NamespacedName) { s.writer.stopWaiting(name
 // on time, and why.
 func (s *Set) Shedding(g *Grant) (string, bool) { return s.writer.shedding(g) }
 
-// Wrote records a committed write of this manager's to lock uid.
-func (s *Set) Wrote(uid types.UID) { s.writer.written.add(uid) }
+// Wrote records a committed write of this manager's to lock uid, named
+// name.
+func (s *Set) Wrote(name types.NamespacedName, uid types.UID) { s.writer.written.add(name, uid) }
 
 // WroteBefore reports whether this manager has written lock uid since it
 // started: only then can its cache lag behind a write of its own.
 func (s *Set) WroteBefore(uid types.UID) bool { return s.writer.written.has(uid) }
 
-// Forget forgets lock uid, whose object is gone.
-func (s *Set) Forget(uid types.UID) { s.writer.written.m.Delete(uid) }
+// Forget forgets every lock object named name but keep: they are gone.
+func (s *Set) Forget(name types.NamespacedName, keep types.UID) {
+	s.writer.written.m.Range(func(uid, n any) bool {
+		if n == name && uid != keep {
+			s.writer.written.m.Delete(uid)
+		}
+		return true
+	})
+}
 
-// written is the locks this manager has written since it started.
+// written is the locks this manager has written since it started: UID to
+// name.
 type written struct{ m sync.Map }
 
-func (w *written) add(uid types.UID) { w.m.Store(uid, struct{}{}) }
+func (w *written) add(name types.NamespacedName, uid types.UID) { w.m.Store(uid, name) }
 
 func (w *written) has(uid types.UID) bool {
 	_, ok := w.m.Load(uid)

@@ -112,11 +112,11 @@ type statusWriter struct {
 
 // refresh is the validity refresh of one grant.
 type refresh struct {
-	h     *Grant
-	ttl   time.Duration
-	// shownText is the validity status shows (h.shown) as status holds it, when that is not the form
-	// this writer would write (an earlier version's whole seconds): the
-	// JSON patch's test compares the text.
+	h   *Grant
+	ttl time.Duration
+	// shownText is the validity status shows (h.shown) as status holds
+	// it, when that is not the form this writer would write (an earlier
+	// version's whole seconds): the JSON patch's test compares the text.
 	shownText string
 	due       time.Time // when the next refresh is due (zero: after the next renewal)
 	// wake is when the writer next acts on a waiting refresh: renewLead
@@ -354,9 +354,9 @@ func (w *statusWriter) handOver(log logr.Logger) {
 			due = append(due, e)
 		}
 	}
+	slices.SortFunc(due, func(a, b *refresh) int { return a.h.shown.Compare(b.h.shown) })
 	parallel := w.parallel()
 	w.mu.Unlock()
-	slices.SortFunc(due, func(a, b *refresh) int { return a.h.shown.Compare(b.h.shown) })
 	start := time.Now()
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -564,7 +564,7 @@ func (w *statusWriter) write(ctx context.Context, e *refresh) {
 func (w *statusWriter) landed(e *refresh, st renewal.State, shown, now time.Time) {
 	h := e.h
 	h.Committed(st.ValidUntil)
-	w.written.add(h.UID)
+	w.written.add(h.Name, h.UID)
 	w.metrics.StatusWrites.WithLabelValues("renewal").Inc()
 	slack := shown.Sub(now)
 	w.metrics.StatusWriteSlack.Observe(slack.Seconds())

@@ -578,7 +578,6 @@ func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
 	}
 }
 
-
 // TestRefreshPatchTouchesOnlyItsFields: the status writer writes only the
 // fields doc.go gives it (renewedAt, validUntil, quorum); everything else
 // in its patch is a test.
@@ -643,7 +642,6 @@ func TestRefreshPatchTestsTheTextStatusHolds(t *testing.T) {
 		}
 	}
 }
-
 
 // TestAdoptedGrantsAreRefreshedAtOnce: an adopted grant's first refresh is
 // ready at once, however far its shown validity (that write fences off a
