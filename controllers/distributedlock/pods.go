@@ -76,7 +76,7 @@ type apiReads struct{ client.Reader }
 // that were granted its key, may still run, and are not in known.
 func (a apiReads) formerHolders(ctx context.Context, lock *v1alpha1.DistributedLock, known []*corev1.Pod) ([]*corev1.Pod, error) {
 	var list corev1.PodList
-	if err := a.Reader.List(ctx, &list, client.InNamespace(lock.Namespace)); err != nil {
+	if err := a.List(ctx, &list, client.InNamespace(lock.Namespace)); err != nil {
 		return nil, fmt.Errorf("list former holders: %w", err)
 	}
 	var out []*corev1.Pod
@@ -109,7 +109,7 @@ func (a apiReads) grantedByOther(ctx context.Context, lock *v1alpha1.Distributed
 	}
 	granter := pod.Annotations[v1alpha1.LockNameAnnotation]
 	other := &v1alpha1.DistributedLock{}
-	switch err := a.Reader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
+	switch err := a.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: granter}, other); {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
@@ -125,7 +125,7 @@ func (a apiReads) grantedByOther(ctx context.Context, lock *v1alpha1.Distributed
 // is no answer: the caller retries rather than hand the lock over.
 func (a apiReads) podByRef(ctx context.Context, ns string, ref *v1alpha1.PodReference) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := a.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, pod)
+	err := a.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, pod)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

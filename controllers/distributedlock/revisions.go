@@ -56,7 +56,7 @@ func (a apiReads) revisionCheck(ctx context.Context, ns string, ref *metav1.Owne
 	switch {
 	case ref.Kind == "ReplicaSet" && ref.APIVersion == appsv1.SchemeGroupVersion.String():
 		var rs appsv1.ReplicaSet
-		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &rs); err != nil {
+		if err := a.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &rs); err != nil {
 			log.Error(err, "read a waiting pod's ReplicaSet to serve its current revision first", "replicaSet", ref.Name)
 			return current
 		}
@@ -65,7 +65,7 @@ func (a apiReads) revisionCheck(ctx context.Context, ns string, ref *metav1.Owne
 			return current
 		}
 		var d appsv1.Deployment
-		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, &d); err != nil {
+		if err := a.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, &d); err != nil {
 			log.Error(err, "read a waiting pod's Deployment to serve its current revision first", "deployment", owner.Name)
 			return current
 		}
@@ -73,7 +73,7 @@ func (a apiReads) revisionCheck(ctx context.Context, ns string, ref *metav1.Owne
 		return func(*corev1.Pod) bool { return old }
 	case ref.Kind == "StatefulSet" && ref.APIVersion == appsv1.SchemeGroupVersion.String():
 		var sts appsv1.StatefulSet
-		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &sts); err != nil {
+		if err := a.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &sts); err != nil {
 			log.Error(err, "read a waiting pod's StatefulSet to serve its current revision first", "statefulSet", ref.Name)
 			return current
 		}

@@ -59,61 +59,61 @@ type Grant struct {
 	committed time.Time
 }
 
-// Committed records that a write of this manager committed validity v of h's
+// Committed records that a write of this manager committed validity v of g's
 // grant (as status shows it, to the microsecond).
-func (h *Grant) Committed(v time.Time) {
+func (g *Grant) Committed(v time.Time) {
 	v = v.Truncate(time.Microsecond)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if v.After(h.committed) {
-		h.committed = v
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if v.After(g.committed) {
+		g.committed = v
 	}
 }
 
-// Dropped reports whether h is no longer held: Set.Drop dropped it.
-func (h *Grant) Dropped() bool { return h.dropped.Load() }
+// Dropped reports whether g is no longer held: Set.Drop dropped it.
+func (g *Grant) Dropped() bool { return g.dropped.Load() }
 
-// Shown is the validity status shows of h, as this manager last knew it.
-func (h *Grant) Shown() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.shown
+// Shown is the validity status shows of g, as this manager last knew it.
+func (g *Grant) Shown() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.shown
 }
 
-// Floor is the latest validity status ever showed of h: its Session's
+// Floor is the latest validity status ever showed of g: its Session's
 // renewals keep the keys at least until then.
-func (h *Grant) Floor() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.floor
+func (g *Grant) Floor() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.floor
 }
 
 // setShown records that status shows v. Callers hold the writer's lock.
-func (h *Grant) setShown(v time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.shown = v
-	if v.After(h.floor) {
-		h.floor = v
+func (g *Grant) setShown(v time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shown = v
+	if v.After(g.floor) {
+		g.floor = v
 	}
 }
 
 // raiseFloor records that status showed v, for a grant no longer
 // refreshed.
-func (h *Grant) raiseFloor(v time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if v.After(h.floor) {
-		h.floor = v
+func (g *Grant) raiseFloor(v time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if v.After(g.floor) {
+		g.floor = v
 	}
 }
 
-// OwnValidity reports whether status's validity v of h's grant is one
+// OwnValidity reports whether status's validity v of g's grant is one
 // this manager's writes showed, or earlier: not another manager's.
-func (h *Grant) OwnValidity(v time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return !v.After(h.committed)
+func (g *Grant) OwnValidity(v time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !v.After(g.committed)
 }
 
 // Ref names a grant in Redis.
