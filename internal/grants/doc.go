@@ -19,5 +19,5 @@
 // Files: set.go (the API), grant.go, sessions.go, writer.go (schedule and
 // writes), inflight.go (writes in flight), load.go (capacity and
 // shedding), waiters.go (admission). The reasoning:
-// docs/design/lock-controller.md.
+// docs/design/status-writer.md and docs/design/lock-controller.md.
 package grants

@@ -8,41 +8,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Overload and shedding. The status writer measures, every loadTick, how
-// many refreshes committed, how many landed with less than half their lead
-// left, how many landed late, and how long refreshes that were due waited
-// unsent. From that it estimates the writes per second the API server takes
-// (capacity): the median of what it committed in the last few windows in
-// which refreshes waited throughout for the API server (not for the
-// budget, --status-write-qps), at most the budget; after a cool-down it
-// recovers by a twentieth per window in which the writer kept up. A window
-// in which nothing committed while refreshes waited (the API server
-// unreachable, the manager paused) says nothing of capacity and changes
-// nothing.
-//
-// The writer is overloaded when the held grants need more than capacity
-// (demand above a saturated capacity, or above the budget), or when a tenth
-// of its refreshes land tight, and stays so until the demand is back within
-// shedTarget of capacity. It sheds grants when the overload lasts two
-// windows (at once when demand exceeds the budget, which needs no
-// measuring): down to shedTarget of capacity when the writes cannot keep
-// up and refreshes land tight or would land late within lateHorizon at the
-// pace the backlog grows (soonLate; a backlog that leaves refreshes more
-// than that only holds grants back: with a long ttl's lead, a grant burst
-// that takes the API server for a while must not cost held grants), a
-// twentieth of the demand when refreshes land late (a slow API server
-// whose latency, not throughput, is the limit; tight refreshes alone only
-// hold new grants back). The youngest grants go first (the oldest are kept:
-// their holders have the most work under way). No more is shed while grants
-// chosen before are still being shed, and those not yet shown shed are
-// spared once the overload ends. Each shed grant is shown Held=False (reason
-// Shed) by a reconcile of its lock, refreshed as usual until then; its keys
-// are left to expire after the validity status showed (a reader's view of
-// it may be stale), then removed.
-//
-// New grants wait while the demand they add would take it above shedTarget
-// of capacity, and while overloaded: a manager never grants what it cannot
-// keep refreshed.
+// Overload and shedding. Every loadTick the writer measures a window of
+// refreshes (committed, landed tight, landed late, time due ones waited)
+// and estimates the writes per second the API server takes (capacity). It
+// is overloaded when the held grants need more than capacity or the
+// budget, or when a tenth of its refreshes land tight, until demand is
+// back within shedTarget of capacity. While overloaded, new grants wait.
+// After two pressed windows in a row it sheds the youngest grants: down to
+// shedTarget of capacity when refreshes land tight or would soon land late
+// (soonLate), shedLeast of demand when they land late. A shed grant is
+// refreshed until status shows it Shed; its keys go after the validity
+// shown.
+// The reasoning: docs/design/status-writer.md#load-capacity-overload-and-shedding
+// and docs/design/overload.md#the-rule.
 const (
 	loadTick = time.Second
 	// saturatedShare of a window with refreshes waiting makes what

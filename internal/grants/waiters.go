@@ -8,24 +8,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Grants that wait for room. A grant the writer cannot keep refreshed waits
-// (StatusWritesBehind); the writer remembers its lock and, when room
-// appears (a grant released or shed, refreshes caught up, capacity
-// recovered), asks for a reconcile of the locks that now fit, first come
-// first served. A waiting lock is otherwise reconciled only every
-// GrantRecheck: a thousand waiting locks polled every few hundred
-// milliseconds cost thousands of reconciles a second, and a grant still
-// came up to that poll late.
-//
-// The order is strict: a lock is admitted only when no lock waiting longer
-// is still waiting, and the wake-up stops at the first lock that does not
-// fit, so a grant that needs more (a shorter ttl) is not passed over for
-// ever by smaller ones. A woken lock's room is kept for promiseHold, until
-// its reconcile decides; refused then (the room went to a refresh
-// meanwhile), it keeps its place. A woken lock whose reconcile does not
-// decide within promiseHold (it stops before the grant, or asks for none)
-// loses its place: it waits again, from then, if it asks again. An
-// admitted lock's room is kept the same way until its grant is tracked.
+// Grants that wait for room. A grant the writer cannot keep refreshed
+// waits (StatusWritesBehind). When room appears, the writer asks for a
+// reconcile of the waiting locks that now fit, first come first served;
+// otherwise a waiting lock is reconciled every GrantRecheck. A lock is
+// admitted only when no lock waiting longer still waits. A woken lock's
+// room is kept for promiseHold, an admitted lock's until its grant is
+// tracked (at most promiseHold). A woken lock whose reconcile does not
+// decide by then loses its place.
+// The reasoning: docs/design/status-writer.md#grants-that-wait-for-room.
 
 // GrantRecheck is how long a waiting grant's lock waits, plus jitter, for a
 // reconcile when the writer does not ask for one sooner.

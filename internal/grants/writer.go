@@ -35,28 +35,16 @@ const EventStatusWriteLate = "StatusWriteLate"
 // writeTimeout bounds one validity refresh.
 const writeTimeout = 10 * time.Second
 
-// statusWriter refreshes the validity that held locks' status shows. It
-// is the one writer of every grant this manager renews, once the reconcile
-// that made the grant has shown it, and it owns the refresh schedule: a
-// refresh is due a lead before the shown validity passes (refreshSchedule:
-// enough to outlast a failover when the ttl allows); renewLead
-// before that the writer asks the grant's Session for a renewal
-// (RenewSoon), and sends the refresh as soon as the Session reports it (or
-// at the due time, with the latest renewal). Refreshes that are due go out
-// nearest shown validity first, within a budget of writes per second that
-// leaves the rest of the client's QPS to reconciles (grants, releases,
-// handovers). A refresh that lands after the shown validity passed is
-// counted, observed and reported on the lock (StatusWriteLate), once per
-// lapse.
-//
-// The writer reads the Sessions' reports (renewal.Reports): a renewal may
-// make a refresh due, and a Session that ended by itself (the grant was
-// lost) asks for a reconcile of its lock, which shows the loss.
-//
-// A refresh is a JSON patch whose test operations make it conditional on
-// the object (UID) and on status still showing the grant (grant ID, fencing
-// token, holder): it never shows a holder that another write removed or
-// replaced, whatever this writer's view of the object.
+// statusWriter refreshes the validity that held locks' status shows. It is
+// the one writer of every grant this manager renews, once the reconcile
+// that made the grant has shown it. It owns the refresh schedule
+// (refreshSchedule): it asks the grant's Session for a renewal renewLead
+// before a refresh is due, and sends due refreshes nearest shown validity
+// first, within a budget of writes per second. A refresh that lands late
+// is reported on the lock (StatusWriteLate), once per lapse. A Session
+// that ended by itself asks, through the writer, for a reconcile of its
+// lock. Every refresh is a conditional JSON patch (RefreshPatch).
+// The reasoning: docs/design/status-writer.md#what-it-owns.
 type statusWriter struct {
 	client   client.Client
 	recorder events.EventRecorder
@@ -801,19 +789,12 @@ func RefreshPatch(h *Grant, st renewal.State, shown time.Time, shownText string)
 	return b, nil
 }
 
-// The refresh schedule. A refresh is due a lead before the validity status
-// shows passes; the renewal it shows is asked for renewLead before that, and
-// any renewal made within two renewLeads of the due time is fresh enough to
-// send at once.
-//
-// The lead is what status keeps ahead of now, so it is what carries a lock
-// through a time with no writes: a slow API server, or the time a standby
-// takes to lead and adopt after the leader crashed (failover). It is the
-// failover slack when the ttl is at least twice that (then status never
-// lapses on a crash failover, for under 2.2 writes per ttl), and otherwise
-// statusLead: raising the lead of a shorter ttl would cost up to twice the
-// writes and still not cover a failover (see docs/failover.md). Either way
-// it is at least the lead floor the API server's round trips call for.
+// refreshSchedule says when a refresh is due: a lead before the validity
+// status shows passes. The renewal it shows is asked for renewLead before
+// that; a renewal made within two renewLeads of the due time is fresh
+// enough to send at once. The lead is the failover slack when the ttl is
+// at least twice that, and statusLead otherwise; it is never less than the
+// lead floor. The reasoning: docs/design/status-writer.md#the-refresh-schedule.
 type refreshSchedule struct {
 	// failover is how long after the leader's last Lease renewal a standby
 	// may take to lead and adopt (0: nothing to cover).
@@ -823,33 +804,13 @@ type refreshSchedule struct {
 	floor time.Duration
 }
 
-// The lead floor. A refresh has its lead to land in, and the round trip
-// the API server answers with eats into it. On a quiet machine a status
-// write takes milliseconds and statusLead (a tenth of the ttl) is plenty;
-// with the API server short of CPU (a CPU hog per core beside it, on this
-// project's 2-core machine) round trips grow to a large share of a short
-// ttl's lead, and at ttl 10 s some refreshes of kept grants landed after
-// the validity they replaced (docs/overload.md): a status lapse the holder
-// sees. So once refreshes land tight (more than a tenth of a window's, at
-// least minSample, with less than half the lead they were sent with left:
-// the load rules' test), the lead grows to roundTripLeads mean round trips
-// of the window (room for the round trip, the writes ahead of it in
-// flight, and a retry), and to at least twice the window's round trip at
-// tailQuantile (so that at most a tenth of the refreshes, the share the
-// load rules test, take more than half the lead: three mean round trips
-// did not cover the tail with a hog per core), up to a quarter of each
-// ttl; the refreshes waiting
-// for their due time are brought forward to the new leads. It grows only
-// then, and from minFloorSample round trips at least: round trips alone,
-// which a lead may well cover, cost no writes, and one slow write or one
-// retry (sent late by design) is no measure; nor is a new leader's
-// adoption, a burst of refreshes sent at once. It follows the round trips down by
-// at most a tenth per window (leadFloorDecay), so that a quiet second in a
-// slow minute does not take it back down, and a window with no answered
-// write keeps it. At ttl 10 s the quarter costs at most 1.39 writes per
-// ttl instead of 1.15; the writes it adds are in the demand the load rules
-// (load.go) compare with capacity, so a floor that needs more than the API
-// server takes sheds grants rather than letting refreshes land late.
+// The lead floor. Once refreshes land tight (loadWindow.landsTight), the
+// lead grows to roundTripLeads mean round trips of the window and to at
+// least twice its round trip at tailQuantile, up to a quarter of each ttl;
+// waiting refreshes are brought forward to the new leads. It grows only
+// from minFloorSample round trips, and not on a new leader's adoption. It
+// falls by at most leadFloorDecay per window; a window with no answered
+// write keeps it. The reasoning: docs/design/status-writer.md#the-lead-floor.
 const (
 	roundTripLeads = 3
 	tailQuantile   = 0.9
