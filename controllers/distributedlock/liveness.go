@@ -21,31 +21,16 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
-// Holder liveness (spec.heartbeatTimeout). A holder pod whose app the
-// agent runs renews the lock's LockHeartbeat with its grant ID; this
-// manager notes, on its own clock, when it sees a renewal by the grant it
-// watches (heartbeats, fed by the LockHeartbeat informer: no reconcile per
-// renewal), and when the holder's containers crash-loop (from the pod as
-// the cache shows it at each reconcile). A grant whose holder shows
-// neither a renewal nor a stable container for the timeout is given up
-// like a shed one: the pod is marked redlock.dev/unresponsive, status
-// stops showing the grant (reason HolderUnresponsive), its keys are left
-// to expire and released once the shown validity has passed — by then
-// the agent has stopped the app — and the pod waits behind the others
-// from then on (podlock.Choose).
-//
-// Everything is counted from this manager's own observations: a new
-// leader starts the count when it first looks at the grant, so a
-// failover only ever delays the verdict. A mark found on a holder this
-// manager judges alive (left by a deposed leader, or from an earlier
-// grant) is removed.
-//
-// The mark lets the lock pass a pod that may still run, so it counts only
-// once that pod's last grant can no longer be acted on (markPassable):
-// however that grant ended — given up here, or released at once by a
-// path that does not wait (a patch that timed out yet committed, the
-// lock's deletion) — the agent has stopped the app by the end of the
-// validity it could have seen.
+// Holder liveness (spec.heartbeatTimeout). This manager notes, on its own
+// clock, each renewal of the LockHeartbeat by the grant it watches
+// (heartbeats) and the holder's container crashes (observePod). A holder
+// with neither a renewal nor a stable container for the timeout is given
+// up like a shed grant: the pod is marked redlock.dev/unresponsive, status
+// stops showing the grant (HolderUnresponsive), and its keys go after the
+// shown validity. The mark lets the lock pass the pod only once its last
+// grant can no longer be acted on (markPassable). A mark on a holder this
+// manager judges alive is removed.
+// The reasoning: docs/design/grant-life.md#an-unresponsive-holder.
 
 // heartbeats records when this manager last saw each lock's heartbeat
 // renewed by the grant it watches there.

@@ -20,29 +20,15 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 )
 
-// A holder pod being deleted whose app the in-pod agent runs (run mode)
-// hands the lock over on its agent's word, not on the kubelet's report of
-// its containers' end (which comes on the kubelet's next relist, up to a
-// second or more after the container exited):
-//
-//  1. Once the cache shows the holder pod being deleted, status stops
-//     showing its grant (Held=False, HolderTerminating), as for a shed
-//     grant: its Session stops renewing and its keys are left in place.
-//  2. The agent sees that through its watch, stops the app and, as its
-//     container's first process, kills and reaps every other process
-//     there; then it writes the grant ID to the lock's LockHeartbeat
-//     (spec.stoppedGrant: pkg/holding.SayStopped). It says so only for a
-//     grant status no longer shows, so that no later instance of the
-//     agent can read that grant as current.
-//  3. For a pod being deleted (the kubelet never restarts its containers)
-//     that word counts as the pod's end (saidStopped): its keys are
-//     released (settleStopped) and the next pod is granted at once.
-//
-// Without the word (an agent from before this, or one that exited on the
-// kubelet's SIGTERM before it saw status change) the lock passes as it
-// always did, once the kubelet reports the containers stopped: the keys
-// of the grant this manager hid are released then (stopping), and
-// otherwise expire with the ttl.
+// A holder pod being deleted whose app the agent runs hands the lock over
+// on its agent's word. Status stops showing its grant (HolderTerminating),
+// and its keys stay. The agent stops the app and every other process in
+// its container, then writes the grant ID to the LockHeartbeat's
+// spec.stoppedGrant. That word counts as the pod's end (saidStopped): the
+// keys are released (settleStopped) and the next pod is granted at once.
+// Without the word, the keys go when the kubelet reports the containers
+// stopped, or expire with the ttl.
+// The reasoning: docs/design/grant-life.md#a-holder-pod-being-deleted-the-agents-word.
 
 // afterDeletions sees to the pod of the last grant when it is being
 // deleted: its agent's word read, the grant's keys released once it can

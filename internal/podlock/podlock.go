@@ -338,41 +338,23 @@ type Rules struct {
 	Allowed func(*corev1.Pod) bool
 }
 
-// Choose decides who holds the lock key. In order
-// (docs/concepts/queue-order.md says the same for users):
-//   - the current holder pod, as long as its containers may run (even
-//     while it is being deleted, even on an unreachable node, even when a
-//     static holder is asked for: a lock never moves while its holder may
-//     still act on it);
-//   - a pod that held the lock before (it carries the lock's key and a
-//     fencing token, or it is the pod of the last grant status committed,
-//     last, whose annotation may not be written yet) and may still run:
-//     after a lost grant it stays first in line and is granted again with a
-//     new token; while it is being deleted, or once its label no longer
-//     names the lock, nobody is granted until its containers stopped;
-//   - the static holder when the spec names one;
-//   - the first candidate of its workload's current revision (rules.Stale
-//     reports it is not): a rollout hands the lock over once, to a new
-//     pod, not to an old one about to be replaced too;
-//   - the first candidate in Order: higher priority first, then first
-//     come, first served.
+// Choose decides who holds the lock key. In order:
+//   - the current holder pod, while its containers may run;
+//   - a former holder (HeldBefore, or the pod of the last grant status
+//     committed, last) that may still run; while it is being deleted or
+//     relabelled, or there are several, nobody is granted;
+//   - the static holder, when the spec names one;
+//   - the first candidate of the current revision (rules.Stale), then the
+//     first in Order.
 //
-// A pod rules.Allowed refuses is no candidate. The current holder, and the
-// pod of the last grant status committed (last), keep their place whatever
-// it says: changing who may hold never takes a lock from a pod that may
-// still act on its token. Any other former holder it refuses is not
-// granted (its annotations, which anyone who may edit the pod can write,
-// prove nothing), though it keeps everyone waiting while it may run.
-//
-// A pod marked unresponsive (Unresponsive) stays the current holder until
-// the lock controller has given that grant up. After that, until
-// rules.Passable says its last grant can no longer be acted on (its agent
-// has stopped the app by the end of any validity it could have seen), it
-// keeps everyone waiting and is not granted again; then it waits behind
-// every other candidate.
-//
+// A pod rules.Allowed refuses is no candidate; the current holder and last
+// keep their place, and another refused former holder keeps everyone
+// waiting while it may run. A pod marked unresponsive keeps everyone
+// waiting until rules.Passable, then waits behind every other candidate.
 // pods are the pods labelled for the lock (named name), and the current
 // and last holder pods whatever their labels.
+// The reasoning: docs/design/pod-choice.md; for users:
+// docs/concepts/queue-order.md.
 func Choose(static, name, key string, holder *v1alpha1.LockHolder, last *v1alpha1.PodReference, pods []*corev1.Pod, rules Rules) Choice {
 	g := sortPods(key, holder, last, pods, rules)
 	candidates := g.candidates
