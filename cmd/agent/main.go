@@ -12,33 +12,31 @@
 // grant's fencing deadline (the validity shown less --skew-allowance,
 // tracked on the agent's own monotonic clock from each observation), or at
 // once when status shows the grant ended. The app runs only as the agent's
-// child: a container the kubelet restarts starts with the agent, which
-// waits for a current grant again. A native sidecar could not guarantee
-// that: the kubelet restarts the app container on its own.
+// child.
 //
 //	agent watch [flags]
 //
 // only publishes, for an app that manages itself.
 //
 //	agent install DEST
+//	agent version
 //
-// copies the agent to DEST: the webhook adds an init container that does
-// so from the operator's image (internal/podagent).
+// copy the agent to DEST (the webhook's init container does so from the
+// operator's image: internal/podagent), and print its version.
 //
-// Both publish the grant in --state-dir (grant.json; token: the token, or
-// empty while the pod does not hold the lock) and, with --listen, over HTTP
-// on that local address: GET /grant (JSON, 200 while held, 503 otherwise).
+// Both run and watch publish the grant in --state-dir (grant.json; token:
+// the token, or empty while the pod does not hold the lock) and, with
+// --listen, over HTTP on that local address: GET /grant (JSON, 200 while
+// held, 503 otherwise).
 //
 // The agent learns its pod from the downward API (POD_NAME, POD_UID,
 // POD_NAMESPACE) and its lock from REDLOCK_LOCK (the pod's label
-// redlock.dev/lock); it needs get, list and watch on that one
-// DistributedLock and nothing else — and get and update on the
-// LockHeartbeat of the same name, which it renews in run mode every third
-// of the lock's spec.heartbeatTimeout while the app runs under a grant, and
-// where, as its container's first process, it says the app of a grant
-// stopped (stoppedGrant) once status stopped showing the grant and every
-// other process in the container is gone: for a pod being deleted, the
-// lock then passes on at once.
+// redlock.dev/lock). It needs get, list and watch on that one
+// DistributedLock, and get and update on the LockHeartbeat of the same
+// name. In run mode it renews that heartbeat every third of the lock's
+// spec.heartbeatTimeout while the app runs under a grant, and says there
+// that the app of a grant stopped (stoppedGrant).
+// The reasoning: docs/design/agent.md.
 package main
 
 import (

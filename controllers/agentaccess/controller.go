@@ -1,34 +1,20 @@
 // Package agentaccess is the controller that lets the in-pod agent
 // (cmd/agent, added by the webhook: internal/podagent) read its own lock
-// and nothing else: for every DistributedLock that pods with the agent
-// request, it keeps a Role allowing get, list and watch on that one lock
-// (resourceNames) and a RoleBinding of it to those pods' ServiceAccounts,
-// both named redlock-agent:<lock> and owned by the lock, so they go with
-// it. When no such pod is left, it deletes them.
+// and nothing else. For every DistributedLock that pods with the agent
+// request, it keeps a Role allowing get, list and watch on that one lock,
+// and get and update on its LockHeartbeat, and a RoleBinding of it to
+// those pods' ServiceAccounts. Both are named redlock-agent:<lock> and
+// owned by the lock. When no such pod is left, it deletes them. It also
+// keeps the lock's LockHeartbeat while the Role exists or the lock sets a
+// heartbeat timeout or a holder lease.
 //
-// It owns those Roles and RoleBindings and nothing else: no status field.
-// It reads them from the API server, not the cache (which holds only the
-// ones labelled as the operator's): a Role or RoleBinding of that name
-// that the lock does not own is left alone, no RoleBinding is made to a
-// Role the lock does not own, and the lock gets a warning event
+// It owns those objects and no status field. It reads Roles and
+// RoleBindings from the API server, not the cache. One of that name the
+// lock does not own is left alone, and the lock gets a warning event
 // (AgentAccessConflict). One labelled as the operator's whose owner is
-// gone or is an earlier lock of the same name is adopted.
-//
-// Which pods run the agent is read from their spec (podagent.Injected),
-// fixed at creation, not from the annotation anyone who may edit the pod
-// can change.
-//
-// It also keeps the lock's LockHeartbeat (same name, owned by the lock and
-// labelled as the operator's; its spec is the holders' to write: the
-// heartbeat when the lock sets spec.heartbeatTimeout or spec.holderLease,
-// and the agent's word that the app of a grant stopped), and the Role
-// allows get and update on that one object. It exists while the Role
-// does, or the lock sets a heartbeat timeout or a holder lease (a static
-// holder is given rights to it by whoever runs it: docs/tasks/static-holders.md).
-//
-// The operator can only grant what it holds itself (the API server's
-// escalation check): read on DistributedLocks, get and update on
-// LockHeartbeats.
+// gone, or is an earlier lock of the same name, is adopted. Which pods run
+// the agent is read from their spec (podagent.Injected), not from their
+// annotations. The reasoning: docs/design/agent.md#what-it-may-read-and-write.
 package agentaccess
 
 import (

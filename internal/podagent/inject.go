@@ -8,24 +8,15 @@
 //
 //	/redlock/bin/agent run [flags] -- <command> <args>
 //
-// so that the app runs only as the agent's child: a container the kubelet
-// restarts starts with the agent, which waits for a current grant again
-// (a native sidecar could not stop the kubelet restarting the app). The
-// container must name its command: the webhook cannot see the image's
-// ENTRYPOINT. The binary is mounted read-only (the app cannot replace it),
-// the state directory /redlock/state writable. A liveness or startup probe
-// on that container is refused: while the pod does not hold the lock the
-// app does not run, and the kubelet would restart the passive pods in a
-// loop. So is a container that sets the agent's identity variables
-// itself: they would override the downward API's.
-//
-// In "watch" mode a native sidecar runs `agent watch`, and every app
-// container reads the grant from /redlock/state.
-//
-// The agent learns its pod and lock from the downward API (REDLOCK_POD_*
-// and REDLOCK_LOCK, passed as flags) and reads its lock with the pod's
-// ServiceAccount token; the operator grants that ServiceAccount get, list
-// and watch on this one lock (controllers/agentaccess).
+// so that the app runs only as the agent's child. The container must name
+// its command. The binary is mounted read-only, the state directory
+// /redlock/state writable. A liveness or startup probe on that container
+// is refused, and so is a container that sets the agent's identity
+// variables. In "watch" mode a native sidecar runs `agent watch`, and
+// every app container reads the grant from /redlock/state. The agent
+// learns its pod and lock from the downward API (REDLOCK_POD_* and
+// REDLOCK_LOCK, passed as flags).
+// The reasoning: docs/design/agent.md#how-it-is-added.
 package podagent
 
 import (
