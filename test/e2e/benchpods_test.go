@@ -170,7 +170,7 @@ var _ = Describe("pod failover benchmark", Label("bench"), Ordered, ContinueOnFa
 const (
 	longSetName = "masters-long"
 	// longTTL is twice the manager's default failover slack (14.4 s,
-	// docs/failover.md) and more: a crash of the leader must not lapse a
+	// docs/design/failover.md) and more: a crash of the leader must not lapse a
 	// lock of this ttl.
 	longTTL = 30 * time.Second
 )
