@@ -60,7 +60,7 @@ const (
 	ReasonStatusWritesBehind = "StatusWritesBehind"
 	// ReasonShed: the grant was released because the operator's status
 	// writes could not keep every held lock's validity refreshed; the
-	// youngest grants go first (docs/overload.md).
+	// youngest grants go first (docs/design/overload.md).
 	ReasonShed = "Shed"
 	// ReasonSuperseded: another grant of the key was committed to status
 	// (for example by a new operator leader) and this one was given up.
@@ -76,14 +76,14 @@ const (
 	// ReasonHolderUnresponsive: the holder pod's heartbeat stopped, or its
 	// containers crash-looped, for longer than spec.heartbeatTimeout; the
 	// grant was given up and the pod is marked with UnresponsiveAnnotation
-	// (docs/active-passive.md, holder liveness).
+	// (docs/concepts/active-passive.md, holder liveness).
 	ReasonHolderUnresponsive = "HolderUnresponsive"
 	// ReasonHolderTerminating: the holder pod, whose app the in-pod agent
 	// runs, is being deleted; status stopped showing its grant so that the
 	// agent stops the app at once, and the grant is released, and the
 	// next pod granted, once the agent says the app stopped
 	// (LockHeartbeat stoppedGrant) or the pod's containers have stopped
-	// (docs/active-passive.md).
+	// (docs/concepts/active-passive.md).
 	ReasonHolderTerminating = "HolderTerminating"
 	// ReasonRequestChanged: someone other than the leased static holder
 	// cleared or changed its request (spec.holderIdentity) without the
