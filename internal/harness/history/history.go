@@ -4,7 +4,9 @@
 // and for the semaphore's: never more holders of a semaphore at once than
 // its number of slots, nor holders that declared different numbers; and a
 // key is one kind: never a lock's holder and a semaphore's of one key at
-// once.
+// once. CheckRuns checks the pods a semaphore's slots were given: never
+// more of them that may run at once than its number of slots, whatever
+// their grants.
 package history
 
 import (
@@ -129,41 +131,110 @@ func checkKeys(grants []Grant) error {
 	return nil
 }
 
-// checkSemaphores sweeps each semaphore's grants in order of their start:
-// at every start, the grants whose windows still run, with the new one,
-// must be no more than its Slots and must all have declared that number.
+// checkSemaphores sweeps each semaphore's grants (sweepSlots).
 func checkSemaphores(grants []Grant) error {
-	bySem := map[string][]Grant{}
+	bySem := map[string][]tenure{}
 	for _, g := range grants {
 		if g.Semaphore != "" {
-			bySem[g.Semaphore] = append(bySem[g.Semaphore], g)
+			bySem[g.Semaphore] = append(bySem[g.Semaphore], tenure{who: g.Holder + " (" + g.Key + ")", slots: g.Slots, start: g.Start, end: g.End})
 		}
 	}
-	sems := slices.Sorted(maps.Keys(bySem))
-	for _, sem := range sems {
-		gs := bySem[sem]
-		slices.SortStableFunc(gs, func(a, b Grant) int { return a.Start.Compare(b.Start) })
-		var running []Grant
-		for _, g := range gs {
-			if g.Slots < 1 {
-				return fmt.Errorf("semaphore %q: grant to %s declares %d slots", sem, g.Holder, g.Slots)
+	for _, sem := range slices.Sorted(maps.Keys(bySem)) {
+		if err := sweepSlots(sem, "holders", bySem[sem]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run is a pod's run on a semaphore's slot: from the moment it may start
+// (its scheduling gate lifted: the scheduler may bind it) until it is
+// known to have stopped (its containers terminated, or its object gone).
+// A pod that held a slot runs on after its grant ended until then.
+type Run struct {
+	// Semaphore names the semaphore object that gave the slot: its pods
+	// are counted per object (a semaphore of another cluster sharing its
+	// key knows nothing of them; its grants are checked by Check).
+	Semaphore string
+	Pod       string
+	// Slot is the slot's lock, Slots the number of slots it is one of.
+	Slot  string
+	Slots int
+	Start time.Time
+	End   time.Time
+}
+
+// CheckRuns returns an error describing the first moment when more pods of
+// a semaphore may run than the number of slots of theirs, or pods of
+// slots of two numbers may run at once: a slot is idle (given out again,
+// or removed) only when no pod that holds or held it may still run, and
+// a resized semaphore creates the slots of its new number only once none
+// of the previous number is left (controllers/distributedsemaphore). A
+// run that ends before it starts is an error too. A violation of the
+// number is a *SlotsViolation.
+func CheckRuns(runs []Run) error {
+	bySem := map[string][]tenure{}
+	for _, r := range runs {
+		if r.End.Before(r.Start) {
+			return fmt.Errorf("semaphore %q: the run of pod %s ends (%s) before it starts (%s)", r.Semaphore, r.Pod, r.End.Format(time.RFC3339Nano), r.Start.Format(time.RFC3339Nano))
+		}
+		bySem[r.Semaphore] = append(bySem[r.Semaphore], tenure{who: "pod " + r.Pod + " (" + r.Slot + ")", slots: r.Slots, start: r.Start, end: r.End})
+	}
+	for _, sem := range slices.Sorted(maps.Keys(bySem)) {
+		if err := sweepSlots(sem, "pods that may run", bySem[sem]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tenure is a grant of a semaphore's slot, or a pod's run on one, and
+// the number of slots of its slot.
+type tenure struct {
+	who        string
+	slots      int
+	start, end time.Time
+}
+
+// SlotsViolation is the violation of a semaphore's number of slots:
+// more holders (or pods that may run) than it, or some of two numbers at
+// once.
+type SlotsViolation struct {
+	Semaphore string
+	// At is when the tenure that broke it began.
+	At  time.Time
+	msg string
+}
+
+// Error describes the violation.
+func (v *SlotsViolation) Error() string { return v.msg }
+
+// sweepSlots sweeps one semaphore's tenures in order of their start: at
+// every start, the tenures that still run, with the new one, must be no
+// more than its number of slots and must all be of that number. what
+// names them in the error.
+func sweepSlots(sem, what string, ts []tenure) error {
+	slices.SortStableFunc(ts, func(a, b tenure) int { return a.start.Compare(b.start) })
+	var running []tenure
+	for _, t := range ts {
+		if t.slots < 1 {
+			return &SlotsViolation{Semaphore: sem, At: t.start, msg: fmt.Sprintf("semaphore %q: %s declares %d slots", sem, t.who, t.slots)}
+		}
+		running = slices.DeleteFunc(running, func(r tenure) bool { return !r.end.After(t.start) })
+		for _, r := range running {
+			if r.slots != t.slots {
+				return &SlotsViolation{Semaphore: sem, At: t.start, msg: fmt.Sprintf("semaphore %q: %s of a slot declared with %d slots until %s, but %s of one declared with %d from %s",
+					sem, r.who, r.slots, r.end.Format(time.RFC3339Nano), t.who, t.slots, t.start.Format(time.RFC3339Nano))}
 			}
-			running = slices.DeleteFunc(running, func(r Grant) bool { return !r.End.After(g.Start) })
-			for _, r := range running {
-				if r.Slots != g.Slots {
-					return fmt.Errorf("semaphore %q: %s held a slot declared with %d slots until %s, but %s got one declared with %d at %s",
-						sem, r.Holder, r.Slots, r.End.Format(time.RFC3339Nano), g.Holder, g.Slots, g.Start.Format(time.RFC3339Nano))
-				}
+		}
+		running = append(running, t)
+		if len(running) > t.slots {
+			who := make([]string, len(running))
+			for i, r := range running {
+				who[i] = r.who
 			}
-			running = append(running, g)
-			if len(running) > g.Slots {
-				holders := make([]string, len(running))
-				for i, r := range running {
-					holders[i] = r.Holder + " (" + r.Key + ")"
-				}
-				return fmt.Errorf("semaphore %q of %d slots: %d holders at %s: %s",
-					sem, g.Slots, len(running), g.Start.Format(time.RFC3339Nano), strings.Join(holders, ", "))
-			}
+			return &SlotsViolation{Semaphore: sem, At: t.start, msg: fmt.Sprintf("semaphore %q of %d slots: %d %s at %s: %s",
+				sem, t.slots, len(running), what, t.start.Format(time.RFC3339Nano), strings.Join(who, ", "))}
 		}
 	}
 	return nil

@@ -56,6 +56,42 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+func TestCheckRuns(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	run := func(sem string, slots, slot int, pod string, from, to int) Run {
+		return Run{Semaphore: sem, Pod: pod, Slot: fmt.Sprintf("%s-%d-%d", sem, slots, slot), Slots: slots, Start: at(from), End: at(to)}
+	}
+	tests := []struct {
+		name string
+		runs []Run
+		want string // substring of the error; "" means no violation
+	}{
+		{"empty", nil, ""},
+		{"up to its number at once", []Run{run("s", 2, 0, "a", 0, 10), run("s", 2, 1, "b", 5, 15), run("s", 2, 0, "c", 10, 20)}, ""},
+		{"one more than its number", []Run{run("s", 2, 0, "a", 0, 10), run("s", 2, 1, "b", 5, 15), run("s", 2, 0, "c", 9, 20)}, "3 pods that may run"},
+		{"a pod of the previous number runs on after a shrink", []Run{run("s", 2, 1, "a", 0, 30), run("s", 1, 0, "b", 20, 40)}, "declared with 2 slots"},
+		{"a pod of the previous number runs on after a growth", []Run{run("s", 1, 0, "a", 0, 30), run("s", 3, 0, "b", 20, 40)}, "declared with 1 slots"},
+		{"the new number once the previous one's pods stopped", []Run{run("s", 2, 0, "a", 0, 10), run("s", 2, 1, "b", 0, 15), run("s", 1, 0, "c", 15, 40)}, ""},
+		{"semaphores are counted apart", []Run{run("s", 1, 0, "a", 0, 10), run("t", 1, 0, "b", 5, 15)}, ""},
+		{"a slot of no number", []Run{run("s", 0, 0, "a", 0, 10)}, "declares 0 slots"},
+		{"negative window", []Run{run("s", 1, 0, "a", 10, 0)}, "before it starts"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckRuns(tc.runs)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("CheckRuns: unexpected violation: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("CheckRuns: violation %q not detected", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("CheckRuns: error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestRecorder(t *testing.T) {
 	var r Recorder
 	done := make(chan struct{})
