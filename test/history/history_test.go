@@ -17,9 +17,17 @@
 // the same manager pauses and kills. Semaphores run beside the locks: one
 // key of 2 slots in both clusters, which a lock names too, one declared
 // with 2 slots in one and 3 in the other; the schedule creates pods
-// waiting for them and deletes them, and the history is checked for more
-// holders of a semaphore than its slots, for holders of two numbers of
-// slots at once, and for a lock's holder beside a semaphore's of its key.
+// waiting for them, resizes them (spec.slots from 1 to 3), lets running
+// pods finish and deletes pods, some at once, others with a grace period
+// (a finalizer stands in for the kubelet's) that it ends later, and the
+// test plays the kubelet: a pod runs from when its gate is seen lifted
+// until it finishes or its grace period ends. The history is checked for
+// more holders of a semaphore than its slots, for holders of two numbers
+// of slots at once, for a lock's holder beside a semaphore's of its key,
+// and, per semaphore, for more pods that may run at once than the number
+// of slots they were given one of, or pods given slots of two numbers
+// running at once (a slot is idle only when no pod that holds or held it
+// may still run).
 //
 // `make test` runs it briefly; `make soak-controller SEED=… DURATION=10m`
 // runs it longer and prints a table.
@@ -31,6 +39,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -408,12 +417,6 @@ type semSpec struct {
 	slots   int32
 }
 
-// semPod is a pod the schedule created for a semaphore.
-type semPod struct {
-	cluster *cluster
-	name    string
-}
-
 var _ = Describe("The operator under chaos", func() {
 	It("never shows two grants of a key at once, hands out increasing tokens per key, and serves every key again afterwards", func() {
 		seed := *seedFlag
@@ -467,18 +470,34 @@ var _ = Describe("The operator under chaos", func() {
 		}
 		// Semaphores: "sem" of 2 slots in both clusters; "semc" declared
 		// with 2 slots in cluster a and 3 in b, which the masters must
-		// refuse to serve at once. Their holders are gated pods (envtest has
-		// no scheduler: an ungated pod stays Pending, and holds its slot
-		// until the schedule deletes it).
-		sems := []semSpec{{a, "a-sem", "sem", 2}, {b, "b-sem", "sem", 2}, {a, "a-semc", "semc", 2}, {b, "b-semc", "semc", 3}}
+		// refuse to serve at once; and a pool of each cluster's own, whose
+		// key nothing else names, so that its pods run as many at once as
+		// its slots allow: half the pods and half the resizes are theirs.
+		// Their holders are gated pods, which the test's kubelet runs once
+		// ungated (envtest has neither a scheduler nor a kubelet); a pod
+		// runs until it finishes, its grace period ends, or it is gone.
+		pools := []semSpec{{a, "a-pool", "pool-a", 2}, {b, "b-pool", "pool-b", 2}}
+		sems := append([]semSpec{{a, "a-sem", "sem", 2}, {b, "b-sem", "sem", 2}, {a, "a-semc", "semc", 2}, {b, "b-semc", "semc", 3}}, pools...)
+		pickSem := func() semSpec {
+			if rnd.IntN(2) == 0 {
+				return pools[rnd.IntN(len(pools))]
+			}
+			return sems[rnd.IntN(len(sems))]
+		}
 		for _, sm := range sems {
 			Expect(sm.cluster.env.Client.Create(sm.cluster.env.Ctx, &v1alpha1.DistributedSemaphore{
 				ObjectMeta: metav1.ObjectMeta{Namespace: sm.cluster.ns, Name: sm.name},
 				Spec:       v1alpha1.DistributedSemaphoreSpec{MasterSet: ms.Name, Key: sm.key, Slots: sm.slots, TTL: metav1.Duration{Duration: sm.cluster.ttl}},
 			})).To(Succeed(), "semaphore %s/%s", sm.cluster.ns, sm.name)
 		}
-		var semPods []semPod
+		// semPods are the schedule's pods not deleted, terminating those
+		// deleted in their grace period (graceFinalizer).
+		var semPods, terminating []*podRun
 		podSeq := 0
+		kl := newKubelet()
+		for _, c := range clusters {
+			Expect(podsim.NodeReady(c.env.Ctx, c.env.Client, node, corev1.ConditionTrue)).To(Succeed(), "node %s of cluster %s", node, c.name)
+		}
 		holders := []string{"", "x", "y", "z"}
 		create := func(l lockSpec, holder string) {
 			spec := v1alpha1.DistributedLockSpec{MasterSet: cmp.Or(l.set, ms.Name), Key: l.key, TTL: metav1.Duration{Duration: l.cluster.ttl}, HolderIdentity: holder}
@@ -502,6 +521,7 @@ var _ = Describe("The operator under chaos", func() {
 		var watchers sync.WaitGroup
 		for _, c := range clusters {
 			watchers.Go(func() { watchLocks(c, rec, stop) })
+			watchers.Go(func() { kl.watch(c, stop) })
 		}
 		for _, l := range locks {
 			if l.lease > 0 {
@@ -522,7 +542,7 @@ var _ = Describe("The operator under chaos", func() {
 				}
 			}
 			switch p := rnd.IntN(100); {
-			case p < 40:
+			case p < 30:
 				l := locks[rnd.IntN(len(locks))]
 				h := holders[rnd.IntN(len(holders))]
 				cur := &v1alpha1.DistributedLock{}
@@ -535,13 +555,13 @@ var _ = Describe("The operator under chaos", func() {
 				if l.cluster.env.Client.Update(l.cluster.env.Ctx, cur) == nil {
 					actions["change the holder"]++
 				}
-			case p < 52:
+			case p < 39:
 				l := locks[rnd.IntN(len(locks))]
 				err := l.cluster.env.Client.Delete(l.cluster.env.Ctx, &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: l.cluster.ns, Name: l.name}})
 				if err == nil {
 					actions["delete a lock"]++
 				}
-			case p < 60:
+			case p < 45:
 				c := clusters[rnd.IntN(len(clusters))]
 				c.mu.Lock()
 				paused := c.stopped
@@ -556,12 +576,12 @@ var _ = Describe("The operator under chaos", func() {
 					time.Sleep(pause) // the pause is the fault being injected
 					c.signal(syscall.SIGCONT)
 				})
-			case p < 66:
+			case p < 50:
 				c := clusters[rnd.IntN(len(clusters))]
 				c.kill()
 				c.start()
 				actions["SIGKILL and restart a manager"]++
-			case p < 76:
+			case p < 58:
 				i := rnd.IntN(len(ms.Servers))
 				mastersMu.Lock()
 				if downMasters[i] {
@@ -581,7 +601,7 @@ var _ = Describe("The operator under chaos", func() {
 					delete(downMasters, i)
 					mastersMu.Unlock()
 				})
-			case p < 82:
+			case p < 62:
 				// Name one of the two spare servers in place of a listed one.
 				cur := &v1alpha1.RedisMasterSet{}
 				if a.env.Client.Get(a.env.Ctx, client.ObjectKey{Namespace: a.ns, Name: moving.Name}, cur) != nil {
@@ -600,21 +620,75 @@ var _ = Describe("The operator under chaos", func() {
 				if a.env.Client.Update(a.env.Ctx, cur) == nil {
 					actions["replace a master of a set (membership change)"]++
 				}
-			case p < 90 && len(semPods) < 10:
-				sm := sems[rnd.IntN(len(sems))]
+			case p < 72 && len(semPods)+len(terminating) < 14:
+				sm := pickSem()
 				podSeq++
-				pod := podsim.Gated(sm.cluster.ns, fmt.Sprintf("%s-%d", sm.name, podSeq), map[string]string{v1alpha1.SemaphoreLabel: sm.name})
-				if sm.cluster.env.Client.Create(sm.cluster.env.Ctx, pod) == nil {
-					semPods = append(semPods, semPod{sm.cluster, pod.Name})
+				grace := rnd.IntN(2) == 0
+				pod, err := kl.create(sm, fmt.Sprintf("%s-%d", sm.name, podSeq), grace)
+				if err == nil {
+					semPods = append(semPods, pod)
 					actions["create a pod waiting for a semaphore"]++
 				}
-			case p < 97 && len(semPods) > 0:
+			case p < 79 && len(semPods) > 0:
+				// Mostly a pod that runs: a holder, or one that held.
 				i := rnd.IntN(len(semPods))
-				sp := semPods[i]
+				if running := kl.running(semPods); len(running) > 0 && rnd.IntN(3) > 0 {
+					i = slices.Index(semPods, running[rnd.IntN(len(running))])
+				}
+				pod := semPods[i]
+				if kl.remove(pod) != nil {
+					break
+				}
 				semPods = slices.Delete(semPods, i, i+1)
-				err := sp.cluster.env.Client.Delete(sp.cluster.env.Ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sp.cluster.ns, Name: sp.name}})
-				if err == nil {
-					actions["delete a semaphore's pod (holder or waiting)"]++
+				if pod.grace {
+					terminating = append(terminating, pod)
+					actions["delete a semaphore's pod, with a grace period"]++
+				} else {
+					actions["delete a semaphore's pod, gone at once"]++
+				}
+			case p < 85:
+				running := kl.finishable(semPods)
+				if len(running) == 0 {
+					break
+				}
+				if kl.finish(running[rnd.IntN(len(running))]) == nil {
+					actions["a semaphore's running pod finishes"]++
+				}
+			case p < 92 && len(terminating) > 0:
+				i := rnd.IntN(len(terminating))
+				pod := terminating[i]
+				if rnd.IntN(2) == 0 {
+					if stopped, err := kl.stopInGrace(pod); stopped && err == nil {
+						actions["stop the containers of a pod in its grace period"]++
+						break
+					}
+				}
+				if kl.endGrace(pod) == nil {
+					terminating = slices.Delete(terminating, i, i+1)
+					actions["end a pod's grace period (finalizer removed)"]++
+				}
+			case p < 98:
+				// Half the time, when some are, one whose pod runs in its
+				// grace period.
+				sm := pickSem()
+				if inGrace := slices.DeleteFunc(slices.Clone(terminating), func(p *podRun) bool { return !kl.inGrace(p) }); len(inGrace) > 0 && rnd.IntN(2) == 0 {
+					pod := inGrace[rnd.IntN(len(inGrace))]
+					sm = sems[slices.IndexFunc(sems, func(sm semSpec) bool { return sm.cluster == pod.cluster && sm.name == pod.sem })]
+				}
+				cur := &v1alpha1.DistributedSemaphore{}
+				if sm.cluster.env.Client.Get(sm.cluster.env.Ctx, client.ObjectKey{Namespace: sm.cluster.ns, Name: sm.name}, cur) != nil {
+					break
+				}
+				cur.Spec.Slots = cur.Spec.Slots%3 + 1 + int32(rnd.IntN(2)) // another number from 1 to 3
+				if cur.Spec.Slots > 3 {
+					cur.Spec.Slots -= 3
+				}
+				if sm.cluster.env.Client.Update(sm.cluster.env.Ctx, cur) != nil {
+					break
+				}
+				actions["resize a semaphore (spec.slots)"]++
+				if slices.ContainsFunc(terminating, func(p *podRun) bool { return p.cluster == sm.cluster && p.sem == sm.name && kl.inGrace(p) }) {
+					actions["resize a semaphore while a pod it gave a slot runs in its grace period"]++
 				}
 			}
 			time.Sleep(time.Duration(100+rnd.IntN(400)) * time.Millisecond) // the schedule's pace
@@ -628,10 +702,12 @@ var _ = Describe("The operator under chaos", func() {
 		}
 		// The lock a-sem-lock is served once the semaphores of its key
 		// have no holders.
-		for _, sp := range semPods {
-			err := sp.cluster.env.Client.Delete(sp.cluster.env.Ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sp.cluster.ns, Name: sp.name}})
-			if err != nil && !apierrors.IsNotFound(err) {
-				Expect(err).NotTo(HaveOccurred(), "delete pod %s/%s", sp.cluster.ns, sp.name)
+		for _, pod := range semPods {
+			Expect(kl.remove(pod)).To(Succeed(), "delete pod %s/%s", pod.cluster.name, pod.name)
+		}
+		for _, pod := range slices.Concat(semPods, terminating) {
+			if pod.grace {
+				Expect(kl.endGrace(pod)).To(Succeed(), "end the grace period of pod %s/%s", pod.cluster.name, pod.name)
 			}
 		}
 		final := map[string]string{}
@@ -678,15 +754,22 @@ var _ = Describe("The operator under chaos", func() {
 		}, 60*time.Second, 100*time.Millisecond).Should(Succeed(), "every key of the %d locks to be held by exactly one lock once a quorum serves", len(locks))
 		close(stop)
 		watchers.Wait()
+		kl.wg.Wait()
 
 		By("checking the history")
-		grants := rec.all()
-		report(seed, *durationFlag, actions, grants, rec.events)
+		grants, runs := rec.all(), kl.runs()
+		report(seed, *durationFlag, actions, grants, runs, rec.events)
 		err := history.Check(grants)
 		if o := (*history.Overlap)(nil); errors.As(err, &o) {
 			rec.explain(o, clusters)
 		}
 		Expect(err).To(Succeed())
+		err = history.CheckRuns(runs)
+		if v := (*history.SlotsViolation)(nil); errors.As(err, &v) {
+			kl.explain(v.Semaphore, v.At, rec)
+		}
+		Expect(err).To(Succeed(), "the pods that may run of every semaphore")
+		Expect(runs).NotTo(BeEmpty(), "no semaphore's pod ran: the pods' part of the history means nothing")
 		Expect(len(grants)).To(BeNumerically(">=", len(locks)), "too few grants to mean anything")
 		slotGrants := 0
 		for _, g := range grants {
@@ -699,7 +782,7 @@ var _ = Describe("The operator under chaos", func() {
 })
 
 // report prints the run's table.
-func report(seed uint64, d time.Duration, actions map[string]int, grants []history.Grant, events int) {
+func report(seed uint64, d time.Duration, actions map[string]int, grants []history.Grant, runs []history.Run, events int) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nhistory run: seed %d, chaos %v, %d status versions watched\n\n", seed, d, events)
 	fmt.Fprintf(&b, "| fault or change | count |\n|---|---:|\n")
@@ -724,8 +807,17 @@ func report(seed uint64, d time.Duration, actions map[string]int, grants []histo
 	for _, k := range keys {
 		fmt.Fprintf(&b, "| %s | %d |\n", k, perKey[k])
 	}
+	perSem := map[string]int{}
+	for _, r := range runs {
+		perSem[r.Semaphore]++
+	}
+	most := mostAtOnce(runs)
+	fmt.Fprintf(&b, "\n| semaphore | pods run | most running at once |\n|---|---:|---:|\n")
+	for _, sem := range slices.Sorted(maps.Keys(perSem)) {
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", sem, perSem[sem], most[sem])
+	}
 	verdict := "none"
-	if err := history.Check(grants); err != nil {
+	if err := errors.Join(history.Check(grants), history.CheckRuns(runs)); err != nil {
 		verdict = err.Error()
 	}
 	fmt.Fprintf(&b, "\nviolations: %s\n", verdict)
