@@ -714,6 +714,11 @@ var _ = Describe("The operator under chaos", func() {
 		for _, l := range locks {
 			final[l.cluster.name+"/"+l.name] = "final"
 			Eventually(func() error {
+				// A manager that lost its Lease exits: the deletions it
+				// finishes wait for its restart.
+				if l.cluster.ensureRunning() {
+					actions["manager exited and restarted"]++
+				}
 				cur := &v1alpha1.DistributedLock{}
 				if err := l.cluster.env.Client.Get(l.cluster.env.Ctx, client.ObjectKey{Namespace: l.cluster.ns, Name: l.name}, cur); err != nil {
 					create(l, "final")
