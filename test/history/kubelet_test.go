@@ -155,6 +155,10 @@ func slotsOf(sem, slot string) int {
 func (k *kubelet) stop(p *podRun) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.stopLocked(p)
+}
+
+func (k *kubelet) stopLocked(p *podRun) {
 	if p.started && !p.stopped {
 		p.run.End = time.Now()
 	}
@@ -187,12 +191,11 @@ func (k *kubelet) finish(p *podRun) error {
 // ungated never runs.
 func (k *kubelet) remove(p *podRun) error {
 	k.mu.Lock()
-	running := p.started
 	p.deleted = true
-	k.mu.Unlock()
-	if !p.grace || !running {
-		k.stop(p)
+	if !p.grace || !p.started {
+		k.stopLocked(p)
 	}
+	k.mu.Unlock()
 	return client.IgnoreNotFound(p.cluster.env.Client.Delete(p.cluster.env.Ctx,
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.cluster.ns, Name: p.name}}, client.GracePeriodSeconds(0)))
 }
