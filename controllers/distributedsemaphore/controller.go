@@ -41,7 +41,7 @@ const expectationTTL = time.Minute
 const EventSlotNameTaken = "SlotNameTaken"
 
 // Reconciler runs DistributedSemaphores: it keeps one DistributedLock per
-// slot and labels waiting pods for idle slots.
+// slot and labels waiting pods for idle and ending slots.
 type Reconciler struct {
 	client.Client
 	Recorder events.EventRecorder
@@ -228,8 +228,8 @@ func (r *Reconciler) gather(ctx context.Context, sem *v1alpha1.DistributedSemaph
 }
 
 // apply carries out p: creates, updates and removes slots' locks and
-// labels pods for idle slots. A slot's name found taken by a lock the
-// semaphore does not own is added to p.taken.
+// labels pods for idle and ending slots. A slot's name found taken by a
+// lock the semaphore does not own is added to p.taken.
 func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemaphore, p *plan) []error {
 	var errs []error
 	for _, l := range p.create {
@@ -282,7 +282,7 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 	return errs
 }
 
-// assign labels a waiting pod for an idle slot's lock, on the version of
+// assign labels a waiting pod for a free slot's lock, on the version of
 // the pod this reconcile read: a pod changed since (labelled by an earlier
 // reconcile whose write the cache does not show yet) is left for the next.
 func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) error {

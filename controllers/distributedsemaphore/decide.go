@@ -42,7 +42,7 @@ type plan struct {
 	update []*v1alpha1.DistributedLock
 	// remove are the idle slots of a previous number of slots.
 	remove []*v1alpha1.DistributedLock
-	// assign labels the first waiting pods for the idle slots.
+	// assign labels the first waiting pods for the idle and ending slots.
 	assign []assignment
 	// taken names the slots whose names a lock the semaphore does not own
 	// has.
@@ -62,15 +62,36 @@ type slot struct {
 	// list. The lock controller clears it once a fresh read shows that
 	// pod ended or gone; until then the pod may still run.
 	lastUnseen bool
+	// holderEnded: status.holder names a pod the cache lists as ended
+	// (podlock.Ended: its containers will not run again), whose grant
+	// the lock has not ended yet.
+	holderEnded bool
 }
 
-// idle reports whether the slot may be given a pod, or removed: nobody
-// holds it or is shown to, no pod that holds or held it may still run
-// (being deleted or not), no pod waits for it, and no assignment of this
-// manager's is on its way.
+// idle reports whether the slot may be removed, or given a pod: nobody
+// holds it or is shown to, and it is vacant.
 func (s slot) idle(expected map[string]types.UID) bool {
+	return s.lock.Status.Holder == nil && s.vacant(expected)
+}
+
+// ending reports whether the slot may be given the next pod before its
+// lock has ended its holder's grant: the holder's pod ended
+// (holderEnded) and the slot is vacant otherwise. The pod given it waits
+// in the slot lock's queue, and the lock hands over to it as to any
+// queued pod, by its own rule (no former holder may still run, keys gone
+// first): the semaphore need not wait for the lock to show the slot free
+// and then label the next pod. Never to remove a slot: that waits until
+// idle.
+func (s slot) ending(expected map[string]types.UID) bool {
+	return s.holderEnded && s.vacant(expected)
+}
+
+// vacant reports whether no pod that holds or held the slot may still
+// run (being deleted or not), no pod waits for it, no assignment of this
+// manager's is on its way, and its lock is not being deleted.
+func (s slot) vacant(expected map[string]types.UID) bool {
 	_, pending := expected[s.lock.Name]
-	return s.lock.Status.Holder == nil && len(s.pods) == 0 && !s.lastUnseen && !pending && s.lock.DeletionTimestamp.IsZero()
+	return len(s.pods) == 0 && !s.lastUnseen && !pending && s.lock.DeletionTimestamp.IsZero()
 }
 
 // busy reports whether pod keeps the slot lock l from being idle. A pod
@@ -122,6 +143,10 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 		if last := l.Status.LastHolderPod; last != nil {
 			p := x.byUID[last.UID]
 			s.lastUnseen = p == nil || !podlock.Is(p, last)
+		}
+		if h := l.Status.Holder; h != nil && h.Pod != nil {
+			p := x.byUID[h.Pod.UID]
+			s.holderEnded = p != nil && podlock.Is(p, h.Pod) && podlock.Ended(p)
 		}
 		slots = append(slots, s)
 	}
@@ -233,8 +258,9 @@ func waiting(sem *v1alpha1.DistributedSemaphore, pods []*corev1.Pod) []*corev1.P
 
 // decide plans a reconcile: the slots of spec.slots exist (created only
 // once no slot of another number is left: holders of two numbers never
-// share the key), follow the semaphore's spec, and each idle one is given
-// the next waiting pod; a slot of another number is removed once idle.
+// share the key), follow the semaphore's spec, and each idle or ending
+// one is given the next waiting pod; a slot of another number is removed
+// once idle.
 func decide(in inputs) plan {
 	var p plan
 	slots, taken := ownedSlots(in)
@@ -264,29 +290,32 @@ func decide(in inputs) plan {
 	if draining || p.refused != "" {
 		return p
 	}
-	var idle, heldElsewhere []string
+	var idle, ending, heldElsewhere []string
 	for i := range n {
 		s, ok := current[i]
 		switch {
 		case !ok && slices.Contains(taken, in.sem.SlotLockName(n, i)):
 		case !ok:
 			p.create = append(p.create, slotLock(in.sem, n, i))
-		case s.idle(in.expected) && s.lastRefused():
+		case (s.idle(in.expected) || s.ending(in.expected)) && s.lastRefused():
 			heldElsewhere = append(heldElsewhere, s.lock.Name)
 		case s.idle(in.expected):
 			idle = append(idle, s.lock.Name)
+		case s.ending(in.expected):
+			ending = append(ending, s.lock.Name)
 		}
 	}
-	// A pod given a slot keeps it: slots last refused by the masters (held
-	// in another cluster sharing the key) go last, so that a pod does not
-	// wait on one while another is free.
-	idle = append(idle, heldElsewhere...)
-	idle = idle[:max(0, len(idle)-strays(in.sem, slots, in.pods))]
+	// A pod given a slot keeps it: idle slots go first, then those whose
+	// holder ended (their lock ends its grant first), and slots last
+	// refused by the masters (held in another cluster sharing the key)
+	// last, so that a pod does not wait on one while another is free.
+	free := slices.Concat(idle, ending, heldElsewhere)
+	free = free[:max(0, len(free)-strays(in.sem, slots, in.pods))]
 	for i, pod := range waiting(in.sem, in.pods) {
-		if i >= len(idle) {
+		if i >= len(free) {
 			break
 		}
-		p.assign = append(p.assign, assignment{pod: pod, lock: idle[i]})
+		p.assign = append(p.assign, assignment{pod: pod, lock: free[i]})
 	}
 	return p
 }

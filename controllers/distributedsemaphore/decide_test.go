@@ -81,6 +81,13 @@ func TestDecide(t *testing.T) {
 	meta.SetStatusCondition(&lockKind.Status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonKeyKindConflict, Message: "a plain lock holds the key",
 	})
+	// ended is pod name given slot l, granted it and finished, while l's
+	// status still shows it holding.
+	ended := func(name string, l *v1alpha1.DistributedLock) *corev1.Pod {
+		p := granted(pod(name, 0, ""), l)
+		p.Status.Phase = corev1.PodSucceeded
+		return p
+	}
 
 	cases := []struct {
 		name   string
@@ -122,6 +129,34 @@ func TestDecide(t *testing.T) {
 		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), slotOf(s2, 2, 1, "x")},
 			pods: []*corev1.Pod{finished, pod("x", 1, "db-2-1"), pod("next", 2, "")}},
 		assign: map[string]string{"next": "db-2-0"},
+	}, {
+		name: "a slot whose holder's pod ended goes to the next pod before its lock shows the slot free",
+		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h0"), slotOf(s2, 2, 1, "h1")},
+			pods: []*corev1.Pod{ended("h0", slotOf(s2, 2, 0, "")), granted(pod("h1", 0, ""), slotOf(s2, 2, 1, "")), pod("next", 1, ""), pod("later", 2, "")}},
+		assign: map[string]string{"next": "db-2-0"},
+	}, {
+		name: "idle slots go first, then those whose holder ended, then those last refused by the masters",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{elsewhere, slotOf(s3, 3, 1, "h"), slotOf(s3, 3, 2, "")},
+			pods: []*corev1.Pod{ended("h", slotOf(s3, 3, 1, "")), pod("a", 1, ""), pod("b", 2, ""), pod("c", 3, "")}},
+		assign: map[string]string{"a": "db-3-2", "b": "db-3-1", "c": "db-3-0"},
+	}, {
+		name: "a slot whose holder ended, given a pod already or with one on its way, is given nobody else",
+		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h0"), slotOf(s2, 2, 1, "h1")},
+			pods:     []*corev1.Pod{ended("h0", slotOf(s2, 2, 0, "")), ended("h1", slotOf(s2, 2, 1, "")), pod("given", 1, "db-2-0"), pod("next", 2, "")},
+			expected: map[string]types.UID{"db-2-1": "someone"}},
+		assign: map[string]string{},
+	}, {
+		name: "a pod granted a slot whose lock is gone keeps a slot whose holder ended from being given out",
+		in: inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h0"), slotOf(s2, 2, 1, "h1")},
+			pods: []*corev1.Pod{ended("h0", slotOf(s2, 2, 0, "")), granted(pod("h1", 0, ""), slotOf(s2, 2, 1, "")),
+				granted(pod("stray", 0, ""), slotOf(sem(3), 3, 2, "")), pod("next", 1, "")}},
+		assign: map[string]string{},
+	}, {
+		name: "resizing drains: a slot of the previous number whose holder ended stays until its lock shows it free",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h"), slotOf(s2, 2, 1, "")},
+			pods: []*corev1.Pod{ended("h", slotOf(s2, 2, 0, "")), pod("next", 1, "")}},
+		remove: []string{"db-2-1"},
+		assign: map[string]string{},
 	}, {
 		name: "slots follow the semaphore's ttl",
 		in: inputs{sem: ttlChanged, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "x"), slotOf(s2, 2, 1, "y")},
@@ -387,6 +422,75 @@ func TestIdle(t *testing.T) {
 			}
 			if got := slots[0].idle(nil); got != tc.idle {
 				t.Errorf("idle = %v, want %v", got, tc.idle)
+			}
+		})
+	}
+}
+
+// TestEnding: a slot is given the next pod before its lock ends the grant
+// (ending) only when the pod status.holder names, as cached, ended
+// (podlock.Ended: its containers will not run again) and nothing else
+// keeps the slot busy; such a slot is not idle (it is not removed).
+func TestEnding(t *testing.T) {
+	s2 := sem(2)
+	slot1 := func() *v1alpha1.DistributedLock { return slotOf(s2, 2, 1, "") }
+	heldBy := func(p string) *v1alpha1.DistributedLock {
+		l := slotOf(s2, 2, 1, p)
+		l.Status.LastHolderPod = l.Status.Holder.Pod
+		return l
+	}
+	holder := func() *corev1.Pod { return granted(pod("h", 0, ""), slot1()) }
+	finished := func(phase corev1.PodPhase) *corev1.Pod {
+		p := stopped(holder())
+		p.Status.Phase = phase
+		return p
+	}
+	restarting := holder()
+	restarting.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	restarting.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}
+	otherUID := finished(corev1.PodSucceeded)
+	otherUID.UID = "other"
+	lastUnseen := heldBy("h")
+	lastUnseen.Status.LastHolderPod = &v1alpha1.PodReference{Name: "gone", UID: "gone"}
+	static := slot1()
+	static.Status.Holder = &v1alpha1.LockHolder{Identity: "by-hand"}
+	deleted := heldBy("h")
+	deleted.DeletionTimestamp = &metav1.Time{Time: t0}
+	cases := []struct {
+		name     string
+		lock     *v1alpha1.DistributedLock
+		pods     []*corev1.Pod
+		expected map[string]types.UID
+		ending   bool
+	}{
+		{name: "its holder pod succeeded", lock: heldBy("h"), pods: []*corev1.Pod{finished(corev1.PodSucceeded)}, ending: true},
+		{name: "its holder pod failed", lock: heldBy("h"), pods: []*corev1.Pod{finished(corev1.PodFailed)}, ending: true},
+		{name: "its holder pod being deleted, its containers stopped", lock: heldBy("h"), pods: []*corev1.Pod{stopped(deleting(holder()))}, ending: true},
+		{name: "its holder pod running", lock: heldBy("h"), pods: []*corev1.Pod{holder()}},
+		{name: "its holder pod being deleted, still running", lock: heldBy("h"), pods: []*corev1.Pod{deleting(holder())}},
+		{name: "its holder's container exited and will be restarted", lock: heldBy("h"), pods: []*corev1.Pod{restarting}},
+		{name: "its holder pod the cache does not list", lock: heldBy("h")},
+		{name: "a pod of the holder's name but another UID ended", lock: heldBy("h"), pods: []*corev1.Pod{otherUID}},
+		{name: "its holder ended, a pod given the slot waits", lock: heldBy("h"), pods: []*corev1.Pod{finished(corev1.PodSucceeded), pod("w", 1, "db-2-1")}},
+		{name: "its holder ended, an assignment is on its way", lock: heldBy("h"), pods: []*corev1.Pod{finished(corev1.PodSucceeded)}, expected: map[string]types.UID{"db-2-1": "w"}},
+		{name: "its holder ended, a former holder of its key still runs", lock: heldBy("h"),
+			pods: []*corev1.Pod{finished(corev1.PodSucceeded), deleting(granted(pod("before", 0, ""), slot1()))}},
+		{name: "its holder ended, status.lastHolderPod names a pod the cache does not list", lock: lastUnseen, pods: []*corev1.Pod{finished(corev1.PodSucceeded)}},
+		{name: "its holder ended, the slot's lock being deleted", lock: deleted, pods: []*corev1.Pod{finished(corev1.PodSucceeded)}},
+		{name: "a static holder", lock: static},
+		{name: "nobody holds it (idle, not ending)", lock: slot1()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			slots, _ := ownedSlots(inputs{sem: s2, locks: []*v1alpha1.DistributedLock{tc.lock}, pods: tc.pods})
+			if len(slots) != 1 {
+				t.Fatalf("slots: %d, want 1", len(slots))
+			}
+			if got := slots[0].ending(tc.expected); got != tc.ending {
+				t.Errorf("ending = %v, want %v", got, tc.ending)
+			}
+			if tc.lock.Status.Holder != nil && slots[0].idle(tc.expected) {
+				t.Error("idle with status showing a holder: the slot could be removed before its lock ends the grant")
 			}
 		})
 	}

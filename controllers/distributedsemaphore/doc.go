@@ -5,11 +5,11 @@
 // everything a lock guarantees — the status contract, renewals, adoption
 // by a new leader, holder liveness, the pod gate — holds for every slot,
 // and the slots of one key are never held by more than N holders that
-// declared N. The controller gives each idle slot the next waiting pod (a
-// pod labelled redlock.dev/semaphore: <name> that spec.allowedHolders
-// allows, in podlock.Order: higher priority first, then first come, first
-// served) by labelling it redlock.dev/lock: <slot's lock>; that lock then
-// grants it.
+// declared N. The controller gives each idle or ending slot the next
+// waiting pod (a pod labelled redlock.dev/semaphore: <name> that
+// spec.allowedHolders allows, in podlock.Order: higher priority first,
+// then first come, first served) by labelling it redlock.dev/lock:
+// <slot's lock>; that lock then grants it.
 //
 // A slot is idle when no pod that holds or held it may still run: the
 // lock controller's rule for former holders (podlock.Ended, not
@@ -20,6 +20,14 @@
 // gone (deleted by a user, or with an earlier semaphore of this name) and
 // that may still run keeps one slot from being given out: the locks look
 // for the former holders of their own key only.
+//
+// A slot is ending when status.holder's pod, as cached, ended
+// (podlock.Ended) and nothing else keeps the slot busy. The next pod is
+// given it then, before the lock has ended the grant, and waits in the
+// lock's queue: the lock hands over to it as to any queued pod, by its
+// own former-holder rule on a fresh read, so a handover costs the
+// semaphore one label written beside the lock's release, not a look after
+// it. An ending slot is never removed: a drain waits until it is idle.
 //
 // Layout, in the manner of cluster-api's machineset package:
 //   - controller.go: fetch, gather, apply the plan, the one status patch;
