@@ -1674,13 +1674,20 @@ func TestExtendRestoresQuarantinedMasters(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Second
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(2*time.Second), redlock.WithQuarantine(2*time.Second))
-	var l *redlock.Lock
-	// Fresh masters sit out the window too.
-	waitFor(t, 10*time.Second, "the fresh masters to vote", func() bool {
-		var err error
-		l, err = c.Acquire(ctx, "quarantined", ttl)
-		return err == nil
+	// Fresh masters sit out the window too, each from its own start: wait
+	// until all three vote, not a quorum of them, or the restart below
+	// may leave one granting master.
+	waitFor(t, 10*time.Second, "every fresh master to vote", func() bool {
+		if _, err := c.Probe(ctx); err != nil {
+			return false
+		}
+		now := time.Now()
+		return !slices.ContainsFunc(c.Masters(), func(m redlock.MasterStatus) bool { return m.RunID == "" || now.Before(m.QuarantinedUntil) })
 	})
+	l, err := c.Acquire(ctx, "quarantined", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := servers[2].Restart(false); err != nil {
 		t.Fatal(err)
 	}
