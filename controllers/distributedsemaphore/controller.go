@@ -36,6 +36,14 @@ import (
 // without the cache showing it: past it, the cache is trusted again.
 const expectationTTL = time.Minute
 
+// StatusInterval is the least time between two status writes of a
+// semaphore that change only who holds and who waits (status.holders,
+// held, queue): while slots change hands, the status is written at most
+// that often, the last change included, instead of twice per handover.
+// Any other change (conditions, slots, observedGeneration) is written at
+// once.
+const StatusInterval = time.Second
+
 // EventSlotNameTaken is the reason of the event when a DistributedLock
 // the semaphore does not own has a slot's name.
 const EventSlotNameTaken = "SlotNameTaken"
@@ -52,6 +60,8 @@ type Reconciler struct {
 	mu sync.Mutex
 	// expected: semaphore → slot lock name → the assignment made.
 	expected map[types.NamespacedName]map[string]expectation
+	// written: semaphore → when this manager last wrote its status.
+	written map[types.NamespacedName]time.Time
 }
 
 // expectation is an assignment this manager made.
@@ -96,27 +106,76 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	st := computeStatus(in, p)
 	res := ctrl.Result{RequeueAfter: waitRecheck}
 	if !semantic.Equal(st, sem.Status) {
-		patched := sem.DeepCopy()
-		patched.Status = st
-		// Conditional on the version read: a process that paused after
-		// gathering (a deposed leader waking up) does not overwrite what
-		// a newer view wrote; it computes again from the newer semaphore.
-		err := r.Status().Patch(ctx, patched, client.MergeFromWithOptions(sem, client.MergeFromWithOptimisticLock{}))
-		switch {
-		case err == nil, apierrors.IsNotFound(err):
-		case apierrors.IsConflict(err):
-			// The newer version's watch event brings the semaphore back.
-			logf.FromContext(ctx).V(1).Info("status conflict: computing again from the newer semaphore")
-		default:
-			errs = append(errs, fmt.Errorf("patch status: %w", err))
+		if wait := r.statusDue(req.NamespacedName, sem.Status, st); wait > 0 {
+			res.RequeueAfter = earlier(res.RequeueAfter, wait)
+		} else if err := r.patchStatus(ctx, sem, st); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	if r.pending(req.NamespacedName) && (res.RequeueAfter == 0 || res.RequeueAfter > time.Second) {
+	if r.pending(req.NamespacedName) {
 		// An assignment the cache does not show yet: look again once it
 		// may, whatever wakes the semaphore before.
-		res.RequeueAfter = time.Second
+		res.RequeueAfter = earlier(res.RequeueAfter, time.Second)
 	}
 	return res, kerrors.NewAggregate(errs)
+}
+
+// patchStatus writes st as sem's status, conditional on the version read:
+// a process that paused after gathering (a deposed leader waking up) does
+// not overwrite what a newer view wrote; it computes again from the newer
+// semaphore, whose watch event brings it back.
+func (r *Reconciler) patchStatus(ctx context.Context, sem *v1alpha1.DistributedSemaphore, st v1alpha1.DistributedSemaphoreStatus) error {
+	patched := sem.DeepCopy()
+	patched.Status = st
+	err := r.Status().Patch(ctx, patched, client.MergeFromWithOptions(sem, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.written == nil {
+			r.written = map[types.NamespacedName]time.Time{}
+		}
+		r.written[client.ObjectKeyFromObject(sem)] = r.Clock.Now()
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		logf.FromContext(ctx).V(1).Info("status conflict: computing again from the newer semaphore")
+		return nil
+	default:
+		return fmt.Errorf("patch status: %w", err)
+	}
+}
+
+// statusDue returns how long the write of status want over shown waits:
+// 0 when it is due now (it changes more than who holds and who waits, or
+// StatusInterval has passed since this manager last wrote the
+// semaphore's status), otherwise the rest of that interval.
+func (r *Reconciler) statusDue(sem types.NamespacedName, shown, want v1alpha1.DistributedSemaphoreStatus) time.Duration {
+	if !semantic.Equal(withoutHolders(shown), withoutHolders(want)) {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.written[sem]
+	if !ok {
+		return 0
+	}
+	return max(0, last.Add(StatusInterval).Sub(r.Clock.Now()))
+}
+
+// withoutHolders is st without who holds and who waits.
+func withoutHolders(st v1alpha1.DistributedSemaphoreStatus) v1alpha1.DistributedSemaphoreStatus {
+	st.Holders, st.Held, st.Queue = nil, 0, nil
+	return st
+}
+
+// earlier returns the earlier of two requeue delays, 0 meaning none.
+func earlier(a, b time.Duration) time.Duration {
+	if a == 0 || b > 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // tellNotAllowed gives the pods waiting for a slot that the semaphore
@@ -388,6 +447,7 @@ func (r *Reconciler) forget(sem types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.expected, sem)
+	delete(r.written, sem)
 }
 
 // SetupWithManager registers the controller: it watches semaphores, their

@@ -75,5 +75,7 @@
 // and the removal only on such a pod. A pod leaves that list only when deleted: the
 // admission policy keeps its label redlock.dev/semaphore while it takes
 // part. The status is patched on the version of the semaphore read, and
-// recomputed when another writer changed it.
+// recomputed when another writer changed it. A change of who holds and
+// who waits only is written at most once per StatusInterval (1s), so that
+// slots changing hands do not cost two status writes per handover.
 package distributedsemaphore
