@@ -28,7 +28,7 @@ type endCause int
 
 const (
 	// endReleased: the holder's own release. A static holder with a lease
-	// releases by its word for the grant (LockHeartbeat stoppedGrant); one
+	// releases by its word for the grant (LockHeartbeat releasedGrant); one
 	// without a lease by clearing or changing spec.holderIdentity.
 	endReleased endCause = iota
 	// endAgentWord: the in-pod agent of a pod being deleted said the app
