@@ -13,7 +13,8 @@
 // when its owner asks (RenewSoon): when status is refreshed, and so when a
 // renewal is wanted just before, is the owner's to decide. What the Session
 // keeps from status is one floor: renewals keep the keys at least until the
-// validity readers were shown (Config.Floor).
+// validity readers were shown (Config.Floor), and until its own latest
+// validity, which the owner may show while a renewal is on its way.
 package renewal
 
 import (
@@ -359,17 +360,19 @@ func (s *Session) loop(ctx context.Context) error {
 	}
 }
 
-// renew extends the grant once on the master set's current client. The TTL
-// asked for never lets the keys expire before the validity readers were
-// shown: after spec.ttl shrank, the larger of the two is used until status
-// shows a validity the new TTL covers.
+// renew extends the grant once on the master set's current client; validUntil
+// is the latest renewal's validity. The TTL asked for never lets the keys
+// expire before a validity readers were or may be shown: after spec.ttl
+// shrank, the larger of the two is used until the new TTL covers both the
+// floor and validUntil, which the status writer may show while this
+// renewal is on its way.
 func (s *Session) renew(ctx context.Context, ttl time.Duration, validUntil time.Time) error {
 	c := s.cfg.Client()
 	if c == nil {
 		return fmt.Errorf("renew %q: no client for the master set: %w", s.grant.Key, redlock.ErrQuorumUnavailable)
 	}
-	var floor time.Time
-	if s.cfg.Floor != nil {
+	floor := validUntil
+	if s.cfg.Floor != nil && s.cfg.Floor().After(floor) {
 		floor = s.cfg.Floor()
 	}
 	s.mu.Lock()

@@ -234,3 +234,46 @@ func TestSessionLosesAtItsValidityWhenMastersStopAnswering(t *testing.T) {
 		t.Errorf("lost before the validity %v passed", valid)
 	}
 }
+
+// TestShrunkTTLCoversTheLatestValidity: after the ttl shrank, a renewal
+// keeps the keys at least until the latest renewal's validity, which the
+// status writer may show while the renewal is on its way, even when no
+// validity was shown yet (no Floor). Extensions never shorten a copy
+// (PEXPIRE GT); the copy a renewal puts back on a master that lost it is
+// set with the TTL asked for, so that is what the test looks at.
+func TestShrunkTTLCoversTheLatestValidity(t *testing.T) {
+	s, servers, _, rep := session(t, "shrunk", 30*time.Second)
+	renew := func(what string) {
+		t.Helper()
+		before := s.State()
+		s.RenewSoon()
+		select {
+		case st := <-rep.next:
+			if st.Renewals <= before.Renewals {
+				t.Fatalf("%s: the report shows no renewal: %+v", what, st)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no renewal was reported within 10s of RenewSoon", what)
+		}
+	}
+	shown := s.State().ValidUntil // what the status writer may show
+	s.SetTiming(2*time.Second, 10*time.Second)
+	// The renewal under way when the ttl changes may still ask for 30s;
+	// the next one asks for 2s, and puts the key back on a master that
+	// lost it.
+	renew("the first renewal after the change")
+	rdb := servers[0].Client()
+	defer func() { _ = rdb.Close() }()
+	if err := rdb.Del(context.Background(), "shrunk").Err(); err != nil {
+		t.Fatal(err)
+	}
+	renew("the second renewal after the change")
+	waitFor(t, "master 0 has the key back", 5*time.Second, func() bool { return valueOn(t, servers[0], "shrunk") != "" })
+	pttl, err := rdb.PTTL(context.Background(), "shrunk").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(shown); pttl < left {
+		t.Errorf("the copy put back lives %v more, less than the %v left of the validity before the ttl shrank", pttl, left)
+	}
+}
