@@ -60,6 +60,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -374,20 +375,42 @@ type statusRecorder interface {
 }
 
 // watchLocks records every status version of the locks in c's namespace
-// until stop is closed, re-listing when a watch ends.
+// until stop is closed.
 func watchLocks(c *cluster, rec statusRecorder, stop <-chan struct{}) {
+	listWatch(c, func() client.ObjectList { return &v1alpha1.DistributedLockList{} }, stop, func(o apiruntime.Object, _ bool) {
+		if l, isLock := o.(*v1alpha1.DistributedLock); isLock {
+			rec.record(c.name, l)
+		}
+	})
+}
+
+// listWatch hands every object of c's namespace that opts select to seen
+// (deleted: a watch's deletion event), from a list and then a watch from
+// its version, re-listing when a watch ends, until stop is closed.
+func listWatch(c *cluster, newList func() client.ObjectList, stop <-chan struct{}, seen func(o apiruntime.Object, deleted bool), opts ...client.ListOption) {
 	defer GinkgoRecover()
 	wc, err := client.NewWithWatch(c.env.Cfg, client.Options{Scheme: c.env.Scheme})
 	Expect(err).NotTo(HaveOccurred())
+	opts = append(opts, client.InNamespace(c.ns))
 	for {
-		var list v1alpha1.DistributedLockList
-		if err := wc.List(c.env.Ctx, &list, client.InNamespace(c.ns)); err != nil {
-			continue
+		list := newList()
+		err := wc.List(c.env.Ctx, list, opts...)
+		var items []apiruntime.Object
+		if err == nil {
+			items, err = meta.ExtractList(list)
 		}
-		for i := range list.Items {
-			rec.record(c.name, &list.Items[i])
+		if err != nil {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond): // a retry's backoff
+				continue
+			}
 		}
-		w, err := wc.Watch(c.env.Ctx, &v1alpha1.DistributedLockList{}, client.InNamespace(c.ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+		for _, o := range items {
+			seen(o, false)
+		}
+		w, err := wc.Watch(c.env.Ctx, newList(), append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion()}})...)
 		if err != nil {
 			continue
 		}
@@ -401,8 +424,8 @@ func watchLocks(c *cluster, rec statusRecorder, stop <-chan struct{}) {
 				if !ok {
 					break events
 				}
-				if l, isLock := ev.Object.(*v1alpha1.DistributedLock); isLock && ev.Type != watch.Error {
-					rec.record(c.name, l)
+				if ev.Type != watch.Error {
+					seen(ev.Object, ev.Type == watch.Deleted)
 				}
 			}
 		}

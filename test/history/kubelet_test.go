@@ -10,10 +10,9 @@ import (
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,40 +73,13 @@ func (k *kubelet) create(sm semSpec, name string, grace bool) (*podRun, error) {
 }
 
 // watch starts the pods of c's namespace whose gate is lifted, until stop
-// is closed, re-listing when a watch ends.
+// is closed.
 func (k *kubelet) watch(c *cluster, stop <-chan struct{}) {
-	defer GinkgoRecover()
-	wc, err := client.NewWithWatch(c.env.Cfg, client.Options{Scheme: c.env.Scheme})
-	Expect(err).NotTo(HaveOccurred())
-	sel := client.HasLabels{v1alpha1.SemaphoreLabel}
-	for {
-		var list corev1.PodList
-		if err := wc.List(c.env.Ctx, &list, client.InNamespace(c.ns), sel); err != nil {
-			continue
+	listWatch(c, func() client.ObjectList { return &corev1.PodList{} }, stop, func(o apiruntime.Object, deleted bool) {
+		if pod, isPod := o.(*corev1.Pod); isPod && !deleted {
+			k.seen(c, pod)
 		}
-		for i := range list.Items {
-			k.seen(c, &list.Items[i])
-		}
-		w, err := wc.Watch(c.env.Ctx, &corev1.PodList{}, client.InNamespace(c.ns), sel, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
-		if err != nil {
-			continue
-		}
-	events:
-		for {
-			select {
-			case <-stop:
-				w.Stop()
-				return
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					break events
-				}
-				if pod, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type != watch.Error && ev.Type != watch.Deleted {
-					k.seen(c, pod)
-				}
-			}
-		}
-	}
+	}, client.HasLabels{v1alpha1.SemaphoreLabel})
 }
 
 // seen starts a pod of the schedule's once its gate is lifted.
