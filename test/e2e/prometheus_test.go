@@ -38,7 +38,8 @@ var _ = Describe("the shipped alerts on a real Prometheus", Ordered, func() {
 		promURL string
 	)
 
-	// alerts returns Prometheus' alerts named name for the spec's set.
+	// alerts returns Prometheus' alerts named name for the spec's set
+	// (every alert of the set when name is "").
 	alerts := func(g Gomega, name string) []promAlert {
 		resp, err := http.Get(promURL + "/api/v1/alerts")
 		g.Expect(err).NotTo(HaveOccurred(), "Prometheus' alerts API")
@@ -51,7 +52,7 @@ var _ = Describe("the shipped alerts on a real Prometheus", Ordered, func() {
 		g.Expect(json.NewDecoder(resp.Body).Decode(&body)).To(Succeed(), "Prometheus' alerts as JSON")
 		var out []promAlert
 		for _, a := range body.Data.Alerts {
-			if a.Labels["alertname"] == name && a.Labels["name"] == setName {
+			if (name == "" || a.Labels["alertname"] == name) && a.Labels["name"] == setName {
 				out = append(out, a)
 			}
 		}
@@ -142,11 +143,11 @@ scrape_configs:
 		Eventually(func(g Gomega) {
 			g.Expect(servingIs(g, "3")).To(BeTrue(), "three members serving")
 		}, 2*time.Minute, time.Second).Should(Succeed(), "Prometheus to scrape master set %s/%s with its three members serving", ns, setName)
-		Consistently(func(g Gomega) []promAlert { return alerts(g, "RedlockQuorumLost") }, 3*time.Second, time.Second).
-			Should(BeEmpty(), "RedlockQuorumLost to stay quiet for master set %s/%s while its members serve", ns, setName)
+		Consistently(func(g Gomega) []promAlert { return alerts(g, "RedlockMasterSetUnavailable") }, 3*time.Second, time.Second).
+			Should(BeEmpty(), "RedlockMasterSetUnavailable to stay quiet for master set %s/%s while its members serve", ns, setName)
 	})
 
-	It("fires RedlockQuorumLost when the set's masters stop below quorum, and resolves it once they are back", func() {
+	It("fires RedlockMasterSetUnavailable when the set's masters stop below quorum, and resolves it once they are back", func() {
 		By("stopping two of the three masters (SIGSTOP)")
 		stopped := time.Now()
 		Expect(servers[0].Stop()).To(Succeed())
@@ -154,11 +155,18 @@ scrape_configs:
 		DeferCleanup(func() { _ = servers[0].Cont(); _ = servers[1].Cont() })
 		var firing []promAlert
 		Eventually(func(g Gomega) {
-			firing = alerts(g, "RedlockQuorumLost")
+			firing = alerts(g, "RedlockMasterSetUnavailable")
 			g.Expect(firing).To(ContainElement(HaveField("State", "firing")), "alerts: %+v", firing)
-		}, 2*time.Minute, time.Second).Should(Succeed(), "RedlockQuorumLost to fire for master set %s/%s with two of its three masters stopped", ns, setName)
+		}, 2*time.Minute, time.Second).Should(Succeed(), "RedlockMasterSetUnavailable to fire for master set %s/%s with two of its three masters stopped", ns, setName)
 		out, _ := json.MarshalIndent(firing, "", "  ")
-		GinkgoWriter.Printf("masters stopped → RedlockQuorumLost firing: %v\n%s\n", time.Since(stopped).Round(100*time.Millisecond), out)
+		GinkgoWriter.Printf("masters stopped → RedlockMasterSetUnavailable firing: %v\n%s\n", time.Since(stopped).Round(100*time.Millisecond), out)
+		var pages []promAlert
+		for _, a := range alerts(Default, "") {
+			if a.State == "firing" && a.Labels["severity"] == "critical" {
+				pages = append(pages, a)
+			}
+		}
+		Expect(pages).To(HaveLen(1), "one outage of master set %s/%s (below quorum and not Available) to page once: %+v", ns, setName, pages)
 		Expect(firing[0].Labels).To(HaveKeyWithValue("namespace", ns))
 		Expect(firing[0].Labels).To(HaveKeyWithValue("severity", "critical"))
 
@@ -166,10 +174,10 @@ scrape_configs:
 		Expect(servers[0].Cont()).To(Succeed())
 		Expect(servers[1].Cont()).To(Succeed())
 		Eventually(func(g Gomega) {
-			g.Expect(alerts(g, "RedlockQuorumLost")).To(BeEmpty(), "RedlockQuorumLost")
+			g.Expect(alerts(g, "RedlockMasterSetUnavailable")).To(BeEmpty(), "RedlockMasterSetUnavailable")
 			// Resolved because the masters serve, not because the series
 			// went away.
 			g.Expect(servingIs(g, "3")).To(BeTrue(), "three members serving again")
-		}, 2*time.Minute, time.Second).Should(Succeed(), "RedlockQuorumLost to resolve for master set %s/%s once Prometheus sees its masters serve again", ns, setName)
+		}, 2*time.Minute, time.Second).Should(Succeed(), "RedlockMasterSetUnavailable to resolve for master set %s/%s once Prometheus sees its masters serve again", ns, setName)
 	})
 })

@@ -164,3 +164,46 @@ func TestMetricsReference(t *testing.T) {
 		}
 	}
 }
+
+// runbookBase is where every alert's runbook_url points: its section of
+// docs/reference/metrics.md on the default branch.
+const runbookBase = "https://github.com/redlock-operator/redlock-operator/blob/main/docs/reference/metrics.md#"
+
+// TestRunbooks checks that every alert links, with runbook_url, to a
+// section of docs/reference/metrics.md headed with its name.
+func TestRunbooks(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "reference", "metrics.md")) //nolint:gosec // a file of this repository
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "rules.yaml")) //nolint:gosec // a file of this repository
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("alert %s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !regexp.MustCompile("(?m)^### `" + r.Alert + "`$").Match(doc) {
+				t.Errorf("docs/reference/metrics.md has no section ### `%s` for the alert's runbook_url", r.Alert)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no alerts read from rules.yaml")
+	}
+}
