@@ -193,6 +193,7 @@ func run() error {
 	failures := counterSum(reg, "redlock_lock_renew_failures_total")
 	lateP50, lateP99, lateMax := histQuantiles(reg, "redlock_lock_renew_lateness_seconds")
 	_, slackLow, _ := histQuantiles(reg, "redlock_status_write_slack_seconds", 0.01)
+	_, _, lapseMax := histQuantiles(reg, "redlock_status_write_lapse_seconds")
 	lateWrites := counterSum(reg, "redlock_status_writes_late_total")
 	demand, budget := gaugeValue(reg, "redlock_status_write_demand_per_second"), gaugeValue(reg, "redlock_status_write_budget_per_second")
 	rss, heap := memory()
@@ -224,7 +225,8 @@ func run() error {
 	fmt.Printf("| status writes per lock per ttl | %.2f |\n", perSec*ttl.Seconds()/float64(*nLocks))
 	fmt.Printf("| status write demand / budget (writes/s) | %.1f / %.0f |\n", demand, budget)
 	fmt.Printf("| refreshes landed late, whole run | %.0f |\n", lateWrites)
-	fmt.Printf("| validity left when a refresh landed, 1st percentile | %s |\n", slackLow)
+	fmt.Printf("| validity left when a refresh landed in time, 1st percentile | %s |\n", slackLow)
+	fmt.Printf("| longest lapse a late refresh ended (max bucket) | %s |\n", lapseMax)
 	fmt.Printf("| status writes, whole run | %.0f |\n", writes1-writes0)
 	_ = renewalsW
 	names := make([]string, 0, len(cpu1))

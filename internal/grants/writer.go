@@ -555,7 +555,11 @@ func (w *statusWriter) landed(e *refresh, st renewal.State, shown, now time.Time
 	w.written.add(h.Name, h.UID)
 	w.metrics.StatusWrites.WithLabelValues("renewal").Inc()
 	slack := shown.Sub(now)
-	w.metrics.StatusWriteSlack.Observe(slack.Seconds())
+	if slack >= 0 {
+		w.metrics.StatusWriteSlack.Observe(slack.Seconds())
+	} else {
+		w.metrics.StatusWriteLapse.Observe(-slack.Seconds())
+	}
 	w.mu.Lock()
 	w.count(e, slack)
 	delete(w.refused, h.ID)

@@ -20,10 +20,11 @@ type Metrics struct {
 	RenewLateness prometheus.Histogram
 	StatusWrites  *prometheus.CounterVec
 
-	// StatusWriteSlack, StatusWritesLate, StatusWriteBacklog,
-	// StatusWriteDemand and StatusWriteBudget describe the status writer
-	// that refreshes held locks' validity.
+	// StatusWriteSlack, StatusWriteLapse, StatusWritesLate,
+	// StatusWriteBacklog, StatusWriteDemand and StatusWriteBudget describe
+	// the status writer that refreshes held locks' validity.
 	StatusWriteSlack   prometheus.Histogram
+	StatusWriteLapse   prometheus.Histogram
 	StatusWritesLate   prometheus.Counter
 	StatusWriteBacklog prometheus.Gauge
 	StatusWriteDemand  prometheus.Gauge
@@ -68,15 +69,15 @@ func New() *Metrics {
 			Name:    "redlock_operation_duration_seconds",
 			Help:    "Time until the outcome of a lock operation on the masters was decided.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-		}, []string{"master_set", "op", "result"}),
+		}, []string{"namespace", "name", "op", "result"}),
 		Votes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_master_votes_total",
 			Help: "Votes of each master on lock operations, by outcome.",
-		}, []string{"master_set", "master", "op", "outcome"}),
+		}, []string{"namespace", "name", "master", "op", "outcome"}),
 		Quarantines: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_master_quarantines_total",
 			Help: "Masters found restarted within the quarantine window.",
-		}, []string{"master_set", "master"}),
+		}, []string{"namespace", "name", "master"}),
 		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_lock_renew_failures_total",
 			Help: "Failed renewals of held locks, by reason.",
@@ -100,8 +101,13 @@ func New() *Metrics {
 		}, []string{"writer"}),
 		StatusWriteSlack: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "redlock_status_write_slack_seconds",
-			Help:    "Validity left in a held lock's status when the refresh replacing it landed; below zero the status showed a passed validity (a lapse) for that long.",
-			Buckets: []float64{-5, -1, -.25, 0, .1, .25, .5, 1, 2.5, 5, 10},
+			Help:    "Validity left in a held lock's status when the refresh replacing it landed in time.",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		StatusWriteLapse: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "redlock_status_write_lapse_seconds",
+			Help:    "How long a held lock's status showed a passed validity when the refresh replacing it landed late (redlock_status_writes_late_total counts them).",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 		StatusWritesLate: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "redlock_status_writes_late_total",
@@ -190,21 +196,22 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites,
-		m.StatusWriteSlack, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
+		m.StatusWriteSlack, m.StatusWriteLapse, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
 		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
 		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.GrantLostAt, m.Grants, m.PodWait,
 	}
 }
 
-// Observer returns a redlock.Observer that records the operations of one
-// master set's client.
-func (m *Metrics) Observer(masterSet string) redlock.Observer {
-	return observer{m: m, set: masterSet}
+// Observer returns a redlock.Observer that records the operations of the
+// client of master set namespace/name, labelled namespace and name as the
+// set's other series are.
+func (m *Metrics) Observer(namespace, name string) redlock.Observer {
+	return observer{m: m, namespace: namespace, name: name}
 }
 
 type observer struct {
-	m   *Metrics
-	set string
+	m               *Metrics
+	namespace, name string
 }
 
 func (o observer) ObserveOp(e redlock.OpEvent) {
@@ -212,12 +219,12 @@ func (o observer) ObserveOp(e redlock.OpEvent) {
 	if e.Err != nil {
 		result = "error"
 	}
-	o.m.OpDuration.WithLabelValues(o.set, string(e.Op), result).Observe(e.Latency.Seconds())
+	o.m.OpDuration.WithLabelValues(o.namespace, o.name, string(e.Op), result).Observe(e.Latency.Seconds())
 	for _, v := range e.Votes {
-		o.m.Votes.WithLabelValues(o.set, v.Addr, string(e.Op), v.Outcome.String()).Inc()
+		o.m.Votes.WithLabelValues(o.namespace, o.name, v.Addr, string(e.Op), v.Outcome.String()).Inc()
 	}
 }
 
 func (o observer) ObserveQuarantine(e redlock.QuarantineEvent) {
-	o.m.Quarantines.WithLabelValues(o.set, e.Addr).Inc()
+	o.m.Quarantines.WithLabelValues(o.namespace, o.name, e.Addr).Inc()
 }

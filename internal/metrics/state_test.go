@@ -161,9 +161,9 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Vectors gather only the label values they have seen.
-	m.OpDuration.WithLabelValues("a/masters", "acquire", "ok").Observe(0.001)
-	m.Votes.WithLabelValues("a/masters", "m-0:6379", "acquire", "granted").Inc()
-	m.Quarantines.WithLabelValues("a/masters", "m-0:6379").Inc()
+	m.OpDuration.WithLabelValues("a", "masters", "acquire", "ok").Observe(0.001)
+	m.Votes.WithLabelValues("a", "masters", "m-0:6379", "acquire", "granted").Inc()
+	m.Quarantines.WithLabelValues("a", "masters", "m-0:6379").Inc()
 	m.RenewFailures.WithLabelValues("timeout").Inc()
 	m.FencingToken.WithLabelValues("a", "l").Set(1)
 	m.StatusWrites.WithLabelValues("renewal").Inc()
@@ -176,6 +176,15 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 	}
 	if len(families) < 30 {
 		t.Fatalf("gathered %d families, want every metric (at least 30)", len(families))
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, b := range m.GetHistogram().GetBucket() {
+				if b.GetUpperBound() < 0 {
+					t.Errorf("%s: a bucket below zero (%g): a histogram observes amounts, split signs into two", f.GetName(), b.GetUpperBound())
+				}
+			}
+		}
 	}
 	problems, err := promlint.NewWithMetricFamilies(families).Lint()
 	if err != nil {

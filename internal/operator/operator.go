@@ -162,7 +162,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 	}
 	registry := &masters.Registry{
 		Reader:   mgr.GetAPIReader(),
-		Observer: func(n types.NamespacedName) redlock.Observer { return o.Metrics.Observer(n.String()) },
+		Observer: func(n types.NamespacedName) redlock.Observer { return o.Metrics.Observer(n.Namespace, n.Name) },
 		Options:  o.RedlockOptions,
 
 		DefaultNodeTimeout: o.DefaultNodeTimeout,

@@ -64,8 +64,8 @@ type dashboard struct {
 }
 
 // grafanaVariables stand for the dashboard's variables in what promtool
-// checks: Grafana's own interval and the namespace selector's "All".
-var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$namespace", ".*")
+// checks: Grafana's own interval and the selectors' "All".
+var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$namespace", ".*", "$job", ".*")
 
 // TestDashboardQueries parses every query of the Grafana dashboard with
 // promtool, as recording rules of a generated rule file, and checks that
