@@ -121,7 +121,7 @@ build-installer: manifests ## Write dist/install.yaml: CRDs, RBAC, manager (imag
 	$(KUSTOMIZE) build config/default | sed 's|redlock-operator:dev|$(IMG)|g' > dist/install.yaml
 
 .PHONY: verify
-verify: prometheus manifests generate api-docs helm-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; check the alerting rules with promtool and every link of the docs; no tracked file over 1 MiB.
+verify: prometheus manifests generate api-docs helm-docs ## Fail when generated files (the Helm chart's included), go.mod/go.sum or formatting are stale; lint the chart; check the alerting rules with promtool and every link of the docs; check the flags, labels and metrics references against the code; no tracked file over 1 MiB.
 	@$(MAKE) --no-print-directory build-installer IMG=redlock-operator:dev
 	@$(MAKE) --no-print-directory helm-chart
 	@git diff --exit-code -- api config dist docs/reference/api.md docs/reference/helm-values.md charts || { echo "generated files are stale: run 'make manifests generate build-installer api-docs helm-docs helm-chart' and commit"; exit 1; }
@@ -137,6 +137,7 @@ verify: prometheus manifests generate api-docs helm-docs ## Fail when generated 
 	@$(MAKE) --no-print-directory helm-lint
 	promtool check rules config/prometheus/rules.yaml
 	cd config/prometheus && promtool test rules rules_test.yaml
+	$(GO) test -count=1 -run '^(TestLabelsReference|TestFlagsReference|TestMetricsReference|TestRunbooks)$$' ./test/manifests/ ./cmd/manager/ ./test/prometheus/
 	$(GO) test -count=1 -run '^TestDocLinks$$' ./test/manifests/
 	@hack/check-file-sizes.sh
 

@@ -3,6 +3,9 @@ package main
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -144,6 +147,34 @@ func TestTakeoverTime(t *testing.T) {
 	} {
 		if got := takeoverTime(tc.lease, tc.retry); got != tc.want {
 			t.Errorf("%s: takeoverTime(%v, %v) = %v, want %v", tc.name, tc.lease, tc.retry, got, tc.want)
+		}
+	}
+}
+
+// TestFlagsReference: docs/reference/flags.md names every flag of the
+// manager, and only those.
+func TestFlagsReference(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference", "flags.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	bindFlags(fs, "redlock-system")
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f.Name) })
+	// controller-runtime registers --kubeconfig on the command line.
+	if flag.CommandLine.Lookup("kubeconfig") == nil {
+		t.Fatal("--kubeconfig is not registered: the manager imports controller-runtime's config")
+	}
+	flags = append(flags, "kubeconfig")
+	for _, name := range flags {
+		if !strings.Contains(string(doc), "`--"+name+"`") {
+			t.Errorf("docs/reference/flags.md does not name --%s", name)
+		}
+	}
+	for _, m := range regexp.MustCompile("`--([a-z0-9-]+)").FindAllStringSubmatch(string(doc), -1) {
+		if !slices.Contains(flags, m[1]) {
+			t.Errorf("docs/reference/flags.md names --%s, which the manager does not have", m[1])
 		}
 	}
 }

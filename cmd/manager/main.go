@@ -49,66 +49,81 @@ import (
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create,roleName=metrics-auth-role
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create,roleName=metrics-auth-role
 
-func main() {
-	var (
-		cfg        config
-		qps        float64
-		burst      int
-		lockSecret string
-	)
-	namespace := envOr("POD_NAMESPACE", "redlock-system")
-	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
-	flag.BoolVar(&cfg.metricsSecure, "metrics-secure", true,
+// flagValues are the manager's flags once parsed.
+type flagValues struct {
+	cfg         config
+	qps         float64
+	burst       int
+	lockSecret  string
+	showVersion bool
+	zap         zap.Options
+	// watchParsed completes cfg once the flags are parsed (watchFlags).
+	watchParsed func()
+}
+
+// bindFlags registers every flag of the manager on fs (the kubeconfig
+// flag aside: controller-runtime registers it on the command line).
+// docs/reference/flags.md lists them; a test keeps the two the same.
+func bindFlags(fs *flag.FlagSet, namespace string) *flagValues {
+	f := &flagValues{}
+	fs.StringVar(&f.cfg.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.BoolVar(&f.cfg.metricsSecure, "metrics-secure", true,
 		"Serve metrics over HTTPS, to scrapers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview: get on the /metrics non-resource URL); false serves plain HTTP to anyone, for local use.")
-	flag.StringVar(&cfg.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint (reloaded when they change); empty generates a self-signed certificate.")
-	flag.BoolVar(&cfg.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics and webhook servers (off: HTTP/2 Rapid Reset and Stream Cancellation, CVE-2023-44487 and CVE-2023-39325).")
-	showVersion := flag.Bool("version", false, "Print the version and exit.")
-	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
-	flag.StringVar(&cfg.pprofAddr, "pprof-bind-address", "0", "Address of Go's pprof endpoints (/debug/pprof/), for profiling; 0 disables them. Plain HTTP without authentication: bind it to localhost.")
-	flag.BoolVar(&cfg.leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
-	flag.StringVar(&cfg.leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
-	flag.DurationVar(&cfg.leaseDuration, "leader-elect-lease-duration", 8*time.Second, "How long a leader's Lease lasts without renewal; a replica waits that long before taking over from a leader that vanished.")
-	flag.DurationVar(&cfg.renewDeadline, "leader-elect-renew-deadline", 6*time.Second, "How long the leader keeps trying to renew its Lease before it stops leading (and the process exits).")
-	flag.DurationVar(&cfg.retryPeriod, "leader-elect-retry-period", time.Second, "How often replicas try to acquire or renew the Lease.")
-	flag.StringVar(&lockSecret, "lock-key-secret", namespace+"/redlock-operator-lock-key",
+	fs.StringVar(&f.cfg.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint (reloaded when they change); empty generates a self-signed certificate.")
+	fs.BoolVar(&f.cfg.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics and webhook servers (off: HTTP/2 Rapid Reset and Stream Cancellation, CVE-2023-44487 and CVE-2023-39325).")
+	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit.")
+	fs.StringVar(&f.cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
+	fs.StringVar(&f.cfg.pprofAddr, "pprof-bind-address", "0", "Address of Go's pprof endpoints (/debug/pprof/), for profiling; 0 disables them. Plain HTTP without authentication: bind it to localhost.")
+	fs.BoolVar(&f.cfg.leaderElect, "leader-elect", true, "Elect a leader so that one manager acts at a time.")
+	fs.StringVar(&f.cfg.leaderNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease.")
+	fs.DurationVar(&f.cfg.leaseDuration, "leader-elect-lease-duration", 8*time.Second, "How long a leader's Lease lasts without renewal; a replica waits that long before taking over from a leader that vanished.")
+	fs.DurationVar(&f.cfg.renewDeadline, "leader-elect-renew-deadline", 6*time.Second, "How long the leader keeps trying to renew its Lease before it stops leading (and the process exits).")
+	fs.DurationVar(&f.cfg.retryPeriod, "leader-elect-retry-period", time.Second, "How often replicas try to acquire or renew the Lease.")
+	fs.StringVar(&f.lockSecret, "lock-key-secret", namespace+"/redlock-operator-lock-key",
 		"namespace/name of the Secret holding the key lock values are derived from (created when missing).")
-	flag.DurationVar(&cfg.probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
-	flag.IntVar(&cfg.workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
-	flag.DurationVar(&cfg.nodeTimeout, "redis-node-timeout", 0,
+	fs.DurationVar(&f.cfg.probeInterval, "probe-interval", 10*time.Second, "How often the masters of each RedisMasterSet are probed.")
+	fs.IntVar(&f.cfg.workers, "max-concurrent-reconciles", 4, "Parallel reconciles of DistributedLocks.")
+	fs.DurationVar(&f.cfg.nodeTimeout, "redis-node-timeout", 0,
 		"Timeout of one request to one Redis master, for master sets without spec.nodeTimeout; 0 derives it from each lock's ttl (ttl/100 in [50ms, 200ms]).")
-	flag.StringVar(&cfg.gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
+	fs.StringVar(&f.cfg.gateImage, "gate-image", envOr("OPERATOR_IMAGE", "redlock-operator:dev"),
 		"The operator's own image: managed Redis pods copy the gate from it, and pods that ask for the in-pod agent copy or run the agent from it.")
-	flag.BoolVar(&cfg.agentAccess, "agent-access", true,
+	fs.BoolVar(&f.cfg.agentAccess, "agent-access", true,
 		"Keep, for every lock that pods with the in-pod agent request, a Role that reads that one lock and a RoleBinding of it to those pods' ServiceAccounts (redlock-agent:<lock>). false: create them yourself.")
-	flag.BoolVar(&cfg.enableWebhook, "enable-webhook", true, "Serve the mutating webhook that adds the lock gate to pods labelled redlock.dev/lock (its certificate is managed in-process).")
-	flag.IntVar(&cfg.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
-	flag.StringVar(&cfg.webhook.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Where the webhook's serving certificate is written and read.")
-	flag.StringVar(&cfg.webhook.ServiceName, "webhook-service-name", "redlock-operator-webhook-service", "Service in front of the webhook (the certificate names it).")
-	flag.StringVar(&cfg.webhook.SecretName, "webhook-secret-name", "redlock-operator-webhook-server-cert", "Secret (in the operator's namespace) that keeps the webhook's CA and certificate.")
-	flag.Func("webhook-extra-dns-name", "A further DNS name in the webhook's certificate (repeatable), e.g. localhost for a webhook reached on the host network.", func(v string) error {
-		cfg.webhook.ExtraDNSNames = append(cfg.webhook.ExtraDNSNames, v)
+	fs.BoolVar(&f.cfg.enableWebhook, "enable-webhook", true, "Serve the mutating webhook that adds the lock gate to pods labelled redlock.dev/lock (its certificate is managed in-process).")
+	fs.IntVar(&f.cfg.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&f.cfg.webhook.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Where the webhook's serving certificate is written and read.")
+	fs.StringVar(&f.cfg.webhook.ServiceName, "webhook-service-name", "redlock-operator-webhook-service", "Service in front of the webhook (the certificate names it).")
+	fs.StringVar(&f.cfg.webhook.SecretName, "webhook-secret-name", "redlock-operator-webhook-server-cert", "Secret (in the operator's namespace) that keeps the webhook's CA and certificate.")
+	fs.Func("webhook-extra-dns-name", "A further DNS name in the webhook's certificate (repeatable), e.g. localhost for a webhook reached on the host network.", func(v string) error {
+		f.cfg.webhook.ExtraDNSNames = append(f.cfg.webhook.ExtraDNSNames, v)
 		return nil
 	})
-	flag.StringVar(&cfg.webhook.ConfigurationName, "webhook-configuration-name", "redlock-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose CA bundle the operator keeps current.")
-	watchParsed := watchFlags(flag.CommandLine, &cfg)
-	flag.Float64Var(&qps, "kube-api-qps", 200, "Client-side limit of API requests per second.")
-	flag.Float64Var(&cfg.statusWriteQPS, "status-write-qps", 0,
+	fs.StringVar(&f.cfg.webhook.ConfigurationName, "webhook-configuration-name", "redlock-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose CA bundle the operator keeps current.")
+	f.watchParsed = watchFlags(fs, &f.cfg)
+	fs.Float64Var(&f.qps, "kube-api-qps", 200, "Client-side limit of API requests per second.")
+	fs.Float64Var(&f.cfg.statusWriteQPS, "status-write-qps", 0,
 		"Budget of status writes per second that refresh held locks' validity (about 1.15/ttl per held lock; more for ttls that keep the failover slack), sent on a client of their own besides --kube-api-qps, so that they never queue behind grants. 0: three quarters of --kube-api-qps.")
-	flag.DurationVar(&cfg.failoverSlack, "failover-slack", 0,
+	fs.DurationVar(&f.cfg.failoverSlack, "failover-slack", 0,
 		"Validity that held locks' status keeps ahead so that a standby taking over from a crashed leader adopts every lock before its status lapses; kept for locks whose ttl is at least twice it. 0: derived from the leader election flags (lease duration + 4.4 retry periods + 2s to adopt; 14.4s with the defaults), or none without leader election.")
-	flag.IntVar(&burst, "kube-api-burst", 400, "Client-side burst of API requests.")
-	flag.Float64Var(&cfg.eventQPS, "event-qps", 10,
+	fs.IntVar(&f.burst, "kube-api-burst", 400, "Client-side burst of API requests.")
+	fs.Float64Var(&f.cfg.eventQPS, "event-qps", 10,
 		"Events recorded per second, in bursts of five seconds' worth; the rest are dropped and counted in redlock_events_dropped_total (warnings go first). Every Event is an API write: a new leader adopting thousands of locks would otherwise crowd out its own Lease renewal. 0: no limit.")
-	opts := zap.Options{}
-	opts.BindFlags(flag.CommandLine)
+	f.zap.BindFlags(fs)
+	return f
+}
+
+func main() {
+	namespace := envOr("POD_NAMESPACE", "redlock-system")
+	f := bindFlags(flag.CommandLine, namespace)
 	flag.Parse()
-	if *showVersion {
+	if f.showVersion {
 		fmt.Println(version.Version)
 		return
 	}
+	f.watchParsed()
+	cfg, opts, qps, burst, lockSecret := f.cfg, f.zap, f.qps, f.burst, f.lockSecret
 	cfg.namespace, cfg.webhook.Namespace = namespace, namespace
 	cfg.webhook.AgentImage = cfg.gateImage
-	watchParsed()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
