@@ -21,7 +21,7 @@ var cacheIndexes = []string{"redlock.dev/policy-key", "redlock.dev/namespace-rul
 // redlock.dev/ label, annotation, gate, condition and finalizer the code
 // declares as a constant (outside tests), so that the page cannot miss one.
 func TestLabelsReference(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "reference", "labels-and-annotations.md")) //nolint:gosec // a file of this repository
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "reference", "labels-and-annotations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
