@@ -35,8 +35,10 @@ else
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
+# Waits for the dpkg lock (a fresh machine's unattended upgrades hold it at
+# first) for up to 10 minutes.
+$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
 # Without recommends: prometheus would add node-exporter. A package's own
 # service (a system redis-server on 6379) is not used.
-$SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" >/dev/null
 echo "installed: $("$cmd" --version 2>&1 | head -n1)"

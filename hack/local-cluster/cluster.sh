@@ -11,6 +11,9 @@
 # State lives in $CLUSTER_STATE (default /var/tmp/redlock-cluster); nothing
 # is written into the checkout. `up` tears down again when it fails.
 set -euo pipefail
+# Errors stop the script inside command substitutions too: `up` runs in
+# one (KUBECONFIG=$(up)), and a failed install must not go on to a build.
+shopt -s inherit_errexit
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 STATE=${CLUSTER_STATE:-/var/tmp/redlock-cluster}
@@ -36,11 +39,13 @@ install_packages() {
 	command -v iptables >/dev/null || missing+=(iptables) # the e2e suite cuts an agent off with it
 	[ -x /bin/busybox ] || missing+=(busybox-static)
 	if [ ${#missing[@]} -gt 0 ]; then
-		log "installing ${missing[*]}"
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		log "installing ${missing[*]} (waiting up to 10 minutes for the dpkg lock: a fresh machine's unattended upgrades hold it at first)"
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq ||
+			{ log "apt-get update failed (above): fix the package sources and run again"; exit 1; }
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+			{ log "installing ${missing[*]} failed (above): nothing was built or started"; exit 1; }
 	fi
-	"$ROOT/hack/install-redis.sh" >/dev/null
+	"$ROOT/hack/install-redis.sh" >/dev/null || { log "installing redis-server failed (above)"; exit 1; }
 }
 
 build() {
