@@ -2,14 +2,15 @@
 // the local single-node cluster (hack/local-cluster): a managed set of five
 // Redis masters, a lock held by an identity with a rival lock of the same
 // key waiting, three Jobs gated on one lock running one after another with
-// their fencing tokens, an active/passive Deployment with exactly one pod
-// Ready, and a Redis member crashed and kept out for its restart delay
-// while the lock stays held with the same token.
+// their fencing tokens, an active/passive Deployment in holder-label mode
+// (every pod Ready, exactly one marked as the holder), and a Redis member
+// crashed and kept out for its restart delay while the lock stays held
+// with the same token.
 //
 // Run drives the script and samples the cluster four times a second: it
 // draws a compact view (refreshed in place on a terminal) and checks, at
 // every sample, what the operator promises — one holder per key, one Job
-// pod running at a time, at most one Ready pod, the held lock keeping its
+// pod running at a time, at most one marked holder, the held lock keeping its
 // token through the crash. The Report says what was seen; `make e2e` runs
 // the demo bounded and asserts the Report.
 package demo
@@ -101,7 +102,7 @@ type Report struct {
 	IdentityToken  int64
 	Jobs           []JobRun
 	Crash          *Crash
-	ReadyPods      []string // pods seen as the one Ready pod, in order
+	HolderPods     []string // pods seen as the one marked holder, in order
 	Done           []string // script steps completed
 	Missing        []string // script steps not completed
 	Violations     []string // broken promises, as sampled
@@ -305,7 +306,7 @@ func (d *demo) workloads(ctx context.Context) error {
 			},
 		})
 	}
-	labels := map[string]string{"app": Deployment, v1alpha1.LockLabel: LeaderLk, v1alpha1.GateModeLabel: v1alpha1.GateModeReadiness}
+	labels := map[string]string{"app": Deployment, v1alpha1.LockLabel: LeaderLk, v1alpha1.GateModeLabel: v1alpha1.GateModeHolderLabel}
 	objs = append(objs, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Deployment},
 		Spec: appsv1.DeploymentSpec{
@@ -320,7 +321,7 @@ func (d *demo) workloads(ctx context.Context) error {
 	if err := d.create(ctx, objs...); err != nil {
 		return err
 	}
-	d.event("created %d Jobs gated on lock %s, and Deployment %s (2 replicas, readiness gate on lock %s)", jobCount, JobsLk, Deployment, LeaderLk)
+	d.event("created %d Jobs gated on lock %s, and Deployment %s (2 replicas, holder-label mode on lock %s)", jobCount, JobsLk, Deployment, LeaderLk)
 	return nil
 }
 
@@ -369,11 +370,12 @@ func (d *demo) jobsDone(ctx context.Context) error {
 	return nil
 }
 
-// failover deletes the Deployment's Ready pod and waits for the other one.
+// failover deletes the Deployment's marked holder and waits for the other
+// pod to be marked.
 func (d *demo) failover(ctx context.Context) error {
 	var first string
-	if err := d.until(ctx, 2*time.Minute, "one "+Deployment+" pod Ready", func(s snapshot) bool {
-		r := s.readyPods()
+	if err := d.until(ctx, 2*time.Minute, "one "+Deployment+" pod marked as the holder", func(s snapshot) bool {
+		r := s.holderPods()
 		if len(r) == 1 {
 			first = r[0]
 		}
@@ -381,17 +383,17 @@ func (d *demo) failover(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	d.event("deleting the Ready pod %s: readiness moves to the passive pod", first)
+	d.event("deleting the holder pod %s: the lock and its mark move to the passive pod", first)
 	if err := d.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.o.Namespace, Name: first}}); err != nil {
 		return fmt.Errorf("delete pod %s: %w", first, err)
 	}
-	if err := d.until(ctx, 2*time.Minute, "another "+Deployment+" pod Ready", func(s snapshot) bool {
-		r := s.readyPods()
+	if err := d.until(ctx, 2*time.Minute, "another "+Deployment+" pod marked as the holder", func(s snapshot) bool {
+		r := s.holderPods()
 		return len(r) == 1 && r[0] != first
 	}); err != nil {
 		return err
 	}
-	d.step("active/passive: readiness moved to the other pod")
+	d.step("active/passive: the holder mark moved to the other pod")
 	return nil
 }
 
@@ -546,7 +548,7 @@ func (d *demo) checkLocks(prev, s snapshot) {
 }
 
 // checkPods: one Job pod at a time, no gated pod scheduled, at most one
-// Ready pod of the Deployment.
+// pod of the Deployment marked as the holder.
 func (d *demo) checkPods(s snapshot) {
 	var running []string
 	for i := range s.pods {
@@ -561,13 +563,13 @@ func (d *demo) checkPods(s snapshot) {
 	if len(running) > 1 {
 		d.violate("Job pods %v may run at once", running)
 	}
-	ready := s.readyPods()
-	if len(ready) > 1 {
-		d.violate("%s pods %v Ready at once", Deployment, ready)
+	marked := s.holderPods()
+	if len(marked) > 1 {
+		d.violate("%s pods %v marked as the holder at once", Deployment, marked)
 	}
-	if len(ready) == 1 && (len(d.rep.ReadyPods) == 0 || d.rep.ReadyPods[len(d.rep.ReadyPods)-1] != ready[0]) {
-		d.rep.ReadyPods = append(d.rep.ReadyPods, ready[0])
-		d.note("pod %s Ready: it holds lock %s", ready[0], LeaderLk)
+	if len(marked) == 1 && (len(d.rep.HolderPods) == 0 || d.rep.HolderPods[len(d.rep.HolderPods)-1] != marked[0]) {
+		d.rep.HolderPods = append(d.rep.HolderPods, marked[0])
+		d.note("pod %s marked: it holds lock %s", marked[0], LeaderLk)
 	}
 }
 
@@ -621,7 +623,7 @@ func (d *demo) finish() *Report {
 	if c := r.Crash; c != nil && !c.ServedAgain.IsZero() && c.OutOfService < c.RestartDelay {
 		r.Violations = append(r.Violations, fmt.Sprintf("member #%d served again %v after its crash, before its restart delay %v", c.Member, c.OutOfService, c.RestartDelay))
 	}
-	for _, want := range []string{"five Redis masters serving", "lock " + IdentityLk, "member #", "Jobs ran one after another", "readiness moved"} {
+	for _, want := range []string{"five Redis masters serving", "lock " + IdentityLk, "member #", "Jobs ran one after another", "holder mark moved"} {
 		if !slices.ContainsFunc(r.Done, func(s string) bool { return contains(s, want) }) {
 			r.Missing = append(r.Missing, "not reached: "+want)
 		}
@@ -709,10 +711,11 @@ func (s snapshot) memberState(i int) string {
 	return s.set.Status.Members[i].State
 }
 
-func (s snapshot) readyPods() []string {
+// holderPods are the Deployment's pods marked as the holder of its lock.
+func (s snapshot) holderPods() []string {
 	var out []string
 	for i := range s.pods {
-		if s.pods[i].Labels["app"] == Deployment && Ready(&s.pods[i]) {
+		if s.pods[i].Labels["app"] == Deployment && s.pods[i].Labels[v1alpha1.HoldsLabel] == LeaderLk {
 			out = append(out, s.pods[i].Name)
 		}
 	}

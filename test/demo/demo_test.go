@@ -32,13 +32,14 @@ func jobPod(name string, running bool) corev1.Pod {
 	return p
 }
 
-func webPod(name string, ready bool) corev1.Pod {
+// webPod is a Ready pod of the Deployment, marked as the holder of its
+// lock when marked.
+func webPod(name string, marked bool) corev1.Pod {
 	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": Deployment}}}
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
+	if marked {
+		p.Labels[v1alpha1.HoldsLabel] = LeaderLk
 	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	return p
 }
 
@@ -59,7 +60,7 @@ func TestCheckSeesBrokenPromises(t *testing.T) {
 		{"a sound sample", func(*snapshot) {}, ""},
 		{"two locks of one key held", func(s *snapshot) { s.locks = append(s.locks, heldLock(RivalLk, "demo/report", RivalID, 11)) }, "key demo/report held by"},
 		{"two Job pods running", func(s *snapshot) { s.pods[1] = jobPod("migrate-2", true) }, "may run at once"},
-		{"two pods Ready", func(s *snapshot) { s.pods[3] = webPod("web-b", true) }, "Ready at once"},
+		{"two pods marked", func(s *snapshot) { s.pods[3] = webPod("web-b", true) }, "marked as the holder at once"},
 		{"the identity lock's token changed", func(s *snapshot) { s.locks[0].Status.FencingToken = 12 }, "changed token 10 → 12"},
 		{"the identity lock lost", func(s *snapshot) { s.locks[0].Status.Conditions = nil }, "lost its grant"},
 		{"a gated pod scheduled", func(s *snapshot) { s.pods[1].Spec.NodeName = "node" }, "scheduled while gated"},

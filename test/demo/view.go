@@ -131,10 +131,10 @@ func podState(p *corev1.Pod) string {
 		return "gated: waiting for the lock"
 	case p.Status.Phase == corev1.PodSucceeded:
 		return withToken("done")
-	case Ready(p):
-		return withToken("Ready: holds the lock")
-	case p.Labels["app"] == Deployment && p.Status.Phase == corev1.PodRunning:
-		return "running, not Ready: waiting for the lock"
+	case p.Labels[v1alpha1.HoldsLabel] != "":
+		return withToken("Ready, marked: holds the lock")
+	case p.Labels["app"] == Deployment && Ready(p):
+		return "Ready, passive: waiting for the lock"
 	default:
 		return withToken(strings.ToLower(string(p.Status.Phase)))
 	}

@@ -53,7 +53,7 @@ var _ = Describe("make demo", func() {
 			Expect(rep.Jobs[i].Start).NotTo(BeTemporally("<", rep.Jobs[i-1].Finish))
 			Expect(rep.Jobs[i].Token).To(BeNumerically(">", rep.Jobs[i-1].Token))
 		}
-		Expect(len(rep.ReadyPods)).To(BeNumerically(">=", 2), "readiness moved between the Deployment's pods")
+		Expect(len(rep.HolderPods)).To(BeNumerically(">=", 2), "the holder mark moved between the Deployment's pods")
 
 		By("the crashed member out for its restart delay, the lock held with the same token throughout")
 		c := rep.Crash
