@@ -28,6 +28,14 @@ var (
 		"Pods in the lock's queue (status.queue.count): pods labelled for the lock that do not hold it, standbys of active/passive workloads included.", []string{"namespace", "name"}, nil)
 	descOldestWait = prometheus.NewDesc("redlock_lock_oldest_wait_seconds",
 		"How long the oldest pod held at the lock's scheduling gate has existed (0 when none is): pods kept from starting, not the running standbys of readiness, label or agent mode.", []string{"namespace", "name"}, nil)
+	descSemSlots = prometheus.NewDesc("redlock_semaphore_slots",
+		"Slots of a DistributedSemaphore (spec.slots): how many pods may hold it at once.", []string{"namespace", "name"}, nil)
+	descSemHeld = prometheus.NewDesc("redlock_semaphore_slots_held",
+		"Slots of a DistributedSemaphore held now (status.held, refreshed at most once a second while slots change hands).", []string{"namespace", "name"}, nil)
+	descSemWaiting = prometheus.NewDesc("redlock_semaphore_pods_waiting",
+		"Pods waiting for a slot of a DistributedSemaphore (status.queue.count).", []string{"namespace", "name"}, nil)
+	descSemOldestWait = prometheus.NewDesc("redlock_semaphore_oldest_wait_seconds",
+		"How long the oldest pod held at the semaphore's scheduling gate has existed (0 when none is).", []string{"namespace", "name"}, nil)
 	descServing = prometheus.NewDesc("redlock_master_set_serving",
 		"Masters of a set that can vote now (status.serving, from the last probe).", []string{"namespace", "name"}, nil)
 	descAvailable = prometheus.NewDesc("redlock_master_set_available",
@@ -45,8 +53,9 @@ var (
 )
 
 // StateCollector reports, at each scrape, what the manager's cache shows of
-// every DistributedLock and RedisMasterSet and of the pods labelled for
-// locks: held, pods waiting and the oldest wait per lock; serving, available,
+// every DistributedLock, DistributedSemaphore and RedisMasterSet and of the
+// pods labelled for them: held, pods waiting and the oldest wait per lock;
+// slots, slots held, pods waiting and the oldest wait per semaphore; serving, available,
 // quorum, members, members' states and certificate expiry and renewal per
 // set. It reads status, which only the elected leader writes, and reports
 // these series on the leader only, so that a sum over replicas counts each
@@ -56,9 +65,11 @@ var (
 // Computing the series at scrape time from the cache keeps them exact
 // without bookkeeping: a deleted lock's series are gone at the next scrape.
 type StateCollector struct {
-	// Objects reads DistributedLocks and RedisMasterSets (the manager's
-	// cache); Pods reads the pods labelled redlock.dev/lock.
-	Objects, Pods client.Reader
+	// Objects reads DistributedLocks, DistributedSemaphores and
+	// RedisMasterSets (the manager's cache); Pods reads the pods labelled
+	// redlock.dev/lock, SemaphorePods those labelled redlock.dev/semaphore
+	// (nil: semaphores' oldest waits are reported as 0).
+	Objects, Pods, SemaphorePods client.Reader
 	// Elected is closed once this manager leads (manager.Elected()).
 	Elected <-chan struct{}
 	// Synced reports, without blocking, whether the caches Objects and
@@ -72,7 +83,7 @@ type StateCollector struct {
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeading, descHeld, descWaiting, descOldestWait, descServing, descAvailable, descQuorum, descMembers, descMemberState, descCertExpiry, descCertRenew} {
+	for _, d := range []*prometheus.Desc{descLeading, descHeld, descWaiting, descOldestWait, descSemSlots, descSemHeld, descSemWaiting, descSemOldestWait, descServing, descAvailable, descQuorum, descMembers, descMemberState, descCertExpiry, descCertRenew} {
 		ch <- d
 	}
 }
@@ -116,6 +127,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descOldestWait, prometheus.GaugeValue, s.OldestWait.Seconds(), s.Namespace, s.Name)
 		}
 	}
+	c.collectSemaphores(ctx, ch, now)
 	var sets v1alpha1.RedisMasterSetList
 	if err := c.Objects.List(ctx, &sets, client.UnsafeDisableDeepCopy); err != nil {
 		c.Log.Error(err, "metrics: list master sets")
@@ -142,6 +154,76 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// collectSemaphores reports the series of every DistributedSemaphore.
+func (c *StateCollector) collectSemaphores(ctx context.Context, ch chan<- prometheus.Metric, now time.Time) {
+	var sems v1alpha1.DistributedSemaphoreList
+	if err := c.Objects.List(ctx, &sems, client.UnsafeDisableDeepCopy); err != nil {
+		c.Log.Error(err, "metrics: list semaphores")
+		return
+	}
+	var pods corev1.PodList
+	if c.SemaphorePods != nil {
+		if err := c.SemaphorePods.List(ctx, &pods, client.HasLabels{v1alpha1.SemaphoreLabel}, client.UnsafeDisableDeepCopy); err != nil {
+			c.Log.Error(err, "metrics: list semaphore pods; oldest waits reported as 0")
+		}
+	}
+	for _, s := range SemaphoreSamples(sems.Items, pods.Items, now) {
+		ch <- prometheus.MustNewConstMetric(descSemSlots, prometheus.GaugeValue, float64(s.Slots), s.Namespace, s.Name)
+		ch <- prometheus.MustNewConstMetric(descSemHeld, prometheus.GaugeValue, float64(s.Held), s.Namespace, s.Name)
+		ch <- prometheus.MustNewConstMetric(descSemWaiting, prometheus.GaugeValue, float64(s.Waiting), s.Namespace, s.Name)
+		ch <- prometheus.MustNewConstMetric(descSemOldestWait, prometheus.GaugeValue, s.OldestWait.Seconds(), s.Namespace, s.Name)
+	}
+}
+
+// SemaphoreSample is what a scrape reports of one semaphore.
+type SemaphoreSample struct {
+	Namespace, Name string
+	// Slots is spec.slots, Held status.held, Waiting status.queue.count.
+	Slots, Held, Waiting int32
+	// OldestWait is the age of the oldest pod labelled for the semaphore
+	// that still carries the scheduling gate and is not being deleted.
+	OldestWait time.Duration
+}
+
+// SemaphoreSamples computes the samples of sems at now; pods are the pods
+// labelled for semaphores, in any namespace.
+func SemaphoreSamples(sems []v1alpha1.DistributedSemaphore, pods []corev1.Pod, now time.Time) []SemaphoreSample {
+	oldest := oldestGated(pods, v1alpha1.SemaphoreLabel)
+	out := make([]SemaphoreSample, 0, len(sems))
+	for i := range sems {
+		sem := &sems[i]
+		s := SemaphoreSample{Namespace: sem.Namespace, Name: sem.Name, Slots: sem.Spec.Slots, Held: sem.Status.Held}
+		if q := sem.Status.Queue; q != nil {
+			s.Waiting = q.Count
+		}
+		if t, ok := oldest[objectName{sem.Namespace, sem.Name}]; ok && now.After(t) {
+			s.OldestWait = now.Sub(t)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// objectName is a namespaced name.
+type objectName struct{ namespace, name string }
+
+// oldestGated returns, per value of pods' label, the creation of the oldest
+// pod that still carries the scheduling gate and is not being deleted.
+func oldestGated(pods []corev1.Pod, label string) map[objectName]time.Time {
+	oldest := map[objectName]time.Time{}
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || !slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate }) {
+			continue
+		}
+		k := objectName{p.Namespace, p.Labels[label]}
+		if t, ok := oldest[k]; !ok || p.CreationTimestamp.Time.Before(t) {
+			oldest[k] = p.CreationTimestamp.Time
+		}
+	}
+	return oldest
+}
+
 // LockSample is what a scrape reports of one lock.
 type LockSample struct {
 	Namespace, Name string
@@ -157,18 +239,7 @@ type LockSample struct {
 // LockSamples computes the samples of locks at now; pods are the pods
 // labelled for locks, in any namespace.
 func LockSamples(locks []v1alpha1.DistributedLock, pods []corev1.Pod, now time.Time) []LockSample {
-	type lockName struct{ namespace, name string }
-	oldest := map[lockName]time.Time{}
-	for i := range pods {
-		p := &pods[i]
-		if p.DeletionTimestamp != nil || !slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate }) {
-			continue
-		}
-		k := lockName{p.Namespace, p.Labels[v1alpha1.LockLabel]}
-		if t, ok := oldest[k]; !ok || p.CreationTimestamp.Time.Before(t) {
-			oldest[k] = p.CreationTimestamp.Time
-		}
-	}
+	oldest := oldestGated(pods, v1alpha1.LockLabel)
 	out := make([]LockSample, 0, len(locks))
 	for i := range locks {
 		l := &locks[i]
@@ -178,7 +249,7 @@ func LockSamples(locks []v1alpha1.DistributedLock, pods []corev1.Pod, now time.T
 		if st.Queue != nil {
 			s.Waiting = st.Queue.Count
 		}
-		if t, ok := oldest[lockName{l.Namespace, l.Name}]; ok && now.After(t) {
+		if t, ok := oldest[objectName{l.Namespace, l.Name}]; ok && now.After(t) {
 			s.OldestWait = now.Sub(t)
 		}
 		out = append(out, s)

@@ -76,6 +76,35 @@ func TestLockSamples(t *testing.T) {
 	}
 }
 
+// semPod is a pod labelled for semaphore sem, given a slot's lock when
+// slot is not "".
+func semPod(name, sem, slot string, age time.Duration, gated bool) corev1.Pod {
+	p := pod("a", name, slot, age, gated, false)
+	if slot == "" {
+		delete(p.Labels, v1alpha1.LockLabel)
+	}
+	p.Labels[v1alpha1.SemaphoreLabel] = sem
+	return p
+}
+
+func TestSemaphoreSamples(t *testing.T) {
+	sem := v1alpha1.DistributedSemaphore{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "s"}}
+	sem.Spec.Slots = 3
+	sem.Status.Held, sem.Status.Queue = 2, &v1alpha1.LockQueue{Count: 2}
+	pods := []corev1.Pod{
+		semPod("holder", "s", "s-3-0", 2*time.Hour, false),         // running: not waiting
+		semPod("given", "s", "s-3-1", 90*time.Minute, true),        // given a slot, not lifted yet: still at the gate
+		semPod("waiting", "s", "", time.Hour, true),                // waiting for a slot
+		semPod("other", "t", "", 3*time.Hour, true),                // another semaphore's
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "x"}}, // no label
+	}
+	got := metrics.SemaphoreSamples([]v1alpha1.DistributedSemaphore{sem}, pods, now)
+	want := metrics.SemaphoreSample{Namespace: "a", Name: "s", Slots: 3, Held: 2, Waiting: 2, OldestWait: 90 * time.Minute}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("SemaphoreSamples = %+v, want [%+v]", got, want)
+	}
+}
+
 // stateCollector is a StateCollector over a fake client holding one lock
 // with a waiting pod and one managed set with TLS, on a leader.
 func stateCollector(t *testing.T, leading bool) *metrics.StateCollector {
@@ -94,12 +123,15 @@ func stateCollector(t *testing.T, leading bool) *metrics.StateCollector {
 	ms.Status.Members = []v1alpha1.MemberStatus{{Address: "m-0:6379", State: v1alpha1.MemberServing}, {Address: "m-1:6379", State: v1alpha1.MemberDown}}
 	ms.Status.TLS = &v1alpha1.MasterTLSStatus{SecretName: "masters-tls-1", NotAfter: &metav1.Time{Time: now.Add(90 * 24 * time.Hour)},
 		RenewAt: &metav1.Time{Time: now.Add(60 * 24 * time.Hour)}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&l, &p, ms).Build()
+	sem := &v1alpha1.DistributedSemaphore{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "s"}}
+	sem.Spec.Slots, sem.Status.Held, sem.Status.Queue = 2, 1, &v1alpha1.LockQueue{Count: 1}
+	sp := semPod("w", "s", "", 2*time.Minute, true)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&l, &p, ms, sem, &sp).Build()
 	elected := make(chan struct{})
 	if leading {
 		close(elected)
 	}
-	return &metrics.StateCollector{Objects: c, Pods: c, Elected: elected, Now: func() time.Time { return now }}
+	return &metrics.StateCollector{Objects: c, Pods: c, SemaphorePods: c, Elected: elected, Now: func() time.Time { return now }}
 }
 
 func TestStateCollectorOnTheLeader(t *testing.T) {
@@ -110,6 +142,12 @@ redlock_lock_held{name="l",namespace="a"} 1
 # HELP redlock_lock_oldest_wait_seconds How long the oldest pod held at the lock's scheduling gate has existed (0 when none is): pods kept from starting, not the running standbys of readiness, label or agent mode.
 # TYPE redlock_lock_oldest_wait_seconds gauge
 redlock_lock_oldest_wait_seconds{name="l",namespace="a"} 60
+# HELP redlock_semaphore_oldest_wait_seconds How long the oldest pod held at the semaphore's scheduling gate has existed (0 when none is).
+# TYPE redlock_semaphore_oldest_wait_seconds gauge
+redlock_semaphore_oldest_wait_seconds{name="s",namespace="a"} 120
+# HELP redlock_semaphore_slots_held Slots of a DistributedSemaphore held now (status.held, refreshed at most once a second while slots change hands).
+# TYPE redlock_semaphore_slots_held gauge
+redlock_semaphore_slots_held{name="s",namespace="a"} 1
 # HELP redlock_master_set_certificate_expiry_timestamp_seconds When the certificate a managed set's members serve expires (status.tls.notAfter), in seconds since the epoch.
 # TYPE redlock_master_set_certificate_expiry_timestamp_seconds gauge
 redlock_master_set_certificate_expiry_timestamp_seconds{name="masters",namespace="a",secret="masters-tls-1"} 1.8040752e+09
@@ -129,11 +167,12 @@ redlock_master_state{master="m-1:6379",name="masters",namespace="a",state="Start
 `
 	c := stateCollector(t, true)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redlock_lock_held", "redlock_lock_oldest_wait_seconds",
+		"redlock_semaphore_oldest_wait_seconds", "redlock_semaphore_slots_held",
 		"redlock_master_state", "redlock_master_set_certificate_expiry_timestamp_seconds", "redlock_master_set_certificate_renewal_timestamp_seconds"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 1+3+4+8+2 {
-		t.Fatalf("the leader reports %d series, want 18 (leading; held, waiting, oldest wait; serving, available, quorum, members; 8 member states; expiry, renewal)", n)
+	if n := testutil.CollectAndCount(c); n != 1+3+4+4+8+2 {
+		t.Fatalf("the leader reports %d series, want 22 (leading; held, waiting, oldest wait; slots, held, waiting, oldest wait of the semaphore; serving, available, quorum, members; 8 member states; expiry, renewal)", n)
 	}
 }
 

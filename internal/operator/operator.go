@@ -230,9 +230,10 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		return nil, fmt.Errorf("set up pod gate controller: %w", err)
 	}
 	if o.Registry != nil {
-		state := &metrics.StateCollector{Objects: mgr.GetCache(), Pods: pods, Elected: mgr.Elected(), Now: o.Clock.Now, Log: logf.Log.WithName("metrics"),
+		state := &metrics.StateCollector{Objects: mgr.GetCache(), Pods: pods, SemaphorePods: semPods, Elected: mgr.Elected(), Now: o.Clock.Now, Log: logf.Log.WithName("metrics"),
 			Synced: func(ctx context.Context) bool {
-				return synced(ctx, mgr.GetCache(), &v1alpha1.DistributedLock{}, &v1alpha1.RedisMasterSet{}) && synced(ctx, pods, &corev1.Pod{})
+				return synced(ctx, mgr.GetCache(), &v1alpha1.DistributedLock{}, &v1alpha1.DistributedSemaphore{}, &v1alpha1.RedisMasterSet{}) &&
+					synced(ctx, pods, &corev1.Pod{}) && synced(ctx, semPods, &corev1.Pod{})
 			}}
 		if err := o.Registry.Register(state); err != nil {
 			return nil, fmt.Errorf("register the state collector: %w", err)
