@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -138,6 +139,37 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 		By("writing the budget's status as the disruption controller would: 1 healthy pod, 1 desired, no disruption allowed")
 		pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1, DisruptionsAllowed: 0}
 		Expect(k8s.Status().Update(ctx, pdb)).To(Succeed())
+
+		By("creating semaphore shop/report-slots of 2 slots, both held, with pods report-a and report-b waiting for a slot")
+		sem := &v1alpha1.DistributedSemaphore{ObjectMeta: metav1.ObjectMeta{Namespace: shop, Name: "report-slots"},
+			Spec: v1alpha1.DistributedSemaphoreSpec{MasterSet: "masters", Slots: 2, TTL: metav1.Duration{Duration: 30 * time.Second}}}
+		Expect(k8s.Create(ctx, sem)).To(Succeed())
+		var slotHolders, slotWaiters []*corev1.Pod
+		for i, name := range []string{"report-gen-1", "report-gen-2"} {
+			p := holderPod(shop, name, fmt.Sprintf("report-slots-2-%d", i), 1796020759067400+int64(i))
+			slotHolders = append(slotHolders, p)
+		}
+		for _, name := range []string{"report-a", "report-b"} {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: shop, Name: name, Labels: map[string]string{v1alpha1.SemaphoreLabel: "report-slots", "app": "report-slots"}},
+				Spec:       corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}}, Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+			}
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			slotWaiters = append(slotWaiters, p)
+		}
+		By("writing the semaphore's status as the operator would")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sem), sem)).To(Succeed())
+		sem.Status.Slots, sem.Status.Held = 2, 2
+		for i, p := range slotHolders {
+			sem.Status.Holders = append(sem.Status.Holders, v1alpha1.SemaphoreHolder{Slot: int32(i), Lock: fmt.Sprintf("report-slots-2-%d", i), //nolint:gosec // two
+				Holder: v1alpha1.LockHolder{Identity: p.Name, Pod: &v1alpha1.PodReference{Name: p.Name, UID: p.UID}}, FencingToken: 1796020759067400 + int64(i)})
+		}
+		sem.Status.Queue = &v1alpha1.LockQueue{Count: 2}
+		for _, p := range slotWaiters {
+			sem.Status.Queue.Waiting = append(sem.Status.Queue.Waiting, v1alpha1.QueuedPod{Name: p.Name, UID: p.UID})
+		}
+		meta.SetStatusCondition(&sem.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid, Message: "the spec is valid and the master set serves"})
+		Expect(k8s.Status().Update(ctx, sem)).To(Succeed(), "status of semaphore %s/report-slots", shop)
 	})
 
 	// during plays the operator's part while a sample's command waits.
@@ -170,7 +202,7 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 		for _, m := range samples {
 			names = append(names, string(page[m[4]:m[5]]))
 		}
-		Expect(names).To(ContainElements("status", "status-json", "why", "why-json", "why-static", "why-quorum", "queue", "queue-json",
+		Expect(names).To(ContainElements("status", "status-json", "why", "why-json", "why-static", "why-quorum", "why-semaphore", "queue", "queue-json",
 			"who", "who-yaml", "token", "token-json", "token-none", "handover-refused", "handover-static", "handover-pod"),
 			"the samples of %s", docPage)
 

@@ -290,6 +290,19 @@ func whyInput(ctx context.Context, k client.Client, ns, name string) (report.Why
 		return in, err
 	}
 	lockName := pod.Labels[v1alpha1.LockLabel]
+	if semName := pod.Labels[v1alpha1.SemaphoreLabel]; lockName == "" && semName != "" {
+		sem := &v1alpha1.DistributedSemaphore{}
+		switch err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: semName}, sem); {
+		case apierrors.IsNotFound(err):
+			return in, nil // Explain says so
+		case err != nil:
+			return in, apiError(fmt.Sprintf("get DistributedSemaphore %s/%s", ns, semName), err)
+		}
+		in.Semaphore = sem
+		semEvents, err := eventsOf(ctx, k, ns, sem.UID)
+		in.Events = append(in.Events, semEvents...)
+		return in, err
+	}
 	if lockName == "" {
 		return in, nil // Explain says so
 	}

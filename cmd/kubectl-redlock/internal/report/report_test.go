@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -397,5 +398,77 @@ func TestStructuredOutput(t *testing.T) {
 	}
 	if err := CheckFormat("wide"); err == nil || !strings.Contains(err.Error(), `unknown output format "wide"`) {
 		t.Fatalf("CheckFormat(wide) = %v", err)
+	}
+}
+
+// TestExplainSemaphorePod: a pod waiting for a semaphore's slot, before it
+// is given one, is explained by the semaphore.
+func TestExplainSemaphorePod(t *testing.T) {
+	semPod := func(mod func(*corev1.Pod)) *corev1.Pod {
+		return podWith("me", "", func(p *corev1.Pod) {
+			p.Labels = map[string]string{v1alpha1.SemaphoreLabel: "reports"}
+			if mod != nil {
+				mod(p)
+			}
+		})
+	}
+	sem := func(held int32, waiting []v1alpha1.PodReference, mod func(*v1alpha1.DistributedSemaphore)) *v1alpha1.DistributedSemaphore {
+		s := &v1alpha1.DistributedSemaphore{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "reports"}}
+		s.Spec.Slots = 2
+		s.Status.Held = held
+		for i := range held {
+			s.Status.Holders = append(s.Status.Holders, v1alpha1.SemaphoreHolder{Slot: i, Lock: fmt.Sprintf("reports-2-%d", i),
+				Holder: v1alpha1.LockHolder{Identity: fmt.Sprintf("h%d", i), Pod: &v1alpha1.PodReference{Name: fmt.Sprintf("h%d", i)}}})
+		}
+		s.Status.Queue = &v1alpha1.LockQueue{Count: int32(len(waiting))} //nolint:gosec // a few
+		for _, r := range waiting {
+			s.Status.Queue.Waiting = append(s.Status.Queue.Waiting, v1alpha1.QueuedPod{Name: r.Name, UID: r.UID})
+		}
+		if mod != nil {
+			mod(s)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    *corev1.Pod
+		sem    *v1alpha1.DistributedSemaphore
+		reason string
+		says   []string
+	}{
+		{"no such semaphore", semPod(nil), nil, WhySemaphoreNotFound, []string{`no DistributedSemaphore "reports" exists in namespace shop`}},
+		{"every slot held, second in line", semPod(nil), sem(2, []v1alpha1.PodReference{ref("first"), ref("me")}, nil),
+			WhyAllSlotsHeld, []string{"all 2 slots are held (slot 0: pod h0, slot 1: pod h1)", "1 pod is ahead of it in line (first)"}},
+		{"a slot free, first in line", semPod(nil), sem(1, []v1alpha1.PodReference{ref("me")}, nil),
+			WhyNext, []string{"1 of 2 slots are held and the pod is first in line"}},
+		{"a slot free, third in line", semPod(nil), sem(1, []v1alpha1.PodReference{ref("a"), ref("b"), ref("me")}, nil),
+			WhyBehindOthers, []string{"number 3 in line", "(a, b)"}},
+		{"not ready", semPod(nil), sem(0, []v1alpha1.PodReference{ref("me")}, func(s *v1alpha1.DistributedSemaphore) {
+			s.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSlotsConflict, Message: "the masters store 3 slots"}}
+		}), WhySemaphoreNotReady, []string{"Ready=False, reason SlotsConflict: the masters store 3 slots"}},
+		{"not listed", semPod(nil), sem(1, nil, nil), WhyNotQueued, []string{"does not list the pod"}},
+		{"finished", semPod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), sem(1, nil, nil), WhyPodFinished, []string{"finished (Succeeded)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := Explain(WhyInput{Pod: tc.pod, Semaphore: tc.sem, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Reason != tc.reason || w.Semaphore != "reports" || w.Lock != "" {
+				t.Errorf("reason %q, semaphore %q, lock %q; want %q, reports, none", w.Reason, w.Semaphore, w.Lock, tc.reason)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(w.Explanation, s) {
+					t.Errorf("explanation %q does not say %q", w.Explanation, s)
+				}
+			}
+			var out strings.Builder
+			if err := WriteWhy(&out, w); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "Semaphore: shop/reports") || !strings.Contains(out.String(), "Why:") {
+				t.Errorf("WriteWhy names no semaphore or verdict:\n%s", out.String())
+			}
+		})
 	}
 }

@@ -36,10 +36,15 @@ const (
 	WhyBehindOthers       = "BehindOthers"
 	WhyNext               = "Next"
 	WhyNotGatedNotHolding = "NotGated"
+	// A pod waiting for a semaphore's slot, before it is given one.
+	WhySemaphoreNotFound = "SemaphoreNotFound"
+	WhySemaphoreNotReady = "SemaphoreNotReady"
+	WhyAllSlotsHeld      = "AllSlotsHeld"
 )
 
-// ErrNoLockLabel is returned for a pod that asks for no lock.
-var ErrNoLockLabel = errors.New("no label " + v1alpha1.LockLabel)
+// ErrNoLockLabel is returned for a pod that asks for no lock and no
+// semaphore.
+var ErrNoLockLabel = errors.New("no label " + v1alpha1.LockLabel + " nor " + v1alpha1.SemaphoreLabel)
 
 // HolderState is the holder of a lock, as far as the pod that waits is
 // concerned.
@@ -82,8 +87,14 @@ type Why struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
 	Phase     string `json:"phase"`
-	// Lock is the name in the pod's label redlock.dev/lock.
-	Lock      string `json:"lock"`
+	// Lock is the name in the pod's label redlock.dev/lock: for a pod of a
+	// semaphore, its slot's lock once it was given one.
+	Lock string `json:"lock"`
+	// Semaphore is the name in the pod's label redlock.dev/semaphore;
+	// Slots and SlotsHeld are that semaphore's, for a pod not given a slot.
+	Semaphore string `json:"semaphore,omitempty"`
+	Slots     int32  `json:"slots,omitempty"`
+	SlotsHeld int32  `json:"slotsHeld,omitempty"`
 	LockFound bool   `json:"lockFound"`
 	Key       string `json:"key,omitempty"`
 	// Gate is the gate the pod waits with (see GateOf); Gated whether it
@@ -111,6 +122,9 @@ type WhyInput struct {
 	Pod *corev1.Pod
 	// Lock is the pod's lock; nil when it does not exist.
 	Lock *v1alpha1.DistributedLock
+	// Semaphore is the pod's semaphore, for a pod not given a slot yet;
+	// nil when it does not exist.
+	Semaphore *v1alpha1.DistributedSemaphore
 	// HolderPod is the pod status shows as holder, when a pod holds the
 	// lock and that pod (same UID) exists; nil otherwise.
 	HolderPod *corev1.Pod
@@ -127,6 +141,9 @@ type WhyInput struct {
 func Explain(in WhyInput) (Why, error) {
 	pod := in.Pod
 	name := pod.Labels[v1alpha1.LockLabel]
+	if name == "" && pod.Labels[v1alpha1.SemaphoreLabel] != "" {
+		return explainSemaphore(in), nil
+	}
 	if name == "" {
 		msg := fmt.Sprintf("pod %s/%s asks for no lock", pod.Namespace, pod.Name)
 		if granted := pod.Annotations[v1alpha1.LockNameAnnotation]; granted != "" {
@@ -136,7 +153,7 @@ func Explain(in WhyInput) (Why, error) {
 	}
 	w := Why{
 		Kind: "PodLockExplanation", Namespace: pod.Namespace, Pod: pod.Name, Phase: phase(pod),
-		Lock: name, Gate: GateOf(pod), Gated: Gated(pod),
+		Lock: name, Semaphore: pod.Labels[v1alpha1.SemaphoreLabel], Gate: GateOf(pod), Gated: Gated(pod),
 		Events: RecentEvents(in.Events, in.Now, in.MaxEvents),
 	}
 	lock := in.Lock
@@ -170,6 +187,84 @@ func Explain(in WhyInput) (Why, error) {
 	w.Holds = st.Holder != nil && st.Holder.Pod != nil && st.Holder.Pod.UID == pod.UID
 	w.Reason, w.Explanation = explain(&w, in)
 	return w, nil
+}
+
+// explainSemaphore answers for a pod of a semaphore that was not given a
+// slot yet: the semaphore gives slots first come, first served, and the
+// pod is then labelled for its slot's lock.
+func explainSemaphore(in WhyInput) Why {
+	pod, sem := in.Pod, in.Semaphore
+	w := Why{
+		Kind: "PodLockExplanation", Namespace: pod.Namespace, Pod: pod.Name, Phase: phase(pod),
+		Semaphore: pod.Labels[v1alpha1.SemaphoreLabel], Gate: GateOf(pod), Gated: Gated(pod),
+		Events: RecentEvents(in.Events, in.Now, in.MaxEvents),
+	}
+	switch {
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		w.Reason, w.Explanation = WhyPodFinished, fmt.Sprintf("the pod has finished (%s): it no longer takes part in the semaphore", pod.Status.Phase)
+		return w
+	case pod.DeletionTimestamp != nil:
+		w.Reason, w.Explanation = WhyPodTerminating, "the pod is being deleted: it is no longer a candidate for a slot"
+		return w
+	case sem == nil:
+		w.Reason = WhySemaphoreNotFound
+		w.Explanation = fmt.Sprintf("no DistributedSemaphore %q exists in namespace %s: the pod waits until it is created (or its label %s names another semaphore)",
+			w.Semaphore, pod.Namespace, v1alpha1.SemaphoreLabel)
+		return w
+	}
+	st := sem.Status
+	w.LockFound, w.Key, w.Slots, w.SlotsHeld = true, sem.RedisKey(), sem.Spec.Slots, st.Held
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c != nil {
+		w.Conditions = append(w.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
+	}
+	if st.Queue != nil {
+		w.Waiting = st.Queue.Count
+		for i, ref := range st.Queue.Waiting {
+			if ref.UID == pod.UID {
+				w.Position = i + 1
+				break
+			}
+			w.Ahead = append(w.Ahead, ref.Name)
+		}
+		if w.Position == 0 {
+			w.Ahead = nil
+		}
+	}
+	ahead := ""
+	if len(w.Ahead) > 0 {
+		ahead = fmt.Sprintf("; %s ahead of it in line (%s)", plural(len(w.Ahead), "pod is", "pods are"), strings.Join(w.Ahead, ", "))
+	}
+	var holders []string
+	for _, h := range st.Holders {
+		holders = append(holders, holderOfSlot(h))
+	}
+	ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+	switch {
+	case pod.Annotations[v1alpha1.ProblemAnnotation] != "":
+		w.Reason, w.Explanation = WhyPodRefused, fmt.Sprintf("the operator refuses the pod (annotation %s): %s; it is never given a slot until that is fixed",
+			v1alpha1.ProblemAnnotation, pod.Annotations[v1alpha1.ProblemAnnotation])
+	case ready != nil && ready.Status == metav1.ConditionFalse:
+		w.Reason, w.Explanation = WhySemaphoreNotReady, fmt.Sprintf("the operator cannot give out the semaphore's slots: Ready=False, reason %s: %s", ready.Reason, ready.Message)
+	case st.Held >= sem.Spec.Slots:
+		w.Reason, w.Explanation = WhyAllSlotsHeld, fmt.Sprintf("all %d slots are held (%s): a slot passes on when one of its holders finishes or its object is gone%s",
+			sem.Spec.Slots, strings.Join(holders, ", "), ahead)
+	case w.Position == 1:
+		w.Reason, w.Explanation = WhyNext, fmt.Sprintf("%d of %d slots are held and the pod is first in line: the semaphore gives it a slot next", st.Held, sem.Spec.Slots)
+	case w.Position > 1:
+		w.Reason, w.Explanation = WhyBehindOthers, fmt.Sprintf("%d of %d slots are held and the pod is number %d in line%s", st.Held, sem.Spec.Slots, w.Position, ahead)
+	default:
+		w.Reason, w.Explanation = WhyNotQueued, "the semaphore's status does not list the pod in its queue: the operator has not seen it yet, or status lists only the first pods (is the operator running? see the semaphore's conditions and events)"
+	}
+	return w
+}
+
+// holderOfSlot says who holds a semaphore's slot.
+func holderOfSlot(h v1alpha1.SemaphoreHolder) string {
+	who := h.Holder.Identity
+	if h.Holder.Pod != nil {
+		who = "pod " + h.Holder.Pod.Name
+	}
+	return fmt.Sprintf("slot %d: %s", h.Slot, who)
 }
 
 func holderState(lock *v1alpha1.DistributedLock, holderPod *corev1.Pod, now time.Time) *HolderState {
@@ -353,6 +448,12 @@ func WriteWhy(w io.Writer, y Why) error {
 	var b strings.Builder
 	line := func(k, format string, a ...any) { fmt.Fprintf(&b, "%-10s %s\n", k+":", fmt.Sprintf(format, a...)) }
 	line("Pod", "%s/%s (%s)", y.Namespace, y.Pod, y.Phase)
+	if y.Semaphore != "" && y.Lock == "" {
+		return writeWhySemaphore(w, &b, line, y)
+	}
+	if y.Semaphore != "" {
+		line("Semaphore", "%s/%s (the pod was given slot lock %s)", y.Namespace, y.Semaphore, y.Lock)
+	}
 	if y.LockFound {
 		line("Lock", "%s/%s (key %s)", y.Namespace, y.Lock, y.Key)
 	} else {
@@ -375,6 +476,33 @@ func WriteWhy(w io.Writer, y Why) error {
 	if y.LockFound {
 		line("Holder", "%s", holderText(y.Holder))
 	}
+	return writeWhyEnd(w, &b, line, y)
+}
+
+// writeWhySemaphore prints `why` for a pod not given a slot yet.
+func writeWhySemaphore(w io.Writer, b *strings.Builder, line func(k, format string, a ...any), y Why) error {
+	if y.LockFound {
+		line("Semaphore", "%s/%s (key %s, %d of %d slots held)", y.Namespace, y.Semaphore, y.Key, y.SlotsHeld, y.Slots)
+	} else {
+		line("Semaphore", "%s/%s (not found)", y.Namespace, y.Semaphore)
+	}
+	gated := "not gated"
+	if y.Gated {
+		gated = "gated"
+	}
+	line("Gate", "%s: %s", gateText(y.Gate), gated)
+	switch {
+	case !y.LockFound:
+	case y.Position > 0:
+		line("Queue", "number %d of %d waiting for a slot", y.Position, y.Waiting)
+	default:
+		line("Queue", "not listed in status (%d waiting for a slot)", y.Waiting)
+	}
+	return writeWhyEnd(w, b, line, y)
+}
+
+// writeWhyEnd prints the conditions, the verdict and the events.
+func writeWhyEnd(w io.Writer, b *strings.Builder, line func(k, format string, a ...any), y Why) error {
 	for _, c := range y.Conditions {
 		s := fmt.Sprintf("%s (%s)", c.Status, c.Reason)
 		if c.Message != "" {
