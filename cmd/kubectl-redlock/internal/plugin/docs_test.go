@@ -202,7 +202,7 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 		for _, m := range samples {
 			names = append(names, string(page[m[4]:m[5]]))
 		}
-		Expect(names).To(ContainElements("status", "status-json", "why", "why-json", "why-static", "why-quorum", "why-semaphore", "queue", "queue-json",
+		Expect(names).To(ContainElements("status", "status-json", "why", "why-json", "why-static", "why-quorum", "why-semaphore", "queue", "queue-json", "queue-semaphore",
 			"who", "who-yaml", "token", "token-json", "token-none", "handover-refused", "handover-static", "handover-pod"),
 			"the samples of %s", docPage)
 

@@ -168,6 +168,7 @@ func name(arg string, types ...string) (string, error) {
 var (
 	podTypes  = []string{"pod", "pods", "po"}
 	lockTypes = []string{"distributedlock", "distributedlocks", "dlock", "distributedlock.coordination.redlock.dev"}
+	semTypes  = []string{"distributedsemaphore", "distributedsemaphores", "dsem", "distributedsemaphore.coordination.redlock.dev"}
 )
 
 // errNotFound wraps the errors for objects named on the command line that

@@ -3,6 +3,8 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -98,17 +100,21 @@ clusters whose operators share the masters: those this command cannot see.`,
 func (c *cli) queueCommand() *cobra.Command {
 	var out output
 	cmd := &cobra.Command{
-		Use:   "queue LOCK",
-		Short: "The pods waiting for a lock, in order, with their phase, gate and age",
+		Use:   "queue LOCK|dsem/SEMAPHORE",
+		Short: "The pods waiting for a lock, or for a semaphore's slot, in order, with their phase, gate and age",
 		Example: `  kubectl redlock queue migrations -n shop
-  kubectl redlock queue migrations -n shop -o json`,
-		Args: one("LOCK (a DistributedLock's name)"),
+  kubectl redlock queue migrations -n shop -o json
+  kubectl redlock queue dsem/report-slots -n shop`,
+		Args: one("LOCK (a DistributedLock's name) or dsem/SEMAPHORE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if t, _, ok := strings.Cut(args[0], "/"); ok && slices.Contains(semTypes, strings.ToLower(t)) {
+				return c.semaphoreQueue(ctx, args[0], out)
+			}
 			k, ns, lockName, err := c.target(args[0], lockTypes)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
 			lock, err := getLock(ctx, k, ns, lockName)
 			if err != nil {
 				return err
@@ -126,6 +132,35 @@ func (c *cli) queueCommand() *cobra.Command {
 	}
 	out.add(cmd)
 	return cmd
+}
+
+// semaphoreQueue prints the pods waiting for a slot of the semaphore arg
+// names (TYPE/NAME).
+func (c *cli) semaphoreQueue(ctx context.Context, arg string, out output) error {
+	k, ns, semName, err := c.target(arg, semTypes)
+	if err != nil {
+		return err
+	}
+	sem := &v1alpha1.DistributedSemaphore{}
+	switch err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: semName}, sem); {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("DistributedSemaphore %q %w in namespace %s (list them with `kubectl get dsem -n %s`)", semName, errNotFound, ns, ns)
+	case err != nil:
+		return apiError(fmt.Sprintf("get DistributedSemaphore %s/%s", ns, semName), err)
+	}
+	pods := map[string]*corev1.Pod{}
+	var list corev1.PodList
+	if err := k.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.SemaphoreLabel: semName}); err != nil {
+		return apiError(fmt.Sprintf("list the pods of semaphore %s/%s", ns, semName), err)
+	}
+	for i := range list.Items {
+		pods[list.Items[i].Name] = &list.Items[i]
+	}
+	q := report.SemaphoreQueueOf(sem, pods, time.Now())
+	if out.format != report.FormatTable {
+		return report.WriteStructured(c.streams.Out, out.format, q)
+	}
+	return report.WriteQueue(c.streams.Out, c.streams.ErrOut, q)
 }
 
 func (c *cli) whyCommand() *cobra.Command {

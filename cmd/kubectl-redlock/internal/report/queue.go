@@ -78,11 +78,17 @@ type QueueEntry struct {
 	Age string `json:"age"`
 }
 
-// Queue is the output of `queue LOCK`.
+// Queue is the output of `queue LOCK` (kind LockQueue) and of `queue
+// dsem/NAME` (kind SemaphoreQueue: the pods waiting for a slot, before
+// each is given one).
 type Queue struct {
-	Kind      string  `json:"kind"`
-	Namespace string  `json:"namespace"`
-	Lock      string  `json:"lock"`
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Lock      string `json:"lock,omitempty"`
+	// Semaphore, Slots and Held are a semaphore's.
+	Semaphore string  `json:"semaphore,omitempty"`
+	Slots     int32   `json:"slots,omitempty"`
+	Held      int32   `json:"held,omitempty"`
 	Holder    *Holder `json:"holder"`
 	// Count is how many pods wait (status.queue.count); Waiting lists the
 	// first of them (status shows at most 10).
@@ -94,12 +100,27 @@ type Queue struct {
 // namespace by name, as far as they were read; a pod missing from it, or
 // with another UID than status lists, is gone.
 func QueueOf(lock *v1alpha1.DistributedLock, pods map[string]*corev1.Pod, now time.Time) Queue {
-	q := Queue{Kind: "LockQueue", Namespace: lock.Namespace, Lock: lock.Name, Holder: holderOf(lock.Status), Waiting: []QueueEntry{}}
-	if lock.Status.Queue == nil {
-		return q
+	q := Queue{Kind: "LockQueue", Namespace: lock.Namespace, Lock: lock.Name, Holder: holderOf(lock.Status)}
+	q.list(lock.Status.Queue, pods, now)
+	return q
+}
+
+// SemaphoreQueueOf describes the pods waiting for a slot of sem at now,
+// as QueueOf does a lock's.
+func SemaphoreQueueOf(sem *v1alpha1.DistributedSemaphore, pods map[string]*corev1.Pod, now time.Time) Queue {
+	q := Queue{Kind: "SemaphoreQueue", Namespace: sem.Namespace, Semaphore: sem.Name, Slots: sem.Spec.Slots, Held: sem.Status.Held}
+	q.list(sem.Status.Queue, pods, now)
+	return q
+}
+
+// list fills q's count and entries from status queue sq.
+func (q *Queue) list(sq *v1alpha1.LockQueue, pods map[string]*corev1.Pod, now time.Time) {
+	q.Waiting = []QueueEntry{}
+	if sq == nil {
+		return
 	}
-	q.Count = lock.Status.Queue.Count
-	for i, ref := range lock.Status.Queue.Waiting {
+	q.Count = sq.Count
+	for i, ref := range sq.Waiting {
 		e := QueueEntry{Position: i + 1, Pod: ref.Name, Phase: PhaseGone, Priority: ref.Priority, Age: none}
 		if p := pods[ref.Name]; p != nil && p.UID == ref.UID {
 			e.Phase, e.Gate = phase(p), GateOf(p)
@@ -108,7 +129,6 @@ func QueueOf(lock *v1alpha1.DistributedLock, pods map[string]*corev1.Pod, now ti
 		}
 		q.Waiting = append(q.Waiting, e)
 	}
-	return q
 }
 
 func phase(p *corev1.Pod) string {
@@ -130,8 +150,17 @@ var QueueHeaders = []string{"#", "POD", "PRIORITY", "PHASE", "GATE", "AGE"}
 // nobody waits.
 func WriteQueue(w, errOut io.Writer, q Queue) error {
 	if q.Count == 0 && len(q.Waiting) == 0 {
-		_, err := fmt.Fprintf(errOut, "No pods wait for lock %s/%s.\n", q.Namespace, q.Lock)
+		what := "lock " + q.Namespace + "/" + q.Lock
+		if q.Semaphore != "" {
+			what = fmt.Sprintf("a slot of semaphore %s/%s (%d of %d slots held)", q.Namespace, q.Semaphore, q.Held, q.Slots)
+		}
+		_, err := fmt.Fprintf(errOut, "No pods wait for %s.\n", what)
 		return err
+	}
+	if q.Semaphore != "" {
+		if _, err := fmt.Fprintf(w, "Semaphore %s/%s: %d of %d slots held.\n", q.Namespace, q.Semaphore, q.Held, q.Slots); err != nil {
+			return err
+		}
 	}
 	rows := make([][]string, 0, len(q.Waiting))
 	for _, e := range q.Waiting {

@@ -472,3 +472,33 @@ func TestExplainSemaphorePod(t *testing.T) {
 		})
 	}
 }
+
+// TestSemaphoreQueue: `queue dsem/NAME` lists the pods waiting for a slot
+// from the semaphore's status, and says when none waits.
+func TestSemaphoreQueue(t *testing.T) {
+	sem := &v1alpha1.DistributedSemaphore{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "reports"}}
+	sem.Spec.Slots, sem.Status.Held = 3, 3
+	sem.Status.Queue = &v1alpha1.LockQueue{Count: 2, Waiting: []v1alpha1.QueuedPod{{Name: "a", UID: "uid-a"}, {Name: "gone", UID: "uid-gone"}}}
+	q := SemaphoreQueueOf(sem, map[string]*corev1.Pod{"a": podWith("a", "", nil)}, now)
+	if q.Kind != "SemaphoreQueue" || q.Semaphore != "reports" || q.Lock != "" || q.Slots != 3 || q.Held != 3 || q.Count != 2 || len(q.Waiting) != 2 {
+		t.Fatalf("SemaphoreQueueOf = %+v", q)
+	}
+	if q.Waiting[0].Phase != "Pending" || q.Waiting[0].Gate != GateScheduling || q.Waiting[1].Phase != PhaseGone {
+		t.Errorf("entries %+v: want a Pending at the scheduling gate, then one gone", q.Waiting)
+	}
+	var out, errOut strings.Builder
+	if err := WriteQueue(&out, &errOut, q); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "Semaphore shop/reports: 3 of 3 slots held.\n") || !strings.Contains(out.String(), "gone") {
+		t.Errorf("WriteQueue printed:\n%s", out.String())
+	}
+	sem.Status.Held, sem.Status.Queue = 1, nil
+	out.Reset()
+	if err := WriteQueue(&out, &errOut, SemaphoreQueueOf(sem, nil, now)); err != nil {
+		t.Fatal(err)
+	}
+	if got := errOut.String(); got != "No pods wait for a slot of semaphore shop/reports (1 of 3 slots held).\n" || out.Len() != 0 {
+		t.Errorf("with nobody waiting: out %q, errOut %q", out.String(), got)
+	}
+}
