@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +26,7 @@ func (c *cli) statusCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Every DistributedLock: its key, holder, validity left, fencing token and waiting pods",
+		Short: "Every DistributedLock (its key, holder, validity left, fencing token and waiting pods), then every DistributedSemaphore (slots held of N, waiting pods)",
 		Example: `  kubectl redlock status -n shop
   kubectl redlock status -A -o json`,
 		Args: cobra.NoArgs,
@@ -46,10 +47,19 @@ func (c *cli) statusCommand() *cobra.Command {
 				return apiError("list DistributedLocks "+where, err)
 			}
 			locks := report.Locks(list.Items, time.Now())
+			var sems v1alpha1.DistributedSemaphoreList
+			switch err := k.List(cmd.Context(), &sems, opts...); {
+			case meta.IsNoMatchError(err):
+				// An operator older than semaphores: no such kind.
+			case err != nil:
+				return apiError("list DistributedSemaphores "+where, err)
+			default:
+				locks.Semaphores = report.Semaphores(sems.Items)
+			}
 			if out.format != report.FormatTable {
 				return report.WriteStructured(c.streams.Out, out.format, locks)
 			}
-			if len(locks.Items) == 0 {
+			if len(locks.Items) == 0 && len(locks.Semaphores) == 0 {
 				_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLocks found %s.\n", where)
 				return err
 			}

@@ -38,10 +38,46 @@ type Lock struct {
 	Waiting int32 `json:"waiting"`
 }
 
-// LockList is the output of `status`.
+// LockList is the output of `status`: the locks, and the semaphores as a
+// kind of their own (their slots' locks are among the locks too).
 type LockList struct {
-	Kind  string `json:"kind"`
-	Items []Lock `json:"items"`
+	Kind       string      `json:"kind"`
+	Items      []Lock      `json:"items"`
+	Semaphores []Semaphore `json:"semaphores"`
+}
+
+// Semaphore is one DistributedSemaphore as `status` shows it.
+type Semaphore struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+	// Slots is spec.slots; Held status.held; Waiting status.queue.count.
+	Slots   int32 `json:"slots"`
+	Held    int32 `json:"held"`
+	Waiting int32 `json:"waiting"`
+	// ReadyCondition is the Ready condition's status and reason.
+	ReadyCondition string `json:"readyCondition,omitempty"`
+}
+
+// Semaphores describes sems, sorted by namespace and name.
+func Semaphores(sems []v1alpha1.DistributedSemaphore) []Semaphore {
+	out := []Semaphore{}
+	for i := range sems {
+		sem := &sems[i]
+		s := Semaphore{Namespace: sem.Namespace, Name: sem.Name, Key: sem.RedisKey(), Slots: sem.Spec.Slots, Held: sem.Status.Held,
+			ReadyCondition: conditionShort(meta.FindStatusCondition(sem.Status.Conditions, v1alpha1.ConditionReady))}
+		if q := sem.Status.Queue; q != nil {
+			s.Waiting = q.Count
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b Semaphore) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
 }
 
 // KeyHolders is the output of `who KEY`: every lock in the cluster on the
@@ -77,7 +113,7 @@ func conditionShort(c *metav1.Condition) string {
 
 // Locks describes locks at now, sorted by namespace and name.
 func Locks(locks []v1alpha1.DistributedLock, now time.Time) LockList {
-	out := LockList{Kind: "LockList", Items: []Lock{}}
+	out := LockList{Kind: "LockList", Items: []Lock{}, Semaphores: []Semaphore{}}
 	for i := range locks {
 		out.Items = append(out.Items, LockOf(&locks[i], now))
 	}
@@ -109,13 +145,38 @@ func sortLocks(ls []Lock) {
 // StatusHeaders are the columns of `status`.
 var StatusHeaders = []string{"NAMESPACE", "NAME", "KEY", "HOLDER", "VALID-FOR", "TOKEN", "WAITING"}
 
-// WriteStatus prints the table of `status`.
+// SemaphoreHeaders are the columns of `status`'s semaphores.
+var SemaphoreHeaders = []string{"NAMESPACE", "SEMAPHORE", "KEY", "HELD", "WAITING", "READY"}
+
+// WriteStatus prints the tables of `status`: the locks, then the
+// semaphores (when there are any of each).
 func WriteStatus(w io.Writer, l LockList) error {
-	rows := make([][]string, 0, len(l.Items))
-	for _, x := range l.Items {
-		rows = append(rows, []string{x.Namespace, x.Name, x.Key, x.Holder.String(), x.ValidFor, token(x.FencingToken), itoa(x.Waiting)})
+	if len(l.Items) > 0 {
+		rows := make([][]string, 0, len(l.Items))
+		for _, x := range l.Items {
+			rows = append(rows, []string{x.Namespace, x.Name, x.Key, x.Holder.String(), x.ValidFor, token(x.FencingToken), itoa(x.Waiting)})
+		}
+		if err := table(w, StatusHeaders, rows); err != nil {
+			return err
+		}
 	}
-	return table(w, StatusHeaders, rows)
+	if len(l.Semaphores) == 0 {
+		return nil
+	}
+	if len(l.Items) > 0 {
+		if _, err := io.WriteString(w, "\n"); err != nil {
+			return err
+		}
+	}
+	rows := make([][]string, 0, len(l.Semaphores))
+	for _, x := range l.Semaphores {
+		ready := x.ReadyCondition
+		if ready == "" {
+			ready = none
+		}
+		rows = append(rows, []string{x.Namespace, x.Name, x.Key, itoa(x.Held) + "/" + itoa(x.Slots), itoa(x.Waiting), ready})
+	}
+	return table(w, SemaphoreHeaders, rows)
 }
 
 // WhoHeaders are the columns of `who`.

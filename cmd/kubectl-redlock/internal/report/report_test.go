@@ -502,3 +502,34 @@ func TestSemaphoreQueue(t *testing.T) {
 		t.Errorf("with nobody waiting: out %q, errOut %q", out.String(), got)
 	}
 }
+
+// TestStatusSemaphores: `status` lists semaphores after the locks, sorted,
+// with slots held of N, waiting pods and Ready.
+func TestStatusSemaphores(t *testing.T) {
+	sem := func(ns, name string, held int32) v1alpha1.DistributedSemaphore {
+		s := v1alpha1.DistributedSemaphore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		s.Spec.Slots, s.Status.Held, s.Status.Queue = 3, held, &v1alpha1.LockQueue{Count: 4}
+		return s
+	}
+	l := Locks([]v1alpha1.DistributedLock{*lockWith("shop", "l", nil)}, now)
+	l.Semaphores = Semaphores([]v1alpha1.DistributedSemaphore{sem("shop", "z", 1), sem("shop", "a", 3)})
+	if len(l.Semaphores) != 2 || l.Semaphores[0].Name != "a" || l.Semaphores[0].Held != 3 || l.Semaphores[0].Slots != 3 || l.Semaphores[0].Waiting != 4 {
+		t.Fatalf("Semaphores = %+v", l.Semaphores)
+	}
+	var out strings.Builder
+	if err := WriteStatus(&out, l); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	locksAt, semsAt := strings.Index(got, strings.Join(StatusHeaders[:2], "   ")), strings.Index(got, "SEMAPHORE")
+	if locksAt < 0 || semsAt < locksAt || !strings.Contains(got, "3/3") || !strings.Contains(got, "1/3") {
+		t.Errorf("WriteStatus printed:\n%s", got)
+	}
+	out.Reset()
+	if err := WriteStatus(&out, LockList{Semaphores: l.Semaphores}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(out.String(), "\n") || strings.Contains(out.String(), "HOLDER") {
+		t.Errorf("with semaphores only, WriteStatus printed:\n%s", out.String())
+	}
+}
