@@ -88,11 +88,15 @@ var _ = Describe("Acquire and Release in a process", func() {
 		c, err := client.NewWithWatch(env.Cfg, client.Options{Scheme: env.Scheme})
 		Expect(err).NotTo(HaveOccurred())
 		// A renewal that reaches the API server but whose answer is lost:
-		// written, then reported failed.
+		// written, then reported failed. Whether it is lost is decided when
+		// it is sent: the renewal the spec waits for below is answered even
+		// when its answer comes back after failing is set (under load it
+		// can), so that the client counts its lease from it.
 		lossy := interceptor.NewClient(c, interceptor.Funcs{
 			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				lose := failing.Load()
 				err := c.Update(ctx, obj, opts...)
-				if _, ok := obj.(*v1alpha1.LockHeartbeat); ok && err == nil && failing.Load() {
+				if _, ok := obj.(*v1alpha1.LockHeartbeat); ok && err == nil && lose {
 					return apierrors.NewServiceUnavailable("the test lost the answer")
 				}
 				return err
