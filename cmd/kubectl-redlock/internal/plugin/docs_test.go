@@ -161,7 +161,7 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sem), sem)).To(Succeed())
 		sem.Status.Slots, sem.Status.Held = 2, 2
 		for i, p := range slotHolders {
-			sem.Status.Holders = append(sem.Status.Holders, v1alpha1.SemaphoreHolder{Slot: int32(i), Lock: fmt.Sprintf("report-slots-2-%d", i), //nolint:gosec // two
+			sem.Status.Holders = append(sem.Status.Holders, v1alpha1.SemaphoreHolder{Slot: int32(i), Lock: fmt.Sprintf("report-slots-2-%d", i),
 				Holder: v1alpha1.LockHolder{Identity: p.Name, Pod: &v1alpha1.PodReference{Name: p.Name, UID: p.UID}}, FencingToken: 1796020759067400 + int64(i)})
 		}
 		sem.Status.Queue = &v1alpha1.LockQueue{Count: 2}
