@@ -203,7 +203,7 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 			names = append(names, string(page[m[4]:m[5]]))
 		}
 		Expect(names).To(ContainElements("status", "status-json", "why", "why-json", "why-static", "why-quorum", "why-semaphore", "queue", "queue-json", "queue-semaphore",
-			"who", "who-yaml", "token", "token-json", "token-none", "handover-refused", "handover-static", "handover-pod"),
+			"who", "who-yaml", "who-semaphore", "token", "token-json", "token-none", "handover-refused", "handover-static", "handover-pod"),
 			"the samples of %s", docPage)
 
 		var updated []byte

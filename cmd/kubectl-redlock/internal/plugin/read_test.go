@@ -176,7 +176,7 @@ var _ = Describe("The read commands", Ordered, func() {
 
 		r = kubectlRedlock("who", "no-such-key")
 		Expect(r.err).NotTo(HaveOccurred())
-		Expect(r.errOut).To(Equal("No DistributedLock in this cluster uses key \"no-such-key\".\n"))
+		Expect(r.errOut).To(Equal("No DistributedLock nor held semaphore slot in this cluster uses key \"no-such-key\".\n"))
 	})
 
 	It("token gives the holder's token and says that a waiting pod holds nothing", func() {

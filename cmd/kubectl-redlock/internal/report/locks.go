@@ -81,11 +81,52 @@ func Semaphores(sems []v1alpha1.DistributedSemaphore) []Semaphore {
 }
 
 // KeyHolders is the output of `who KEY`: every lock in the cluster on the
-// key.
+// key, and the holders of the slots of every semaphore on it.
 type KeyHolders struct {
 	Kind  string `json:"kind"`
 	Key   string `json:"key"`
 	Items []Lock `json:"items"`
+	Slots []Slot `json:"slots"`
+}
+
+// Slot is one held slot of a semaphore, as `who` shows it.
+type Slot struct {
+	Namespace string `json:"namespace"`
+	Semaphore string `json:"semaphore"`
+	Slot      int32  `json:"slot"`
+	// Lock is the slot's DistributedLock, whose status is the contract.
+	Lock         string `json:"lock"`
+	Holder       Holder `json:"holder"`
+	FencingToken int64  `json:"fencingToken"`
+}
+
+// SlotsOn lists the held slots of the semaphores among sems whose Redis
+// key is key, sorted by namespace, semaphore and slot.
+func SlotsOn(key string, sems []v1alpha1.DistributedSemaphore) []Slot {
+	out := []Slot{}
+	for i := range sems {
+		sem := &sems[i]
+		if sem.RedisKey() != key {
+			continue
+		}
+		for _, h := range sem.Status.Holders {
+			holder := Holder{Identity: h.Holder.Identity}
+			if h.Holder.Pod != nil {
+				holder.Pod = h.Holder.Pod.Name
+			}
+			out = append(out, Slot{Namespace: sem.Namespace, Semaphore: sem.Name, Slot: h.Slot, Lock: h.Lock, Holder: holder, FencingToken: h.FencingToken})
+		}
+	}
+	slices.SortFunc(out, func(a, b Slot) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Semaphore, b.Semaphore); c != 0 {
+			return c
+		}
+		return int(a.Slot - b.Slot)
+	})
+	return out
 }
 
 // LockOf describes lock at now.
@@ -123,7 +164,7 @@ func Locks(locks []v1alpha1.DistributedLock, now time.Time) LockList {
 
 // Who describes the locks among locks whose Redis key is key, at now.
 func Who(key string, locks []v1alpha1.DistributedLock, now time.Time) KeyHolders {
-	out := KeyHolders{Kind: "KeyHolders", Key: key, Items: []Lock{}}
+	out := KeyHolders{Kind: "KeyHolders", Key: key, Items: []Lock{}, Slots: []Slot{}}
 	for i := range locks {
 		if Key(&locks[i]) == key {
 			out.Items = append(out.Items, LockOf(&locks[i], now))
@@ -182,17 +223,39 @@ func WriteStatus(w io.Writer, l LockList) error {
 // WhoHeaders are the columns of `who`.
 var WhoHeaders = []string{"NAMESPACE", "NAME", "HOLDER", "VALID-FOR", "TOKEN", "HELD", "WAITING"}
 
-// WriteWho prints the table of `who`.
+// SlotHeaders are the columns of `who`'s semaphore slots.
+var SlotHeaders = []string{"NAMESPACE", "SEMAPHORE", "SLOT", "LOCK", "HOLDER", "TOKEN"}
+
+// WriteWho prints the tables of `who`: the locks on the key, then the
+// held slots of the semaphores on it (when there are any of each).
 func WriteWho(w io.Writer, k KeyHolders) error {
-	rows := make([][]string, 0, len(k.Items))
-	for _, x := range k.Items {
-		held := x.HeldCondition
-		if held == "" {
-			held = none
+	if len(k.Items) > 0 {
+		rows := make([][]string, 0, len(k.Items))
+		for _, x := range k.Items {
+			held := x.HeldCondition
+			if held == "" {
+				held = none
+			}
+			rows = append(rows, []string{x.Namespace, x.Name, x.Holder.String(), x.ValidFor, token(x.FencingToken), held, itoa(x.Waiting)})
 		}
-		rows = append(rows, []string{x.Namespace, x.Name, x.Holder.String(), x.ValidFor, token(x.FencingToken), held, itoa(x.Waiting)})
+		if err := table(w, WhoHeaders, rows); err != nil {
+			return err
+		}
 	}
-	return table(w, WhoHeaders, rows)
+	if len(k.Slots) == 0 {
+		return nil
+	}
+	if len(k.Items) > 0 {
+		if _, err := io.WriteString(w, "\n"); err != nil {
+			return err
+		}
+	}
+	rows := make([][]string, 0, len(k.Slots))
+	for _, x := range k.Slots {
+		h := x.Holder
+		rows = append(rows, []string{x.Namespace, x.Semaphore, itoa(x.Slot), x.Lock, h.String(), token(x.FencingToken)})
+	}
+	return table(w, SlotHeaders, rows)
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }

@@ -533,3 +533,28 @@ func TestStatusSemaphores(t *testing.T) {
 		t.Errorf("with semaphores only, WriteStatus printed:\n%s", out.String())
 	}
 }
+
+// TestWhoSlots: `who KEY` lists the held slots of the semaphores on KEY,
+// sorted, after the locks, and only theirs.
+func TestWhoSlots(t *testing.T) {
+	sem := func(ns, name, key string, holders ...string) v1alpha1.DistributedSemaphore {
+		s := v1alpha1.DistributedSemaphore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		s.Spec.Key, s.Spec.Slots = key, int32(len(holders)) //nolint:gosec // a few
+		for i, h := range holders {
+			s.Status.Holders = append(s.Status.Holders, v1alpha1.SemaphoreHolder{Slot: int32(len(holders) - 1 - i), Lock: fmt.Sprintf("%s-%d", name, i), //nolint:gosec // a few
+				Holder: v1alpha1.LockHolder{Identity: h, Pod: &v1alpha1.PodReference{Name: h}}, FencingToken: int64(10 + i)})
+		}
+		return s
+	}
+	slots := SlotsOn("k", []v1alpha1.DistributedSemaphore{sem("b", "s", "k", "x"), sem("a", "s", "k", "y", "z"), sem("a", "other", "j", "w")})
+	if len(slots) != 3 || slots[0].Namespace != "a" || slots[0].Slot != 0 || slots[0].Holder.Pod != "z" || slots[2].Namespace != "b" {
+		t.Fatalf("SlotsOn = %+v", slots)
+	}
+	var out strings.Builder
+	if err := WriteWho(&out, KeyHolders{Key: "k", Slots: slots}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "NAMESPACE") || !strings.Contains(out.String(), "SEMAPHORE") || !strings.Contains(out.String(), "pod/z") || strings.Contains(out.String(), "pod/w") {
+		t.Errorf("WriteWho printed:\n%s", out.String())
+	}
+}
