@@ -47,15 +47,11 @@ func (c *cli) statusCommand() *cobra.Command {
 				return apiError("list DistributedLocks "+where, err)
 			}
 			locks := report.Locks(list.Items, time.Now())
-			var sems v1alpha1.DistributedSemaphoreList
-			switch err := k.List(cmd.Context(), &sems, opts...); {
-			case meta.IsNoMatchError(err):
-				// An operator older than semaphores: no such kind.
-			case err != nil:
-				return apiError("list DistributedSemaphores "+where, err)
-			default:
-				locks.Semaphores = report.Semaphores(sems.Items)
+			sems, err := listSemaphores(cmd.Context(), k, where, opts...)
+			if err != nil {
+				return err
 			}
+			locks.Semaphores = report.Semaphores(sems)
 			if out.format != report.FormatTable {
 				return report.WriteStructured(c.streams.Out, out.format, locks)
 			}
@@ -94,15 +90,11 @@ whose operators share the masters: those this command cannot see.`,
 				return apiError("list DistributedLocks in every namespace", err)
 			}
 			who := report.Who(args[0], list.Items, time.Now())
-			var sems v1alpha1.DistributedSemaphoreList
-			switch err := k.List(cmd.Context(), &sems); {
-			case meta.IsNoMatchError(err):
-				// An operator older than semaphores: no such kind.
-			case err != nil:
-				return apiError("list DistributedSemaphores in every namespace", err)
-			default:
-				who.Slots = report.SlotsOn(args[0], sems.Items)
+			sems, err := listSemaphores(cmd.Context(), k, "in every namespace")
+			if err != nil {
+				return err
 			}
+			who.Slots = report.SlotsOn(args[0], sems)
 			if out.format != report.FormatTable {
 				return report.WriteStructured(c.streams.Out, out.format, who)
 			}
@@ -139,7 +131,7 @@ func (c *cli) queueCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pods, err := queuedPods(ctx, k, lock)
+			pods, err := queuedPods(ctx, k, lock.Namespace, v1alpha1.LockLabel, lock.Name, lock.Status.Queue)
 			if err != nil {
 				return err
 			}
@@ -161,20 +153,16 @@ func (c *cli) semaphoreQueue(ctx context.Context, arg string, out output) error 
 	if err != nil {
 		return err
 	}
-	sem := &v1alpha1.DistributedSemaphore{}
-	switch err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: semName}, sem); {
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("DistributedSemaphore %q %w in namespace %s (list them with `kubectl get dsem -n %s`)", semName, errNotFound, ns, ns)
+	sem, err := findSemaphore(ctx, k, ns, semName)
+	switch {
 	case err != nil:
-		return apiError(fmt.Sprintf("get DistributedSemaphore %s/%s", ns, semName), err)
+		return err
+	case sem == nil:
+		return fmt.Errorf("DistributedSemaphore %q %w in namespace %s (list them with `kubectl get dsem -n %s`)", semName, errNotFound, ns, ns)
 	}
-	pods := map[string]*corev1.Pod{}
-	var list corev1.PodList
-	if err := k.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.SemaphoreLabel: semName}); err != nil {
-		return apiError(fmt.Sprintf("list the pods of semaphore %s/%s", ns, semName), err)
-	}
-	for i := range list.Items {
-		pods[list.Items[i].Name] = &list.Items[i]
+	pods, err := queuedPods(ctx, k, ns, v1alpha1.SemaphoreLabel, semName, sem.Status.Queue)
+	if err != nil {
+		return err
 	}
 	q := report.SemaphoreQueueOf(sem, pods, time.Now())
 	if out.format != report.FormatTable {
@@ -278,6 +266,32 @@ func findLock(ctx context.Context, k client.Client, ns, name string) (*v1alpha1.
 	return lock, nil
 }
 
+// findSemaphore reads a DistributedSemaphore; nil when it does not exist.
+func findSemaphore(ctx context.Context, k client.Client, ns, name string) (*v1alpha1.DistributedSemaphore, error) {
+	sem := &v1alpha1.DistributedSemaphore{}
+	switch err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sem); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, apiError(fmt.Sprintf("get DistributedSemaphore %s/%s", ns, name), err)
+	}
+	return sem, nil
+}
+
+// listSemaphores lists the DistributedSemaphores opts select (where says
+// which, for the error); none where the kind does not exist (an operator
+// older than semaphores).
+func listSemaphores(ctx context.Context, k client.Client, where string, opts ...client.ListOption) ([]v1alpha1.DistributedSemaphore, error) {
+	var sems v1alpha1.DistributedSemaphoreList
+	switch err := k.List(ctx, &sems, opts...); {
+	case meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, apiError("list DistributedSemaphores "+where, err)
+	}
+	return sems.Items, nil
+}
+
 // getPod reads a pod named on the command line.
 func getPod(ctx context.Context, k client.Client, ns, name string) (*corev1.Pod, error) {
 	pod, err := findPod(ctx, k, ns, name, "")
@@ -303,25 +317,26 @@ func findPod(ctx context.Context, k client.Client, ns, name string, uid types.UI
 	return pod, nil
 }
 
-// queuedPods reads the pods status lists in the lock's queue, by name.
-func queuedPods(ctx context.Context, k client.Client, lock *v1alpha1.DistributedLock) (map[string]*corev1.Pod, error) {
+// queuedPods reads the pods status queue q lists, in namespace ns, by
+// name: the pods labelled label=name, and any it lists that no longer
+// carry the label (relabelled since status was written).
+func queuedPods(ctx context.Context, k client.Client, ns, label, name string, q *v1alpha1.LockQueue) (map[string]*corev1.Pod, error) {
 	out := map[string]*corev1.Pod{}
-	if lock.Status.Queue == nil || len(lock.Status.Queue.Waiting) == 0 {
+	if q == nil || len(q.Waiting) == 0 {
 		return out, nil
 	}
 	var list corev1.PodList
-	if err := k.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingLabels{v1alpha1.LockLabel: lock.Name}); err != nil {
-		return nil, fmt.Errorf("list the pods of lock %s/%s: %w", lock.Namespace, lock.Name, err)
+	if err := k.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{label: name}); err != nil {
+		return nil, fmt.Errorf("list the pods labelled %s=%s in namespace %s: %w", label, name, ns, err)
 	}
 	for i := range list.Items {
 		out[list.Items[i].Name] = &list.Items[i]
 	}
-	for _, ref := range lock.Status.Queue.Waiting {
+	for _, ref := range q.Waiting {
 		if out[ref.Name] != nil {
 			continue
 		}
-		// Relabelled since status was written: read it by name.
-		p, err := findPod(ctx, k, lock.Namespace, ref.Name, "")
+		p, err := findPod(ctx, k, ns, ref.Name, "")
 		if err != nil {
 			return nil, err
 		}
@@ -346,15 +361,10 @@ func whyInput(ctx context.Context, k client.Client, ns, name string) (report.Why
 	}
 	lockName := pod.Labels[v1alpha1.LockLabel]
 	if semName := pod.Labels[v1alpha1.SemaphoreLabel]; lockName == "" && semName != "" {
-		sem := &v1alpha1.DistributedSemaphore{}
-		switch err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: semName}, sem); {
-		case apierrors.IsNotFound(err):
-			return in, nil // Explain says so
-		case err != nil:
-			return in, apiError(fmt.Sprintf("get DistributedSemaphore %s/%s", ns, semName), err)
+		if in.Semaphore, err = findSemaphore(ctx, k, ns, semName); err != nil || in.Semaphore == nil {
+			return in, err // a missing one: Explain says so
 		}
-		in.Semaphore = sem
-		semEvents, err := eventsOf(ctx, k, ns, sem.UID)
+		semEvents, err := eventsOf(ctx, k, ns, in.Semaphore.UID)
 		in.Events = append(in.Events, semEvents...)
 		return in, err
 	}

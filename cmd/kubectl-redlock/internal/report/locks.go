@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"io"
 	"slices"
 	"strconv"
@@ -72,10 +73,7 @@ func Semaphores(sems []v1alpha1.DistributedSemaphore) []Semaphore {
 		out = append(out, s)
 	}
 	slices.SortFunc(out, func(a, b Semaphore) int {
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	return out
 }
@@ -118,13 +116,7 @@ func SlotsOn(key string, sems []v1alpha1.DistributedSemaphore) []Slot {
 		}
 	}
 	slices.SortFunc(out, func(a, b Slot) int {
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Semaphore, b.Semaphore); c != 0 {
-			return c
-		}
-		return int(a.Slot - b.Slot)
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Semaphore, b.Semaphore), cmp.Compare(a.Slot, b.Slot))
 	})
 	return out
 }
@@ -176,10 +168,7 @@ func Who(key string, locks []v1alpha1.DistributedLock, now time.Time) KeyHolders
 
 func sortLocks(ls []Lock) {
 	slices.SortFunc(ls, func(a, b Lock) int {
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 }
 
@@ -192,32 +181,15 @@ var SemaphoreHeaders = []string{"NAMESPACE", "SEMAPHORE", "KEY", "HELD", "WAITIN
 // WriteStatus prints the tables of `status`: the locks, then the
 // semaphores (when there are any of each).
 func WriteStatus(w io.Writer, l LockList) error {
-	if len(l.Items) > 0 {
-		rows := make([][]string, 0, len(l.Items))
-		for _, x := range l.Items {
-			rows = append(rows, []string{x.Namespace, x.Name, x.Key, x.Holder.String(), x.ValidFor, token(x.FencingToken), itoa(x.Waiting)})
-		}
-		if err := table(w, StatusHeaders, rows); err != nil {
-			return err
-		}
+	locks := make([][]string, 0, len(l.Items))
+	for _, x := range l.Items {
+		locks = append(locks, []string{x.Namespace, x.Name, x.Key, x.Holder.String(), x.ValidFor, token(x.FencingToken), itoa(x.Waiting)})
 	}
-	if len(l.Semaphores) == 0 {
-		return nil
-	}
-	if len(l.Items) > 0 {
-		if _, err := io.WriteString(w, "\n"); err != nil {
-			return err
-		}
-	}
-	rows := make([][]string, 0, len(l.Semaphores))
+	sems := make([][]string, 0, len(l.Semaphores))
 	for _, x := range l.Semaphores {
-		ready := x.ReadyCondition
-		if ready == "" {
-			ready = none
-		}
-		rows = append(rows, []string{x.Namespace, x.Name, x.Key, itoa(x.Held) + "/" + itoa(x.Slots), itoa(x.Waiting), ready})
+		sems = append(sems, []string{x.Namespace, x.Name, x.Key, itoa(x.Held) + "/" + itoa(x.Slots), itoa(x.Waiting), orNone(x.ReadyCondition)})
 	}
-	return table(w, SemaphoreHeaders, rows)
+	return tables(w, section{StatusHeaders, locks}, section{SemaphoreHeaders, sems})
 }
 
 // WhoHeaders are the columns of `who`.
@@ -229,33 +201,49 @@ var SlotHeaders = []string{"NAMESPACE", "SEMAPHORE", "SLOT", "LOCK", "HOLDER", "
 // WriteWho prints the tables of `who`: the locks on the key, then the
 // held slots of the semaphores on it (when there are any of each).
 func WriteWho(w io.Writer, k KeyHolders) error {
-	if len(k.Items) > 0 {
-		rows := make([][]string, 0, len(k.Items))
-		for _, x := range k.Items {
-			held := x.HeldCondition
-			if held == "" {
-				held = none
-			}
-			rows = append(rows, []string{x.Namespace, x.Name, x.Holder.String(), x.ValidFor, token(x.FencingToken), held, itoa(x.Waiting)})
-		}
-		if err := table(w, WhoHeaders, rows); err != nil {
-			return err
-		}
+	locks := make([][]string, 0, len(k.Items))
+	for _, x := range k.Items {
+		locks = append(locks, []string{x.Namespace, x.Name, x.Holder.String(), x.ValidFor, token(x.FencingToken), orNone(x.HeldCondition), itoa(x.Waiting)})
 	}
-	if len(k.Slots) == 0 {
-		return nil
-	}
-	if len(k.Items) > 0 {
-		if _, err := io.WriteString(w, "\n"); err != nil {
-			return err
-		}
-	}
-	rows := make([][]string, 0, len(k.Slots))
+	slots := make([][]string, 0, len(k.Slots))
 	for _, x := range k.Slots {
-		h := x.Holder
-		rows = append(rows, []string{x.Namespace, x.Semaphore, itoa(x.Slot), x.Lock, h.String(), token(x.FencingToken)})
+		slots = append(slots, []string{x.Namespace, x.Semaphore, itoa(x.Slot), x.Lock, x.Holder.String(), token(x.FencingToken)})
 	}
-	return table(w, SlotHeaders, rows)
+	return tables(w, section{WhoHeaders, locks}, section{SlotHeaders, slots})
+}
+
+// section is one table of a command's output.
+type section struct {
+	headers []string
+	rows    [][]string
+}
+
+// tables prints the sections that have rows, a blank line between two.
+func tables(w io.Writer, sections ...section) error {
+	first := true
+	for _, sec := range sections {
+		if len(sec.rows) == 0 {
+			continue
+		}
+		if !first {
+			if _, err := io.WriteString(w, "\n"); err != nil {
+				return err
+			}
+		}
+		first = false
+		if err := table(w, sec.headers, sec.rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// orNone is s, or "-" when it is empty.
+func orNone(s string) string {
+	if s == "" {
+		return none
+	}
+	return s
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }

@@ -164,11 +164,7 @@ func WriteQueue(w, errOut io.Writer, q Queue) error {
 	}
 	rows := make([][]string, 0, len(q.Waiting))
 	for _, e := range q.Waiting {
-		gate := e.Gate
-		if gate == "" {
-			gate = none
-		}
-		rows = append(rows, []string{itoa(int32(e.Position)), e.Pod, itoa(e.Priority), e.Phase, gate, e.Age}) //nolint:gosec // at most 10 entries
+		rows = append(rows, []string{itoa(int32(e.Position)), e.Pod, itoa(e.Priority), e.Phase, orNone(e.Gate), e.Age}) //nolint:gosec // at most 10 entries
 	}
 	if err := table(w, QueueHeaders, rows); err != nil {
 		return err

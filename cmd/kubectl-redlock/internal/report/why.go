@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
@@ -141,8 +142,14 @@ type WhyInput struct {
 func Explain(in WhyInput) (Why, error) {
 	pod := in.Pod
 	name := pod.Labels[v1alpha1.LockLabel]
-	if name == "" && pod.Labels[v1alpha1.SemaphoreLabel] != "" {
-		return explainSemaphore(in), nil
+	w := Why{
+		Kind: "PodLockExplanation", Namespace: pod.Namespace, Pod: pod.Name, Phase: phase(pod),
+		Lock: name, Semaphore: pod.Labels[v1alpha1.SemaphoreLabel], Gate: GateOf(pod), Gated: Gated(pod),
+		Events: RecentEvents(in.Events, in.Now, in.MaxEvents),
+	}
+	if name == "" && w.Semaphore != "" {
+		explainSemaphore(&w, in)
+		return w, nil
 	}
 	if name == "" {
 		msg := fmt.Sprintf("pod %s/%s asks for no lock", pod.Namespace, pod.Name)
@@ -150,11 +157,6 @@ func Explain(in WhyInput) (Why, error) {
 			msg += fmt.Sprintf(" (its annotation %s says lock %s granted it a token: see `kubectl redlock token %s`)", v1alpha1.LockNameAnnotation, granted, pod.Name)
 		}
 		return Why{}, fmt.Errorf("%s: %w", msg, ErrNoLockLabel)
-	}
-	w := Why{
-		Kind: "PodLockExplanation", Namespace: pod.Namespace, Pod: pod.Name, Phase: phase(pod),
-		Lock: name, Semaphore: pod.Labels[v1alpha1.SemaphoreLabel], Gate: GateOf(pod), Gated: Gated(pod),
-		Events: RecentEvents(in.Events, in.Now, in.MaxEvents),
 	}
 	lock := in.Lock
 	if lock == nil {
@@ -165,75 +167,74 @@ func Explain(in WhyInput) (Why, error) {
 	}
 	st := lock.Status
 	w.LockFound, w.Key = true, Key(lock)
-	for _, t := range []string{v1alpha1.ConditionHeld, v1alpha1.ConditionReady, v1alpha1.ConditionHolderReachable} {
-		if c := meta.FindStatusCondition(st.Conditions, t); c != nil {
-			w.Conditions = append(w.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
-		}
-	}
-	if st.Queue != nil {
-		w.Waiting = st.Queue.Count
-		for i, ref := range st.Queue.Waiting {
-			if ref.UID == pod.UID {
-				w.Position = i + 1
-				break
-			}
-			w.Ahead = append(w.Ahead, ref.Name)
-		}
-		if w.Position == 0 {
-			w.Ahead = nil
-		}
-	}
+	w.conditions(st.Conditions, v1alpha1.ConditionHeld, v1alpha1.ConditionReady, v1alpha1.ConditionHolderReachable)
+	w.place(st.Queue, pod.UID)
 	w.Holder = holderState(lock, in.HolderPod, in.Now)
 	w.Holds = st.Holder != nil && st.Holder.Pod != nil && st.Holder.Pod.UID == pod.UID
 	w.Reason, w.Explanation = explain(&w, in)
 	return w, nil
 }
 
+// conditions adds the conditions of types that conds has, in that order.
+func (w *Why) conditions(conds []metav1.Condition, types ...string) {
+	for _, t := range types {
+		if c := meta.FindStatusCondition(conds, t); c != nil {
+			w.Conditions = append(w.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
+		}
+	}
+}
+
+// place sets the pod uid's place in status queue q: how many wait, its
+// position, and the pods ahead of it (none when q does not list it).
+func (w *Why) place(q *v1alpha1.LockQueue, uid types.UID) {
+	if q == nil {
+		return
+	}
+	w.Waiting = q.Count
+	for i, ref := range q.Waiting {
+		if ref.UID == uid {
+			w.Position = i + 1
+			break
+		}
+		w.Ahead = append(w.Ahead, ref.Name)
+	}
+	if w.Position == 0 {
+		w.Ahead = nil
+	}
+}
+
+// aheadText says which pods are ahead of the pod in line, as the end of a
+// sentence ("" when none is).
+func (w *Why) aheadText() string {
+	if len(w.Ahead) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s ahead of it in line (%s)", plural(len(w.Ahead), "pod is", "pods are"), strings.Join(w.Ahead, ", "))
+}
+
 // explainSemaphore answers for a pod of a semaphore that was not given a
 // slot yet: the semaphore gives slots first come, first served, and the
 // pod is then labelled for its slot's lock.
-func explainSemaphore(in WhyInput) Why {
+func explainSemaphore(w *Why, in WhyInput) {
 	pod, sem := in.Pod, in.Semaphore
-	w := Why{
-		Kind: "PodLockExplanation", Namespace: pod.Namespace, Pod: pod.Name, Phase: phase(pod),
-		Semaphore: pod.Labels[v1alpha1.SemaphoreLabel], Gate: GateOf(pod), Gated: Gated(pod),
-		Events: RecentEvents(in.Events, in.Now, in.MaxEvents),
-	}
 	switch {
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		w.Reason, w.Explanation = WhyPodFinished, fmt.Sprintf("the pod has finished (%s): it no longer takes part in the semaphore", pod.Status.Phase)
-		return w
+		return
 	case pod.DeletionTimestamp != nil:
 		w.Reason, w.Explanation = WhyPodTerminating, "the pod is being deleted: it is no longer a candidate for a slot"
-		return w
+		return
 	case sem == nil:
 		w.Reason = WhySemaphoreNotFound
 		w.Explanation = fmt.Sprintf("no DistributedSemaphore %q exists in namespace %s: the pod waits until it is created (or its label %s names another semaphore)",
 			w.Semaphore, pod.Namespace, v1alpha1.SemaphoreLabel)
-		return w
+		return
 	}
 	st := sem.Status
 	w.LockFound, w.Key, w.Slots, w.SlotsHeld = true, sem.RedisKey(), sem.Spec.Slots, st.Held
-	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c != nil {
-		w.Conditions = append(w.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
-	}
-	if st.Queue != nil {
-		w.Waiting = st.Queue.Count
-		for i, ref := range st.Queue.Waiting {
-			if ref.UID == pod.UID {
-				w.Position = i + 1
-				break
-			}
-			w.Ahead = append(w.Ahead, ref.Name)
-		}
-		if w.Position == 0 {
-			w.Ahead = nil
-		}
-	}
-	ahead := ""
-	if len(w.Ahead) > 0 {
-		ahead = fmt.Sprintf("; %s ahead of it in line (%s)", plural(len(w.Ahead), "pod is", "pods are"), strings.Join(w.Ahead, ", "))
-	}
+	w.conditions(st.Conditions, v1alpha1.ConditionReady)
+	w.place(st.Queue, pod.UID)
+	ahead := w.aheadText()
 	var holders []string
 	for _, h := range st.Holders {
 		holders = append(holders, holderOfSlot(h))
@@ -255,7 +256,6 @@ func explainSemaphore(in WhyInput) Why {
 	default:
 		w.Reason, w.Explanation = WhyNotQueued, "the semaphore's status does not list the pod in its queue: the operator has not seen it yet, or status lists only the first pods (is the operator running? see the semaphore's conditions and events)"
 	}
-	return w
 }
 
 // holderOfSlot says who holds a semaphore's slot.
@@ -291,10 +291,7 @@ func holderState(lock *v1alpha1.DistributedLock, holderPod *corev1.Pod, now time
 // explain is the verdict: the first case that applies, from the pod's own
 // state through the holder to the lock's conditions and the queue.
 func explain(w *Why, in WhyInput) (reason, text string) {
-	ahead := ""
-	if len(w.Ahead) > 0 {
-		ahead = fmt.Sprintf("; %s ahead of it in line (%s)", plural(len(w.Ahead), "pod is", "pods are"), strings.Join(w.Ahead, ", "))
-	}
+	ahead := w.aheadText()
 	for _, f := range []func(*Why, WhyInput, string) (string, string){explainPod, explainHolder, explainFree} {
 		if reason, text = f(w, in, ahead); reason != "" {
 			return reason, text
