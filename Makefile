@@ -234,10 +234,11 @@ PREFIX ?=
 PLUGIN_DIR ?= $(if $(PREFIX),$(PREFIX)/bin,$(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin))
 
 .PHONY: install-plugin
-install-plugin: ## Build the kubectl plugin kubectl-redlock into GOBIN, or PREFIX/bin with PREFIX=…; `kubectl redlock` finds it on PATH.
+install-plugin: ## Build the kubectl plugin kubectl-redlock into GOBIN, or PREFIX/bin with PREFIX=…, beside its completion script kubectl_complete-redlock; `kubectl redlock` finds both on PATH.
 	@mkdir -p $(PLUGIN_DIR)
 	$(GO_BUILD) -o $(PLUGIN_DIR)/kubectl-redlock ./cmd/kubectl-redlock
-	@echo "installed $(PLUGIN_DIR)/kubectl-redlock: run 'kubectl redlock --help' (with $(PLUGIN_DIR) on PATH)"
+	install -m 0755 cmd/kubectl-redlock/kubectl_complete-redlock $(PLUGIN_DIR)/kubectl_complete-redlock
+	@echo "installed $(PLUGIN_DIR)/kubectl-redlock and kubectl_complete-redlock: run 'kubectl redlock --help' (with $(PLUGIN_DIR) on PATH)"
 
 .PHONY: release
 release: ## Write a release into dist/release/VERSION (make release VERSION=v0.2.0): install.yaml and the packaged chart of the same version and image (IMAGE_REPO, default redlock-operator), and kubectl-redlock; CHANGELOG.md must have the version's section.

@@ -237,7 +237,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		HealthProbeBindAddress:        cfg.probeAddr,
 		PprofBindAddress:              cfg.pprofAddr,
 		LeaderElection:                cfg.leaderElect,
-		LeaderElectionID:              "redlock-operator.redlock.dev",
+		LeaderElectionID:              v1alpha1.LeaderLease,
 		LeaderElectionNamespace:       cfg.leaderNamespace,
 		LeaderElectionReleaseOnCancel: true, // a stopping leader hands over at once
 		LeaseDuration:                 &cfg.leaseDuration,

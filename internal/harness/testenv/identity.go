@@ -53,7 +53,18 @@ func (e *Env) ClientAs(user string, groups ...string) client.Client {
 // Role), and returns a client acting as user: someone who may edit
 // workloads but is not the operator.
 func (e *Env) PodEditor(ns, user string) client.Client {
-	name := "pod-editor-" + strings.ToLower(user)
+	e.Allow(ns, user, "pod-editor-"+strings.ToLower(user), rbacv1.PolicyRule{
+		APIGroups: []string{""},
+		Resources: []string{"pods", "pods/status"},
+		Verbs:     []string{"get", "list", "watch", "update", "patch"},
+	})
+	return e.ClientAs(user, "system:authenticated")
+}
+
+// Allow binds user to a Role named name in ns with rules (once: again, it
+// reuses the Role), and waits until the API server authorizes the first
+// verb on the last resource of the first rule.
+func (e *Env) Allow(ns, user, name string, rules ...rbacv1.PolicyRule) {
 	again := func(err error) error {
 		if apierrors.IsAlreadyExists(err) {
 			return nil
@@ -62,27 +73,24 @@ func (e *Env) PodEditor(ns, user string) client.Client {
 	}
 	Expect(again(e.Client.Create(e.Ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{""},
-			Resources: []string{"pods", "pods/status"},
-			Verbs:     []string{"get", "list", "watch", "update", "patch"},
-		}},
+		Rules:      rules,
 	}))).To(Succeed(), "Role %s/%s", ns, name)
 	Expect(again(e.Client.Create(e.Ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 	}))).To(Succeed(), "RoleBinding %s/%s", ns, name)
+	r := rules[0]
+	resource, sub, _ := strings.Cut(r.Resources[len(r.Resources)-1], "/")
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Group: r.APIGroups[0], Resource: resource, Subresource: sub, Verb: r.Verbs[0]}
 	// The authorizer learns of the binding from a watch: wait for it.
 	Eventually(func(g Gomega) {
 		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: []string{"system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Resource: "pods", Subresource: "status", Verb: "patch"},
+			User: user, Groups: []string{"system:authenticated"}, ResourceAttributes: attrs,
 		}}
 		g.Expect(e.Client.Create(e.Ctx, review)).To(Succeed())
-		g.Expect(review.Status.Allowed).To(BeTrue(), "%s may patch pods/status in %s", user, ns)
-	}).Should(Succeed(), "the API server to authorize %s to edit pods in %s", user, ns)
-	return e.ClientAs(user, "system:authenticated")
+		g.Expect(review.Status.Allowed).To(BeTrue(), "%s may %s %s/%s in %s", user, attrs.Verb, attrs.Resource, attrs.Subresource, ns)
+	}).Should(Succeed(), "the API server to authorize %s by Role %s/%s", user, ns, name)
 }
 
 // InstallAdmissionPolicy creates the objects of

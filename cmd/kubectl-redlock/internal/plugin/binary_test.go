@@ -46,6 +46,14 @@ var _ = Describe("The kubectl-redlock binary", func() {
 		Expect(code).To(BeZero(), "stderr: %s", stderr)
 		Expect(stdout).To(MatchRegexp(`^NAMESPACE +NAME +KEY +HOLDER +VALID-FOR +TOKEN +WAITING\n` + ns + ` +jobs +redlock:` + ns + `/jobs +cron +[0-9]+s +7 +0\n$`))
 
+		By("logging each request to the API server with kubectl's -v=6")
+		stdout, stderr, code = run(filepath.Join(dir, "kubectl-redlock"), "status", "-n", ns, "-v=6")
+		Expect(code).To(BeZero(), "stderr: %s", stderr)
+		Expect(stdout).To(ContainSubstring("jobs"))
+		Expect(stderr).To(MatchRegexp(`"Response" verb="GET" url="https://[^"]+/apis/coordination.redlock.dev/v1alpha1/namespaces/` + ns + `/distributedlocks" status="200 OK"`))
+		_, stderr, _ = run(filepath.Join(dir, "kubectl-redlock"), "status", "-n", ns)
+		Expect(stderr).To(BeEmpty(), "no request logs without -v")
+
 		By("running kubectl-redlock queue on a lock that does not exist")
 		stdout, stderr, code = run(filepath.Join(dir, "kubectl-redlock"), "queue", "nope", "-n", ns)
 		Expect(code).To(Equal(1))
@@ -61,5 +69,13 @@ var _ = Describe("The kubectl-redlock binary", func() {
 		Expect(code).To(BeZero(), "stderr: %s", stderr)
 		Expect(stdout).To(ContainSubstring(`"kind": "LockList"`))
 		Expect(stdout).To(ContainSubstring(`"identity": "cron"`))
+
+		By("completing through kubectl, which runs kubectl_complete-redlock from PATH")
+		script, err := os.ReadFile(filepath.Join(repoRoot(), "cmd", "kubectl-redlock", "kubectl_complete-redlock"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(filepath.Join(dir, "kubectl_complete-redlock"), script, 0o755)).To(Succeed()) //nolint:gosec // an executable script
+		stdout, stderr, code = run(kubectl, "__complete", "redlock", "queue", "-n", ns, "")
+		Expect(code).To(BeZero(), "stderr: %s", stderr)
+		Expect(stdout).To(HavePrefix("jobs\n"), "the lock's name, then cobra's directive")
 	})
 })

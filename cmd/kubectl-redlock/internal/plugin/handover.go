@@ -44,7 +44,8 @@ for confirmation unless --yes is given, and refuses to run without --yes when
 stdin is not a terminal.`,
 		Example: `  kubectl redlock handover migrations -n shop
   kubectl redlock handover nightly-report -n shop --yes --timeout 5m`,
-		Args: one("LOCK (a DistributedLock's name)"),
+		Args:              one("LOCK (a DistributedLock's name)"),
+		ValidArgsFunction: c.completion(lockNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, ns, lockName, err := c.target(args[0], lockTypes)
 			if err != nil {

@@ -6,6 +6,7 @@ package plugin
 
 import (
 	"errors"
+	goflag "flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,16 +15,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/api/meta"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/cmd/kubectl-redlock/internal/report"
 	"github.com/redlock-operator/redlock-operator/internal/version"
 )
 
@@ -70,22 +72,49 @@ func NewCommand(streams genericiooptions.IOStreams, opts Options) *cobra.Command
 the API server shows: who holds a lock and for how long, why a pod is still
 gated, who waits, which locks share a Redis key, and a pod's fencing token.
 handover hands a lock on, renew renews a static holder's lease and release is
-a static holder's own release; they never write status and never touch Redis.`,
+a static holder's own release; they never write status and never touch Redis.
+check says whether the operator is installed and answering.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl redlock"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// --version prints the release the plugin was built as (make
-		// release, the image), as the operator's other binaries do.
+		// --version prints the release the plugin was built as, as the
+		// operator's other binaries do; so does the version command.
 		Version: version.Version,
 	}
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	c.flags.AddFlags(root.PersistentFlags())
+	addVerbosity(root.PersistentFlags())
+	c.completeFlags(root)
 	// The version alone, as the manager, the gate and the agent print it.
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(c.statusCommand(), c.whyCommand(), c.queueCommand(), c.whoCommand(), c.tokenCommand(), c.handoverCommand(), c.renewCommand(), c.releaseCommand())
+	root.AddCommand(c.statusCommand(), c.whyCommand(), c.queueCommand(), c.whoCommand(), c.tokenCommand(),
+		c.handoverCommand(), c.renewCommand(), c.releaseCommand(), c.checkCommand(), c.versionCommand())
 	return root
+}
+
+// addVerbosity adds kubectl's -v/--v: client-go's request logs on stderr
+// (6: each request and its status, 7: the headers, 8: the bodies).
+func addVerbosity(fs *pflag.FlagSet) {
+	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+	klog.InitFlags(gofs)
+	v := pflag.PFlagFromGoFlag(gofs.Lookup("v"))
+	v.Shorthand = "v"
+	v.Usage = "Number for the log level verbosity, as kubectl's: 6 logs each request to the API server, 8 their bodies."
+	fs.AddFlag(v)
+}
+
+func (c *cli) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version the plugin was built as",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(c.streams.Out, version.Version)
+			return err
+		},
+	}
 }
 
 // client returns a client of the cluster the flags name and the namespace
@@ -119,14 +148,6 @@ func apiError(what string, err error) error {
 		return fmt.Errorf("%s: %w (are redlock-operator's CRDs installed in this cluster?)", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-// output is the -o flag of the read commands.
-type output struct{ format string }
-
-func (o *output) add(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&o.format, "output", "o", "", "Output format: json or yaml (default: a table). The shapes are documented in docs/tasks/kubectl-plugin.md.")
-	cmd.PreRunE = func(*cobra.Command, []string) error { return report.CheckFormat(o.format) }
 }
 
 // one checks that a command got exactly one argument, named what.

@@ -21,7 +21,7 @@ import (
 
 func (c *cli) statusCommand() *cobra.Command {
 	var (
-		out output
+		out = listing()
 		all bool
 	)
 	cmd := &cobra.Command{
@@ -35,13 +35,7 @@ func (c *cli) statusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var opts []client.ListOption
-			where := "in namespace " + ns
-			if all {
-				where = "in any namespace"
-			} else {
-				opts = append(opts, client.InNamespace(ns))
-			}
+			where, opts := scope(ns, all)
 			var list v1alpha1.DistributedLockList
 			if err := k.List(cmd.Context(), &list, opts...); err != nil {
 				return apiError("list DistributedLocks "+where, err)
@@ -52,14 +46,13 @@ func (c *cli) statusCommand() *cobra.Command {
 				return err
 			}
 			locks.Semaphores = report.Semaphores(sems)
-			if out.format != report.FormatTable {
-				return report.WriteStructured(c.streams.Out, out.format, locks)
-			}
-			if len(locks.Items) == 0 && len(locks.Semaphores) == 0 {
-				_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLocks found %s.\n", where)
-				return err
-			}
-			return report.WriteStatus(c.streams.Out, locks)
+			return out.print(c.streams.Out, &locks, func(wide bool) error {
+				if len(locks.Items) == 0 && len(locks.Semaphores) == 0 {
+					_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLocks found %s.\n", where)
+					return err
+				}
+				return report.WriteStatus(c.streams.Out, &locks, wide)
+			})
 		},
 	}
 	out.add(cmd)
@@ -68,7 +61,7 @@ func (c *cli) statusCommand() *cobra.Command {
 }
 
 func (c *cli) whoCommand() *cobra.Command {
-	var out output
+	out := listing()
 	cmd := &cobra.Command{
 		Use:   "who KEY",
 		Short: "Every DistributedLock in the cluster (all namespaces) on a Redis key, with its holder, and the held slots of semaphores on it",
@@ -79,7 +72,8 @@ Locks with one key exclude each other through Redlock, also in other clusters
 whose operators share the masters: those this command cannot see.`,
 		Example: `  kubectl redlock who redlock:shop/migrations
   kubectl redlock who payments-ledger -o yaml`,
-		Args: one("KEY"),
+		Args:              one("KEY"),
+		ValidArgsFunction: c.completion(keyNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, _, err := c.client()
 			if err != nil {
@@ -95,14 +89,13 @@ whose operators share the masters: those this command cannot see.`,
 				return err
 			}
 			who.Slots = report.SlotsOn(args[0], sems)
-			if out.format != report.FormatTable {
-				return report.WriteStructured(c.streams.Out, out.format, who)
-			}
-			if len(who.Items) == 0 && len(who.Slots) == 0 {
-				_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLock nor held semaphore slot in this cluster uses key %q.\n", args[0])
-				return err
-			}
-			return report.WriteWho(c.streams.Out, who)
+			return out.print(c.streams.Out, &who, func(wide bool) error {
+				if len(who.Items) == 0 && len(who.Slots) == 0 {
+					_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLock nor held semaphore slot in this cluster uses key %q.\n", args[0])
+					return err
+				}
+				return report.WriteWho(c.streams.Out, &who, wide)
+			})
 		},
 	}
 	out.add(cmd)
@@ -110,14 +103,15 @@ whose operators share the masters: those this command cannot see.`,
 }
 
 func (c *cli) queueCommand() *cobra.Command {
-	var out output
+	out := listing()
 	cmd := &cobra.Command{
 		Use:   "queue LOCK|dsem/SEMAPHORE",
 		Short: "The pods waiting for a lock, or for a semaphore's slot, in order, with their phase, gate and age",
 		Example: `  kubectl redlock queue migrations -n shop
   kubectl redlock queue migrations -n shop -o json
   kubectl redlock queue dsem/report-slots -n shop`,
-		Args: one("LOCK (a DistributedLock's name) or dsem/SEMAPHORE"),
+		Args:              one("LOCK (a DistributedLock's name) or dsem/SEMAPHORE"),
+		ValidArgsFunction: c.completion(queueNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if t, _, ok := strings.Cut(args[0], "/"); ok && slices.Contains(semTypes, strings.ToLower(t)) {
@@ -135,11 +129,7 @@ func (c *cli) queueCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			q := report.QueueOf(lock, pods, time.Now())
-			if out.format != report.FormatTable {
-				return report.WriteStructured(c.streams.Out, out.format, q)
-			}
-			return report.WriteQueue(c.streams.Out, c.streams.ErrOut, q)
+			return c.printQueue(out, report.QueueOf(lock, pods, time.Now()))
 		},
 	}
 	out.add(cmd)
@@ -148,7 +138,7 @@ func (c *cli) queueCommand() *cobra.Command {
 
 // semaphoreQueue prints the pods waiting for a slot of the semaphore arg
 // names (TYPE/NAME).
-func (c *cli) semaphoreQueue(ctx context.Context, arg string, out output) error {
+func (c *cli) semaphoreQueue(ctx context.Context, arg string, out *output) error {
 	k, ns, semName, err := c.target(arg, semTypes)
 	if err != nil {
 		return err
@@ -164,16 +154,17 @@ func (c *cli) semaphoreQueue(ctx context.Context, arg string, out output) error 
 	if err != nil {
 		return err
 	}
-	q := report.SemaphoreQueueOf(sem, pods, time.Now())
-	if out.format != report.FormatTable {
-		return report.WriteStructured(c.streams.Out, out.format, q)
-	}
-	return report.WriteQueue(c.streams.Out, c.streams.ErrOut, q)
+	return c.printQueue(out, report.SemaphoreQueueOf(sem, pods, time.Now()))
+}
+
+// printQueue prints the output of queue.
+func (c *cli) printQueue(out *output, q report.Queue) error {
+	return out.print(c.streams.Out, &q, func(wide bool) error { return report.WriteQueue(c.streams.Out, c.streams.ErrOut, &q, wide) })
 }
 
 func (c *cli) whyCommand() *cobra.Command {
 	var (
-		out       output
+		out       = tableOnly()
 		maxEvents int
 	)
 	cmd := &cobra.Command{
@@ -181,7 +172,8 @@ func (c *cli) whyCommand() *cobra.Command {
 		Short: "Why a pod is (still) gated: its lock, its place in line, the holder and what it waits for, recent events",
 		Example: `  kubectl redlock why migrate-b81d4 -n shop
   kubectl redlock why migrate-b81d4 -n shop -o json`,
-		Args: one("POD (a pod's name)"),
+		Args:              one("POD (a pod's name)"),
+		ValidArgsFunction: c.completion(podNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxEvents < 1 {
 				return fmt.Errorf("--events must be at least 1, not %d", maxEvents)
@@ -199,10 +191,7 @@ func (c *cli) whyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if out.format != report.FormatTable {
-				return report.WriteStructured(c.streams.Out, out.format, w)
-			}
-			return report.WriteWhy(c.streams.Out, w)
+			return out.print(c.streams.Out, &w, func(bool) error { return report.WriteWhy(c.streams.Out, &w) })
 		},
 	}
 	out.add(cmd)
@@ -211,13 +200,14 @@ func (c *cli) whyCommand() *cobra.Command {
 }
 
 func (c *cli) tokenCommand() *cobra.Command {
-	var out output
+	out := tableOnly()
 	cmd := &cobra.Command{
 		Use:   "token POD",
 		Short: "The fencing token of a pod's grant, or that it holds nothing",
 		Example: `  kubectl redlock token migrate-7f9c2 -n shop
   kubectl redlock token migrate-7f9c2 -n shop -o json | jq .fencingToken`,
-		Args: one("POD (a pod's name)"),
+		Args:              one("POD (a pod's name)"),
+		ValidArgsFunction: c.completion(podNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, ns, podName, err := c.target(args[0], podTypes)
 			if err != nil {
@@ -235,14 +225,20 @@ func (c *cli) tokenCommand() *cobra.Command {
 				}
 			}
 			t := report.TokenOf(pod, lock, time.Now())
-			if out.format != report.FormatTable {
-				return report.WriteStructured(c.streams.Out, out.format, t)
-			}
-			return report.WriteToken(c.streams.Out, t)
+			return out.print(c.streams.Out, &t, func(bool) error { return report.WriteToken(c.streams.Out, &t) })
 		},
 	}
 	out.add(cmd)
 	return cmd
+}
+
+// scope is where a command with -A lists: namespace ns, or every one with
+// all; where says it for the messages.
+func scope(ns string, all bool) (where string, opts []client.ListOption) {
+	if all {
+		return "in any namespace", nil
+	}
+	return "in namespace " + ns, []client.ListOption{client.InNamespace(ns)}
 }
 
 // getLock reads a lock named on the command line.

@@ -196,10 +196,15 @@ var _ = Describe("The read commands", Ordered, func() {
 		Expect(r.out).To(ContainSubstring("holds nothing: it asks for no lock (no label redlock.dev/lock)"))
 	})
 
-	It("refuses an output format it does not print", func() {
-		for _, cmd := range [][]string{{"status"}, {"why", "job-a"}, {"queue", "jobs"}, {"who", "k"}, {"token", "job-a"}} {
+	It("refuses an output format it does not print, before it reads anything", func() {
+		for _, cmd := range [][]string{{"status"}, {"why", "job-a"}, {"queue", "jobs"}, {"who", "k"}, {"token", "job-a"}, {"check"}} {
+			r := kubectlRedlock(append(cmd, "-n", ns, "-o", "table")...)
+			Expect(r.err).To(MatchError(ContainSubstring(`unable to match a printer suitable for the output format "table"`)), "kubectl redlock %v -o table", cmd)
+			Expect(r.out).To(BeEmpty())
+		}
+		for _, cmd := range [][]string{{"why", "job-a"}, {"token", "job-a"}, {"check"}} {
 			r := kubectlRedlock(append(cmd, "-n", ns, "-o", "wide")...)
-			Expect(r.err).To(MatchError(ContainSubstring(`unknown output format "wide"`)), "kubectl redlock %v -o wide", cmd)
+			Expect(r.err).To(MatchError(ContainSubstring(`unable to match a printer suitable for the output format "wide"`)), "kubectl redlock %v -o wide: a description, no table", cmd)
 		}
 	})
 })

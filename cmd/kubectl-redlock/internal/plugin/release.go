@@ -20,7 +20,7 @@ func (c *cli) releaseCommand() *cobra.Command {
 		Short: "Release a static holder's grant on a lock: its word, then its request withdrawn",
 		Long: `release is the static holder's own release of LOCK (spec.holderIdentity).
 
---as names the holder releasing, and must be the name spec.holderIdentity and
+--holder names the holder releasing, and must be the name spec.holderIdentity and
 status show: a release is the holder's own, never someone else's. On a lock
 with spec.holderLease, when status shows the holder's grant, it first writes
 the holder's word for that grant into the lock's LockHeartbeat (releasedGrant):
@@ -36,8 +36,9 @@ the release, and no word is written.
 
 It needs get and patch on the DistributedLock and get and update on its
 LockHeartbeat (docs/tasks/static-holders.md has a Role).`,
-		Example: `  kubectl redlock release release-freeze -n ci --as ci-run-4711`,
-		Args:    one("LOCK (a DistributedLock's name)"),
+		Example:           `  kubectl redlock release release-freeze -n ci --holder ci-run-4711`,
+		Args:              one("LOCK (a DistributedLock's name)"),
+		ValidArgsFunction: c.completion(lockNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, ns, lockName, err := c.target(args[0], lockTypes)
 			if err != nil {
@@ -46,8 +47,8 @@ LockHeartbeat (docs/tasks/static-holders.md has a Role).`,
 			return c.release(cmd.Context(), k, ns, lockName, as)
 		},
 	}
-	cmd.Flags().StringVar(&as, "as", "", "The static holder releasing (required): fail unless the lock's spec.holderIdentity is this name.")
-	_ = cmd.MarkFlagRequired("as")
+	cmd.Flags().StringVar(&as, "holder", "", "The static holder releasing (required): fail unless the lock's spec.holderIdentity is this name. (kubectl's --as impersonates a user, as on every command.)")
+	_ = cmd.MarkFlagRequired("holder")
 	return cmd
 }
 

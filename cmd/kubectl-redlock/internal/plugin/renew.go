@@ -91,7 +91,7 @@ operator watches. A lock with spec.holderLease ends a static holder's grant
 that is not renewed for that long, and serves its pods.
 
 It renews only the grant status shows for the static holder the spec names
-(--as, when given, must be that name), and fails when the holder does not
+(--holder, when given, must be that name), and fails when the holder does not
 hold the lock, or when its request ended (status.endedRequest: set another
 holderIdentity to ask again). With --every it renews at that interval until
 interrupted, waiting while the holder is not granted yet: a renewal that fails
@@ -102,9 +102,10 @@ the lock is gone, or access is refused. Stop the work it guards when it exits.
 
 It needs get on the DistributedLock and get and update on its LockHeartbeat
 (docs/tasks/static-holders.md has a Role).`,
-		Example: `  kubectl redlock renew release-freeze -n ci --as ci-run-4711
+		Example: `  kubectl redlock renew release-freeze -n ci --holder ci-run-4711
   kubectl redlock renew release-freeze -n ci --every 20s`,
-		Args: one("LOCK (a DistributedLock's name)"),
+		Args:              one("LOCK (a DistributedLock's name)"),
+		ValidArgsFunction: c.completion(lockNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, ns, lockName, err := c.target(args[0], lockTypes)
 			if err != nil {
@@ -116,7 +117,7 @@ It needs get on the DistributedLock and get and update on its LockHeartbeat
 			return c.renewEvery(cmd.Context(), k, ns, lockName, as, every)
 		},
 	}
-	cmd.Flags().StringVar(&as, "as", "", "The static holder renewing: fail unless the lock's spec.holderIdentity is this name.")
+	cmd.Flags().StringVar(&as, "holder", "", "The static holder renewing: fail unless the lock's spec.holderIdentity is this name. (kubectl's --as impersonates a user, as on every command.)")
 	cmd.Flags().DurationVar(&every, "every", 0, "Renew at this interval until interrupted (0: once). Pick a third of spec.holderLease or less.")
 	return cmd
 }

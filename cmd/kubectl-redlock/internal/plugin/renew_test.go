@@ -32,13 +32,13 @@ var _ = Describe("kubectl redlock renew", func() {
 		Expect(k8s.Create(ctx, &v1alpha1.LockHeartbeat{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "freeze"}})).To(Succeed())
 
 		By("refusing to renew for another name than the spec's")
-		r := kubectlRedlock("renew", "freeze", "-n", ns, "--as", "someone-else")
+		r := kubectlRedlock("renew", "freeze", "-n", ns, "--holder", "someone-else")
 		Expect(r.err).To(MatchError(ContainSubstring(`requested for "ci-run-1", not "someone-else"`)))
 		Expect(heartbeat("freeze").Spec.RenewTime).To(BeNil(), "nothing renewed")
 
 		By("renewing the grant status shows")
 		before := time.Now().Add(-time.Second)
-		r = kubectlRedlock("renew", "freeze", "-n", ns, "--as", "ci-run-1")
+		r = kubectlRedlock("renew", "freeze", "-n", ns, "--holder", "ci-run-1")
 		Expect(r.err).NotTo(HaveOccurred())
 		Expect(r.out).To(ContainSubstring("renewed ci-run-1's lease on lock " + ns + "/freeze (fencing token 100)"))
 		hb := heartbeat("freeze")

@@ -42,9 +42,9 @@ type Lock struct {
 // LockList is the output of `status`: the locks, and the semaphores as a
 // kind of their own (their slots' locks are among the locks too).
 type LockList struct {
-	Kind       string      `json:"kind"`
-	Items      []Lock      `json:"items"`
-	Semaphores []Semaphore `json:"semaphores"`
+	metav1.TypeMeta `json:",inline"`
+	Items           []Lock      `json:"items"`
+	Semaphores      []Semaphore `json:"semaphores"`
 }
 
 // Semaphore is one DistributedSemaphore as `status` shows it.
@@ -81,10 +81,10 @@ func Semaphores(sems []v1alpha1.DistributedSemaphore) []Semaphore {
 // KeyHolders is the output of `who KEY`: every lock in the cluster on the
 // key, and the holders of the slots of every semaphore on it.
 type KeyHolders struct {
-	Kind  string `json:"kind"`
-	Key   string `json:"key"`
-	Items []Lock `json:"items"`
-	Slots []Slot `json:"slots"`
+	metav1.TypeMeta `json:",inline"`
+	Key             string `json:"key"`
+	Items           []Lock `json:"items"`
+	Slots           []Slot `json:"slots"`
 }
 
 // Slot is one held slot of a semaphore, as `who` shows it.
@@ -146,7 +146,7 @@ func conditionShort(c *metav1.Condition) string {
 
 // Locks describes locks at now, sorted by namespace and name.
 func Locks(locks []v1alpha1.DistributedLock, now time.Time) LockList {
-	out := LockList{Kind: "LockList", Items: []Lock{}, Semaphores: []Semaphore{}}
+	out := LockList{TypeMeta: typeMeta("LockList"), Items: []Lock{}, Semaphores: []Semaphore{}}
 	for i := range locks {
 		out.Items = append(out.Items, LockOf(&locks[i], now))
 	}
@@ -156,7 +156,7 @@ func Locks(locks []v1alpha1.DistributedLock, now time.Time) LockList {
 
 // Who describes the locks among locks whose Redis key is key, at now.
 func Who(key string, locks []v1alpha1.DistributedLock, now time.Time) KeyHolders {
-	out := KeyHolders{Kind: "KeyHolders", Key: key, Items: []Lock{}, Slots: []Slot{}}
+	out := KeyHolders{TypeMeta: typeMeta("KeyHolders"), Key: key, Items: []Lock{}, Slots: []Slot{}}
 	for i := range locks {
 		if Key(&locks[i]) == key {
 			out.Items = append(out.Items, LockOf(&locks[i], now))
@@ -178,18 +178,39 @@ var StatusHeaders = []string{"NAMESPACE", "NAME", "KEY", "HOLDER", "VALID-FOR", 
 // SemaphoreHeaders are the columns of `status`'s semaphores.
 var SemaphoreHeaders = []string{"NAMESPACE", "SEMAPHORE", "KEY", "HELD", "WAITING", "READY"}
 
+// StatusWideHeaders are the columns `status -o wide` adds to the locks'.
+var StatusWideHeaders = []string{"HELD", "GRANT", "VALID-UNTIL"}
+
 // WriteStatus prints the tables of `status`: the locks, then the
-// semaphores (when there are any of each).
-func WriteStatus(w io.Writer, l LockList) error {
+// semaphores (when there are any of each); wide adds StatusWideHeaders.
+func WriteStatus(w io.Writer, l *LockList, wide bool) error {
+	headers := StatusHeaders
+	if wide {
+		headers = slices.Concat(StatusHeaders, StatusWideHeaders)
+	}
 	locks := make([][]string, 0, len(l.Items))
 	for _, x := range l.Items {
-		locks = append(locks, []string{x.Namespace, x.Name, x.Key, x.Holder.String(), x.ValidFor, token(x.FencingToken), itoa(x.Waiting)})
+		row := []string{x.Namespace, x.Name, x.Key, x.Holder.String(), x.ValidFor, token(x.FencingToken), itoa(x.Waiting)}
+		if wide {
+			row = append(row, x.wide()...)
+		}
+		locks = append(locks, row)
 	}
 	sems := make([][]string, 0, len(l.Semaphores))
 	for _, x := range l.Semaphores {
 		sems = append(sems, []string{x.Namespace, x.Name, x.Key, itoa(x.Held) + "/" + itoa(x.Slots), itoa(x.Waiting), orNone(x.ReadyCondition)})
 	}
-	return tables(w, section{StatusHeaders, locks}, section{SemaphoreHeaders, sems})
+	return tables(w, section{headers, locks}, section{SemaphoreHeaders, sems})
+}
+
+// wide is what -o wide adds to a lock's row: the Held condition, the
+// grant's ID and the end of the validity shown.
+func (l *Lock) wide() []string {
+	until := none
+	if l.ValidUntil != nil {
+		until = l.ValidUntil.UTC().Format(time.RFC3339)
+	}
+	return []string{orNone(l.HeldCondition), orNone(l.GrantID), until}
 }
 
 // WhoHeaders are the columns of `who`.
@@ -198,18 +219,30 @@ var WhoHeaders = []string{"NAMESPACE", "NAME", "HOLDER", "VALID-FOR", "TOKEN", "
 // SlotHeaders are the columns of `who`'s semaphore slots.
 var SlotHeaders = []string{"NAMESPACE", "SEMAPHORE", "SLOT", "LOCK", "HOLDER", "TOKEN"}
 
+// WhoWideHeaders are the columns `who -o wide` adds to the locks'.
+var WhoWideHeaders = []string{"GRANT", "VALID-UNTIL"}
+
 // WriteWho prints the tables of `who`: the locks on the key, then the
-// held slots of the semaphores on it (when there are any of each).
-func WriteWho(w io.Writer, k KeyHolders) error {
+// held slots of the semaphores on it (when there are any of each); wide
+// adds WhoWideHeaders.
+func WriteWho(w io.Writer, k *KeyHolders, wide bool) error {
+	headers := WhoHeaders
+	if wide {
+		headers = slices.Concat(WhoHeaders, WhoWideHeaders)
+	}
 	locks := make([][]string, 0, len(k.Items))
 	for _, x := range k.Items {
-		locks = append(locks, []string{x.Namespace, x.Name, x.Holder.String(), x.ValidFor, token(x.FencingToken), orNone(x.HeldCondition), itoa(x.Waiting)})
+		row := []string{x.Namespace, x.Name, x.Holder.String(), x.ValidFor, token(x.FencingToken), orNone(x.HeldCondition), itoa(x.Waiting)}
+		if wide {
+			row = append(row, x.wide()[1:]...)
+		}
+		locks = append(locks, row)
 	}
 	slots := make([][]string, 0, len(k.Slots))
 	for _, x := range k.Slots {
 		slots = append(slots, []string{x.Namespace, x.Semaphore, itoa(x.Slot), x.Lock, x.Holder.String(), token(x.FencingToken)})
 	}
-	return tables(w, section{WhoHeaders, locks}, section{SlotHeaders, slots})
+	return tables(w, section{headers, locks}, section{SlotHeaders, slots})
 }
 
 // section is one table of a command's output.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
@@ -82,9 +83,9 @@ type QueueEntry struct {
 // dsem/NAME` (kind SemaphoreQueue: the pods waiting for a slot, before
 // each is given one).
 type Queue struct {
-	Kind      string `json:"kind"`
-	Namespace string `json:"namespace"`
-	Lock      string `json:"lock,omitempty"`
+	metav1.TypeMeta `json:",inline"`
+	Namespace       string `json:"namespace"`
+	Lock            string `json:"lock,omitempty"`
 	// Semaphore, Slots and Held are a semaphore's.
 	Semaphore string  `json:"semaphore,omitempty"`
 	Slots     int32   `json:"slots,omitempty"`
@@ -100,7 +101,7 @@ type Queue struct {
 // namespace by name, as far as they were read; a pod missing from it, or
 // with another UID than status lists, is gone.
 func QueueOf(lock *v1alpha1.DistributedLock, pods map[string]*corev1.Pod, now time.Time) Queue {
-	q := Queue{Kind: "LockQueue", Namespace: lock.Namespace, Lock: lock.Name, Holder: holderOf(lock.Status)}
+	q := Queue{TypeMeta: typeMeta("LockQueue"), Namespace: lock.Namespace, Lock: lock.Name, Holder: holderOf(lock.Status)}
 	q.list(lock.Status.Queue, pods, now)
 	return q
 }
@@ -108,7 +109,7 @@ func QueueOf(lock *v1alpha1.DistributedLock, pods map[string]*corev1.Pod, now ti
 // SemaphoreQueueOf describes the pods waiting for a slot of sem at now,
 // as QueueOf does a lock's.
 func SemaphoreQueueOf(sem *v1alpha1.DistributedSemaphore, pods map[string]*corev1.Pod, now time.Time) Queue {
-	q := Queue{Kind: "SemaphoreQueue", Namespace: sem.Namespace, Semaphore: sem.Name, Slots: sem.Spec.Slots, Held: sem.Status.Held}
+	q := Queue{TypeMeta: typeMeta("SemaphoreQueue"), Namespace: sem.Namespace, Semaphore: sem.Name, Slots: sem.Spec.Slots, Held: sem.Status.Held}
 	q.list(sem.Status.Queue, pods, now)
 	return q
 }
@@ -145,10 +146,13 @@ func phase(p *corev1.Pod) string {
 // QueueHeaders are the columns of `queue`.
 var QueueHeaders = []string{"#", "POD", "PRIORITY", "PHASE", "GATE", "AGE"}
 
+// QueueWideHeaders are the columns `queue -o wide` adds.
+var QueueWideHeaders = []string{"CREATED"}
+
 // WriteQueue prints the table of `queue`, with a line after it when status
 // lists only the first of the pods that wait; errOut gets the note that
-// nobody waits.
-func WriteQueue(w, errOut io.Writer, q Queue) error {
+// nobody waits. wide adds QueueWideHeaders.
+func WriteQueue(w, errOut io.Writer, q *Queue, wide bool) error {
 	if q.Count == 0 && len(q.Waiting) == 0 {
 		what := "lock " + q.Namespace + "/" + q.Lock
 		if q.Semaphore != "" {
@@ -162,11 +166,23 @@ func WriteQueue(w, errOut io.Writer, q Queue) error {
 			return err
 		}
 	}
+	headers := QueueHeaders
+	if wide {
+		headers = slices.Concat(QueueHeaders, QueueWideHeaders)
+	}
 	rows := make([][]string, 0, len(q.Waiting))
 	for _, e := range q.Waiting {
-		rows = append(rows, []string{itoa(int32(e.Position)), e.Pod, itoa(e.Priority), e.Phase, orNone(e.Gate), e.Age}) //nolint:gosec // at most 10 entries
+		row := []string{itoa(int32(e.Position)), e.Pod, itoa(e.Priority), e.Phase, orNone(e.Gate), e.Age} //nolint:gosec // at most 10 entries
+		if wide {
+			created := none
+			if e.Created != nil {
+				created = e.Created.UTC().Format(time.RFC3339)
+			}
+			row = append(row, created)
+		}
+		rows = append(rows, row)
 	}
-	if err := table(w, QueueHeaders, rows); err != nil {
+	if err := table(w, headers, rows); err != nil {
 		return err
 	}
 	if more := int(q.Count) - len(q.Waiting); more > 0 {

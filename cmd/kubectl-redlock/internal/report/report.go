@@ -5,13 +5,14 @@
 // beyond writing to the io.Writer it is given.
 //
 // The JSON and YAML shapes are the exported types of this package with
-// their json tags; each top-level document carries a "kind" naming its type
-// (LockList, KeyHolders, LockQueue, PodLockExplanation, PodToken). Fields
-// are only ever added to them.
+// their json tags. Each top-level document is a runtime.Object with the
+// apiVersion report.redlock.dev/v1alpha1 and a kind naming its type
+// (LockList, KeyHolders, LockQueue, SemaphoreQueue, PodLockExplanation,
+// PodToken), so that kubectl's printers (json, yaml, jsonpath,
+// go-template) print it. Fields are only ever added to them.
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -19,54 +20,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
-	"sigs.k8s.io/yaml"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
 
-// Output formats of the read commands.
-const (
-	FormatTable = ""
-	FormatJSON  = "json"
-	FormatYAML  = "yaml"
-)
-
 // none is what a table shows for an absent value.
 const none = "-"
-
-// CheckFormat returns an error for an output format the commands do not
-// print.
-func CheckFormat(format string) error {
-	switch format {
-	case FormatTable, FormatJSON, FormatYAML:
-		return nil
-	}
-	return fmt.Errorf("unknown output format %q: use -o json or -o yaml, or leave -o out for a table", format)
-}
-
-// WriteStructured writes v as indented JSON or as YAML.
-func WriteStructured(w io.Writer, format string, v any) error {
-	var (
-		b   []byte
-		err error
-	)
-	switch format {
-	case FormatJSON:
-		b, err = json.MarshalIndent(v, "", "    ")
-		b = append(b, '\n')
-	case FormatYAML:
-		b, err = yaml.Marshal(v)
-	default:
-		return CheckFormat(format)
-	}
-	if err != nil {
-		return fmt.Errorf("encode the output as %s: %w", format, err)
-	}
-	if _, err := w.Write(b); err != nil {
-		return fmt.Errorf("write the output: %w", err)
-	}
-	return nil
-}
 
 // table writes rows under headers, aligned as kubectl aligns its tables.
 func table(w io.Writer, headers []string, rows [][]string) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
@@ -143,7 +145,7 @@ func TestLocksAndWho(t *testing.T) {
 		t.Fatalf("Who(nothing) = %#v, want an empty list (JSON [])", w.Items)
 	}
 	var b bytes.Buffer
-	if err := WriteStatus(&b, l); err != nil {
+	if err := WriteStatus(&b, &l, false); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(b.String(), "\n")
@@ -298,7 +300,7 @@ func TestExplainPositionAndEvents(t *testing.T) {
 		t.Fatalf("events %+v: want the 2 newest, oldest first", w.Events)
 	}
 	var b bytes.Buffer
-	if err := WriteWhy(&b, w); err != nil {
+	if err := WriteWhy(&b, &w); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"Queue:     number 3 of 3 waiting", "Holder:    pod/holder (Pending), token 42, valid for 10s", "Events:\n  TYPE "} {
@@ -324,7 +326,7 @@ func TestQueueOf(t *testing.T) {
 		t.Fatalf("queue %+v", q.Waiting)
 	}
 	var out, errOut bytes.Buffer
-	if err := WriteQueue(&out, &errOut, q); err != nil {
+	if err := WriteQueue(&out, &errOut, &q, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "... and 11 more: status lists the first 3 of the 14 pods that wait.") {
@@ -334,7 +336,7 @@ func TestQueueOf(t *testing.T) {
 		t.Fatalf("the first pod's priority (1000) is not in the queue table:\n%s", out.String())
 	}
 	out.Reset()
-	if err := WriteQueue(&out, &errOut, QueueOf(lockWith("shop", "free", nil), nil, now)); err != nil {
+	if err := WriteQueue(&out, &errOut, new(QueueOf(lockWith("shop", "free", nil), nil, now)), false); err != nil {
 		t.Fatal(err)
 	}
 	if out.Len() != 0 || errOut.String() != "No pods wait for lock shop/free.\n" {
@@ -375,10 +377,13 @@ func TestTokenOf(t *testing.T) {
 	}
 }
 
-func TestStructuredOutput(t *testing.T) {
+// TestDocuments: the documents print with kubectl's printers, carry their
+// apiVersion and kind, name their objects for -o name, and copy deeply.
+func TestDocuments(t *testing.T) {
 	l := Locks([]v1alpha1.DistributedLock{*lockWith("shop", "a", nil)}, now)
+	l.Semaphores = []Semaphore{{Namespace: "shop", Name: "s", Slots: 2}}
 	var b bytes.Buffer
-	if err := WriteStructured(&b, FormatJSON, l); err != nil {
+	if err := (&printers.JSONPrinter{}).PrintObj(&l, &b); err != nil {
 		t.Fatal(err)
 	}
 	var back map[string]any
@@ -386,18 +391,31 @@ func TestStructuredOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	item := back["items"].([]any)[0].(map[string]any)
-	if back["kind"] != "LockList" || item["holder"] != nil || item["validFor"] != "-" || item["key"] != "redlock:shop/a" {
+	if back["kind"] != "LockList" || back["apiVersion"] != APIVersion || item["holder"] != nil || item["validFor"] != "-" || item["key"] != "redlock:shop/a" {
 		t.Fatalf("json %s", b.String())
 	}
 	b.Reset()
-	if err := WriteStructured(&b, FormatYAML, l); err != nil {
+	if err := (&printers.YAMLPrinter{}).PrintObj(&l, &b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(b.String(), "items:\n- fencingToken: 0\n") || !strings.Contains(b.String(), "kind: LockList\n") {
+	if !strings.HasPrefix(b.String(), "apiVersion: "+APIVersion+"\nitems:\n- fencingToken: 0\n") || !strings.Contains(b.String(), "kind: LockList\n") {
 		t.Fatalf("yaml %s", b.String())
 	}
-	if err := CheckFormat("wide"); err == nil || !strings.Contains(err.Error(), `unknown output format "wide"`) {
-		t.Fatalf("CheckFormat(wide) = %v", err)
+	if got, want := l.Names(), []string{"distributedlock.coordination.redlock.dev/a", "distributedsemaphore.coordination.redlock.dev/s"}; !slices.Equal(got, want) {
+		t.Fatalf("LockList.Names() = %q, want %q", got, want)
+	}
+	q := Queue{Waiting: []QueueEntry{{Pod: "p1"}, {Pod: "p2"}}}
+	if got, want := q.Names(), []string{"pod/p1", "pod/p2"}; !slices.Equal(got, want) {
+		t.Fatalf("Queue.Names() = %q, want %q", got, want)
+	}
+	k := KeyHolders{Items: []Lock{{Name: "a"}}, Slots: []Slot{{Semaphore: "s", Lock: "s-0"}}}
+	if got, want := k.Names(), []string{"distributedlock.coordination.redlock.dev/a", "distributedlock.coordination.redlock.dev/s-0"}; !slices.Equal(got, want) {
+		t.Fatalf("KeyHolders.Names() = %q, want %q", got, want)
+	}
+	c := l.DeepCopyObject().(*LockList)
+	c.Items[0].Name = "changed"
+	if l.Items[0].Name != "a" || c.Kind != "LockList" {
+		t.Fatalf("DeepCopyObject shares items with the original, or lost the kind: %+v", c)
 	}
 }
 
@@ -463,7 +481,7 @@ func TestExplainSemaphorePod(t *testing.T) {
 				}
 			}
 			var out strings.Builder
-			if err := WriteWhy(&out, w); err != nil {
+			if err := WriteWhy(&out, &w); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(out.String(), "Semaphore: shop/reports") || !strings.Contains(out.String(), "Why:") {
@@ -487,7 +505,7 @@ func TestSemaphoreQueue(t *testing.T) {
 		t.Errorf("entries %+v: want a Pending at the scheduling gate, then one gone", q.Waiting)
 	}
 	var out, errOut strings.Builder
-	if err := WriteQueue(&out, &errOut, q); err != nil {
+	if err := WriteQueue(&out, &errOut, &q, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(out.String(), "Semaphore shop/reports: 3 of 3 slots held.\n") || !strings.Contains(out.String(), "gone") {
@@ -495,7 +513,7 @@ func TestSemaphoreQueue(t *testing.T) {
 	}
 	sem.Status.Held, sem.Status.Queue = 1, nil
 	out.Reset()
-	if err := WriteQueue(&out, &errOut, SemaphoreQueueOf(sem, nil, now)); err != nil {
+	if err := WriteQueue(&out, &errOut, new(SemaphoreQueueOf(sem, nil, now)), false); err != nil {
 		t.Fatal(err)
 	}
 	if got := errOut.String(); got != "No pods wait for a slot of semaphore shop/reports (1 of 3 slots held).\n" || out.Len() != 0 {
@@ -517,7 +535,7 @@ func TestStatusSemaphores(t *testing.T) {
 		t.Fatalf("Semaphores = %+v", l.Semaphores)
 	}
 	var out strings.Builder
-	if err := WriteStatus(&out, l); err != nil {
+	if err := WriteStatus(&out, &l, false); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -526,7 +544,7 @@ func TestStatusSemaphores(t *testing.T) {
 		t.Errorf("WriteStatus printed:\n%s", got)
 	}
 	out.Reset()
-	if err := WriteStatus(&out, LockList{Semaphores: l.Semaphores}); err != nil {
+	if err := WriteStatus(&out, &LockList{Semaphores: l.Semaphores}, false); err != nil {
 		t.Fatal(err)
 	}
 	if strings.HasPrefix(out.String(), "\n") || strings.Contains(out.String(), "HOLDER") {
@@ -551,7 +569,7 @@ func TestWhoSlots(t *testing.T) {
 		t.Fatalf("SlotsOn = %+v", slots)
 	}
 	var out strings.Builder
-	if err := WriteWho(&out, KeyHolders{Key: "k", Slots: slots}); err != nil {
+	if err := WriteWho(&out, &KeyHolders{Key: "k", Slots: slots}, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(out.String(), "NAMESPACE") || !strings.Contains(out.String(), "SEMAPHORE") || !strings.Contains(out.String(), "pod/z") || strings.Contains(out.String(), "pod/w") {

@@ -8,15 +8,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 )
 
 // Token is the output of `token POD`.
 type Token struct {
-	Kind      string `json:"kind"`
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
+	metav1.TypeMeta `json:",inline"`
+	Namespace       string `json:"namespace"`
+	Pod             string `json:"pod"`
 	// Lock is the lock the pod holds, was granted (annotation
 	// redlock.dev/lock-name) or asks for (label redlock.dev/lock).
 	Lock string `json:"lock,omitempty"`
@@ -49,7 +50,7 @@ func LockNameOf(pod *corev1.Pod) string {
 // TokenOf describes the fencing token of pod, whose lock (see LockNameOf)
 // is lock (nil when it names none or it does not exist), at now.
 func TokenOf(pod *corev1.Pod, lock *v1alpha1.DistributedLock, now time.Time) Token {
-	t := Token{Kind: "PodToken", Namespace: pod.Namespace, Pod: pod.Name, Lock: LockNameOf(pod), ValidFor: none,
+	t := Token{TypeMeta: typeMeta("PodToken"), Namespace: pod.Namespace, Pod: pod.Name, Lock: LockNameOf(pod), ValidFor: none,
 		AnnotatedToken: pod.Annotations[v1alpha1.FencingTokenAnnotation]}
 	if lock != nil {
 		t.Key = Key(lock)
@@ -97,7 +98,7 @@ func heldBy(lock *v1alpha1.DistributedLock) string {
 }
 
 // WriteToken prints `token` as a description.
-func WriteToken(w io.Writer, t Token) error {
+func WriteToken(w io.Writer, t *Token) error {
 	var b strings.Builder
 	line := func(k, format string, a ...any) { fmt.Fprintf(&b, "%-11s %s\n", k+":", fmt.Sprintf(format, a...)) }
 	line("Pod", "%s/%s", t.Namespace, t.Pod)

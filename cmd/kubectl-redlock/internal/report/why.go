@@ -84,10 +84,10 @@ type Event struct {
 
 // Why is the output of `why POD`.
 type Why struct {
-	Kind      string `json:"kind"`
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
-	Phase     string `json:"phase"`
+	metav1.TypeMeta `json:",inline"`
+	Namespace       string `json:"namespace"`
+	Pod             string `json:"pod"`
+	Phase           string `json:"phase"`
 	// Lock is the name in the pod's label redlock.dev/lock: for a pod of a
 	// semaphore, its slot's lock once it was given one.
 	Lock string `json:"lock"`
@@ -143,7 +143,7 @@ func Explain(in WhyInput) (Why, error) {
 	pod := in.Pod
 	name := pod.Labels[v1alpha1.LockLabel]
 	w := Why{
-		Kind: "PodLockExplanation", Namespace: pod.Namespace, Pod: pod.Name, Phase: phase(pod),
+		TypeMeta: typeMeta("PodLockExplanation"), Namespace: pod.Namespace, Pod: pod.Name, Phase: phase(pod),
 		Lock: name, Semaphore: pod.Labels[v1alpha1.SemaphoreLabel], Gate: GateOf(pod), Gated: Gated(pod),
 		Events: RecentEvents(in.Events, in.Now, in.MaxEvents),
 	}
@@ -441,7 +441,7 @@ func eventTime(e *corev1.Event) time.Time {
 }
 
 // WriteWhy prints `why` as a description.
-func WriteWhy(w io.Writer, y Why) error {
+func WriteWhy(w io.Writer, y *Why) error {
 	var b strings.Builder
 	line := func(k, format string, a ...any) { fmt.Fprintf(&b, "%-10s %s\n", k+":", fmt.Sprintf(format, a...)) }
 	line("Pod", "%s/%s (%s)", y.Namespace, y.Pod, y.Phase)
@@ -477,7 +477,7 @@ func WriteWhy(w io.Writer, y Why) error {
 }
 
 // writeWhySemaphore prints `why` for a pod not given a slot yet.
-func writeWhySemaphore(w io.Writer, b *strings.Builder, line func(k, format string, a ...any), y Why) error {
+func writeWhySemaphore(w io.Writer, b *strings.Builder, line func(k, format string, a ...any), y *Why) error {
 	if y.LockFound {
 		line("Semaphore", "%s/%s (key %s, %d of %d slots held)", y.Namespace, y.Semaphore, y.Key, y.SlotsHeld, y.Slots)
 	} else {
@@ -499,7 +499,7 @@ func writeWhySemaphore(w io.Writer, b *strings.Builder, line func(k, format stri
 }
 
 // writeWhyEnd prints the conditions, the verdict and the events.
-func writeWhyEnd(w io.Writer, b *strings.Builder, line func(k, format string, a ...any), y Why) error {
+func writeWhyEnd(w io.Writer, b *strings.Builder, line func(k, format string, a ...any), y *Why) error {
 	for _, c := range y.Conditions {
 		s := fmt.Sprintf("%s (%s)", c.Status, c.Reason)
 		if c.Message != "" {
