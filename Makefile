@@ -18,8 +18,10 @@ KUBECTL ?= kubectl
 IMG ?= redlock-operator:dev
 CONTAINER_TOOL ?= docker
 # The version the binaries report (--version, logs, the build_info metric):
-# the git tag or commit; the Dockerfile stamps the same way (VERSION arg).
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# the tag of a tagged release, else hack/next-version marked as a
+# development build of the commit (v0.2.0-dev+<sha>; hack/version.sh); the
+# Dockerfile stamps the same way (VERSION arg).
+VERSION ?= $(shell hack/version.sh)
 # How every binary is built, here and in the Dockerfile: static, trimmed,
 # stamped. BIN is where `make build` writes them.
 GO_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=$(VERSION)"
@@ -241,7 +243,7 @@ install-plugin: ## Build the kubectl plugin kubectl-redlock into GOBIN, or PREFI
 	@echo "installed $(PLUGIN_DIR)/kubectl-redlock and kubectl_complete-redlock: run 'kubectl redlock --help' (with $(PLUGIN_DIR) on PATH)"
 
 .PHONY: release
-release: ## Write a release into dist/release/VERSION (make release VERSION=v0.2.0): install.yaml and the packaged chart of the same version and image (IMAGE_REPO, default redlock-operator), and kubectl-redlock; CHANGELOG.md must have the version's section.
+release: ## Write a release into dist/release/VERSION (make release VERSION=v0.2.0 RELEASE_SIGNING_KEY=FILE): the image for linux/amd64 and arm64 as an OCI layout with SBOMs, install.yaml and the chart naming it by digest, plugin archives and their krew manifest, SHA256SUMS signed; no Docker, no registry (hack/release.sh). CHANGELOG.md must have the version's section.
 	@case "$(origin VERSION)" in command\ line|environment) ;; *) echo "release: name it: make release VERSION=vX.Y.Z"; exit 1;; esac
 	GO="$(GO)" HELM_KUBE_VERSION=$(HELM_KUBE_VERSION) hack/release.sh $(VERSION)
 

@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Writes the release artefacts of VERSION into OUT (default
-# dist/release/VERSION; build output, never committed):
-#   install.yaml                  kustomize build config/default, image IMAGE_REPO:VERSION
-#   redlock-operator-X.Y.Z.tgz    the chart, version X.Y.Z, appVersion VERSION (its default image tag)
-#   kubectl-redlock               the kubectl plugin (linux/amd64 unless GOOS/GOARCH say), stamped VERSION
-# The install.yaml and the chart install the same image. CHANGELOG.md
-# (CHANGELOG) must have a section for VERSION, and the work tree must be
-# clean (RELEASE_DIRTY=1 allows a dirty one, for tests). GNU sed. Nothing
-# is written to OUT unless every step succeeded. Usage (make release does
-# this):
-#   hack/release.sh v0.2.0
+# Writes the release of VERSION into OUT (default dist/release/VERSION;
+# build output, never committed), with no Docker and no registry:
+#   image/                        the operator's image, an OCI image layout holding one
+#                                 index of IMAGE_PLATFORMS (default linux/amd64,linux/arm64)
+#   image.digest                  the index's digest
+#   sbom/*.spdx.json              an SPDX SBOM of each platform's image
+#   install.yaml                  kustomize build config/default, image IMAGE_REPO@DIGEST
+#   redlock-operator-X.Y.Z.tgz    the chart, version X.Y.Z, appVersion VERSION, image IMAGE_REPO@DIGEST
+#   kubectl-redlock_VERSION_OS_ARCH.tar.gz
+#                                 the plugin and its completion script, for PLUGIN_PLATFORMS
+#                                 (default: linux, darwin and windows on amd64 and arm64)
+#   redlock.yaml                  the krew manifest of those archives (at RELEASE_URL)
+#   SHA256SUMS, SHA256SUMS.sig    the checksums of every file, signed with the ECDSA P-256
+#                                 key RELEASE_SIGNING_KEY names (cosign verify-blob --key)
+# IMAGE_REPO defaults to ghcr.io/redlock-operator/redlock-operator, a
+# placeholder until a registry is chosen; a release is pushed there by
+# .github/workflows/release.yml. CHANGELOG.md (CHANGELOG) must have a
+# section for VERSION, and the work tree must be clean (RELEASE_DIRTY=1
+# allows a dirty one, for tests). RELEASE_UNSIGNED=1 skips the signature
+# (make e2e's release for the host). GNU sed. Nothing is written to OUT
+# unless every step succeeded. Usage (make release does this):
+#   RELEASE_SIGNING_KEY=release.key hack/release.sh v0.2.0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:?usage: hack/release.sh vX.Y.Z[-pre]}
@@ -26,32 +37,60 @@ if [ -z "${RELEASE_DIRTY:-}" ] && ! git diff --quiet HEAD --; then
 	echo "release: the work tree has changes: release from a clean checkout of the commit you tag" >&2
 	exit 1
 fi
+if [ -z "${RELEASE_SIGNING_KEY:-}" ] && [ "${RELEASE_UNSIGNED:-}" != 1 ]; then
+	echo "release: name the signing key: RELEASE_SIGNING_KEY=FILE (or RELEASE_UNSIGNED=1 for an unsigned build)" >&2
+	exit 1
+fi
 chart_version=${version#v}
-repo=${IMAGE_REPO:-redlock-operator}
+repo=${IMAGE_REPO:-ghcr.io/redlock-operator/redlock-operator}
 out=${OUT:-dist/release/$version}
+url=${RELEASE_URL:-https://github.com/redlock-operator/redlock-operator/releases/download/$version}
+image_platforms=${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}
+plugin_platforms=${PLUGIN_PLATFORMS:-linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64,windows/arm64}
 go=${GO:-go}
+root=$PWD
+revision=$(git rev-parse HEAD)
+epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 stage=$tmp/out
 mkdir -p "$stage"
 
-# The manifests: config/default with the release's image.
-$go tool -modfile=hack/tools/go.mod kustomize build config/default |
-	sed "s|redlock-operator:dev|${repo}:${version}|g" >"$stage/install.yaml"
+# build OS/ARCH CMD...: the binaries, static, stamped with the version.
+build() {
+	local os=${1%/*} arch=${1#*/} cmd ext=
+	shift
+	[ "$os" = windows ] && ext=.exe
+	for cmd in "$@"; do
+		echo "build $os/$arch $cmd" >&2
+		CGO_ENABLED=0 GOOS=$os GOARCH=$arch $go build -trimpath \
+			-ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=${version}" \
+			-o "$tmp/bin/${os}_${arch}/$cmd$ext" "./cmd/$cmd"
+	done
+}
+for p in ${image_platforms//,/ }; do build "$p" manager gate agent kubectl-redlock; done
+for p in ${plugin_platforms//,/ }; do
+	[ -e "$tmp/bin/${p/\//_}/kubectl-redlock" ] || build "$p" kubectl-redlock
+done
+pack() { (cd hack/release && $go run . "$@"); }
+pack image -bin "$tmp/bin" -platforms "$image_platforms" -version "$version" -revision "$revision" -created "$epoch" -out "$stage"
+pack plugin -bin "$tmp/bin" -platforms "$plugin_platforms" -version "$version" -url "$url" -root "$root" -created "$epoch" -out "$stage"
+image="${repo}@$(cat "$stage/image.digest")"
 
-# The chart: a copy stamped with the version; its default image tag is the
-# appVersion, its repository image.repository.
+# The manifests: config/default with the release's image, by digest.
+$go tool -modfile=hack/tools/go.mod kustomize build config/default |
+	sed "s|redlock-operator:dev|${image}|g" >"$stage/install.yaml"
+
+# The chart: a copy stamped with the version and the image's digest.
 cp -r charts/redlock-operator "$tmp/"
 sed -i -e "s|^version: .*|version: ${chart_version}|" -e "s|^appVersion: .*|appVersion: \"${version}\"|" "$tmp/redlock-operator/Chart.yaml"
-sed -i -e "0,/^  repository: .*/s||  repository: ${repo}|" "$tmp/redlock-operator/values.yaml"
+sed -i -e "0,/^  repository: .*/s||  repository: ${repo}|" -e "0,/^  digest: .*/s||  digest: \"$(cat "$stage/image.digest")\"|" "$tmp/redlock-operator/values.yaml"
+grep -q "^  digest: \"sha256:" "$tmp/redlock-operator/values.yaml" || { echo "release: values.yaml has no image.digest to set" >&2; exit 1; }
 $go tool -modfile=hack/tools/helm/go.mod helm lint --strict --kube-version "${HELM_KUBE_VERSION:-v1.37.2}" "$tmp/redlock-operator" >/dev/null
 $go tool -modfile=hack/tools/helm/go.mod helm package "$tmp/redlock-operator" --destination "$stage" >/dev/null
 
-if [ "${RELEASE_BINARIES:-1}" != 0 ]; then
-	CGO_ENABLED=0 $go build -trimpath -ldflags "-s -w -X github.com/redlock-operator/redlock-operator/internal/version.Version=${version}" \
-		-o "$stage/kubectl-redlock" ./cmd/kubectl-redlock
-fi
+pack sign -dir "$stage" ${RELEASE_SIGNING_KEY:+-key "$(realpath "$RELEASE_SIGNING_KEY")"}
 mkdir -p "$out"
-cp "$stage"/* "$out"/
-echo "release ${version} in ${out}:"
+cp -r "$stage"/* "$out"/
+echo "release ${version} in ${out}: image ${image}"
 ls -1 "$out"

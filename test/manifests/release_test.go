@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -20,19 +22,31 @@ import (
 const testVersion = "v9.8.7-rc.1"
 
 // release runs hack/release.sh for version into a fresh directory, with a
-// changelog that describes testVersion only, without building the plugin
-// (the work tree may have changes while the tests run): its output and
-// error.
-func release(version string) (string, []byte, error) {
-	out := GinkgoT().TempDir()
+// changelog that describes testVersion only, signed with a key made for
+// the spec (the work tree may have changes while the tests run): its
+// output and error. The image is built for both platforms; the plugin, to
+// fit make test's budget, for linux only (make release builds darwin and
+// windows too, with the same code).
+func release(version string) (out string, msg []byte, err error) {
+	out = GinkgoT().TempDir()
 	changelog := filepath.Join(GinkgoT().TempDir(), "CHANGELOG.md")
 	Expect(os.WriteFile(changelog, []byte("# Changelog\n\n## ["+testVersion+"] - 2026-12-03\n\n- A test.\n"), 0o600)).To(Succeed())
 	cmd := exec.Command("hack/release.sh", version)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "OUT="+out, "CHANGELOG="+changelog, "RELEASE_DIRTY=1", "RELEASE_BINARIES=0", "IMAGE_REPO=registry.example/redlock-operator")
-	msg, err := cmd.CombinedOutput()
+	cmd.Env = append(os.Environ(), "OUT="+out, "CHANGELOG="+changelog, "RELEASE_DIRTY=1", "RELEASE_SIGNING_KEY="+signingKey+".key",
+		"IMAGE_REPO=registry.example/redlock-operator", "PLUGIN_PLATFORMS=linux/amd64,linux/arm64")
+	msg, err = cmd.CombinedOutput()
 	return out, msg, err
 }
+
+// signingKey is the key pair (.key, .pub) the specs sign with.
+var signingKey = func() string {
+	dir, err := os.MkdirTemp("", "release-key")
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(dir, "test")
+}()
 
 // images are the container images and OPERATOR_IMAGE values of the
 // manager's Deployment among objs.
@@ -80,17 +94,28 @@ func chartFile(tgz, name string) []byte {
 }
 
 var _ = Describe("make release", func() {
-	It("writes an install.yaml and a packaged chart of the same version that install the same image", func() {
+	It("writes a signed release: the image for two platforms with SBOMs, install.yaml and the chart by its digest, plugin archives with a krew manifest", func() {
+		By("making a signing key")
+		tool(filepath.Join(root, "hack", "release"), "go", "run", ".", "keygen", "-out", signingKey)
+
 		By("releasing " + testVersion + ", which the changelog has")
 		out, msg, err := release(testVersion)
 		Expect(err).NotTo(HaveOccurred(), "hack/release.sh %s: %s", testVersion, msg)
 
-		By("install.yaml runs registry.example/redlock-operator:" + testVersion)
-		data, err := os.ReadFile(filepath.Join(out, "install.yaml")) //nolint:gosec // the spec's own output
-		Expect(err).NotTo(HaveOccurred())
-		fromManifests := images(objects(data))
+		By("the OCI layout holds one index of linux/amd64 and linux/arm64 images with the four binaries, stamped " + testVersion)
+		digest := strings.TrimSpace(string(read(out, "image.digest")))
+		checkImage(filepath.Join(out, "image"), digest, testVersion)
+
+		By("each platform's SBOM lists the image's binaries and the modules each was built from")
+		for _, arch := range []string{"amd64", "arm64"} {
+			checkSBOM(filepath.Join(out, "sbom", "redlock-operator-linux-"+arch+".spdx.json"), testVersion)
+		}
+
+		By("install.yaml runs registry.example/redlock-operator@" + digest)
+		image := "registry.example/redlock-operator@" + digest
+		fromManifests := images(objects(read(out, "install.yaml")))
 		Expect(fromManifests).To(HaveLen(2), "the manager's image and OPERATOR_IMAGE in install.yaml")
-		Expect(fromManifests).To(HaveEach("registry.example/redlock-operator:" + testVersion))
+		Expect(fromManifests).To(HaveEach(image))
 
 		By("the chart is version 9.8.7-rc.1, appVersion " + testVersion + ", and renders the same image")
 		tgz := filepath.Join(out, "redlock-operator-9.8.7-rc.1.tgz")
@@ -104,6 +129,29 @@ var _ = Describe("make release", func() {
 		rendered, err := helmCommand("template", "redlock-operator", tgz, "--namespace", "redlock-system", "--kube-version", serverVersion())
 		Expect(err).NotTo(HaveOccurred(), "helm template of the packaged chart: %s", rendered)
 		Expect(images(objects(rendered))).To(Equal(fromManifests), "the chart's default image is install.yaml's")
+
+		By("the krew manifest passes krew's validation, and krew installs the plugin from this platform's archive")
+		krew := filepath.Join(root, "hack", "tools", "krew")
+		tool(krew, "go", "tool", "validate-krew-manifest", "-skip-install", "-manifest", filepath.Join(out, "redlock.yaml"))
+		bin := GinkgoT().TempDir()
+		tool(krew, "go", "build", "-o", filepath.Join(bin, "kubectl-krew"), "sigs.k8s.io/krew/cmd/krew")
+		krewRoot := GinkgoT().TempDir()
+		install := exec.Command(filepath.Join(bin, "kubectl-krew"), "install", "--manifest="+filepath.Join(out, "redlock.yaml"),
+			"--archive="+filepath.Join(out, "kubectl-redlock_"+testVersion+"_linux_"+runtime.GOARCH+".tar.gz"))
+		install.Env = append(os.Environ(), "KREW_ROOT="+krewRoot)
+		msg, err = install.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "krew install: %s", msg)
+		version, err := exec.Command(filepath.Join(krewRoot, "bin", "kubectl-redlock"), "version").Output()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(version)).To(Equal(testVersion+"\n"), "the plugin krew installed is the release's")
+
+		By("SHA256SUMS lists every file with its checksum, and its signature verifies with the public key")
+		sums := read(out, "SHA256SUMS")
+		checkSums(out, sums)
+		pub := read(signingKey + ".pub")
+		sig := read(out, "SHA256SUMS.sig")
+		Expect(verify(pub, sums, sig)).To(BeTrue(), "SHA256SUMS.sig verifies")
+		Expect(verify(pub, append(sums, '\n'), sig)).To(BeFalse(), "a changed SHA256SUMS does not verify")
 	})
 
 	It("refuses a version that is not vMAJOR.MINOR.PATCH, or that CHANGELOG.md does not describe", func() {
