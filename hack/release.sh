@@ -4,7 +4,10 @@
 #   image/                        the operator's image, an OCI image layout holding one
 #                                 index of IMAGE_PLATFORMS (default linux/amd64,linux/arm64)
 #   image.digest                  the index's digest
-#   sbom/*.spdx.json              an SPDX SBOM of each platform's image
+#   redlock-operator-image_VERSION.oci.tar
+#                                 the same layout as one tar (ctr images import, skopeo, crane)
+#   redlock-operator-OS-ARCH.spdx.json
+#                                 an SPDX SBOM of each platform's image
 #   install.yaml                  kustomize build config/default, image IMAGE_REPO@DIGEST
 #   redlock-operator-X.Y.Z.tgz    the chart, version X.Y.Z, appVersion VERSION, image IMAGE_REPO@DIGEST
 #   kubectl-redlock_VERSION_OS_ARCH.tar.gz
@@ -18,8 +21,8 @@
 # .github/workflows/release.yml. CHANGELOG.md (CHANGELOG) must have a
 # section for VERSION, and the work tree must be clean (RELEASE_DIRTY=1
 # allows a dirty one, for tests). RELEASE_UNSIGNED=1 skips the signature
-# (make e2e's release for the host). GNU sed. Nothing is written to OUT
-# unless every step succeeded. Usage (make release does this):
+# (a local build). GNU sed and tar. OUT must be empty or absent; nothing is
+# written to it unless every step succeeded. Usage (make release does this):
 #   RELEASE_SIGNING_KEY=release.key hack/release.sh v0.2.0
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +47,10 @@ fi
 chart_version=${version#v}
 repo=${IMAGE_REPO:-ghcr.io/redlock-operator/redlock-operator}
 out=${OUT:-dist/release/$version}
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+	echo "release: $out is not empty: remove it, or name another OUT" >&2
+	exit 1
+fi
 url=${RELEASE_URL:-https://github.com/redlock-operator/redlock-operator/releases/download/$version}
 image_platforms=${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}
 plugin_platforms=${PLUGIN_PLATFORMS:-linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64,windows/arm64}
@@ -76,10 +83,13 @@ pack() { (cd hack/release && $go run . "$@"); }
 pack image -bin "$tmp/bin" -platforms "$image_platforms" -version "$version" -revision "$revision" -created "$epoch" -out "$stage"
 pack plugin -bin "$tmp/bin" -platforms "$plugin_platforms" -version "$version" -url "$url" -root "$root" -created "$epoch" -out "$stage"
 image="${repo}@$(cat "$stage/image.digest")"
+tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner \
+	-C "$stage/image" -cf "$stage/redlock-operator-image_${version}.oci.tar" .
 
 # The manifests: config/default with the release's image, by digest.
 $go tool -modfile=hack/tools/go.mod kustomize build config/default |
 	sed "s|redlock-operator:dev|${image}|g" >"$stage/install.yaml"
+[ "$(grep -c "image: ${image}\$" "$stage/install.yaml")" = 1 ] || { echo "release: install.yaml does not name ${image}" >&2; exit 1; }
 
 # The chart: a copy stamped with the version and the image's digest.
 cp -r charts/redlock-operator "$tmp/"

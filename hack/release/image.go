@@ -35,7 +35,7 @@ func imageCmd(args []string) error {
 	revision := fs.String("revision", "", "the commit built")
 	source := fs.String("source", "https://github.com/redlock-operator/redlock-operator", "the repository")
 	epoch := fs.Int64("created", 0, "creation time, seconds since 1970 (SOURCE_DATE_EPOCH)")
-	out := fs.String("out", "", "release directory: image/, sbom/ and image.digest are written in it")
+	out := fs.String("out", "", "release directory: image/, the SBOMs and image.digest are written in it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func imageCmd(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := writeSBOM(filepath.Join(*out, "sbom"), dir, *version, *plat, digest, created, *source); err != nil {
+		if err := writeSBOM(*out, dir, *version, *plat, digest, created, *source); err != nil {
 			return fmt.Errorf("SBOM for %s: %w", p, err)
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: plat}})

@@ -9,7 +9,8 @@
 // image writes the operator's image for each platform into an OCI image
 // layout (image/), as one index, from a base assembled here (the users and
 // directories distroless/static:nonroot has) and the four binaries, with an
-// SPDX SBOM a platform (sbom/); the index's digest goes to image.digest.
+// SPDX SBOM a platform (redlock-operator-OS-ARCH.spdx.json); the index's
+// digest goes to image.digest.
 // plugin writes a tar.gz a platform of kubectl-redlock and its completion
 // script, and the krew manifest redlock.yaml naming them. sign writes
 // SHA256SUMS over every file of DIR and SHA256SUMS.sig, an ECDSA P-256

@@ -55,7 +55,7 @@ type (
 	}
 )
 
-// writeSBOM writes sbom/redlock-operator-OS-ARCH.spdx.json: the image of
+// writeSBOM writes out/redlock-operator-OS-ARCH.spdx.json: the image of
 // plat (digest), the binaries of dir it contains, and the Go modules each
 // was built from, as Go's build info records them.
 func writeSBOM(out, dir, version string, plat v1.Platform, digest v1.Hash, created time.Time, source string) error {

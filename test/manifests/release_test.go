@@ -108,7 +108,7 @@ var _ = Describe("make release", func() {
 
 		By("each platform's SBOM lists the image's binaries and the modules each was built from")
 		for _, arch := range []string{"amd64", "arm64"} {
-			checkSBOM(filepath.Join(out, "sbom", "redlock-operator-linux-"+arch+".spdx.json"), testVersion)
+			checkSBOM(filepath.Join(out, "redlock-operator-linux-"+arch+".spdx.json"), testVersion)
 		}
 
 		By("install.yaml runs registry.example/redlock-operator@" + digest)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -22,8 +25,8 @@ import (
 	"github.com/redlock-operator/redlock-operator/cmd/kubectl-redlock/internal/report"
 )
 
-// errChecksFailed is returned when a check failed.
-var errChecksFailed = errors.New("a check failed")
+// errChecksFailed is returned unless every check passed.
+var errChecksFailed = errors.New("not every check passed")
 
 func (c *cli) checkCommand() *cobra.Command {
 	var (
@@ -45,9 +48,11 @@ func (c *cli) checkCommand() *cobra.Command {
   mastersets  every RedisMasterSet of the namespace (-A: of all) serves a quorum and
               is Available.
 
-It exits 1 when a check failed. A check it may not read (access refused) is
-Unknown, and does not fail. With --wait it checks again until every check
-passes or the time is up, as after an install.
+It exits 1 unless every check passed: a check it may not read (access
+refused) is Unknown, which is not a pass either. The leader's renewal is
+compared with the API server's clock, not this machine's. With --wait it
+checks again until every check passes or the time is up, as after an
+install.
 
 It needs get on the Lease, create on pods (a dry run) and list on
 RedisMasterSets.`,
@@ -98,7 +103,7 @@ RedisMasterSets.`,
 func checkAll(ctx context.Context, cfg *rest.Config, k client.Client, ns, operatorNS string, all bool) report.Checks {
 	return report.NewChecks(
 		checkCRDs(cfg),
-		checkLeader(ctx, k, operatorNS),
+		checkLeader(ctx, cfg, k, operatorNS),
 		checkWebhook(ctx, cfg, k.Scheme(), ns),
 		checkMasterSets(ctx, k, ns, all),
 	)
@@ -122,7 +127,7 @@ func checkCRDs(cfg *rest.Config) report.CheckResult {
 	return report.CRDsServed(served)
 }
 
-func checkLeader(ctx context.Context, k client.Client, ns string) report.CheckResult {
+func checkLeader(ctx context.Context, cfg *rest.Config, k client.Client, ns string) report.CheckResult {
 	lease := &coordinationv1.Lease{}
 	switch err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.LeaderLease}, lease); {
 	case apierrors.IsNotFound(err):
@@ -130,7 +135,31 @@ func checkLeader(ctx context.Context, k client.Client, ns string) report.CheckRe
 	case err != nil:
 		return unread(report.CheckLeader, "get Lease "+ns+"/"+v1alpha1.LeaderLease, err)
 	}
-	return report.Leader(ns, lease, time.Now())
+	now, err := serverTime(ctx, cfg)
+	if err != nil {
+		return unread(report.CheckLeader, "read the API server's time", err)
+	}
+	return report.Leader(ns, lease, now)
+}
+
+// serverTime is the API server's clock, from the Date of its answer to
+// GET /version (to the second): the leader's renewal times are its own
+// clock's, which the API server's is closer to than this machine's.
+func serverTime(ctx context.Context, cfg *rest.Config) (time.Time, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return time.Time{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/version", nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return time.Time{}, err
+	}
+	_ = resp.Body.Close()
+	return http.ParseTime(resp.Header.Get("Date"))
 }
 
 // checkWebhook creates, as a dry run, a pod that asks for a lock, and
@@ -143,12 +172,19 @@ func checkWebhook(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 	if err != nil {
 		return unread(report.CheckWebhook, "connect to the API server", err)
 	}
+	// A pod the restricted Pod Security level and a quota's limits admit.
+	small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redlock-check-" + rand.String(5), Labels: map[string]string{v1alpha1.LockLabel: "redlock-check"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "check", Image: "redlock-check"}}},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: new(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "check", Image: "redlock-check",
+				Resources:       corev1.ResourceRequirements{Requests: small, Limits: small},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: new(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		},
 	}
 	if err := k.Create(ctx, pod, client.DryRunAll); err != nil {
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		if refused(err) {
 			return unread(report.CheckWebhook, "create a pod (dry run) in namespace "+ns, err)
 		}
 		return report.CheckResult{Name: report.CheckWebhook, Result: report.CheckFailed,
@@ -173,12 +209,19 @@ func checkMasterSets(ctx context.Context, k client.Client, ns string, all bool) 
 }
 
 // unread is the result of a check that could not read what it checks:
-// Unknown when access was refused, else Failed.
+// Unknown when RBAC refused access, else Failed.
 func unread(name, what string, err error) report.CheckResult {
-	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+	if refused(err) {
 		return report.CheckResult{Name: name, Result: report.CheckUnknown, Message: fmt.Sprintf("%s: %v", what, err)}
 	}
 	return report.CheckResult{Name: name, Result: report.CheckFailed, Message: fmt.Sprintf("%s: %v", what, err)}
+}
+
+// refused reports whether err is the authorizer's refusal (403, "User …
+// cannot VERB resource …"), not admission's (403 too: a webhook's or Pod
+// Security's denial) nor bad credentials (401: a failure).
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), " cannot ")
 }
 
 // warnings collects the warnings the API server answers with.

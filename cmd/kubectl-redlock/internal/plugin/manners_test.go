@@ -123,7 +123,7 @@ var _ = Describe("kubectl redlock check", func() {
 
 		By("failing on the missing leader and webhook, with the CRDs served and no master set")
 		r := kubectlRedlock("check", "-n", ns, "--operator-namespace", opNS)
-		Expect(r.err).To(MatchError(ContainSubstring("a check failed")))
+		Expect(r.err).To(MatchError(ContainSubstring("not every check passed")))
 		Expect(r.out).To(HavePrefix("CHECK "))
 		Expect(resultOf(r, "crds")).To(Equal(report.CheckOK), r.out)
 		Expect(resultOf(r, "leader")).To(Equal(report.CheckFailed), r.out)
@@ -174,10 +174,32 @@ var _ = Describe("kubectl redlock check", func() {
 		Expect(r.out).To(ContainSubstring("the leader stopped renewing"))
 		Expect(resultOf(r, "webhook")).To(Equal(report.CheckOK), r.out)
 
-		By("saying Unknown, not Failed, where access is refused")
+		By("saying Unknown where RBAC refuses access, and failing: nothing was checked")
 		r = kubectlRedlock("check", "-n", ns, "--operator-namespace", opNS, "--as", "mallory")
 		Expect(resultOf(r, "leader")).To(Equal(report.CheckUnknown), r.out)
+		Expect(resultOf(r, "webhook")).To(Equal(report.CheckUnknown), r.out)
 		Expect(resultOf(r, "mastersets")).To(Equal(report.CheckUnknown), r.out)
+		Expect(r.err).To(MatchError(ContainSubstring("not every check passed")), "Unknown is not a pass")
+
+		By("failing, not Unknown, where admission refuses the dry-run pod")
+		deny := &admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "deny-pods-" + ns},
+			Spec: admissionv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy:    new(admissionv1.Fail),
+				MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Create}, Rule: admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}}},
+				Validations:      []admissionv1.Validation{{Expression: "false", Message: "no pods here"}},
+			}}
+		Expect(k8s.Create(ctx, deny)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, deny))).To(Succeed()) })
+		binding := &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "deny-pods-" + ns},
+			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: deny.Name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+				MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}}}}
+		Expect(k8s.Create(ctx, binding)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, binding))).To(Succeed()) })
+		Eventually(func(g Gomega) {
+			r := kubectlRedlock("check", "-n", ns, "--operator-namespace", opNS)
+			g.Expect(resultOf(r, "webhook")).To(Equal(report.CheckFailed), r.out)
+			g.Expect(r.out).To(ContainSubstring("no pods here"))
+		}).Should(Succeed(), "check to fail the webhook once policy %s refuses pods in %s", deny.Name, ns)
 	})
 })
 

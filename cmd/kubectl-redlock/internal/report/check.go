@@ -20,7 +20,8 @@ const (
 	CheckOK = "OK"
 	// CheckFailed: what was checked is wrong.
 	CheckFailed = "Failed"
-	// CheckUnknown: it could not be read (access refused): not a failure.
+	// CheckUnknown: it could not be read (access refused). When in doubt,
+	// not OK: a run with an Unknown check is not OK either.
 	CheckUnknown = "Unknown"
 )
 
@@ -42,7 +43,7 @@ type CheckResult struct {
 // Checks is the output of `check`.
 type Checks struct {
 	metav1.TypeMeta `json:",inline"`
-	// OK: no check failed.
+	// OK: every check passed.
 	OK    bool          `json:"ok"`
 	Items []CheckResult `json:"items"`
 }
@@ -51,7 +52,7 @@ type Checks struct {
 func NewChecks(results ...CheckResult) Checks {
 	c := Checks{TypeMeta: typeMeta("CheckList"), OK: true, Items: results}
 	for _, r := range results {
-		if r.Result == CheckFailed {
+		if r.Result != CheckOK {
 			c.OK = false
 		}
 	}
@@ -80,8 +81,8 @@ func CRDsServed(served []string) CheckResult {
 	return CheckResult{CheckCRDs, CheckOK, fmt.Sprintf("%s served as %s", strings.Join(Resources, ", "), v1alpha1.GroupVersion)}
 }
 
-// Leader checks the leader election Lease at now (nil: not found): a
-// leader holds it and renewed it within its duration.
+// Leader checks the leader election Lease at now, the API server's time
+// (nil: not found): a leader holds it and renewed it within its duration.
 func Leader(ns string, lease *coordinationv1.Lease, now time.Time) CheckResult {
 	name := ns + "/" + v1alpha1.LeaderLease
 	if lease == nil {
