@@ -30,7 +30,7 @@ var errChecksFailed = errors.New("not every check passed")
 
 func (c *cli) checkCommand() *cobra.Command {
 	var (
-		out        = tableOnly()
+		out        = plain("a table")
 		operatorNS string
 		wait       time.Duration
 		all        bool

@@ -27,40 +27,33 @@ const (
 // --allow-missing-template-keys.
 type output struct {
 	format string
+	// what the command prints without -o: "a table" or "a description".
+	what string
 	// wide and name: the command offers -o wide and -o name.
 	wide, name bool
 	jsonYaml   *genericclioptions.JSONYamlPrintFlags
 	template   *genericclioptions.KubeTemplatePrintFlags
 }
 
-// tableOnly is an output for a command that prints a description: no
-// wide, no name.
-func tableOnly() *output { return &output{} }
+// plain is the output of a command that prints what (a table or a
+// description) and lists no objects: no wide, no name.
+func plain(what string) *output { return &output{what: what} }
 
-// listing is an output for a command that lists objects.
-func listing() *output { return &output{wide: true, name: true} }
+// listing is the output of a command that lists objects in a table.
+func listing() *output { return &output{what: "a table", wide: true, name: true} }
 
 // add adds the flags to cmd, and checks -o before the command runs.
 func (o *output) add(cmd *cobra.Command) {
 	o.jsonYaml = genericclioptions.NewJSONYamlPrintFlags()
 	o.template = genericclioptions.NewKubeTemplatePrintFlags()
 	o.template.AddFlags(cmd)
-	what := "a description"
-	if o.wide {
-		what = "a table"
-	}
-	cmd.Flags().StringVarP(&o.format, "output", "o", "", fmt.Sprintf("Output format (default: %s). One of: %s. The shapes are documented in docs/tasks/kubectl-plugin.md.", what, strings.Join(o.formats(), "|")))
+	cmd.Flags().StringVarP(&o.format, "output", "o", "", fmt.Sprintf("Output format (default: %s). One of: %s. The shapes are documented in docs/tasks/kubectl-plugin.md.", o.what, strings.Join(o.formats(), "|")))
 	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return o.formats(), cobra.ShellCompDirectiveNoFileComp
 	})
 	cmd.PreRunE = func(*cobra.Command, []string) error {
-		switch o.effective() {
-		case formatTable:
+		if o.own(o.effective()) {
 			return nil
-		case formatWide, formatName:
-			if o.offers(o.format) {
-				return nil
-			}
 		}
 		_, err := o.printer()
 		return err
@@ -80,8 +73,10 @@ func (o *output) formats() []string {
 	return append(out, o.template.AllowedFormats()...)
 }
 
-func (o *output) offers(format string) bool {
-	return format == formatWide && o.wide || format == formatName && o.name
+// own reports whether the plugin prints format itself: the default, and
+// wide and name where the command offers them; cli-runtime prints the rest.
+func (o *output) own(format string) bool {
+	return format == formatTable || format == formatWide && o.wide || format == formatName && o.name
 }
 
 // effective is the format asked for: as kubectl does, --template without
@@ -112,29 +107,28 @@ func (o *output) printer() (printers.ResourcePrinter, error) {
 // asked for) for the default and wide, one TYPE/NAME a line for -o name,
 // else with kubectl's printer.
 func (o *output) print(w io.Writer, doc report.Document, table func(wide bool) error) error {
-	switch format := o.effective(); {
-	case format == formatTable:
-		return table(false)
-	case format == formatWide && o.wide:
-		return table(true)
-	case format == formatName && o.name:
-		named, ok := doc.(report.Named)
-		if !ok {
-			return errors.New("-o name: this command lists no objects")
+	format := o.effective()
+	if !o.own(format) {
+		p, err := o.printer()
+		if err != nil {
+			return err
 		}
-		for _, n := range named.Names() {
-			if _, err := fmt.Fprintln(w, n); err != nil {
-				return fmt.Errorf("write the output: %w", err)
-			}
+		if err := p.PrintObj(doc, w); err != nil {
+			return fmt.Errorf("print the output as %s: %w", format, err)
 		}
 		return nil
 	}
-	p, err := o.printer()
-	if err != nil {
-		return err
+	if format != formatName {
+		return table(format == formatWide)
 	}
-	if err := p.PrintObj(doc, w); err != nil {
-		return fmt.Errorf("print the output as %s: %w", o.effective(), err)
+	named, ok := doc.(report.Named)
+	if !ok {
+		return errors.New("-o name: this command lists no objects")
+	}
+	for _, n := range named.Names() {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return fmt.Errorf("write the output: %w", err)
+		}
 	}
 	return nil
 }

@@ -164,7 +164,7 @@ func (c *cli) printQueue(out *output, q report.Queue) error {
 
 func (c *cli) whyCommand() *cobra.Command {
 	var (
-		out       = tableOnly()
+		out       = plain("a description")
 		maxEvents int
 	)
 	cmd := &cobra.Command{
@@ -200,7 +200,7 @@ func (c *cli) whyCommand() *cobra.Command {
 }
 
 func (c *cli) tokenCommand() *cobra.Command {
-	out := tableOnly()
+	out := plain("a description")
 	cmd := &cobra.Command{
 		Use:   "token POD",
 		Short: "The fencing token of a pod's grant, or that it holds nothing",
