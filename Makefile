@@ -201,8 +201,8 @@ bench-failover-10k: redis envtest ## Leader handovers with 10,000 locks at ttl 6
 
 BENCH_FAILOVER_PODS ?= 30
 .PHONY: bench-failover-pods
-bench-failover-pods: ## On a fresh local cluster (root), BENCH_FAILOVER_PODS rounds each: the active pod of an agent-run Deployment deleted, its app failing for good (holder liveness), its template rolled out, the operator's leader SIGKILLed; a client-go Lease's pod deleted; API writes per held lock; prints tables (about 20 minutes).
-	BENCH_FAILOVER_PODS=$(BENCH_FAILOVER_PODS) hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 150m -v ./test/e2e/ \
+bench-failover-pods: e2e-release ## On a fresh local cluster (root), BENCH_FAILOVER_PODS rounds each: the active pod of an agent-run Deployment deleted, its app failing for good (holder liveness), its template rolled out, the operator's leader SIGKILLed; a client-go Lease's pod deleted; API writes per held lock; prints tables (about 20 minutes).
+	RELEASE_DIR=$(E2E_RELEASE) BENCH_FAILOVER_PODS=$(BENCH_FAILOVER_PODS) hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 150m -v ./test/e2e/ \
 		-ginkgo.v -ginkgo.timeout=150m -ginkgo.focus='pod failover benchmark'
 
 BENCH_MEMORY_FLAGS ?=
@@ -277,10 +277,19 @@ demo: ## Show the operator at work on a local single-node cluster it brings up (
 cluster-up: ## Bring up a real single-node cluster (etcd, apiserver, controller-manager, scheduler, kubelet, containerd) on loopback.
 	hack/local-cluster/cluster.sh up
 
+# The release make e2e installs: this tree's, for the host's architecture.
+E2E_RELEASE ?= $(CURDIR)/bin/e2e-release
+
+.PHONY: e2e-release
+e2e-release: ## Write the release make e2e installs into E2E_RELEASE: make release of VERSION (a -dev build off a tag) for linux/GOARCH only, unsigned.
+	rm -rf $(E2E_RELEASE)
+	OUT=$(E2E_RELEASE) RELEASE_UNSIGNED=1 RELEASE_DIRTY=1 IMAGE_PLATFORMS=linux/$$($(GO) env GOARCH) PLUGIN_PLATFORMS=linux/$$($(GO) env GOARCH) \
+		GO="$(GO)" HELM_KUBE_VERSION=$(HELM_KUBE_VERSION) hack/release.sh $(VERSION) >/dev/null
+
 .PHONY: e2e
-e2e: ## End-to-end suite on a fresh local cluster (root): operator in-cluster, managed masters, crashes.
+e2e: e2e-release ## End-to-end suite on a fresh local cluster (root), the operator installed from the host's release (make e2e-release): its image imported from the OCI layout, its chart from the .tgz; managed masters, crashes.
 	@mkdir -p $(dir $(E2E_REPORT)) && rm -f $(E2E_REPORT)
-	hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v \
+	RELEASE_DIR=$(E2E_RELEASE) hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v \
 		-ginkgo.json-report=$(E2E_REPORT) $(E2E_ARGS) || { $(GO) run ./hack/failures $(E2E_REPORT); exit 1; }
 
 .PHONY: cluster-down

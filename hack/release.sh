@@ -19,20 +19,24 @@
 # IMAGE_REPO defaults to ghcr.io/redlock-operator/redlock-operator, a
 # placeholder until a registry is chosen; a release is pushed there by
 # .github/workflows/release.yml. CHANGELOG.md (CHANGELOG) must have a
-# section for VERSION, and the work tree must be clean (RELEASE_DIRTY=1
-# allows a dirty one, for tests). RELEASE_UNSIGNED=1 skips the signature
+# section for VERSION unless it is a development build (vX.Y.Z-dev…, as
+# make e2e builds), and the work tree must be clean (RELEASE_DIRTY=1
+# allows a dirty one, for tests). The image's tag in image/ is VERSION
+# with "+" written "_". RELEASE_UNSIGNED=1 skips the signature
 # (a local build). GNU sed and tar. OUT must be empty or absent; nothing is
 # written to it unless every step succeeded. Usage (make release does this):
 #   RELEASE_SIGNING_KEY=release.key hack/release.sh v0.2.0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:?usage: hack/release.sh vX.Y.Z[-pre]}
-if ! [[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]]; then
-	echo "release: VERSION $version is not vMAJOR.MINOR.PATCH[-PRERELEASE]" >&2
+if ! [[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$ ]]; then
+	echo "release: VERSION $version is not vMAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]" >&2
 	exit 1
 fi
+# A development build (pre-release dev…, as hack/version.sh names an
+# untagged tree; make e2e installs one) needs no CHANGELOG section.
 changelog=${CHANGELOG:-CHANGELOG.md}
-if ! grep -q "^## \[${version}\]" "$changelog"; then
+if ! [[ $version =~ ^v[0-9.]+-dev([.+]|$) ]] && ! grep -q "^## \[${version}\]" "$changelog"; then
 	echo "release: $changelog has no section '## [${version}]': write what changed first" >&2
 	exit 1
 fi

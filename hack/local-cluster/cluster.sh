@@ -8,6 +8,9 @@
 #   hack/local-cluster/cluster.sh down   # stop everything and restore the host
 #   hack/local-cluster/cluster.sh run CMD...  # up, run CMD with KUBECONFIG set, always down
 #
+# The operator's image is this tree's, built as the Dockerfile builds it
+# (redlock-operator:e2e), or with RELEASE_DIR=DIR the image of the release
+# in DIR, imported from its OCI layout (make e2e does this).
 # State lives in $CLUSTER_STATE (default /var/tmp/redlock-cluster); nothing
 # is written into the checkout. `up` tears down again when it fails.
 set -euo pipefail
@@ -52,8 +55,10 @@ build() {
 	BIN=$(KUBE_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl" "$ROOT/hack/build-envtest.sh")
 	mkdir -p "$STATE/bin"
 	(cd "$ROOT/hack/local-cluster" && CGO_ENABLED=0 go build -o "$STATE/bin/" ./cmd/...)
-	log "building the operator's binaries"
-	make -s -C "$ROOT" binaries BIN="$STATE/bin/operator" >/dev/null
+	if [ -z "${RELEASE_DIR:-}" ]; then
+		log "building the operator's binaries"
+		make -s -C "$ROOT" binaries BIN="$STATE/bin/operator" >/dev/null
+	fi
 }
 
 # record_host saves what the kubelet changes so that down restores it.
@@ -184,8 +189,29 @@ build_images() {
 	cp /bin/busybox "$r/busybox/bin/busybox"
 	for t in sh cat sleep echo date; do ln -s busybox "$r/busybox/bin/$t"; done
 	import_image busybox busybox:local /bin/sh "$r/busybox"
-	operator_image "$r"
+	if [ -n "${RELEASE_DIR:-}" ]; then
+		release_image
+	else
+		operator_image "$r"
+	fi
 	rm -rf "$r"
+}
+
+# release_image imports the operator's image of the release in RELEASE_DIR
+# (make release, or make e2e-release for this host) from its OCI layout,
+# under the names its install.yaml and chart use: REPO@DIGEST, and
+# REPO:TAG. Nothing is pulled: the pods' pull policy may stay IfNotPresent.
+release_image() {
+	local archive image
+	archive=$(ls "$RELEASE_DIR"/redlock-operator-image_*.oci.tar 2>/dev/null | head -n 1)
+	image=$(sed -n 's/^ *image: \(.*@sha256:[0-9a-f]*\)$/\1/p' "$RELEASE_DIR/install.yaml" 2>/dev/null | head -n 1)
+	if [ -z "$archive" ] || [ -z "$image" ]; then
+		log "RELEASE_DIR=$RELEASE_DIR holds no release (an image .oci.tar and an install.yaml naming it by digest)"
+		return 1
+	fi
+	ctr -a "$SOCK" -n k8s.io images import --base-name "${image%@*}" --digests "$archive" >/dev/null
+	ctr -a "$SOCK" -n k8s.io images ls -q | grep -qx "$image" || { log "importing $archive did not name $image"; return 1; }
+	log "imported $image from $archive"
 }
 
 # operator_image lays the operator's binaries out as the Dockerfile's final

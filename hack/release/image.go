@@ -73,8 +73,11 @@ func imageCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("write the OCI layout: %w", err)
 	}
-	// The ref name is what ctr images import and skopeo name the image by.
-	if err := path.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": *version})); err != nil {
+	// The ref name is what ctr images import and skopeo name the image by:
+	// a tag, which cannot hold a semver build's "+" (Helm's OCI charts
+	// write "_" for it too).
+	tag := strings.ReplaceAll(*version, "+", "_")
+	if err := path.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": tag})); err != nil {
 		return fmt.Errorf("write the image index: %w", err)
 	}
 	digest, err := idx.Digest()

@@ -1,9 +1,11 @@
 //go:build e2e
 
 // Package e2e proves delayed restart on a real single-node cluster
-// (hack/local-cluster): the operator runs in-cluster from its image with the
-// config/ manifests and the config/e2e overlay; a managed RedisMasterSet of
-// five host-network members holds a lock while its members crash.
+// (hack/local-cluster): the operator runs in-cluster, installed from a
+// release (RELEASE_DIR: its image imported from the OCI layout, its chart
+// from the .tgz, with the config/local-cluster component as Helm's
+// post-renderer); a managed RedisMasterSet of five host-network members
+// holds a lock while its members crash.
 //
 //	make e2e   # cluster up, this suite, cluster down
 package e2e
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -65,6 +68,31 @@ func TestE2E(t *testing.T) {
 	RunSpecs(t, "e2e on a real local cluster")
 }
 
+// releaseDir is the release the suite installs (make e2e-release: this
+// tree's, for this host's architecture); hack/local-cluster imported its
+// image.
+var releaseDir = os.Getenv("RELEASE_DIR")
+
+// releaseChart is the release's packaged chart.
+func releaseChart() string {
+	charts, err := filepath.Glob(filepath.Join(releaseDir, "redlock-operator-*.tgz"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(charts).To(HaveLen(1), "one chart in the release %s", releaseDir)
+	return charts[0]
+}
+
+// releaseImage is the operator's image as the release names it:
+// REPO@DIGEST, the digest of its OCI layout's index.
+func releaseImage() string {
+	digest, err := os.ReadFile(filepath.Join(releaseDir, "image.digest")) //nolint:gosec // the release the suite installs
+	Expect(err).NotTo(HaveOccurred())
+	install, err := os.ReadFile(filepath.Join(releaseDir, "install.yaml")) //nolint:gosec // the release the suite installs
+	Expect(err).NotTo(HaveOccurred())
+	m := regexp.MustCompile(`(?m)^\s*image: (\S+@` + regexp.QuoteMeta(strings.TrimSpace(string(digest))) + `)$`).FindSubmatch(install)
+	Expect(m).NotTo(BeNil(), "the release's install.yaml names its image.digest")
+	return string(m[1])
+}
+
 func run(name string, args ...string) string {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = root
@@ -86,11 +114,12 @@ var _ = BeforeSuite(func() {
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
-	manifests := run("go", "tool", "-modfile=hack/tools/go.mod", "kustomize", "build", "config/e2e")
-	apply := exec.Command(os.Getenv("KUBECTL"), "apply", "--server-side", "-f", "-")
-	apply.Stdin = strings.NewReader(manifests)
-	out, err := apply.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), string(out))
+	Expect(releaseDir).NotTo(BeEmpty(), "RELEASE_DIR names the release to install: run the suite with make e2e, which builds it")
+	By("installing the release's chart " + releaseChart() + " with the local cluster's changes (hack/local-cluster/post-render)")
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "redlock-system",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}})).To(Succeed(), "namespace redlock-system, privileged for the host-network manager")
+	run("go", "tool", "-modfile=hack/tools/helm/go.mod", "helm", "install", "redlock-operator", releaseChart(),
+		"--namespace", "redlock-system", "--post-renderer", filepath.Join(root, "hack", "local-cluster", "post-render"))
 	Eventually(func(g Gomega) {
 		var pods corev1.PodList
 		g.Expect(k8s.List(ctx, &pods, client.InNamespace("redlock-system"))).To(Succeed(), "pods of namespace redlock-system")

@@ -87,18 +87,23 @@ func buildOperatorImage(dir, tag, version string) {
 	Expect(err).NotTo(HaveOccurred(), "import %s: %s", tag, out)
 }
 
-// operatorManifests is kustomize build config/e2e of dir, running image,
-// and rolled out by recreating its one pod: host-network manager pods
-// cannot bind the same ports side by side, as a surge pod would (in a real
-// cluster two pods of the Deployment run at once and the standby takes
-// over).
-func operatorManifests(dir, image string) string {
+// previousManifests is kustomize build config/e2e of dir, a previous
+// release's tree, running image.
+func previousManifests(dir, image string) []byte {
 	build := exec.Command("go", "tool", "-modfile=hack/tools/go.mod", "kustomize", "build", "config/e2e")
 	build.Dir = dir
 	out, err := build.Output()
 	Expect(err).NotTo(HaveOccurred(), "kustomize build config/e2e in %s", dir)
+	return bytes.ReplaceAll(out, []byte("redlock-operator:e2e"), []byte(image))
+}
+
+// recreating is manifests with the manager's Deployment rolled out by
+// recreating its one pod: host-network manager pods cannot bind the same
+// ports side by side, as a surge pod would (in a real cluster two pods of
+// the Deployment run at once and the standby takes over).
+func recreating(manifests []byte) string {
 	var docs []string
-	for _, u := range decodeObjects(bytes.ReplaceAll(out, []byte("redlock-operator:e2e"), []byte(image))) {
+	for _, u := range decodeObjects(manifests) {
 		if u.GetKind() == "Deployment" {
 			Expect(unstructured.SetNestedMap(u.Object, map[string]any{"type": "Recreate"}, "spec", "strategy")).To(Succeed())
 		}
@@ -275,8 +280,8 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 		locks   = 3
 	)
 	var (
-		version, prevImage       string
-		prevManifests, manifests string
+		version, prevImage, image string
+		prevManifests, manifests  string
 	)
 
 	BeforeAll(func() {
@@ -290,12 +295,14 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 		out, err := archive.CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "git archive %s (a clone with history is needed): %s", commit, out)
 		buildOperatorImage(prev, prevImage, version)
-		prevManifests = operatorManifests(prev, prevImage)
-		manifests = operatorManifests(root, "redlock-operator:e2e")
+		prevManifests = recreating(previousManifests(prev, prevImage))
+		// This tree's: the release's chart as the suite installed it.
+		image = releaseImage()
+		manifests = recreating([]byte(run("go", "tool", "-modfile=hack/tools/helm/go.mod", "helm", "get", "manifest", "redlock-operator", "--namespace", "redlock-system")))
 		// Whatever happens, the suite's other specs get this tree's
 		// operator back.
 		DeferCleanup(func() {
-			deployOperator(manifests, "redlock-operator:e2e")
+			deployOperator(manifests, image)
 			Eventually(available, 3*time.Minute, time.Second).Should(BeTrue(), "master set %s/%s to be available again under this tree's operator", ns, set.Name)
 		})
 
@@ -370,7 +377,7 @@ var _ = Describe("upgrade from the previous release, and rollback to it", Ordere
 
 		By("upgrading to this tree's operator")
 		upgradeAt := time.Now()
-		leads := deployOperator(manifests, "redlock-operator:e2e")
+		leads := deployOperator(manifests, image)
 		refreshedBy(leads, "this tree's manager")
 		upgraded := time.Since(upgradeAt)
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -109,6 +110,24 @@ var _ = Describe("The Helm chart", func() {
 	It("is accepted by the API server with the default values", func() {
 		objs := objects(helmTemplate("redlock-system", defaults...))
 		Expect(objs).NotTo(BeEmpty())
+		dryRunApply(objs)
+	})
+
+	It("names a development build (appVersion v0.2.0-dev+SHA, as make e2e-release packages it) in labels and an image tag the API server accepts", func() {
+		dir := filepath.Join(GinkgoT().TempDir(), "redlock-operator")
+		Expect(os.CopyFS(dir, os.DirFS(filepath.Join(root, chartDir)))).To(Succeed())
+		meta := filepath.Join(dir, "Chart.yaml")
+		data, err := os.ReadFile(meta) //nolint:gosec // the spec's own copy
+		Expect(err).NotTo(HaveOccurred())
+		data = regexp.MustCompile(`(?m)^appVersion: .*$`).ReplaceAll(data, []byte(`appVersion: "v0.2.0-dev+0123456789ab.dirty"`))
+		Expect(os.WriteFile(meta, data, 0o600)).To(Succeed())
+		out, err := helmCommand("template", "redlock-operator", dir, "--namespace", "redlock-system", "--include-crds", "--kube-version", serverVersion(), "--set", "namespace.create=true")
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		objs := objects(out)
+		Expect(images(objs)).To(HaveEach("redlock-operator:v0.2.0-dev_0123456789ab.dirty"), "the tag is the version with + written _, as the release's OCI layout names it")
+		for _, u := range objs {
+			Expect(u.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/version", "v0.2.0-dev_0123456789ab.dirty"), "%s %s", u.GetKind(), u.GetName())
+		}
 		dryRunApply(objs)
 	})
 

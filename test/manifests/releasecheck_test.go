@@ -23,10 +23,33 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	. "github.com/onsi/gomega"
+
+	"github.com/redlock-operator/redlock-operator/test/dockerfile"
 )
 
-// binaries are the image's programs, as the Dockerfile copies them.
-var binaries = []string{"manager", "gate", "agent", "kubectl-redlock"}
+// finalStage is the Dockerfile's final stage: the release's image holds
+// what a build of it would (its binaries, user, working directory and
+// entrypoint), so the two cannot drift.
+func finalStage() *dockerfile.File {
+	f, err := os.Open(filepath.Join(root, "Dockerfile"))
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = f.Close() }()
+	df, err := dockerfile.Parse(f)
+	Expect(err).NotTo(HaveOccurred())
+	return df
+}
+
+// binaries are the image's programs, as the Dockerfile copies them
+// (paths in the image, without the leading /).
+func binaries() []string {
+	bins, err := finalStage().Binaries()
+	Expect(err).NotTo(HaveOccurred())
+	var out []string
+	for path := range bins {
+		out = append(out, strings.TrimPrefix(path, "/"))
+	}
+	return out
+}
 
 // tool runs a command in dir and fails the spec when it fails.
 func tool(dir, name string, args ...string) {
@@ -70,13 +93,15 @@ func checkImage(dir, digest, version string) {
 		cfg, err := img.ConfigFile()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cfg.OS + "/" + cfg.Architecture).To(Equal(platforms[len(platforms)-1]))
-		Expect(cfg.Config.Entrypoint).To(Equal([]string{"/manager"}))
-		Expect(cfg.Config.User).To(Equal("65532:65532"))
+		df := finalStage()
+		Expect(cfg.Config.Entrypoint).To(Equal(df.Entrypoint), "the Dockerfile's ENTRYPOINT")
+		Expect(cfg.Config.User).To(Equal(df.User), "the Dockerfile's USER")
+		Expect(cfg.Config.WorkingDir).To(Equal(df.WorkDir), "the Dockerfile's WORKDIR")
 		Expect(cfg.Config.Labels).To(HaveKeyWithValue("org.opencontainers.image.version", version))
 		files := filesOf(img)
 		Expect(files).To(HaveKey("etc/passwd"))
 		Expect(string(files["etc/passwd"])).To(ContainSubstring("nonroot:x:65532:65532:"))
-		for _, b := range binaries {
+		for _, b := range binaries() {
 			Expect(files).To(HaveKey(b), "%s in the %s image", b, d.Platform.Architecture)
 			f, err := elf.NewFile(bytes.NewReader(files[b]))
 			Expect(err).NotTo(HaveOccurred(), b)
@@ -142,7 +167,7 @@ func checkSBOM(path, version string) {
 	}
 	Expect(related["SPDXRef-DOCUMENT DESCRIBES"]).To(Equal([]string{"redlock-operator@" + version}))
 	var contained []string
-	for _, b := range binaries {
+	for _, b := range binaries() {
 		contained = append(contained, b+"@"+version)
 	}
 	Expect(related["SPDXRef-Image CONTAINS"]).To(ConsistOf(contained))
