@@ -29,7 +29,7 @@ const (
 	managerNamespace = "redlock-system"
 	managerLease     = "redlock-operator.redlock.dev" // cmd/manager's LeaderElectionID
 	// managerLeaseDuration is the manager's --leader-elect-lease-duration
-	// (its default: config/e2e does not set it).
+	// (its default: config/local-cluster does not set it).
 	managerLeaseDuration = 8 * time.Second
 )
 
@@ -66,7 +66,7 @@ func leaseHolder() (string, bool, error) {
 // leaderPod is the manager pod that holds the Lease, and the Lease's
 // holder identity. The manager runs on the host network, so its identity
 // starts with the node's host name, not the pod's: the one Ready manager
-// pod is the leader (config/e2e runs one); of several, the one whose
+// pod is the leader (config/local-cluster runs one); of several, the one whose
 // current container logged that it acquired the Lease.
 func leaderPod() (*corev1.Pod, string, error) {
 	holder, fresh, err := leaseHolder()

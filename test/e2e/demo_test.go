@@ -28,8 +28,8 @@ var _ = Describe("make demo", func() {
 		bin, report := filepath.Join(dir, "demo"), filepath.Join(dir, "report.json")
 		run("go", "build", "-o", bin, "./hack/demo")
 
-		By("running the demo program as `make demo DEMO_DURATION=4m` does, in its own namespace and ports")
-		cmd := exec.Command(bin, "--duration", "4m", "--report", report, "--namespace", "demo", "--base-port", "17100")
+		By("running the demo program as `make demo DEMO_DURATION=4m` does, in its own namespace and ports, on the operator the suite installed from the release")
+		cmd := exec.Command(bin, "--deploy=false", "--duration", "4m", "--report", report, "--namespace", "demo", "--base-port", "17100")
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
 		runErr := cmd.Run()

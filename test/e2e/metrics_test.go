@@ -30,7 +30,7 @@ var _ = Describe("the in-cluster manager's metrics", func() {
 		token, err := exec.Command(os.Getenv("KUBECTL"), "create", "token", "scraper", "-n", ns).Output()
 		Expect(err).NotTo(HaveOccurred())
 
-		By("scraping the host-network manager on 127.0.0.1:18443 (config/e2e)")
+		By("scraping the host-network manager on 127.0.0.1:18443 (config/local-cluster)")
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the manager's self-signed certificate
 		}}

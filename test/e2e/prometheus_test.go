@@ -116,7 +116,7 @@ scrape_configs:
   tls_config:
     insecure_skip_verify: true # the manager's self-signed certificate
   static_configs:
-  - targets: ["127.0.0.1:18443"] # the host-network manager (config/e2e)
+  - targets: ["127.0.0.1:18443"] # the host-network manager (config/local-cluster)
 `, filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "token"))
 		Expect(os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600)).To(Succeed())
 
