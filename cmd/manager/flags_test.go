@@ -100,6 +100,10 @@ func TestCheckFlags(t *testing.T) {
 		{flag: "--redis-node-timeout", mutate: func(c *config) { c.nodeTimeout = time.Minute }},
 		{flag: "--gate-image", mutate: func(c *config) { c.gateImage = "" }},
 		{flag: "--webhook-port", mutate: func(c *config) { c.webhookPort = 70000 }},
+		{flag: "--metrics-secret-name", mutate: func(c *config) { c.metricsSecure, c.metricsCert.SecretName = true, "metrics-cert" }}, // no --metrics-cert-dir to mount it at
+		{flag: "--metrics-secret-name", mutate: func(c *config) {
+			c.metricsCertDir, c.metricsCert.SecretName = "/certs", "metrics-cert"
+		}}, // plain HTTP has no certificate
 		{flag: "--leader-elect-renew-deadline", mutate: func(c *config) { c.renewDeadline = 20 * time.Second }},
 		{flag: "--leader-elect-retry-period", mutate: func(c *config) { c.retryPeriod = 9 * time.Second }}, // client-go: renew deadline > 1.2 × retry period
 		{flag: "--leader-elect-lease-duration", mutate: func(c *config) {

@@ -69,7 +69,12 @@ func bindFlags(fs *flag.FlagSet, namespace string) *flagValues {
 	fs.StringVar(&f.cfg.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.BoolVar(&f.cfg.metricsSecure, "metrics-secure", true,
 		"Serve metrics over HTTPS, to scrapers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview: get on the /metrics non-resource URL); false serves plain HTTP to anyone, for local use.")
-	fs.StringVar(&f.cfg.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint (reloaded when they change); empty generates a self-signed certificate.")
+	fs.StringVar(&f.cfg.metricsCertDir, "metrics-cert-dir", "",
+		"Directory holding tls.crt and tls.key for the metrics endpoint (reloaded when they change); a self-signed certificate is served until they are there. Empty: always self-signed.")
+	fs.StringVar(&f.cfg.metricsCert.SecretName, "metrics-secret-name", "",
+		"Secret (in the operator's namespace) into which the manager issues, and rotates, a CA (ca.crt, which scrapers verify with) and a certificate for --metrics-service-name; mount it at --metrics-cert-dir. Empty: none.")
+	fs.StringVar(&f.cfg.metricsCert.ServiceName, "metrics-service-name", "redlock-operator-controller-manager-metrics-service",
+		"Service in front of the metrics endpoint (the certificate of --metrics-secret-name names it).")
 	fs.BoolVar(&f.cfg.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics and webhook servers (off: HTTP/2 Rapid Reset and Stream Cancellation, CVE-2023-44487 and CVE-2023-39325).")
 	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit.")
 	fs.StringVar(&f.cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
@@ -122,7 +127,8 @@ func main() {
 	}
 	f.watchParsed()
 	cfg, opts, qps, burst, lockSecret := f.cfg, f.zap, f.qps, f.burst, f.lockSecret
-	cfg.namespace, cfg.webhook.Namespace = namespace, namespace
+	cfg.namespace, cfg.webhook.Namespace, cfg.metricsCert.Namespace = namespace, namespace, namespace
+	cfg.metricsCert.CertDir = cfg.metricsCertDir
 	cfg.webhook.AgentImage = cfg.gateImage
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
@@ -166,6 +172,9 @@ func takeoverTime(lease, retry time.Duration) time.Duration {
 // checkFlags refuses flag values the manager cannot run with, naming the
 // flag, before anything starts.
 func checkFlags(cfg config, qps float64, burst int) error {
+	if err := checkMetricsFlags(cfg); err != nil {
+		return err
+	}
 	switch {
 	case qps <= 0:
 		return fmt.Errorf("--kube-api-qps %v: must be positive", qps)
@@ -187,12 +196,26 @@ func checkFlags(cfg config, qps float64, burst int) error {
 		return errors.New("--gate-image: must name an image (the operator's own)")
 	case cfg.enableWebhook && (cfg.webhookPort < 1 || cfg.webhookPort > 65535):
 		return fmt.Errorf("--webhook-port %d: must be a port, 1 to 65535", cfg.webhookPort)
-	case cfg.leaderElect && (cfg.retryPeriod <= 0 || cfg.renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(cfg.retryPeriod)) ||
-		cfg.leaseDuration <= cfg.renewDeadline || cfg.leaseDuration < time.Second):
+	}
+	return checkLeaderFlags(cfg)
+}
+
+// checkLeaderFlags is checkFlags for the leader election flags.
+func checkLeaderFlags(cfg config) error {
+	if cfg.leaderElect && (cfg.retryPeriod <= 0 || cfg.renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(cfg.retryPeriod)) ||
+		cfg.leaseDuration <= cfg.renewDeadline || cfg.leaseDuration < time.Second) {
 		// client-go refuses a renew deadline within 1.2 retry periods, and
 		// keeps the lease duration in whole seconds.
 		return fmt.Errorf("--leader-elect-lease-duration %v, --leader-elect-renew-deadline %v, --leader-elect-retry-period %v: want lease duration ≥ 1s, lease duration > renew deadline > 1.2 × retry period > 0",
 			cfg.leaseDuration, cfg.renewDeadline, cfg.retryPeriod)
+	}
+	return nil
+}
+
+// checkMetricsFlags is checkFlags for the metrics endpoint's flags.
+func checkMetricsFlags(cfg config) error {
+	if cfg.metricsCert.SecretName != "" && (!cfg.metricsSecure || cfg.metricsCertDir == "" || cfg.metricsAddr == "0") {
+		return fmt.Errorf("--metrics-secret-name %s: needs the HTTPS metrics endpoint (--metrics-secure) and --metrics-cert-dir, where the Secret is mounted", cfg.metricsCert.SecretName)
 	}
 	return nil
 }
@@ -204,6 +227,7 @@ type config struct {
 	pprofAddr              string
 	metricsSecure          bool
 	metricsCertDir         string
+	metricsCert            operator.MetricsCertOptions
 	enableHTTP2            bool
 	leaderElect            bool
 	leaderNamespace        string
@@ -231,9 +255,13 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
+	metricsOpts, err := metricsOptions(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsOptions(cfg),
+		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        cfg.probeAddr,
 		PprofBindAddress:              cfg.pprofAddr,
 		LeaderElection:                cfg.leaderElect,
@@ -288,6 +316,11 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 			return err
 		}
 	}
+	if cfg.metricsCert.SecretName != "" {
+		if err := operator.SetupMetricsCertificate(ctx, mgr, cfg.metricsCert); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -301,14 +334,22 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 
 // metricsOptions serves metrics the kubebuilder v4 way: HTTPS behind
 // controller-runtime's authentication and authorization filter, or plain
-// HTTP when --metrics-secure=false.
-func metricsOptions(cfg config) metricsserver.Options {
+// HTTP when --metrics-secure=false. The certificate is the one in
+// --metrics-cert-dir once it is there.
+func metricsOptions(ctx context.Context, cfg config) (metricsserver.Options, error) {
 	o := metricsserver.Options{BindAddress: cfg.metricsAddr, SecureServing: cfg.metricsSecure, TLSOpts: tlsOptions(cfg)}
-	if cfg.metricsSecure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
-		o.CertDir = cfg.metricsCertDir
+	if !cfg.metricsSecure {
+		return o, nil
 	}
-	return o
+	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	if cfg.metricsCertDir != "" {
+		get, err := operator.ServingCertificate(ctx, cfg.metricsCertDir)
+		if err != nil {
+			return o, fmt.Errorf("metrics certificate: %w", err)
+		}
+		o.TLSOpts = append(o.TLSOpts, func(c *tls.Config) { c.GetCertificate = get })
+	}
+	return o, nil
 }
 
 // tlsOptions turns HTTP/2 off unless --enable-http2 allows it.

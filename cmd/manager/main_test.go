@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,9 +21,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
+	"github.com/redlock-operator/redlock-operator/internal/operator"
 )
 
 func TestManager(t *testing.T) {
@@ -44,15 +48,16 @@ func freeAddr() string {
 }
 
 // startManager runs the manager as main does, with secure metrics on
-// metricsAddr, until the spec ends. (run registers the operator's metrics
-// in controller-runtime's global registry, so it runs once per process.)
-func startManager(metricsAddr string) {
+// metricsAddr and their certificate as cert says, until the spec ends.
+// (run registers the operator's metrics in controller-runtime's global
+// registry, so it runs once per process.)
+func startManager(metricsAddr string, cert operator.MetricsCertOptions) {
 	ctx, cancel := context.WithCancel(env.Ctx)
 	done := make(chan error, 1)
 	go func() {
 		defer GinkgoRecover()
 		done <- run(ctx, env.Cfg, config{
-			metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0",
+			metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0", metricsCertDir: cert.CertDir, metricsCert: cert,
 			lockKeySecret: testenv.LockKeySecret, probeInterval: time.Second, workers: 1, gateImage: "gate:test",
 		})
 	}()
@@ -69,6 +74,20 @@ func token(ctx context.Context, clientset kubernetes.Interface, ns, name string)
 	tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	return tr.Status.Token
+}
+
+// handshake connects to addr over TLS, verifying its certificate with the
+// CA in caPEM for serverName.
+func handshake(addr, serverName string, caPEM []byte) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("no CA certificate in %q", caPEM)
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // scrape GETs /metrics with an optional bearer token.
@@ -94,12 +113,33 @@ func scrape(url, token string) (int, string, error) {
 }
 
 var _ = Describe("The metrics endpoint", func() {
-	It("serves HTTPS only to scrapers the API server authenticates and authorizes with the shipped metrics-reader role", func(ctx SpecContext) {
+	It("serves HTTPS only to scrapers the API server authenticates and authorizes with the shipped metrics-reader role, with a certificate they verify once its Secret is mounted", func(ctx SpecContext) {
 		addr := freeAddr()
 		url := fmt.Sprintf("https://%s/metrics", addr)
-		startManager(addr)
-		clientset := kubernetes.NewForConfigOrDie(env.Cfg)
 		ns := env.NewNamespace()
+		certName := "metrics-cert"
+		cert := operator.MetricsCertOptions{Namespace: ns, ServiceName: "metrics", SecretName: certName, CertDir: GinkgoT().TempDir()}
+		serverName := "metrics." + ns + ".svc"
+		startManager(addr, cert)
+		clientset := kubernetes.NewForConfigOrDie(env.Cfg)
+
+		By("issuing a CA and a certificate for " + serverName + " into Secret " + ns + "/" + certName)
+		secret := &corev1.Secret{}
+		Eventually(func(g Gomega) {
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cert.SecretName}, secret)).To(Succeed())
+			g.Expect(secret.Data).To(And(HaveKey("ca.crt"), HaveKey("tls.crt"), HaveKey("tls.key")))
+		}).Should(Succeed(), "secret %s/%s to hold the metrics certificate", ns, cert.SecretName)
+
+		By("serving a self-signed certificate, which a verifying scraper refuses, until the Secret is mounted")
+		Eventually(func() error { _, _, err := scrape(url, ""); return err }).Should(Succeed(), "metrics endpoint %s to serve", url)
+		Expect(handshake(addr, serverName, secret.Data["ca.crt"])).To(MatchError(ContainSubstring("certificate")), "a scraper verifying with ca.crt before the mount")
+
+		By("mounting the Secret as the kubelet does: the endpoint serves its certificate, which a scraper verifies with ca.crt")
+		for _, k := range []string{"tls.crt", "tls.key"} {
+			Expect(os.WriteFile(filepath.Join(cert.CertDir, k), secret.Data[k], 0o600)).To(Succeed())
+		}
+		Eventually(func() error { return handshake(addr, serverName, secret.Data["ca.crt"]) }).Should(Succeed(),
+			"metrics endpoint %s to serve the certificate of secret %s/%s for %s", addr, ns, cert.SecretName, serverName)
 
 		By("asking for tokens of two fresh ServiceAccounts, one to be bound to metrics-reader")
 		// The filter caches a refusal for 30 s, so the two are distinct
@@ -146,7 +186,9 @@ var _ = Describe("The metrics endpoint", func() {
 
 	It("serves plain HTTP to anyone with --metrics-secure=false", func(ctx SpecContext) {
 		addr := freeAddr()
-		mgr, err := ctrl.NewManager(env.Cfg, ctrl.Options{Metrics: metricsOptions(config{metricsAddr: addr}), HealthProbeBindAddress: "0"})
+		opts, err := metricsOptions(ctx, config{metricsAddr: addr})
+		Expect(err).NotTo(HaveOccurred())
+		mgr, err := ctrl.NewManager(env.Cfg, ctrl.Options{Metrics: opts, HealthProbeBindAddress: "0"})
 		Expect(err).NotTo(HaveOccurred())
 		mctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)

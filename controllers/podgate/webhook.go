@@ -21,8 +21,8 @@ import (
 // served.
 const WebhookPath = "/mutate-v1-pod-lock-gate"
 
-// +kubebuilder:webhook:path=/mutate-v1-pod-lock-gate,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=gate.pods.redlock.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded
-// +kubebuilder:webhook:path=/mutate-v1-pod-lock-gate,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=semaphore-gate.pods.redlock.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded
+// +kubebuilder:webhook:path=/mutate-v1-pod-lock-gate,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=gate.pods.redlock.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=10
+// +kubebuilder:webhook:path=/mutate-v1-pod-lock-gate,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=semaphore-gate.pods.redlock.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=10
 
 // Gater is the mutating admission webhook that makes a label enough: a pod
 // created with the label redlock.dev/lock (or redlock.dev/semaphore: the

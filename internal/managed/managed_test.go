@@ -81,6 +81,7 @@ func TestRenderStatefulSet(t *testing.T) {
 	ms := set(func(m *v1alpha1.ManagedMasters) {
 		m.NodeSelector = map[string]string{"disk": "ssd"}
 		m.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+		m.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
 	})
 	sts := StatefulSet(ms, Options{GateImage: "op:1"})
 	spec := sts.Spec
@@ -111,6 +112,9 @@ func TestRenderStatefulSet(t *testing.T) {
 	}
 	if pod.NodeSelector["disk"] != "ssd" || pod.Tolerations[0].Key != "dedicated" {
 		t.Error("scheduling knobs not passed through")
+	}
+	if len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "registry" {
+		t.Errorf("image pull secrets %v, want the set's [registry]", pod.ImagePullSecrets)
 	}
 	if spec.Template.Annotations[AnnotationConfig] != ConfigHash(ms) {
 		t.Error("config hash annotation missing")

@@ -306,6 +306,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 					TerminationGracePeriodSeconds: &grace,
 					NodeSelector:                  m.NodeSelector,
 					Tolerations:                   m.Tolerations,
+					ImagePullSecrets:              m.ImagePullSecrets,
 					Affinity:                      m.Affinity,
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 						MaxSkew:           1,

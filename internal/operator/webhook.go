@@ -64,24 +64,13 @@ type WebhookOptions struct {
 // expire; once the certificate is in place it registers the webhook on the
 // manager's webhook server (which starts then).
 func SetupWebhook(ctx context.Context, mgr manager.Manager, o WebhookOptions) error {
-	if err := ensureSecret(ctx, mgr, types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName}); err != nil {
-		return err
-	}
-	ready := make(chan struct{})
-	err := rotator.AddRotator(mgr, &rotator.CertRotator{
-		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName},
-		CertDir:        o.CertDir,
-		CAName:         "redlock-operator-ca",
-		CAOrganization: "redlock-operator",
-		DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
-		ExtraDNSNames:  o.ExtraDNSNames,
-		IsReady:        ready,
-		Webhooks:       []rotator.WebhookInfo{{Name: o.ConfigurationName, Type: rotator.Mutating}},
-		// Every replica serves the webhook, leader or not.
-		RequireLeaderElection: false,
+	ready, err := addRotator(ctx, mgr, certificate{
+		Namespace: o.Namespace, SecretName: o.SecretName, CertDir: o.CertDir,
+		DNSName: fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace), ExtraDNSNames: o.ExtraDNSNames,
+		Webhooks: []rotator.WebhookInfo{{Name: o.ConfigurationName, Type: rotator.Mutating}},
 	})
 	if err != nil {
-		return fmt.Errorf("webhook certificate rotator: %w", err)
+		return fmt.Errorf("webhook certificate: %w", err)
 	}
 	go func() {
 		<-ready
@@ -90,6 +79,46 @@ func SetupWebhook(ctx context.Context, mgr manager.Manager, o WebhookOptions) er
 		}})
 	}()
 	return nil
+}
+
+// certificate is a serving certificate the operator issues and rotates.
+type certificate struct {
+	// Namespace and SecretName: the Secret that keeps the CA and the
+	// certificate (ca.crt, tls.crt, tls.key).
+	Namespace, SecretName string
+	// CertDir is where the Secret is mounted.
+	CertDir string
+	// DNSName and ExtraDNSNames are the names the certificate is for.
+	DNSName       string
+	ExtraDNSNames []string
+	// Webhooks whose CA bundle is kept current.
+	Webhooks []rotator.WebhookInfo
+}
+
+// addRotator runs cert-controller's rotator for c, creating its empty
+// Secret first when it is missing. The channel closes once the
+// certificate is mounted in c.CertDir.
+func addRotator(ctx context.Context, mgr manager.Manager, c certificate) (<-chan struct{}, error) {
+	if err := ensureSecret(ctx, mgr, types.NamespacedName{Namespace: c.Namespace, Name: c.SecretName}); err != nil {
+		return nil, err
+	}
+	ready := make(chan struct{})
+	err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      types.NamespacedName{Namespace: c.Namespace, Name: c.SecretName},
+		CertDir:        c.CertDir,
+		CAName:         "redlock-operator-ca",
+		CAOrganization: "redlock-operator",
+		DNSName:        c.DNSName,
+		ExtraDNSNames:  c.ExtraDNSNames,
+		IsReady:        ready,
+		Webhooks:       c.Webhooks,
+		// Every replica serves, leader or not.
+		RequireLeaderElection: false,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("certificate rotator of secret %s: %w", c.SecretName, err)
+	}
+	return ready, nil
 }
 
 // ensureSecret creates the (empty) certificate Secret when it is missing:
@@ -103,7 +132,7 @@ func ensureSecret(ctx context.Context, mgr manager.Manager, key types.Namespaced
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 		Labels: map[string]string{"app.kubernetes.io/name": "redlock-operator"}}}
 	if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("webhook certificate secret %s: %w", key, err)
+		return fmt.Errorf("certificate secret %s: %w", key, err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
@@ -97,6 +98,13 @@ var _ = Describe("the shipped alerts on a real Prometheus", Ordered, func() {
 		token, err := exec.Command(os.Getenv("KUBECTL"), "create", "token", "prometheus", "-n", ns, "--duration=1h").Output()
 		Expect(err).NotTo(HaveOccurred(), "a token of ServiceAccount %s/prometheus", ns)
 
+		By("reading the CA of the metrics certificate the manager issued (Secret redlock-system/redlock-operator-metrics-server-cert)")
+		certSecret := &corev1.Secret{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "redlock-system", Name: "redlock-operator-metrics-server-cert"}, certSecret)).To(Succeed())
+			g.Expect(certSecret.Data).To(HaveKey("ca.crt"))
+		}, time.Minute, time.Second).Should(Succeed(), "secret redlock-system/redlock-operator-metrics-server-cert to hold ca.crt")
+
 		By("writing a test copy of config/prometheus/rules.yaml whose every for is 2s, and the scrape of the in-cluster manager")
 		dir := GinkgoT().TempDir()
 		rules, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "rules.yaml"))
@@ -104,6 +112,7 @@ var _ = Describe("the shipped alerts on a real Prometheus", Ordered, func() {
 		short := regexp.MustCompile(`(?m)^(\s+for:) \S+$`).ReplaceAll(rules, []byte("$1 2s"))
 		Expect(os.WriteFile(filepath.Join(dir, "rules.yaml"), short, 0o600)).To(Succeed())
 		Expect(os.WriteFile(filepath.Join(dir, "token"), []byte(strings.TrimSpace(string(token))), 0o600)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(dir, "ca.crt"), certSecret.Data["ca.crt"], 0o600)).To(Succeed())
 		config := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -113,11 +122,12 @@ scrape_configs:
   scheme: https
   authorization:
     credentials_file: %q
-  tls_config:
-    insecure_skip_verify: true # the manager's self-signed certificate
+  tls_config: # as config/prometheus/monitor.yaml: the manager's certificate, verified
+    ca_file: %q
+    server_name: redlock-operator-controller-manager-metrics-service.redlock-system.svc
   static_configs:
   - targets: ["127.0.0.1:18443"] # the host-network manager (config/local-cluster)
-`, filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "token"))
+`, filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"))
 		Expect(os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600)).To(Succeed())
 
 		By("running prometheus on a free loopback port")
@@ -139,10 +149,12 @@ scrape_configs:
 			}
 		})
 
-		By("Prometheus scraping the manager and seeing every member of the set serve")
+		By("Prometheus verifying the manager's certificate, scraping it and seeing every member of the set serve")
+		// The manager serves the certificate once the kubelet mounted its
+		// Secret: up to its sync period (1m) after the manager filled it.
 		Eventually(func(g Gomega) {
 			g.Expect(servingIs(g, "3")).To(BeTrue(), "three members serving")
-		}, 2*time.Minute, time.Second).Should(Succeed(), "Prometheus to scrape master set %s/%s with its three members serving", ns, setName)
+		}, 3*time.Minute, time.Second).Should(Succeed(), "Prometheus to scrape master set %s/%s with its three members serving, verifying the manager's certificate", ns, setName)
 		Consistently(func(g Gomega) []promAlert { return alerts(g, "RedlockMasterSetUnavailable") }, 3*time.Second, time.Second).
 			Should(BeEmpty(), "RedlockMasterSetUnavailable to stay quiet for master set %s/%s while its members serve", ns, setName)
 	})

@@ -125,11 +125,12 @@ func stripInline(h string) string {
 // mdLink is a Markdown link's target: [text](target) or [text](target "title").
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 
-// TestDocLinks checks every relative link in README.md and docs/: the file
+// TestDocLinks checks every relative link in README.md, docs/ and the
+// chart's README: the file
 // or directory it names exists inside the repository, and an anchor names
 // a heading of the page it points at.
 func TestDocLinks(t *testing.T) {
-	pages := docPages(t)
+	pages := append(docPages(t), "charts/redlock-operator/README.md")
 	anchors := map[string]map[string]bool{}
 	anchorsFor := func(page string) map[string]bool {
 		if a, ok := anchors[page]; ok {

@@ -85,6 +85,9 @@ var _ = Describe("The Helm chart", func() {
 			"leaderElection.leaseDuration=15": "/leaderElection/leaseDuration",
 			"image.pullPolicy=Sometimes":      "/image/pullPolicy",
 			"webhook.enabled=yes-please":      "/webhook/enabled",
+			"webhook.timeoutSeconds=31":       "/webhook/timeoutSeconds",
+			"serviceAccount.annotation.a=b":   "'annotation' not allowed",
+			"extraVolumeMounts[0].name=a":     "/extraVolumeMounts/0",
 		} {
 			out, err := helmTemplateErr("redlock-system", "image.tag=dev", set)
 			Expect(err).To(HaveOccurred(), "--set %s rendered:\n%s", set, out)
@@ -196,6 +199,70 @@ var _ = Describe("The Helm chart", func() {
 		Expect(names(byKind["ServiceAccount"])).To(ConsistOf(ns + "/redlock-operator-controller-manager"))
 
 		dryRunApply(objs)
+	})
+
+	It("adds what the values add: volumes and their mounts, topology spread, the webhooks' timeout, the ServiceAccount's annotations", func() {
+		vals := []string{"namespace.create=true", "image.tag=dev", "webhook.timeoutSeconds=5",
+			"serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account=locks@example.iam.gserviceaccount.com",
+			"extraVolumes[0].name=ca-bundle", "extraVolumes[0].configMap.name=ca-bundle",
+			"extraVolumeMounts[0].name=ca-bundle", "extraVolumeMounts[0].mountPath=/etc/ca-bundle", "extraVolumeMounts[0].readOnly=true",
+			"topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+			"topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+			"topologySpreadConstraints[0].labelSelector.matchLabels.control-plane=controller-manager"}
+		objs := objects(helmTemplate("redlock-system", vals...))
+		byKind := map[string][]*unstructured.Unstructured{}
+		for _, u := range objs {
+			byKind[u.GetKind()] = append(byKind[u.GetKind()], u)
+		}
+
+		By("the ServiceAccount carries the annotation")
+		Expect(byKind["ServiceAccount"]).To(HaveLen(1))
+		Expect(byKind["ServiceAccount"][0].GetAnnotations()).To(Equal(map[string]string{"iam.gke.io/gcp-service-account": "locks@example.iam.gserviceaccount.com"}))
+
+		By("both webhooks time out after 5 seconds")
+		Expect(byKind["MutatingWebhookConfiguration"]).To(HaveLen(1))
+		hooks, _, _ := unstructured.NestedSlice(byKind["MutatingWebhookConfiguration"][0].Object, "webhooks")
+		Expect(hooks).To(HaveLen(2))
+		Expect(hooks).To(HaveEach(HaveKeyWithValue("timeoutSeconds", BeNumerically("==", 5))))
+
+		By("the manager's pods mount the volume beside the webhook's certificate and spread across zones")
+		deploy := byKind["Deployment"][0]
+		volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
+		Expect(volumes).To(HaveLen(3))
+		Expect(volumes[0]).To(HaveKeyWithValue("name", "webhook-certs"))
+		Expect(volumes[1]).To(HaveKeyWithValue("name", "metrics-certs"))
+		Expect(volumes[2]).To(Equal(map[string]any{"name": "ca-bundle", "configMap": map[string]any{"name": "ca-bundle"}}))
+		containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+		mounts, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "volumeMounts")
+		Expect(mounts).To(HaveLen(3))
+		Expect(mounts[2]).To(Equal(map[string]any{"name": "ca-bundle", "mountPath": "/etc/ca-bundle", "readOnly": true}))
+		spread, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "topologySpreadConstraints")
+		Expect(spread).To(HaveLen(1))
+		Expect(spread[0]).To(HaveKeyWithValue("topologyKey", "topology.kubernetes.io/zone"))
+		dryRunApply(objs)
+
+		By("over plain HTTP (metrics.secure=false), no metrics certificate: no Secret, no flags")
+		for _, u := range objects(helmTemplate("redlock-system", "image.tag=dev", "metrics.secure=false")) {
+			Expect(u.GetName()).NotTo(Equal("redlock-operator-metrics-server-cert"), "%s %s", u.GetKind(), u.GetName())
+			if u.GetKind() == "Deployment" {
+				containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+				args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+				Expect(args).NotTo(ContainElement(HavePrefix("--metrics-secret-name")))
+			}
+		}
+
+		By("without the webhook and the metrics endpoint, the extra volume alone")
+		objs = objects(helmTemplate("redlock-system", append(vals, "webhook.enabled=false", "metrics.enabled=false")...))
+		for _, u := range objs {
+			if u.GetKind() != "Deployment" {
+				continue
+			}
+			volumes, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
+			Expect(volumes).To(ConsistOf(HaveKeyWithValue("name", "ca-bundle")))
+			containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+			mounts, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "volumeMounts")
+			Expect(mounts).To(ConsistOf(HaveKeyWithValue("name", "ca-bundle")))
+		}
 	})
 
 	It("keeps the manager available: a budget only with more than one replica, a priority class only when it exists", func() {
