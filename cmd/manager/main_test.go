@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -56,8 +57,18 @@ func startManager(metricsAddr string, cert operator.MetricsCertOptions) {
 	done := make(chan error, 1)
 	go func() {
 		defer GinkgoRecover()
+		// The webhook too, as main runs it: its certificate rotator and
+		// the metrics endpoint's live in one manager.
+		_, port, err := net.SplitHostPort(freeAddr())
+		Expect(err).NotTo(HaveOccurred())
+		webhookPort, err := strconv.Atoi(port)
+		Expect(err).NotTo(HaveOccurred())
 		done <- run(ctx, env.Cfg, config{
 			metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0", metricsCertDir: cert.CertDir, metricsCert: cert,
+			enableWebhook: true, webhookPort: webhookPort, webhook: operator.WebhookOptions{
+				Namespace: cert.Namespace, ServiceName: "webhook", SecretName: "webhook-cert", CertDir: GinkgoT().TempDir(),
+				ConfigurationName: "redlock-operator-mutating-webhook-configuration", AgentImage: "gate:test",
+			},
 			lockKeySecret: testenv.LockKeySecret, probeInterval: time.Second, workers: 1, gateImage: "gate:test",
 		})
 	}()

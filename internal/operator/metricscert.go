@@ -41,7 +41,7 @@ type MetricsCertOptions struct {
 func SetupMetricsCertificate(ctx context.Context, mgr manager.Manager, o MetricsCertOptions) error {
 	_, err := addRotator(ctx, mgr, certificate{
 		Namespace: o.Namespace, SecretName: o.SecretName, CertDir: o.CertDir,
-		DNSName: fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
+		DNSName: fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace), Controller: "metrics-cert-rotator",
 	})
 	if err != nil {
 		return fmt.Errorf("metrics certificate: %w", err)

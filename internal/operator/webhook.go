@@ -93,6 +93,9 @@ type certificate struct {
 	ExtraDNSNames []string
 	// Webhooks whose CA bundle is kept current.
 	Webhooks []rotator.WebhookInfo
+	// Controller is the rotator's controller name, unique in the manager
+	// ("" is cert-controller's default, cert-rotator).
+	Controller string
 }
 
 // addRotator runs cert-controller's rotator for c, creating its empty
@@ -112,6 +115,7 @@ func addRotator(ctx context.Context, mgr manager.Manager, c certificate) (<-chan
 		ExtraDNSNames:  c.ExtraDNSNames,
 		IsReady:        ready,
 		Webhooks:       c.Webhooks,
+		ControllerName: c.Controller,
 		// Every replica serves, leader or not.
 		RequireLeaderElection: false,
 	})

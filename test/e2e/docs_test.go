@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -177,6 +178,22 @@ func lockOf(u *unstructured.Unstructured) string {
 }
 
 var _ = Describe("the task pages of the docs, run on a real cluster", Ordered, func() {
+	It("are fitted to this cluster as the getting-started section the pages link to tells a reader", func() {
+		data, err := os.ReadFile(filepath.Join(root, "docs", "getting-started.md"))
+		Expect(err).NotTo(HaveOccurred())
+		page := string(data)
+		start := strings.Index(page, "### Run the task pages on the demo cluster")
+		Expect(start).To(BeNumerically(">=", 0), "docs/getting-started.md has the section")
+		section := page[start:]
+		section = section[:strings.Index(section[1:], "\n#")+1]
+		// What docObjects and fitTemplate change, said with this cluster's
+		// own values.
+		for _, change := range []string{"`busybox:local`", "`imagePullPolicy: Never`", "`hostNetwork: true`", "`dnsPolicy: ClusterFirstWithHostNet`",
+			"`KUBERNETES_SERVICE_HOST=127.0.0.1`", "`KUBERNETES_SERVICE_PORT=" + apiPort() + "`", "image: redis:7-local", "hostNetwork: true"} {
+			Expect(section).To(ContainSubstring(change), "the section of docs/getting-started.md says %s", change)
+		}
+	})
+
 	It("runs docs/tasks/jobs.md: every Job completes, the pods of each lock one after another with rising tokens", func() {
 		objs := docObjects("docs/tasks/jobs.md")
 		jobs := ofKind(objs, "Job")
