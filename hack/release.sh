@@ -19,8 +19,9 @@
 # IMAGE_REPO defaults to ghcr.io/redlock-operator/redlock-operator, a
 # placeholder until a registry is chosen; a release is pushed there by
 # .github/workflows/release.yml. CHANGELOG.md (CHANGELOG) must have a
-# section for VERSION unless it is a development build (vX.Y.Z-dev…, as
-# make e2e builds), and the work tree must be clean (RELEASE_DIRTY=1
+# section for VERSION unless it is a development build (vX.Y.Z-dev… or
+# +BUILD, as make e2e builds; those must be RELEASE_UNSIGNED=1), and the
+# work tree must be clean (RELEASE_DIRTY=1
 # allows a dirty one, for tests). The image's tag in image/ is VERSION
 # with "+" written "_". RELEASE_UNSIGNED=1 skips the signature
 # (a local build). GNU sed and tar. OUT must be empty or absent; nothing is
@@ -33,10 +34,19 @@ if ! [[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Z
 	echo "release: VERSION $version is not vMAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]" >&2
 	exit 1
 fi
-# A development build (pre-release dev…, as hack/version.sh names an
-# untagged tree; make e2e installs one) needs no CHANGELOG section.
+# A development build (pre-release dev…, or +BUILD, as hack/version.sh
+# names an untagged tree; make e2e installs one) is local only: unsigned,
+# so that it is never published, and needs no CHANGELOG section.
+dev=
+if [[ $version == *+* || $version =~ ^v[0-9.]+-dev([.+]|$) ]]; then
+	dev=1
+	if [ "${RELEASE_UNSIGNED:-}" != 1 ]; then
+		echo "release: $version is a development build (-dev or +BUILD): build it unsigned (RELEASE_UNSIGNED=1); a release is vMAJOR.MINOR.PATCH[-PRERELEASE]" >&2
+		exit 1
+	fi
+fi
 changelog=${CHANGELOG:-CHANGELOG.md}
-if ! [[ $version =~ ^v[0-9.]+-dev([.+]|$) ]] && ! grep -q "^## \[${version}\]" "$changelog"; then
+if [ -z "$dev" ] && ! grep -q "^## \[${version}\]" "$changelog"; then
 	echo "release: $changelog has no section '## [${version}]': write what changed first" >&2
 	exit 1
 fi

@@ -432,13 +432,6 @@ type RedisMasterSetStatus struct {
 	// not restart every member of every set.
 	// +optional
 	GateImage string `json:"gateImage,omitempty"`
-	// ImagePullSecrets are Secrets in the set's namespace for pulling the
-	// Redis image and the gate image from a private registry. A change
-	// rolls the members one at a time, as any change of their template.
-	// +optional
-	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=16
-	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 	// TLS describes the certificate the members serve (managed sets with
 	// spec.tls).
 	// +optional

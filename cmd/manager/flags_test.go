@@ -101,9 +101,6 @@ func TestCheckFlags(t *testing.T) {
 		{flag: "--gate-image", mutate: func(c *config) { c.gateImage = "" }},
 		{flag: "--webhook-port", mutate: func(c *config) { c.webhookPort = 70000 }},
 		{flag: "--metrics-secret-name", mutate: func(c *config) { c.metricsSecure, c.metricsCert.SecretName = true, "metrics-cert" }}, // no --metrics-cert-dir to mount it at
-		{flag: "--metrics-secret-name", mutate: func(c *config) {
-			c.metricsCertDir, c.metricsCert.SecretName = "/certs", "metrics-cert"
-		}}, // plain HTTP has no certificate
 		{flag: "--leader-elect-renew-deadline", mutate: func(c *config) { c.renewDeadline = 20 * time.Second }},
 		{flag: "--leader-elect-retry-period", mutate: func(c *config) { c.retryPeriod = 9 * time.Second }}, // client-go: renew deadline > 1.2 × retry period
 		{flag: "--leader-elect-lease-duration", mutate: func(c *config) {
@@ -132,6 +129,27 @@ func TestCheckFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// config/default passes --metrics-secret-name; overlays that turn the
+	// endpoint off or to plain HTTP must still start.
+	for _, off := range []struct {
+		name   string
+		mutate func(*config)
+	}{
+		{"metrics over plain HTTP", func(c *config) { c.metricsSecure = false }},
+		{"metrics off", func(c *config) { c.metricsSecure, c.metricsAddr = true, "0" }},
+	} {
+		t.Run(off.name+": --metrics-secret-name is ignored", func(t *testing.T) {
+			cfg := good
+			cfg.metricsAddr, cfg.metricsCertDir, cfg.metricsCert.SecretName = ":8443", "", "metrics-cert"
+			off.mutate(&cfg)
+			if err := checkFlags(cfg, 200, 400); err != nil {
+				t.Fatal(err)
+			}
+			if issueMetricsCert(cfg) {
+				t.Error("a metrics certificate issued for an endpoint without TLS")
+			}
+		})
+	}
 }
 
 // The failover slack derived from the leader election flags covers a

@@ -72,7 +72,7 @@ func bindFlags(fs *flag.FlagSet, namespace string) *flagValues {
 	fs.StringVar(&f.cfg.metricsCertDir, "metrics-cert-dir", "",
 		"Directory holding tls.crt and tls.key for the metrics endpoint (reloaded when they change); a self-signed certificate is served until they are there. Empty: always self-signed.")
 	fs.StringVar(&f.cfg.metricsCert.SecretName, "metrics-secret-name", "",
-		"Secret (in the operator's namespace) into which the manager issues, and rotates, a CA (ca.crt, which scrapers verify with) and a certificate for --metrics-service-name; mount it at --metrics-cert-dir. Empty: none.")
+		"Secret (in the operator's namespace) into which the manager issues, and rotates, a CA (ca.crt, which scrapers verify with) and a certificate for --metrics-service-name; mount it at --metrics-cert-dir. Ignored when the endpoint is off or plain HTTP. Empty: none.")
 	fs.StringVar(&f.cfg.metricsCert.ServiceName, "metrics-service-name", "redlock-operator-controller-manager-metrics-service",
 		"Service in front of the metrics endpoint (the certificate of --metrics-secret-name names it).")
 	fs.BoolVar(&f.cfg.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics and webhook servers (off: HTTP/2 Rapid Reset and Stream Cancellation, CVE-2023-44487 and CVE-2023-39325).")
@@ -214,10 +214,18 @@ func checkLeaderFlags(cfg config) error {
 
 // checkMetricsFlags is checkFlags for the metrics endpoint's flags.
 func checkMetricsFlags(cfg config) error {
-	if cfg.metricsCert.SecretName != "" && (!cfg.metricsSecure || cfg.metricsCertDir == "" || cfg.metricsAddr == "0") {
-		return fmt.Errorf("--metrics-secret-name %s: needs the HTTPS metrics endpoint (--metrics-secure) and --metrics-cert-dir, where the Secret is mounted", cfg.metricsCert.SecretName)
+	if issueMetricsCert(cfg) && cfg.metricsCertDir == "" {
+		return fmt.Errorf("--metrics-secret-name %s: needs --metrics-cert-dir, where the Secret is mounted", cfg.metricsCert.SecretName)
 	}
 	return nil
+}
+
+// issueMetricsCert says whether the manager issues the metrics endpoint's
+// certificate: --metrics-secret-name names a Secret and the endpoint
+// serves HTTPS. Off or over plain HTTP (--metrics-bind-address=0,
+// --metrics-secure=false, as overlays set them) the name is ignored.
+func issueMetricsCert(cfg config) bool {
+	return cfg.metricsCert.SecretName != "" && cfg.metricsSecure && cfg.metricsAddr != "0"
 }
 
 // config is what the flags set for run.
@@ -316,10 +324,13 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 			return err
 		}
 	}
-	if cfg.metricsCert.SecretName != "" {
+	switch {
+	case issueMetricsCert(cfg):
 		if err := operator.SetupMetricsCertificate(ctx, mgr, cfg.metricsCert); err != nil {
 			return err
 		}
+	case cfg.metricsCert.SecretName != "":
+		ctrl.Log.WithName("setup").Info("no metrics certificate: the metrics endpoint is off or plain HTTP", "metricsSecretName", cfg.metricsCert.SecretName)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

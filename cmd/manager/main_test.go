@@ -63,10 +63,11 @@ func startManager(metricsAddr string, cert operator.MetricsCertOptions) {
 		Expect(err).NotTo(HaveOccurred())
 		webhookPort, err := strconv.Atoi(port)
 		Expect(err).NotTo(HaveOccurred())
+		webhookCert := "webhook-cert"
 		done <- run(ctx, env.Cfg, config{
 			metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0", metricsCertDir: cert.CertDir, metricsCert: cert,
 			enableWebhook: true, webhookPort: webhookPort, webhook: operator.WebhookOptions{
-				Namespace: cert.Namespace, ServiceName: "webhook", SecretName: "webhook-cert", CertDir: GinkgoT().TempDir(),
+				Namespace: cert.Namespace, ServiceName: "webhook", SecretName: webhookCert, CertDir: GinkgoT().TempDir(),
 				ConfigurationName: "redlock-operator-mutating-webhook-configuration", AgentImage: "gate:test",
 			},
 			lockKeySecret: testenv.LockKeySecret, probeInterval: time.Second, workers: 1, gateImage: "gate:test",

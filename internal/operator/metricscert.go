@@ -3,7 +3,9 @@ package operator
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"path/filepath"
 	"sync"
@@ -57,6 +59,14 @@ func SetupMetricsCertificate(ctx context.Context, mgr manager.Manager, o Metrics
 // scraper that verifies accepts. It looks for the files at most once a
 // second.
 func ServingCertificate(ctx context.Context, dir string) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	s, err := newServingCert(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return s.getCertificate, nil
+}
+
+func newServingCert(ctx context.Context, dir string) (*servingCert, error) {
 	crt, key, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{{127, 0, 0, 1}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("self-signed certificate: %w", err)
@@ -65,8 +75,7 @@ func ServingCertificate(ctx context.Context, dir string) (func(*tls.ClientHelloI
 	if err != nil {
 		return nil, fmt.Errorf("self-signed certificate: %w", err)
 	}
-	s := &servingCert{ctx: ctx, dir: dir, fallback: &fallback}
-	return s.getCertificate, nil
+	return &servingCert{ctx: ctx, dir: dir, fallback: &fallback}, nil
 }
 
 type servingCert struct {
@@ -77,6 +86,7 @@ type servingCert struct {
 	mu      sync.Mutex
 	watcher *certwatcher.CertWatcher
 	next    time.Time // when to look for the files again
+	failed  string    // the last error other than files not there, logged once
 }
 
 func (s *servingCert) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -94,17 +104,28 @@ func (s *servingCert) current() *certwatcher.CertWatcher {
 		return s.watcher
 	}
 	s.next = time.Now().Add(time.Second)
+	logger := log.FromContext(s.ctx).WithValues("dir", s.dir)
 	w, err := certwatcher.New(filepath.Join(s.dir, "tls.crt"), filepath.Join(s.dir, "tls.key"))
 	if err != nil {
-		return nil // not mounted yet
+		// Not mounted yet is expected; anything else (a bad pair, no
+		// inotify instance left) is said once.
+		if !errors.Is(err, fs.ErrNotExist) && err.Error() != s.failed {
+			s.failed = err.Error()
+			logger.Error(err, "cannot serve the mounted certificate: serving a self-signed one")
+		}
+		return nil
 	}
-	logger := log.FromContext(s.ctx).WithValues("dir", s.dir)
 	go func() {
 		if err := w.Start(s.ctx); err != nil {
-			logger.Error(err, "certificate watcher stopped")
+			logger.Error(err, "certificate watcher stopped: looking for the certificate again")
+			s.mu.Lock()
+			if s.watcher == w {
+				s.watcher = nil
+			}
+			s.mu.Unlock()
 		}
 	}()
 	logger.Info("serving the mounted certificate")
-	s.watcher = w
+	s.watcher, s.failed = w, ""
 	return w
 }

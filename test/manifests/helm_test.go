@@ -79,15 +79,16 @@ var _ = Describe("The Helm chart", func() {
 
 	It("refuses values of the wrong type or names it does not know (values.schema.json), saying which", func() {
 		for set, says := range map[string]string{
-			"replicas=abc":                    "/replicas",
-			"replica=2":                       "'replica' not allowed",
-			"metrics.port=0":                  "/metrics/port",
-			"leaderElection.leaseDuration=15": "/leaderElection/leaseDuration",
-			"image.pullPolicy=Sometimes":      "/image/pullPolicy",
-			"webhook.enabled=yes-please":      "/webhook/enabled",
-			"webhook.timeoutSeconds=31":       "/webhook/timeoutSeconds",
-			"serviceAccount.annotation.a=b":   "'annotation' not allowed",
-			"extraVolumeMounts[0].name=a":     "/extraVolumeMounts/0",
+			"replicas=abc":                           "/replicas",
+			"replica=2":                              "'replica' not allowed",
+			"metrics.port=0":                         "/metrics/port",
+			"leaderElection.leaseDuration=15":        "/leaderElection/leaseDuration",
+			"image.pullPolicy=Sometimes":             "/image/pullPolicy",
+			"webhook.enabled=yes-please":             "/webhook/enabled",
+			"webhook.timeoutSeconds=31":              "/webhook/timeoutSeconds",
+			"serviceAccount.annotation.a=b":          "'annotation' not allowed",
+			"extraVolumeMounts[0].name=a":            "/extraVolumeMounts/0",
+			"topologySpreadConstraints[0].maxSkew=1": "/topologySpreadConstraints/0",
 		} {
 			out, err := helmTemplateErr("redlock-system", "image.tag=dev", set)
 			Expect(err).To(HaveOccurred(), "--set %s rendered:\n%s", set, out)

@@ -154,11 +154,14 @@ var _ = Describe("make release", func() {
 		Expect(verify(pub, append(sums, '\n'), sig)).To(BeFalse(), "a changed SHA256SUMS does not verify")
 	})
 
-	It("refuses a version that is not vMAJOR.MINOR.PATCH, or that CHANGELOG.md does not describe", func() {
+	It("refuses a version that is not vMAJOR.MINOR.PATCH, that CHANGELOG.md does not describe, or a signed development build", func() {
 		for version, why := range map[string]string{
 			"1.2.3":   "is not vMAJOR.MINOR.PATCH",
 			"v1.2":    "is not vMAJOR.MINOR.PATCH",
 			"v99.0.0": "has no section '## [v99.0.0]'",
+			// Signed (the spec's key): a development build is never published.
+			"v1.2.3-dev+0123abc": "is a development build",
+			"v1.2.3+0123abc":     "is a development build",
 		} {
 			out, msg, err := release(version)
 			Expect(err).To(HaveOccurred(), "release %s refused", version)

@@ -9,7 +9,7 @@ objects. The operator is cluster-wide: one release per cluster.
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/version: {{ regexReplaceAll "[^A-Za-z0-9]+$" (.Chart.AppVersion | replace "+" "_" | trunc 63) "" | quote }}
 {{- end }}
 
 {{/* The labels of the manager's pods that the Deployment and the Services select. */}}
