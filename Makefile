@@ -158,6 +158,19 @@ test: redis prometheus envtest ## Run all tests against real redis-server proces
 envtest: ## Build kube-apiserver and etcd for envtest (cached; a no-op once built).
 	@$(ENVTEST) >/dev/null
 
+# The oldest Kubernetes minor the README claims, with an etcd of its line,
+# and the envtest suites that run against it: the API (CRDs, CEL rules, the
+# admission policy, the webhook, the chart), the controllers and the clients.
+K8S_OLDEST ?= v1.30.14
+K8S_OLDEST_ETCD ?= v3.5.21
+K8S_OLDEST_PACKAGES ?= ./controllers/... ./test/manifests/ ./cmd/manager/ ./cmd/agent/ ./cmd/kubectl-redlock/... ./pkg/lockclient/ ./pkg/holding/
+
+.PHONY: test-k8s-oldest
+test-k8s-oldest: redis prometheus ## The envtest suites against the oldest Kubernetes the README claims (K8S_OLDEST, v1.30; kube-apiserver and etcd built from modules, cached). Not in CI: run it when the API or the claim changes.
+	@assets="$$(KUBE_VERSION=$(K8S_OLDEST) ETCD_VERSION=$(K8S_OLDEST_ETCD) hack/build-envtest.sh)" && \
+		echo "test-k8s-oldest: $$("$$assets/kube-apiserver" --version), etcd $$("$$assets/etcd" --version | sed -n 's/^etcd Version: //p')" && \
+		KUBEBUILDER_ASSETS="$$assets" $(GO) test $(TEST_FLAGS) $(K8S_OLDEST_PACKAGES)
+
 .PHONY: bench
 bench: redis ## Benchmark pkg/redlock against go-redsync and the single-master floor; prints a table.
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/redlock/
