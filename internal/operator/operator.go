@@ -1,6 +1,7 @@
 // Package operator wires redlock-operator's controllers into a
 // controller-runtime manager: the master-set client registry, the lock value
-// key, the DistributedLock and RedisMasterSet reconcilers. The manager binary
+// key, the DistributedLock, DistributedSemaphore and RedisMasterSet
+// reconcilers. The manager binary
 // and the controller tests share it.
 package operator
 

@@ -104,11 +104,11 @@ var _ = Describe("The Helm chart", func() {
 			"--set", "image.tag=dev", "--set", "watchNamespaces={team-a,team-b}")
 		Expect(err).NotTo(HaveOccurred(), "%s", out)
 		Expect(string(out)).To(ContainSubstring("namespaces team-a, team-b only"))
-		Expect(string(out)).NotTo(ContainSubstring("all\nnamespaces"))
+		Expect(string(out)).NotTo(ContainSubstring("labelled pods in all namespaces"))
 		out, err = helmCommand("install", "redlock-operator", chartDir, "--dry-run=client", "--take-ownership", "--namespace", "redlock-system", "--kubeconfig", kubeconfig,
 			"--set", "image.tag=dev")
 		Expect(err).NotTo(HaveOccurred(), "%s", out)
-		Expect(string(out)).To(ContainSubstring("in all\nnamespaces"))
+		Expect(string(out)).To(ContainSubstring("labelled pods in all namespaces"))
 	})
 
 	It("is accepted by the API server with the default values", func() {
