@@ -1,6 +1,6 @@
-// Command manager runs redlock-operator: the DistributedLock and
-// RedisMasterSet controllers, with leader election, health probes and
-// Prometheus metrics.
+// Command manager runs redlock-operator: the DistributedLock,
+// DistributedSemaphore and RedisMasterSet controllers, with leader
+// election, health probes and Prometheus metrics.
 package main
 
 import (
@@ -34,6 +34,11 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
 	"github.com/redlock-operator/redlock-operator/internal/version"
+
+	// A bundle of public roots, used only where the system has none, as in
+	// the release's image: external masters whose TLS names no caSecretRef
+	// are verified with the system's roots.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 // The lock value key (--lock-key-secret) and the webhook's certificate
