@@ -112,6 +112,7 @@ sed -i -e "0,/^  repository: .*/s||  repository: ${repo}|" -e "0,/^  digest: .*/
 grep -q "^  digest: \"sha256:" "$tmp/redlock-operator/values.yaml" || { echo "release: values.yaml has no image.digest to set" >&2; exit 1; }
 $go tool -modfile=hack/tools/helm/go.mod helm lint --strict --kube-version "${HELM_KUBE_VERSION:-v1.37.2}" "$tmp/redlock-operator" >/dev/null
 $go tool -modfile=hack/tools/helm/go.mod helm package "$tmp/redlock-operator" --destination "$stage" >/dev/null
+pack chart -tgz "$stage/redlock-operator-${chart_version}.tgz" -created "$epoch"
 
 pack sign -dir "$stage" ${RELEASE_SIGNING_KEY:+-key "$(realpath "$RELEASE_SIGNING_KEY")"}
 mkdir -p "$out"

@@ -3,6 +3,7 @@
 //
 //	release image   -bin DIR -platforms linux/amd64,linux/arm64 -version V -out DIR
 //	release plugin  -bin DIR -platforms linux/amd64,…,windows/arm64 -version V -url URL -out DIR
+//	release chart   -tgz FILE -created EPOCH
 //	release sign    -dir DIR -key KEY.pem
 //	release keygen  -out PREFIX
 //
@@ -12,7 +13,8 @@
 // SPDX SBOM a platform (redlock-operator-OS-ARCH.spdx.json); the index's
 // digest goes to image.digest.
 // plugin writes a tar.gz a platform of kubectl-redlock and its completion
-// script, and the krew manifest redlock.yaml naming them. sign writes
+// script, and the krew manifest redlock.yaml naming them. chart dates every
+// file of the chart archive helm package wrote at EPOCH. sign writes
 // SHA256SUMS over every file of DIR and SHA256SUMS.sig, an ECDSA P-256
 // signature in cosign's sign-blob format (cosign verify-blob --key). keygen
 // writes a key pair for it (tests; a real release keeps its key in CI).
@@ -32,7 +34,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: release image|plugin|sign|keygen [flags]")
+		fmt.Fprintln(os.Stderr, "usage: release image|plugin|chart|sign|keygen [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -41,12 +43,14 @@ func main() {
 		err = imageCmd(args)
 	case "plugin":
 		err = pluginCmd(args)
+	case "chart":
+		err = chartCmd(args)
 	case "sign":
 		err = signCmd(args)
 	case "keygen":
 		err = keygenCmd(args)
 	default:
-		err = fmt.Errorf("unknown command %q: image, plugin, sign or keygen", cmd)
+		err = fmt.Errorf("unknown command %q: image, plugin, chart, sign or keygen", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)

@@ -4,12 +4,14 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -27,6 +29,9 @@ const testVersion = "v9.8.7-rc.1"
 // output and error. The image is built for both platforms; the plugin, to
 // fit make test's budget, for linux only (make release builds darwin and
 // windows too, with the same code).
+// releaseEpoch dates every file of the spec's releases (SOURCE_DATE_EPOCH).
+var releaseEpoch = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+
 func release(version string) (out string, msg []byte, err error) {
 	out = GinkgoT().TempDir()
 	changelog := filepath.Join(GinkgoT().TempDir(), "CHANGELOG.md")
@@ -34,7 +39,7 @@ func release(version string) (out string, msg []byte, err error) {
 	cmd := exec.Command("hack/release.sh", version)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "OUT="+out, "CHANGELOG="+changelog, "RELEASE_DIRTY=1", "RELEASE_SIGNING_KEY="+signingKey+".key",
-		"IMAGE_REPO=registry.example/redlock-operator", "PLUGIN_PLATFORMS=linux/amd64,linux/arm64")
+		"IMAGE_REPO=registry.example/redlock-operator", "PLUGIN_PLATFORMS=linux/amd64,linux/arm64", fmt.Sprintf("SOURCE_DATE_EPOCH=%d", releaseEpoch.Unix()))
 	msg, err = cmd.CombinedOutput()
 	return out, msg, err
 }
@@ -69,6 +74,25 @@ func images(objs []*unstructured.Unstructured) []string {
 		}
 	}
 	return out
+}
+
+// chartTimes are the modification times of a packaged chart's files.
+func chartTimes(tgz string) []time.Time {
+	f, err := os.Open(tgz) //nolint:gosec // the spec's own output
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = f.Close() }()
+	z, err := gzip.NewReader(f)
+	Expect(err).NotTo(HaveOccurred())
+	t := tar.NewReader(z)
+	var out []time.Time
+	for {
+		h, err := t.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		Expect(err).NotTo(HaveOccurred())
+		out = append(out, h.ModTime)
+	}
 }
 
 // chartFile reads name (e.g. "Chart.yaml") from a packaged chart.
@@ -126,6 +150,7 @@ var _ = Describe("make release", func() {
 		Expect(yaml.Unmarshal(chartFile(tgz, "Chart.yaml"), &chart)).To(Succeed())
 		Expect(chart.Version).To(Equal("9.8.7-rc.1"))
 		Expect(chart.AppVersion).To(Equal(testVersion))
+		Expect(chartTimes(tgz)).To(HaveEach(BeTemporally("==", releaseEpoch)), "every file of the chart dated SOURCE_DATE_EPOCH, so that two releases of a commit give one chart")
 		rendered, err := helmCommand("template", "redlock-operator", tgz, "--namespace", "redlock-system", "--kube-version", serverVersion())
 		Expect(err).NotTo(HaveOccurred(), "helm template of the packaged chart: %s", rendered)
 		Expect(images(objects(rendered))).To(Equal(fromManifests), "the chart's default image is install.yaml's")
