@@ -45,6 +45,8 @@ if [[ $version == *+* || $version =~ ^v[0-9.]+-dev([.+]|$) ]]; then
 		exit 1
 	fi
 fi
+# Unsigned means unsigned, whatever key the environment names.
+[ "${RELEASE_UNSIGNED:-}" = 1 ] && unset RELEASE_SIGNING_KEY
 changelog=${CHANGELOG:-CHANGELOG.md}
 if [ -z "$dev" ] && ! grep -q "^## \[${version}\]" "$changelog"; then
 	echo "release: $changelog has no section '## [${version}]': write what changed first" >&2

@@ -200,3 +200,24 @@ func TestFlagsReference(t *testing.T) {
 		}
 	}
 }
+
+// An argument that is not a flag stops Go's flag parsing: the manager
+// refuses it rather than ignore the flags after it.
+func TestNoArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--leader-elect=false", "--probe-interval=1s"}, true},
+		{[]string{"--leader-elect", "false", "--probe-interval=1s"}, false},
+	} {
+		fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+		bindFlags(fs, "redlock-system")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := noArgs(fs); (err == nil) != tc.ok {
+			t.Errorf("%v: noArgs says %v", tc.args, err)
+		}
+	}
+}

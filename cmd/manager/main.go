@@ -126,6 +126,10 @@ func main() {
 	namespace := envOr("POD_NAMESPACE", "redlock-system")
 	f := bindFlags(flag.CommandLine, namespace)
 	flag.Parse()
+	if err := noArgs(flag.CommandLine); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		os.Exit(2)
+	}
 	if f.showVersion {
 		fmt.Println(version.Version)
 		return
@@ -172,6 +176,17 @@ const adoptAllowance = 2 * time.Second
 func takeoverTime(lease, retry time.Duration) time.Duration {
 	jittered := time.Duration(float64(retry) * (1 + leaderelection.JitterFactor))
 	return lease + 2*jittered + adoptAllowance
+}
+
+// noArgs refuses arguments left after the flags: Go's flag package stops
+// at the first argument that is not a flag (e.g. "false" in
+// "--leader-elect false"), and every flag after it would be ignored
+// without a word.
+func noArgs(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%q is not a flag (write --flag=value): the %d argument(s) from it on would be ignored", fs.Arg(0), fs.NArg())
+	}
+	return nil
 }
 
 // checkFlags refuses flag values the manager cannot run with, naming the

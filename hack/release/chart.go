@@ -35,11 +35,16 @@ func chartCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
-	out, err := tarGz(files, time.Unix(secs, 0).UTC())
+	created := time.Unix(secs, 0).UTC()
+	out, err := tarGz(files, created)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(*path, out, 0o644) //nolint:gosec // a release file
+	if err := os.WriteFile(*path, out, 0o644); err != nil { //nolint:gosec // a release file
+		return err
+	}
+	// helm push dates the chart's OCI manifest by the file's time.
+	return os.Chtimes(*path, created, created)
 }
 
 // untarGz reads the regular files of a gzipped tar, in order.

@@ -57,7 +57,7 @@ func SetupMetricsCertificate(ctx context.Context, mgr manager.Manager, o Metrics
 // kubelet mounts a Secret the rotator filled up to a sync period after it
 // was filled. Until then it serves a self-signed certificate, which no
 // scraper that verifies accepts. It looks for the files at most once a
-// second.
+// second, until ctx ends.
 func ServingCertificate(ctx context.Context, dir string) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
 	s, err := newServingCert(ctx, dir)
 	if err != nil {
@@ -100,7 +100,7 @@ func (s *servingCert) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certifica
 func (s *servingCert) current() *certwatcher.CertWatcher {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.watcher != nil || time.Now().Before(s.next) {
+	if s.watcher != nil || s.ctx.Err() != nil || time.Now().Before(s.next) {
 		return s.watcher
 	}
 	s.next = time.Now().Add(time.Second)
@@ -116,13 +116,24 @@ func (s *servingCert) current() *certwatcher.CertWatcher {
 		return nil
 	}
 	go func() {
-		if err := w.Start(s.ctx); err != nil {
-			logger.Error(err, "certificate watcher stopped: looking for the certificate again")
-			s.mu.Lock()
-			if s.watcher == w {
-				s.watcher = nil
+		err := w.Start(s.ctx)
+		if err == nil || s.ctx.Err() != nil {
+			return
+		}
+		// The watcher could not watch the files (no inotify watch left):
+		// read them on a ticker instead, as certwatcher polls.
+		logger.Error(err, "certificate watcher stopped: reading the certificate every 10s instead")
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+				if err := w.ReadCertificate(); err != nil {
+					logger.Error(err, "cannot read the mounted certificate: serving the previous one")
+				}
 			}
-			s.mu.Unlock()
 		}
 	}()
 	logger.Info("serving the mounted certificate")

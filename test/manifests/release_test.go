@@ -23,15 +23,15 @@ import (
 // a changelog of its own.
 const testVersion = "v9.8.7-rc.1"
 
+// releaseEpoch dates every file of the spec's releases (SOURCE_DATE_EPOCH).
+var releaseEpoch = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+
 // release runs hack/release.sh for version into a fresh directory, with a
 // changelog that describes testVersion only, signed with a key made for
 // the spec (the work tree may have changes while the tests run): its
 // output and error. The image is built for both platforms; the plugin, to
 // fit make test's budget, for linux only (make release builds darwin and
 // windows too, with the same code).
-// releaseEpoch dates every file of the spec's releases (SOURCE_DATE_EPOCH).
-var releaseEpoch = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-
 func release(version string) (out string, msg []byte, err error) {
 	out = GinkgoT().TempDir()
 	changelog := filepath.Join(GinkgoT().TempDir(), "CHANGELOG.md")
@@ -151,6 +151,9 @@ var _ = Describe("make release", func() {
 		Expect(chart.Version).To(Equal("9.8.7-rc.1"))
 		Expect(chart.AppVersion).To(Equal(testVersion))
 		Expect(chartTimes(tgz)).To(HaveEach(BeTemporally("==", releaseEpoch)), "every file of the chart dated SOURCE_DATE_EPOCH, so that two releases of a commit give one chart")
+		info, err := os.Stat(tgz)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.ModTime()).To(BeTemporally("==", releaseEpoch), "the chart archive dated SOURCE_DATE_EPOCH too: helm push dates the chart's OCI manifest by it")
 		rendered, err := helmCommand("template", "redlock-operator", tgz, "--namespace", "redlock-system", "--kube-version", serverVersion())
 		Expect(err).NotTo(HaveOccurred(), "helm template of the packaged chart: %s", rendered)
 		Expect(images(objects(rendered))).To(Equal(fromManifests), "the chart's default image is install.yaml's")

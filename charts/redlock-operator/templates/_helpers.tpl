@@ -6,7 +6,7 @@ objects. The operator is cluster-wide: one release per cluster.
 
 {{/* The labels Helm adds to every object, next to kustomize's. */}}
 {{- define "redlock-operator.helmLabels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+helm.sh/chart: {{ regexReplaceAll "[^A-Za-z0-9]+$" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63) "" }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ regexReplaceAll "[^A-Za-z0-9]+$" (.Chart.AppVersion | replace "+" "_" | trunc 63) "" | quote }}
