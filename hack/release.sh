@@ -118,6 +118,6 @@ pack chart -tgz "$stage/redlock-operator-${chart_version}.tgz" -created "$epoch"
 
 pack sign -dir "$stage" ${RELEASE_SIGNING_KEY:+-key "$(realpath "$RELEASE_SIGNING_KEY")"}
 mkdir -p "$out"
-cp -r "$stage"/* "$out"/
+cp -rp "$stage"/* "$out"/ # -p: the files keep their dates (the chart's is SOURCE_DATE_EPOCH)
 echo "release ${version} in ${out}: image ${image}"
 ls -1 "$out"
