@@ -7,8 +7,11 @@
 // held locks need), renewals on time, lapses of the locks kept by cause, the
 // locks shed or waiting apart, API writes per second and CPU of each
 // component. With -hog, a CPU-burning process runs on every core beside it.
+// With -api-writes (and -api-latency, -api-step-writes) the manager calls
+// an API server of known capacity: internal/harness/apiproxy in front of
+// kube-apiserver.
 //
-//	KUBEBUILDER_ASSETS=$(hack/build-envtest.sh) go run ./hack/benchlocks -locks 1000 -duration 2m [-hog]
+//	KUBEBUILDER_ASSETS=$(hack/build-envtest.sh) go run ./hack/benchlocks -locks 1000 -duration 2m [-hog] [-api-writes 75]
 //
 // (`make bench-locks BENCH_LOCKS_FLAGS=-hog` does this.)
 package main
@@ -33,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/apiproxy"
 	"github.com/redlock-operator/redlock-operator/internal/harness/benchenv"
 	"github.com/redlock-operator/redlock-operator/internal/harness/hog"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
@@ -48,6 +52,11 @@ var (
 	// grantTimeout bounds the wait for every lock to be granted.
 	grantTimeout = flag.Duration("grant-timeout", 5*time.Minute, "how long to wait for every lock to be granted")
 	mgrQPS       = flag.Float64("kube-api-qps", 200, "the manager's --kube-api-qps")
+	// An API server of known capacity (internal/harness/apiproxy) for the
+	// manager: the benchmark's own requests go to kube-apiserver directly.
+	apiWrites     = flag.Float64("api-writes", 0, "writes a second the API server takes from the manager (an apiproxy in front of it); 0: kube-apiserver as it is")
+	apiLatency    = flag.Duration("api-latency", 0, "latency the apiproxy adds to each of the manager's requests")
+	apiStepWrites = flag.Float64("api-step-writes", 0, "writes a second the apiproxy takes from halfway through the watched period on (a step of capacity); 0: no step")
 	writeQPS     = flag.Float64("status-write-qps", 0, "the manager's --status-write-qps (0: three quarters of -kube-api-qps)")
 )
 
@@ -64,9 +73,13 @@ func main() {
 func run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, err := benchenv.Start(ctx, benchenv.Options{
+	opts := benchenv.Options{
 		MaxLockTTL: *ttl, Workers: *workers, Namespace: "bench", ManagerQPS: float32(*mgrQPS), StatusWriteQPS: *writeQPS,
-	})
+	}
+	if *apiWrites > 0 || *apiLatency > 0 || *apiStepWrites > 0 {
+		opts.API = &apiproxy.Limits{WritesPerSecond: *apiWrites, Latency: *apiLatency}
+	}
+	env, err := benchenv.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -161,6 +174,10 @@ func run() error {
 	extendsW := opCount(reg, "extend")
 	lapses, samples := 0, 0
 	causes := map[string]int{}
+	if *apiStepWrites > 0 {
+		env.Proxy.SetAt(watchStart.Add(*duration/2), apiproxy.Limits{WritesPerSecond: *apiStepWrites, Latency: *apiLatency})
+		fmt.Printf("the API server's capacity steps from %v to %v writes/s at %v\n", *apiWrites, *apiStepWrites, *duration/2)
+	}
 	for time.Since(watchStart) < *duration {
 		time.Sleep(*sample)
 		held, bad, err := census(ctx, k8s)
@@ -202,6 +219,15 @@ func run() error {
 		*nLocks, *ttl, *ttl/3, runtime.NumCPU(), hog.Describe(*hogFlag), watched.Round(time.Second))
 	fmt.Println("| measure | value |")
 	fmt.Println("|---|---:|")
+	if env.Proxy != nil {
+		s := env.Proxy.Stats()
+		step := "none"
+		if *apiStepWrites > 0 {
+			step = fmt.Sprintf("%v at %v", *apiStepWrites, *duration/2)
+		}
+		fmt.Printf("| API server (apiproxy): writes/s / latency / step | %v / %v / %s |\n", *apiWrites, *apiLatency, step)
+		fmt.Printf("| … the manager's writes / reads through it, whole run; time writes waited for their turn | %d / %d; %v |\n", s.Writes, s.Reads, s.WriteWait.Round(time.Second))
+	}
 	fmt.Printf("| time to grant all locks (or the last grant the manager admitted) | %v |\n", allHeld.Round(time.Millisecond))
 	fmt.Printf("| locks granted when granting settled / waiting to be admitted | %d / %d |\n", granted, *nLocks-granted)
 	fmt.Printf("| locks shed (Held=False, reason Shed), whole run | %d |\n", len(t.shed))

@@ -39,6 +39,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/apiproxy"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
@@ -76,6 +77,10 @@ type Options struct {
 	// KeepLogs leaves the directory with the masters' data and the
 	// managers' logs behind.
 	KeepLogs bool
+	// API, when set, puts the in-process manager behind an API server of
+	// these limits (apiproxy); Env.Proxy changes them. The benchmark's
+	// own client goes to the API server directly.
+	API *apiproxy.Limits
 }
 
 // withDefaults fills in what o leaves out.
@@ -142,6 +147,9 @@ type Env struct {
 	Namespace string
 	// Managers are the manager processes (Options.ManagerBinary).
 	Managers []*Process
+	// Proxy is the API server of known capacity the manager calls
+	// (Options.API), or nil.
+	Proxy *apiproxy.Proxy
 
 	closers []func()
 }
@@ -174,6 +182,16 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	}
 	e.closers = append(e.closers, func() { _ = env.Stop() })
 	mgrCfg := rest.CopyConfig(cfg)
+	if o.API != nil {
+		if o.ManagerBinary != "" {
+			return nil, errors.New("the API proxy serves the in-process manager only")
+		}
+		if e.Proxy, err = apiproxy.Start(cfg, *o.API); err != nil {
+			return nil, fmt.Errorf("API proxy: %w", err)
+		}
+		e.closers = append(e.closers, func() { _ = e.Proxy.Close() })
+		mgrCfg = e.Proxy.Config()
+	}
 	mgrCfg.QPS, mgrCfg.Burst = o.ManagerQPS, int(2*o.ManagerQPS)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	e.Config = cfg
