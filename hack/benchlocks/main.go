@@ -57,7 +57,7 @@ var (
 	apiWrites     = flag.Float64("api-writes", 0, "writes a second the API server takes from the manager (an apiproxy in front of it); 0: kube-apiserver as it is")
 	apiLatency    = flag.Duration("api-latency", 0, "latency the apiproxy adds to each of the manager's requests")
 	apiStepWrites = flag.Float64("api-step-writes", 0, "writes a second the apiproxy takes from halfway through the watched period on (a step of capacity); 0: no step")
-	writeQPS     = flag.Float64("status-write-qps", 0, "the manager's --status-write-qps (0: three quarters of -kube-api-qps)")
+	writeQPS      = flag.Float64("status-write-qps", 0, "the manager's --status-write-qps (0: three quarters of -kube-api-qps)")
 )
 
 func main() {
