@@ -140,7 +140,7 @@ func TestCheckFlags(t *testing.T) {
 	} {
 		t.Run(off.name+": --metrics-secret-name is ignored", func(t *testing.T) {
 			cfg := good
-			cfg.metricsAddr, cfg.metricsCertDir, cfg.metricsCert.SecretName = ":8443", "", "metrics-cert"
+			cfg.metricsAddr, cfg.metricsCert.CertDir, cfg.metricsCert.SecretName = ":8443", "", "metrics-cert"
 			off.mutate(&cfg)
 			if err := checkFlags(cfg, 200, 400); err != nil {
 				t.Fatal(err)

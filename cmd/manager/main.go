@@ -74,7 +74,7 @@ func bindFlags(fs *flag.FlagSet, namespace string) *flagValues {
 	fs.StringVar(&f.cfg.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.BoolVar(&f.cfg.metricsSecure, "metrics-secure", true,
 		"Serve metrics over HTTPS, to scrapers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview: get on the /metrics non-resource URL); false serves plain HTTP to anyone, for local use.")
-	fs.StringVar(&f.cfg.metricsCertDir, "metrics-cert-dir", "",
+	fs.StringVar(&f.cfg.metricsCert.CertDir, "metrics-cert-dir", "",
 		"Directory holding tls.crt and tls.key for the metrics endpoint (reloaded when they change); a self-signed certificate is served until they are there. Empty: always self-signed.")
 	fs.StringVar(&f.cfg.metricsCert.SecretName, "metrics-secret-name", "",
 		"Secret (in the operator's namespace) into which the manager issues, and rotates, a CA (ca.crt, which scrapers verify with) and a certificate for --metrics-service-name; mount it at --metrics-cert-dir. Ignored when the endpoint is off or plain HTTP. Empty: none.")
@@ -137,7 +137,6 @@ func main() {
 	f.watchParsed()
 	cfg, opts, qps, burst, lockSecret := f.cfg, f.zap, f.qps, f.burst, f.lockSecret
 	cfg.namespace, cfg.webhook.Namespace, cfg.metricsCert.Namespace = namespace, namespace, namespace
-	cfg.metricsCert.CertDir = cfg.metricsCertDir
 	cfg.webhook.AgentImage = cfg.gateImage
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
@@ -234,7 +233,7 @@ func checkLeaderFlags(cfg config) error {
 
 // checkMetricsFlags is checkFlags for the metrics endpoint's flags.
 func checkMetricsFlags(cfg config) error {
-	if issueMetricsCert(cfg) && cfg.metricsCertDir == "" {
+	if issueMetricsCert(cfg) && cfg.metricsCert.CertDir == "" {
 		return fmt.Errorf("--metrics-secret-name %s: needs --metrics-cert-dir, where the Secret is mounted", cfg.metricsCert.SecretName)
 	}
 	return nil
@@ -254,7 +253,6 @@ type config struct {
 	metricsAddr, probeAddr string
 	pprofAddr              string
 	metricsSecure          bool
-	metricsCertDir         string
 	metricsCert            operator.MetricsCertOptions
 	enableHTTP2            bool
 	leaderElect            bool
@@ -373,8 +371,8 @@ func metricsOptions(ctx context.Context, cfg config) (metricsserver.Options, err
 		return o, nil
 	}
 	o.FilterProvider = filters.WithAuthenticationAndAuthorization
-	if cfg.metricsCertDir != "" {
-		get, err := operator.ServingCertificate(ctx, cfg.metricsCertDir)
+	if cfg.metricsCert.CertDir != "" {
+		get, err := operator.ServingCertificate(ctx, cfg.metricsCert.CertDir)
 		if err != nil {
 			return o, fmt.Errorf("metrics certificate: %w", err)
 		}

@@ -65,7 +65,7 @@ func startManager(metricsAddr string, cert operator.MetricsCertOptions) {
 		Expect(err).NotTo(HaveOccurred())
 		webhookCert := "webhook-cert"
 		done <- run(ctx, env.Cfg, config{
-			metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0", metricsCertDir: cert.CertDir, metricsCert: cert,
+			metricsAddr: metricsAddr, metricsSecure: true, probeAddr: "0", metricsCert: cert,
 			enableWebhook: true, webhookPort: webhookPort, webhook: operator.WebhookOptions{
 				Namespace: cert.Namespace, ServiceName: "webhook", SecretName: webhookCert, CertDir: GinkgoT().TempDir(),
 				ConfigurationName: "redlock-operator-mutating-webhook-configuration", AgentImage: "gate:test",

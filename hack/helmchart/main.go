@@ -386,14 +386,14 @@ func body(u *unstructured.Unstructured, root, ownNamespace string) (string, erro
 		return "", fmt.Errorf("%s %s: labels placeholder not found once", u.GetKind(), u.GetName())
 	}
 	text = labelsLine.ReplaceAllStringFunc(text, func(line string) string {
-		indent := len(line) - len(strings.TrimLeft(line, " "))
-		return fmt.Sprintf(`%s{{- include "redlock-operator.helmLabels" %s | nindent %d }}`, strings.Repeat(" ", indent), root, indent)
+		in := indentOf(line)
+		return fmt.Sprintf(`%s{{- include "redlock-operator.helmLabels" %s | nindent %d }}`, in, root, len(in))
 	})
 	path := strings.TrimSuffix(root, ".") // what .Values and .Release hang from
 	// With watchNamespaces, pods of other namespaces are not even sent to
 	// the webhook, as config/watch-namespaces sets it.
 	text = selectorLine.ReplaceAllStringFunc(text, func(line string) string {
-		in := strings.Repeat(" ", len(line)-len(strings.TrimLeft(line, " ")))
+		in := indentOf(line)
 		return in + "{{- with " + path + ".Values.watchNamespaces }}\n" +
 			in + "namespaceSelector:\n" +
 			in + "  matchExpressions:\n" +
@@ -407,7 +407,7 @@ func body(u *unstructured.Unstructured, root, ownNamespace string) (string, erro
 	text = strings.ReplaceAll(text, "timeoutSeconds: "+timeoutPlaceholder,
 		fmt.Sprintf(`timeoutSeconds: {{ dig "webhook" "timeoutSeconds" %d %s.Values.AsMap }}`, webhookTimeout, path))
 	text = annotationsLine.ReplaceAllStringFunc(text, func(line string) string {
-		in := strings.Repeat(" ", len(line)-len(strings.TrimLeft(line, " ")))
+		in := indentOf(line)
 		return in + `{{- with dig "serviceAccount" "annotations" dict ` + path + ".Values.AsMap }}\n" +
 			in + "annotations:\n" +
 			in + fmt.Sprintf("  {{- toYaml . | nindent %d }}\n", len(in)+2) +
@@ -420,6 +420,12 @@ func body(u *unstructured.Unstructured, root, ownNamespace string) (string, erro
 	}
 	text = strings.ReplaceAll(text, ownNSPlaceholder, ownNamespace)
 	return strings.ReplaceAll(text, nsPlaceholder, "{{ "+path+".Release.Namespace }}"), nil
+}
+
+// indentOf is the spaces line starts with: a placeholder's line is
+// replaced by template text at its indentation.
+func indentOf(line string) string {
+	return line[:len(line)-len(strings.TrimLeft(line, " "))]
 }
 
 // markWebhooks puts a placeholder where each webhook's namespaceSelector

@@ -75,9 +75,7 @@ var _ = Describe("make demo", func() {
 
 		By("every binding of the manager's ServiceAccount, and its role, being the one the release's install.yaml ships")
 		shipped := map[string]*unstructured.Unstructured{}
-		install, err := os.ReadFile(filepath.Join(releaseDir, "install.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		for _, u := range decodeObjects(install) {
+		for _, u := range decodeObjects(releaseFile("install.yaml")) {
 			shipped[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = u
 		}
 		var crbs rbacv1.ClusterRoleBindingList

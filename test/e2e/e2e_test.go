@@ -81,14 +81,18 @@ func releaseChart() string {
 	return charts[0]
 }
 
+// releaseFile reads name from the release.
+func releaseFile(name string) []byte {
+	data, err := os.ReadFile(filepath.Join(releaseDir, name)) //nolint:gosec // the release the suite installs
+	Expect(err).NotTo(HaveOccurred(), "%s of the release %s", name, releaseDir)
+	return data
+}
+
 // releaseImage is the operator's image as the release names it:
 // REPO@DIGEST, the digest of its OCI layout's index.
 func releaseImage() string {
-	digest, err := os.ReadFile(filepath.Join(releaseDir, "image.digest")) //nolint:gosec // the release the suite installs
-	Expect(err).NotTo(HaveOccurred())
-	install, err := os.ReadFile(filepath.Join(releaseDir, "install.yaml")) //nolint:gosec // the release the suite installs
-	Expect(err).NotTo(HaveOccurred())
-	m := regexp.MustCompile(`(?m)^\s*image: (\S+@` + regexp.QuoteMeta(strings.TrimSpace(string(digest))) + `)$`).FindSubmatch(install)
+	digest := strings.TrimSpace(string(releaseFile("image.digest")))
+	m := regexp.MustCompile(`(?m)^\s*image: (\S+@` + regexp.QuoteMeta(digest) + `)$`).FindSubmatch(releaseFile("install.yaml"))
 	Expect(m).NotTo(BeNil(), "the release's install.yaml names its image.digest")
 	return string(m[1])
 }

@@ -76,45 +76,53 @@ func images(objs []*unstructured.Unstructured) []string {
 	return out
 }
 
-// chartTimes are the modification times of a packaged chart's files.
-func chartTimes(tgz string) []time.Time {
+// chartEntries calls each with every entry of a packaged chart, in order,
+// until it returns false.
+func chartEntries(tgz string, each func(*tar.Header, io.Reader) bool) {
 	f, err := os.Open(tgz) //nolint:gosec // the spec's own output
 	Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = f.Close() }()
 	z, err := gzip.NewReader(f)
 	Expect(err).NotTo(HaveOccurred())
 	t := tar.NewReader(z)
-	var out []time.Time
 	for {
 		h, err := t.Next()
 		if errors.Is(err, io.EOF) {
-			return out
+			return
 		}
 		Expect(err).NotTo(HaveOccurred())
-		out = append(out, h.ModTime)
+		if !each(h, t) {
+			return
+		}
 	}
+}
+
+// chartTimes are the modification times of a packaged chart's files.
+func chartTimes(tgz string) []time.Time {
+	var out []time.Time
+	chartEntries(tgz, func(h *tar.Header, _ io.Reader) bool {
+		out = append(out, h.ModTime)
+		return true
+	})
+	return out
 }
 
 // chartFile reads name (e.g. "Chart.yaml") from a packaged chart.
 func chartFile(tgz, name string) []byte {
-	f, err := os.Open(tgz) //nolint:gosec // the spec's own output
-	Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = f.Close() }()
-	z, err := gzip.NewReader(f)
-	Expect(err).NotTo(HaveOccurred())
-	t := tar.NewReader(z)
-	for {
-		h, err := t.Next()
-		if errors.Is(err, io.EOF) {
-			Fail(name + " not in " + tgz)
+	var data []byte
+	found := false
+	chartEntries(tgz, func(h *tar.Header, r io.Reader) bool {
+		if h.Name != "redlock-operator/"+name {
+			return true
 		}
+		var err error
+		data, err = io.ReadAll(r)
 		Expect(err).NotTo(HaveOccurred())
-		if h.Name == "redlock-operator/"+name {
-			data, err := io.ReadAll(t)
-			Expect(err).NotTo(HaveOccurred())
-			return data
-		}
-	}
+		found = true
+		return false
+	})
+	Expect(found).To(BeTrue(), "%s in %s", name, tgz)
+	return data
 }
 
 var _ = Describe("make release", func() {
