@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/harness/apiproxy"
 	"github.com/redlock-operator/redlock-operator/internal/harness/benchenv"
 	"github.com/redlock-operator/redlock-operator/internal/harness/hog"
@@ -58,6 +59,7 @@ var (
 	apiLatency    = flag.Duration("api-latency", 0, "latency the apiproxy adds to each of the manager's requests")
 	apiStepWrites = flag.Float64("api-step-writes", 0, "writes a second the apiproxy takes from halfway through the watched period on (a step of capacity); 0: no step")
 	writeQPS      = flag.Float64("status-write-qps", 0, "the manager's --status-write-qps (0: three quarters of -kube-api-qps)")
+	drain         = flag.Duration("drain", 3*time.Minute, "after the watch, how long to wait for every lapsed lock to be held again or shown Shed")
 )
 
 func main() {
@@ -172,24 +174,46 @@ func run() error {
 	writesW := counterSum(reg, "redlock_status_writes_total")
 	renewalsW := histCount(reg, "redlock_lock_renew_lateness_seconds")
 	extendsW := opCount(reg, "extend")
-	lapses, samples := 0, 0
+	// Lapses by lock: a lock shed later in the run lapsed before its Shed
+	// showed (counted apart from the locks kept).
+	lapsedBy, samples := map[string]int{}, 0
 	causes := map[string]int{}
+	var stepAt time.Time
+	// After the step, which locks each sample did not find held.
+	type afterStep struct {
+		at  time.Time
+		bad map[string]bool
+	}
+	var samplesAfter []afterStep
+	var lastBad map[string]bool
+	demandAtStep := 0.0
 	if *apiStepWrites > 0 {
-		env.Proxy.SetAt(watchStart.Add(*duration/2), apiproxy.Limits{WritesPerSecond: *apiStepWrites, Latency: *apiLatency})
+		stepAt = watchStart.Add(*duration / 2)
+		env.Proxy.SetAt(stepAt, apiproxy.Limits{WritesPerSecond: *apiStepWrites, Latency: *apiLatency})
 		fmt.Printf("the API server's capacity steps from %v to %v writes/s at %v\n", *apiWrites, *apiStepWrites, *duration/2)
 	}
 	for time.Since(watchStart) < *duration {
 		time.Sleep(*sample)
+		if !stepAt.IsZero() && time.Now().Before(stepAt) {
+			demandAtStep = gaugeValue(reg, "redlock_status_write_demand_per_second") // the last before the step
+		}
 		held, bad, err := census(ctx, k8s)
 		if err != nil {
 			return err
 		}
 		samples++
 		lapsed, waiting := t.sort(bad)
+		lastBad = map[string]bool{}
+		for _, b := range bad {
+			lastBad[b.name] = true
+		}
+		if !stepAt.IsZero() && time.Now().After(stepAt) {
+			samplesAfter = append(samplesAfter, afterStep{at: time.Now(), bad: lastBad})
+		}
 		if len(lapsed) > 0 {
 			for _, b := range lapsed {
 				if !b.stale {
-					lapses++
+					lapsedBy[b.name]++
 				}
 			}
 			var eg []string
@@ -204,6 +228,30 @@ func run() error {
 		}
 	}
 	watched := time.Since(watchStart)
+	// A lock shed while the API server is short of writes may lapse before
+	// its Shed shows (its write waits behind the kept grants' refreshes):
+	// the samples go on, uncounted, until every lock that lapsed is held
+	// again or shows Shed, so that each lapse is told apart as a kept
+	// lock's or a shed one's.
+	drainStart, stillLapsed := time.Now(), 0
+	for {
+		_, bad, err := census(ctx, k8s)
+		if err != nil {
+			return err
+		}
+		lapsed, _ := t.sort(bad)
+		stillLapsed = 0
+		for _, b := range lapsed {
+			if lapsedBy[b.name] > 0 {
+				stillLapsed++
+			}
+		}
+		if stillLapsed == 0 || time.Since(drainStart) > *drain {
+			break
+		}
+		time.Sleep(*sample)
+	}
+	drained := time.Since(drainStart)
 	cpu1 := cpuTimes(procs)
 	writes1 := counterSum(reg, "redlock_status_writes_total")
 	extends := opCount(reg, "extend") - extendsW
@@ -238,7 +286,39 @@ func run() error {
 	fmt.Printf("| lead floor at the end (3 mean or 2 × p90 round trips once refreshes land tight; applied up to ttl/4) | %.2fs |\n",
 		gaugeValue(reg, "redlock_status_write_lead_floor_seconds"))
 	fmt.Printf("| samples × locks checked | %d × %d |\n", samples, *nLocks)
-	fmt.Printf("| lapses of locks kept (status showed a granted lock not Held for a reason other than Shed, or past its validity, in a sample) | %d |\n", lapses)
+	lapses, shedLate, shedLateSamples := 0, 0, 0
+	for name, n := range lapsedBy {
+		if t.shed[name] {
+			shedLate, shedLateSamples = shedLate+1, shedLateSamples+n
+			continue
+		}
+		lapses += n
+	}
+	fmt.Printf("| lapses of locks kept (status showed a granted lock never shed not Held, or past its validity, in a sample) | %d |\n", lapses)
+	fmt.Printf("| locks shed whose validity passed before Shed showed / their lapses in samples | %d / %d |\n", shedLate, shedLateSamples)
+	fmt.Printf("| after the watch: time until every lapsed lock was held again or shown Shed / still lapsed then | %v / %d |\n", drained.Round(time.Second), stillLapsed)
+	if !stepAt.IsZero() {
+		// After a drop, every grant needs one write (a refresh, or the
+		// write showing it Shed) before its validity passes: within one
+		// refresh period (ttl less the lead) the API server takes
+		// C × period of them, and the rest cannot be written in time.
+		period := (*ttl - grants.StatusLead(*ttl)).Seconds()
+		bound := max(0, demandAtStep-*apiStepWrites) * period
+		// The kept set: the locks held at the last sample. It is stable
+		// from the first sample after the last one that found one of them
+		// not held.
+		settle := "none lost"
+		for _, a := range samplesAfter {
+			for name := range a.bad {
+				if !lastBad[name] {
+					settle = a.at.Sub(stepAt).Round(time.Second).String()
+					break
+				}
+			}
+		}
+		fmt.Printf("| step: demand at the step / grants that no write can reach in time (demand − C) × (ttl − lead) / time from the step to a stable kept set | %.1f/s / %.0f / %s |\n",
+			demandAtStep, bound, settle)
+	}
 	for _, cause := range []string{causeRedis, causeShownLost, causeLate} {
 		fmt.Printf("| … %s | %d |\n", cause, causes[cause])
 	}

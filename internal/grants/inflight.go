@@ -14,19 +14,28 @@ import (
 
 // Refreshes in flight: the writer sends due refreshes up to a limit sized
 // every loadTick from the window that ended: Little's law at the mean round
-// trip, capped by what the API server committed within a quarter of the
-// shortest lead, halved on congestion, within [minWriteParallel,
-// maxWriteParallel]. The reasoning and the measurements behind it:
-// docs/design/lock-controller.md.
+// trip, within [minWriteParallel, maxWriteParallel]; capped so that a
+// refresh waits at the API server no more than a quarter of the shortest
+// lead beyond the base round trip (the least of the last baseWindows
+// windows), at the capacity estimated (load.go; at least
+// leastWriteParallel); halved on congestion. Refreshes that wait
+// longer wait in the writer, in its order (keep.go), not in the API
+// server's. The reasoning and the measurements behind it:
+// docs/design/lock-controller.md and docs/design/overload.md.
 const (
-	minWriteParallel = 32
-	maxWriteParallel = 128
-	leadShare        = 0.25
-	leadQuantile     = 0.1
+	minWriteParallel   = 32
+	leastWriteParallel = 4
+	maxWriteParallel   = 128
+	leadShare          = 0.25
+	leadQuantile       = 0.1
 	// congestedShare of a window's writes (at least congestedLeast)
 	// meeting congestion halves the limit.
 	congestedShare = 0.05
 	congestedLeast = 2
+	// baseWindows is how many windows' least round trips the base round
+	// trip is the least of: one window's least, while every write queues,
+	// is queueing too, and a cap grown from it let more queue.
+	baseWindows = 30
 )
 
 // congestion reports whether a refresh failed for want of the API
@@ -46,6 +55,14 @@ func congestion(err error) bool {
 type rttWindow struct {
 	rtts      []time.Duration // the answered round trips
 	congested int
+}
+
+// least is the least answered round trip (zero: none answered).
+func (w rttWindow) least() time.Duration {
+	if len(w.rtts) == 0 {
+		return 0
+	}
+	return slices.Min(w.rtts)
 }
 
 // mean is the mean answered round trip (zero: none answered).
@@ -69,19 +86,25 @@ func writeConcurrency(budget float64, latency time.Duration) int {
 }
 
 // nextInflight is the limit in flight after window w, from prev, for a
-// budget of writes per second, when committed refreshes per second landed
-// in the window and the shortest lead of the grants held is lead (zero:
-// none held).
-func nextInflight(prev int, w rttWindow, budget, committed float64, lead time.Duration) int {
+// budget of writes per second, when the API server is estimated to take
+// capacity refreshes per second and the shortest lead of the grants held
+// is lead (zero: none held). The cap on what waits at the API server
+// counts the base round trip apart: a write in flight that long is not
+// waiting behind others (Little's law). It follows the capacity estimated,
+// not what committed: a writer with little due commits little, and a cap
+// from that held back the next burst (a thousand grants at once were
+// admitted at a fifth of the API server's pace).
+func nextInflight(prev int, w rttWindow, budget, capacity float64, base, lead time.Duration) int {
 	if w.congested >= congestedLeast && float64(w.congested) >= congestedShare*float64(len(w.rtts)+w.congested) {
-		return max(minWriteParallel, prev/2)
+		return max(leastWriteParallel, prev/2)
 	}
 	if len(w.rtts) == 0 {
 		return prev // nothing answered: nothing learned
 	}
 	target := writeConcurrency(budget, w.mean())
 	if lead > 0 {
-		target = min(target, max(minWriteParallel, int(committed*leadShare*lead.Seconds())))
+		queued := capacity * (base.Seconds() + leadShare*lead.Seconds())
+		target = min(target, max(leastWriteParallel, int(math.Round(queued))))
 	}
 	return min(target, max(minWriteParallel, prev*3/2))
 }
@@ -94,10 +117,10 @@ func (w *statusWriter) observeRTT(rtt time.Duration) {
 	w.rtt.rtts = append(w.rtt.rtts, rtt)
 }
 
-// sizeInflight closes the round trips' window of span, in which written
-// refreshes committed (tight: landing tight, loadWindow.landsTight), and
-// sizes the lead floor and the limit in flight from it. Callers hold w.mu.
-func (w *statusWriter) sizeInflight(span time.Duration, written int, tight bool) {
+// sizeInflight closes the round trips' window (tight: refreshes landed
+// tight, loadWindow.landsTight), and sizes the lead floor and the limit in
+// flight from it. Callers hold w.mu.
+func (w *statusWriter) sizeInflight(tight bool) {
 	w.setLeadFloor(nextLeadFloor(w.sched.floor, w.rtt, tight))
 	// The leads without the floor: the floor follows the round trips, and
 	// a limit sized from it would let more writes queue as they slow down,
@@ -105,7 +128,14 @@ func (w *statusWriter) sizeInflight(span time.Duration, written int, tight bool)
 	base := w.sched
 	base.floor = 0
 	lead := w.shortLead(base)
-	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), float64(written)/span.Seconds(), lead)
+	if len(w.rtt.rtts) > 0 {
+		w.leasts = append(w.leasts[max(0, len(w.leasts)-baseWindows+1):], w.rtt.least())
+	}
+	var rttBase time.Duration
+	if len(w.leasts) > 0 {
+		rttBase = slices.Min(w.leasts)
+	}
+	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), w.load.capacity, rttBase, lead)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
 }

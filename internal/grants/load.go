@@ -59,9 +59,14 @@ type loadWindow struct {
 	late       int             // ... after the validity they replaced had passed
 	slacks     []time.Duration // validity left when each landed, but adoptions' first refreshes
 	backlogged time.Duration   // time refreshes were due and unsent
+	busy       time.Duration   // time refreshes were in flight
 	limited    time.Duration   // ... of which the budget held them back
 	demand     float64         // refreshes per second the held grants need
 	budget     float64         // --status-write-qps
+	// waiting: grants wait for room; period is the longest time between
+	// two refreshes of a grant held (its ttl less its lead).
+	waiting bool
+	period  time.Duration
 }
 
 // landsTight reports whether more than tightShare of the window's
@@ -90,6 +95,9 @@ type loadState struct {
 	// window's dip (a second in which the API server served grants) does
 	// not shed a third of the grants held.
 	rates []float64
+	// sinceGrowth is how many windows passed since capacity last grew by
+	// recovery or was measured.
+	sinceGrowth int
 }
 
 // initialLoad is the state before anything was measured.
@@ -100,8 +108,12 @@ func initialLoad(budget float64) loadState { return loadState{capacity: budget} 
 func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	// Saturated: refreshes waited throughout, and not mostly for the
 	// budget (the writer's own limit, not the API server's: a window's
-	// count of budget-paced writes is no capacity).
-	saturated := w.backlogged >= time.Duration(saturatedShare*float64(w.span)) && w.limited < w.backlogged/2
+	// count of budget-paced writes is no capacity); or they waited at
+	// the API server: in flight throughout, landing tight (the writer
+	// keeps few in flight, and a capacity below the estimate queues them
+	// there, not in the writer).
+	saturated := (w.backlogged >= time.Duration(saturatedShare*float64(w.span)) && w.limited < w.backlogged/2) ||
+		(w.busy >= time.Duration(saturatedShare*float64(w.span)) && w.landsTight())
 	if w.span > staleSpan || (w.written == 0 && saturated) {
 		return prev, 0 // no information
 	}
@@ -157,23 +169,36 @@ func soonLate(w loadWindow, capacity float64) bool {
 }
 
 // nextCapacity is prev with its capacity estimate moved on by window w,
-// saturated or not.
+// saturated or not. Recovery grows an estimate below the budget by a
+// twentieth at a time, and only while grants wait for room, once every
+// refresh period of the grants held: what a growth admits shows in the
+// writes a period later, and an estimate grown every second past what
+// the API server takes admitted a fifth more than it took before the
+// first of those writes came due, and then shed a fifth of the grants
+// held (over and over, at any constant capacity under the budget).
+// What committed in a window that kept up raises it at once.
 func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next := prev
 	next.cooldown = max(prev.cooldown-1, 0)
+	next.sinceGrowth = prev.sinceGrowth + 1
 	rate := float64(w.written) / w.span.Seconds()
 	switch {
 	case saturated:
 		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
 		c := median(next.rates)
-		next.capacity, next.measured = min(w.budget, c), c < w.budget
-	case prev.cooldown > 0:
+		next.capacity, next.measured, next.sinceGrowth = min(w.budget, c), c < w.budget, 0
+	case !prev.measured:
+		// The budget: nothing to recover.
+	case rate > prev.capacity:
+		next.capacity, next.rates = min(rate, w.budget), nil
+		next.measured = next.capacity < w.budget
+	case prev.cooldown > 0 || !w.waiting || time.Duration(next.sinceGrowth)*loadTick < w.period:
 	case prev.capacity*recovery >= w.budget:
-		next.capacity, next.measured, next.rates = w.budget, false, nil
+		next.capacity, next.measured, next.rates, next.sinceGrowth = w.budget, false, nil, 0
 	default:
 		// Recovering: the rates measured before no longer say what the
 		// API server takes.
-		next.capacity, next.rates = max(prev.capacity*recovery, min(rate, w.budget)), nil
+		next.capacity, next.rates, next.sinceGrowth = prev.capacity*recovery, nil, 0
 	}
 	return next
 }

@@ -14,6 +14,12 @@ func TestNextLoad(t *testing.T) {
 		return loadWindow{span: time.Second, written: written, tight: tight, late: late, backlogged: backlogged, demand: demand, budget: budget}
 	}
 	measured := func(c float64) loadState { return loadState{capacity: c, measured: true} }
+	// waited: grants waited for room in the window, whose grants held
+	// are refreshed every period.
+	waited := func(w loadWindow, period time.Duration) loadWindow {
+		w.waiting, w.period = true, period
+		return w
+	}
 	paced := func(w loadWindow, n int, least time.Duration) loadWindow {
 		w.slacks = slices.Repeat([]time.Duration{least}, n)
 		return w
@@ -137,7 +143,7 @@ func TestNextLoad(t *testing.T) {
 		},
 		{
 			name: "... until the demand is back within shedTarget of it",
-			prev: loadState{capacity: 100, measured: true, overloaded: true}, w: win(70, 0, 0, 0, 70),
+			prev: loadState{capacity: 100, measured: true, overloaded: true}, w: waited(win(70, 0, 0, 0, 70), 0),
 			want: loadState{capacity: 105, measured: true}, admitsAdd: 1, admits: true,
 		},
 		{
@@ -146,18 +152,38 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: 60, measured: true, cooldown: 4}, admitsAdd: 3, admits: true,
 		},
 		{
-			name: "calm after the cool-down: capacity recovers by a twentieth",
-			prev: measured(60), w: win(45, 0, 0, 0, 45),
+			name: "calm after the cool-down, grants waiting for room: capacity recovers by a twentieth",
+			prev: measured(60), w: waited(win(45, 0, 0, 0, 45), 0),
 			want: measured(63), admitsAdd: 5, admits: true,
 		},
 		{
+			name: "... but nothing waits: capacity stays put",
+			prev: measured(60), w: win(45, 0, 0, 0, 45),
+			want: measured(60), admitsAdd: 3, admits: true,
+		},
+		{
+			name: "... grown less than a refresh period ago: capacity stays put",
+			prev: loadState{capacity: 60, measured: true, sinceGrowth: 3}, w: waited(win(45, 0, 0, 0, 45), 9*time.Second),
+			want: measured(60), admitsAdd: 5, admits: false,
+		},
+		{
+			name: "... a refresh period ago: it grows",
+			prev: loadState{capacity: 60, measured: true, sinceGrowth: 8}, w: waited(win(45, 0, 0, 0, 45), 9*time.Second),
+			want: measured(63), admitsAdd: 5, admits: true,
+		},
+		{
+			name: "more committed than the estimate, keeping up: capacity is that at once",
+			prev: loadState{capacity: 60, measured: true, cooldown: 5}, w: win(70, 0, 0, 0, 70),
+			want: loadState{capacity: 70, measured: true, cooldown: 4}, admitsAdd: 1, admits: false,
+		},
+		{
 			name: "recovered up to the budget: measured no more",
-			prev: measured(145), w: win(45, 0, 0, 0, 45),
+			prev: measured(145), w: waited(win(45, 0, 0, 0, 45), 0),
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
 		},
 		{
 			name: "nothing held: any grant the budget can refresh is admitted, whatever the capacity",
-			prev: loadState{capacity: 0.5, measured: true}, w: win(0, 0, 0, 0, 0),
+			prev: loadState{capacity: 0.5, measured: true}, w: waited(win(0, 0, 0, 0, 0), 0),
 			want: loadState{capacity: 0.525, measured: true}, admitsAdd: 1, admits: true,
 		},
 	} {

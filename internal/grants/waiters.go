@@ -128,8 +128,10 @@ func compareWaiters(a, b waiter) int {
 }
 
 // wakeWaiters returns the waiting locks whose grants fit now, longest
-// waiting first, stopping at the first that does not fit; their room is
-// kept until their reconciles decide (admit).
+// waiting first, stopping at the first that does not fit, and no more than
+// the writes left beside the refreshes make (wakeLimit, once capacity is
+// measured); their room is kept
+// until their reconciles decide (admit).
 func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -147,9 +149,15 @@ func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 	}
 	slices.SortFunc(waiting, compareWaiters)
 	var out []types.NamespacedName
+	limit := len(waiting)
+	if w.load.measured {
+		// The budget unmeasured is the writer's own pace, not the API
+		// server's: it says nothing of the room for grants' writes.
+		limit = wakeLimit(w.load.capacity, demand)
+	}
 	for _, x := range waiting {
 		need := w.sched.perSecond(x.ttl)
-		if !w.load.admits(demand, need, budget) {
+		if len(out) >= limit || !w.load.admits(demand, need, budget) {
 			break
 		}
 		demand += need
@@ -159,6 +167,20 @@ func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 	}
 	w.metrics.GrantsWaiting.Set(float64(w.waiters.len()))
 	return out
+}
+
+// grantWrites is about how many API writes making a grant takes: its
+// status, its Event, the pod's mark or gate.
+const grantWrites = 3
+
+// wakeLimit is how many waiting locks to wake at once when the API server
+// takes capacity writes a second and the grants held and promised need
+// demand of them: the writes a loadTick leaves beside the refreshes, a
+// grant's worth of writes each, at least one. Woken all at once, grants
+// that fit took the API server for a second and the refreshes queued
+// behind them landed late (a capacity of 10 writes/s, ten grants woken).
+func wakeLimit(capacity, demand float64) int {
+	return max(1, int((capacity-demand)*loadTick.Seconds()/grantWrites))
 }
 
 // promisedDemand is the refreshes per second whose room is kept for woken

@@ -39,3 +39,21 @@ func TestWaitQueueKeepsTheFirstWaiter(t *testing.T) {
 		}
 	}
 }
+
+// TestWakeLimit: waiting locks are woken a grant's writes at a time out of
+// what the API server takes beyond the refreshes, at least one.
+func TestWakeLimit(t *testing.T) {
+	for _, tc := range []struct {
+		capacity, demand float64
+		want             int
+	}{
+		{10, 8, 1},   // 2 writes/s spare: less than a grant's
+		{10, 10, 1},  // none spare: one still goes, when it fits
+		{40, 10, 10}, // 30 spare: ten grants' writes
+		{150, 0, 50},
+	} {
+		if got := wakeLimit(tc.capacity, tc.demand); got != tc.want {
+			t.Errorf("wakeLimit(%v, %v) = %d, want %d", tc.capacity, tc.demand, got, tc.want)
+		}
+	}
+}

@@ -40,7 +40,8 @@ const writeTimeout = 10 * time.Second
 // that made the grant has shown it. It owns the refresh schedule
 // (refreshSchedule): it asks the grant's Session for a renewal renewLead
 // before a refresh is due, and sends due refreshes nearest shown validity
-// first, within a budget of writes per second. A refresh that lands late
+// first (oldest grant first while those land tight: keep.go), within a
+// budget of writes per second. A refresh that lands late
 // is reported on the lock (StatusWriteLate), once per lapse. A Session
 // that ended by itself asks, through the writer, for a reconcile of its
 // lock. Every refresh is a conditional JSON patch (RefreshPatch).
@@ -79,23 +80,35 @@ type statusWriter struct {
 	// inflight is how many refreshes may be in flight (inflight.go).
 	inflight int
 	rtt      rttWindow
-	waiting  refreshHeap // by due time
-	ready    refreshHeap // due: by shown validity
-	demand   float64
-	over     bool // demand exceeds the budget (logged once per crossing)
+	leasts   []time.Duration // the least round trip of each of the last baseWindows windows (inflight.go)
+	waiting  refreshHeap     // by due time
+	ready    refreshHeap     // due: by shown validity
+	// readyKeep is the same refreshes, oldest grant first (keep.go).
+	readyKeep refreshHeap
+	// toShed is the grants chosen to shed, by shown validity, and
+	// shedSending how many of them send has asked to show Shed and not
+	// seen forgotten (shed.go).
+	toShed      refreshHeap
+	shedSending int
+	demand      float64
+	over        bool // demand exceeds the budget (logged once per crossing)
 
 	// Load (load.go): the current window's measurements, the state they
 	// lead to, and the grants shed and not yet forgotten.
 	load          loadState
 	win           loadWindow
 	backlogSince  time.Time // when the backlog last became non-empty (zero: empty)
+	busySince     time.Time // when a refresh was last sent with none in flight (zero: none in flight)
 	adopting      int       // adopted grants whose first refresh has not committed
 	adoptSince    time.Time // when adopted grants last began waiting for their first refresh
 	overloadSince time.Time
-	strikes       int                              // overloaded windows in a row
-	shed          map[types.UID]string             // by lock UID: why the grant is being shed
-	waiters       waitQueue                        // grants waiting for room
-	promised      map[types.NamespacedName]promise // room kept for grants admitted or woken, not made yet
+	strikes       int                  // overloaded windows in a row
+	shed          map[types.UID]string // by lock UID: why the grant is being shed
+	// shedAsked is the grants chosen to shed whose turn came (shed.go),
+	// each with a channel closed when the writer forgets it.
+	shedAsked map[types.UID]chan struct{}
+	waiters   waitQueue                        // grants waiting for room
+	promised  map[types.NamespacedName]promise // room kept for grants admitted or woken, not made yet
 }
 
 // refresh is the validity refresh of one grant.
@@ -120,8 +133,10 @@ type refresh struct {
 	askedAt time.Time
 	poking  bool // ... and the refresh waits for it (counted in poking)
 	where   place
-	index   int  // in its heap
-	adopted bool // its first refresh since this manager adopted it is not written yet
+	index   int // in its heap
+	// keepIndex is its index in the ready refreshes' keep order (readyKeep).
+	keepIndex int
+	adopted   bool // its first refresh since this manager adopted it is not written yet
 	// lead is the lead its due time was scheduled with (zero: none yet):
 	// a refresh lands tight against the lead it was sent with, not one the
 	// lead floor raised after.
@@ -135,6 +150,7 @@ const (
 	waiting               // waits for its wake time, or a fresh renewal
 	ready                 // due
 	inFlight              // being written
+	doomed                // chosen to shed: waits for its turn to be shown Shed (shed.go)
 )
 
 // newStatusWriter returns a writer of perSecond refreshes at most, whose
@@ -158,10 +174,13 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		entries:      map[types.UID]*refresh{},
 		ttls:         map[time.Duration]int{},
 		shed:         map[types.UID]string{},
+		shedAsked:    map[types.UID]chan struct{}{},
 		load:         initialLoad(perSecond),
 		refused:      map[string]time.Time{},
 		waiting:      refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
 		ready:        refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
+		readyKeep:    refreshHeap{less: keptFirst, keep: true},
+		toShed:       refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
 	}
 }
 
@@ -182,7 +201,7 @@ func (w *statusWriter) trackLocked(h *Grant, shown time.Time, ttl time.Duration)
 	}
 	fresh := e == nil
 	if fresh {
-		e = &refresh{h: h, index: -1}
+		e = &refresh{h: h, index: -1, keepIndex: -1}
 		w.entries[h.UID] = e
 		w.notWaiting(h.Name)
 		w.setDemand(w.demand + w.sched.perSecond(ttl))
@@ -414,14 +433,16 @@ func (w *statusWriter) askForLate(now time.Time) (ask []*Grant) {
 	return ask
 }
 
-// send writes ready refreshes, nearest shown validity first, within the
-// budget and at most w.parallel() at a time, until ctx ends.
+// send writes ready refreshes in the order next gives (nearest shown
+// validity first, or the oldest grant first while that one lands tight),
+// and shows the grants chosen to shed Shed in their turn (shed.go), within
+// the budget and at most w.parallel() refreshes at a time, until ctx ends.
 func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 	for {
 		w.mu.Lock()
-		idle := w.ready.Len() == 0 || w.sending >= w.parallel()
+		refresh, shed := w.canSend()
 		w.mu.Unlock()
-		if idle {
+		if !refresh && !shed {
 			// A refresh made ready, or a write done, kicks.
 			select {
 			case <-ctx.Done():
@@ -436,29 +457,53 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		w.mu.Lock()
 		w.win.limited += time.Since(waited)
-		var e *refresh
-		if w.ready.Len() > 0 {
-			e = heap.Pop(&w.ready).(*refresh)
-			e.where, e.index = inFlight, -1
-			w.donePoking(e)
-			w.backlogChanged()
-			w.sending++
-		}
+		e, gone := w.pick(time.Now())
 		w.mu.Unlock()
-		if e == nil {
-			continue
+		switch {
+		case e == nil:
+		case gone != nil:
+			wg.Go(func() {
+				defer w.shedSent()
+				w.shedWrite(ctx, e, gone)
+			})
+		default:
+			wg.Go(func() {
+				defer w.sent()
+				w.write(ctx, e)
+			})
 		}
-		wg.Go(func() {
-			defer w.sent()
-			w.write(ctx, e)
-		})
 	}
+}
+
+// canSend reports whether a refresh, and a grant chosen to shed, may be
+// sent now. Callers hold w.mu.
+func (w *statusWriter) canSend() (refresh, shed bool) {
+	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len() > 0 && w.shedSending < shedParallel(w.parallel())
+}
+
+// pick takes what send sends next: a refresh, or a grant chosen to shed
+// (with the channel closed when it is forgotten), nearest shown validity
+// first, but refreshes first while they are behind (keep.go). Callers hold
+// w.mu.
+func (w *statusWriter) pick(now time.Time) (*refresh, chan struct{}) {
+	refresh, shed := w.canSend()
+	if refresh && (!shed || w.refreshFirst(now)) {
+		e := w.next(now)
+		w.place(e, inFlight)
+		w.donePoking(e)
+		w.sendingChanged(1)
+		return e, nil
+	}
+	if shed {
+		return w.shedTurn()
+	}
+	return nil, nil
 }
 
 // sent counts a write of send's done, and wakes send.
 func (w *statusWriter) sent() {
 	w.mu.Lock()
-	w.sending--
+	w.sendingChanged(-1)
 	w.mu.Unlock()
 	kick(w.kickSend)
 }
@@ -948,22 +993,31 @@ func (w *statusWriter) wait(e *refresh, due, wake, notBefore time.Time) {
 
 // place moves e to p. Callers hold w.mu.
 func (w *statusWriter) place(e *refresh, p place) {
+	if p != inFlight && w.chosen(e) {
+		p = doomed // not refreshed again: shown Shed in its turn
+	}
 	switch e.where {
 	case waiting:
 		heap.Remove(&w.waiting, e.index)
 	case ready:
 		heap.Remove(&w.ready, e.index)
+		heap.Remove(&w.readyKeep, e.keepIndex)
+	case doomed:
+		heap.Remove(&w.toShed, e.index)
 	}
-	e.where, e.index = p, -1
+	e.where, e.index, e.keepIndex = p, -1, -1
 	switch p {
 	case waiting:
 		heap.Push(&w.waiting, e)
 	case ready:
 		heap.Push(&w.ready, e)
+		heap.Push(&w.readyKeep, e)
+	case doomed:
+		heap.Push(&w.toShed, e)
 	}
 	w.backlogChanged()
 	kick(w.kickSchedule)
-	if p == ready {
+	if p == ready || p == doomed {
 		kick(w.kickSend)
 	}
 }
@@ -987,6 +1041,19 @@ func (w *statusWriter) donePoking(e *refresh) {
 	}
 }
 
+// sendingChanged adds d to the refreshes in flight, and counts the time
+// any was in flight (loadWindow.busy). Callers hold w.mu.
+func (w *statusWriter) sendingChanged(d int) {
+	w.sending += d
+	switch {
+	case w.sending > 0 && w.busySince.IsZero():
+		w.busySince = time.Now()
+	case w.sending == 0 && !w.busySince.IsZero():
+		w.win.busy += time.Since(w.busySince)
+		w.busySince = time.Time{}
+	}
+}
+
 // backlogChanged sets the backlog gauge: refreshes due, including late
 // ones waiting for the renewal they asked for. Callers hold w.mu.
 func (w *statusWriter) backlogChanged() {
@@ -1004,13 +1071,20 @@ func (w *statusWriter) backlogChanged() {
 // remove forgets e. Callers hold w.mu.
 func (w *statusWriter) remove(e *refresh) {
 	w.donePoking(e)
+	current := w.entries[e.h.UID] == e
+	if current {
+		delete(w.shed, e.h.UID)
+		if gone, ok := w.shedAsked[e.h.UID]; ok {
+			close(gone)
+			delete(w.shedAsked, e.h.UID)
+		}
+	}
 	w.place(e, parked)
-	if w.entries[e.h.UID] == e {
+	if current {
 		delete(w.entries, e.h.UID)
 		w.setDemand(w.demand - w.sched.perSecond(e.ttl))
 		w.countTTL(e.ttl, 0)
 		w.settleAdoption(e)
-		delete(w.shed, e.h.UID)
 		w.roomMade()
 	}
 }
@@ -1028,22 +1102,33 @@ func (w *statusWriter) setDemand(d float64) {
 	}
 }
 
-// refreshHeap is a heap of refreshes ordered by less.
+// refreshHeap is a heap of refreshes ordered by less. A refresh keeps its
+// index in it in index, or in keepIndex for the keep order's heap.
 type refreshHeap struct {
 	items []*refresh
 	less  func(a, b *refresh) bool
+	keep  bool
 }
 
 func (h refreshHeap) Len() int           { return len(h.items) }
 func (h refreshHeap) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
 func (h refreshHeap) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].index, h.items[j].index = i, j
+	h.setIndex(h.items[i], i)
+	h.setIndex(h.items[j], j)
+}
+
+func (h refreshHeap) setIndex(e *refresh, i int) {
+	if h.keep {
+		e.keepIndex = i
+		return
+	}
+	e.index = i
 }
 
 func (h *refreshHeap) Push(x any) {
 	e := x.(*refresh)
-	e.index = len(h.items)
+	h.setIndex(e, len(h.items))
 	h.items = append(h.items, e)
 }
 
@@ -1052,7 +1137,7 @@ func (h *refreshHeap) Pop() any {
 	e := old[len(old)-1]
 	old[len(old)-1] = nil
 	h.items = old[:len(old)-1]
-	e.index = -1
+	h.setIndex(e, -1)
 	return e
 }
 
@@ -1075,43 +1160,83 @@ func (w *statusWriter) loadLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		now := time.Now()
-		shed := w.judgeLoad(now, now.Sub(start))
+		w.judgeLoad(now, now.Sub(start))
 		start = now
-		for _, h := range shed {
-			w.reconcile(h.Name)
-		}
 		w.wakeLocks(w.wakeWaiters(time.Now()))
 	}
 }
 
 // judgeLoad closes the window of span ending at now, moves the load state
-// on and returns the grants to shed.
-func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*Grant {
+// on and chooses the grants to shed: each is shed in its refresh's turn
+// (shed.go).
+func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	win := w.win
 	w.win = loadWindow{}
 	adopting := w.adopting > 0 && now.Sub(w.adoptSince) < adoptionGrace
 	// An adoption's burst lands tight by itself: it raises no lead floor.
-	w.sizeInflight(span, win.written, win.landsTight() && !adopting)
+	w.sizeInflight(win.landsTight() && !adopting)
 	if !w.backlogSince.IsZero() {
 		win.backlogged += now.Sub(w.backlogSince)
 		w.backlogSince = now
+	}
+	if !w.busySince.IsZero() {
+		win.busy += now.Sub(w.busySince)
+		w.busySince = now
 	}
 	if adopting {
 		// A new leader's adoptions: their refreshes go out at once, a
 		// burst that says nothing of steady state.
 		w.strikes = 0
-		return nil
+		return
 	}
 	win.span, win.budget = span, float64(w.budget.Limit())
-	// The grants being shed count until they are gone: their refreshes
-	// go on until then.
-	win.demand = w.demand
+	win.waiting = w.waiters.len() > 0
+	for ttl := range w.ttls {
+		win.period = max(win.period, ttl-w.sched.lead(ttl))
+	}
+	// The grants chosen to shed are not refreshed again (shed.go): what
+	// the writer must keep up with is the others' demand.
+	win.demand = w.demand - w.chosenDemand()
 	prev := w.load
 	var shedPerSecond float64
 	w.load, shedPerSecond = nextLoad(prev, win)
+	if len(w.shed) > 0 {
+		// Grants chosen to shed wait for their Shed: the overload lasts
+		// (new grants wait) until they are shown shed or spared.
+		w.load.overloaded = true
+	}
 	w.metrics.StatusWriteCapacity.Set(w.load.capacity)
+	w.tellOverload(prev, win, now)
+	if !w.load.pressed {
+		// Not overloaded, or only until demand is back within
+		// shedTarget of capacity: nothing presses for a shed. Grants
+		// chosen and not shown shed yet are spared if they fit again:
+		// the overload ends as soon as they are chosen (they are not
+		// refreshed), and sparing them then took the writer back over.
+		w.strikes = 0
+		if w.demand <= shedTarget*w.load.capacity {
+			w.spareShed(now)
+		}
+		return
+	}
+	w.strikes++
+	if shedPerSecond <= 0 || (w.strikes < 2 && win.demand <= win.budget) ||
+		(len(w.shed) > 0 && win.demand <= shedTarget*w.load.capacity) {
+		// Nothing to shed, one overloaded window may be a blip (shed when
+		// it lasts), or the grants chosen before, not shown shed yet,
+		// cover the excess: the backlog drains as they go. More is chosen
+		// while they do only when the capacity measured fell below what
+		// the others need (a drop is measured over a few windows).
+		return
+	}
+	w.chooseToShed(win, shedPerSecond)
+}
+
+// tellOverload sets the overload metric and logs when the load state
+// turned over from prev after window win. Callers hold w.mu.
+func (w *statusWriter) tellOverload(prev loadState, win loadWindow, now time.Time) {
 	log := logf.Log.WithName("status-writer")
 	switch {
 	case w.load.overloaded && !prev.overloaded:
@@ -1125,20 +1250,12 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*Grant {
 		log.Info("status writes keep up again", "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity,
 			"overloadedFor", now.Sub(w.overloadSince), "locks", len(w.entries))
 	}
-	if !w.load.pressed {
-		// Not overloaded, or only until demand is back within
-		// shedTarget of capacity: nothing presses for a shed, and grants
-		// chosen and not shown shed yet are spared.
-		w.strikes = 0
-		clear(w.shed)
-		return nil
-	}
-	w.strikes++
-	if shedPerSecond <= 0 || len(w.shed) > 0 || (w.strikes < 2 && win.demand <= win.budget) {
-		// Nothing to shed, grants chosen before are still being shed, or
-		// one overloaded window may be a blip: shed when it lasts.
-		return nil
-	}
+}
+
+// chooseToShed chooses grants not chosen yet, youngest first, to shed
+// perSecond of demand after window win: none is refreshed again
+// (shed.go). Callers hold w.mu.
+func (w *statusWriter) chooseToShed(win loadWindow, perSecond float64) {
 	cands := make([]shedCandidate, 0, len(w.entries))
 	for uid, e := range w.entries {
 		if _, ok := w.shed[uid]; ok {
@@ -1146,27 +1263,17 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) []*Grant {
 		}
 		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.AcquiredAt, perSecond: w.sched.perSecond(e.ttl)})
 	}
-	uids := chooseShed(cands, shedPerSecond)
-	out := make([]*Grant, 0, len(uids))
+	uids := chooseShed(cands, perSecond)
 	why := fmt.Sprintf("status writes cannot keep every held lock refreshed: the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed",
 		win.demand, w.load.capacity, win.budget)
 	for _, uid := range uids {
 		w.shed[uid] = why
-		out = append(out, w.entries[uid].h)
+		e := w.entries[uid]
+		if e.where != inFlight {
+			w.place(e, e.where) // doomed: not refreshed again
+		}
 	}
-	if len(out) > 0 {
-		log.Info("shedding grants", "grants", len(out), "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity)
+	if len(uids) > 0 {
+		logf.Log.WithName("status-writer").Info("shedding grants", "grants", len(uids), "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity)
 	}
-	return out
-}
-
-// shedding reports why h's grant is to be shed, if it is.
-func (w *statusWriter) shedding(h *Grant) (string, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if e := w.entries[h.UID]; e == nil || e.h != h {
-		return "", false
-	}
-	why, ok := w.shed[h.UID]
-	return why, ok
 }

@@ -742,35 +742,43 @@ func TestWritesInFlightFollowTheRoundTrip(t *testing.T) {
 
 // TestNextInflight: the limit in flight follows Little's law at the mean
 // round trip, growing by half at most per window, and never lets a write
-// sent last wait more than a quarter of the shortest lead at the rate the
-// API server commits.
+// sent last wait at the API server more than a quarter of the shortest
+// lead beyond the least round trip, at the capacity estimated.
 func TestNextInflight(t *testing.T) {
 	ms := func(d int) time.Duration { return time.Duration(d) * time.Millisecond }
 	win := func(mean int) rttWindow { return rttWindow{rtts: slices.Repeat([]time.Duration{ms(mean)}, 10)} }
 	const budget = 400
 	for _, tc := range []struct {
-		name      string
-		prev      int
-		w         rttWindow
-		committed float64
-		lead      time.Duration
-		want      int
+		name     string
+		prev     int
+		w        rttWindow
+		capacity float64
+		lead     time.Duration
+		want     int
+		base     time.Duration // the base round trip (zero: the window's least)
 	}{
-		{"nothing answered: unchanged", 40, rttWindow{}, 0, time.Second, 40},
-		{"a fast API server: the least", 32, win(20), 100, 15 * time.Second, 32},
-		{"a slow one, long leads: grows by half", 32, win(300), 100, 15 * time.Second, 48},
-		{"... up to what the budget needs", 100, win(300), 120, 15 * time.Second, 128},
-		{"faster again: Little's law at once", 128, win(100), 300, 15 * time.Second, 60},
-		{"short leads, slow commits: what lands within a quarter lead", 100, win(300), 200, time.Second, 50},
-		{"... never below the least", 100, win(300), 60, time.Second, 32},
-		{"nothing held: no lead to keep", 32, win(300), 0, 0, 48},
-		{"writes timed out or were throttled: halves", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 10), congested: 2}, 300, 15 * time.Second, 64},
-		{"one congested write among many: sized as usual", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 100), congested: 1}, 300, 15 * time.Second, 128},
-		{"two among a hundred: not a twentieth", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 100), congested: 2}, 300, 15 * time.Second, 128},
-		{"... down to the least", 40, rttWindow{congested: 3}, 0, 15 * time.Second, 32},
+		{"nothing answered: unchanged", 40, rttWindow{}, 0, time.Second, 40, 0},
+		{"a fast API server: the least", 32, win(20), 100, 15 * time.Second, 32, 0},
+		{"a slow one, long leads: grows by half", 32, win(300), 100, 15 * time.Second, 48, 0},
+		{"... up to what the budget needs", 100, win(300), 120, 15 * time.Second, 128, 0},
+		{"faster again: Little's law at once", 128, win(100), 300, 15 * time.Second, 60, 0},
+		{"short leads, a slow API server: what waits a quarter lead past the least round trip", 100, win(300), 200, time.Second, 110, 0},
+		{"a near API server that takes few: few in flight, the rest wait in the writer's order", 100, win(10), 40, time.Second, 10, 0},
+		{"... every write queued at it this window: the base round trip from before counts", 100, win(1000), 40, time.Second, 10, ms(10)},
+		{"... never below the least", 100, win(10), 2, time.Second, leastWriteParallel, 0},
+		{"nothing held: no lead to keep", 32, win(300), 0, 0, 48, 0},
+		{"writes timed out or were throttled: halves", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 10), congested: 2}, 300, 15 * time.Second, 64, 0},
+		{"one congested write among many: sized as usual", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 100), congested: 1}, 300, 15 * time.Second, 128, 0},
+		{"two among a hundred: not a twentieth", 128, rttWindow{rtts: slices.Repeat([]time.Duration{ms(300)}, 100), congested: 2}, 300, 15 * time.Second, 128, 0},
+		{"... halves again", 40, rttWindow{congested: 3}, 0, 15 * time.Second, 20, 0},
+		{"... down to the least", 3, rttWindow{congested: 3}, 0, 15 * time.Second, leastWriteParallel, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := nextInflight(tc.prev, tc.w, budget, tc.committed, tc.lead); got != tc.want {
+			base := tc.base
+			if base == 0 {
+				base = tc.w.least()
+			}
+			if got := nextInflight(tc.prev, tc.w, budget, tc.capacity, base, tc.lead); got != tc.want {
 				t.Errorf("nextInflight = %d, want %d", got, tc.want)
 			}
 		})
@@ -1043,7 +1051,7 @@ func TestLeadFloorLeavesTheLimitInFlight(t *testing.T) {
 		w.sched.floor = floor
 		w.inflight = 20
 		w.rtt = rttWindow{rtts: slices.Repeat([]time.Duration{200 * time.Millisecond}, 20)}
-		w.sizeInflight(time.Second, 100, false)
+		w.sizeInflight(false)
 		if floor > 0 && w.sched.lead(10*time.Second) <= StatusLead(10*time.Second) {
 			t.Fatalf("lead floor %v: the lead is no longer above the tenth of the ttl, so this test shows nothing", w.sched.floor)
 		}
@@ -1062,7 +1070,7 @@ func TestLeadFloorLeavesTheLimitInFlight(t *testing.T) {
 			t.Fatalf("lead floor still %v after %d fast windows, want none", w.sched.floor, i)
 		}
 		w.rtt = rttWindow{rtts: slices.Repeat([]time.Duration{100 * time.Microsecond}, 20)}
-		w.sizeInflight(time.Second, 20, false)
+		w.sizeInflight(false)
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -476,8 +477,17 @@ func (e *Env) Close() {
 
 // Quiet silences the loggers of go-redis, controller-runtime and client-go,
 // whose messages would interleave with a benchmark's progress and table.
+// With BENCH_MANAGER_LOG set, the manager logs to that file instead.
 func Quiet() {
 	redis.SetLogger(quietRedis{})
+	if path := os.Getenv("BENCH_MANAGER_LOG"); path != "" {
+		// The manager's log, to read what it decided in a run.
+		if f, err := os.Create(filepath.Clean(path)); err == nil { //nolint:gosec // a path the person running the benchmark chose
+			ctrl.SetLogger(zap.New(zap.WriteTo(f)))
+			klog.SetLogger(logr.Discard())
+			return
+		}
+	}
 	ctrl.SetLogger(logr.Discard())
 	klog.SetLogger(logr.Discard())
 }

@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -220,6 +221,8 @@ type Scope struct {
 	FailoverSlack time.Duration
 	// GrantRecheck is the manager's operator.Options.GrantRecheck.
 	GrantRecheck time.Duration
+	// Workers is the manager's parallel reconciles per controller (0: 4).
+	Workers int
 	// PodCacheCfg is the connection the cache of gated pods watches
 	// through (nil: the manager's), e.g. through a proxy a test stalls.
 	PodCacheCfg *rest.Config
@@ -280,7 +283,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		Namespace:     OperatorNamespace,
 		LockKeySecret: LockKeySecret,
 		ProbeInterval: 500 * time.Millisecond,
-		Workers:       4,
+		Workers:       cmp.Or(s.Workers, 4),
 		Metrics:       m.Metrics,
 		Registry:      m.Registry,
 		GateImage:     e.GateImage,

@@ -1,0 +1,271 @@
+package distributedlock_test
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
+	"github.com/redlock-operator/redlock-operator/internal/harness/apiproxy"
+	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
+)
+
+// lapseWatch lists the locks of a namespace, straight from the API server,
+// until stopped, and records every lock whose status showed it held with a
+// validity that had passed before the list began: a lapse, which no reader
+// can tell from a lost grant. Each is later told apart as a kept lock's or
+// a shed one's (sort).
+type lapseWatch struct {
+	ns   string
+	stop chan struct{}
+	done chan struct{}
+
+	mu     sync.Mutex
+	lapsed map[string]int // by lock: lists that found it lapsed
+	lists  int
+}
+
+func watchLapses(ns string, every time.Duration) *lapseWatch {
+	w := &lapseWatch{ns: ns, stop: make(chan struct{}), done: make(chan struct{}), lapsed: map[string]int{}}
+	go func() {
+		defer GinkgoRecover()
+		defer close(w.done)
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(every):
+			}
+			var list v1alpha1.DistributedLockList
+			start := time.Now()
+			if err := k8s.List(suiteCtx, &list, client.InNamespace(ns)); err != nil {
+				continue
+			}
+			w.mu.Lock()
+			w.lists++
+			for _, l := range list.Items {
+				c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
+				if c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil && l.Status.ValidUntil.Before(start) {
+					w.lapsed[l.Name]++
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// found is the locks the watch found lapsed so far, with how many lists
+// found each.
+func (w *lapseWatch) found() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.lapsed)
+}
+
+// end stops the watch and returns, of the locks it found lapsed, those
+// status shows Shed now and the others (a kept lock's lapse), with the
+// number of lists.
+func (w *lapseWatch) end() (shedLate, keptLapsed []string, lists int) {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for name := range w.lapsed {
+		cur := &v1alpha1.DistributedLock{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: w.ns, Name: name}, cur)).To(Succeed())
+		if heldReason(cur) == v1alpha1.ReasonShed {
+			shedLate = append(shedLate, name)
+			continue
+		}
+		keptLapsed = append(keptLapsed, fmt.Sprintf("%s (in %d lists)", name, w.lapsed[name]))
+	}
+	return shedLate, keptLapsed, w.lists
+}
+
+// settledShed waits until no lock of ms shows a held validity that has
+// passed: each lock a drop of capacity left lapsed was shown Shed or
+// refreshed again.
+func settledShed(ms *testenv.MasterSet, within time.Duration) {
+	Eventually(func(g Gomega) {
+		var list v1alpha1.DistributedLockList
+		start := time.Now()
+		g.Expect(k8s.List(suiteCtx, &list, client.InNamespace(ms.NS))).To(Succeed())
+		for _, l := range list.Items {
+			c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
+			lapsed := c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil && l.Status.ValidUntil.Before(start)
+			g.Expect(lapsed).To(BeFalse(), "lock %s shows held until %v, passed", l.Name, l.Status.ValidUntil)
+		}
+	}, within, 250*time.Millisecond).Should(Succeed(), "every lock of %s held and valid, or shown not held", ms.NS)
+}
+
+var _ = Describe("The status writer behind an API server of known capacity", Ordered, func() {
+	// The manager's writes go through an apiproxy that lets capacity of
+	// them begin a second (its reads pass). The locks need more than that:
+	// the writer must keep what it can, every refresh in time, and shed the
+	// rest visibly. A refresh can wait at the API server behind the
+	// writer's least in flight (4), two grants being shed, the manager's
+	// two workers and an Event: 0.2 s at 44 writes/s, 0.36 s at 25, within
+	// the 0.5 s lead of a ttl of 5s (the product's bound,
+	// docs/design/overload.md#a-drop-of-capacity).
+	const (
+		ttl      = 5 * time.Second
+		capacity = 44.0 // the manager's writes a second
+		dropped  = 25.0 // ... after the step
+		n        = 230
+		workers  = 2
+	)
+	var (
+		mgr   *testenv.Manager
+		ms    *testenv.MasterSet
+		proxy *apiproxy.Proxy
+	)
+	perLock := grants.WritesPerTTL(ttl) / ttl.Seconds()
+	BeforeAll(func() {
+		Expect(float64(n)*perLock).To(BeNumerically(">", capacity), "the setup's arithmetic: the locks need more writes than the API server takes")
+		ns := env.NewNamespace()
+		var err error
+		proxy, err = apiproxy.Start(env.Cfg, apiproxy.Limits{WritesPerSecond: capacity})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(proxy.Close)
+		mgr = env.StartScopedManager(testenv.Scope{Cfg: proxy.Config(), WatchNamespaces: []string{ns}, Workers: workers}, nil)
+		ms = env.NewServingMasters(ns, "masters", 3, ttl)
+	})
+	AfterAll(func() { mgr.Stop() })
+
+	It("keeps every kept lock's status refreshed in time, sheds the rest Shed before their validity passes, and through a drop of capacity keeps the oldest", func() {
+		By(fmt.Sprintf("creating %d locks at ttl %v at once: %.1f writes/s of refreshes, on an API server that takes %v", n, ttl, float64(n)*perLock, capacity))
+		for i := range n {
+			l := newLock(ms, fmt.Sprintf("load-%03d", i), "", "team-a", ttl)
+			// With the operator's finalizer from the start: the API
+			// server's writes go to grants and refreshes, not to a
+			// finalizer on each lock first.
+			l.Finalizers = []string{distributedlock.Finalizer}
+			Expect(k8s.Create(suiteCtx, l)).To(Succeed())
+		}
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriteCapacity) }, 30*time.Second).Should(BeNumerically("<", capacity),
+			"the writer of %s to measure the API server's capacity", ms.NS)
+
+		// Until its first saturated second the writer assumes its budget:
+		// the grants made in the first burst, beyond what the API server
+		// takes, are shed from then on, and may lapse before their Shed
+		// shows (docs/design/overload.md#what-a-new-manager-does-not-know).
+		By("granting what fits and shedding what does not, until the writer keeps up")
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded) }, 60*time.Second, 250*time.Millisecond).Should(BeZero(),
+			"the status writer of %s to keep up with the locks it kept", ms.NS)
+		Eventually(func(g Gomega) {
+			var list v1alpha1.DistributedLockList
+			g.Expect(k8s.List(suiteCtx, &list, client.InNamespace(ms.NS))).To(Succeed())
+			for i := range list.Items {
+				l := &list.Items[i]
+				g.Expect(l.Status.Holder != nil || heldReason(l) == v1alpha1.ReasonShed || heldReason(l) == v1alpha1.ReasonStatusWritesBehind).To(BeTrue(),
+					"lock %s is neither held, shed nor waiting for room: %+v", l.Name, condition(l, v1alpha1.ConditionHeld))
+			}
+		}, 60*time.Second, 250*time.Millisecond).Should(Succeed(), "every lock of %s granted, shed or waiting for room", ms.NS)
+		settledShed(ms, 60*time.Second)
+		held := heldLocks(ms)
+		Expect(held).NotTo(BeEmpty())
+		Expect(float64(len(held))*perLock).To(BeNumerically("<=", capacity), "more locks held than %v writes/s refresh", capacity)
+		By(fmt.Sprintf("watching the %d locks held, %d shed, over two refreshes of each", len(held), int(testutil.ToFloat64(mgr.Metrics.LocksShed))))
+		lapses := watchLapses(ms.NS, 250*time.Millisecond)
+		Consistently(lapses.found, 2*ttl, 250*time.Millisecond).Should(BeEmpty(), "locks of %s shown held past their validity, over two refreshes of each", ms.NS)
+		shedLate, keptLapsed, lists := lapses.end()
+		Expect(keptLapsed).To(BeEmpty(), "locks of %s kept and shown held past their validity (%d lists)", ms.NS, lists)
+		Expect(shedLate).To(BeEmpty(), "locks of %s shed only after their validity passed", ms.NS)
+		for _, l := range shedLocks(ms) {
+			Expect(eventReasons(ms.NS, l)).To(ContainElement(distributedlock.EventShed), "events of shed lock %s", l)
+		}
+
+		By(fmt.Sprintf("dropping the API server's capacity to %v writes/s", dropped))
+		before := heldLocks(ms)
+		acquired := map[string]time.Time{} // of the locks held before the drop
+		for _, name := range before {
+			l := &v1alpha1.DistributedLock{}
+			Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ms.NS, Name: name}, l)).To(Succeed())
+			if l.Status.AcquiredAt != nil {
+				acquired[name] = l.Status.AcquiredAt.Time
+			}
+		}
+		shedBefore := testutil.ToFloat64(mgr.Metrics.LocksShed)
+		demand := float64(len(before)) * perLock
+		lapses = watchLapses(ms.NS, 250*time.Millisecond)
+		proxy.Set(apiproxy.Limits{WritesPerSecond: dropped})
+		stepAt := time.Now()
+		// Until the writer measures the drop (its first saturated
+		// seconds), its refreshes queue at the API server in the order
+		// they were sent: kept grants whose validity passes within that
+		// time and a lead may lapse (docs/design/overload.md#a-drop-of-capacity).
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded) }, 2*ttl, 100*time.Millisecond).Should(Equal(1.0),
+			"the status writer of %s to measure the drop", ms.NS)
+		measured := time.Since(stepAt)
+		Eventually(func(g Gomega) {
+			g.Expect(time.Since(stepAt)).To(BeNumerically(">", measured+ttl), "one refresh period since the drop was measured")
+			g.Expect(testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded)).To(BeZero(), "the status writer overloaded")
+		}, 90*time.Second, 250*time.Millisecond).Should(Succeed(), "the status writer of %s to keep up again after the drop", ms.NS)
+		settledShed(ms, 60*time.Second)
+		Expect(testutil.ToFloat64(mgr.Metrics.LocksShed)).To(BeNumerically(">", shedBefore), "no grant shed after the drop: the test shows nothing")
+		shedLate, keptLapsed, lists = lapses.end()
+		kept := heldLocks(ms)
+		Expect(float64(len(kept))*perLock).To(BeNumerically("<=", dropped), "more locks of %s held than %v writes/s refresh", ms.NS, dropped)
+		bound := int(math.Ceil(demand * (measured + grants.StatusLead(ttl)).Seconds()))
+		By(fmt.Sprintf("%d of %d kept; the drop measured after %v; kept locks lapsed meanwhile: %d (at most the %d whose validity passed within that and a lead); %d shown Shed after their validity passed (%d lists)",
+			len(kept), len(before), measured.Round(time.Millisecond), len(keptLapsed), bound, len(shedLate), lists))
+		Expect(len(keptLapsed)).To(BeNumerically("<=", bound), "locks of %s kept through the drop and shown held past their validity: %v", ms.NS, keptLapsed)
+
+		By("watching the locks kept after the drop, over two refreshes of each")
+		lapses = watchLapses(ms.NS, 250*time.Millisecond)
+		Consistently(lapses.found, 2*ttl, 250*time.Millisecond).Should(BeEmpty(), "locks of %s shown held past their validity after the drop was met", ms.NS)
+		_, _, _ = lapses.end()
+		Expect(kept).NotTo(BeEmpty())
+		for _, k := range kept {
+			Expect(before).To(ContainElement(k), "lock %s kept after the drop was not held before it", k)
+		}
+		for _, name := range shedLocks(ms) {
+			if _, ok := acquired[name]; !ok {
+				continue // shed before the drop
+			}
+			for _, k := range kept {
+				Expect(acquired[k].Before(acquired[name])).To(BeTrue(), "kept %s was granted after %s, shed", k, name)
+			}
+		}
+	})
+})
+
+// heldLocks returns the names of the locks of ms whose status shows them
+// held and valid.
+func heldLocks(ms *testenv.MasterSet) []string {
+	var list v1alpha1.DistributedLockList
+	Expect(k8s.List(suiteCtx, &list, client.InNamespace(ms.NS))).To(Succeed())
+	var out []string
+	for i := range list.Items {
+		if l := &list.Items[i]; l.Status.Holder != nil && heldBy(l, l.Status.Holder.Identity) {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}
+
+// shedLocks returns the names of the locks of ms whose status shows them
+// Shed.
+func shedLocks(ms *testenv.MasterSet) []string {
+	var list v1alpha1.DistributedLockList
+	Expect(k8s.List(suiteCtx, &list, client.InNamespace(ms.NS))).To(Succeed())
+	var out []string
+	for i := range list.Items {
+		if heldReason(&list.Items[i]) == v1alpha1.ReasonShed {
+			out = append(out, list.Items[i].Name)
+		}
+	}
+	return out
+}

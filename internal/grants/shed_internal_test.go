@@ -1,0 +1,119 @@
+package grants
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/redlock-operator/redlock-operator/internal/metrics"
+	"github.com/redlock-operator/redlock-operator/internal/renewal"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// TestGrantsChosenToShedAreShownShedInTurn: a grant chosen to shed is not
+// refreshed again; the writer asks for its lock's reconcile instead (which
+// shows it Shed), no more than shedParallel at once until each is
+// forgotten, while the other grants' refreshes go on.
+func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
+	const kept, doomedN = 6, 20
+	var mu sync.Mutex
+	patched := map[string]int{}
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		SubResourcePatch: func(_ context.Context, _ client.Client, _ string, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+			mu.Lock()
+			patched[obj.GetName()]++
+			mu.Unlock()
+			return nil
+		},
+	}).Build()
+	ss := newSessions()
+	w := newStatusWriter(c, nil, metrics.New(), ss, 1000, 0)
+	asked := make(chan types.NamespacedName, doomedN*2)
+	w.reconcile = func(n types.NamespacedName) { asked <- n }
+	now := time.Now()
+	byName := map[string]*Grant{}
+	for i := range kept + doomedN {
+		name := fmt.Sprintf("l%02d", i)
+		h := &Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, Holder: "h", Token: 1,
+			AcquiredAt: now.Add(time.Duration(i) * time.Second)}
+		ss.hold(h, func() *renewal.Session {
+			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
+				renewal.Config{Client: func() *redlock.Client { return nil }})
+		})
+		t.Cleanup(h.Session.Orphan)
+		byName[name] = h
+		w.track(h, now.Add(50*time.Second), time.Minute)
+	}
+	w.mu.Lock()
+	for i := kept; i < kept+doomedN; i++ {
+		uid := types.UID(fmt.Sprintf("l%02d", i))
+		w.shed[uid] = "test"
+		w.place(w.entries[uid], parked) // chosen: doomed, whatever it was asked
+	}
+	for i := range kept {
+		w.place(w.entries[types.UID(fmt.Sprintf("l%02d", i))], ready)
+	}
+	limit := shedParallel(w.parallel())
+	w.mu.Unlock()
+	if limit >= doomedN {
+		t.Fatalf("shedParallel %d: the test needs more grants chosen than that", limit)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.send(ctx, &wg) })
+	defer func() { cancel(); wg.Wait() }()
+	seen := map[string]bool{}
+	for len(seen) < doomedN {
+		// Take every reconcile asked for so far: no more than the limit
+		// wait at once, and none is asked again while it waits.
+		var batch []types.NamespacedName
+		select {
+		case n := <-asked:
+			batch = append(batch, n)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d grants chosen to shed asked for; no more", len(seen), doomedN)
+		}
+	drain:
+		for {
+			select {
+			case n := <-asked:
+				batch = append(batch, n)
+			case <-time.After(50 * time.Millisecond):
+				break drain
+			}
+		}
+		if len(batch) > limit {
+			t.Fatalf("%d reconciles asked for at once, want at most %d", len(batch), limit)
+		}
+		for _, n := range batch {
+			if seen[n.Name] {
+				t.Fatalf("lock %s asked for again while its reconcile was pending", n.Name)
+			}
+			seen[n.Name] = true
+			w.forget(byName[n.Name]) // its reconcile showed it Shed and dropped it
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name, h := range byName {
+		chosenOne := h.AcquiredAt.Sub(now) >= kept*time.Second
+		switch {
+		case chosenOne && patched[name] > 0:
+			t.Errorf("grant %s chosen to shed was refreshed %d times", name, patched[name])
+		case chosenOne && !seen[name]:
+			t.Errorf("grant %s chosen to shed was never asked for", name)
+		case !chosenOne && seen[name]:
+			t.Errorf("grant %s, kept, was asked to be shed", name)
+		case !chosenOne && patched[name] == 0:
+			t.Errorf("grant %s, kept, was not refreshed", name)
+		}
+	}
+}
