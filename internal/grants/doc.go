@@ -17,7 +17,9 @@
 // by a JSON patch whose tests require the object, the grant (ID, token,
 // holder) and the validity it replaces: a stale view cannot move them.
 // Files: set.go (the API), grant.go, sessions.go, writer.go (schedule and
-// writes), inflight.go (writes in flight), load.go (capacity and
-// shedding), waiters.go (admission). The reasoning:
-// docs/design/status-writer.md and docs/design/lock-controller.md.
+// writes), keep.go (the order refreshes go in when behind), inflight.go
+// (writes in flight), load.go (capacity and shedding), shed.go (grants
+// shown Shed in their turn), waiters.go (admission). The reasoning:
+// docs/design/status-writer.md, docs/design/lock-controller.md and
+// docs/design/overload.md.
 package grants
