@@ -48,6 +48,7 @@ import (
 // releases it with an update; it never lists, watches, patches or deletes.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=redlock-system,resources=leases,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=redlock-system,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=configmaps,verbs=create;patch
 // The secure metrics endpoint asks the API server who a scraper is and
 // whether it may read /metrics: a ClusterRole of its own, which
 // --metrics-secure=false or --metrics-bind-address=0 does without.
@@ -326,6 +327,9 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		StatusWriteQPS: cfg.statusWriteQPS,
 		EventQPS:       cfg.eventQPS,
 		FailoverSlack:  cfg.failoverSlack,
+		// Beside the leader Lease, where kubectl redlock looks.
+		StatusReportNamespace: cfg.leaderNamespace,
+		Manager:               hostname(),
 
 		DefaultNodeTimeout: cfg.nodeTimeout,
 		GateImage:          cfg.gateImage,
@@ -447,4 +451,13 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// hostname names this manager in what it publishes: its pod's name.
+func hostname() string {
+	name, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return name
 }

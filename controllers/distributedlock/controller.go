@@ -112,6 +112,11 @@ type Reconciler struct {
 	// status writes waits, plus jitter, for a reconcile the writer does
 	// not ask for (0: grants.GrantRecheck).
 	GrantRecheck time.Duration
+	// StatusReport is the ConfigMap in which the status writer publishes
+	// what it does while this manager leads (kubectl redlock status), as
+	// Manager; none when it has no name.
+	StatusReport types.NamespacedName
+	Manager      string
 
 	grants     *grants.Set
 	wake       *wakeQueue

@@ -1,6 +1,7 @@
 package distributedlock_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -10,8 +11,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -139,10 +142,20 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 		proxy, err = apiproxy.Start(env.Cfg, apiproxy.Limits{WritesPerSecond: capacity})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(proxy.Close)
-		mgr = env.StartScopedManager(testenv.Scope{Cfg: proxy.Config(), WatchNamespaces: []string{ns}, Workers: workers}, nil)
+		mgr = env.StartScopedManager(testenv.Scope{Cfg: proxy.Config(), WatchNamespaces: []string{ns}, Workers: workers, StatusReportNamespace: ns}, nil)
 		ms = env.NewServingMasters(ns, "masters", 3, ttl)
 	})
-	AfterAll(func() { mgr.Stop() })
+	AfterAll(func() {
+		mgr.Stop()
+		By("deleting the locks once their manager stopped: the next spec's manager, which serves every namespace, must not take them on")
+		var list v1alpha1.DistributedLockList
+		Expect(k8s.List(suiteCtx, &list, client.InNamespace(ms.NS))).To(Succeed())
+		for i := range list.Items {
+			l := &list.Items[i]
+			Expect(k8s.Patch(suiteCtx, l, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed(), "finalizer of lock %s", l.Name)
+			Expect(client.IgnoreNotFound(k8s.Delete(suiteCtx, l))).To(Succeed(), "lock %s", l.Name)
+		}
+	})
 
 	It("keeps every kept lock's status refreshed in time, sheds the rest Shed before their validity passes, and through a drop of capacity keeps the oldest", func() {
 		By(fmt.Sprintf("creating %d locks at ttl %v at once: %.1f writes/s of refreshes, on an API server that takes %v", n, ttl, float64(n)*perLock, capacity))
@@ -209,6 +222,16 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded) }, 2*ttl, 100*time.Millisecond).Should(Equal(1.0),
 			"the status writer of %s to measure the drop", ms.NS)
 		measured := time.Since(stepAt)
+		By("reading the writer's report while it sheds: overloaded, at the capacity it measured")
+		Eventually(func(g Gomega) {
+			r := writerReport(g, ms.NS)
+			g.Expect(r.Overloaded).To(BeTrue(), "overloaded")
+			g.Expect(r.OverloadedSince).NotTo(BeNil(), "overloaded since")
+			g.Expect(r.Measured).To(BeTrue(), "capacity measured")
+			g.Expect(r.CapacityPerSecond).To(BeNumerically("<", capacity), "capacity after the drop")
+			g.Expect(r.BudgetPerSecond).To(Equal(float64(grants.DefaultWritesPerSecond)), "budget")
+			g.Expect(r.Manager).To(Equal("testenv"), "manager")
+		}, 30*time.Second, time.Second).Should(Succeed(), "the status writer of %s to publish its overload", ms.NS)
 		Eventually(func(g Gomega) {
 			g.Expect(time.Since(stepAt)).To(BeNumerically(">", measured+ttl), "one refresh period since the drop was measured")
 			g.Expect(testutil.ToFloat64(mgr.Metrics.StatusWriterOverloaded)).To(BeZero(), "the status writer overloaded")
@@ -223,19 +246,40 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 			len(kept), len(before), measured.Round(time.Millisecond), len(keptLapsed), bound, len(shedLate), lists))
 		Expect(len(keptLapsed)).To(BeNumerically("<=", bound), "locks of %s kept through the drop and shown held past their validity: %v", ms.NS, keptLapsed)
 
+		By("reading the writer's report once it keeps up: the locks kept, and the grants shed")
+		Eventually(func(g Gomega) {
+			r := writerReport(g, ms.NS)
+			g.Expect(r.Overloaded).To(BeFalse(), "overloaded")
+			g.Expect(r.Shedding).To(BeZero(), "grants being shed")
+			g.Expect(r.Kept).To(Equal(len(heldLocks(ms))), "grants kept, against the locks shown held")
+			g.Expect(r.Shed).To(BeEquivalentTo(testutil.ToFloat64(mgr.Metrics.LocksShed)), "grants shed, against redlock_locks_shed_total")
+			g.Expect(r.DemandPerSecond).To(BeNumerically("~", float64(r.Kept)*perLock, 0.01), "demand of the kept grants")
+			g.Expect(r.DemandPerSecond).To(BeNumerically("<=", r.CapacityPerSecond), "demand within capacity")
+		}, 3*v1alpha1.StatusWriterReportBeat, time.Second).Should(Succeed(), "the status writer of %s to publish what it keeps", ms.NS)
+
 		By("watching the locks kept after the drop, over two refreshes of each")
 		lapses = watchLapses(ms.NS, 250*time.Millisecond)
 		Consistently(lapses.found, 2*ttl, 250*time.Millisecond).Should(BeEmpty(), "locks of %s shown held past their validity after the drop was met", ms.NS)
 		_, _, _ = lapses.end()
-		Expect(kept).NotTo(BeEmpty())
+		// A lock held now that was not held before the drop was granted
+		// once the writer had room again (admitted, not kept through it).
+		var keptThrough []string
 		for _, k := range kept {
-			Expect(before).To(ContainElement(k), "lock %s kept after the drop was not held before it", k)
+			if _, ok := acquired[k]; ok {
+				keptThrough = append(keptThrough, k)
+				continue
+			}
+			l := &v1alpha1.DistributedLock{}
+			Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ms.NS, Name: k}, l)).To(Succeed())
+			Expect(l.Status.AcquiredAt).NotTo(BeNil(), "lock %s held", k)
+			Expect(l.Status.AcquiredAt.Time.Before(stepAt)).To(BeFalse(), "lock %s, held now and not before the drop, granted at %v, before it", k, l.Status.AcquiredAt)
 		}
+		Expect(keptThrough).NotTo(BeEmpty(), "no lock of %s kept through the drop", ms.NS)
 		for _, name := range shedLocks(ms) {
 			if _, ok := acquired[name]; !ok {
 				continue // shed before the drop
 			}
-			for _, k := range kept {
+			for _, k := range keptThrough {
 				Expect(acquired[k].Before(acquired[name])).To(BeTrue(), "kept %s was granted after %s, shed", k, name)
 			}
 		}
@@ -268,4 +312,14 @@ func shedLocks(ms *testenv.MasterSet) []string {
 		}
 	}
 	return out
+}
+
+// writerReport reads the status writer's report the manager published in
+// ns.
+func writerReport(g Gomega, ns string) v1alpha1.StatusWriterReport {
+	cm := &corev1.ConfigMap{}
+	g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: v1alpha1.StatusConfigMap}, cm)).To(Succeed())
+	var r v1alpha1.StatusWriterReport
+	g.Expect(json.Unmarshal([]byte(cm.Data[v1alpha1.StatusWriterKey]), &r)).To(Succeed())
+	return r
 }

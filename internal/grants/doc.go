@@ -19,7 +19,8 @@
 // Files: set.go (the API), grant.go, sessions.go, writer.go (schedule and
 // writes), keep.go (the order refreshes go in when behind), inflight.go
 // (writes in flight), load.go (capacity and shedding), shed.go (grants
-// shown Shed in their turn), waiters.go (admission). The reasoning:
+// shown Shed in their turn), waiters.go (admission), publish.go (the
+// report kubectl redlock status reads). The reasoning:
 // docs/design/status-writer.md, docs/design/lock-controller.md and
 // docs/design/overload.md.
 package grants

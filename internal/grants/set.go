@@ -30,6 +30,11 @@ type Config struct {
 	// FailoverSlack is how long a standby may take to lead and adopt every
 	// grant: refreshes keep that much validity ahead when the ttl allows.
 	FailoverSlack time.Duration
+	// Report is the ConfigMap the writer publishes its report in while
+	// this manager leads (v1alpha1.StatusWriterReport): none when it has
+	// no name. Manager names the publisher in it.
+	Report  types.NamespacedName
+	Manager string
 }
 
 // Callbacks are how a Set reaches the controller, in the manner of
@@ -59,6 +64,7 @@ func New(cfg Config, cb Callbacks) *Set {
 	ss := newSessions()
 	w := newStatusWriter(cfg.Client, cfg.Recorder, cfg.Metrics, ss, qps, cfg.FailoverSlack)
 	w.reconcile = cb.Reconcile
+	w.publishTo, w.manager = cfg.Report, cfg.Manager
 	return &Set{sessions: ss, writer: w}
 }
 

@@ -56,6 +56,10 @@ type statusWriter struct {
 	// reports carries the renewals and losses of every Session this
 	// manager starts.
 	reports *renewal.Reports
+	// publishTo is the ConfigMap the writer publishes its report in, as
+	// manager (publish.go); none when it has no name.
+	publishTo types.NamespacedName
+	manager   string
 	// reconcile asks for a reconcile of a lock: its status no longer
 	// shows its grant, its Session lost it, it was shed, or its grant
 	// waited and now fits (waiters.go).
@@ -107,6 +111,7 @@ type statusWriter struct {
 	// shedAsked is the grants chosen to shed whose turn came (shed.go),
 	// each with a channel closed when the writer forgets it.
 	shedAsked map[types.UID]chan struct{}
+	shedTotal int64                            // grants chosen to shed that ended (shed.go)
 	waiters   waitQueue                        // grants waiting for room
 	promised  map[types.NamespacedName]promise // room kept for grants admitted or woken, not made yet
 }
@@ -330,6 +335,7 @@ func (w *statusWriter) run(ctx context.Context) {
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })
 	wg.Go(func() { w.loadLoop(ctx) })
+	wg.Go(func() { w.publishLoop(ctx, w.publishTo, w.manager) })
 	w.send(ctx, &wg)
 	wg.Wait()
 	w.handOver(logf.FromContext(ctx))
@@ -1208,6 +1214,9 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 		w.load.overloaded = true
 	}
 	w.metrics.StatusWriteCapacity.Set(w.load.capacity)
+	kept, shedding := w.keptAndShedding()
+	w.metrics.StatusWriterGrants.WithLabelValues("kept").Set(float64(kept))
+	w.metrics.StatusWriterGrants.WithLabelValues("shedding").Set(float64(shedding))
 	w.tellOverload(prev, win, now)
 	if !w.load.pressed {
 		// Not overloaded, or only until demand is back within

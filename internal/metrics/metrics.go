@@ -35,6 +35,9 @@ type Metrics struct {
 	StatusWriteCapacity    prometheus.Gauge
 	StatusWriterOverloaded prometheus.Gauge
 	LocksShed              prometheus.Counter
+	// StatusWriterGrants is the grants the writer keeps refreshed (kept)
+	// and those chosen to shed, not refreshed again (shedding).
+	StatusWriterGrants *prometheus.GaugeVec
 	// StatusWriteConcurrency is how many refreshes the writer may have in
 	// flight at once, sized from their round trip.
 	StatusWriteConcurrency prometheus.Gauge
@@ -137,6 +140,10 @@ func New() *Metrics {
 			Name: "redlock_locks_shed_total",
 			Help: "Grants released because status writes could not keep them all refreshed (Held reason Shed).",
 		}),
+		StatusWriterGrants: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlock_status_writer_grants",
+			Help: "Grants of this manager by what the status writer does with them: kept (refreshed) or shedding (chosen to shed, not refreshed again, shown Shed in turn).",
+		}, []string{"state"}),
 		StatusWriteConcurrency: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_status_write_concurrency",
 			Help: "Validity refreshes the status writer may have in flight at once: enough to send its budget at the round trip it measures, within bounds.",
@@ -197,7 +204,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites,
 		m.StatusWriteSlack, m.StatusWriteLapse, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
-		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
+		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriterGrants, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
 		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.GrantLostAt, m.Grants, m.PodWait,
 	}
 }

@@ -66,6 +66,12 @@ type Options struct {
 	// status writes waits for a reconcile the writer does not ask for
 	// (0: 10s; tests set it long to see the writer's wake-ups alone).
 	GrantRecheck time.Duration
+	// StatusReportNamespace is where the status writer publishes what it
+	// does (v1alpha1.StatusConfigMap), named as Manager, while this
+	// manager leads: the leader election Lease's namespace, which
+	// kubectl redlock reads. Empty: not published.
+	StatusReportNamespace string
+	Manager               string
 	// EventQPS is how many Events a second the manager records, in bursts
 	// of five seconds' worth; the rest are dropped and counted
 	// (internal/eventlimit). 0: no limit.
@@ -190,7 +196,9 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		StatusWriteQPS:          o.StatusWriteQPS,
 		FailoverSlack:           o.FailoverSlack,
 		GrantRecheck:            o.GrantRecheck,
+		Manager:                 o.Manager,
 		IgnoreNodes:             o.IgnoreNodes,
+		StatusReport:            statusReport(o.StatusReportNamespace),
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}
@@ -315,4 +323,13 @@ func LoadLockKey(ctx context.Context, c client.Client, key types.NamespacedName)
 		return nil, fmt.Errorf("lock key secret %s: %w", key, err)
 	}
 	return d, nil
+}
+
+// statusReport is the ConfigMap the status writer publishes in, in ns:
+// none when ns is empty.
+func statusReport(ns string) types.NamespacedName {
+	if ns == "" {
+		return types.NamespacedName{}
+	}
+	return types.NamespacedName{Namespace: ns, Name: v1alpha1.StatusConfigMap}
 }

@@ -223,6 +223,9 @@ type Scope struct {
 	GrantRecheck time.Duration
 	// Workers is the manager's parallel reconciles per controller (0: 4).
 	Workers int
+	// StatusReportNamespace is where the status writer publishes its
+	// report (operator.Options.StatusReportNamespace); empty: nowhere.
+	StatusReportNamespace string
 	// PodCacheCfg is the connection the cache of gated pods watches
 	// through (nil: the manager's), e.g. through a proxy a test stalls.
 	PodCacheCfg *rest.Config
@@ -295,6 +298,9 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		FailoverSlack:   s.FailoverSlack,
 		GrantRecheck:    s.GrantRecheck,
 		PodCacheConfig:  s.PodCacheCfg,
+
+		StatusReportNamespace: s.StatusReportNamespace,
+		Manager:               "testenv",
 	})
 	Expect(err).NotTo(HaveOccurred())
 	if wh != nil {

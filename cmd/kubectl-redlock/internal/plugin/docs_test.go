@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -170,6 +171,19 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 		}
 		meta.SetStatusCondition(&sem.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid, Message: "the spec is valid and the master set serves"})
 		Expect(k8s.Status().Update(ctx, sem)).To(Succeed(), "status of semaphore %s/report-slots", shop)
+
+		By("publishing, as the leading manager does, its status writer's report in redlock-system/redlock-operator-status")
+		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "redlock-system"}}))).To(Succeed())
+		data, err := json.Marshal(v1alpha1.StatusWriterReport{
+			Manager: "redlock-operator-5d8f6-x2k4q", Published: metav1.NewTime(time.Now().Add(-4 * time.Second)),
+			BudgetPerSecond: 150, CapacityPerSecond: 150, DemandPerSecond: 0.3, Kept: 6,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		report := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "redlock-system", Name: v1alpha1.StatusConfigMap},
+			Data: map[string]string{v1alpha1.StatusWriterKey: string(data)}}
+		Expect(k8s.Create(ctx, report)).To(Succeed())
+		// The other specs read status with the default operator namespace.
+		DeferCleanup(func() { Expect(k8s.Delete(ctx, report)).To(Succeed()) })
 	})
 
 	// during plays the operator's part while a sample's command waits.

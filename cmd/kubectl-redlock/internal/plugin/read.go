@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,12 +22,21 @@ import (
 
 func (c *cli) statusCommand() *cobra.Command {
 	var (
-		out = listing()
-		all bool
+		out        = listing()
+		all        bool
+		operatorNS string
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Every DistributedLock (its key, holder, validity left, fencing token and waiting pods), then every DistributedSemaphore (slots held of N, waiting pods)",
+		Short: "Every DistributedLock (its key, holder, validity left, fencing token and waiting pods), then every DistributedSemaphore (slots held of N, waiting pods), then the leading manager's status writer",
+		Long: `status lists the locks and the semaphores of the namespace (-A: of all), then
+what the leading manager's status writer published in ConfigMap
+redlock-operator-status of --operator-namespace: the writes a second the API
+server takes by its measure (capacity), those its kept grants need (demand)
+and its budget; how many grants it keeps refreshed, is shedding and keeps
+waiting for room, and has shed since it leads. The writer publishes at most
+every 10 s and at least every minute; an older report is shown not current.
+Without get on that ConfigMap the line is left out.`,
 		Example: `  kubectl redlock status -n shop
   kubectl redlock status -A -o json`,
 		Args: cobra.NoArgs,
@@ -46,10 +56,12 @@ func (c *cli) statusCommand() *cobra.Command {
 				return err
 			}
 			locks.Semaphores = report.Semaphores(sems)
+			locks.StatusWriter = c.statusWriter(cmd.Context(), k, operatorNS)
 			return out.print(c.streams.Out, &locks, func(wide bool) error {
 				if len(locks.Items) == 0 && len(locks.Semaphores) == 0 {
-					_, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLocks found %s.\n", where)
-					return err
+					if _, err := fmt.Fprintf(c.streams.ErrOut, "No DistributedLocks found %s.\n", where); err != nil || locks.StatusWriter == nil {
+						return err
+					}
 				}
 				return report.WriteStatus(c.streams.Out, &locks, wide)
 			})
@@ -57,7 +69,32 @@ func (c *cli) statusCommand() *cobra.Command {
 	}
 	out.add(cmd)
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the locks of every namespace.")
+	cmd.Flags().StringVar(&operatorNS, "operator-namespace", "redlock-system", "The namespace the operator runs in (its --leader-election-namespace), where its status writer publishes.")
 	return cmd
+}
+
+// statusWriter reads what the leading manager's status writer published
+// in ns: nil when there is nothing, or it may not be read (a warning says
+// why when that is not a refusal).
+func (c *cli) statusWriter(ctx context.Context, k client.Client, ns string) *report.Writer {
+	cm := &corev1.ConfigMap{}
+	err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.StatusConfigMap}, cm)
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil
+	}
+	var r v1alpha1.StatusWriterReport
+	if err == nil {
+		err = json.Unmarshal([]byte(cm.Data[v1alpha1.StatusWriterKey]), &r)
+	}
+	var now time.Time
+	if err == nil {
+		now, err = c.serverTime(ctx)
+	}
+	if err != nil {
+		_, _ = fmt.Fprintf(c.streams.ErrOut, "Warning: the status writer's report in ConfigMap %s/%s was not read: %v\n", ns, v1alpha1.StatusConfigMap, err)
+		return nil
+	}
+	return report.WriterOf(r, now)
 }
 
 func (c *cli) whoCommand() *cobra.Command {
@@ -398,4 +435,17 @@ func eventsOf(ctx context.Context, k client.Client, ns string, uid types.UID) ([
 		return nil, fmt.Errorf("list the events of %s in namespace %s: %w", uid, ns, err)
 	}
 	return list.Items, nil
+}
+
+// serverTime is the API server's clock (serverTime in check.go).
+func (c *cli) serverTime(ctx context.Context) (time.Time, error) {
+	cfg, err := c.flags.ToRESTConfig()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the kubeconfig: %w", err)
+	}
+	now, err := serverTime(ctx, cfg)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the API server's time: %w", err)
+	}
+	return now, nil
 }

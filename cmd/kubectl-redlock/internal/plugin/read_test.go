@@ -62,6 +62,10 @@ var _ = Describe("The read commands", Ordered, func() {
 		Expect(held.FencingToken).To(BeEquivalentTo(501))
 		Expect(held.Waiting).To(BeEquivalentTo(2))
 
+		By("reading status with an operator namespace that has no status writer's report")
+		decode(kubectlRedlock("status", "-n", ns, "--operator-namespace", namespace(""), "-o", "json"), &list)
+		Expect(list.StatusWriter).To(BeNil(), "no status writer's report in the operator's namespace")
+
 		By("reading the same as YAML")
 		r := kubectlRedlock("status", "-n", ns, "-o", "yaml")
 		Expect(r.err).NotTo(HaveOccurred())
@@ -84,6 +88,58 @@ var _ = Describe("The read commands", Ordered, func() {
 		Expect(r.err).NotTo(HaveOccurred())
 		Expect(r.out).To(BeEmpty())
 		Expect(r.errOut).To(Equal("No DistributedLocks found in namespace " + empty + ".\n"))
+	})
+
+	It("status shows what the leading manager's status writer published: capacity, demand, kept and shed, and when it is not current", func() {
+		opNS := namespace("")
+		By("publishing a report in ConfigMap redlock-operator-status of the operator's namespace, as an overloaded leader does")
+		r := v1alpha1.StatusWriterReport{
+			Manager: "redlock-operator-7f9c", Published: metav1.NewTime(time.Now().Add(-5 * time.Second)),
+			BudgetPerSecond: 150, CapacityPerSecond: 25.04, Measured: true, DemandPerSecond: 23.44,
+			Overloaded: true, OverloadedSince: &metav1.Time{Time: time.Now().Add(-2 * time.Minute)},
+			Kept: 117, Shedding: 18, Waiting: 37, Shed: 120,
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: opNS, Name: v1alpha1.StatusConfigMap}, Data: map[string]string{}}
+		publish := func(r v1alpha1.StatusWriterReport) {
+			data, err := json.Marshal(r)
+			Expect(err).NotTo(HaveOccurred())
+			cm.Data[v1alpha1.StatusWriterKey] = string(data)
+			if cm.ResourceVersion == "" {
+				Expect(k8s.Create(ctx, cm)).To(Succeed())
+				return
+			}
+			Expect(k8s.Update(ctx, cm)).To(Succeed())
+		}
+		publish(r)
+
+		By("reading status as a table: the writer's line after the locks")
+		out := kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS)
+		Expect(out.err).NotTo(HaveOccurred(), "stderr: %s", out.errOut)
+		Expect(out.out).To(MatchRegexp(`(?m)^STATUS-WRITER +STATE +CAPACITY/S +DEMAND/S +BUDGET/S +KEPT +SHEDDING +WAITING +SHED$`))
+		Expect(out.out).To(MatchRegexp(`(?m)^redlock-operator-7f9c +overloaded for 2m0?[0-9]s +25\.0 +23\.4 +150\.0 +117 +18 +37 +120$`))
+
+		By("reading the same as JSON")
+		var list report.LockList
+		decode(kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS, "-o", "json"), &list)
+		Expect(list.StatusWriter).NotTo(BeNil())
+		Expect(list.StatusWriter.Current).To(BeTrue())
+		Expect(list.StatusWriter.CapacityPerSecond).To(Equal(25.04))
+		Expect(list.StatusWriter.Kept).To(Equal(117))
+
+		By("reading a report the writer has not renewed for five minutes, before it measured anything")
+		r.Published = metav1.NewTime(time.Now().Add(-5 * time.Minute))
+		r.Overloaded, r.OverloadedSince, r.Measured, r.CapacityPerSecond = false, nil, false, 150
+		publish(r)
+		out = kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS)
+		Expect(out.err).NotTo(HaveOccurred(), "stderr: %s", out.errOut)
+		Expect(out.out).To(MatchRegexp(`(?m)^redlock-operator-7f9c +not current \(published 5m0?[0-9]s ago\) +150\.0 \(budget\) +23\.4 `))
+		decode(kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS, "-o", "json"), &list)
+		Expect(list.StatusWriter.Current).To(BeFalse())
+
+		By("reading status of a namespace without locks: the writer's line still")
+		out = kubectlRedlock("status", "-n", namespace(""), "--operator-namespace", opNS)
+		Expect(out.err).NotTo(HaveOccurred())
+		Expect(out.out).To(ContainSubstring("redlock-operator-7f9c"))
 	})
 
 	It("why says where a waiting pod stands and what it waits for, with the events of the pod and its lock", func() {

@@ -45,6 +45,9 @@ type LockList struct {
 	metav1.TypeMeta `json:",inline"`
 	Items           []Lock      `json:"items"`
 	Semaphores      []Semaphore `json:"semaphores"`
+	// StatusWriter is what the leading manager's status writer published;
+	// null when there is none, or it could not be read.
+	StatusWriter *Writer `json:"statusWriter"`
 }
 
 // Semaphore is one DistributedSemaphore as `status` shows it.
@@ -200,7 +203,11 @@ func WriteStatus(w io.Writer, l *LockList, wide bool) error {
 	for _, x := range l.Semaphores {
 		sems = append(sems, []string{x.Namespace, x.Name, x.Key, itoa(x.Held) + "/" + itoa(x.Slots), itoa(x.Waiting), orNone(x.ReadyCondition)})
 	}
-	return tables(w, section{headers, locks}, section{SemaphoreHeaders, sems})
+	var writer [][]string
+	if l.StatusWriter != nil {
+		writer = append(writer, l.StatusWriter.row())
+	}
+	return tables(w, section{headers, locks}, section{SemaphoreHeaders, sems}, section{WriterHeaders, writer})
 }
 
 // wide is what -o wide adds to a lock's row: the Held condition, the

@@ -1,0 +1,57 @@
+package report
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+)
+
+// Writer is what the leading manager's status writer published
+// (v1alpha1.StatusWriterReport), as `status` shows it.
+type Writer struct {
+	v1alpha1.StatusWriterReport
+	// Age is how long ago it was published, by the API server's clock.
+	Age string `json:"age"`
+	// Current: published within v1alpha1.StatusWriterReportMaxAge; an
+	// older report is from a manager that stopped publishing (no
+	// leader, or one that cannot write the ConfigMap).
+	Current bool `json:"current"`
+	// OverloadedFor is how long the overload has lasted, when it has.
+	OverloadedFor string `json:"overloadedFor,omitempty"`
+}
+
+// WriterOf describes r at now, the API server's time.
+func WriterOf(r v1alpha1.StatusWriterReport, now time.Time) *Writer {
+	age := max(now.Sub(r.Published.Time), 0)
+	w := &Writer{StatusWriterReport: r, Age: age.Round(time.Second).String(), Current: age <= v1alpha1.StatusWriterReportMaxAge}
+	if r.Overloaded && r.OverloadedSince != nil {
+		w.OverloadedFor = max(now.Sub(r.OverloadedSince.Time), 0).Round(time.Second).String()
+	}
+	return w
+}
+
+// WriterHeaders are the columns of `status`'s status writer line.
+var WriterHeaders = []string{"STATUS-WRITER", "STATE", "CAPACITY/S", "DEMAND/S", "BUDGET/S", "KEPT", "SHEDDING", "WAITING", "SHED"}
+
+// row is the writer's line under WriterHeaders.
+func (x *Writer) row() []string {
+	state := "keeping up"
+	switch {
+	case !x.Current:
+		state = "not current (published " + x.Age + " ago)"
+	case x.OverloadedFor != "":
+		state = "overloaded for " + x.OverloadedFor
+	case x.Overloaded:
+		state = "overloaded"
+	}
+	capacity := perSecond(x.CapacityPerSecond)
+	if !x.Measured {
+		capacity += " (budget)"
+	}
+	return []string{x.Manager, state, capacity, perSecond(x.DemandPerSecond), perSecond(x.BudgetPerSecond),
+		strconv.Itoa(x.Kept), strconv.Itoa(x.Shedding), strconv.Itoa(x.Waiting), strconv.FormatInt(x.Shed, 10)}
+}
+
+func perSecond(v float64) string { return fmt.Sprintf("%.1f", v) }
