@@ -23,11 +23,11 @@ const StatusWriterKey = "statusWriter"
 
 // StatusWriterReportBeat is how often at least the leading manager
 // publishes its StatusWriterReport, and StatusWriterReportMaxAge the age
-// past which a report is no longer current: a beat, the 10 s between
-// looks, and a write's time.
+// past which a report is no longer current: two beats (one write may
+// fail, as in the overload the report shows) and a write's time.
 const (
 	StatusWriterReportBeat   = time.Minute
-	StatusWriterReportMaxAge = 90 * time.Second
+	StatusWriterReportMaxAge = 2*StatusWriterReportBeat + 10*time.Second
 )
 
 // StatusWriterReport is what the leading manager's status writer does:
@@ -36,7 +36,9 @@ const (
 // waiting. It is published when it changes, at most every 10 s, and at
 // least every minute: a report older than that is no longer current.
 type StatusWriterReport struct {
-	// Manager is the publishing manager (its host name: the pod's name).
+	// Manager is the publishing manager: its host name, which begins its
+	// identity in the LeaderLease (the pod's name, or the node's with
+	// hostNetwork).
 	Manager string `json:"manager"`
 	// Published is when the report was made.
 	Published metav1.Time `json:"published"`

@@ -48,7 +48,8 @@ import (
 // releases it with an update; it never lists, watches, patches or deletes.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=redlock-system,resources=leases,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=redlock-system,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=configmaps,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=configmaps,verbs=create
+// +kubebuilder:rbac:groups="",namespace=redlock-system,resources=configmaps,resourceNames=redlock-operator-status,verbs=patch
 // The secure metrics endpoint asks the API server who a scraper is and
 // whether it may read /metrics: a ClusterRole of its own, which
 // --metrics-secure=false or --metrics-bind-address=0 does without.

@@ -146,6 +146,7 @@ func (r *Reconciler) shedGrant(s *scope, h *grants.Grant, cause endCause, reason
 		switch cause {
 		case endShed:
 			r.Metrics.LocksShed.Inc()
+			r.grants.ShedShown()
 			r.countLost(lock, reason)
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.Token, h.Holder, why)
 		case endUnresponsive, endLeaseExpired, endMaxHold:

@@ -66,7 +66,10 @@ func sameReport(a, b v1alpha1.StatusWriterReport) bool {
 }
 
 // publishLoop publishes the writer's report into the ConfigMap at where
-// until ctx ends (nothing when where has no name).
+// until ctx ends (nothing when where has no name): every publishEvery when
+// it changed, at once when the overload turned over, and at least every
+// publishBeat. Refused (an install whose RBAC predates the report), it
+// says so once and tries again only every publishBeat.
 func (w *statusWriter) publishLoop(ctx context.Context, where types.NamespacedName, manager string) {
 	if where.Name == "" {
 		return
@@ -74,29 +77,61 @@ func (w *statusWriter) publishLoop(ctx context.Context, where types.NamespacedNa
 	log := logf.FromContext(ctx).WithName("status-writer")
 	tick := time.NewTicker(publishEvery)
 	defer tick.Stop()
-	var last v1alpha1.StatusWriterReport
+	var (
+		last    v1alpha1.StatusWriterReport
+		tried   time.Time // when a write was last tried
+		refused bool      // the last write was refused
+	)
 	for first := true; ; first = false {
+		kicked := false
 		if !first {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			case <-w.kickPublish:
+				kicked = true
 			}
 		}
+		now := time.Now()
 		w.mu.Lock()
-		r := w.report(time.Now())
+		r := w.report(now)
 		w.mu.Unlock()
 		r.Manager = manager
-		if !first && sameReport(r, last) && r.Published.Sub(last.Published.Time) < publishBeat {
+		if !publishDue(first, kicked, refused, r, last, now.Sub(tried)) {
 			continue
 		}
-		if err := publish(ctx, w.client, where, r); err != nil {
+		tried = now
+		switch err := publish(ctx, w.client, where, r); {
+		case apierrors.IsForbidden(err):
+			if !refused {
+				log.Info("may not publish the status writer's report: kubectl redlock status will not show it; grant create and patch on the ConfigMap",
+					"configMap", where, "error", err.Error())
+			}
+			refused = true
+		case err != nil:
 			// The next tick tries again; refreshes are not held up.
 			log.Info("could not publish the status writer's report", "configMap", where, "error", err.Error())
-			continue
+		default:
+			last, refused = r, false
 		}
-		last = r
 	}
+}
+
+// publishDue reports whether report r is to be written, sinceTry after the
+// last write tried, when last was the last written: the first, on a kick,
+// when it changed, or a beat after the last. A beat is taken as passed
+// half a tick early, for ticks that come late; a refused write waits a
+// beat.
+func publishDue(first, kicked, refused bool, r, last v1alpha1.StatusWriterReport, sinceTry time.Duration) bool {
+	beat := sinceTry >= publishBeat-publishEvery/2
+	switch {
+	case refused:
+		return beat
+	case first, kicked:
+		return true
+	}
+	return !sameReport(r, last) || r.Published.Sub(last.Published.Time) >= publishBeat-publishEvery/2
 }
 
 // publish writes r into the ConfigMap at where, creating it if missing.

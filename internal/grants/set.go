@@ -127,6 +127,14 @@ func (s *Set) StopWaiting(name types.NamespacedName) { s.writer.stopWaiting(name
 // on time, and why.
 func (s *Set) Shedding(g *Grant) (string, bool) { return s.writer.shedding(g) }
 
+// ShedShown counts a grant whose status now shows it Shed, for the
+// writer's report: the one count of sheds, with redlock_locks_shed_total.
+func (s *Set) ShedShown() {
+	s.writer.mu.Lock()
+	s.writer.shedTotal++
+	s.writer.mu.Unlock()
+}
+
 // Wrote records a committed write of this manager's to lock uid, named
 // name.
 func (s *Set) Wrote(name types.NamespacedName, uid types.UID) { s.writer.written.add(name, uid) }

@@ -85,7 +85,6 @@ func (w *statusWriter) shedWrite(ctx context.Context, e *refresh, gone chan stru
 		// is what the refreshes got of it, and sheds more.
 		w.mu.Lock()
 		w.win.written++
-		w.shedTotal++
 		w.mu.Unlock()
 		return
 	case <-ctx.Done():

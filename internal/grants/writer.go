@@ -72,6 +72,8 @@ type statusWriter struct {
 	kickSchedule, kickSend chan struct{}
 	// kickWaiters wakes loadLoop to wake waiting grants: room was made.
 	kickWaiters chan struct{}
+	// kickPublish wakes publishLoop: the overload turned over.
+	kickPublish chan struct{}
 
 	mu      sync.Mutex
 	entries map[types.UID]*refresh
@@ -111,7 +113,7 @@ type statusWriter struct {
 	// shedAsked is the grants chosen to shed whose turn came (shed.go),
 	// each with a channel closed when the writer forgets it.
 	shedAsked map[types.UID]chan struct{}
-	shedTotal int64                            // grants chosen to shed that ended (shed.go)
+	shedTotal int64                            // grants shown Shed (ShedShown)
 	waiters   waitQueue                        // grants waiting for room
 	promised  map[types.NamespacedName]promise // room kept for grants admitted or woken, not made yet
 }
@@ -174,6 +176,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
 		kickWaiters:  make(chan struct{}, 1),
+		kickPublish:  make(chan struct{}, 1),
 		waiters:      waitQueue{byName: map[types.NamespacedName]waiter{}},
 		promised:     map[types.NamespacedName]promise{},
 		entries:      map[types.UID]*refresh{},
@@ -1191,6 +1194,9 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 		win.busy += now.Sub(w.busySince)
 		w.busySince = now
 	}
+	kept, shedding := w.keptAndShedding()
+	w.metrics.StatusWriterGrants.WithLabelValues("kept").Set(float64(kept))
+	w.metrics.StatusWriterGrants.WithLabelValues("shedding").Set(float64(shedding))
 	if adopting {
 		// A new leader's adoptions: their refreshes go out at once, a
 		// burst that says nothing of steady state.
@@ -1214,9 +1220,6 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 		w.load.overloaded = true
 	}
 	w.metrics.StatusWriteCapacity.Set(w.load.capacity)
-	kept, shedding := w.keptAndShedding()
-	w.metrics.StatusWriterGrants.WithLabelValues("kept").Set(float64(kept))
-	w.metrics.StatusWriterGrants.WithLabelValues("shedding").Set(float64(shedding))
 	w.tellOverload(prev, win, now)
 	if !w.load.pressed {
 		// Not overloaded, or only until demand is back within
@@ -1249,12 +1252,14 @@ func (w *statusWriter) tellOverload(prev loadState, win loadWindow, now time.Tim
 	log := logf.Log.WithName("status-writer")
 	switch {
 	case w.load.overloaded && !prev.overloaded:
+		kick(w.kickPublish)
 		w.overloadSince = now
 		w.metrics.StatusWriterOverloaded.Set(1)
 		log.Info("status writes overloaded: new grants wait, the youngest grants are shed",
 			"demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity, "budgetPerSecond", win.budget,
 			"committed", win.written, "tight", win.tight, "backlogged", win.backlogged, "locks", len(w.entries))
 	case !w.load.overloaded && prev.overloaded:
+		kick(w.kickPublish)
 		w.metrics.StatusWriterOverloaded.Set(0)
 		log.Info("status writes keep up again", "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity,
 			"overloadedFor", now.Sub(w.overloadSince), "locks", len(w.entries))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,8 +36,9 @@ redlock-operator-status of --operator-namespace: the writes a second the API
 server takes by its measure (capacity), those its kept grants need (demand)
 and its budget; how many grants it keeps refreshed, is shedding and keeps
 waiting for room, and has shed since it leads. The writer publishes at most
-every 10 s and at least every minute; an older report is shown not current.
-Without get on that ConfigMap the line is left out.`,
+every 10 s and at least every minute; a report older than 130 s, or by a
+manager that does not hold the leader Lease, is shown not current. Without
+get on that ConfigMap the line is left out.`,
 		Example: `  kubectl redlock status -n shop
   kubectl redlock status -A -o json`,
 		Args: cobra.NoArgs,
@@ -94,7 +96,14 @@ func (c *cli) statusWriter(ctx context.Context, k client.Client, ns string) *rep
 		_, _ = fmt.Fprintf(c.streams.ErrOut, "Warning: the status writer's report in ConfigMap %s/%s was not read: %v\n", ns, v1alpha1.StatusConfigMap, err)
 		return nil
 	}
-	return report.WriterOf(r, now)
+	// Who leads, where the Lease may be read: a report by another
+	// manager is a former leader's.
+	var leader string
+	lease := &coordinationv1.Lease{}
+	if k.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.LeaderLease}, lease) == nil && lease.Spec.HolderIdentity != nil {
+		leader = *lease.Spec.HolderIdentity
+	}
+	return report.WriterOf(r, now, leader)
 }
 
 func (c *cli) whoCommand() *cobra.Command {

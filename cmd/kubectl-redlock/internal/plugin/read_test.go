@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -111,6 +112,10 @@ var _ = Describe("The read commands", Ordered, func() {
 			Expect(k8s.Update(ctx, cm)).To(Succeed())
 		}
 		publish(r)
+		By("holding the leader Lease as that manager")
+		holder := "redlock-operator-7f9c_3c1d2e4f"
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: opNS, Name: v1alpha1.LeaderLease}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+		Expect(k8s.Create(ctx, lease)).To(Succeed())
 
 		By("reading status as a table: the writer's line after the locks")
 		out := kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS)
@@ -125,6 +130,17 @@ var _ = Describe("The read commands", Ordered, func() {
 		Expect(list.StatusWriter.Current).To(BeTrue())
 		Expect(list.StatusWriter.CapacityPerSecond).To(Equal(25.04))
 		Expect(list.StatusWriter.Kept).To(Equal(117))
+		Expect(list.StatusWriter.Leader).To(Equal(holder))
+
+		By("reading the same report once another manager leads")
+		other := "redlock-operator-b2e1_77aa"
+		lease.Spec.HolderIdentity = &other
+		Expect(k8s.Update(ctx, lease)).To(Succeed())
+		out = kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS)
+		Expect(out.err).NotTo(HaveOccurred(), "stderr: %s", out.errOut)
+		Expect(out.out).To(MatchRegexp(`(?m)^redlock-operator-7f9c +not current \(redlock-operator-b2e1_77aa leads\) +25\.0 `))
+		lease.Spec.HolderIdentity = &holder
+		Expect(k8s.Update(ctx, lease)).To(Succeed())
 
 		By("reading a report the writer has not renewed for five minutes, before it measured anything")
 		r.Published = metav1.NewTime(time.Now().Add(-5 * time.Minute))
