@@ -5,6 +5,8 @@
 # each (BENCH_OVERLOAD_FLAGS, e.g. -hog, go to every run). Each run's table
 # goes to bin/bench-overload/, and one summary table to stdout.
 # Usage: hack/bench-overload.sh [RUNS]   (KUBEBUILDER_ASSETS set; make bench-overload)
+# BENCH_OVERLOAD_SHAPES ("1000:10s 2000:30s") and BENCH_OVERLOAD_CAPACITIES
+# ("40 75 110 150 step") choose a part of the sweep.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1}
@@ -17,9 +19,9 @@ field() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/^ +| +$/, "", $3); p
 
 printf '| locks, ttl | capacity (writes/s) | run | granted / waiting | shed | capacity estimated | lapses of kept locks | shed late / samples | step: demand / bound / time to stable |\n'
 printf '|---|---|---:|---|---:|---:|---:|---|---|\n'
-for shape in "1000 10s" "2000 30s"; do
-	read -r locks ttl <<<"$shape"
-	for cap in 40 75 110 150 step; do
+for shape in ${BENCH_OVERLOAD_SHAPES:-1000:10s 2000:30s}; do
+	locks=${shape%%:*} ttl=${shape#*:}
+	for cap in ${BENCH_OVERLOAD_CAPACITIES:-40 75 110 150 step}; do
 		for run in $(seq 1 "$runs"); do
 			name="$locks-$ttl-$cap-$run"
 			args=(-locks "$locks" -ttl "$ttl")
