@@ -98,6 +98,9 @@ type loadState struct {
 	// sinceGrowth is how many windows passed since capacity last grew by
 	// recovery or was measured.
 	sinceGrowth int
+	// recent is what committed in the last saturatedWindows windows,
+	// saturated or not (oldest first).
+	recent []float64
 }
 
 // initialLoad is the state before anything was measured.
@@ -176,12 +179,17 @@ func soonLate(w loadWindow, capacity float64) bool {
 // the API server takes admitted a fifth more than it took before the
 // first of those writes came due, and then shed a fifth of the grants
 // held (over and over, at any constant capacity under the budget).
-// What committed in a window that kept up raises it at once.
+// What committed over the last saturatedWindows windows, their median,
+// raises it at once: not one window's count, which a second's boundary
+// inflates (an API server that lets 40 writes begin a second committed 43
+// in one of the writer's windows, and the writer admitted grants up to
+// 86 % of what it took).
 func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next := prev
 	next.cooldown = max(prev.cooldown-1, 0)
 	next.sinceGrowth = prev.sinceGrowth + 1
 	rate := float64(w.written) / w.span.Seconds()
+	next.recent = append(slices.Clone(prev.recent[max(0, len(prev.recent)-saturatedWindows+1):]), rate)
 	switch {
 	case saturated:
 		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
@@ -189,8 +197,8 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 		next.capacity, next.measured, next.sinceGrowth = min(w.budget, c), c < w.budget, 0
 	case !prev.measured:
 		// The budget: nothing to recover.
-	case rate > prev.capacity:
-		next.capacity, next.rates = min(rate, w.budget), nil
+	case len(next.recent) == saturatedWindows && median(next.recent) > prev.capacity:
+		next.capacity, next.rates = min(median(next.recent), w.budget), nil
 		next.measured = next.capacity < w.budget
 	case prev.cooldown > 0 || !w.waiting || time.Duration(next.sinceGrowth)*loadTick < w.period:
 	case prev.capacity*recovery >= w.budget:

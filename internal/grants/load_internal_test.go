@@ -139,7 +139,7 @@ func TestNextLoad(t *testing.T) {
 		{
 			name: "overloaded, then a window that keeps up with demand still above shedTarget of capacity: still overloaded",
 			prev: loadState{capacity: 90, measured: true, overloaded: true}, w: win(95, 0, 0, 0, 95),
-			want: loadState{capacity: 95, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
+			want: loadState{capacity: 90, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
 		},
 		{
 			name: "... until the demand is back within shedTarget of it",
@@ -172,9 +172,14 @@ func TestNextLoad(t *testing.T) {
 			want: measured(63), admitsAdd: 5, admits: true,
 		},
 		{
-			name: "more committed than the estimate, keeping up: capacity is that at once",
-			prev: loadState{capacity: 60, measured: true, cooldown: 5}, w: win(70, 0, 0, 0, 70),
+			name: "more committed than the estimate over five windows, keeping up: capacity is their median at once",
+			prev: loadState{capacity: 60, measured: true, cooldown: 5, recent: []float64{72, 68, 70, 75}}, w: win(70, 0, 0, 0, 70),
 			want: loadState{capacity: 70, measured: true, cooldown: 4}, admitsAdd: 1, admits: false,
+		},
+		{
+			name: "more committed than the estimate in one window (a second's boundary): capacity stays put",
+			prev: loadState{capacity: 60, measured: true, cooldown: 5, recent: []float64{55, 56, 58, 57}}, w: win(70, 0, 0, 0, 70),
+			want: loadState{capacity: 60, measured: true, cooldown: 4}, admitsAdd: 1, admits: false,
 		},
 		{
 			name: "recovered up to the budget: measured no more",
