@@ -273,7 +273,7 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 			l := &v1alpha1.DistributedLock{}
 			Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ms.NS, Name: k}, l)).To(Succeed())
 			Expect(l.Status.AcquiredAt).NotTo(BeNil(), "lock %s held", k)
-			if at, ok := acquired[k]; ok && l.Status.AcquiredAt.Time.Equal(at) {
+			if at, ok := acquired[k]; ok && l.Status.AcquiredAt.Equal(at) {
 				keptThrough = append(keptThrough, k)
 				continue
 			}
