@@ -30,9 +30,8 @@ import (
 // can tell from a lost grant. Each is later told apart as a kept lock's or
 // a shed one's (sort).
 type lapseWatch struct {
-	ns   string
-	stop chan struct{}
-	done chan struct{}
+	ns string
+	*poll
 
 	mu     sync.Mutex
 	lapsed map[string]int // by lock: lists that found it lapsed
@@ -40,33 +39,53 @@ type lapseWatch struct {
 }
 
 func watchLapses(ns string, every time.Duration) *lapseWatch {
-	w := &lapseWatch{ns: ns, stop: make(chan struct{}), done: make(chan struct{}), lapsed: map[string]int{}}
+	w := &lapseWatch{ns: ns, lapsed: map[string]int{}}
+	w.poll = startPoll(every, func() {
+		var list v1alpha1.DistributedLockList
+		start := time.Now()
+		if err := k8s.List(suiteCtx, &list, client.InNamespace(ns)); err != nil {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.lists++
+		for _, l := range list.Items {
+			c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
+			if c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil && l.Status.ValidUntil.Before(start) {
+				w.lapsed[l.Name]++
+			}
+		}
+	})
+	return w
+}
+
+// poll calls a function every so often until ended.
+type poll struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startPoll(every time.Duration, f func()) *poll {
+	p := &poll{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
-		defer close(w.done)
+		defer close(p.done)
 		for {
 			select {
-			case <-w.stop:
+			case <-p.stop:
 				return
 			case <-time.After(every):
 			}
-			var list v1alpha1.DistributedLockList
-			start := time.Now()
-			if err := k8s.List(suiteCtx, &list, client.InNamespace(ns)); err != nil {
-				continue
-			}
-			w.mu.Lock()
-			w.lists++
-			for _, l := range list.Items {
-				c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionHeld)
-				if c != nil && c.Status == metav1.ConditionTrue && l.Status.ValidUntil != nil && l.Status.ValidUntil.Before(start) {
-					w.lapsed[l.Name]++
-				}
-			}
-			w.mu.Unlock()
+			f()
 		}
 	}()
-	return w
+	return p
+}
+
+// halt stops the polling and waits for the last call to return.
+func (p *poll) halt() {
+	close(p.stop)
+	<-p.done
 }
 
 // found is the locks the watch found lapsed so far, with how many lists
@@ -81,8 +100,7 @@ func (w *lapseWatch) found() map[string]int {
 // status shows Shed now and the others (a kept lock's lapse), with the
 // number of lists.
 func (w *lapseWatch) end() (shedLate, keptLapsed []string, lists int) {
-	close(w.stop)
-	<-w.done
+	w.halt()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for name := range w.lapsed {
@@ -327,49 +345,44 @@ func shedLocks(ms *testenv.MasterSet) []string {
 // writerReport reads the status writer's report the manager published in
 // ns.
 func writerReport(g Gomega, ns string) v1alpha1.StatusWriterReport {
-	cm := &corev1.ConfigMap{}
-	g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: v1alpha1.StatusConfigMap}, cm)).To(Succeed())
-	var r v1alpha1.StatusWriterReport
-	g.Expect(json.Unmarshal([]byte(cm.Data[v1alpha1.StatusWriterKey]), &r)).To(Succeed())
+	r, err := readReport(ns)
+	g.Expect(err).NotTo(HaveOccurred(), "the status writer's report in %s", ns)
 	return r
+}
+
+// readReport reads the status writer's report the manager published in
+// ns.
+func readReport(ns string) (v1alpha1.StatusWriterReport, error) {
+	var r v1alpha1.StatusWriterReport
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: v1alpha1.StatusConfigMap}, cm); err != nil {
+		return r, err
+	}
+	return r, json.Unmarshal([]byte(cm.Data[v1alpha1.StatusWriterKey]), &r)
 }
 
 // reportWatch reads the status writer's report of a namespace until
 // stopped, and keeps the first that shows the writer overloaded.
 type reportWatch struct {
-	stop chan struct{}
-	done chan struct{}
+	*poll
 
 	mu    sync.Mutex
 	first *v1alpha1.StatusWriterReport
 }
 
 func watchReports(ns string, every time.Duration) *reportWatch {
-	w := &reportWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer GinkgoRecover()
-		defer close(w.done)
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(every):
-			}
-			cm := &corev1.ConfigMap{}
-			if k8s.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: v1alpha1.StatusConfigMap}, cm) != nil {
-				continue
-			}
-			var r v1alpha1.StatusWriterReport
-			if json.Unmarshal([]byte(cm.Data[v1alpha1.StatusWriterKey]), &r) != nil || !r.Overloaded {
-				continue
-			}
-			w.mu.Lock()
-			if w.first == nil {
-				w.first = &r
-			}
-			w.mu.Unlock()
+	w := &reportWatch{}
+	w.poll = startPoll(every, func() {
+		r, err := readReport(ns)
+		if err != nil || !r.Overloaded {
+			return
 		}
-	}()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.first == nil {
+			w.first = &r
+		}
+	})
 	return w
 }
 
@@ -383,7 +396,6 @@ func (w *reportWatch) overloaded() *v1alpha1.StatusWriterReport {
 
 // end stops the watch and returns the first overloaded report read.
 func (w *reportWatch) end() *v1alpha1.StatusWriterReport {
-	close(w.stop)
-	<-w.done
+	w.halt()
 	return w.overloaded()
 }

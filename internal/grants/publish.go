@@ -33,7 +33,7 @@ func (w *statusWriter) report(now time.Time) v1alpha1.StatusWriterReport {
 		BudgetPerSecond:   float64(w.budget.Limit()),
 		CapacityPerSecond: w.load.capacity,
 		Measured:          w.load.measured,
-		DemandPerSecond:   max(w.demand-w.chosenDemand(), 0),
+		DemandPerSecond:   w.keptDemand(),
 		Overloaded:        w.load.overloaded,
 		Waiting:           w.waiters.len(),
 		Shed:              w.shedTotal,

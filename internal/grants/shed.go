@@ -31,16 +31,16 @@ func (w *statusWriter) chosen(e *refresh) bool {
 	return ok
 }
 
-// chosenDemand is the refreshes per second the grants chosen to shed
-// needed. Callers hold w.mu.
-func (w *statusWriter) chosenDemand() float64 {
-	var sum float64
+// keptDemand is the refreshes per second the grants not chosen to shed
+// need: those chosen are not refreshed again. Callers hold w.mu.
+func (w *statusWriter) keptDemand() float64 {
+	d := w.demand
 	for uid := range w.shed {
 		if e := w.entries[uid]; e != nil {
-			sum += w.sched.perSecond(e.ttl)
+			d -= w.sched.perSecond(e.ttl)
 		}
 	}
-	return sum
+	return max(d, 0)
 }
 
 // refreshFirst reports whether the refresh next gives goes before the

@@ -1210,7 +1210,7 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 	}
 	// The grants chosen to shed are not refreshed again (shed.go): what
 	// the writer must keep up with is the others' demand.
-	win.demand = w.demand - w.chosenDemand()
+	win.demand = w.keptDemand()
 	prev := w.load
 	var shedPerSecond float64
 	w.load, shedPerSecond = nextLoad(prev, win)
