@@ -18,7 +18,8 @@
 // holder) and the validity it replaces: a stale view cannot move them.
 // Files: set.go (the API), grant.go, sessions.go, writer.go (schedule and
 // writes), keep.go (the order refreshes go in when behind), inflight.go
-// (writes in flight), load.go (capacity and shedding), shed.go (grants
+// (writes in flight), load.go (the rules of capacity and shedding),
+// judge.go (the load loop that applies them), shed.go (grants
 // shown Shed in their turn), waiters.go (admission), publish.go (the
 // report kubectl redlock status reads). The reasoning:
 // docs/design/status-writer.md, docs/design/lock-controller.md and
