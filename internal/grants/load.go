@@ -76,6 +76,13 @@ func (w loadWindow) landsTight() bool {
 	return w.written >= minSample && float64(w.tight) > tightShare*float64(w.written)
 }
 
+// landsLate reports whether more than tightShare of the window's
+// refreshes (of at least minSample) landed after the validity they
+// replaced had passed.
+func (w loadWindow) landsLate() bool {
+	return w.written >= minSample && float64(w.late) > tightShare*float64(w.written)
+}
+
 // loadState is the writer's view of its load.
 type loadState struct {
 	// capacity is the refreshes per second the API server is estimated to
@@ -122,7 +129,7 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	}
 	next := nextCapacity(prev, w, saturated)
 	tight := w.landsTight()
-	late := w.written >= minSample && float64(w.late) > tightShare*float64(w.written)
+	late := w.landsLate()
 	behind := (saturated && w.demand > next.capacity) || w.demand > w.budget
 	// An overload ends once the demand is back within shedTarget of
 	// capacity, not at the first window that keeps up: a demand near what

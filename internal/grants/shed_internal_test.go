@@ -3,6 +3,7 @@ package grants
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 	for i := range kept {
 		w.place(w.entries[types.UID(fmt.Sprintf("l%02d", i))], ready)
 	}
-	limit := shedParallel(w.parallel())
+	limit := shedParallel(w.parallel(), 0) // the most, with no refresh in flight
 	w.mu.Unlock()
 	if limit >= doomedN {
 		t.Fatalf("shedParallel %d: the test needs more grants chosen than that", limit)
@@ -115,5 +116,51 @@ func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 		case !chosenOne && patched[name] == 0:
 			t.Errorf("grant %s, kept, was not refreshed", name)
 		}
+	}
+}
+
+// TestMoreIsShedWhileShowingShedOnlyOnTheKeptRefreshes: while a grant
+// chosen to shed waits to be shown Shed, a window that measures less
+// capacity than the kept grants need chooses no more while their
+// refreshes land in time (the Shed writes and their Events took the rest
+// of the API server), and does once they land tight.
+func TestMoreIsShedWhileShowingShedOnlyOnTheKeptRefreshes(t *testing.T) {
+	const n, ttl = 200, 10 * time.Second
+	for _, tc := range []struct {
+		name  string
+		tight int
+		more  bool
+	}{
+		{"the kept refreshes land in time: none more", 0, false},
+		{"they land tight: more", 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
+			now := time.Now()
+			for i := range n {
+				name := fmt.Sprintf("l%03d", i)
+				w.track(&Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, AcquiredAt: now.Add(time.Duration(i) * time.Second)},
+					now.Add(ttl), ttl)
+			}
+			w.mu.Lock()
+			w.shed["l199"] = "chosen before"
+			w.place(w.entries["l199"], doomed)
+			// Four saturated windows of 10 writes/s before: the kept
+			// grants need twice that.
+			w.load = loadState{capacity: 10, measured: true, overloaded: true, pressed: true, rates: []float64{10, 10, 10, 10}}
+			w.strikes = 1
+			w.win = loadWindow{written: 10, tight: tc.tight, backlogged: 950 * time.Millisecond, slacks: slices.Repeat([]time.Duration{time.Second}, 10)}
+			demand := w.keptDemand()
+			w.mu.Unlock()
+			if demand <= 10 {
+				t.Fatalf("the kept grants need %.1f/s: the test needs more than the 10/s measured", demand)
+			}
+			w.judgeLoad(time.Now(), time.Second)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if more := len(w.shed) > 1; more != tc.more {
+				t.Errorf("%d grants chosen to shed after the window, want more than the one before: %v", len(w.shed), tc.more)
+			}
+		})
 	}
 }

@@ -487,7 +487,7 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 // canSend reports whether a refresh, and a grant chosen to shed, may be
 // sent now. Callers hold w.mu.
 func (w *statusWriter) canSend() (refresh, shed bool) {
-	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len() > 0 && w.shedSending < shedParallel(w.parallel())
+	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len() > 0 && w.shedSending < shedParallel(w.parallel(), w.sending)
 }
 
 // pick takes what send sends next: a refresh, or a grant chosen to shed
