@@ -99,15 +99,15 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 	}
 	w.strikes++
 	if shedPerSecond <= 0 || (w.strikes < 2 && win.demand <= win.budget) ||
-		(len(w.shed) > 0 && !win.landsTight() && !win.landsLate()) {
+		(len(w.shed) > 0 && win.demand <= win.budget && !win.landsTight() && !w.behind(now)) {
 		// Nothing to shed, one overloaded window may be a blip (shed when
 		// it lasts), or the grants chosen before, not shown shed yet,
 		// cover the excess: the backlog drains as they go. More is chosen
-		// while they do only when the kept grants' refreshes land tight
-		// or late: the capacity measured meanwhile is what the refreshes
-		// got beside the Shed writes and their Events, and shedding on it
-		// took a drop from 150 to 50 writes/s down to 144 grants kept of
-		// the 297 chosen to keep.
+		// while they do only on the kept grants' own refreshes: landing
+		// tight (late ones land tight too), or due and waiting in the
+		// writer to land tight (a further drop: keep order sends the
+		// oldest, and the youngest kept wait). Not on the capacity
+		// measured meanwhile, which the Shed writes' Events share.
 		return
 	}
 	w.chooseToShed(win, shedPerSecond)

@@ -55,6 +55,7 @@ const (
 type loadWindow struct {
 	span       time.Duration
 	written    int             // refreshes committed
+	shown      int             // grants shown Shed (shed.go): writes the API server took beside the refreshes
 	tight      int             // ... with less than half their lead left
 	late       int             // ... after the validity they replaced had passed
 	slacks     []time.Duration // validity left when each landed, but adoptions' first refreshes
@@ -74,13 +75,6 @@ type loadWindow struct {
 // left.
 func (w loadWindow) landsTight() bool {
 	return w.written >= minSample && float64(w.tight) > tightShare*float64(w.written)
-}
-
-// landsLate reports whether more than tightShare of the window's
-// refreshes (of at least minSample) landed after the validity they
-// replaced had passed.
-func (w loadWindow) landsLate() bool {
-	return w.written >= minSample && float64(w.late) > tightShare*float64(w.written)
 }
 
 // loadState is the writer's view of its load.
@@ -124,12 +118,12 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	// there, not in the writer).
 	saturated := (w.backlogged >= time.Duration(saturatedShare*float64(w.span)) && w.limited < w.backlogged/2) ||
 		(w.busy >= time.Duration(saturatedShare*float64(w.span)) && w.landsTight())
-	if w.span > staleSpan || (w.written == 0 && saturated) {
+	if w.span > staleSpan || (w.written+w.shown == 0 && saturated) {
 		return prev, 0 // no information
 	}
 	next := nextCapacity(prev, w, saturated)
 	tight := w.landsTight()
-	late := w.landsLate()
+	late := w.written >= minSample && float64(w.late) > tightShare*float64(w.written)
 	behind := (saturated && w.demand > next.capacity) || w.demand > w.budget
 	// An overload ends once the demand is back within shedTarget of
 	// capacity, not at the first window that keeps up: a demand near what
@@ -195,7 +189,7 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next := prev
 	next.cooldown = max(prev.cooldown-1, 0)
 	next.sinceGrowth = prev.sinceGrowth + 1
-	rate := float64(w.written) / w.span.Seconds()
+	rate := float64(w.written+w.shown) / w.span.Seconds()
 	next.recent = append(slices.Clone(prev.recent[max(0, len(prev.recent)-saturatedWindows+1):]), rate)
 	switch {
 	case saturated:

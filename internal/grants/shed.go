@@ -13,18 +13,14 @@ import (
 // kept ones lapsed too; and a grant refreshed until its Shed showed cost a
 // write for nothing. So a grant chosen to shed is not refreshed again
 // (doomed): the writer asks for its lock's reconcile, which shows it Shed,
-// nearest shown validity first, in the room the refreshes leave of those
-// allowed in flight (shedParallel), each counted until the grant is
+// nearest shown validity first, at most a quarter as many at once as
+// refreshes in flight and at least two (shedParallel), each counted until the grant is
 // forgotten; and after the refreshes while those are behind (keep.go).
 // The reasoning: docs/design/overload.md#a-drop-of-capacity.
 
 // shedParallel is how many grants chosen to shed may wait at once for the
-// reconcile that shows them Shed, when parallel writes may be in flight
-// and sending refreshes are: up to half of parallel in what the refreshes
-// leave, and two at least. Two at a time (a quarter of parallel before)
-// showed 42 grants shed at 40 writes/s over ten seconds, and 20 of them
-// after their validity passed.
-func shedParallel(parallel, sending int) int { return max(2, min(parallel/2, parallel-sending)) }
+// reconcile that shows them Shed, when parallel refreshes may be in flight.
+func shedParallel(parallel int) int { return max(2, parallel/4) }
 
 // chosen reports whether e's grant is chosen to shed. Callers hold w.mu.
 func (w *statusWriter) chosen(e *refresh) bool {
@@ -85,10 +81,11 @@ func (w *statusWriter) shedWrite(ctx context.Context, e *refresh, gone chan stru
 	select {
 	case <-gone:
 		// Its Shed committed: a write the API server took, counted with
-		// the refreshes, or the capacity measured while grants are shed
-		// is what the refreshes got of it, and sheds more.
+		// the refreshes in the capacity measured (or that is what the
+		// refreshes got of it while grants are shed), not in the share of
+		// refreshes that land tight.
 		w.mu.Lock()
-		w.win.written++
+		w.win.shown++
 		w.mu.Unlock()
 		return
 	case <-ctx.Done():

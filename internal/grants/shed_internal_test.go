@@ -61,7 +61,7 @@ func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 	for i := range kept {
 		w.place(w.entries[types.UID(fmt.Sprintf("l%02d", i))], ready)
 	}
-	limit := shedParallel(w.parallel(), 0) // the most, with no refresh in flight
+	limit := shedParallel(w.parallel())
 	w.mu.Unlock()
 	if limit >= doomedN {
 		t.Fatalf("shedParallel %d: the test needs more grants chosen than that", limit)
@@ -123,16 +123,23 @@ func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 // chosen to shed waits to be shown Shed, a window that measures less
 // capacity than the kept grants need chooses no more while their
 // refreshes land in time (the Shed writes and their Events took the rest
-// of the API server), and does once they land tight.
+// of the API server), and does once they land tight, or once a kept
+// grant's refresh waits in the writer to land tight (a further drop: keep
+// order sends the oldest first, and the youngest kept wait unsent).
 func TestMoreIsShedWhileShowingShedOnlyOnTheKeptRefreshes(t *testing.T) {
 	const n, ttl = 200, 10 * time.Second
 	for _, tc := range []struct {
-		name  string
-		tight int
-		more  bool
+		name   string
+		tight  int
+		shown  int  // grants shown Shed in the window
+		behind bool // a kept refresh due, unsent, within half its lead
+		more   bool
 	}{
-		{"the kept refreshes land in time: none more", 0, false},
-		{"they land tight: more", 5, true},
+		{"the kept refreshes land in time: none more", 0, 0, false, false},
+		{"... beside grants shown Shed: none more", 0, 10, false, false},
+		{"they land tight: more", 2, 0, false, true},
+		{"... as many beside grants shown Shed, which do not thin their share: more", 2, 10, false, true},
+		{"one waits in the writer to land tight: more", 0, 0, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
@@ -145,17 +152,23 @@ func TestMoreIsShedWhileShowingShedOnlyOnTheKeptRefreshes(t *testing.T) {
 			w.mu.Lock()
 			w.shed["l199"] = "chosen before"
 			w.place(w.entries["l199"], doomed)
+			if tc.behind {
+				e := w.entries["l198"]
+				e.h.setShown(now.Add(w.sched.lead(ttl) / 4))
+				w.place(e, ready)
+			}
 			// Four saturated windows of 10 writes/s before: the kept
 			// grants need twice that.
 			w.load = loadState{capacity: 10, measured: true, overloaded: true, pressed: true, rates: []float64{10, 10, 10, 10}}
 			w.strikes = 1
-			w.win = loadWindow{written: 10, tight: tc.tight, backlogged: 950 * time.Millisecond, slacks: slices.Repeat([]time.Duration{time.Second}, 10)}
-			demand := w.keptDemand()
+			w.win = loadWindow{written: 10, shown: tc.shown, tight: tc.tight, backlogged: 950 * time.Millisecond, slacks: slices.Repeat([]time.Duration{time.Second}, 10)}
+			win := w.win
+			win.span, win.budget, win.demand = time.Second, 150, w.keptDemand()
 			w.mu.Unlock()
-			if demand <= 10 {
-				t.Fatalf("the kept grants need %.1f/s: the test needs more than the 10/s measured", demand)
+			if _, shed := nextLoad(w.load, win); shed <= 0 {
+				t.Fatalf("the load rules ask for no shed (demand %.1f/s): the test shows nothing", win.demand)
 			}
-			w.judgeLoad(time.Now(), time.Second)
+			w.judgeLoad(now, time.Second)
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if more := len(w.shed) > 1; more != tc.more {

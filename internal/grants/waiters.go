@@ -56,7 +56,7 @@ func (w *statusWriter) admit(name types.NamespacedName, ttl time.Duration) bool 
 	if prev, ok := w.waiters.byName[name]; ok && prev.since.Before(x.since) {
 		x.since = prev.since
 	}
-	if !w.behind() && !w.waiters.behind(x) && w.load.admits(w.demand+w.promisedDemand(now), w.sched.perSecond(x.ttl), float64(w.budget.Limit())) {
+	if !w.behind(now) && !w.waiters.behind(x) && w.load.admits(w.demand+w.promisedDemand(now), w.sched.perSecond(x.ttl), float64(w.budget.Limit())) {
 		w.notWaiting(name)
 		// Its room is kept until its grant is tracked (or it asks for
 		// none, or promiseHold passes): a grant takes round trips to
@@ -135,7 +135,7 @@ func compareWaiters(a, b waiter) int {
 func (w *statusWriter) wakeWaiters(now time.Time) []types.NamespacedName {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.waiters.len() == 0 || w.load.overloaded || w.behind() {
+	if w.waiters.len() == 0 || w.load.overloaded || w.behind(now) {
 		return nil
 	}
 	budget := float64(w.budget.Limit())

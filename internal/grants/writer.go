@@ -308,10 +308,12 @@ func (w *statusWriter) readReports(ctx context.Context) {
 	}
 }
 
-// behind reports whether refreshes that are due wait to be sent: more than
-// the writer can have in flight, or one whose shown validity passes within
-// half its lead. New grants wait meanwhile (admit). Callers hold w.mu.
-func (w *statusWriter) behind() bool {
+// behind reports whether refreshes that are due wait to be sent at now:
+// more than the writer can have in flight, or one whose shown validity
+// passes within half its lead. Only kept grants' refreshes are ready (those
+// chosen to shed wait apart, shed.go). New grants wait meanwhile (admit).
+// Callers hold w.mu.
+func (w *statusWriter) behind(now time.Time) bool {
 	if w.ready.Len() > w.parallel() {
 		return true
 	}
@@ -319,7 +321,7 @@ func (w *statusWriter) behind() bool {
 		return false
 	}
 	e := w.ready.items[0]
-	return time.Until(e.h.shown) < w.sched.lead(e.ttl)/2
+	return e.h.shown.Sub(now) < w.sched.lead(e.ttl)/2
 }
 
 // forget stops refreshing h's grant.
@@ -487,7 +489,7 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 // canSend reports whether a refresh, and a grant chosen to shed, may be
 // sent now. Callers hold w.mu.
 func (w *statusWriter) canSend() (refresh, shed bool) {
-	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len() > 0 && w.shedSending < shedParallel(w.parallel(), w.sending)
+	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len() > 0 && w.shedSending < shedParallel(w.parallel())
 }
 
 // pick takes what send sends next: a refresh, or a grant chosen to shed
