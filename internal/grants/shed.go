@@ -13,7 +13,8 @@ import (
 // kept ones lapsed too; and a grant refreshed until its Shed showed cost a
 // write for nothing. So a grant chosen to shed is not refreshed again
 // (doomed): the writer asks for its lock's reconcile, which shows it Shed,
-// nearest shown validity first, at most a quarter as many at once as
+// nearest shown validity first of those whose validity has not passed
+// (those past it last: passShed), at most a quarter as many at once as
 // refreshes in flight and at least two (shedParallel), each counted until the grant is
 // forgotten; and after the refreshes while those are behind (keep.go).
 // The reasoning: docs/design/overload.md#a-drop-of-capacity.
@@ -43,21 +44,38 @@ func (w *statusWriter) keptDemand() float64 {
 	return max(d, 0)
 }
 
-// refreshFirst reports whether the refresh next gives goes before the
-// grant chosen to shed nearest its shown validity: while refreshes are
-// behind (keep order), or when it is nearer its own. Callers hold w.mu;
-// both are there.
-func (w *statusWriter) refreshFirst(now time.Time) bool {
-	e := w.next(now)
-	return e != w.ready.items[0] || !w.toShed.items[0].h.shown.Before(e.h.shown)
+// passShed moves the grants chosen to shed whose shown validity passed by
+// now behind the others: shown Shed late whatever their turn, they give
+// the writes to those that can still be shown Shed in time. Nearest
+// validity first, a drop's sheds went first to the grants already late.
+// Callers hold w.mu.
+func (w *statusWriter) passShed(now time.Time) {
+	for w.toShed.Len() > 0 && !w.toShed.items[0].h.shown.After(now) {
+		w.place(w.toShed.items[0], doomedLate)
+	}
 }
 
-// shedTurn takes the grant chosen to shed nearest its shown validity, and
+// refreshFirst reports whether the refresh next gives goes before the
+// grant chosen to shed nearest its shown validity: while refreshes are
+// behind (keep order), when it is nearer its own, or when every grant
+// chosen to shed was late already (passShed). Callers hold w.mu; a
+// refresh and a grant chosen to shed are there.
+func (w *statusWriter) refreshFirst(now time.Time) bool {
+	e := w.next(now)
+	return w.toShed.Len() == 0 || e != w.ready.items[0] || !w.toShed.items[0].h.shown.Before(e.h.shown)
+}
+
+// shedTurn takes the grant chosen to shed whose turn came (nearest its
+// shown validity of those in time, else of those late: passShed), and
 // returns it with a channel closed when the writer forgets it; shedding
 // reports it from now on. Callers hold w.mu; one is there.
 func (w *statusWriter) shedTurn() (*refresh, chan struct{}) {
-	e := w.toShed.items[0]
-	heap.Pop(&w.toShed)
+	h := &w.toShed
+	if h.Len() == 0 {
+		h = &w.toShedLate
+	}
+	e := h.items[0]
+	heap.Pop(h)
 	e.where, e.index = inFlight, -1
 	w.shedSending++
 	gone, ok := w.shedAsked[e.h.UID]
@@ -121,7 +139,7 @@ func (w *statusWriter) spareShed(now time.Time) {
 			continue
 		}
 		delete(w.shed, uid)
-		if e != nil && e.where == doomed {
+		if e != nil && (e.where == doomed || e.where == doomedLate) {
 			w.schedule(e, w.sched.due(e.h.shown, e.ttl))
 		}
 	}

@@ -177,3 +177,33 @@ func TestMoreIsShedWhileShowingShedOnlyOnTheKeptRefreshes(t *testing.T) {
 		})
 	}
 }
+
+// TestGrantsChosenToShedInTimeAreShownFirst: of the grants chosen to shed,
+// those whose shown validity has not passed are shown Shed first, nearest
+// validity first; those whose validity passed (late whatever their turn)
+// come after them.
+func TestGrantsChosenToShedInTimeAreShownFirst(t *testing.T) {
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
+	now := time.Now()
+	for name, shown := range map[string]time.Duration{"late": -time.Second, "later": -2 * time.Second, "soon": 2 * time.Second, "then": 5 * time.Second} {
+		w.track(&Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, AcquiredAt: now},
+			now.Add(shown), 10*time.Second)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for uid := range w.entries {
+		w.shed[uid] = "chosen"
+		w.place(w.entries[uid], parked) // doomed
+	}
+	var order []types.UID
+	for range len(w.entries) {
+		e, gone := w.pick(now)
+		if e == nil || gone == nil {
+			t.Fatalf("pick gave %v, want a grant chosen to shed (after %v)", e, order)
+		}
+		order = append(order, e.h.UID)
+	}
+	if want := []types.UID{"soon", "then", "later", "late"}; !slices.Equal(order, want) {
+		t.Errorf("shown Shed in the order %v, want %v", order, want)
+	}
+}

@@ -94,7 +94,10 @@ type statusWriter struct {
 	// toShed is the grants chosen to shed, by shown validity, and
 	// shedSending how many of them send has asked to show Shed and not
 	// seen forgotten (shed.go).
-	toShed      refreshHeap
+	toShed refreshHeap
+	// toShedLate is those whose shown validity passed before their turn,
+	// by shown validity: shown Shed after the others (shed.go).
+	toShedLate  refreshHeap
 	shedSending int
 	demand      float64
 	over        bool // demand exceeds the budget (logged once per crossing)
@@ -153,11 +156,12 @@ type refresh struct {
 type place int
 
 const (
-	parked   place = iota // waits for a renewal
-	waiting               // waits for its wake time, or a fresh renewal
-	ready                 // due
-	inFlight              // being written
-	doomed                // chosen to shed: waits for its turn to be shown Shed (shed.go)
+	parked     place = iota // waits for a renewal
+	waiting                 // waits for its wake time, or a fresh renewal
+	ready                   // due
+	inFlight                // being written
+	doomed                  // chosen to shed: waits for its turn to be shown Shed (shed.go)
+	doomedLate              // ... and its shown validity passed first: after the others (shed.go)
 )
 
 // newStatusWriter returns a writer of perSecond refreshes at most, whose
@@ -189,6 +193,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		ready:        refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
 		readyKeep:    refreshHeap{less: keptFirst, keep: true},
 		toShed:       refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
+		toShedLate:   refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
 	}
 }
 
@@ -489,14 +494,16 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 // canSend reports whether a refresh, and a grant chosen to shed, may be
 // sent now. Callers hold w.mu.
 func (w *statusWriter) canSend() (refresh, shed bool) {
-	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len() > 0 && w.shedSending < shedParallel(w.parallel())
+	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len()+w.toShedLate.Len() > 0 && w.shedSending < shedParallel(w.parallel())
 }
 
 // pick takes what send sends next: a refresh, or a grant chosen to shed
 // (with the channel closed when it is forgotten), nearest shown validity
-// first, but refreshes first while they are behind (keep.go). Callers hold
+// first, but refreshes first while they are behind (keep.go), and grants
+// chosen to shed whose shown validity passed last (shed.go). Callers hold
 // w.mu.
 func (w *statusWriter) pick(now time.Time) (*refresh, chan struct{}) {
+	w.passShed(now)
 	refresh, shed := w.canSend()
 	if refresh && (!shed || w.refreshFirst(now)) {
 		e := w.next(now)
@@ -1004,7 +1011,7 @@ func (w *statusWriter) wait(e *refresh, due, wake, notBefore time.Time) {
 
 // place moves e to p. Callers hold w.mu.
 func (w *statusWriter) place(e *refresh, p place) {
-	if p != inFlight && w.chosen(e) {
+	if p != inFlight && p != doomedLate && w.chosen(e) {
 		p = doomed // not refreshed again: shown Shed in its turn
 	}
 	switch e.where {
@@ -1015,6 +1022,8 @@ func (w *statusWriter) place(e *refresh, p place) {
 		heap.Remove(&w.readyKeep, e.keepIndex)
 	case doomed:
 		heap.Remove(&w.toShed, e.index)
+	case doomedLate:
+		heap.Remove(&w.toShedLate, e.index)
 	}
 	e.where, e.index, e.keepIndex = p, -1, -1
 	switch p {
@@ -1025,10 +1034,12 @@ func (w *statusWriter) place(e *refresh, p place) {
 		heap.Push(&w.readyKeep, e)
 	case doomed:
 		heap.Push(&w.toShed, e)
+	case doomedLate:
+		heap.Push(&w.toShedLate, e)
 	}
 	w.backlogChanged()
 	kick(w.kickSchedule)
-	if p == ready || p == doomed {
+	if p == ready || p == doomed || p == doomedLate {
 		kick(w.kickSend)
 	}
 }
