@@ -131,11 +131,7 @@ func (w *statusWriter) sizeInflight(tight bool) {
 	if len(w.rtt.rtts) > 0 {
 		w.leasts = append(w.leasts[max(0, len(w.leasts)-baseWindows+1):], w.rtt.least())
 	}
-	var rttBase time.Duration
-	if len(w.leasts) > 0 {
-		rttBase = slices.Min(w.leasts)
-	}
-	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), w.load.capacity, rttBase, lead)
+	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), w.load.capacity, w.baseRTT(), lead)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
 }
@@ -201,6 +197,15 @@ func (w *statusWriter) countTTL(from, to time.Duration) {
 	if to != 0 {
 		w.ttls[to]++
 	}
+}
+
+// baseRTT is the base round trip: the least of the last baseWindows
+// windows' least (zero: none measured). Callers hold w.mu.
+func (w *statusWriter) baseRTT() time.Duration {
+	if len(w.leasts) == 0 {
+		return 0
+	}
+	return slices.Min(w.leasts)
 }
 
 // parallel is how many refreshes may be in flight at once. Callers hold

@@ -44,25 +44,32 @@ func (w *statusWriter) keptDemand() float64 {
 	return max(d, 0)
 }
 
-// passShed moves the grants chosen to shed whose shown validity passed by
-// now behind the others: shown Shed late whatever their turn, they give
-// the writes to those that can still be shown Shed in time. Nearest
-// validity first, a drop's sheds went first to the grants already late.
-// Callers hold w.mu.
+// passShed moves the grants chosen to shed whose shown validity passes
+// before a write sent now could commit (the base round trip) behind the
+// others: shown Shed late whatever their turn, they give the writes to
+// those that can still be shown Shed in time. Nearest validity first, a
+// drop's first Shed writes went to grants already late. Callers hold
+// w.mu.
 func (w *statusWriter) passShed(now time.Time) {
-	for w.toShed.Len() > 0 && !w.toShed.items[0].h.shown.After(now) {
+	cut := now.Add(w.baseRTT())
+	for w.toShed.Len() > 0 && w.chosen(w.toShed.items[0]) && w.toShed.items[0].h.shown.Before(cut) {
 		w.place(w.toShed.items[0], doomedLate)
 	}
 }
 
 // refreshFirst reports whether the refresh next gives goes before the
 // grant chosen to shed nearest its shown validity: while refreshes are
-// behind (keep order), when it is nearer its own, or when every grant
-// chosen to shed was late already (passShed). Callers hold w.mu; a
-// refresh and a grant chosen to shed are there.
+// behind (keep order), or when it is nearer its own. A grant that is late
+// already (passShed) goes only when no other is being shown Shed and
+// refreshes are not behind: one at a time, so that it is shown at last
+// even while refreshes are always ready. Callers hold w.mu; a refresh and
+// a grant chosen to shed are there.
 func (w *statusWriter) refreshFirst(now time.Time) bool {
 	e := w.next(now)
-	return w.toShed.Len() == 0 || e != w.ready.items[0] || !w.toShed.items[0].h.shown.Before(e.h.shown)
+	if w.toShed.Len() == 0 {
+		return w.shedSending > 0 || e != w.ready.items[0]
+	}
+	return e != w.ready.items[0] || !w.toShed.items[0].h.shown.Before(e.h.shown)
 }
 
 // shedTurn takes the grant chosen to shed whose turn came (nearest its

@@ -123,23 +123,28 @@ func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 // chosen to shed waits to be shown Shed, a window that measures less
 // capacity than the kept grants need chooses no more while their
 // refreshes land in time (the Shed writes and their Events took the rest
-// of the API server), and does once they land tight, or once a kept
-// grant's refresh waits in the writer to land tight (a further drop: keep
-// order sends the oldest first, and the youngest kept wait unsent).
+// of the API server), and does once they land tight, or once minSample
+// kept refreshes wait in the writer to land tight (a further drop: keep
+// order sends the oldest first, and the youngest kept wait unsent); not
+// for one such refresh, nor for more refreshes ready than may be in
+// flight with their whole lead left.
 func TestMoreIsShedWhileShowingShedOnlyOnTheKeptRefreshes(t *testing.T) {
 	const n, ttl = 200, 10 * time.Second
 	for _, tc := range []struct {
-		name   string
-		tight  int
-		shown  int  // grants shown Shed in the window
-		behind bool // a kept refresh due, unsent, within half its lead
-		more   bool
+		name      string
+		tight     int
+		shown     int // grants shown Shed in the window
+		waiting   int // kept refreshes due, unsent, with a quarter of their lead left
+		readyFull int // ... with their whole lead left
+		more      bool
 	}{
-		{"the kept refreshes land in time: none more", 0, 0, false, false},
-		{"... beside grants shown Shed: none more", 0, 10, false, false},
-		{"they land tight: more", 2, 0, false, true},
-		{"... as many beside grants shown Shed, which do not thin their share: more", 2, 10, false, true},
-		{"one waits in the writer to land tight: more", 0, 0, true, true},
+		{"the kept refreshes land in time: none more", 0, 0, 0, 0, false},
+		{"... beside grants shown Shed: none more", 0, 10, 0, 0, false},
+		{"... and more are ready than may be in flight, with their whole lead: none more", 0, 0, 0, minWriteParallel + 1, false},
+		{"they land tight: more", 2, 0, 0, 0, true},
+		{"... as many beside grants shown Shed, which do not thin their share: more", 2, 10, 0, 0, true},
+		{"one waits in the writer to land tight (a lock's retry, say): none more", 0, 0, 1, 0, false},
+		{"five wait in the writer to land tight: more", 0, 0, minSample, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
@@ -152,9 +157,11 @@ func TestMoreIsShedWhileShowingShedOnlyOnTheKeptRefreshes(t *testing.T) {
 			w.mu.Lock()
 			w.shed["l199"] = "chosen before"
 			w.place(w.entries["l199"], doomed)
-			if tc.behind {
-				e := w.entries["l198"]
-				e.h.setShown(now.Add(w.sched.lead(ttl) / 4))
+			for i := range tc.waiting + tc.readyFull {
+				e := w.entries[types.UID(fmt.Sprintf("l%03d", 198-i))]
+				if i < tc.waiting {
+					e.h.setShown(now.Add(w.sched.lead(ttl) / 4))
+				}
 				w.place(e, ready)
 			}
 			// Four saturated windows of 10 writes/s before: the kept
@@ -205,5 +212,36 @@ func TestGrantsChosenToShedInTimeAreShownFirst(t *testing.T) {
 	}
 	if want := []types.UID{"soon", "then", "later", "late"}; !slices.Equal(order, want) {
 		t.Errorf("shown Shed in the order %v, want %v", order, want)
+	}
+}
+
+// TestALateShedIsShownWhileRefreshesAreReady: with only grants chosen to
+// shed whose validity passed, one is shown Shed at a time, before a ready
+// refresh that is not behind, so that a writer whose refreshes are always
+// ready still shows them; the next refresh goes before the next of them.
+func TestALateShedIsShownWhileRefreshesAreReady(t *testing.T) {
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
+	now := time.Now()
+	for name, shown := range map[string]time.Duration{"kept": 10 * time.Second, "late": -time.Second, "later": -2 * time.Second} {
+		w.track(&Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, AcquiredAt: now},
+			now.Add(shown), 10*time.Second)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, uid := range []types.UID{"late", "later"} {
+		w.shed[uid] = "chosen"
+		w.place(w.entries[uid], parked) // doomed
+	}
+	w.place(w.entries["kept"], ready)
+	var order []types.UID
+	for range 3 {
+		e, _ := w.pick(now)
+		if e == nil {
+			t.Fatalf("pick gave nothing after %v", order)
+		}
+		order = append(order, e.h.UID)
+	}
+	if want := []types.UID{"later", "kept", "late"}; !slices.Equal(order, want) {
+		t.Errorf("sent in the order %v, want %v", order, want)
 	}
 }
