@@ -139,11 +139,12 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 	// writer's least in flight (4), two grants being shed, the manager's
 	// two workers and an Event: 0.2 s at 44 writes/s, 0.36 s at 25, within
 	// the 0.5 s lead of a ttl of 5s (the product's bound,
-	// docs/design/overload.md#a-drop-of-capacity).
+	// docs/design/overload.md#a-drop-of-capacity); more below 18, the drop
+	// on a machine slower than the proxy, where the lead floor takes it.
 	const (
 		ttl      = 5 * time.Second
 		capacity = 44.0 // the manager's writes a second
-		dropped  = 25.0 // ... after the step
+		dropped  = 25.0 // ... after the step, at most (below)
 		n        = 230
 		workers  = 2
 	)
@@ -221,8 +222,13 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 			Expect(eventReasons(ms.NS, l)).To(ContainElement(distributedlock.EventShed), "events of shed lock %s", l)
 		}
 
-		By(fmt.Sprintf("dropping the API server's capacity to %v writes/s", dropped))
 		before := heldLocks(ms)
+		// A drop is one below what the kept locks need. Beside other
+		// suites the machine's own API server may take less than the
+		// proxy lets begin: the writer measures that, keeps less, and
+		// 25 writes/s would be no drop (make test: 86 kept, needing 19.8).
+		dropTo := min(dropped, 0.8*float64(len(before))*perLock)
+		By(fmt.Sprintf("dropping the API server's capacity to %.1f writes/s, below the %.1f the %d kept locks need", dropTo, float64(len(before))*perLock, len(before)))
 		acquired := map[string]time.Time{} // of the locks held before the drop
 		for _, name := range before {
 			l := &v1alpha1.DistributedLock{}
@@ -235,7 +241,7 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 		demand := float64(len(before)) * perLock
 		lapses = watchLapses(ms.NS, 250*time.Millisecond)
 		reports := watchReports(ms.NS, 100*time.Millisecond)
-		proxy.Set(apiproxy.Limits{WritesPerSecond: dropped})
+		proxy.Set(apiproxy.Limits{WritesPerSecond: dropTo})
 		stepAt := time.Now()
 		// Until the writer measures the drop (its first saturated
 		// seconds), its refreshes queue at the API server in the order
@@ -262,7 +268,7 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 		Expect(testutil.ToFloat64(mgr.Metrics.LocksShed)).To(BeNumerically(">", shedBefore), "no grant shed after the drop: the test shows nothing")
 		shedLate, keptLapsed, lists = lapses.end()
 		kept := heldLocks(ms)
-		Expect(float64(len(kept))*perLock).To(BeNumerically("<=", dropped), "more locks of %s held than %v writes/s refresh", ms.NS, dropped)
+		Expect(float64(len(kept))*perLock).To(BeNumerically("<=", dropTo), "more locks of %s held than %.1f writes/s refresh", ms.NS, dropTo)
 		bound := int(math.Ceil(demand * (measured + grants.StatusLead(ttl)).Seconds()))
 		By(fmt.Sprintf("%d of %d kept; the drop measured after %v; kept locks lapsed meanwhile: %d (at most the %d whose validity passed within that and a lead); %d shown Shed after their validity passed (%d lists)",
 			len(kept), len(before), measured.Round(time.Millisecond), len(keptLapsed), bound, len(shedLate), lists))
