@@ -49,6 +49,16 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: 60, measured: true, overloaded: true, cooldown: cooldownWindows}, wantShed: 115 - shedTarget*60, admitsAdd: 0.1, admits: false,
 		},
 		{
+			name: "saturated, grants shown Shed beside the refreshes: they count in the capacity, not in the share landing tight",
+			prev: initialLoad(budget), w: func() loadWindow {
+				w := win(12, 2, 0, 950*time.Millisecond, 115) // 2 of 12 tight: more than a tenth (2 of 20 is not)
+				w.shown = 8
+				return w
+			}(),
+			want:     loadState{capacity: 20, measured: true, overloaded: true, cooldown: cooldownWindows},
+			wantShed: 115 - shedTarget*20, admitsAdd: 0.1, admits: false,
+		},
+		{
 			name: "saturated below demand, every refresh with half its lead left: overloaded (grants wait), nothing shed",
 			prev: initialLoad(budget), w: win(60, 0, 0, 950*time.Millisecond, 115),
 			want: loadState{capacity: 60, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
