@@ -26,7 +26,7 @@ func keptFirst(a, b *refresh) bool {
 	if !a.h.AcquiredAt.Equal(b.h.AcquiredAt) {
 		return a.h.AcquiredAt.Before(b.h.AcquiredAt)
 	}
-	return a.h.shown.Before(b.h.shown)
+	return byShown(a, b)
 }
 
 // next is the ready refresh to send at now: nearest shown validity first,

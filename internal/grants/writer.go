@@ -91,16 +91,14 @@ type statusWriter struct {
 	ready    refreshHeap     // due: by shown validity
 	// readyKeep is the same refreshes, oldest grant first (keep.go).
 	readyKeep refreshHeap
-	// toShed is the grants chosen to shed, by shown validity, and
-	// shedSending how many of them send has asked to show Shed and not
-	// seen forgotten (shed.go).
-	toShed refreshHeap
-	// toShedLate is those whose shown validity passed before their turn,
-	// by shown validity: shown Shed after the others (shed.go).
-	toShedLate  refreshHeap
-	shedSending int
-	demand      float64
-	over        bool // demand exceeds the budget (logged once per crossing)
+	// toShed is the grants chosen to shed, by shown validity; toShedLate
+	// those whose shown validity passed before their turn, shown Shed
+	// after the others; shedSending how many of them send has asked to
+	// show Shed and not seen forgotten (shed.go).
+	toShed, toShedLate refreshHeap
+	shedSending        int
+	demand             float64
+	over               bool // demand exceeds the budget (logged once per crossing)
 
 	// Load (load.go): the current window's measurements, the state they
 	// lead to, and the grants shed and not yet forgotten.
@@ -164,6 +162,9 @@ const (
 	doomedLate              // ... and its shown validity passed first: after the others (shed.go)
 )
 
+// byShown orders refreshes nearest shown validity first.
+func byShown(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }
+
 // newStatusWriter returns a writer of perSecond refreshes at most, whose
 // refreshes keep failover of validity ahead when the ttl allows.
 func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metrics, ss *sessions, perSecond float64, failover time.Duration) *statusWriter {
@@ -190,10 +191,10 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		load:         initialLoad(perSecond),
 		refused:      map[string]time.Time{},
 		waiting:      refreshHeap{less: func(a, b *refresh) bool { return a.wake.Before(b.wake) }},
-		ready:        refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
+		ready:        refreshHeap{less: byShown},
 		readyKeep:    refreshHeap{less: keptFirst, keep: true},
-		toShed:       refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
-		toShedLate:   refreshHeap{less: func(a, b *refresh) bool { return a.h.shown.Before(b.h.shown) }},
+		toShed:       refreshHeap{less: byShown},
+		toShedLate:   refreshHeap{less: byShown},
 	}
 }
 
