@@ -3,7 +3,8 @@
 # apiproxy at each capacity, and stepped from 150 to 50 writes/s halfway
 # through, for 1,000 locks at ttl 10s and 2,000 at ttl 30s; RUNS runs of
 # each (BENCH_OVERLOAD_FLAGS, e.g. -hog, go to every run). Each run's table
-# goes to bin/bench-overload/, and one summary table to stdout.
+# goes to bin/bench-overload/ with the manager's log (what it chose, when),
+# and one summary table to stdout.
 # Usage: hack/bench-overload.sh [RUNS]   (KUBEBUILDER_ASSETS set; make bench-overload)
 # BENCH_OVERLOAD_SHAPES ("1000:10s 2000:30s") and BENCH_OVERLOAD_CAPACITIES
 # ("40 75 110 150 step") choose a part of the sweep.
@@ -34,7 +35,7 @@ for shape in ${BENCH_OVERLOAD_SHAPES:-1000:10s 2000:30s}; do
 				args+=(-sample 5s -grant-timeout 10m -duration 4m)
 			fi
 			# shellcheck disable=SC2086 # the flags are words
-			bin/benchlocks "${args[@]}" ${BENCH_OVERLOAD_FLAGS:-} >"$out/$name.txt" 2>"$out/$name.err" || echo "run $name failed: see $out/$name.err" >&2
+			BENCH_MANAGER_LOG="$out/$name.log" bin/benchlocks "${args[@]}" ${BENCH_OVERLOAD_FLAGS:-} >"$out/$name.txt" 2>"$out/$name.err" || echo "run $name failed: see $out/$name.err" >&2
 			t="$out/$name.txt"
 			label=$cap
 			[ "$cap" = step ] && label="150→50"

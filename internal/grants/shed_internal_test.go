@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -177,5 +179,76 @@ func TestALateShedIsShownWhileRefreshesAreReady(t *testing.T) {
 	}
 	if want := []types.UID{"later", "kept", "late"}; !slices.Equal(order, want) {
 		t.Errorf("sent in the order %v, want %v", order, want)
+	}
+}
+
+// TestAGrantChosenToShedWaitsForNoRenewal: a late refresh that asked for
+// its grant's renewal stops being counted as waiting for it once the
+// grant is chosen to shed (it is not refreshed again): counted, it kept
+// the backlog open, and every window looked saturated.
+func TestAGrantChosenToShedWaitsForNoRenewal(t *testing.T) {
+	const ttl = time.Minute
+	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
+		renewal.Config{Client: func() *redlock.Client { return nil }})
+	t.Cleanup(s.Orphan)
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
+	now := time.Now()
+	e := &refresh{h: &Grant{UID: "late", Session: s, shown: now.Add(StatusLead(ttl))}, ttl: ttl, index: -1}
+	w.entries[e.h.UID] = e
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.place(e, ready)
+	// Its grant's last renewal is older than two renewLeads: it asks.
+	if ask := w.askForLate(now.Add(3 * time.Second)); len(ask) != 1 || w.poking != 1 {
+		t.Fatalf("a late refresh: asked %d, %d waiting for their renewal; want 1 and 1", len(ask), w.poking)
+	}
+	w.shed[e.h.UID] = "chosen"
+	w.place(e, e.where) // chooseToShed: doomed
+	if e.where != doomed || w.poking != 0 {
+		t.Errorf("chosen to shed: place %v, %d waiting for their renewal; want doomed and 0", e.where, w.poking)
+	}
+	if !w.backlogSince.IsZero() {
+		t.Error("chosen to shed, nothing ready: the backlog is still counted")
+	}
+}
+
+// TestHandOverLeavesGrantsChosenToShed: a stopping leader refreshes the
+// grants whose validity passes within the failover slack, but not one
+// chosen to shed: not refreshed again, it may be shown past its validity
+// already, and must not be shown held again.
+func TestHandOverLeavesGrantsChosenToShed(t *testing.T) {
+	var mu sync.Mutex
+	patched := map[string]int{}
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		SubResourcePatch: func(_ context.Context, _ client.Client, _ string, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+			mu.Lock()
+			patched[obj.GetName()]++
+			mu.Unlock()
+			return nil
+		},
+	}).Build()
+	ss := newSessions()
+	w := newStatusWriter(c, events.NewFakeRecorder(10), metrics.New(), ss, 100, 10*time.Second)
+	now := time.Now()
+	for name, shown := range map[string]time.Duration{"kept": 2 * time.Second, "shed": 2 * time.Second, "shedLate": -time.Second} {
+		h := &Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, Holder: "h", Token: 1, AcquiredAt: now}
+		ss.hold(h, func() *renewal.Session {
+			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
+				renewal.Config{Client: func() *redlock.Client { return nil }})
+		})
+		t.Cleanup(h.Session.Orphan)
+		w.track(h, now.Add(shown), time.Minute)
+	}
+	w.mu.Lock()
+	for _, uid := range []types.UID{"shed", "shedLate"} {
+		w.shed[uid] = "chosen"
+		w.place(w.entries[uid], parked) // doomed
+	}
+	w.mu.Unlock()
+	w.handOver(logr.Discard())
+	mu.Lock()
+	defer mu.Unlock()
+	if patched["kept"] != 1 || patched["shed"] != 0 || patched["shedLate"] != 0 {
+		t.Errorf("handover refreshes %v, want the kept grant's alone, once", patched)
 	}
 }

@@ -356,10 +356,10 @@ func (w *statusWriter) run(ctx context.Context) {
 // manager's graceful shutdown timeout (30s).
 const handoverTimeout = 15 * time.Second
 
-// handOver runs when the manager stops: it refreshes every held lock whose
-// shown validity passes within the failover slack, nearest first, with a
-// renewal asked for then (the Sessions renew until the handover is done:
-// sessions.last). The manager still leads (it releases its Lease once its
+// handOver runs when the manager stops: it refreshes every held lock not
+// chosen to shed whose shown validity passes within the failover slack,
+// nearest first, with a renewal asked for then (the Sessions renew until
+// the handover is done: sessions.last). The manager still leads (it releases its Lease once its
 // runnables have stopped), and the next leader takes the released Lease
 // within a few retry periods and adopts: a lock whose lead is a tenth of
 // its ttl would otherwise lapse meanwhile (a rollout of the operator).
@@ -373,7 +373,10 @@ func (w *statusWriter) handOver(log logr.Logger) {
 	var due []*refresh
 	limit := time.Now().Add(w.sched.failover)
 	for _, e := range w.entries {
-		if e.where != inFlight && e.h.shown.Before(limit) {
+		// A grant chosen to shed is not refreshed again (shed.go): its
+		// validity may have passed already, and a reader that saw it
+		// pass must not see the grant held again.
+		if e.where != inFlight && !w.chosen(e) && e.h.shown.Before(limit) {
 			w.place(e, inFlight)
 			due = append(due, e)
 		}
@@ -1027,6 +1030,9 @@ func (w *statusWriter) place(e *refresh, p place) {
 		heap.Remove(&w.toShedLate, e.index)
 	}
 	e.where, e.index, e.keepIndex = p, -1, -1
+	if p == doomed || p == doomedLate {
+		w.donePoking(e) // not refreshed again: it waits for no renewal
+	}
 	switch p {
 	case waiting:
 		heap.Push(&w.waiting, e)
