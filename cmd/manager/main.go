@@ -118,7 +118,7 @@ func bindFlags(fs *flag.FlagSet, namespace string) *flagValues {
 	fs.DurationVar(&f.cfg.failoverSlack, "failover-slack", 0,
 		"Validity that held locks' status keeps ahead so that a standby taking over from a crashed leader adopts every lock before its status lapses; kept for locks whose ttl is at least twice it. 0: derived from the leader election flags (lease duration + 4.4 retry periods + 2s to adopt; 14.4s with the defaults), or none without leader election.")
 	fs.IntVar(&f.burst, "kube-api-burst", 400, "Client-side burst of API requests.")
-	fs.Float64Var(&f.cfg.eventQPS, "event-qps", 10,
+	fs.Float64Var(&f.cfg.eventQPS, "event-qps", operator.DefaultEventQPS,
 		"Events recorded per second, in bursts of five seconds' worth; the rest are dropped and counted in redlock_events_dropped_total (warnings go first). Every Event is an API write: a new leader adopting thousands of locks would otherwise crowd out its own Lease renewal. 0: no limit.")
 	f.zap.BindFlags(fs)
 	return f

@@ -43,6 +43,9 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
+// DefaultEventQPS is the manager's --event-qps.
+const DefaultEventQPS = 10
+
 // Options configures Setup.
 type Options struct {
 	// Namespace is where the operator's own pods run: managed sets'
@@ -74,7 +77,8 @@ type Options struct {
 	Manager               string
 	// EventQPS is how many Events a second the manager records, in bursts
 	// of five seconds' worth; the rest are dropped and counted
-	// (internal/eventlimit). 0: no limit.
+	// (internal/eventlimit). 0: no limit; the manager's default is
+	// DefaultEventQPS.
 	EventQPS float64
 	// Metrics receives the operator's metrics (registered by the caller).
 	Metrics *metrics.Metrics

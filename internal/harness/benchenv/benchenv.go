@@ -270,6 +270,9 @@ func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8srun
 		Metrics:       m,
 
 		StatusWriteQPS: o.StatusWriteQPS,
+		// The manager's own limit: every Event is a write the API server
+		// takes beside the refreshes (a shed records one per grant).
+		EventQPS: operator.DefaultEventQPS,
 	})
 	if err != nil {
 		return err
