@@ -17,11 +17,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,6 +181,8 @@ func run() error {
 	lapsedBy, samples := map[string]int{}, 0
 	causes := map[string]int{}
 	var stepAt time.Time
+	// The proxy's counts at the step and stepWindow after it.
+	atStep, afterStepStats := make(chan apiproxy.Stats, 1), make(chan apiproxy.Stats, 1)
 	// After the step, which locks each sample did not find held.
 	type afterStep struct {
 		at  time.Time
@@ -190,6 +194,8 @@ func run() error {
 	if *apiStepWrites > 0 {
 		stepAt = watchStart.Add(*duration / 2)
 		env.Proxy.SetAt(stepAt, apiproxy.Limits{WritesPerSecond: *apiStepWrites, Latency: *apiLatency})
+		time.AfterFunc(time.Until(stepAt), func() { atStep <- env.Proxy.Stats() })
+		time.AfterFunc(time.Until(stepAt.Add(stepWindow)), func() { afterStepStats <- env.Proxy.Stats() })
 		fmt.Printf("the API server's capacity steps from %v to %v writes/s at %v\n", *apiWrites, *apiStepWrites, *duration/2)
 	}
 	for time.Since(watchStart) < *duration {
@@ -275,6 +281,11 @@ func run() error {
 		}
 		fmt.Printf("| API server (apiproxy): writes/s / latency / step | %v / %v / %s |\n", *apiWrites, *apiLatency, step)
 		fmt.Printf("| … the manager's writes / reads through it, whole run; time writes waited for their turn | %d / %d; %v |\n", s.Writes, s.Reads, s.WriteWait.Round(time.Second))
+		fmt.Printf("| … its writes by kind, whole run | %s |\n", byKind(s.WritesBy, nil, 0))
+		if len(atStep) > 0 && len(afterStepStats) > 0 { // both taken: the watch went on that long
+			before, after := <-atStep, <-afterStepStats
+			fmt.Printf("| … its writes by kind in the %v after the step (per second) | %s |\n", stepWindow, byKind(after.WritesBy, before.WritesBy, stepWindow))
+		}
 	}
 	fmt.Printf("| time to grant all locks (or the last grant the manager admitted) | %v |\n", allHeld.Round(time.Millisecond))
 	fmt.Printf("| locks granted when granting settled / waiting to be admitted | %d / %d |\n", granted, *nLocks-granted)
@@ -594,4 +605,34 @@ func histQuantiles(reg *prometheus.Registry, name string, quantiles ...float64) 
 		return "", q(quantiles[0]), top
 	}
 	return q(quantiles[0]), q(quantiles[1]), top
+}
+
+// stepWindow is how long after a step the writes by kind are reported:
+// the time in which the writer measures the drop and chooses what to
+// shed.
+const stepWindow = 10 * time.Second
+
+// byKind lists the writes counted in now less those in before, most first,
+// as rates over span when it is not zero.
+func byKind(now, before map[string]int64, span time.Duration) string {
+	type kind struct {
+		name string
+		n    int64
+	}
+	var ks []kind
+	for name, n := range now {
+		if n -= before[name]; n > 0 {
+			ks = append(ks, kind{name, n})
+		}
+	}
+	slices.SortFunc(ks, func(a, b kind) int { return cmp.Compare(b.n, a.n) })
+	var out []string
+	for _, k := range ks {
+		if span > 0 {
+			out = append(out, fmt.Sprintf("%s %.1f", k.name, float64(k.n)/span.Seconds()))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %d", k.name, k.n))
+	}
+	return strings.Join(out, ", ")
 }

@@ -16,10 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +45,9 @@ type Stats struct {
 	Writes, Reads int64
 	// WriteWait is the time writes spent waiting for their turn, summed.
 	WriteWait time.Duration
+	// WritesBy counts the writes by method and resource, e.g. "PATCH
+	// distributedlocks/status" or "POST events".
+	WritesBy map[string]int64
 }
 
 // Proxy is a running proxy; Close stops it.
@@ -58,6 +63,7 @@ type Proxy struct {
 	changed time.Time // when Set last changed the limits
 
 	writes, reads, waitNanos atomic.Int64
+	writesBy                 map[string]int64 // under mu
 }
 
 // Start runs a proxy of the API server cfg names, with limits l, on a free
@@ -78,7 +84,7 @@ func Start(cfg *rest.Config, l Limits) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, cfg: cfg, limiter: rate.NewLimiter(rate.Inf, 1)}
+	p := &Proxy{ln: ln, cfg: cfg, limiter: rate.NewLimiter(rate.Inf, 1), writesBy: map[string]int64{}}
 	p.Set(l)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport
@@ -107,6 +113,9 @@ func (p *Proxy) handler(next http.Handler) http.Handler {
 			}
 			p.waitNanos.Add(int64(time.Since(start)))
 			p.writes.Add(1)
+			p.mu.Lock()
+			p.writesBy[r.Method+" "+resourceOf(r.URL.Path)]++
+			p.mu.Unlock()
 		} else {
 			p.reads.Add(1)
 		}
@@ -121,6 +130,32 @@ func (p *Proxy) handler(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// resourceOf is the resource (and subresource) a request path names:
+// /apis/g/v/namespaces/ns/distributedlocks/l/status is
+// "distributedlocks/status".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	default:
+		return path
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "namespaces"
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
 }
 
 func mutating(method string) bool {
@@ -163,7 +198,10 @@ func (p *Proxy) Config() *rest.Config {
 
 // Stats are the counts so far.
 func (p *Proxy) Stats() Stats {
-	return Stats{Writes: p.writes.Load(), Reads: p.reads.Load(), WriteWait: time.Duration(p.waitNanos.Load())}
+	p.mu.Lock()
+	by := maps.Clone(p.writesBy)
+	p.mu.Unlock()
+	return Stats{Writes: p.writes.Load(), Reads: p.reads.Load(), WriteWait: time.Duration(p.waitNanos.Load()), WritesBy: by}
 }
 
 // Close stops the proxy and its pending changes of limits, and ends the

@@ -114,6 +114,26 @@ func TestWritesPerSecond(t *testing.T) {
 	if s := p.Stats(); s.Writes != n || s.Reads != 0 || s.WriteWait <= 0 {
 		t.Errorf("stats %+v, want %d writes that waited", s, n)
 	}
+	if by := p.Stats().WritesBy; by["POST configmaps"] != 3 || by["PUT configmaps"] != 3 || by["PATCH configmaps"] != 2 || by["DELETE configmaps"] != 2 {
+		t.Errorf("writes by kind %v, want 3 POST, 3 PUT, 2 PATCH, 2 DELETE of configmaps", by)
+	}
+}
+
+func TestResourceOf(t *testing.T) {
+	for path, want := range map[string]string{
+		"/apis/redlock.dev/v1alpha1/namespaces/ns/distributedlocks/l/status": "distributedlocks/status",
+		"/apis/redlock.dev/v1alpha1/namespaces/ns/distributedlocks/l":        "distributedlocks",
+		"/api/v1/namespaces/ns/events":                                       "events",
+		"/apis/coordination.k8s.io/v1/namespaces/ns/leases/l":                "leases",
+		"/api/v1/namespaces/ns":                                              "namespaces",
+		"/api/v1/namespaces":                                                 "namespaces",
+		"/apis/redlock.dev/v1alpha1/distributedlocks":                        "distributedlocks",
+		"/version": "/version",
+	} {
+		if got := resourceOf(path); got != want {
+			t.Errorf("resourceOf(%q) = %q, want %q", path, got, want)
+		}
+	}
 }
 
 // Reads pass while writes queue; Set lifts the limit for the writes after
