@@ -98,21 +98,33 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 		return
 	}
 	w.strikes++
-	if shedPerSecond <= 0 || (w.strikes < 2 && win.demand <= win.budget) ||
-		(len(w.shed) > 0 && win.demand <= shedTarget*w.load.capacity) {
-		// Nothing to shed, one overloaded window may be a blip (shed when
-		// it lasts), or the grants chosen before, not shown shed yet,
-		// cover the excess: the backlog drains as they go. More is chosen
-		// while they do only when the capacity measured fell below what
-		// the others need (a drop is measured over a few windows). That
-		// capacity is shared with the Shed writes' Events, and so sheds
-		// more than the API server's capacity asks for (docs/design/
-		// overload.md#tried-on-2026-12-06): on the safe side, and a rule
-		// that chose more only on the kept refreshes let kept locks lapse
-		// in make test when the machine slowed beside other suites.
+	if !shedNow(w.strikes, len(w.shed) > 0, win.demand, win.budget, w.load.capacity, shedPerSecond) {
 		return
 	}
 	w.chooseToShed(win, shedPerSecond)
+}
+
+// shedNow reports whether a pressed window, the strikes-th in a row,
+// chooses grants to shed perSecond of demand. One pressed window may be a
+// blip: grants are shed when it lasts, or at once when demand is over the
+// budget. While grants chosen before wait for their Shed (pending), the
+// others were brought to shedTarget of the capacity then measured, and the
+// room left is the Shed writes': the capacity measured meanwhile counts
+// the refreshes and the Sheds shown, not the Sheds' Events nor the writes
+// of those still in flight, and falls by their share whatever the API
+// server takes. So more is chosen then only when it fell below what the
+// others need: the API server's capacity fell again. The reasoning:
+// docs/design/overload.md#a-drop-of-capacity.
+func shedNow(strikes int, pending bool, demand, budget, capacity, perSecond float64) bool {
+	switch {
+	case perSecond <= 0:
+		return false
+	case strikes < 2 && demand <= budget:
+		return false
+	case pending:
+		return demand > capacity
+	}
+	return true
 }
 
 // tellOverload sets the overload metric and logs when the load state
