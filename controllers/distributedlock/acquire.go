@@ -32,11 +32,14 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// grantRecheck). redlock_status_write_backlog, _demand_per_second
 		// and _capacity_per_second show why. One message for both
 		// causes: a message alternating between them would cost a status
-		// write each time. A shed grant keeps showing Shed meanwhile.
+		// write each time. A shed grant keeps showing Shed meanwhile, with
+		// its message (why, and that it is granted again once there is
+		// room): one of this reconcile's would cost a second status write
+		// for each grant shed, while status writes are short.
 		reason, msg := v1alpha1.ReasonStatusWritesBehind,
 			"waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
-		if heldConditionReason(lock.Status) == v1alpha1.ReasonShed {
-			reason = v1alpha1.ReasonShed
+		if c := heldCondition(lock.Status); c != nil && c.Reason == v1alpha1.ReasonShed {
+			reason, msg = c.Reason, c.Message
 		}
 		s.setHeld(metav1.ConditionFalse, reason, msg)
 		recheck := cmp.Or(r.GrantRecheck, grants.GrantRecheck)

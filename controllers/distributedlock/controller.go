@@ -395,10 +395,15 @@ func (r *Reconciler) holderNodePhase(ctx context.Context, s *scope) (flow, error
 
 // heldConditionReason is the reason of status's Held condition, or "".
 func heldConditionReason(st v1alpha1.DistributedLockStatus) string {
-	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld); c != nil {
+	if c := heldCondition(st); c != nil {
 		return c.Reason
 	}
 	return ""
+}
+
+// heldCondition is st's Held condition, or nil.
+func heldCondition(st v1alpha1.DistributedLockStatus) *metav1.Condition {
+	return meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld)
 }
 
 // resolveMasterSet finds the lock's master set and its client, and checks

@@ -159,7 +159,7 @@ func (w *statusWriter) chooseToShed(win loadWindow, perSecond float64) {
 		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.AcquiredAt, perSecond: w.sched.perSecond(e.ttl)})
 	}
 	uids := chooseShed(cands, perSecond)
-	why := fmt.Sprintf("status writes cannot keep every held lock refreshed: the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed",
+	why := fmt.Sprintf("status writes cannot keep every held lock refreshed: the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed, and granted again once status writes leave room",
 		win.demand, w.load.capacity, win.budget)
 	for _, uid := range uids {
 		w.shed[uid] = why
