@@ -176,6 +176,10 @@ func run() error {
 	writesW := counterSum(reg, "redlock_status_writes_total")
 	renewalsW := histCount(reg, "redlock_lock_renew_lateness_seconds")
 	extendsW := opCount(reg, "extend")
+	var proxyW, proxyEnd apiproxy.Stats // the proxy's counts over the watch
+	if env.Proxy != nil {
+		proxyW = env.Proxy.Stats()
+	}
 	// Lapses by lock: a lock shed later in the run lapsed before its Shed
 	// showed (counted apart from the locks kept).
 	lapsedBy, samples := map[string]int{}, 0
@@ -234,6 +238,9 @@ func run() error {
 		}
 	}
 	watched := time.Since(watchStart)
+	if env.Proxy != nil {
+		proxyEnd = env.Proxy.Stats()
+	}
 	// A lock shed while the API server is short of writes may lapse before
 	// its Shed shows (its write waits behind the kept grants' refreshes):
 	// the samples go on, uncounted, until every lock that lapsed is held
@@ -282,6 +289,7 @@ func run() error {
 		fmt.Printf("| API server (apiproxy): writes/s / latency / step | %v / %v / %s |\n", *apiWrites, *apiLatency, step)
 		fmt.Printf("| … the manager's writes / reads through it, whole run; time writes waited for their turn | %d / %d; %v |\n", s.Writes, s.Reads, s.WriteWait.Round(time.Second))
 		fmt.Printf("| … its writes by kind, whole run | %s |\n", byKind(s.WritesBy, nil, 0))
+		fmt.Printf("| … its writes by kind while watched (per second) | %s |\n", byKind(proxyEnd.WritesBy, proxyW.WritesBy, watched))
 		if len(atStep) > 0 && len(afterStepStats) > 0 { // both taken: the watch went on that long
 			before, after := <-atStep, <-afterStepStats
 			fmt.Printf("| … its writes by kind in the %v after the step (per second) | %s |\n", stepWindow, byKind(after.WritesBy, before.WritesBy, stepWindow))
