@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,15 +33,8 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// grantRecheck). redlock_status_write_backlog, _demand_per_second
 		// and _capacity_per_second show why. One message for both
 		// causes: a message alternating between them would cost a status
-		// write each time. A shed grant keeps showing Shed meanwhile, with
-		// its message (why, and that it is granted again once there is
-		// room): one of this reconcile's would cost a second status write
-		// for each grant shed, while status writes are short.
-		reason, msg := v1alpha1.ReasonStatusWritesBehind,
-			"waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
-		if c := heldCondition(lock.Status); c != nil && c.Reason == v1alpha1.ReasonShed {
-			reason, msg = c.Reason, c.Message
-		}
+		// write each time.
+		reason, msg := waitingForRoom(heldCondition(lock.Status))
 		s.setHeld(metav1.ConditionFalse, reason, msg)
 		recheck := cmp.Or(r.GrantRecheck, grants.GrantRecheck)
 		s.requeueAfter(recheck + jitter(recheck))
@@ -90,6 +84,24 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		AcquiredAt: r.Clock.Now(), Quorum: c.Quorum(),
 	}
 	r.startSession(s, h, lk, c)
+}
+
+// waitingForRoom is the Held reason and message (status False) of a lock whose grant
+// waits for room in the status writes, held showing before. A grant shed
+// by the status writer keeps showing Shed with the writer's message (why,
+// and that it is granted again once there is room): a message of the
+// waiting reconcile's would cost a second status write for each grant
+// shed, while status writes are short. Any other Shed message (the last
+// grant's keys kept until a time) gives way to the waiting one.
+func waitingForRoom(held *metav1.Condition) (reason, msg string) {
+	if held != nil && held.Reason == v1alpha1.ReasonShed && strings.HasPrefix(held.Message, grants.ShedWhy) {
+		return held.Reason, held.Message
+	}
+	reason = v1alpha1.ReasonStatusWritesBehind
+	if held != nil && held.Reason == v1alpha1.ReasonShed {
+		reason = v1alpha1.ReasonShed
+	}
+	return reason, "waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
 }
 
 // adopt resumes a grant that status shows valid but this manager does not

@@ -147,6 +147,9 @@ func (w *statusWriter) tellOverload(prev loadState, win loadWindow, now time.Tim
 	}
 }
 
+// ShedWhy begins the message of every grant the writer sheds.
+const ShedWhy = "status writes cannot keep every held lock refreshed"
+
 // chooseToShed chooses grants not chosen yet, youngest first, to shed
 // perSecond of demand after window win: none is refreshed again
 // (shed.go). Callers hold w.mu.
@@ -159,7 +162,7 @@ func (w *statusWriter) chooseToShed(win loadWindow, perSecond float64) {
 		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.AcquiredAt, perSecond: w.sched.perSecond(e.ttl)})
 	}
 	uids := chooseShed(cands, perSecond)
-	why := fmt.Sprintf("status writes cannot keep every held lock refreshed: the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed, and granted again once status writes leave room",
+	why := fmt.Sprintf(ShedWhy+": the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed, and granted again once status writes leave room",
 		win.demand, w.load.capacity, win.budget)
 	for _, uid := range uids {
 		w.shed[uid] = why

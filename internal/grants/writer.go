@@ -373,9 +373,9 @@ func (w *statusWriter) handOver(log logr.Logger) {
 	var due []*refresh
 	limit := time.Now().Add(w.sched.failover)
 	for _, e := range w.entries {
-		// A grant chosen to shed is not refreshed again (shed.go): its
-		// validity may have passed already, and a reader that saw it
-		// pass must not see the grant held again.
+		// A grant chosen to shed is not refreshed again (shed.go), here
+		// neither: its validity may have passed already. The next leader
+		// adopts it while that lasts, or ends it (ValidityExpired).
 		if e.where != inFlight && !w.chosen(e) && e.h.shown.Before(limit) {
 			w.place(e, inFlight)
 			due = append(due, e)
