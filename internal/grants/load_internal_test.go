@@ -255,8 +255,7 @@ func TestOverloadLastsWithoutPressing(t *testing.T) {
 
 // TestShedNow: a pressed window sheds when it lasts or demand is over the
 // budget; while grants chosen before wait for their Shed, only when the
-// capacity measured fell below what the others need (the Shed writes
-// take the room above it).
+// capacity measured fell below what the others need over shedTarget.
 func TestShedNow(t *testing.T) {
 	for _, c := range []struct {
 		name                             string
@@ -269,8 +268,8 @@ func TestShedNow(t *testing.T) {
 		{name: "one pressed window, within the budget", strikes: 1, demand: 60, budget: 150, capacity: 50, perSec: 20},
 		{name: "one pressed window, over the budget", strikes: 1, demand: 200, budget: 150, capacity: 150, perSec: 80, want: true},
 		{name: "two pressed windows", strikes: 2, demand: 60, budget: 150, capacity: 50, perSec: 20, want: true},
-		{name: "Sheds pending, the others carried (kept at 80 % of 50, measured 42 beside the Sheds)", strikes: 5, pending: true, demand: 40, budget: 150, capacity: 42, perSec: 6.4},
-		{name: "Sheds pending, the capacity fell again", strikes: 5, pending: true, demand: 40, budget: 150, capacity: 30, perSec: 16, want: true},
+		{name: "Sheds pending, the others within 80 % of the capacity measured", strikes: 5, pending: true, demand: 40, budget: 150, capacity: 50, perSec: 0.1},
+		{name: "Sheds pending, the capacity measured fell", strikes: 5, pending: true, demand: 40, budget: 150, capacity: 42, perSec: 6.4, want: true},
 	} {
 		if got := shedNow(c.strikes, c.pending, c.demand, c.budget, c.capacity, c.perSec); got != c.want {
 			t.Errorf("%s: shedNow = %v, want %v", c.name, got, c.want)
