@@ -86,22 +86,22 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	r.startSession(s, h, lk, c)
 }
 
-// waitingForRoom is the Held reason and message (status False) of a lock whose grant
-// waits for room in the status writes, held showing before. A grant shed
-// by the status writer keeps showing Shed with the writer's message (why,
-// and that it is granted again once there is room): a message of the
-// waiting reconcile's would cost a second status write for each grant
-// shed, while status writes are short. Any other Shed message (the last
-// grant's keys kept until a time) gives way to the waiting one.
+// waitingForRoom is the Held reason and message (status False) of a lock
+// whose grant waits for room in the status writes, held showing before. A
+// grant shed by the status writer keeps showing Shed with the writer's
+// message (why, and that it is granted again once there is room): a
+// message of the waiting reconcile's would cost a second status write for
+// each grant shed, while status writes are short. Any other Shed message
+// (the last grant's keys kept until a time) gives way to the waiting one.
 func waitingForRoom(held *metav1.Condition) (reason, msg string) {
-	if held != nil && held.Reason == v1alpha1.ReasonShed && strings.HasPrefix(held.Message, grants.ShedWhy) {
+	const waiting = "waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
+	switch {
+	case held == nil || held.Reason != v1alpha1.ReasonShed:
+		return v1alpha1.ReasonStatusWritesBehind, waiting
+	case strings.HasPrefix(held.Message, grants.ShedWhy):
 		return held.Reason, held.Message
 	}
-	reason = v1alpha1.ReasonStatusWritesBehind
-	if held != nil && held.Reason == v1alpha1.ReasonShed {
-		reason = v1alpha1.ReasonShed
-	}
-	return reason, "waiting: the status refreshes of the locks held go first; a grant is made when they leave room (redlock_status_write_backlog, redlock_status_write_capacity_per_second)"
+	return v1alpha1.ReasonShed, waiting
 }
 
 // adopt resumes a grant that status shows valid but this manager does not

@@ -359,10 +359,11 @@ const handoverTimeout = 15 * time.Second
 // handOver runs when the manager stops: it refreshes every held lock not
 // chosen to shed whose shown validity passes within the failover slack,
 // nearest first, with a renewal asked for then (the Sessions renew until
-// the handover is done: sessions.last). The manager still leads (it releases its Lease once its
-// runnables have stopped), and the next leader takes the released Lease
-// within a few retry periods and adopts: a lock whose lead is a tenth of
-// its ttl would otherwise lapse meanwhile (a rollout of the operator).
+// the handover is done: sessions.last). The manager still leads (it
+// releases its Lease once its runnables have stopped), and the next
+// leader takes the released Lease within a few retry periods and adopts:
+// a lock whose lead is a tenth of its ttl would otherwise lapse meanwhile
+// (a rollout of the operator).
 func (w *statusWriter) handOver(log logr.Logger) {
 	if w.sched.failover <= 0 {
 		return // no standby to hand over to
