@@ -3,6 +3,7 @@ package grants
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
-	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 // TestGrantsChosenToShedAreShownShedInTurn: a grant chosen to shed is not
@@ -26,16 +26,7 @@ import (
 // forgotten, while the other grants' refreshes go on.
 func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 	const kept, doomedN = 6, 20
-	var mu sync.Mutex
-	patched := map[string]int{}
-	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
-		SubResourcePatch: func(_ context.Context, _ client.Client, _ string, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
-			mu.Lock()
-			patched[obj.GetName()]++
-			mu.Unlock()
-			return nil
-		},
-	}).Build()
+	c, patches := countingPatches()
 	ss := newSessions()
 	w := newStatusWriter(c, nil, metrics.New(), ss, 1000, 0)
 	asked := make(chan types.NamespacedName, doomedN*2)
@@ -47,10 +38,8 @@ func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 		h := &Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, Holder: "h", Token: 1,
 			AcquiredAt: now.Add(time.Duration(i) * time.Second)}
 		ss.hold(h, func() *renewal.Session {
-			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
-				renewal.Config{Client: func() *redlock.Client { return nil }})
+			return idleSession(t, time.Minute, now.Add(time.Hour))
 		})
-		t.Cleanup(h.Session.Orphan)
 		byName[name] = h
 		w.track(h, now.Add(50*time.Second), time.Minute)
 	}
@@ -104,8 +93,7 @@ func TestGrantsChosenToShedAreShownShedInTurn(t *testing.T) {
 			w.forget(byName[n.Name]) // its reconcile showed it Shed and dropped it
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	patched := patches()
 	for name, h := range byName {
 		chosenOne := h.AcquiredAt.Sub(now) >= kept*time.Second
 		switch {
@@ -188,9 +176,7 @@ func TestALateShedIsShownWhileRefreshesAreReady(t *testing.T) {
 // the backlog open, and every window looked saturated.
 func TestAGrantChosenToShedWaitsForNoRenewal(t *testing.T) {
 	const ttl = time.Minute
-	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
-		renewal.Config{Client: func() *redlock.Client { return nil }})
-	t.Cleanup(s.Orphan)
+	s := idleSession(t, ttl, time.Now().Add(2*time.Hour))
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	now := time.Now()
 	e := &refresh{h: &Grant{UID: "late", Session: s, shown: now.Add(StatusLead(ttl))}, ttl: ttl, index: -1}
@@ -217,6 +203,33 @@ func TestAGrantChosenToShedWaitsForNoRenewal(t *testing.T) {
 // chosen to shed: not refreshed again, it may be shown past its validity
 // already, and must not be shown held again.
 func TestHandOverLeavesGrantsChosenToShed(t *testing.T) {
+	c, patches := countingPatches()
+	ss := newSessions()
+	w := newStatusWriter(c, events.NewFakeRecorder(10), metrics.New(), ss, 100, 10*time.Second)
+	now := time.Now()
+	for name, shown := range map[string]time.Duration{"kept": 2 * time.Second, "shed": 2 * time.Second, "shedLate": -time.Second} {
+		h := &Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, Holder: "h", Token: 1, AcquiredAt: now}
+		ss.hold(h, func() *renewal.Session {
+			return idleSession(t, time.Minute, now.Add(time.Hour))
+		})
+		w.track(h, now.Add(shown), time.Minute)
+	}
+	w.mu.Lock()
+	for _, uid := range []types.UID{"shed", "shedLate"} {
+		w.shed[uid] = "chosen"
+		w.place(w.entries[uid], parked) // doomed
+	}
+	w.mu.Unlock()
+	w.handOver(logr.Discard())
+	patched := patches()
+	if patched["kept"] != 1 || patched["shed"] != 0 || patched["shedLate"] != 0 {
+		t.Errorf("handover refreshes %v, want the kept grant's alone, once", patched)
+	}
+}
+
+// countingPatches is a client whose status patches succeed, and a func
+// that returns how many each object got so far.
+func countingPatches() (client.Client, func() map[string]int) {
 	var mu sync.Mutex
 	patched := map[string]int{}
 	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
@@ -227,28 +240,9 @@ func TestHandOverLeavesGrantsChosenToShed(t *testing.T) {
 			return nil
 		},
 	}).Build()
-	ss := newSessions()
-	w := newStatusWriter(c, events.NewFakeRecorder(10), metrics.New(), ss, 100, 10*time.Second)
-	now := time.Now()
-	for name, shown := range map[string]time.Duration{"kept": 2 * time.Second, "shed": 2 * time.Second, "shedLate": -time.Second} {
-		h := &Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, Holder: "h", Token: 1, AcquiredAt: now}
-		ss.hold(h, func() *renewal.Session {
-			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
-				renewal.Config{Client: func() *redlock.Client { return nil }})
-		})
-		t.Cleanup(h.Session.Orphan)
-		w.track(h, now.Add(shown), time.Minute)
-	}
-	w.mu.Lock()
-	for _, uid := range []types.UID{"shed", "shedLate"} {
-		w.shed[uid] = "chosen"
-		w.place(w.entries[uid], parked) // doomed
-	}
-	w.mu.Unlock()
-	w.handOver(logr.Discard())
-	mu.Lock()
-	defer mu.Unlock()
-	if patched["kept"] != 1 || patched["shed"] != 0 || patched["shedLate"] != 0 {
-		t.Errorf("handover refreshes %v, want the kept grant's alone, once", patched)
+	return c, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(patched)
 	}
 }

@@ -172,9 +172,7 @@ func TestRefreshAsksForItsRenewal(t *testing.T) {
 	const ttl = 10 * time.Second
 	// A Session renewing on its own only in half an hour: its last
 	// renewal is the grant's (now).
-	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
-		renewal.Config{Client: func() *redlock.Client { return nil }})
-	t.Cleanup(s.Orphan)
+	s := idleSession(t, ttl, time.Now().Add(2*time.Hour))
 	renewed := s.State().RenewedAt
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	track := func(uid string, due time.Time) *refresh {
@@ -221,9 +219,7 @@ func TestRefreshAsksForItsRenewal(t *testing.T) {
 // renewal is reported, not on an older one at its wake time.
 func TestBackedOffRefreshesWaitTheirTime(t *testing.T) {
 	const ttl = time.Minute // renewLead 1s: as long as the refused backoff
-	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
-		renewal.Config{Client: func() *redlock.Client { return nil }})
-	t.Cleanup(s.Orphan)
+	s := idleSession(t, ttl, time.Now().Add(2*time.Hour))
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	now := time.Now()
 	entry := func(uid string) *refresh {
@@ -376,9 +372,7 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	base := time.Now()
-	sess := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: 10 * time.Second, Every: time.Hour, ValidUntil: base.Add(2 * time.Hour)},
-		renewal.Config{Client: func() *redlock.Client { return nil }})
-	t.Cleanup(sess.Orphan)
+	sess := idleSession(t, 10*time.Second, base.Add(2*time.Hour))
 	var all []*refresh
 	for i := range 50 {
 		e := &refresh{h: &Grant{UID: types.UID(string(rune('A' + i))), Session: sess}, ttl: 10 * time.Second, index: -1}
@@ -493,10 +487,8 @@ func TestWaitingGrantsWakeWhenRoomAppears(t *testing.T) {
 	for i := range holders {
 		h := &Grant{UID: types.UID(fmt.Sprintf("h%d", i)), Name: types.NamespacedName{Name: fmt.Sprintf("h%d", i)}}
 		ss.hold(h, func() *renewal.Session {
-			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
-				renewal.Config{Client: func() *redlock.Client { return nil }})
+			return idleSession(t, ttl, now.Add(time.Hour))
 		})
-		t.Cleanup(h.Session.Orphan)
 		w.track(h, now.Add(time.Hour), ttl)
 		kept = append(kept, h)
 	}
@@ -650,9 +642,7 @@ func TestRefreshPatchTestsTheTextStatusHolds(t *testing.T) {
 // due time.
 func TestAdoptedGrantsAreRefreshedAtOnce(t *testing.T) {
 	const ttl = time.Minute
-	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: time.Now().Add(2 * time.Hour)},
-		renewal.Config{Client: func() *redlock.Client { return nil }})
-	t.Cleanup(s.Orphan)
+	s := idleSession(t, ttl, time.Now().Add(2*time.Hour))
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 10, 0)
 	now := time.Now()
 	far, near := &Grant{UID: "far", ID: "g-far", Session: s}, &Grant{UID: "near", ID: "g-near", Session: s}
@@ -710,10 +700,8 @@ func TestWritesInFlightFollowTheRoundTrip(t *testing.T) {
 		h := &Grant{UID: types.UID(fmt.Sprintf("u%d", i)), Name: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("l%d", i)},
 			ID: fmt.Sprintf("g%d", i), Holder: "h", Token: 1}
 		ss.hold(h, func() *renewal.Session {
-			return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
-				renewal.Config{Client: func() *redlock.Client { return nil }})
+			return idleSession(t, time.Minute, now.Add(time.Hour))
 		})
-		t.Cleanup(h.Session.Orphan)
 		w.track(h, now.Add(50*time.Second), time.Minute)
 		w.mu.Lock()
 		w.place(w.entries[h.UID], ready) // due now (not adopted: a new leader's adoptions keep the least in flight)
@@ -831,10 +819,8 @@ func TestHandOverResendsWritesCutShort(t *testing.T) {
 	now := time.Now()
 	h := &Grant{UID: "u", Name: types.NamespacedName{Namespace: "ns", Name: "l"}, ID: "g", Holder: "h", Token: 1}
 	ss.hold(h, func() *renewal.Session {
-		return renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: time.Minute, Every: time.Hour, ValidUntil: now.Add(time.Hour)},
-			renewal.Config{Client: func() *redlock.Client { return nil }})
+		return idleSession(t, time.Minute, now.Add(time.Hour))
 	})
-	t.Cleanup(h.Session.Orphan)
 	w.writeAdopted(h, now.Add(2*time.Second), time.Minute) // ready at once, within the failover slack
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -1082,4 +1068,15 @@ func showingG1(shown time.Time) v1alpha1.DistributedLockStatus {
 		AcquiredAt: v1alpha1.NewPreciseTime(shown.Add(-time.Minute)), RenewedAt: v1alpha1.NewPreciseTime(shown.Add(-9 * time.Second)),
 		ValidUntil: v1alpha1.NewPreciseTime(shown),
 	}
+}
+
+// idleSession is a Session of a grant valid until validUntil that renews
+// on its own only in an hour, with no masters: its last renewal is now.
+// It is orphaned when the test ends.
+func idleSession(t *testing.T, ttl time.Duration, validUntil time.Time) *renewal.Session {
+	t.Helper()
+	s := renewal.Hold(t.Context(), renewal.Grant{Key: "k", TTL: ttl, Every: time.Hour, ValidUntil: validUntil},
+		renewal.Config{Client: func() *redlock.Client { return nil }})
+	t.Cleanup(s.Orphan)
+	return s
 }
