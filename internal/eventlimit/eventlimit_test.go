@@ -76,3 +76,47 @@ func TestNoLimit(t *testing.T) {
 		t.Fatalf("%d Events recorded of 500 without a limit", got)
 	}
 }
+
+// TestYieldLowersTheRateNeverRaisesIt: while the status writer is
+// overloaded the rate is what it leaves, at most the manager's own; 0
+// gives the manager's back.
+func TestYieldLowersTheRateNeverRaisesIt(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		own       float64
+		yield     float64
+		wantInSec int // Warning Events let through in a second once the burst is used
+	}{
+		{name: "overloaded: the room left", own: 10, yield: 2, wantInSec: 2},
+		{name: "more room than the manager's limit: its limit", own: 10, yield: 50, wantInSec: 10},
+		{name: "no longer overloaded: the manager's limit", own: 10, yield: 0, wantInSec: 10},
+		{name: "a manager without a limit, overloaded: the room left", own: 0, yield: 3, wantInSec: 3},
+	} {
+		// The burst is New's (10), or a second's worth while yielded
+		// (at least minBurst).
+		wantBurst := 10
+		if tc.yield > 0 && (tc.own == 0 || tc.yield < tc.own) {
+			wantBurst = max(minBurst, int(tc.yield))
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(events.NewFakeRecorder(100), tc.own, 10, newDropped(), logr.Discard())
+			r.Yield(5)
+			r.Yield(tc.yield)
+			if b := r.limit.Burst(); b != wantBurst {
+				t.Errorf("burst %d, want %d", b, wantBurst)
+			}
+			now := time.Now().Add(time.Minute) // the bucket full
+			for r.allow(corev1.EventTypeWarning, now) {
+			}
+			n := 0
+			for ms := 1; ms <= 1000; ms++ {
+				if r.allow(corev1.EventTypeWarning, now.Add(time.Duration(ms)*time.Millisecond)) {
+					n++
+				}
+			}
+			if n != tc.wantInSec {
+				t.Errorf("let through %d Events in the second after the burst, want %d", n, tc.wantInSec)
+			}
+		})
+	}
+}

@@ -10,7 +10,9 @@ import (
 
 // Overload and shedding. Every loadTick the writer measures a window of
 // refreshes (committed, landed tight, landed late, time due ones waited)
-// and estimates the writes per second the API server takes (capacity). It
+// and of every write the manager sent, and estimates the writes per second
+// the API server takes (api) and the refreshes' share of it (capacity): api
+// less the other writes that are not grants or sheds. It
 // is overloaded when the held grants need more than capacity or the
 // budget, or when a tenth of its refreshes land tight, until demand is
 // back within shedTarget of capacity. While overloaded, new grants wait.
@@ -55,7 +57,6 @@ const (
 type loadWindow struct {
 	span       time.Duration
 	written    int             // refreshes committed
-	shown      int             // grants shown Shed (shed.go): writes the API server took beside the refreshes
 	tight      int             // ... with less than half their lead left
 	late       int             // ... after the validity they replaced had passed
 	slacks     []time.Duration // validity left when each landed, but adoptions' first refreshes
@@ -68,6 +69,13 @@ type loadWindow struct {
 	// two refreshes of a grant held (its ttl less its lead).
 	waiting bool
 	period  time.Duration
+	// shown is the grants shown Shed (Set.ShedShown) and granted the new
+	// grants tracked: each wrote its status, and records an Event;
+	// reported is the late refreshes that record one (StatusWriteLate).
+	// all is every write of the manager that committed (apiwrites), or
+	// written plus shown where they are not counted; events is the Events
+	// of them.
+	shown, granted, reported, all, events int
 }
 
 // landsTight reports whether more than tightShare of the window's
@@ -77,13 +85,44 @@ func (w loadWindow) landsTight() bool {
 	return w.written >= minSample && float64(w.tight) > tightShare*float64(w.written)
 }
 
+// otherWrites is what window w's writes besides refreshes, sheds and
+// grants took (leases, the finalizers of new locks, releases, waiting
+// messages, pods' marks), given the Events owed for sheds, grants and
+// late refreshes before it, and those still owed after it. Each records
+// an Event, written a moment after (or dropped past the recorder's
+// limit): Events up to those owed are theirs, and a window without any
+// says those owed before it were dropped. The late refreshes' Events are
+// theirs too: counted as other, a drop's late refreshes took capacity
+// from the refreshes by their Events, and more grants were shed for them.
+func otherWrites(w loadWindow, owed int) (other, stillOwed int) {
+	recorded := w.shown + w.granted + w.reported
+	owed += recorded
+	booked := min(w.events, owed)
+	owed -= booked
+	if w.events == 0 {
+		owed = recorded
+	}
+	return max(0, w.all-w.written-w.shown-w.granted-booked), owed
+}
+
 // loadState is the writer's view of its load.
 type loadState struct {
 	// capacity is the refreshes per second the API server is estimated to
-	// take (at most the budget); measured reports whether that came from
-	// a saturated window rather than the budget.
-	capacity   float64
-	measured   bool
+	// take (at most the budget): api less other. measured reports whether
+	// that came from saturated windows rather than the budget.
+	capacity float64
+	measured bool
+	// api is the writes per second of every kind the API server is
+	// estimated to take from this manager (measured: the budget
+	// otherwise); other is the median of what the other writes took over
+	// the last saturatedWindows windows (otherWrites), others those rates.
+	// Grants and sheds are left out of other: they are the control's own
+	// moves, and counted in it they shed held grants to make room for new
+	// ones, and more grants for the Shed writes of the first.
+	api        float64
+	other      float64
+	others     []float64
+	owedEvents int // Events owed for sheds and grants (otherWrites)
 	overloaded bool
 	// pressed: the window itself was behind, or refreshes landed tight or
 	// late (overloaded also lasts, after that, until demand is back within
@@ -91,12 +130,12 @@ type loadState struct {
 	pressed bool
 	// cooldown is how many windows capacity stays put after a shed.
 	cooldown int
-	// rates are what committed in the last saturatedWindows saturated
-	// windows (oldest first): capacity is their median, so that one
-	// window's dip (a second in which the API server served grants) does
-	// not shed a third of the grants held.
+	// rates are the writes of every kind that committed in the last
+	// saturatedWindows saturated windows (oldest first): api is their
+	// median, so that one window's dip does not shed a third of the
+	// grants held.
 	rates []float64
-	// sinceGrowth is how many windows passed since capacity last grew by
+	// sinceGrowth is how many windows passed since api last grew by
 	// recovery or was measured.
 	sinceGrowth int
 	// recent is what committed in the last saturatedWindows windows,
@@ -105,7 +144,7 @@ type loadState struct {
 }
 
 // initialLoad is the state before anything was measured.
-func initialLoad(budget float64) loadState { return loadState{capacity: budget} }
+func initialLoad(budget float64) loadState { return loadState{capacity: budget, api: budget} }
 
 // nextLoad is the load state after window w, and how many refreshes per
 // second of demand to shed.
@@ -118,7 +157,7 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	// there, not in the writer).
 	saturated := (w.backlogged >= time.Duration(saturatedShare*float64(w.span)) && w.limited < w.backlogged/2) ||
 		(w.busy >= time.Duration(saturatedShare*float64(w.span)) && w.landsTight())
-	if w.span > staleSpan || (w.written+w.shown == 0 && saturated) {
+	if w.span > staleSpan || (w.all == 0 && saturated) {
 		return prev, 0 // no information
 	}
 	next := nextCapacity(prev, w, saturated)
@@ -189,27 +228,45 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next := prev
 	next.cooldown = max(prev.cooldown-1, 0)
 	next.sinceGrowth = prev.sinceGrowth + 1
-	rate := float64(w.written+w.shown) / w.span.Seconds()
-	next.recent = append(slices.Clone(prev.recent[max(0, len(prev.recent)-saturatedWindows+1):]), rate)
+	rate := float64(w.all) / w.span.Seconds()
+	next.recent = lastRates(prev.recent, rate)
+	other, owed := otherWrites(w, prev.owedEvents)
+	next.others, next.owedEvents = lastRates(prev.others, float64(other)/w.span.Seconds()), owed
+	next.other = median(next.others)
 	switch {
 	case saturated:
-		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
-		c := median(next.rates)
-		next.capacity, next.measured, next.sinceGrowth = min(w.budget, c), c < w.budget, 0
+		next.rates = lastRates(prev.rates, rate)
+		next.api, next.measured, next.sinceGrowth = median(next.rates), true, 0
 	case !prev.measured:
 		// The budget: nothing to recover.
-	case len(next.recent) == saturatedWindows && median(next.recent) > prev.capacity:
-		next.capacity, next.rates = min(median(next.recent), w.budget), nil
-		next.measured = next.capacity < w.budget
+	case len(next.recent) == saturatedWindows && median(next.recent) > prev.api:
+		next.api, next.rates = median(next.recent), nil
 	case prev.cooldown > 0 || !w.waiting || time.Duration(next.sinceGrowth)*loadTick < w.period:
-	case prev.capacity*recovery >= w.budget:
-		next.capacity, next.measured, next.rates, next.sinceGrowth = w.budget, false, nil, 0
 	default:
 		// Recovering: the rates measured before no longer say what the
 		// API server takes.
-		next.capacity, next.rates, next.sinceGrowth = prev.capacity*recovery, nil, 0
+		next.api, next.rates, next.sinceGrowth = prev.api*recovery, nil, 0
 	}
-	return next
+	return next.withCapacity(w.budget)
+}
+
+// withCapacity is l with its capacity set from api and other: the budget
+// (and no longer measured) when that leaves the refreshes more.
+func (l loadState) withCapacity(budget float64) loadState {
+	if l.measured && l.api-l.other >= budget {
+		l.measured, l.rates, l.sinceGrowth = false, nil, 0
+	}
+	if !l.measured {
+		l.api, l.capacity = budget+l.other, budget
+		return l
+	}
+	l.capacity = max(0, l.api-l.other)
+	return l
+}
+
+// lastRates is rates with rate added, the last saturatedWindows kept.
+func lastRates(rates []float64, rate float64) []float64 {
+	return append(slices.Clone(rates[max(0, len(rates)-saturatedWindows+1):]), rate)
 }
 
 // median is the median of rates (not empty).

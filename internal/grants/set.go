@@ -35,6 +35,14 @@ type Config struct {
 	// no name. Manager names the publisher in it.
 	Report  types.NamespacedName
 	Manager string
+	// Writes, when set, counts every write the manager sent to the API
+	// server, and the Events of them (apiwrites.Counter.Writes): the
+	// capacity the writer measures is then all of them, not its refreshes
+	// alone.
+	Writes func() (all, events int64)
+	// EventRoom, when set, is told the Events a second the writer leaves
+	// while overloaded (0: no limit of the writer's; eventlimit.Yield).
+	EventRoom func(perSecond float64)
 }
 
 // Callbacks are how a Set reaches the controller, in the manner of
@@ -65,6 +73,11 @@ func New(cfg Config, cb Callbacks) *Set {
 	w := newStatusWriter(cfg.Client, cfg.Recorder, cfg.Metrics, ss, qps, cfg.FailoverSlack)
 	w.reconcile = cb.Reconcile
 	w.publishTo, w.manager = cfg.Report, cfg.Manager
+	w.eventRoom = cfg.EventRoom
+	if cfg.Writes != nil {
+		w.writes = cfg.Writes
+		w.lastWrites, w.lastEvents = cfg.Writes()
+	}
 	return &Set{sessions: ss, writer: w}
 }
 
@@ -132,6 +145,7 @@ func (s *Set) Shedding(g *Grant) (string, bool) { return s.writer.shedding(g) }
 func (s *Set) ShedShown() {
 	s.writer.mu.Lock()
 	s.writer.shedTotal++
+	s.writer.win.shown++
 	s.writer.mu.Unlock()
 }
 

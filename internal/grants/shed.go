@@ -105,14 +105,7 @@ func (w *statusWriter) shedWrite(ctx context.Context, e *refresh, gone chan stru
 	defer t.Stop()
 	select {
 	case <-gone:
-		// Its Shed committed: a write the API server took, counted with
-		// the refreshes in the capacity measured (or that is what the
-		// refreshes got of it while grants are shed), not in the share of
-		// refreshes that land tight.
-		w.mu.Lock()
-		w.win.shown++
-		w.mu.Unlock()
-		return
+		return // its Shed committed (counted by Set.ShedShown)
 	case <-ctx.Done():
 	case <-t.C:
 	}

@@ -66,6 +66,15 @@ type statusWriter struct {
 	reconcile func(types.NamespacedName)
 	// written records the locks a refresh committed to.
 	written *written
+	// writes counts every write of the manager and its Events (nil: not
+	// counted); lastWrites and lastEvents are its counts when the last
+	// window closed.
+	writes                 func() (all, events int64)
+	lastWrites, lastEvents int64
+	// eventRoom sets the Events' limit (Config.EventRoom); eventsYielded
+	// is what it was last told.
+	eventRoom     func(perSecond float64)
+	eventsYielded float64
 
 	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
 	// wakes send (a refresh is ready).
@@ -203,6 +212,9 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 func (w *statusWriter) track(h *Grant, shown time.Time, ttl time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if e := w.entries[h.UID]; e == nil || e.h != h {
+		w.win.granted++
+	}
 	w.trackLocked(h, shown, ttl)
 }
 
@@ -634,6 +646,9 @@ func (w *statusWriter) landed(e *refresh, st renewal.State, shown, now time.Time
 	e.fails, e.askedAt, e.shownText = 0, time.Time{}, ""
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
+	if report {
+		w.win.reported++
+	}
 	if st.ValidUntil.After(h.shown) {
 		h.setShown(st.ValidUntil)
 	}
