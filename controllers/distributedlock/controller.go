@@ -117,11 +117,8 @@ type Reconciler struct {
 	// Manager; none when it has no name.
 	StatusReport types.NamespacedName
 	Manager      string
-	// Writes counts every write of the manager (grants.Config.Writes);
-	// EventRoom limits its Events while status writes are overloaded
-	// (grants.Config.EventRoom).
-	Writes    func() (all, events int64)
-	EventRoom func(perSecond float64)
+	// Writes counts every write of the manager (grants.Config.Writes).
+	Writes func() (all, events int64)
 
 	grants     *grants.Set
 	wake       *wakeQueue

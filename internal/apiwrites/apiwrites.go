@@ -13,11 +13,14 @@ import (
 )
 
 // Counter counts the mutating requests that went through the configs it
-// wrapped and got an answer, whatever its status, and of them those that
-// wrote Events. A request that got none (timed out, cancelled) is not
-// counted: it may never have reached the API server, and counted it
-// raised the capacity measured past what the API server took. The zero
-// value is ready to use.
+// wrapped and that the API server did the work of: answered, and not with
+// 429 (Too Many Requests, which client-go retries through the same
+// transport) or a 5xx; and of them those that wrote Events. A request
+// without such an answer (timed out, cancelled, refused for load) is not
+// counted: it may never have reached the API server's storage, and
+// counted it raised the capacity measured past what the API server took.
+// A refusal on the object's own account (409, 422, 404) is work done, and
+// counts. The zero value is ready to use.
 type Counter struct{ writes, events atomic.Int64 }
 
 // Wrap returns a copy of cfg whose mutating requests c counts. Clients,
@@ -29,8 +32,11 @@ func (c *Counter) Wrap(cfg *rest.Config) *rest.Config {
 }
 
 // Writes is how many writes were counted so far, and how many of them
-// wrote Events.
-func (c *Counter) Writes() (all, events int64) { return c.writes.Load(), c.events.Load() }
+// wrote Events (read first: an Event is counted after its write).
+func (c *Counter) Writes() (all, events int64) {
+	events = c.events.Load()
+	return c.writes.Load(), events
+}
 
 // Mutating reports whether an HTTP method writes.
 func Mutating(method string) bool {
@@ -44,15 +50,22 @@ func Mutating(method string) bool {
 // Resource is the resource (and subresource) a request path names:
 // /apis/g/v/namespaces/ns/distributedlocks/l/status is
 // "distributedlocks/status".
+// A prefix before /api or /apis (an API server behind a path, as a
+// cluster proxy serves it) is skipped.
 func Resource(path string) string {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	default:
-		return path
+	for i := 0; ; i++ {
+		if i == len(parts) {
+			return path
+		}
+		if parts[i] == "apis" && len(parts) >= i+3 {
+			parts = parts[i+3:]
+			break
+		}
+		if parts[i] == "api" && len(parts) >= i+2 {
+			parts = parts[i+2:]
+			break
+		}
 	}
 	if len(parts) >= 3 && parts[0] == "namespaces" {
 		parts = parts[2:]
@@ -74,11 +87,11 @@ type counting struct {
 
 func (t *counting) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err == nil && Mutating(req.Method) {
+	if err == nil && Mutating(req.Method) && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500 {
+		t.c.writes.Add(1)
 		if Resource(req.URL.Path) == "events" {
 			t.c.events.Add(1)
 		}
-		t.c.writes.Add(1)
 	}
 	return resp, err
 }

@@ -12,8 +12,13 @@ import (
 
 func TestCounterCountsWritesAnswered(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut {
-			w.WriteHeader(http.StatusConflict) // refused: the API server still took it
+		switch {
+		case r.URL.Query().Get("load") != "":
+			w.WriteHeader(http.StatusTooManyRequests) // refused for load: no work done
+		case r.URL.Query().Get("fail") != "":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case r.Method == http.MethodPut:
+			w.WriteHeader(http.StatusConflict) // refused on the object's account: the API server did the work
 		}
 	}))
 	defer srv.Close()
@@ -47,8 +52,10 @@ func TestCounterCountsWritesAnswered(t *testing.T) {
 	}
 	send(http.MethodPost, "/api/v1/namespaces/a/events")
 	send(http.MethodPatch, "/apis/events.k8s.io/v1/namespaces/a/events/e")
+	send(http.MethodPatch, "/api/v1/namespaces/a/configmaps/b?load=1")
+	send(http.MethodPatch, "/api/v1/namespaces/a/configmaps/b?fail=1")
 	if all, events := c.Writes(); all != 6 || events != 2 {
-		t.Errorf("after two Events: writes counted = %d (%d Events), want 6 (2 Events)", all, events)
+		t.Errorf("after two Events, a 429 and a 503: writes counted = %d (%d Events), want 6 (2 Events)", all, events)
 	}
 	srv.Close()
 	req, _ := http.NewRequest(http.MethodPatch, srv.URL+"/x", nil)
@@ -71,6 +78,8 @@ func TestResource(t *testing.T) {
 		"/api/v1/namespaces":                                                 "namespaces",
 		"/apis/redlock.dev/v1alpha1/distributedlocks":                        "distributedlocks",
 		"/version": "/version",
+		"/k8s/clusters/c-1/apis/redlock.dev/v1alpha1/namespaces/ns/distributedlocks/l/status": "distributedlocks/status",
+		"/k8s/clusters/c-1/api/v1/namespaces/ns/events":                                       "events",
 	} {
 		if got := apiwrites.Resource(path); got != want {
 			t.Errorf("Resource(%q) = %q, want %q", path, got, want)

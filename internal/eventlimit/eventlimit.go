@@ -12,13 +12,9 @@
 // logEvery. Warnings go first: a Normal Event is let through only while at
 // least half the burst is left, so a wave of Normal ones (grants,
 // adoptions) does not use up the room of a loss or a shed that follows.
-// While the status writer is overloaded it lowers the rate to the room it
-// leaves (Yield): Events do not wait in its order, and they took the
-// writes the kept locks' refreshes needed.
 package eventlimit
 
 import (
-	"math"
 	"sync"
 	"time"
 
@@ -39,14 +35,10 @@ const minBurst = 4
 // Recorder is an events.EventRecorder that lets at most a rate of Events
 // through to another.
 type Recorder struct {
-	next  events.EventRecorder
-	limit *rate.Limiter
-	// own and ownBurst are the rate (rate.Inf: none) and burst New was
-	// given.
-	own      rate.Limit
-	ownBurst int
-	dropped  *prometheus.CounterVec
-	log      logr.Logger
+	next    events.EventRecorder
+	limit   *rate.Limiter
+	dropped *prometheus.CounterVec
+	log     logr.Logger
 
 	mu        sync.Mutex // orders allow's look at the tokens and its take; guards the rest
 	unlogged  int        // dropped since the last log line
@@ -60,29 +52,11 @@ var _ events.EventRecorder = (*Recorder)(nil)
 // dropped (labelled by reason) and logs them to log. perSecond ≤ 0 lets
 // every Event through.
 func New(next events.EventRecorder, perSecond float64, burst int, dropped *prometheus.CounterVec, log logr.Logger) *Recorder {
-	own := rate.Inf
+	limit := rate.NewLimiter(rate.Inf, 0)
 	if perSecond > 0 {
-		own = rate.Limit(perSecond)
+		limit = rate.NewLimiter(rate.Limit(perSecond), max(burst, minBurst))
 	}
-	burst = max(burst, minBurst)
-	limit := rate.NewLimiter(own, burst)
-	return &Recorder{next: next, limit: limit, own: own, ownBurst: burst, dropped: dropped, log: log}
-}
-
-// Yield lowers the rate to perSecond, never above New's, in bursts of a
-// second's worth (at least minBurst): a burst of five seconds' worth
-// saved up before would take the room at once. 0 gives New's back.
-func (r *Recorder) Yield(perSecond float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	if perSecond <= 0 || rate.Limit(perSecond) >= r.own {
-		r.limit.SetLimitAt(now, r.own)
-		r.limit.SetBurstAt(now, r.ownBurst)
-		return
-	}
-	r.limit.SetLimitAt(now, rate.Limit(perSecond))
-	r.limit.SetBurstAt(now, max(minBurst, int(math.Ceil(perSecond))))
+	return &Recorder{next: next, limit: limit, dropped: dropped, log: log}
 }
 
 // Eventf implements events.EventRecorder.
@@ -117,7 +91,7 @@ func (r *Recorder) drop(reason string) {
 	if time.Since(r.lastLogAt) < logEvery {
 		return
 	}
-	r.log.Info("events dropped: more were recorded than --event-qps lets through (or, while status writes are overloaded, the room they leave); status and its conditions still say what happened",
+	r.log.Info("events dropped: more than --event-qps were recorded; status and its conditions still say what happened",
 		"dropped", r.unlogged, "eventQPS", float64(r.limit.Limit()), "burst", r.limit.Burst())
 	r.unlogged, r.lastLogAt = 0, time.Now()
 }

@@ -91,7 +91,6 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 	}
 	w.metrics.StatusWriteCapacity.Set(w.load.capacity)
 	w.tellOverload(prev, win, now)
-	defer w.yieldEvents()
 	if !w.load.pressed {
 		// Not overloaded, or only until demand is back within
 		// shedTarget of capacity: nothing presses for a shed. Grants
@@ -110,32 +109,6 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 	}
 	w.chooseToShed(win, shedPerSecond)
 }
-
-// yieldEvents tells the Events' limit what the writer leaves them: while
-// it is overloaded on a measured capacity, half the room the kept grants
-// leave of it (the other half is the Shed writes'), at least one a
-// second; otherwise no less than the manager's own limit (0). Events go
-// straight to the API server, not in the writer's order: after a drop of
-// capacity the late refreshes' and the Sheds' Events took a fifth of it,
-// and the kept refreshes queued behind them. Callers hold w.mu.
-func (w *statusWriter) yieldEvents() {
-	if w.eventRoom == nil {
-		return
-	}
-	var room float64
-	if w.load.overloaded && w.load.measured {
-		room = eventRoom(w.load.capacity, w.keptDemand())
-	}
-	if room != w.eventsYielded {
-		w.eventsYielded = room
-		w.eventRoom(room)
-	}
-}
-
-// eventRoom is the Events a second the writer leaves while overloaded
-// when the API server takes capacity refreshes a second and the kept
-// grants need kept.
-func eventRoom(capacity, kept float64) float64 { return max(1, (capacity-kept)/2) }
 
 // shedNow reports whether a pressed window, the strikes-th in a row,
 // chooses grants to shed perSecond of demand. One pressed window may be a
@@ -194,7 +167,7 @@ func (w *statusWriter) chooseToShed(win loadWindow, perSecond float64) {
 		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.AcquiredAt, perSecond: w.sched.perSecond(e.ttl)})
 	}
 	uids := chooseShed(cands, perSecond)
-	why := fmt.Sprintf(ShedWhy+": the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed, and granted again once status writes leave room",
+	why := fmt.Sprintf(ShedWhy+": the held locks need %.0f/s, the API server takes %.0f/s of them (budget %.0f/s); the youngest grants are shed, and granted again once status writes leave room",
 		win.demand, w.load.capacity, win.budget)
 	for _, uid := range uids {
 		w.shed[uid] = why

@@ -25,8 +25,8 @@ import (
 // and docs/design/overload.md#the-rule.
 const (
 	loadTick = time.Second
-	// saturatedShare of a window with refreshes waiting makes what
-	// committed in it the capacity.
+	// saturatedShare of a window with refreshes waiting makes every
+	// write that committed in it what the API server takes (api).
 	saturatedShare = 0.8
 	// tightShare of a window's refreshes landing tight (or late, for
 	// shedding) is overload, counted from minSample refreshes.
@@ -38,15 +38,16 @@ const (
 	// shedLeast is the share of demand shed in a window whose refreshes
 	// land late.
 	shedLeast = 0.05
-	// recovery is how much a capacity estimate grows per window in which
-	// the writer kept up, after cooldownWindows windows since a shed.
+	// recovery is how much the refreshes' capacity grows per refresh
+	// period in which the writer kept up while grants waited, after
+	// cooldownWindows windows since a shed.
 	recovery        = 1.05
 	cooldownWindows = 30
 	// staleSpan: a window this much longer than loadTick (the manager was
 	// paused) says nothing of capacity.
 	staleSpan = 3 * loadTick
-	// saturatedWindows is how many saturated windows capacity is the
-	// median of.
+	// saturatedWindows is how many saturated windows api is the median
+	// of, and how many windows other is.
 	saturatedWindows = 5
 	// lateHorizon: behind, grants are shed when refreshes would land
 	// late within it at the pace the backlog grows (soonLate).
@@ -88,21 +89,22 @@ func (w loadWindow) landsTight() bool {
 // otherWrites is what window w's writes besides refreshes, sheds and
 // grants took (leases, the finalizers of new locks, releases, waiting
 // messages, pods' marks), given the Events owed for sheds, grants and
-// late refreshes before it, and those still owed after it. Each records
-// an Event, written a moment after (or dropped past the recorder's
-// limit): Events up to those owed are theirs, and a window without any
-// says those owed before it were dropped. The late refreshes' Events are
-// theirs too: counted as other, a drop's late refreshes took capacity
-// from the refreshes by their Events, and more grants were shed for them.
-func otherWrites(w loadWindow, owed int) (other, stillOwed int) {
-	recorded := w.shown + w.granted + w.reported
-	owed += recorded
-	booked := min(w.events, owed)
-	owed -= booked
-	if w.events == 0 {
-		owed = recorded
+// late refreshes by the windows before it (oldest first), and those still
+// owed after it. Each records an Event, written a moment after or dropped
+// past the recorder's limit: the window's Events pay the oldest owed
+// first, and what a window owed saturatedWindows windows ago and was not
+// paid is taken as dropped. The late refreshes' Events are theirs too:
+// counted as other, a drop's late refreshes took capacity from the
+// refreshes by their Events, and more grants were shed for them.
+func otherWrites(w loadWindow, owed []int) (other int, stillOwed []int) {
+	stillOwed = append(slices.Clone(owed[max(0, len(owed)-saturatedWindows+1):]), w.shown+w.granted+w.reported)
+	left := w.events
+	for i := range stillOwed {
+		paid := min(left, stillOwed[i])
+		stillOwed[i] -= paid
+		left -= paid
 	}
-	return max(0, w.all-w.written-w.shown-w.granted-booked), owed
+	return max(0, w.all-w.written-w.shown-w.granted-(w.events-left)), stillOwed
 }
 
 // loadState is the writer's view of its load.
@@ -122,7 +124,7 @@ type loadState struct {
 	api        float64
 	other      float64
 	others     []float64
-	owedEvents int // Events owed for sheds and grants (otherWrites)
+	owedEvents []int // Events owed for sheds, grants and late refreshes by the last windows (otherWrites)
 	overloaded bool
 	// pressed: the window itself was behind, or refreshes landed tight or
 	// late (overloaded also lasts, after that, until demand is back within
@@ -138,8 +140,8 @@ type loadState struct {
 	// sinceGrowth is how many windows passed since api last grew by
 	// recovery or was measured.
 	sinceGrowth int
-	// recent is what committed in the last saturatedWindows windows,
-	// saturated or not (oldest first).
+	// recent is every write that committed in the last saturatedWindows
+	// windows, saturated or not (oldest first).
 	recent []float64
 }
 
@@ -157,7 +159,7 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	// there, not in the writer).
 	saturated := (w.backlogged >= time.Duration(saturatedShare*float64(w.span)) && w.limited < w.backlogged/2) ||
 		(w.busy >= time.Duration(saturatedShare*float64(w.span)) && w.landsTight())
-	if w.span > staleSpan || (w.all == 0 && saturated) {
+	if w.span > staleSpan || (w.written+w.shown == 0 && saturated) {
 		return prev, 0 // no information
 	}
 	next := nextCapacity(prev, w, saturated)
@@ -211,19 +213,19 @@ func soonLate(w loadWindow, capacity float64) bool {
 	return float64(soon) > tightShare*float64(len(w.slacks))
 }
 
-// nextCapacity is prev with its capacity estimate moved on by window w,
-// saturated or not. Recovery grows an estimate below the budget by a
-// twentieth at a time, and only while grants wait for room, once every
-// refresh period of the grants held: what a growth admits shows in the
-// writes a period later, and an estimate grown every second past what
-// the API server takes admitted a fifth more than it took before the
-// first of those writes came due, and then shed a fifth of the grants
-// held (over and over, at any constant capacity under the budget).
-// What committed over the last saturatedWindows windows, their median,
-// raises it at once: not one window's count, which a second's boundary
-// inflates (an API server that lets 40 writes begin a second committed 43
-// in one of the writer's windows, and the writer admitted grants up to
-// 86 % of what it took).
+// nextCapacity is prev with its estimates (api, other, and the capacity
+// they leave) moved on by window w, saturated or not. Recovery grows the
+// refreshes' capacity below the budget by a twentieth at a time, and only
+// while grants wait for room, once every refresh period of the grants
+// held: what a growth admits shows in the writes a period later, and an
+// estimate grown every second past what the API server takes admitted a
+// fifth more than it took before the first of those writes came due, and
+// then shed a fifth of the grants held (over and over, at any constant
+// capacity under the budget). What committed over the last
+// saturatedWindows windows, their median, raises api at once: not one
+// window's count, which a second's boundary inflates (an API server that
+// lets 40 writes begin a second committed 43 in one of the writer's
+// windows, and the writer admitted grants up to 86 % of what it took).
 func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next := prev
 	next.cooldown = max(prev.cooldown-1, 0)
@@ -244,8 +246,8 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	case prev.cooldown > 0 || !w.waiting || time.Duration(next.sinceGrowth)*loadTick < w.period:
 	default:
 		// Recovering: the rates measured before no longer say what the
-		// API server takes.
-		next.api, next.rates, next.sinceGrowth = prev.api*recovery, nil, 0
+		// API server takes. The refreshes' share grows by a twentieth.
+		next.api, next.rates, next.sinceGrowth = next.other+(prev.api-next.other)*recovery, nil, 0
 	}
 	return next.withCapacity(w.budget)
 }

@@ -196,6 +196,16 @@ func TestNextLoad(t *testing.T) {
 			want: measured(63), admitsAdd: 5, admits: true,
 		},
 		{
+			name: "... beside other writes: the refreshes' share recovers by a twentieth, not the API server's whole",
+			prev: loadState{capacity: 40, api: 60, other: 20, others: []float64{20, 20, 20, 20}, measured: true},
+			w: func() loadWindow {
+				w := waited(win(30, 0, 0, 0, 30), 0)
+				w.all = 50
+				return w
+			}(),
+			want: loadState{capacity: 42, api: 62, other: 20, measured: true}, admitsAdd: 3, admits: true,
+		},
+		{
 			name: "... but nothing waits: capacity stays put",
 			prev: measured(60), w: win(45, 0, 0, 0, 45),
 			want: measured(60), admitsAdd: 3, admits: true,
@@ -315,49 +325,54 @@ func TestShedNow(t *testing.T) {
 
 func TestOtherWritesLeavesOutTheEventsOfShedsAndGrants(t *testing.T) {
 	for _, tc := range []struct {
-		name                string
-		w                   loadWindow
-		owed                int
-		wantOther, wantOwed int
+		name      string
+		w         loadWindow
+		owed      []int
+		wantOther int
+		wantOwed  []int
 	}{
 		{
 			name: "finalizers and waiting messages beside the refreshes: other",
-			w:    loadWindow{written: 30, all: 40}, wantOther: 10,
+			w:    loadWindow{written: 30, all: 40}, wantOther: 10, wantOwed: []int{0},
 		},
 		{
 			name: "sheds and grants with their Events in the same window: none other",
-			w:    loadWindow{written: 20, shown: 5, granted: 3, events: 8, all: 36},
+			w:    loadWindow{written: 20, shown: 5, granted: 3, events: 8, all: 36}, wantOwed: []int{0},
 		},
 		{
 			name: "Events written a window after their sheds: theirs, not other",
-			w:    loadWindow{written: 20, events: 8, all: 28}, owed: 8,
+			w:    loadWindow{written: 20, events: 8, all: 28}, owed: []int{8}, wantOwed: []int{0, 0},
 		},
 		{
 			name: "late refreshes' Events (StatusWriteLate): theirs, not other",
-			w:    loadWindow{written: 20, reported: 6, events: 6, all: 26},
+			w:    loadWindow{written: 20, reported: 6, events: 6, all: 26}, wantOwed: []int{0},
 		},
 		{
 			name: "more Events than owed (a lost grant's, a release's): the rest is other",
-			w:    loadWindow{written: 20, events: 10, all: 30}, owed: 8, wantOther: 2,
+			w:    loadWindow{written: 20, events: 10, all: 30}, owed: []int{8}, wantOther: 2, wantOwed: []int{0, 0},
 		},
 		{
 			name: "sheds whose Events are not written yet: owed after the window",
-			w:    loadWindow{written: 20, shown: 10, events: 4, all: 34}, owed: 0, wantOwed: 6,
+			w:    loadWindow{written: 20, shown: 10, events: 4, all: 34}, wantOwed: []int{6},
 		},
 		{
-			name: "no Event in a window: those owed before were dropped (the recorder's limit)",
-			w:    loadWindow{written: 20, shown: 2, all: 22}, owed: 30, wantOwed: 2,
+			name: "Events pay the oldest owed first",
+			w:    loadWindow{written: 20, shown: 2, events: 5, all: 27}, owed: []int{3, 4}, wantOwed: []int{0, 2, 2},
+		},
+		{
+			name: "owed five windows ago and not paid: taken as dropped (the recorder's limit), not matched to a later Event",
+			w:    loadWindow{written: 20, events: 3, all: 23}, owed: []int{30, 0, 0, 0, 0}, wantOther: 3, wantOwed: []int{0, 0, 0, 0, 0},
 		},
 		{
 			name:     "writes not counted (all is refreshes and sheds): nothing other",
 			w:        loadWindow{written: 20, shown: 2, granted: 5, all: 22},
-			wantOwed: 7,
+			wantOwed: []int{7},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			other, owed := otherWrites(tc.w, tc.owed)
-			if other != tc.wantOther || owed != tc.wantOwed {
-				t.Errorf("otherWrites = %d, still owed %d; want %d, %d", other, owed, tc.wantOther, tc.wantOwed)
+			if other != tc.wantOther || !slices.Equal(owed, tc.wantOwed) {
+				t.Errorf("otherWrites = %d, still owed %v; want %d, %v", other, owed, tc.wantOther, tc.wantOwed)
 			}
 		})
 	}

@@ -40,9 +40,6 @@ type Config struct {
 	// capacity the writer measures is then all of them, not its refreshes
 	// alone.
 	Writes func() (all, events int64)
-	// EventRoom, when set, is told the Events a second the writer leaves
-	// while overloaded (0: no limit of the writer's; eventlimit.Yield).
-	EventRoom func(perSecond float64)
 }
 
 // Callbacks are how a Set reaches the controller, in the manner of
@@ -73,11 +70,7 @@ func New(cfg Config, cb Callbacks) *Set {
 	w := newStatusWriter(cfg.Client, cfg.Recorder, cfg.Metrics, ss, qps, cfg.FailoverSlack)
 	w.reconcile = cb.Reconcile
 	w.publishTo, w.manager = cfg.Report, cfg.Manager
-	w.eventRoom = cfg.EventRoom
-	if cfg.Writes != nil {
-		w.writes = cfg.Writes
-		w.lastWrites, w.lastEvents = cfg.Writes()
-	}
+	w.writes = cfg.Writes
 	return &Set{sessions: ss, writer: w}
 }
 

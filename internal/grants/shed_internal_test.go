@@ -246,27 +246,3 @@ func countingPatches() (client.Client, func() map[string]int) {
 		return maps.Clone(patched)
 	}
 }
-
-// TestEventsYieldWhileOverloaded: while overloaded on a measured capacity
-// the writer leaves the Events half the room the kept grants leave, at
-// least one a second; otherwise it gives the manager's own limit back (0),
-// and it tells a value once.
-func TestEventsYieldWhileOverloaded(t *testing.T) {
-	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
-	var told []float64
-	w.eventRoom = func(perSecond float64) { told = append(told, perSecond) }
-	w.demand = 40
-	for _, step := range []loadState{
-		{capacity: 150, api: 150, overloaded: true},                         // the budget, unmeasured: nothing to yield to
-		{capacity: 50, api: 52, other: 2, measured: true, overloaded: true}, // (50 − 40) / 2
-		{capacity: 50, api: 52, other: 2, measured: true, overloaded: true}, // the same: not told again
-		{capacity: 30, api: 30, measured: true, overloaded: true},           // below the kept demand: one a second
-		{capacity: 50, api: 50, measured: true},                             // keeping up again
-	} {
-		w.load = step
-		w.yieldEvents()
-	}
-	if want := []float64{5, 1, 0}; !slices.Equal(told, want) {
-		t.Errorf("Events' room told %v, want %v", told, want)
-	}
-}

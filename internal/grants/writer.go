@@ -71,10 +71,6 @@ type statusWriter struct {
 	// window closed.
 	writes                 func() (all, events int64)
 	lastWrites, lastEvents int64
-	// eventRoom sets the Events' limit (Config.EventRoom); eventsYielded
-	// is what it was last told.
-	eventRoom     func(perSecond float64)
-	eventsYielded float64
 
 	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
 	// wakes send (a refresh is ready).
@@ -212,14 +208,15 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 func (w *statusWriter) track(h *Grant, shown time.Time, ttl time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e := w.entries[h.UID]; e == nil || e.h != h {
-		w.win.granted++
+	if !h.tracked {
+		w.win.granted++ // its status and Event were just written
 	}
 	w.trackLocked(h, shown, ttl)
 }
 
 // trackLocked is track for callers that hold w.mu.
 func (w *statusWriter) trackLocked(h *Grant, shown time.Time, ttl time.Duration) {
+	h.tracked = true
 	e := w.entries[h.UID]
 	if e != nil && e.h != h {
 		w.remove(e)
@@ -354,6 +351,13 @@ func (w *statusWriter) forget(h *Grant) {
 // run sends refreshes as they fall due until ctx ends, then hands over
 // (handOver).
 func (w *statusWriter) run(ctx context.Context) {
+	if w.writes != nil {
+		// Counted from the start of the lead: the writes before (taking
+		// the Lease, setting up) are not this writer's to judge.
+		w.mu.Lock()
+		w.lastWrites, w.lastEvents = w.writes()
+		w.mu.Unlock()
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })

@@ -208,7 +208,6 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		IgnoreNodes:             o.IgnoreNodes,
 		StatusReport:            statusReport(o.StatusReportNamespace),
 		Writes:                  o.Writes,
-		EventRoom:               recorder.Yield,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}
