@@ -44,16 +44,11 @@ type StatusWriterReport struct {
 	Published metav1.Time `json:"published"`
 	// BudgetPerSecond is --status-write-qps.
 	BudgetPerSecond float64 `json:"budgetPerSecond"`
-	// CapacityPerSecond is the refreshes a second the writer estimates the
+	// CapacityPerSecond is the writes a second the writer estimates the
 	// API server takes; Measured: from seconds in which refreshes
 	// waited, rather than the budget assumed before any did.
 	CapacityPerSecond float64 `json:"capacityPerSecond"`
 	Measured          bool    `json:"measured"`
-	// APIWritesPerSecond is, when Measured, the writes a second of every
-	// kind the API server was measured to take from the manager: the
-	// capacity is what the manager's other writes (new locks' finalizers,
-	// waiting messages, releases, pods' marks) leave of it.
-	APIWritesPerSecond float64 `json:"apiWritesPerSecond,omitempty"`
 	// DemandPerSecond is the writes a second the kept grants need.
 	DemandPerSecond float64 `json:"demandPerSecond"`
 	// Overloaded: the kept grants need more than the capacity, or their

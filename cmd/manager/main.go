@@ -31,7 +31,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/apiwrites"
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/operator"
 	"github.com/redlock-operator/redlock-operator/internal/version"
@@ -288,10 +287,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	if err != nil {
 		return err
 	}
-	// Every write counted: the status writer measures by them what the
-	// API server takes.
-	writes := &apiwrites.Counter{}
-	mgr, err := ctrl.NewManager(writes.Wrap(restCfg), ctrl.Options{
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        cfg.probeAddr,
@@ -341,7 +337,6 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		WatchNamespaces:    cfg.watchNamespaces,
 		IgnoreNodes:        !cfg.watchNodes,
 		NoAgentAccess:      !cfg.agentAccess,
-		Writes:             writes.Writes,
 	})
 	if err != nil {
 		return err

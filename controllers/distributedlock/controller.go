@@ -117,8 +117,6 @@ type Reconciler struct {
 	// Manager; none when it has no name.
 	StatusReport types.NamespacedName
 	Manager      string
-	// Writes counts every write of the manager (grants.Config.Writes).
-	Writes func() (all, events int64)
 
 	grants     *grants.Set
 	wake       *wakeQueue

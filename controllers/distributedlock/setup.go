@@ -39,7 +39,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.grants = grants.New(grants.Config{
 		Client: wc, Recorder: r.Recorder, Metrics: r.Metrics,
 		WritesPerSecond: r.StatusWriteQPS, FailoverSlack: r.FailoverSlack,
-		Report: r.StatusReport, Manager: r.Manager, Writes: r.Writes,
+		Report: r.StatusReport, Manager: r.Manager,
 	}, grants.Callbacks{Reconcile: r.enqueue})
 	r.wake = &wakeQueue{}
 	r.keys = &keys{grants: r.grants, masters: r.Masters, values: r.Values, clock: r.Clock, wake: r.enqueue}

@@ -43,9 +43,6 @@ type Grant struct {
 
 	// dropped: no longer held (Set.Drop).
 	dropped atomic.Bool
-	// tracked: the status writer has tracked it once (its lock, w.mu):
-	// a grant made, not adopted, is counted in the load window then.
-	tracked bool
 
 	// The one record of the validity status shows of this grant. mu
 	// guards it; shown changes only under the writer's lock too, which

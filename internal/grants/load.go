@@ -10,9 +10,7 @@ import (
 
 // Overload and shedding. Every loadTick the writer measures a window of
 // refreshes (committed, landed tight, landed late, time due ones waited)
-// and of every write the manager sent, and estimates the writes per second
-// the API server takes (api) and the refreshes' share of it (capacity): api
-// less the other writes that are not grants or sheds. It
+// and estimates the writes per second the API server takes (capacity). It
 // is overloaded when the held grants need more than capacity or the
 // budget, or when a tenth of its refreshes land tight, until demand is
 // back within shedTarget of capacity. While overloaded, new grants wait.
@@ -25,8 +23,8 @@ import (
 // and docs/design/overload.md#the-rule.
 const (
 	loadTick = time.Second
-	// saturatedShare of a window with refreshes waiting makes every
-	// write that committed in it what the API server takes (api).
+	// saturatedShare of a window with refreshes waiting makes what
+	// committed in it the capacity.
 	saturatedShare = 0.8
 	// tightShare of a window's refreshes landing tight (or late, for
 	// shedding) is overload, counted from minSample refreshes.
@@ -38,16 +36,15 @@ const (
 	// shedLeast is the share of demand shed in a window whose refreshes
 	// land late.
 	shedLeast = 0.05
-	// recovery is how much the refreshes' capacity grows per refresh
-	// period in which the writer kept up while grants waited, after
-	// cooldownWindows windows since a shed.
+	// recovery is how much a capacity estimate grows per window in which
+	// the writer kept up, after cooldownWindows windows since a shed.
 	recovery        = 1.05
 	cooldownWindows = 30
 	// staleSpan: a window this much longer than loadTick (the manager was
 	// paused) says nothing of capacity.
 	staleSpan = 3 * loadTick
-	// saturatedWindows is how many saturated windows api is the median
-	// of, and how many windows other is.
+	// saturatedWindows is how many saturated windows capacity is the
+	// median of.
 	saturatedWindows = 5
 	// lateHorizon: behind, grants are shed when refreshes would land
 	// late within it at the pace the backlog grows (soonLate).
@@ -58,6 +55,7 @@ const (
 type loadWindow struct {
 	span       time.Duration
 	written    int             // refreshes committed
+	shown      int             // grants shown Shed (shed.go): writes the API server took beside the refreshes
 	tight      int             // ... with less than half their lead left
 	late       int             // ... after the validity they replaced had passed
 	slacks     []time.Duration // validity left when each landed, but adoptions' first refreshes
@@ -70,13 +68,6 @@ type loadWindow struct {
 	// two refreshes of a grant held (its ttl less its lead).
 	waiting bool
 	period  time.Duration
-	// shown is the grants shown Shed (Set.ShedShown) and granted the new
-	// grants tracked: each wrote its status, and records an Event;
-	// reported is the late refreshes that record one (StatusWriteLate).
-	// all is every write of the manager that committed (apiwrites), or
-	// written plus shown where they are not counted; events is the Events
-	// of them.
-	shown, granted, reported, all, events int
 }
 
 // landsTight reports whether more than tightShare of the window's
@@ -86,45 +77,13 @@ func (w loadWindow) landsTight() bool {
 	return w.written >= minSample && float64(w.tight) > tightShare*float64(w.written)
 }
 
-// otherWrites is what window w's writes besides refreshes, sheds and
-// grants took (leases, the finalizers of new locks, releases, waiting
-// messages, pods' marks), given the Events owed for sheds, grants and
-// late refreshes by the windows before it (oldest first), and those still
-// owed after it. Each records an Event, written a moment after or dropped
-// past the recorder's limit: the window's Events pay the oldest owed
-// first, and what a window owed saturatedWindows windows ago and was not
-// paid is taken as dropped. The late refreshes' Events are theirs too:
-// counted as other, a drop's late refreshes took capacity from the
-// refreshes by their Events, and more grants were shed for them.
-func otherWrites(w loadWindow, owed []int) (other int, stillOwed []int) {
-	stillOwed = append(slices.Clone(owed[max(0, len(owed)-saturatedWindows+1):]), w.shown+w.granted+w.reported)
-	left := w.events
-	for i := range stillOwed {
-		paid := min(left, stillOwed[i])
-		stillOwed[i] -= paid
-		left -= paid
-	}
-	return max(0, w.all-w.written-w.shown-w.granted-(w.events-left)), stillOwed
-}
-
 // loadState is the writer's view of its load.
 type loadState struct {
 	// capacity is the refreshes per second the API server is estimated to
-	// take (at most the budget): api less other. measured reports whether
-	// that came from saturated windows rather than the budget.
-	capacity float64
-	measured bool
-	// api is the writes per second of every kind the API server is
-	// estimated to take from this manager (measured: the budget
-	// otherwise); other is the median of what the other writes took over
-	// the last saturatedWindows windows (otherWrites), others those rates.
-	// Grants and sheds are left out of other: they are the control's own
-	// moves, and counted in it they shed held grants to make room for new
-	// ones, and more grants for the Shed writes of the first.
-	api        float64
-	other      float64
-	others     []float64
-	owedEvents []int // Events owed for sheds, grants and late refreshes by the last windows (otherWrites)
+	// take (at most the budget); measured reports whether that came from
+	// a saturated window rather than the budget.
+	capacity   float64
+	measured   bool
 	overloaded bool
 	// pressed: the window itself was behind, or refreshes landed tight or
 	// late (overloaded also lasts, after that, until demand is back within
@@ -132,21 +91,21 @@ type loadState struct {
 	pressed bool
 	// cooldown is how many windows capacity stays put after a shed.
 	cooldown int
-	// rates are the writes of every kind that committed in the last
-	// saturatedWindows saturated windows (oldest first): api is their
-	// median, so that one window's dip does not shed a third of the
-	// grants held.
+	// rates are what committed in the last saturatedWindows saturated
+	// windows (oldest first): capacity is their median, so that one
+	// window's dip (a second in which the API server served grants) does
+	// not shed a third of the grants held.
 	rates []float64
-	// sinceGrowth is how many windows passed since api last grew by
+	// sinceGrowth is how many windows passed since capacity last grew by
 	// recovery or was measured.
 	sinceGrowth int
-	// recent is every write that committed in the last saturatedWindows
-	// windows, saturated or not (oldest first).
+	// recent is what committed in the last saturatedWindows windows,
+	// saturated or not (oldest first).
 	recent []float64
 }
 
 // initialLoad is the state before anything was measured.
-func initialLoad(budget float64) loadState { return loadState{capacity: budget, api: budget} }
+func initialLoad(budget float64) loadState { return loadState{capacity: budget} }
 
 // nextLoad is the load state after window w, and how many refreshes per
 // second of demand to shed.
@@ -213,62 +172,44 @@ func soonLate(w loadWindow, capacity float64) bool {
 	return float64(soon) > tightShare*float64(len(w.slacks))
 }
 
-// nextCapacity is prev with its estimates (api, other, and the capacity
-// they leave) moved on by window w, saturated or not. Recovery grows the
-// refreshes' capacity below the budget by a twentieth at a time, and only
-// while grants wait for room, once every refresh period of the grants
-// held: what a growth admits shows in the writes a period later, and an
-// estimate grown every second past what the API server takes admitted a
-// fifth more than it took before the first of those writes came due, and
-// then shed a fifth of the grants held (over and over, at any constant
-// capacity under the budget). What committed over the last
-// saturatedWindows windows, their median, raises api at once: not one
-// window's count, which a second's boundary inflates (an API server that
-// lets 40 writes begin a second committed 43 in one of the writer's
-// windows, and the writer admitted grants up to 86 % of what it took).
+// nextCapacity is prev with its capacity estimate moved on by window w,
+// saturated or not. Recovery grows an estimate below the budget by a
+// twentieth at a time, and only while grants wait for room, once every
+// refresh period of the grants held: what a growth admits shows in the
+// writes a period later, and an estimate grown every second past what
+// the API server takes admitted a fifth more than it took before the
+// first of those writes came due, and then shed a fifth of the grants
+// held (over and over, at any constant capacity under the budget).
+// What committed over the last saturatedWindows windows, their median,
+// raises it at once: not one window's count, which a second's boundary
+// inflates (an API server that lets 40 writes begin a second committed 43
+// in one of the writer's windows, and the writer admitted grants up to
+// 86 % of what it took).
 func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next := prev
 	next.cooldown = max(prev.cooldown-1, 0)
 	next.sinceGrowth = prev.sinceGrowth + 1
-	rate := float64(w.all) / w.span.Seconds()
-	next.recent = lastRates(prev.recent, rate)
-	other, owed := otherWrites(w, prev.owedEvents)
-	next.others, next.owedEvents = lastRates(prev.others, float64(other)/w.span.Seconds()), owed
-	next.other = median(next.others)
+	rate := float64(w.written+w.shown) / w.span.Seconds()
+	next.recent = append(slices.Clone(prev.recent[max(0, len(prev.recent)-saturatedWindows+1):]), rate)
 	switch {
 	case saturated:
-		next.rates = lastRates(prev.rates, rate)
-		next.api, next.measured, next.sinceGrowth = median(next.rates), true, 0
+		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
+		c := median(next.rates)
+		next.capacity, next.measured, next.sinceGrowth = min(w.budget, c), c < w.budget, 0
 	case !prev.measured:
 		// The budget: nothing to recover.
-	case len(next.recent) == saturatedWindows && median(next.recent) > prev.api:
-		next.api, next.rates = median(next.recent), nil
+	case len(next.recent) == saturatedWindows && median(next.recent) > prev.capacity:
+		next.capacity, next.rates = min(median(next.recent), w.budget), nil
+		next.measured = next.capacity < w.budget
 	case prev.cooldown > 0 || !w.waiting || time.Duration(next.sinceGrowth)*loadTick < w.period:
+	case prev.capacity*recovery >= w.budget:
+		next.capacity, next.measured, next.rates, next.sinceGrowth = w.budget, false, nil, 0
 	default:
 		// Recovering: the rates measured before no longer say what the
-		// API server takes. The refreshes' share grows by a twentieth.
-		next.api, next.rates, next.sinceGrowth = next.other+(prev.api-next.other)*recovery, nil, 0
+		// API server takes.
+		next.capacity, next.rates, next.sinceGrowth = prev.capacity*recovery, nil, 0
 	}
-	return next.withCapacity(w.budget)
-}
-
-// withCapacity is l with its capacity set from api and other: the budget
-// (and no longer measured) when that leaves the refreshes more.
-func (l loadState) withCapacity(budget float64) loadState {
-	if l.measured && l.api-l.other >= budget {
-		l.measured, l.rates, l.sinceGrowth = false, nil, 0
-	}
-	if !l.measured {
-		l.api, l.capacity = budget+l.other, budget
-		return l
-	}
-	l.capacity = max(0, l.api-l.other)
-	return l
-}
-
-// lastRates is rates with rate added, the last saturatedWindows kept.
-func lastRates(rates []float64, rate float64) []float64 {
-	return append(slices.Clone(rates[max(0, len(rates)-saturatedWindows+1):]), rate)
+	return next
 }
 
 // median is the median of rates (not empty).

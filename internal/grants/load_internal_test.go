@@ -13,7 +13,7 @@ func TestNextLoad(t *testing.T) {
 	win := func(written, tight, late int, backlogged time.Duration, demand float64) loadWindow {
 		return loadWindow{span: time.Second, written: written, tight: tight, late: late, backlogged: backlogged, demand: demand, budget: budget}
 	}
-	measured := func(c float64) loadState { return loadState{capacity: c, api: c, measured: true} }
+	measured := func(c float64) loadState { return loadState{capacity: c, measured: true} }
 	// waited: grants waited for room in the window, whose grants held
 	// are refreshed every period.
 	waited := func(w loadWindow, period time.Duration) loadWindow {
@@ -57,35 +57,6 @@ func TestNextLoad(t *testing.T) {
 			}(),
 			want:     loadState{capacity: 20, measured: true, overloaded: true, cooldown: cooldownWindows},
 			wantShed: 115 - shedTarget*20, admitsAdd: 0.1, admits: false,
-		},
-		{
-			name: "saturated, other writes beside the refreshes (finalizers, releases): the API server took all of them, the refreshes' capacity is what the others leave",
-			prev: initialLoad(budget), w: func() loadWindow {
-				w := win(30, 4, 0, 950*time.Millisecond, 35)
-				w.all = 40
-				return w
-			}(),
-			want:     loadState{capacity: 30, api: 40, other: 10, measured: true, overloaded: true, cooldown: cooldownWindows},
-			wantShed: 35 - shedTarget*30, admitsAdd: 0.1, admits: false,
-		},
-		{
-			name: "saturated while granting and shedding: the grants' and the sheds' writes (status and Event each) leave the refreshes' capacity alone",
-			prev: initialLoad(budget), w: func() loadWindow {
-				w := win(20, 0, 0, 950*time.Millisecond, 30)
-				w.shown, w.granted, w.events, w.all = 3, 7, 10, 40
-				return w
-			}(),
-			want: loadState{capacity: 40, api: 40, measured: true}, admitsAdd: 1, admits: true,
-		},
-		{
-			name: "one window of many other writes among quiet ones: other is their median",
-			prev: loadState{capacity: 38, api: 40, other: 2, others: []float64{2, 1, 2, 3}, measured: true, rates: []float64{40, 40, 40, 40}},
-			w: func() loadWindow {
-				w := win(10, 0, 0, 950*time.Millisecond, 20)
-				w.all = 40
-				return w
-			}(),
-			want: loadState{capacity: 38, api: 40, other: 2, measured: true}, admitsAdd: 1, admits: true,
 		},
 		{
 			name: "saturated below demand, every refresh with half its lead left: overloaded (grants wait), nothing shed",
@@ -196,16 +167,6 @@ func TestNextLoad(t *testing.T) {
 			want: measured(63), admitsAdd: 5, admits: true,
 		},
 		{
-			name: "... beside other writes: the refreshes' share recovers by a twentieth, not the API server's whole",
-			prev: loadState{capacity: 40, api: 60, other: 20, others: []float64{20, 20, 20, 20}, measured: true},
-			w: func() loadWindow {
-				w := waited(win(30, 0, 0, 0, 30), 0)
-				w.all = 50
-				return w
-			}(),
-			want: loadState{capacity: 42, api: 62, other: 20, measured: true}, admitsAdd: 3, admits: true,
-		},
-		{
 			name: "... but nothing waits: capacity stays put",
 			prev: measured(60), w: win(45, 0, 0, 0, 45),
 			want: measured(60), admitsAdd: 3, admits: true,
@@ -242,15 +203,8 @@ func TestNextLoad(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.w.all == 0 {
-				tc.w.all = tc.w.written + tc.w.shown // no other writes
-			}
-			if tc.prev.api == 0 {
-				tc.prev.api = tc.prev.capacity
-			}
 			got, shed := nextLoad(tc.prev, tc.w)
-			if got.overloaded != tc.want.overloaded || got.measured != tc.want.measured || got.cooldown != tc.want.cooldown || !near(got.capacity, tc.want.capacity) ||
-				(tc.want.api != 0 && (!near(got.api, tc.want.api) || !near(got.other, tc.want.other))) {
+			if got.overloaded != tc.want.overloaded || got.measured != tc.want.measured || got.cooldown != tc.want.cooldown || !near(got.capacity, tc.want.capacity) {
 				t.Errorf("state = %+v, want %+v", got, tc.want)
 			}
 			if !near(shed, tc.wantShed) {
@@ -320,60 +274,5 @@ func TestShedNow(t *testing.T) {
 		if got := shedNow(c.strikes, c.pending, c.demand, c.budget, c.capacity, c.perSec); got != c.want {
 			t.Errorf("%s: shedNow = %v, want %v", c.name, got, c.want)
 		}
-	}
-}
-
-func TestOtherWritesLeavesOutTheEventsOfShedsAndGrants(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		w         loadWindow
-		owed      []int
-		wantOther int
-		wantOwed  []int
-	}{
-		{
-			name: "finalizers and waiting messages beside the refreshes: other",
-			w:    loadWindow{written: 30, all: 40}, wantOther: 10, wantOwed: []int{0},
-		},
-		{
-			name: "sheds and grants with their Events in the same window: none other",
-			w:    loadWindow{written: 20, shown: 5, granted: 3, events: 8, all: 36}, wantOwed: []int{0},
-		},
-		{
-			name: "Events written a window after their sheds: theirs, not other",
-			w:    loadWindow{written: 20, events: 8, all: 28}, owed: []int{8}, wantOwed: []int{0, 0},
-		},
-		{
-			name: "late refreshes' Events (StatusWriteLate): theirs, not other",
-			w:    loadWindow{written: 20, reported: 6, events: 6, all: 26}, wantOwed: []int{0},
-		},
-		{
-			name: "more Events than owed (a lost grant's, a release's): the rest is other",
-			w:    loadWindow{written: 20, events: 10, all: 30}, owed: []int{8}, wantOther: 2, wantOwed: []int{0, 0},
-		},
-		{
-			name: "sheds whose Events are not written yet: owed after the window",
-			w:    loadWindow{written: 20, shown: 10, events: 4, all: 34}, wantOwed: []int{6},
-		},
-		{
-			name: "Events pay the oldest owed first",
-			w:    loadWindow{written: 20, shown: 2, events: 5, all: 27}, owed: []int{3, 4}, wantOwed: []int{0, 2, 2},
-		},
-		{
-			name: "owed five windows ago and not paid: taken as dropped (the recorder's limit), not matched to a later Event",
-			w:    loadWindow{written: 20, events: 3, all: 23}, owed: []int{30, 0, 0, 0, 0}, wantOther: 3, wantOwed: []int{0, 0, 0, 0, 0},
-		},
-		{
-			name:     "writes not counted (all is refreshes and sheds): nothing other",
-			w:        loadWindow{written: 20, shown: 2, granted: 5, all: 22},
-			wantOwed: []int{7},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			other, owed := otherWrites(tc.w, tc.owed)
-			if other != tc.wantOther || !slices.Equal(owed, tc.wantOwed) {
-				t.Errorf("otherWrites = %d, still owed %v; want %d, %v", other, owed, tc.wantOther, tc.wantOwed)
-			}
-		})
 	}
 }

@@ -38,9 +38,6 @@ func (w *statusWriter) report(now time.Time) v1alpha1.StatusWriterReport {
 		Waiting:           w.waiters.len(),
 		Shed:              w.shedTotal,
 	}
-	if w.load.measured && w.writes != nil {
-		r.APIWritesPerSecond = w.load.api
-	}
 	r.Kept, r.Shedding = w.keptAndShedding()
 	if r.Overloaded && !w.overloadSince.IsZero() {
 		since := metav1.NewTime(w.overloadSince)

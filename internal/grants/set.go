@@ -35,11 +35,6 @@ type Config struct {
 	// no name. Manager names the publisher in it.
 	Report  types.NamespacedName
 	Manager string
-	// Writes, when set, counts every write the manager sent to the API
-	// server, and the Events of them (apiwrites.Counter.Writes): the
-	// capacity the writer measures is then all of them, not its refreshes
-	// alone.
-	Writes func() (all, events int64)
 }
 
 // Callbacks are how a Set reaches the controller, in the manner of
@@ -70,7 +65,6 @@ func New(cfg Config, cb Callbacks) *Set {
 	w := newStatusWriter(cfg.Client, cfg.Recorder, cfg.Metrics, ss, qps, cfg.FailoverSlack)
 	w.reconcile = cb.Reconcile
 	w.publishTo, w.manager = cfg.Report, cfg.Manager
-	w.writes = cfg.Writes
 	return &Set{sessions: ss, writer: w}
 }
 
@@ -138,7 +132,7 @@ func (s *Set) Shedding(g *Grant) (string, bool) { return s.writer.shedding(g) }
 func (s *Set) ShedShown() {
 	s.writer.mu.Lock()
 	s.writer.shedTotal++
-	s.writer.win.shown++
+	s.writer.win.shown++ // a write the API server took beside the refreshes (load.go)
 	s.writer.mu.Unlock()
 }
 

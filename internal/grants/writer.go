@@ -66,11 +66,6 @@ type statusWriter struct {
 	reconcile func(types.NamespacedName)
 	// written records the locks a refresh committed to.
 	written *written
-	// writes counts every write of the manager and its Events (nil: not
-	// counted); lastWrites and lastEvents are its counts when the last
-	// window closed.
-	writes                 func() (all, events int64)
-	lastWrites, lastEvents int64
 
 	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
 	// wakes send (a refresh is ready).
@@ -208,15 +203,11 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 func (w *statusWriter) track(h *Grant, shown time.Time, ttl time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !h.tracked {
-		w.win.granted++ // its status and Event were just written
-	}
 	w.trackLocked(h, shown, ttl)
 }
 
 // trackLocked is track for callers that hold w.mu.
 func (w *statusWriter) trackLocked(h *Grant, shown time.Time, ttl time.Duration) {
-	h.tracked = true
 	e := w.entries[h.UID]
 	if e != nil && e.h != h {
 		w.remove(e)
@@ -351,13 +342,6 @@ func (w *statusWriter) forget(h *Grant) {
 // run sends refreshes as they fall due until ctx ends, then hands over
 // (handOver).
 func (w *statusWriter) run(ctx context.Context) {
-	if w.writes != nil {
-		// Counted from the start of the lead: the writes before (taking
-		// the Lease, setting up) are not this writer's to judge.
-		w.mu.Lock()
-		w.lastWrites, w.lastEvents = w.writes()
-		w.mu.Unlock()
-	}
 	var wg sync.WaitGroup
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })
@@ -650,9 +634,6 @@ func (w *statusWriter) landed(e *refresh, st renewal.State, shown, now time.Time
 	e.fails, e.askedAt, e.shownText = 0, time.Time{}, ""
 	report := slack < 0 && !e.lapsed
 	e.lapsed = slack < 0
-	if report {
-		w.win.reported++
-	}
 	if st.ValidUntil.After(h.shown) {
 		h.setShown(st.ValidUntil)
 	}

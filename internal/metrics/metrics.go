@@ -130,7 +130,7 @@ func New() *Metrics {
 		}),
 		StatusWriteCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_status_write_capacity_per_second",
-			Help: "Status refreshes per second the status writer estimates the API server takes (at most the budget): every write of the manager that committed while refreshes waited, less its writes other than refreshes, grants and sheds.",
+			Help: "Status writes per second the status writer estimates the API server takes (at most the budget): what it committed while refreshes waited.",
 		}),
 		StatusWriterOverloaded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_status_writer_overloaded",

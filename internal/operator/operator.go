@@ -110,10 +110,6 @@ type Options struct {
 	// through; nil: the manager's. Tests route it through a proxy they can
 	// stall, to make that cache stale while fresh reads still answer.
 	PodCacheConfig *rest.Config
-	// Writes counts every write of the manager (apiwrites.Counter.Writes
-	// of the config the manager was built from): the status writer
-	// measures the API server's capacity by it. Nil: by its refreshes.
-	Writes func() (all, events int64)
 }
 
 // CacheOptions limits the manager's cache to the objects it owns, so that
@@ -207,7 +203,6 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Manager:                 o.Manager,
 		IgnoreNodes:             o.IgnoreNodes,
 		StatusReport:            statusReport(o.StatusReportNamespace),
-		Writes:                  o.Writes,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}

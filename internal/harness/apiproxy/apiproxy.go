@@ -21,14 +21,13 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/rest"
-
-	"github.com/redlock-operator/redlock-operator/internal/apiwrites"
 )
 
 // Limits are the capacity the proxy gives the API server.
@@ -107,7 +106,7 @@ func (p *Proxy) handler(next http.Handler) http.Handler {
 		p.mu.Lock()
 		limiter, latency := p.limiter, p.latency
 		p.mu.Unlock()
-		if apiwrites.Mutating(r.Method) {
+		if mutating(r.Method) {
 			start := time.Now()
 			if err := limiter.Wait(r.Context()); err != nil {
 				return // the client went away while it waited
@@ -115,7 +114,7 @@ func (p *Proxy) handler(next http.Handler) http.Handler {
 			p.waitNanos.Add(int64(time.Since(start)))
 			p.writes.Add(1)
 			p.mu.Lock()
-			p.writesBy[r.Method+" "+apiwrites.Resource(r.URL.Path)]++
+			p.writesBy[r.Method+" "+resourceOf(r.URL.Path)]++
 			p.mu.Unlock()
 		} else {
 			p.reads.Add(1)
@@ -131,6 +130,40 @@ func (p *Proxy) handler(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// resourceOf is the resource (and subresource) a request path names:
+// /apis/g/v/namespaces/ns/distributedlocks/l/status is
+// "distributedlocks/status".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	default:
+		return path
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "namespaces"
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}
+
+func mutating(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
 }
 
 // Set changes the limits now. Writes already waiting keep the turn they

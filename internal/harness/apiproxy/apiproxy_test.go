@@ -119,6 +119,23 @@ func TestWritesPerSecond(t *testing.T) {
 	}
 }
 
+func TestResourceOf(t *testing.T) {
+	for path, want := range map[string]string{
+		"/apis/redlock.dev/v1alpha1/namespaces/ns/distributedlocks/l/status": "distributedlocks/status",
+		"/apis/redlock.dev/v1alpha1/namespaces/ns/distributedlocks/l":        "distributedlocks",
+		"/api/v1/namespaces/ns/events":                                       "events",
+		"/apis/coordination.k8s.io/v1/namespaces/ns/leases/l":                "leases",
+		"/api/v1/namespaces/ns":                                              "namespaces",
+		"/api/v1/namespaces":                                                 "namespaces",
+		"/apis/redlock.dev/v1alpha1/distributedlocks":                        "distributedlocks",
+		"/version": "/version",
+	} {
+		if got := resourceOf(path); got != want {
+			t.Errorf("resourceOf(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
 // Reads pass while writes queue; Set lifts the limit for the writes after
 // it.
 func TestReadsPassAndSet(t *testing.T) {

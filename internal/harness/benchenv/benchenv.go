@@ -40,7 +40,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/apiwrites"
 	"github.com/redlock-operator/redlock-operator/internal/harness/apiproxy"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
@@ -255,8 +254,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 // startManager runs the operator's manager in this process, as the
 // manager binary sets it up.
 func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, o Options) error {
-	writes := &apiwrites.Counter{}
-	mgr, err := ctrl.NewManager(writes.Wrap(cfg), ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Cache: operator.CacheOptions()})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Cache: operator.CacheOptions()})
 	if err != nil {
 		return err
 	}
@@ -275,7 +273,6 @@ func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8srun
 		// The manager's own limit: every Event is a write the API server
 		// takes beside the refreshes (a shed records one per grant).
 		EventQPS: operator.DefaultEventQPS,
-		Writes:   writes.Writes,
 	})
 	if err != nil {
 		return err

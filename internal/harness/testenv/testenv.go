@@ -39,7 +39,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/apiwrites"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
@@ -259,8 +258,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 			return interceptor.NewClient(c, *s.Intercept), nil
 		}
 	}
-	writes := &apiwrites.Counter{}
-	mgr, err := ctrl.NewManager(writes.Wrap(cfg), ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		NewClient:                     newClient,
 		WebhookServer:                 server,
 		Scheme:                        e.Scheme,
@@ -300,7 +298,6 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		FailoverSlack:   s.FailoverSlack,
 		GrantRecheck:    s.GrantRecheck,
 		PodCacheConfig:  s.PodCacheCfg,
-		Writes:          writes.Writes,
 
 		StatusReportNamespace: s.StatusReportNamespace,
 		Manager:               "testenv",

@@ -55,11 +55,8 @@ func (x *Writer) row() []string {
 		state = "overloaded"
 	}
 	capacity := perSecond(x.CapacityPerSecond)
-	switch {
-	case !x.Measured:
+	if !x.Measured {
 		capacity += " (budget)"
-	case x.APIWritesPerSecond > 0:
-		capacity += " of " + perSecond(x.APIWritesPerSecond)
 	}
 	return []string{x.Manager, state, capacity, perSecond(x.DemandPerSecond), perSecond(x.BudgetPerSecond),
 		strconv.Itoa(x.Kept), strconv.Itoa(x.Shedding), strconv.Itoa(x.Waiting), strconv.FormatInt(x.Shed, 10)}
