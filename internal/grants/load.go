@@ -55,7 +55,7 @@ const (
 type loadWindow struct {
 	span       time.Duration
 	written    int             // refreshes committed
-	shown      int             // grants shown Shed (shed.go): writes the API server took beside the refreshes
+	shown      int             // grants shown Shed (Set.ShedShown): writes the API server took beside the refreshes
 	tight      int             // ... with less than half their lead left
 	late       int             // ... after the validity they replaced had passed
 	slacks     []time.Duration // validity left when each landed, but adoptions' first refreshes
