@@ -287,6 +287,10 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	if err != nil {
 		return err
 	}
+	m := metrics.New()
+	// Writes other than the refreshes wait in the manager while the
+	// refreshes need the API server.
+	restCfg, gate := operator.GateWrites(restCfg, m)
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
@@ -305,7 +309,6 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
-	m := metrics.New()
 	if err := m.Register(ctrlmetrics.Registry); err != nil {
 		return err
 	}
@@ -337,6 +340,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 		WatchNamespaces:    cfg.watchNamespaces,
 		IgnoreNodes:        !cfg.watchNodes,
 		NoAgentAccess:      !cfg.agentAccess,
+		WriteGate:          gate,
 	})
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/seen"
+	"github.com/redlock-operator/redlock-operator/internal/writegate"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -103,6 +104,11 @@ type Reconciler struct {
 	// StatusWriteQPS is the budget of validity refreshes per second
 	// (default grants.DefaultWritesPerSecond), sent on a client of their own.
 	StatusWriteQPS float64
+	// WriteGate, if not nil, is the gate the manager's client writes
+	// through (operator.GateWrites): the status writer sizes it while it
+	// leads, and its own writes, and those showing a grant given up, pass
+	// it.
+	WriteGate *writegate.Gate
 	// FailoverSlack is how long after the leader's last Lease renewal a
 	// standby may take to lead and adopt every held lock (0: no standby to
 	// wait for): status keeps that much validity ahead when the ttl is at

@@ -221,6 +221,10 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 		for _, l := range shedLocks(ms) {
 			Expect(eventReasons(ms.NS, l)).To(ContainElement(distributedlock.EventShed), "events of shed lock %s", l)
 		}
+		// The grants, Events and waiting messages of 230 locks, at most a
+		// quarter of the refreshes' limit at once (docs/design/overload.md).
+		Expect(testutil.ToFloat64(mgr.Metrics.APIWritesWaited)).To(BeNumerically(">", 0),
+			"writes of the manager of %s other than refreshes waited in the manager while the refreshes needed the API server", ms.NS)
 
 		before := heldLocks(ms)
 		// A drop is one below what the kept locks need. Beside other

@@ -12,6 +12,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
+	"github.com/redlock-operator/redlock-operator/internal/writegate"
 )
 
 // patchStatus writes the status changes of this reconcile in one patch,
@@ -130,6 +131,21 @@ func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *grants.Grant,
 func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	lock := s.lock
 	kind := writeKind(s.orig, lock.Status)
+	switch {
+	case s.shedding:
+		// A grant given up does not wait behind the manager's other
+		// writes (internal/writegate): the status writer paces its sheds
+		// in the refreshes' turn; the others given up are one per holder
+		// that stopped.
+		ctx = writegate.WithExempt(ctx)
+	case s.pending != nil:
+		// A new grant, admitted by the status writer, goes before the
+		// other writes waiting there: a grant that waited would show a
+		// validity the wait used up. It still counts among the writes at
+		// the API server, which the writer's refreshes are not queued
+		// behind more than the gate allows.
+		ctx = writegate.WithFirst(ctx)
+	}
 	var err error
 	for attempt := 0; ; attempt++ {
 		base := lock.DeepCopy()

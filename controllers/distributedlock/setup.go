@@ -8,7 +8,6 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,23 +23,29 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
+	"github.com/redlock-operator/redlock-operator/internal/writegate"
 )
 
 // SetupWithManager registers the controller and its renewal sessions.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	// The Set has a client of its own, limited only by its budget, so
-	// that refreshes never queue behind grants in the client's limiter.
-	wcfg := rest.CopyConfig(mgr.GetConfig())
+	// that refreshes never queue behind grants in the client's limiter,
+	// nor at the manager's write gate.
+	wcfg := writegate.Exempt(mgr.GetConfig())
 	wcfg.QPS, wcfg.Burst, wcfg.RateLimiter = -1, 0, nil
 	wc, err := client.New(wcfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("status writer client: %w", err)
 	}
-	r.grants = grants.New(grants.Config{
+	gcfg := grants.Config{
 		Client: wc, Recorder: r.Recorder, Metrics: r.Metrics,
 		WritesPerSecond: r.StatusWriteQPS, FailoverSlack: r.FailoverSlack,
 		Report: r.StatusReport, Manager: r.Manager,
-	}, grants.Callbacks{Reconcile: r.enqueue})
+	}
+	if r.WriteGate != nil {
+		gcfg.Gate = r.WriteGate
+	}
+	r.grants = grants.New(gcfg, grants.Callbacks{Reconcile: r.enqueue})
 	r.wake = &wakeQueue{}
 	r.keys = &keys{grants: r.grants, masters: r.Masters, values: r.Values, clock: r.Clock, wake: r.enqueue}
 	r.beats = newHeartbeats(r.Clock)

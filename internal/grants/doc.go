@@ -16,9 +16,11 @@
 // The Set writes only status.renewedAt, validUntil and quorum of a lock,
 // by a JSON patch whose tests require the object, the grant (ID, token,
 // holder) and the validity it replaces: a stale view cannot move them.
+// While it holds grants, the writer sizes the manager's gate for its
+// other writes (Config.Gate, internal/writegate) from its limit in flight.
 // Files: set.go (the API), grant.go, sessions.go, writer.go (schedule and
 // writes), keep.go (the order refreshes go in when behind), inflight.go
-// (writes in flight), load.go (the rules of capacity and shedding),
+// (writes in flight, and the gate), load.go (the rules of capacity and shedding),
 // judge.go (the load loop that applies them), shed.go (grants
 // shown Shed in their turn), waiters.go (admission), publish.go (the
 // report kubectl redlock status reads). The reasoning:

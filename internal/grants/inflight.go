@@ -134,6 +134,18 @@ func (w *statusWriter) sizeInflight(tight bool) {
 	w.inflight = nextInflight(w.inflight, w.rtt, float64(w.budget.Limit()), w.load.capacity, w.baseRTT(), lead)
 	w.rtt = rttWindow{}
 	w.metrics.StatusWriteConcurrency.Set(float64(w.inflight))
+	w.followGate()
+}
+
+// followGate sizes the manager's gate for other writes from the limit in
+// flight while grants are held, and opens it while none is: no refresh
+// needs the API server then. Callers hold w.mu.
+func (w *statusWriter) followGate() {
+	if len(w.entries) == 0 {
+		w.gate.Follow(0)
+		return
+	}
+	w.gate.Follow(w.inflight)
 }
 
 // setLeadFloor makes floor the schedule's lead floor, and the demand
@@ -211,3 +223,8 @@ func (w *statusWriter) baseRTT() time.Duration {
 // parallel is how many refreshes may be in flight at once. Callers hold
 // w.mu.
 func (w *statusWriter) parallel() int { return w.inflight }
+
+// openGate is the Gate of a writer given none: nothing is held back.
+type openGate struct{}
+
+func (openGate) Follow(int) {}

@@ -20,8 +20,8 @@ const DefaultWritesPerSecond = 150
 // Config is what a Set is built from.
 type Config struct {
 	// Client writes the refreshes. It should be a client of their own,
-	// limited only by WritesPerSecond, so that refreshes never queue
-	// behind other writes.
+	// limited only by WritesPerSecond and not held back by Gate, so that
+	// refreshes never queue behind other writes.
 	Client   client.Client
 	Recorder events.EventRecorder
 	Metrics  *metrics.Metrics
@@ -35,6 +35,19 @@ type Config struct {
 	// no name. Manager names the publisher in it.
 	Report  types.NamespacedName
 	Manager string
+	// Gate, if not nil, holds the manager's other writes back while this
+	// writer leads (internal/writegate): it follows the writer's limit of
+	// refreshes in flight, and opens when the writer stops. Client's writes
+	// must not wait at it.
+	Gate Gate
+}
+
+// Gate is the manager's gate for writes other than the refreshes
+// (writegate.Gate).
+type Gate interface {
+	// Follow sizes the gate from the limit of refreshes in flight; 0
+	// opens it.
+	Follow(refreshes int)
 }
 
 // Callbacks are how a Set reaches the controller, in the manner of
@@ -65,6 +78,9 @@ func New(cfg Config, cb Callbacks) *Set {
 	w := newStatusWriter(cfg.Client, cfg.Recorder, cfg.Metrics, ss, qps, cfg.FailoverSlack)
 	w.reconcile = cb.Reconcile
 	w.publishTo, w.manager = cfg.Report, cfg.Manager
+	if cfg.Gate != nil {
+		w.gate = cfg.Gate
+	}
 	return &Set{sessions: ss, writer: w}
 }
 

@@ -66,6 +66,8 @@ type statusWriter struct {
 	reconcile func(types.NamespacedName)
 	// written records the locks a refresh committed to.
 	written *written
+	// gate follows the limit in flight while the writer runs (Config.Gate).
+	gate Gate
 
 	// kickSchedule wakes scheduleLoop (a refresh was placed); kickSend
 	// wakes send (a refresh is ready).
@@ -178,6 +180,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		budget:       rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond))),
 		reports:      renewal.NewReports(),
 		written:      &written{},
+		gate:         openGate{},
 		kickSchedule: make(chan struct{}, 1),
 		kickSend:     make(chan struct{}, 1),
 		kickWaiters:  make(chan struct{}, 1),
@@ -342,6 +345,10 @@ func (w *statusWriter) forget(h *Grant) {
 // run sends refreshes as they fall due until ctx ends, then hands over
 // (handOver).
 func (w *statusWriter) run(ctx context.Context) {
+	w.mu.Lock()
+	w.followGate()
+	w.mu.Unlock()
+	defer w.gate.Follow(0) // after the handover: a standby holds nothing back
 	var wg sync.WaitGroup
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })

@@ -1080,3 +1080,80 @@ func idleSession(t *testing.T, ttl time.Duration, validUntil time.Time) *renewal
 	t.Cleanup(s.Orphan)
 	return s
 }
+
+// followed records what a writer told its gate.
+type followed struct {
+	mu     sync.Mutex
+	limits []int
+}
+
+func (f *followed) Follow(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limits = append(f.limits, n)
+}
+
+func (f *followed) last() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.limits) == 0 {
+		return -1
+	}
+	return f.limits[len(f.limits)-1]
+}
+
+func TestTheGateFollowsTheLimitInFlight(t *testing.T) {
+	gate := &followed{}
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 100, 0)
+	w.gate = gate
+	window := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.rtt = rttWindow{rtts: slices.Repeat([]time.Duration{20 * time.Millisecond}, 20)}
+		w.load.capacity = 10
+		w.sizeInflight(false)
+		return w.inflight
+	}
+	if window(); gate.last() != 0 {
+		t.Fatalf("gate follows %d with no grant held, want 0 (open)", gate.last())
+	}
+	w.mu.Lock()
+	w.entries["held"] = &refresh{}
+	w.countTTL(0, 10*time.Second)
+	w.mu.Unlock()
+	limit := window()
+	if limit == minWriteParallel {
+		t.Fatalf("limit in flight still %d: this test shows nothing", limit)
+	}
+	if got := gate.last(); got != limit {
+		t.Fatalf("gate follows %d with a grant held, want the limit in flight %d", got, limit)
+	}
+	w.mu.Lock()
+	delete(w.entries, "held")
+	w.mu.Unlock()
+	if window(); gate.last() != 0 {
+		t.Fatalf("gate follows %d once no grant is held, want 0 (open)", gate.last())
+	}
+}
+
+func TestAStoppedWriterOpensTheGate(t *testing.T) {
+	gate := &followed{}
+	s := New(Config{Metrics: metrics.New(), WritesPerSecond: 100, Gate: gate}, Callbacks{Reconcile: func(types.NamespacedName) {}})
+	// A grant held, valid for an hour: the writer starts with the gate
+	// closed, and must open it as it stops.
+	now := time.Now()
+	h := &Grant{UID: "l", Name: types.NamespacedName{Namespace: "ns", Name: "l"}, ID: "g", Holder: "h", Token: 1, AcquiredAt: now}
+	s.sessions.hold(h, func() *renewal.Session { return idleSession(t, time.Minute, now.Add(time.Hour)) })
+	s.writer.track(h, now.Add(time.Hour), time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(gate.limits) < 2 || gate.limits[0] == 0 {
+		t.Fatalf("gate followed %v: want it closed as the writer started with a grant held", gate.limits)
+	}
+	if got := gate.last(); got != 0 {
+		t.Fatalf("gate follows %d once the writer stopped, want 0 (open)", got)
+	}
+}

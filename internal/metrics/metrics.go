@@ -41,6 +41,11 @@ type Metrics struct {
 	// StatusWriteConcurrency is how many refreshes the writer may have in
 	// flight at once, sized from their round trip.
 	StatusWriteConcurrency prometheus.Gauge
+	// APIWritesWaiting is how many of the manager's other writes wait in
+	// the manager for a place at the API server (internal/writegate).
+	APIWritesWaiting prometheus.Gauge
+	// APIWritesWaited counts the writes that waited there.
+	APIWritesWaited prometheus.Counter
 	// StatusWriteLeadFloor is the lead floor of the refreshes: three mean
 	// round trips, or twice their 90th percentile, once refreshes land
 	// tight (applied up to a quarter of each lock's ttl).
@@ -49,7 +54,8 @@ type Metrics struct {
 	// writer has room for its refreshes.
 	GrantsWaiting prometheus.Gauge
 	// EventsDropped counts the Events the manager did not record, by
-	// reason: more were recorded than --event-qps lets through.
+	// reason: more were recorded than --event-qps lets through, or too
+	// many waited in the manager (writegate.EventsRefusedReason).
 	EventsDropped *prometheus.CounterVec
 
 	// GrantsLost counts, per lock and reason, the grants that ended
@@ -148,6 +154,14 @@ func New() *Metrics {
 			Name: "redlock_status_write_concurrency",
 			Help: "Validity refreshes the status writer may have in flight at once: enough to send its budget at the round trip it measures, within bounds.",
 		}),
+		APIWritesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_api_writes_waiting",
+			Help: "Writes of the manager other than validity refreshes waiting in the manager for a place at the API server: at most a quarter of the refreshes' limit in flight are there at once.",
+		}),
+		APIWritesWaited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redlock_api_writes_waited_total",
+			Help: "Writes of the manager other than validity refreshes that waited in the manager for a place at the API server.",
+		}),
 		StatusWriteLeadFloor: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_status_write_lead_floor_seconds",
 			Help: "Lead floor of the validity refreshes: three mean round trips of the status writes or twice their 90th percentile, raised once refreshes land tight and followed down as they speed up (0: none). A refresh is sent at least this long before the shown validity passes, up to a quarter of its lock's ttl.",
@@ -158,7 +172,7 @@ func New() *Metrics {
 		}),
 		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_events_dropped_total",
-			Help: "Events the manager did not record because more were recorded than --event-qps lets through, by reason.",
+			Help: "Events the manager did not record because more were recorded than --event-qps lets through, by reason, or because a thousand waited in the manager for their turn (reason TooManyWaiting).",
 		}, []string{"reason"}),
 		GrantsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_lock_grants_lost_total",
@@ -204,7 +218,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites,
 		m.StatusWriteSlack, m.StatusWriteLapse, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
-		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriterGrants, m.StatusWriteConcurrency, m.StatusWriteLeadFloor,
+		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriterGrants, m.StatusWriteConcurrency, m.APIWritesWaiting, m.APIWritesWaited, m.StatusWriteLeadFloor,
 		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.GrantLostAt, m.Grants, m.PodWait,
 	}
 }

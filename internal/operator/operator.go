@@ -40,6 +40,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 	"github.com/redlock-operator/redlock-operator/internal/masters"
 	"github.com/redlock-operator/redlock-operator/internal/metrics"
+	"github.com/redlock-operator/redlock-operator/internal/writegate"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -110,6 +111,28 @@ type Options struct {
 	// through; nil: the manager's. Tests route it through a proxy they can
 	// stall, to make that cache stale while fresh reads still answer.
 	PodCacheConfig *rest.Config
+	// WriteGate is the gate the manager's config writes through
+	// (GateWrites); nil: none.
+	WriteGate *writegate.Gate
+}
+
+// GateWrites returns a copy of cfg whose writes wait in the manager while
+// the status writer's refreshes need the API server (internal/writegate),
+// and the gate for Options.WriteGate; m shows the writes waiting. Build
+// the manager from the copy.
+func GateWrites(cfg *rest.Config, m *metrics.Metrics) (*rest.Config, *writegate.Gate) {
+	waiting := 0 // told under the gate's lock
+	g := writegate.New(writegate.Observer{
+		Waiting: func(n int) {
+			if n > waiting {
+				m.APIWritesWaited.Add(float64(n - waiting))
+			}
+			waiting = n
+			m.APIWritesWaiting.Set(float64(n))
+		},
+		Refused: func() { m.EventsDropped.WithLabelValues(writegate.EventsRefusedReason).Inc() },
+	})
+	return g.Wrap(cfg), g
 }
 
 // CacheOptions limits the manager's cache to the objects it owns, so that
@@ -197,6 +220,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Metrics:                 o.Metrics,
 		Clock:                   o.Clock,
 		MaxConcurrentReconciles: o.Workers,
+		WriteGate:               o.WriteGate,
 		StatusWriteQPS:          o.StatusWriteQPS,
 		FailoverSlack:           o.FailoverSlack,
 		GrantRecheck:            o.GrantRecheck,

@@ -254,12 +254,13 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 // startManager runs the operator's manager in this process, as the
 // manager binary sets it up.
 func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, o Options) error {
+	m := metrics.New()
+	cfg, gate := operator.GateWrites(cfg, m)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Cache: operator.CacheOptions()})
 	if err != nil {
 		return err
 	}
 	e.Registry = prometheus.NewRegistry()
-	m := metrics.New()
 	if err := m.Register(e.Registry); err != nil {
 		return err
 	}
@@ -272,7 +273,8 @@ func (e *Env) startManager(ctx context.Context, cfg *rest.Config, scheme *k8srun
 		StatusWriteQPS: o.StatusWriteQPS,
 		// The manager's own limit: every Event is a write the API server
 		// takes beside the refreshes (a shed records one per grant).
-		EventQPS: operator.DefaultEventQPS,
+		EventQPS:  operator.DefaultEventQPS,
+		WriteGate: gate,
 	})
 	if err != nil {
 		return err

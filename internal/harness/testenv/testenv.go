@@ -258,6 +258,8 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 			return interceptor.NewClient(c, *s.Intercept), nil
 		}
 	}
+	mgrMetrics := metrics.New()
+	cfg, gate := operator.GateWrites(cfg, mgrMetrics)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		NewClient:                     newClient,
 		WebhookServer:                 server,
@@ -280,7 +282,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(e.Ctx)
-	m := &Manager{cancel: cancel, done: make(chan error, 1), Metrics: metrics.New(), Registry: prometheus.NewPedanticRegistry()}
+	m := &Manager{cancel: cancel, done: make(chan error, 1), Metrics: mgrMetrics, Registry: prometheus.NewPedanticRegistry()}
 	Expect(m.Metrics.Register(m.Registry)).To(Succeed())
 	cleanup, err := operator.Setup(ctx, mgr, operator.Options{
 		Namespace:     OperatorNamespace,
@@ -298,6 +300,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		FailoverSlack:   s.FailoverSlack,
 		GrantRecheck:    s.GrantRecheck,
 		PodCacheConfig:  s.PodCacheCfg,
+		WriteGate:       gate,
 
 		StatusReportNamespace: s.StatusReportNamespace,
 		Manager:               "testenv",

@@ -1,0 +1,300 @@
+// Package writegate holds the manager's writes back in the manager, so
+// that the status writer's refreshes never queue at the API server behind
+// them.
+//
+// An API server serves one client's writes first come first served. When
+// it takes fewer writes than the manager sends, a refresh sent behind a
+// burst of other writes (finalizers of a thousand new locks, a shed's
+// Events) waits for all of them, and lands after the validity it
+// replaces. The Gate lets at most a quarter of the status writer's limit
+// of refreshes in flight (at least one) of the other writes be at the API
+// server at once; the rest wait here, first come first served in three
+// lanes served in turn: writes marked WithFirst (grants the writer
+// admitted), the controllers' other writes, then Events (at most
+// maxEventsWaiting; more are refused here, and the recorder gives them
+// up). A write that has held its
+// place for placeHold gives it up, answered or not: a slow webhook or a
+// dead connection does not hold every other write back.
+//
+// Exempt: requests whose context is marked WithExempt or made through a
+// config from Exempt (the status writer's client; the writes that show a
+// grant given up, which the writer paces in the refreshes' turn), the leader
+// election's Leases (a renewal that waits loses the lead), token and
+// access reviews (they store nothing; the metrics endpoint's checks), and
+// reads and watches. The reasoning and the measurements:
+// docs/design/overload.md.
+package writegate
+
+import (
+	"container/list"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+const (
+	// placeHold is how long a write holds its place at the API server:
+	// beyond it, the wait is the write's own (a webhook, a connection
+	// that died), not the API server's queue, which a ttl-10s lock's 1 s
+	// lead could not wait for anyway.
+	placeHold = 2 * time.Second
+	// maxEventsWaiting bounds the Events waiting here: the recorder
+	// starts a goroutine for each, and an overload can last hours.
+	maxEventsWaiting = 1000
+	// EventsRefusedReason is the reason Events refused here are counted
+	// under among the Events dropped (redlock_events_dropped_total).
+	EventsRefusedReason = "TooManyWaiting"
+)
+
+// Gate is the manager's gate for its writes. The zero value is not
+// usable; see New. Until Follow sizes it, and after Follow(0), it lets
+// every write through.
+type Gate struct {
+	mu       sync.Mutex
+	limit    int // 0: none
+	inflight int
+	// lanes of waiting writes (chan struct{} each), served in order:
+	// first (WithFirst), the controllers' writes, then Events; each
+	// first come first served.
+	lanes [3]list.List
+	obs   Observer
+}
+
+// Observer is told what the gate does; its functions must not block, and
+// may be nil.
+type Observer struct {
+	// Waiting is told how many writes wait at the gate each time that
+	// changes, one more at a time as they come.
+	Waiting func(n int)
+	// Refused is told of an Event refused: maxEventsWaiting waited.
+	Refused func()
+}
+
+// New returns an open gate.
+func New(o Observer) *Gate {
+	if o.Waiting == nil {
+		o.Waiting = func(int) {}
+	}
+	if o.Refused == nil {
+		o.Refused = func() {}
+	}
+	return &Gate{obs: o}
+}
+
+// Follow sizes the gate from the status writer's limit of refreshes in
+// flight: a quarter of it, at least one. Zero opens the gate (no writer
+// leads in this manager, or it holds no grant).
+func (g *Gate) Follow(refreshes int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.limit = 0
+	if refreshes > 0 {
+		g.limit = max(1, refreshes/4)
+	}
+	g.admit()
+}
+
+// Limit is how many writes the gate lets be at the API server at once
+// (0: any number).
+func (g *Gate) Limit() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.limit
+}
+
+// Wrap returns a copy of cfg whose writes pass the gate.
+func (g *Gate) Wrap(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if !gated(req) {
+				return rt.RoundTrip(req)
+			}
+			lane := laneWrites
+			if first, _ := req.Context().Value(firstKey{}).(bool); first {
+				lane = laneFirst
+			} else if isEvent(req.URL.Path) {
+				lane = laneEvents
+			}
+			admitted, err := g.acquire(req.Context(), lane)
+			if err != nil || !admitted {
+				if req.Body != nil {
+					_ = req.Body.Close() // a RoundTripper closes it, sent or not
+				}
+				if err != nil {
+					return nil, err
+				}
+				return refused(req), nil
+			}
+			var once sync.Once
+			release := func() { once.Do(g.release) }
+			t := time.AfterFunc(placeHold, release)
+			defer func() { t.Stop(); release() }()
+			return rt.RoundTrip(req)
+		})
+	})
+	return c
+}
+
+// Exempt returns a copy of cfg whose requests never wait at a gate: add
+// it after (outside) the gate's Wrap.
+func Exempt(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			return rt.RoundTrip(req.WithContext(WithExempt(req.Context())))
+		})
+	})
+	return c
+}
+
+type exemptKey struct{}
+
+type firstKey struct{}
+
+// WithFirst marks ctx: a write made with it waits at the gate before the
+// other writes (a grant, which the status writer admitted).
+func WithFirst(ctx context.Context) context.Context {
+	return context.WithValue(ctx, firstKey{}, true)
+}
+
+// The lanes, in the order they are served.
+const (
+	laneFirst = iota
+	laneWrites
+	laneEvents
+)
+
+// WithExempt marks ctx: a write made with it does not wait at the gate.
+func WithExempt(ctx context.Context) context.Context {
+	return context.WithValue(ctx, exemptKey{}, true)
+}
+
+// gated reports whether req waits for its turn: a write, not exempt, not
+// a Lease (the leader election's renewals), nor a review.
+func gated(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	if exempt, _ := req.Context().Value(exemptKey{}).(bool); exempt {
+		return false
+	}
+	for _, group := range []string{"/apis/coordination.k8s.io/", "/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/"} {
+		if strings.HasPrefix(req.URL.Path, group) {
+			return false
+		}
+	}
+	return true
+}
+
+// isEvent reports whether path is an Event's (core or events.k8s.io):
+// /api/v1/namespaces/NS/events[/NAME] or
+// /apis/events.k8s.io/VERSION/namespaces/NS/events[/NAME].
+func isEvent(path string) bool {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	var rest []string
+	switch {
+	case len(segs) >= 2 && segs[0] == "api":
+		rest = segs[2:]
+	case len(segs) >= 3 && segs[0] == "apis" && segs[1] == "events.k8s.io":
+		rest = segs[3:]
+	default:
+		return false
+	}
+	return len(rest) >= 3 && len(rest) <= 4 && rest[0] == "namespaces" && rest[2] == "events"
+}
+
+// refused is the answer to a write the gate did not send: 429 without
+// Retry-After, which client-go does not retry and the event recorder
+// gives up.
+func refused(req *http.Request) *http.Response {
+	const body = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too many writes wait in the manager","reason":"TooManyRequests","code":429}`
+	return &http.Response{
+		StatusCode: http.StatusTooManyRequests, Status: "429 Too Many Requests",
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": []string{"application/json"}},
+		Body:    io.NopCloser(strings.NewReader(body)),
+		Request: req, ContentLength: int64(len(body)),
+	}
+}
+
+// acquire waits in lane for a place at the API server, or for ctx to end.
+// An Event beyond maxEventsWaiting is not admitted.
+func (g *Gate) acquire(ctx context.Context, lane int) (admitted bool, err error) {
+	g.mu.Lock()
+	if g.waiting() == 0 && (g.limit == 0 || g.inflight < g.limit) {
+		g.inflight++
+		g.mu.Unlock()
+		return true, nil
+	}
+	if lane == laneEvents && g.lanes[laneEvents].Len() >= maxEventsWaiting {
+		g.mu.Unlock()
+		g.obs.Refused()
+		return false, nil
+	}
+	turn := make(chan struct{})
+	e := g.lanes[lane].PushBack(turn)
+	g.obs.Waiting(g.waiting())
+	g.mu.Unlock()
+	select {
+	case <-turn:
+		return true, nil
+	case <-ctx.Done():
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		select {
+		case <-turn: // admitted meanwhile: give the place on
+			g.inflight--
+			g.admit()
+		default:
+			g.lanes[lane].Remove(e)
+			g.obs.Waiting(g.waiting())
+		}
+		return false, ctx.Err()
+	}
+}
+
+// release frees a place and admits the next writes that fit.
+func (g *Gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inflight--
+	g.admit()
+}
+
+// waiting is how many writes wait. Callers hold g.mu.
+func (g *Gate) waiting() int {
+	n := 0
+	for i := range g.lanes {
+		n += g.lanes[i].Len()
+	}
+	return n
+}
+
+// admit lets waiting writes through while they fit, lane by lane.
+// Callers hold g.mu.
+func (g *Gate) admit() {
+	n := g.waiting()
+	for g.waiting() > 0 && (g.limit == 0 || g.inflight < g.limit) {
+		lane := &g.lanes[laneFirst]
+		for i := 1; lane.Len() == 0; i++ {
+			lane = &g.lanes[i]
+		}
+		turn := lane.Remove(lane.Front()).(chan struct{})
+		g.inflight++
+		close(turn)
+	}
+	if g.waiting() != n {
+		g.obs.Waiting(g.waiting())
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

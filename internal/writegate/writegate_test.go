@@ -1,0 +1,324 @@
+package writegate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// server answers a request to a path once the test lets it (answer), and
+// reports each arrival on arrived.
+type server struct {
+	*httptest.Server
+	arrived chan string
+	mu      sync.Mutex
+	answers map[string]chan struct{}
+}
+
+func newServer(t *testing.T) *server {
+	s := &server{arrived: make(chan string, 100), answers: map[string]chan struct{}{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.arrived <- r.Method + " " + r.URL.Path
+		select {
+		case <-s.answer(r.URL.Path):
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// answer is the channel that lets the request to path be answered.
+func (s *server) answer(path string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answers[path] == nil {
+		s.answers[path] = make(chan struct{}, 1)
+	}
+	return s.answers[path]
+}
+
+// release answers the requests to paths.
+func (s *server) release(paths ...string) {
+	for _, p := range paths {
+		s.answer(p) <- struct{}{}
+	}
+}
+
+func httpClient(t *testing.T, cfg *rest.Config) *http.Client {
+	t.Helper()
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// send makes a request in a goroutine and returns its error when done.
+func send(ctx context.Context, c *http.Client, method, url string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader("{}"))
+		if err == nil {
+			var resp *http.Response
+			if resp, err = c.Do(req); err == nil {
+				err = resp.Body.Close()
+			}
+		}
+		done <- err
+	}()
+	return done
+}
+
+// expectDone waits for each write to return without an error.
+func expectDone(t *testing.T, writes ...<-chan error) {
+	t.Helper()
+	for _, done := range writes {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// newGate is a gate that follows refreshes, a server behind it, and a
+// client through it.
+func newGate(t *testing.T, refreshes int, o Observer) (*server, *Gate, *http.Client) {
+	s := newServer(t)
+	g := New(o)
+	g.Follow(refreshes)
+	return s, g, httpClient(t, g.Wrap(&rest.Config{Host: s.URL}))
+}
+
+func expectArrival(t *testing.T, s *server, want string) {
+	t.Helper()
+	select {
+	case got := <-s.arrived:
+		if got != want {
+			t.Fatalf("the API server got %q, want %q", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%q never reached the API server", want)
+	}
+}
+
+// expectNoArrival checks that nothing reached the server by the time a
+// request sent after it, exempt, did.
+func expectNoArrival(t *testing.T, s *server, c *http.Client, probe string) {
+	t.Helper()
+	done := send(WithExempt(context.Background()), c, http.MethodPatch, s.URL+probe)
+	expectArrival(t, s, "PATCH "+probe)
+	s.release(probe)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queued follows how many writes wait at a gate.
+type queued struct {
+	mu      sync.Mutex
+	changed chan struct{}
+	counts  []int
+}
+
+func newQueued() *queued { return &queued{changed: make(chan struct{}, 1)} }
+
+func (q *queued) observe(n int) {
+	q.mu.Lock()
+	q.counts = append(q.counts, n)
+	q.mu.Unlock()
+	select {
+	case q.changed <- struct{}{}:
+	default:
+	}
+}
+
+// await waits until n writes wait at the gate.
+func (q *queued) await(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		q.mu.Lock()
+		last := -1
+		if len(q.counts) > 0 {
+			last = q.counts[len(q.counts)-1]
+		}
+		q.mu.Unlock()
+		if last == n {
+			return
+		}
+		select {
+		case <-q.changed:
+		case <-deadline:
+			t.Fatalf("%d writes wait at the gate, want %d", last, n)
+		}
+	}
+}
+
+func TestWritesBeyondTheLimitWaitInTurn(t *testing.T) {
+	q := newQueued()
+	s, g, c := newGate(t, 8, Observer{Waiting: q.observe}) // a quarter: 2
+	if g.Limit() != 2 {
+		t.Fatalf("limit %d, want 2 (a quarter of 8)", g.Limit())
+	}
+	ctx := context.Background()
+	a := send(ctx, c, http.MethodPatch, s.URL+"/apis/x/v1/a")
+	expectArrival(t, s, "PATCH /apis/x/v1/a")
+	b := send(ctx, c, http.MethodPost, s.URL+"/api/v1/namespaces/n/events")
+	expectArrival(t, s, "POST /api/v1/namespaces/n/events")
+	third := send(ctx, c, http.MethodPut, s.URL+"/apis/x/v1/third")
+	q.await(t, 1)
+	// The third waits in the manager: reads, Leases and exempt writes do not.
+	get := send(ctx, c, http.MethodGet, s.URL+"/apis/x/v1/read")
+	expectArrival(t, s, "GET /apis/x/v1/read")
+	lease := send(ctx, c, http.MethodPut, s.URL+"/apis/coordination.k8s.io/v1/namespaces/n/leases/l")
+	expectArrival(t, s, "PUT /apis/coordination.k8s.io/v1/namespaces/n/leases/l")
+	review := send(ctx, c, http.MethodPost, s.URL+"/apis/authorization.k8s.io/v1/subjectaccessreviews")
+	expectArrival(t, s, "POST /apis/authorization.k8s.io/v1/subjectaccessreviews")
+	exempt := send(ctx, httpClient(t, Exempt(g.Wrap(&rest.Config{Host: s.URL}))), http.MethodPatch, s.URL+"/apis/x/v1/refresh")
+	expectArrival(t, s, "PATCH /apis/x/v1/refresh")
+	expectNoArrival(t, s, c, "/apis/x/v1/probe")
+	fourth := send(ctx, c, http.MethodDelete, s.URL+"/apis/x/v1/fourth")
+	q.await(t, 2)
+	expectNoArrival(t, s, c, "/apis/x/v1/probe2")
+
+	// Answers that are not gated writes' free no place.
+	s.release("/apis/x/v1/read", "/apis/coordination.k8s.io/v1/namespaces/n/leases/l", "/apis/x/v1/refresh", "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+	expectNoArrival(t, s, c, "/apis/x/v1/probe3")
+	// One answer lets the first waiting write through, not the one after it.
+	s.release("/apis/x/v1/a")
+	expectArrival(t, s, "PUT /apis/x/v1/third")
+	q.await(t, 1)
+	expectNoArrival(t, s, c, "/apis/x/v1/probe4")
+	s.release("/api/v1/namespaces/n/events")
+	expectArrival(t, s, "DELETE /apis/x/v1/fourth")
+	q.await(t, 0)
+	s.release("/apis/x/v1/third", "/apis/x/v1/fourth")
+	expectDone(t, a, b, third, get, lease, review, exempt, fourth)
+}
+
+func TestAWriteWaitingEndsWithItsContext(t *testing.T) {
+	q := newQueued()
+	s, _, c := newGate(t, 1, Observer{Waiting: q.observe}) // at least one
+	first := send(context.Background(), c, http.MethodPatch, s.URL+"/a")
+	expectArrival(t, s, "PATCH /a")
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := send(ctx, c, http.MethodPatch, s.URL+"/gone")
+	q.await(t, 1)
+	next := send(context.Background(), c, http.MethodPatch, s.URL+"/next")
+	q.await(t, 2)
+	expectNoArrival(t, s, c, "/probe")
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a write whose context ended while waiting returned %v, want context.Canceled", err)
+	}
+	q.await(t, 1)
+	s.release("/a")
+	expectArrival(t, s, "PATCH /next") // the cancelled one gave up its turn
+	s.release("/next")
+	expectDone(t, first, next)
+}
+
+func TestFollowZeroOpensTheGate(t *testing.T) {
+	q := newQueued()
+	s, g, c := newGate(t, 4, Observer{Waiting: q.observe})
+	first := send(context.Background(), c, http.MethodPatch, s.URL+"/a")
+	expectArrival(t, s, "PATCH /a")
+	second := send(context.Background(), c, http.MethodPatch, s.URL+"/b")
+	q.await(t, 1)
+	expectNoArrival(t, s, c, "/probe")
+	g.Follow(0) // the writer stopped leading
+	expectArrival(t, s, "PATCH /b")
+	third := send(context.Background(), c, http.MethodPatch, s.URL+"/c")
+	expectArrival(t, s, "PATCH /c")
+	s.release("/a", "/b", "/c")
+	expectDone(t, first, second, third)
+}
+
+func TestWritesWaitInLanes(t *testing.T) {
+	q := newQueued()
+	s, _, c := newGate(t, 4, Observer{Waiting: q.observe}) // one at a time
+	ctx := context.Background()
+	first := send(ctx, c, http.MethodPatch, s.URL+"/apis/x/v1/namespaces/n/locks/a")
+	expectArrival(t, s, "PATCH /apis/x/v1/namespaces/n/locks/a")
+	event := send(ctx, c, http.MethodPost, s.URL+"/apis/events.k8s.io/v1/namespaces/n/events")
+	q.await(t, 1)
+	write := send(ctx, c, http.MethodPut, s.URL+"/apis/x/v1/namespaces/n/locks/events") // a lock named events
+	q.await(t, 2)
+	grant := send(WithFirst(ctx), c, http.MethodPatch, s.URL+"/apis/x/v1/namespaces/n/locks/g/status")
+	q.await(t, 3)
+	// Served in turn: the grant, the controller's write, the Event.
+	answered := "/apis/x/v1/namespaces/n/locks/a"
+	for _, next := range []string{"PATCH /apis/x/v1/namespaces/n/locks/g/status", "PUT /apis/x/v1/namespaces/n/locks/events", "POST /apis/events.k8s.io/v1/namespaces/n/events"} {
+		s.release(answered)
+		expectArrival(t, s, next)
+		answered = strings.SplitN(next, " ", 2)[1]
+	}
+	s.release(answered)
+	expectDone(t, first, event, write, grant)
+}
+
+func TestEventsBeyondTheBoundAreRefused(t *testing.T) {
+	q := newQueued()
+	refused := make(chan struct{}, 1)
+	s, _, c := newGate(t, 1, Observer{Waiting: q.observe, Refused: func() { refused <- struct{}{} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := send(ctx, c, http.MethodPatch, s.URL+"/a")
+	expectArrival(t, s, "PATCH /a")
+	var waiting []<-chan error
+	for range maxEventsWaiting {
+		waiting = append(waiting, send(ctx, c, http.MethodPost, s.URL+"/api/v1/namespaces/n/events"))
+	}
+	q.await(t, maxEventsWaiting)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/api/v1/namespaces/n/events", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("an Event beyond %d waiting got %d (Retry-After %q), want 429 without Retry-After", maxEventsWaiting, resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	<-refused
+	cancel() // the waiting Events give up
+	for _, done := range waiting {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a waiting Event returned %v, want context.Canceled", err)
+		}
+	}
+	s.release("/a")
+	if err := <-first; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
+
+func TestASlowWriteGivesItsPlaceUp(t *testing.T) {
+	s, g, c := newGate(t, 1, Observer{})
+	ctx := context.Background()
+	start := time.Now()
+	slow := send(ctx, c, http.MethodPatch, s.URL+"/slow")
+	expectArrival(t, s, "PATCH /slow")
+	next := send(ctx, c, http.MethodPatch, s.URL+"/next")
+	expectArrival(t, s, "PATCH /next") // while /slow is unanswered
+	if waited := time.Since(start); waited < placeHold {
+		t.Fatalf("the next write went after %v, before the slow one held its place for %v", waited, placeHold)
+	}
+	s.release("/slow", "/next")
+	expectDone(t, slow, next)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight != 0 {
+		t.Fatalf("%d places held after every write was answered, want 0", g.inflight)
+	}
+}
