@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/writegate"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -128,6 +130,7 @@ func TestCommitOutcome(t *testing.T) {
 		{"a timeout, and status shows the grant: committed", apierrors.NewTimeoutError("slow", 1), shows(true, nil), writeCommitted},
 		{"a timeout, and status does not show it yet: unknown", apierrors.NewTimeoutError("slow", 1), shows(false, nil), writeUnknown},
 		{"a request cancelled as the manager stops: unknown", context.Canceled, shows(false, nil), writeUnknown},
+		{"a request cancelled while it waited in the manager: refused", &url.Error{Op: "Patch", URL: "https://api/l", Err: fmt.Errorf("%w: %w", writegate.ErrNotSent, context.Canceled)}, unread, writeRefused},
 		{"a failed read says nothing", errors.New("connection reset"), shows(false, errors.New("read failed")), writeUnknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package distributedlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -82,12 +83,16 @@ func (r *Reconciler) writeOutcome(ctx context.Context, lock *v1alpha1.Distribute
 // fresh read shows the grant: the refusal then answered a resend of a
 // request that had committed (client-go resends after a 5xx with
 // Retry-After).
-// Any other error (a timeout, a reset connection, a request cancelled
+// A write that never left the manager (writegate.ErrNotSent) committed
+// nothing. Any other error (a timeout, a reset connection, a request cancelled
 // while the manager stops) leaves the write in flight at the API server,
 // where it may still be applied after any read made now: a fresh read that
 // shows the grant says it committed; one that does not, or that fails,
 // says nothing for certain.
 func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
+	if errors.Is(err, writegate.ErrNotSent) {
+		return writeRefused // it never left the manager
+	}
 	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
 		if apierrors.IsConflict(err) {
 			if shows, rerr := showsGrant(); rerr == nil && shows {

@@ -28,6 +28,8 @@ package writegate
 import (
 	"container/list"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -153,6 +155,10 @@ func Exempt(cfg *rest.Config) *rest.Config {
 	return c
 }
 
+// ErrNotSent wraps the error of a write whose context ended while it
+// waited at the gate: the API server never saw it.
+var ErrNotSent = errors.New("not sent: the write waited in the manager for its turn")
+
 type exemptKey struct{}
 
 type firstKey struct{}
@@ -256,7 +262,7 @@ func (g *Gate) acquire(ctx context.Context, lane int) (admitted bool, err error)
 			g.lanes[lane].Remove(e)
 			g.obs.Waiting(g.waiting())
 		}
-		return false, ctx.Err()
+		return false, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
 	}
 }
 

@@ -216,8 +216,8 @@ func TestAWriteWaitingEndsWithItsContext(t *testing.T) {
 	q.await(t, 2)
 	expectNoArrival(t, s, c, "/probe")
 	cancel()
-	if err := <-gone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("a write whose context ended while waiting returned %v, want context.Canceled", err)
+	if err := <-gone; !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotSent) {
+		t.Fatalf("a write whose context ended while waiting returned %v, want context.Canceled and ErrNotSent", err)
 	}
 	q.await(t, 1)
 	s.release("/a")
