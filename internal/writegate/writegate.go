@@ -12,9 +12,10 @@
 // lanes served in turn: writes marked WithFirst (grants the writer
 // admitted), the controllers' other writes, then Events (at most
 // maxEventsWaiting; more are refused here, and the recorder gives them
-// up). A write that has held its
-// place for placeHold gives it up, answered or not: a slow webhook or a
-// dead connection does not hold every other write back.
+// up). A write that has held its place for placeHold gives it up,
+// answered or not, so that a slow webhook or a dead connection does not
+// hold every other write back; at most as many such overdue writes as the
+// limit are let be at once.
 //
 // Exempt: requests whose context is marked WithExempt or made through a
 // config from Exempt (the status writer's client; the writes that show a
@@ -34,6 +35,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -64,7 +66,11 @@ type Gate struct {
 	// first (WithFirst), the controllers' writes, then Events; each
 	// first come first served.
 	lanes [3]list.List
-	obs   Observer
+	// overdue counts the writes that held a place for hold: they no
+	// longer count in inflight, but at most limit of them are let be.
+	overdue int
+	hold    time.Duration
+	obs     Observer
 }
 
 // Observer is told what the gate does; its functions must not block, and
@@ -85,7 +91,7 @@ func New(o Observer) *Gate {
 	if o.Refused == nil {
 		o.Refused = func() {}
 	}
-	return &Gate{obs: o}
+	return &Gate{obs: o, hold: placeHold}
 }
 
 // Follow sizes the gate from the status writer's limit of refreshes in
@@ -112,31 +118,44 @@ func (g *Gate) Limit() int {
 // Wrap returns a copy of cfg whose writes pass the gate.
 func (g *Gate) Wrap(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)
+	prefix := ""
+	if u, _, err := rest.DefaultServerUrlFor(cfg); err == nil {
+		prefix = strings.TrimSuffix(u.Path, "/") // a server behind a path (a proxy's)
+	}
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			if !gated(req) {
+			path := strings.TrimPrefix(req.URL.Path, prefix)
+			if !gated(req, path) {
 				return rt.RoundTrip(req)
 			}
+			ctx := req.Context()
+			mark, _ := ctx.Value(firstKey{}).(*sentMark)
 			lane := laneWrites
-			if first, _ := req.Context().Value(firstKey{}).(bool); first {
+			switch {
+			case mark != nil:
 				lane = laneFirst
-			} else if isEvent(req.URL.Path) {
+			case isEvent(path):
 				lane = laneEvents
 			}
-			admitted, err := g.acquire(req.Context(), lane)
+			admitted, err := g.acquire(ctx, lane)
 			if err != nil || !admitted {
 				if req.Body != nil {
 					_ = req.Body.Close() // a RoundTripper closes it, sent or not
 				}
-				if err != nil {
-					return nil, err
+				switch {
+				case err != nil && mark != nil && !mark.sent.Load():
+					return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
+				case err != nil:
+					return nil, err // an earlier attempt (client-go resends) may have been sent
 				}
 				return refused(req), nil
 			}
-			var once sync.Once
-			release := func() { once.Do(g.release) }
-			t := time.AfterFunc(placeHold, release)
-			defer func() { t.Stop(); release() }()
+			if mark != nil {
+				mark.sent.Store(true)
+			}
+			w := &write{}
+			t := time.AfterFunc(g.hold, func() { g.overstay(w) })
+			defer func() { t.Stop(); g.finish(w) }()
 			return rt.RoundTrip(req)
 		})
 	})
@@ -155,18 +174,23 @@ func Exempt(cfg *rest.Config) *rest.Config {
 	return c
 }
 
-// ErrNotSent wraps the error of a write whose context ended while it
-// waited at the gate: the API server never saw it.
+// ErrNotSent wraps the error of a write made WithFirst whose context
+// ended while it waited at the gate, no attempt of it (client-go resends
+// some) having been let through: the API server never saw it.
 var ErrNotSent = errors.New("not sent: the write waited in the manager for its turn")
 
 type exemptKey struct{}
 
 type firstKey struct{}
 
+// sentMark records whether a write made with a context was let through.
+type sentMark struct{ sent atomic.Bool }
+
 // WithFirst marks ctx: a write made with it waits at the gate before the
-// other writes (a grant, which the status writer admitted).
+// other writes (a grant, which the status writer admitted), and ends with
+// ErrNotSent if it never left the manager.
 func WithFirst(ctx context.Context) context.Context {
-	return context.WithValue(ctx, firstKey{}, true)
+	return context.WithValue(ctx, firstKey{}, &sentMark{})
 }
 
 // The lanes, in the order they are served.
@@ -181,9 +205,10 @@ func WithExempt(ctx context.Context) context.Context {
 	return context.WithValue(ctx, exemptKey{}, true)
 }
 
-// gated reports whether req waits for its turn: a write, not exempt, not
-// a Lease (the leader election's renewals), nor a review.
-func gated(req *http.Request) bool {
+// gated reports whether req, to path (after the server's own), waits
+// for its turn: a write, not exempt, not a Lease (the leader election's
+// renewals), nor a review.
+func gated(req *http.Request, path string) bool {
 	switch req.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return false
@@ -192,7 +217,7 @@ func gated(req *http.Request) bool {
 		return false
 	}
 	for _, group := range []string{"/apis/coordination.k8s.io/", "/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/"} {
-		if strings.HasPrefix(req.URL.Path, group) {
+		if strings.HasPrefix(path, group) {
 			return false
 		}
 	}
@@ -233,8 +258,11 @@ func refused(req *http.Request) *http.Response {
 // acquire waits in lane for a place at the API server, or for ctx to end.
 // An Event beyond maxEventsWaiting is not admitted.
 func (g *Gate) acquire(ctx context.Context, lane int) (admitted bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	g.mu.Lock()
-	if g.waiting() == 0 && (g.limit == 0 || g.inflight < g.limit) {
+	if g.waiting() == 0 && g.room() {
 		g.inflight++
 		g.mu.Unlock()
 		return true, nil
@@ -262,16 +290,45 @@ func (g *Gate) acquire(ctx context.Context, lane int) (admitted bool, err error)
 			g.lanes[lane].Remove(e)
 			g.obs.Waiting(g.waiting())
 		}
-		return false, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
+		return false, ctx.Err()
 	}
 }
 
-// release frees a place and admits the next writes that fit.
-func (g *Gate) release() {
+// write is one write let through; its fields are guarded by the gate's
+// mutex.
+type write struct{ overdue, done bool }
+
+// overstay counts w, which held its place for hold, overdue: its place is
+// freed, and overdue writes are let be only as many as the limit.
+func (g *Gate) overstay(w *write) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if w.done || w.overdue {
+		return
+	}
+	w.overdue = true
 	g.inflight--
+	g.overdue++
 	g.admit()
+}
+
+// finish ends w: its place is freed, or it is no longer counted overdue.
+func (g *Gate) finish(w *write) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w.done = true
+	if w.overdue {
+		g.overdue--
+	} else {
+		g.inflight--
+	}
+	g.admit()
+}
+
+// room reports whether one more write may go to the API server. Callers
+// hold g.mu.
+func (g *Gate) room() bool {
+	return g.limit == 0 || (g.inflight < g.limit && g.inflight+g.overdue < 2*g.limit)
 }
 
 // waiting is how many writes wait. Callers hold g.mu.
@@ -287,7 +344,7 @@ func (g *Gate) waiting() int {
 // Callers hold g.mu.
 func (g *Gate) admit() {
 	n := g.waiting()
-	for g.waiting() > 0 && (g.limit == 0 || g.inflight < g.limit) {
+	for g.waiting() > 0 && g.room() {
 		lane := &g.lanes[laneFirst]
 		for i := 1; lane.Len() == 0; i++ {
 			lane = &g.lanes[i]
