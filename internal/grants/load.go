@@ -190,10 +190,10 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next.cooldown = max(prev.cooldown-1, 0)
 	next.sinceGrowth = prev.sinceGrowth + 1
 	rate := float64(w.written+w.shown) / w.span.Seconds()
-	next.recent = append(slices.Clone(prev.recent[max(0, len(prev.recent)-saturatedWindows+1):]), rate)
+	next.recent = lastRates(prev.recent, rate)
 	switch {
 	case saturated:
-		next.rates = append(slices.Clone(prev.rates[max(0, len(prev.rates)-saturatedWindows+1):]), rate)
+		next.rates = lastRates(prev.rates, rate)
 		c := median(next.rates)
 		next.capacity, next.measured, next.sinceGrowth = min(w.budget, c), c < w.budget, 0
 	case !prev.measured:
@@ -210,6 +210,11 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 		next.capacity, next.rates, next.sinceGrowth = prev.capacity*recovery, nil, 0
 	}
 	return next
+}
+
+// lastRates is rates with rate added, the last saturatedWindows kept.
+func lastRates(rates []float64, rate float64) []float64 {
+	return append(slices.Clone(rates[max(0, len(rates)-saturatedWindows+1):]), rate)
 }
 
 // median is the median of rates (not empty).

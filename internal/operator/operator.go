@@ -121,15 +121,9 @@ type Options struct {
 // and the gate for Options.WriteGate; m shows the writes waiting. Build
 // the manager from the copy.
 func GateWrites(cfg *rest.Config, m *metrics.Metrics) (*rest.Config, *writegate.Gate) {
-	waiting := 0 // told under the gate's lock
 	g := writegate.New(writegate.Observer{
-		Waiting: func(n int) {
-			if n > waiting {
-				m.APIWritesWaited.Add(float64(n - waiting))
-			}
-			waiting = n
-			m.APIWritesWaiting.Set(float64(n))
-		},
+		Waiting: func(n int) { m.APIWritesWaiting.Set(float64(n)) },
+		Queued:  m.APIWritesWaited.Inc,
 		Refused: func() { m.EventsDropped.WithLabelValues(writegate.EventsRefusedReason).Inc() },
 	})
 	return g.Wrap(cfg), g

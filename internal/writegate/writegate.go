@@ -77,8 +77,10 @@ type Gate struct {
 // may be nil.
 type Observer struct {
 	// Waiting is told how many writes wait at the gate each time that
-	// changes, one more at a time as they come.
+	// changes.
 	Waiting func(n int)
+	// Queued is told of each write that waits.
+	Queued func()
 	// Refused is told of an Event refused: maxEventsWaiting waited.
 	Refused func()
 }
@@ -87,6 +89,9 @@ type Observer struct {
 func New(o Observer) *Gate {
 	if o.Waiting == nil {
 		o.Waiting = func(int) {}
+	}
+	if o.Queued == nil {
+		o.Queued = func() {}
 	}
 	if o.Refused == nil {
 		o.Refused = func() {}
@@ -105,14 +110,6 @@ func (g *Gate) Follow(refreshes int) {
 		g.limit = max(1, refreshes/4)
 	}
 	g.admit()
-}
-
-// Limit is how many writes the gate lets be at the API server at once
-// (0: any number).
-func (g *Gate) Limit() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.limit
 }
 
 // Wrap returns a copy of cfg whose writes pass the gate.
@@ -274,6 +271,7 @@ func (g *Gate) acquire(ctx context.Context, lane int) (admitted bool, err error)
 	}
 	turn := make(chan struct{})
 	e := g.lanes[lane].PushBack(turn)
+	g.obs.Queued()
 	g.obs.Waiting(g.waiting())
 	g.mu.Unlock()
 	select {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,9 +172,13 @@ func (q *queued) await(t *testing.T, n int) {
 
 func TestWritesBeyondTheLimitWaitInTurn(t *testing.T) {
 	q := newQueued()
-	s, g, c := newGate(t, 8, Observer{Waiting: q.observe}) // a quarter: 2
-	if g.Limit() != 2 {
-		t.Fatalf("limit %d, want 2 (a quarter of 8)", g.Limit())
+	var waited atomic.Int32
+	s, g, c := newGate(t, 8, Observer{Waiting: q.observe, Queued: func() { waited.Add(1) }}) // a quarter: 2
+	g.mu.Lock()
+	limit := g.limit
+	g.mu.Unlock()
+	if limit != 2 {
+		t.Fatalf("limit %d, want 2 (a quarter of 8)", limit)
 	}
 	ctx := context.Background()
 	a := send(ctx, c, http.MethodPatch, s.URL+"/apis/x/v1/a")
@@ -209,6 +214,9 @@ func TestWritesBeyondTheLimitWaitInTurn(t *testing.T) {
 	q.await(t, 0)
 	s.release("/apis/x/v1/third", "/apis/x/v1/fourth")
 	expectDone(t, a, b, third, get, lease, review, exempt, fourth)
+	if n := waited.Load(); n != 2 {
+		t.Fatalf("%d writes told as queued, want 2 (third and fourth)", n)
+	}
 }
 
 func TestAWriteWaitingEndsWithItsContext(t *testing.T) {
