@@ -152,10 +152,16 @@ scrape_configs:
 		By("Prometheus verifying the manager's certificate, scraping it and seeing every member of the set serve")
 		// The manager serves the certificate once the kubelet mounted its
 		// Secret: up to its sync period (1m) after the manager filled it.
+		// The alert may be pending from before the members were probed:
+		// the rules are evaluated a second apart from the scrapes, so the
+		// wait is for both the sample and the rule's state.
 		Eventually(func(g Gomega) {
 			g.Expect(servingIs(g, "3")).To(BeTrue(), "three members serving")
+			g.Expect(alerts(g, "RedlockMasterSetUnavailable")).To(BeEmpty(), "RedlockMasterSetUnavailable, evaluated after the members served")
 		}, 3*time.Minute, time.Second).Should(Succeed(), "Prometheus to scrape master set %s/%s with its three members serving, verifying the manager's certificate", ns, setName)
-		Consistently(func(g Gomega) []promAlert { return alerts(g, "RedlockMasterSetUnavailable") }, 3*time.Second, time.Second).
+		// Longer than the test rules' for (2s) and two evaluations: a rule
+		// that matched serving members would fire within it.
+		Consistently(func(g Gomega) []promAlert { return alerts(g, "RedlockMasterSetUnavailable") }, 5*time.Second, time.Second).
 			Should(BeEmpty(), "RedlockMasterSetUnavailable to stay quiet for master set %s/%s while its members serve", ns, setName)
 	})
 
