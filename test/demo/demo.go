@@ -419,13 +419,16 @@ func (d *demo) crash(ctx context.Context) error {
 	return nil
 }
 
-// watchServed probes the crashed member every 20 ms until it serves again
-// and records when. Measured from just before the kill to just after the
-// first accepted connection, the gap is at least the real time out of
-// service and at most 20 ms and one probe more: a gap shorter than the
-// restart delay is a real violation, and a real one longer than that slack
-// is not missed.
+// watchServed waits for the crashed member to stop answering, then probes
+// it every 20 ms until it serves again and records when. Measured from
+// just before the kill to just after the first accepted connection, the
+// gap is at least the real time out of service and at most 20 ms and one
+// probe more: a gap shorter than the restart delay is a real violation,
+// and a real one longer than that slack is not missed.
 func (d *demo) watchServed(ctx context.Context, addr string) {
+	if AwaitDown(ctx, addr, 10*time.Millisecond) != nil {
+		return
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {

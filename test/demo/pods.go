@@ -93,6 +93,23 @@ func Serves(ctx context.Context, addr string) bool {
 	return err == nil || strings.Contains(err.Error(), "NOAUTH")
 }
 
+// AwaitDown polls the Redis server at addr every interval until it stops
+// answering, or ctx ends. A killed process may answer for a while after
+// the signal (a loaded machine tears a container's processes down late),
+// so a member's return counts only once it was seen down.
+func AwaitDown(ctx context.Context, addr string, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for Serves(ctx, addr) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s still answers: %w", addr, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 // KillContainer SIGKILLs the main process of the pod's first container, as
 // a crash would, through the local cluster's containerd (clusterState is
 // hack/local-cluster's state directory); the kubelet restarts it. It

@@ -242,6 +242,9 @@ var _ = Describe("delayed restart", Ordered, func() {
 
 	It("keeps a crashed member out of service for the restart delay while the lock stays held", func() {
 		crashed := killMember(0)
+		down, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		Expect(demo.AwaitDown(down, fmt.Sprintf("127.0.0.1:%d", basePort), 10*time.Millisecond)).To(Succeed(), "member 0 of master set %s/%s to stop answering once killed", ns, set.Name)
 		// Throughout, the holder keeps the lock and the rival never gets it.
 		var served time.Time
 		for served.IsZero() {
