@@ -183,6 +183,7 @@ func run() error {
 	// Lapses by lock: a lock shed later in the run lapsed before its Shed
 	// showed (counted apart from the locks kept).
 	lapsedBy, samples := map[string]int{}, 0
+	lastReason := map[string]string{}
 	causes := map[string]int{}
 	var stepAt time.Time
 	// The proxy's counts at the step and stepWindow after it.
@@ -224,6 +225,7 @@ func run() error {
 			for _, b := range lapsed {
 				if !b.stale {
 					lapsedBy[b.name]++
+					lastReason[b.name] = b.reason
 				}
 			}
 			var eg []string
@@ -306,14 +308,17 @@ func run() error {
 		gaugeValue(reg, "redlock_status_write_lead_floor_seconds"))
 	fmt.Printf("| samples × locks checked | %d × %d |\n", samples, *nLocks)
 	lapses, shedLate, shedLateSamples := 0, 0, 0
+	var keptLapsed []string
 	for name, n := range lapsedBy {
 		if t.shed[name] {
 			shedLate, shedLateSamples = shedLate+1, shedLateSamples+n
 			continue
 		}
 		lapses += n
+		keptLapsed = append(keptLapsed, name)
 	}
 	fmt.Printf("| lapses of locks kept (status showed a granted lock never shed not Held, or past its validity, in a sample) | %d |\n", lapses)
+	fmt.Printf("| … kept locks that lapsed / the most samples first (lock: samples, reason last shown) | %d / %s |\n", len(keptLapsed), mostLapsed(keptLapsed, lapsedBy, lastReason, 5))
 	fmt.Printf("| locks shed whose validity passed before Shed showed / their lapses in samples | %d / %d |\n", shedLate, shedLateSamples)
 	fmt.Printf("| after the watch: time until every lapsed lock was held again or shown Shed / still lapsed then | %v / %d |\n", drained.Round(time.Second), stillLapsed)
 	if !stepAt.IsZero() {
@@ -643,4 +648,23 @@ func byKind(now, before map[string]int64, span time.Duration) string {
 		out = append(out, fmt.Sprintf("%s %d", k.name, k.n))
 	}
 	return strings.Join(out, ", ")
+}
+
+// mostLapsed names up to n of locks, those lapsed in the most samples
+// first, each with its count and the reason it last showed lapsed.
+func mostLapsed(locks []string, samples map[string]int, reason map[string]string, n int) string {
+	if len(locks) == 0 {
+		return "none"
+	}
+	slices.SortFunc(locks, func(a, b string) int {
+		if c := cmp.Compare(samples[b], samples[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var out []string
+	for _, l := range locks[:min(n, len(locks))] {
+		out = append(out, fmt.Sprintf("%s: %d, %s", l, samples[l], reason[l]))
+	}
+	return strings.Join(out, "; ")
 }
