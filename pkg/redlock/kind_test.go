@@ -55,7 +55,7 @@ func TestKeyIsOneKind(t *testing.T) {
 			}
 			// Acquire returns on a quorum: once the stragglers' copies
 			// landed too, every master refuses, and nothing is written.
-			waitHeldEverywhere(t, servers, "kind-a", l.Value())
+			waitHeldEverywhere(t, servers, "kind-a", l.Value(), nodeTimeout)
 			for round := range 2 {
 				_, err = c.AcquireSlot(ctx, redlock.Slot{Semaphore: "kind-a", Slots: 1, Index: 0}, time.Minute, redlock.WithFencing())
 				expectKindConflict(t, err, "a slot of the held lock's key", "kind-a", redlock.KindLock, quorum)
@@ -94,7 +94,7 @@ func TestKeyIsOneKind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitHeldEverywhere(t, servers, redlock.SlotsKey("kind-b"), "2")
+			waitHeldEverywhere(t, servers, redlock.SlotsKey("kind-b"), "2", nodeTimeout)
 			_, err = c.Acquire(ctx, "kind-b", time.Minute)
 			expectKindConflict(t, err, "a lock of the held semaphore's key", "kind-b", redlock.KindSemaphore, quorum)
 			_, err = c.Acquire(ctx, "kind-b", time.Minute, redlock.WithFencing())
@@ -168,7 +168,7 @@ func TestKindLeftByAnotherClientEndsExtension(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHeldEverywhere(t, servers, l.Key(), l.Value())
+	waitHeldEverywhere(t, servers, l.Key(), l.Value(), nodeTimeout)
 	for _, s := range servers[:2] {
 		set(t, s, redlock.SlotsKey("kind-e"), "1", time.Minute)
 	}
@@ -180,7 +180,7 @@ func TestKindLeftByAnotherClientEndsExtension(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHeldEverywhere(t, servers, sl.Key(), sl.Value())
+	waitHeldEverywhere(t, servers, sl.Key(), sl.Value(), nodeTimeout)
 	for _, s := range servers[:2] {
 		set(t, s, "kind-f", "another client's lock", time.Minute)
 	}
@@ -220,7 +220,7 @@ func TestPutBackRefusesTheOtherKind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitHeldEverywhere(t, servers, l.Key(), l.Value())
+			waitHeldEverywhere(t, servers, l.Key(), l.Value(), nodeTimeout)
 			cl := lost.Client()
 			defer cl.Close()
 			if err := cl.Del(ctx, l.Key()).Err(); err != nil {

@@ -1130,7 +1130,7 @@ func TestProbe(t *testing.T) {
 func TestReleaseAfterLateExtendRemovesCopies(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	const key, ttl = "late-extend", 3 * time.Second
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(10*time.Second))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(stallTimeout))
 	ctx := context.Background()
 	lock, err := c.Acquire(ctx, key, ttl)
 	if err != nil {
@@ -1138,7 +1138,7 @@ func TestReleaseAfterLateExtendRemovesCopies(t *testing.T) {
 	}
 	// Acquire returns on a quorum: the third master's copy may still be on
 	// its way (a loaded machine).
-	waitHeldEverywhere(t, servers, key, lock.Value())
+	waitHeldEverywhere(t, servers, key, lock.Value(), stallTimeout)
 	// The masters hold the value for long enough to outlive the stall below.
 	for i, s := range servers {
 		a := s.Client()
@@ -1167,7 +1167,7 @@ func TestReleaseAfterLateExtendRemovesCopies(t *testing.T) {
 	if err := lock.Release(ctx); err != nil {
 		t.Fatalf("release after the late extension: %v", err)
 	}
-	expectCopiesRemoved(t, servers, key)
+	expectCopiesRemoved(t, servers, key, stallTimeout)
 }
 
 // TestLateExtendLeavesASharedValue: a deposed operator leader, paused in
@@ -1181,13 +1181,13 @@ func TestReleaseAfterLateExtendRemovesCopies(t *testing.T) {
 func TestLateExtendLeavesASharedValue(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	const key, val, ttl = "late-shared", "grant-1", 2 * time.Second
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(10*time.Second))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), redlock.WithNodeTimeout(stallTimeout))
 	ctx := context.Background()
 	adopter, err := c.Acquire(ctx, key, time.Minute, redlock.WithValue(val))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHeldEverywhere(t, servers, key, val)
+	waitHeldEverywhere(t, servers, key, val, stallTimeout)
 	deposed, err := c.Restore(key, val, ttl, time.Now().Add(ttl))
 	if err != nil {
 		t.Fatal(err)
@@ -1213,7 +1213,7 @@ func TestLateExtendLeavesASharedValue(t *testing.T) {
 func TestLostExtendLeavesTheCopies(t *testing.T) {
 	servers := redistest.StartN(t, 5, redistest.Options{})
 	const key = "lost-shared"
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
 	lock := loseToAMajority(t, servers, c, key)
 	// Close waits for everything the client started, clean-ups included.
 	if err := c.Close(); err != nil {
@@ -1236,7 +1236,7 @@ func loseToAMajority(t *testing.T, servers []*redistest.Server, c *redlock.Clien
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitHeldEverywhere(t, servers, key, lock.Value())
+	waitHeldEverywhere(t, servers, key, lock.Value(), nodeTimeout)
 	for _, s := range servers[:3] {
 		a := s.Client()
 		if err := a.Del(ctx, key).Err(); err != nil {
@@ -1254,6 +1254,9 @@ func loseToAMajority(t *testing.T, servers []*redistest.Server, c *redlock.Clien
 // answer only once the extension's new validity has passed; it returns
 // Extend's error. The round started before master 0 saw its request, so
 // its validity (start + ttl − drift) has passed one ttl after that.
+//
+// The lock's client needs a node timeout longer than the stall
+// (stallTimeout).
 func extendLate(t *testing.T, servers []*redistest.Server, lock *redlock.Lock) error {
 	t.Helper()
 	t.Cleanup(func() {
@@ -1269,7 +1272,7 @@ func extendLate(t *testing.T, servers []*redistest.Server, lock *redlock.Lock) e
 	}
 	extended := make(chan error, 1)
 	go func() { extended <- lock.Extend(context.Background()) }()
-	waitFor(t, 5*time.Second, "the extension to reach master 0", func() bool {
+	waitFor(t, stallTimeout, "the extension to reach master 0 (sent at once, answered within the node timeout)", func() bool {
 		return scriptCalls(t, servers[0]) > before
 	})
 	// Waiting for the instant itself: nothing else marks it.
@@ -1306,11 +1309,16 @@ func scriptCalls(t *testing.T, s *redistest.Server) int64 {
 	return n
 }
 
-// waitHeldEverywhere waits until every master holds value at key (an
-// acquisition returns once a quorum has it).
-func waitHeldEverywhere(t *testing.T, servers []*redistest.Server, key, val string) {
+// stallTimeout is the node timeout of the clients whose extension outlives
+// a stall of the lock's TTL (extendLate).
+const stallTimeout = 10 * time.Second
+
+// waitHeldEverywhere waits until every master holds value at key: an
+// acquisition returns once a quorum has it, and a straggler's write lands,
+// or is given up, within the client's node timeout (within).
+func waitHeldEverywhere(t *testing.T, servers []*redistest.Server, key, val string, within time.Duration) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "every master to hold the value", func() bool {
+	waitFor(t, within, "every master to hold the value (a straggler's write lands within the node timeout)", func() bool {
 		for _, s := range servers {
 			if value(t, s, key) != val {
 				return false
@@ -1320,11 +1328,12 @@ func waitHeldEverywhere(t *testing.T, servers []*redistest.Server, key, val stri
 	})
 }
 
-// expectCopiesRemoved waits for every master to be clean of key (a
-// release returns once a quorum answered; stragglers follow).
-func expectCopiesRemoved(t *testing.T, servers []*redistest.Server, key string) {
+// expectCopiesRemoved waits for every master to be clean of key: a
+// release returns once a quorum answered, and a straggler's deletion
+// lands, or is given up, within the client's node timeout (within).
+func expectCopiesRemoved(t *testing.T, servers []*redistest.Server, key string, within time.Duration) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "every copy to be removed", func() bool {
+	waitFor(t, within, "every copy to be removed (a straggler's release lands within the node timeout)", func() bool {
 		for _, s := range servers {
 			if value(t, s, key) != "" {
 				return false
@@ -1341,7 +1350,7 @@ func expectCopiesRemoved(t *testing.T, servers []*redistest.Server, key string) 
 func TestReleaseAfterLostExtendRemovesCopies(t *testing.T) {
 	servers := redistest.StartN(t, 5, redistest.Options{})
 	const key = "lost-extend"
-	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1))
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
 	ctx := context.Background()
 	lock := loseToAMajority(t, servers, c, key)
 	// A quorum answers "no key" first (ErrNotHeld); the minority's
@@ -1349,7 +1358,7 @@ func TestReleaseAfterLostExtendRemovesCopies(t *testing.T) {
 	if err := lock.Release(ctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("release after the loss: %v", err)
 	}
-	expectCopiesRemoved(t, servers, key)
+	expectCopiesRemoved(t, servers, key, nodeTimeout)
 	// The key is free on the two that held the orphan: a client of those
 	// two alone (quorum 2) is granted it.
 	minority := newClient(t, redistest.Addrs(servers[3:]), redlock.WithTries(1))

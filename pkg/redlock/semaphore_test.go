@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,12 +276,9 @@ func TestSemaphoreSlotWithoutItsNumberIsNotExtended(t *testing.T) {
 	// straggler's copy and number have landed too, so that none lands
 	// after they are removed below.
 	for _, s := range servers {
-		for deadline := time.Now().Add(10 * time.Second); pttl(t, s, redlock.SlotsKey("sem-e")) <= 0; {
-			if time.Now().After(deadline) {
-				t.Fatalf("the number of slots never reached %s", s.Addr())
-			}
-			runtime.Gosched()
-		}
+		waitFor(t, nodeTimeout, s.Addr()+" to store the number of slots of sem-e (a straggler's write lands within the node timeout)", func() bool {
+			return pttl(t, s, redlock.SlotsKey("sem-e")) > 0
+		})
 	}
 	for _, s := range servers[:2] {
 		cl := s.Client()
