@@ -127,6 +127,14 @@
 // a client that does not check, such as an older version) is not
 // extended: when in doubt, not held.
 //
+// With [WithReleaseNotices], Release publishes on each master whose copy it
+// deleted a notice on [NoticeChannel](key), after that master's answer and
+// apart from it; a waiter's [Client.Notices] calls back once a quorum of
+// masters told of one release of a watched key, so that a waiter in
+// another process tries at once rather than after its retry delay.
+// Notices are hints: a lost one costs the waiter its retry delay, and
+// exclusion rests on SET NX alone.
+//
 // Keys that end in ":fence" are refused ([ErrInvalidArgument]): "k:fence"
 // is the fencing counter of the lock "k" (see [FenceKey]); so is
 // [WindowKey].

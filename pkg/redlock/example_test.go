@@ -101,6 +101,45 @@ func ExampleClient_AcquireSemaphore() {
 	// declared with 5: true
 }
 
+// ExampleClient_Notices wakes a waiter in another process when the holder
+// releases, rather than after its retry delay.
+func ExampleClient_Notices() {
+	addrs, stop, err := startMasters()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	ctx := context.Background()
+
+	holder, _ := redlock.New(addrs, redlock.WithReleaseNotices())
+	defer holder.Close()
+	waiter, _ := redlock.New(addrs, redlock.WithTries(1))
+	defer waiter.Close()
+
+	released := make(chan string, 1)
+	notices := waiter.Notices(func(key string) { released <- key })
+	defer notices.Close()
+	// Watch before the attempt: a release after Watch returned is told.
+	if err := notices.Watch(ctx, "migrations"); err != nil {
+		fmt.Println("no notices, poll instead:", err)
+		return
+	}
+
+	lock, _ := holder.Acquire(ctx, "migrations", 10*time.Second)
+	_, err = waiter.Acquire(ctx, "migrations", 10*time.Second)
+	fmt.Println("waiter while held:", errors.Is(err, redlock.ErrLockHeld))
+
+	_ = lock.Release(ctx)
+	fmt.Println("told of the release of", <-released)
+	won, err := waiter.Acquire(ctx, "migrations", 10*time.Second)
+	fmt.Println("waiter once told:", err == nil && won.Valid())
+	// Output:
+	// waiter while held: true
+	// told of the release of migrations
+	// waiter once told: true
+}
+
 // startMasters starts three redis-server processes for an example.
 func startMasters() (addrs []string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "redlock-example-")

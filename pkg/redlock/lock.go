@@ -546,7 +546,11 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 		if err := after(ctx, i, acquired, restoring); err != nil {
 			return OutcomeError, err
 		}
-		return n.run(ctx, rel)
+		out, err := n.run(ctx, rel)
+		if out == OutcomeGranted && c.cfg.releaseNotices {
+			c.publishRelease(n, l.key, releaseID(l.key, l.value), c.nodeTimeout(l.ttl))
+		}
+		return out, err
 	}, func(r *round) {
 		<-registered
 		c.releases.end(l.key, r.inflight)

@@ -49,13 +49,15 @@ type config struct {
 	previous      []string  // see WithJoint
 	newVoteAfter  time.Time // when masters only in the new list vote
 	maxExtensions int       // 0: unlimited
-	observer      Observer
-	username      string
-	password      string
-	tlsConfig     *tls.Config
-	poolSize      int
-	redisOptions  func(*redis.Options)
-	now           func() time.Time
+	// releaseNotices: Release publishes a notice (WithReleaseNotices).
+	releaseNotices bool
+	observer       Observer
+	username       string
+	password       string
+	tlsConfig      *tls.Config
+	poolSize       int
+	redisOptions   func(*redis.Options)
+	now            func() time.Time
 
 	// beforeFenceWriteBack, when set (by tests), runs between the two
 	// rounds of a fenced acquisition, to inject faults there.

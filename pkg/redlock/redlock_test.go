@@ -1288,25 +1288,8 @@ func extendLate(t *testing.T, servers []*redistest.Server, lock *redlock.Lock) e
 // scriptCalls is how many scripts (EVALSHA and EVAL) s has run.
 func scriptCalls(t *testing.T, s *redistest.Server) int64 {
 	t.Helper()
-	c := s.Client()
-	defer c.Close()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats on %s: %v", s.Addr(), err)
-	}
-	var n int64
-	for line := range strings.Lines(info) {
-		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
-			if rest, ok := strings.CutPrefix(line, cmd); ok {
-				var calls int64
-				if _, err := fmt.Sscanf(rest, "calls=%d", &calls); err != nil {
-					t.Fatalf("INFO commandstats on %s: %q: %v", s.Addr(), line, err)
-				}
-				n += calls
-			}
-		}
-	}
-	return n
+	calls := commandCalls(t, s)
+	return calls["evalsha"] + calls["eval"]
 }
 
 // stallTimeout is the node timeout of the clients whose extension outlives

@@ -1,0 +1,354 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// noticeWait bounds the wait for a notice in these tests: a release's
+// requests and their PUBLISH answer within the node timeout (patient).
+const noticeWait = 2 * nodeTimeout
+
+// listener collects the keys a Notices called back with.
+type listener struct {
+	mu   sync.Mutex
+	keys []string
+	got  chan string
+}
+
+func newListener() *listener { return &listener{got: make(chan string, 100)} }
+
+func (l *listener) onRelease(key string) {
+	l.mu.Lock()
+	l.keys = append(l.keys, key)
+	l.mu.Unlock()
+	l.got <- key
+}
+
+// next waits for the next key called back.
+func (l *listener) next(t *testing.T, what string) string {
+	t.Helper()
+	select {
+	case k := <-l.got:
+		return k
+	case <-time.After(noticeWait):
+		t.Fatalf("no release notice within %v: %s", noticeWait, what)
+		return ""
+	}
+}
+
+// noticeRig is a holder that publishes release notices and a waiter
+// whose Notices (l hears them) listens, on the same masters.
+type noticeRig struct {
+	holder, waiter *redlock.Client
+	notices        *redlock.Notices
+	l              *listener
+}
+
+func newNoticeRig(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *noticeRig {
+	t.Helper()
+	opts = append(opts, redlock.WithTries(1), patient)
+	r := &noticeRig{l: newListener()}
+	r.holder = newClient(t, redistest.Addrs(servers), append(opts, redlock.WithReleaseNotices())...)
+	r.waiter = newClient(t, redistest.Addrs(servers), opts...)
+	r.notices = r.waiter.Notices(r.l.onRelease)
+	t.Cleanup(func() { _ = r.notices.Close() })
+	return r
+}
+
+// releaseAndHear acquires key with the holder, releases it, and waits for
+// the waiter to hear of it.
+func (r *noticeRig) releaseAndHear(t *testing.T, key, what string) {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := r.holder.Acquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := r.l.next(t, what); k != key {
+		t.Fatalf("notice of %q, want %q: %s", k, key, what)
+	}
+}
+
+// subscribers is how many connections listen on channel, per master.
+func subscribers(t *testing.T, servers []*redistest.Server, channel string) []int64 {
+	t.Helper()
+	out := make([]int64, len(servers))
+	for i, s := range servers {
+		c := s.Client()
+		n, err := c.PubSubNumSub(context.Background(), channel).Result()
+		_ = c.Close()
+		if err != nil {
+			t.Fatalf("PUBSUB NUMSUB on %s: %v", s.Addr(), err)
+		}
+		out[i] = n[channel]
+	}
+	return out
+}
+
+// waitSubscribers waits until every master has want listeners on key's
+// notice channel (Watch returns once a quorum confirmed).
+func waitSubscribers(t *testing.T, servers []*redistest.Server, key string, want int64) {
+	t.Helper()
+	waitFor(t, noticeWait, "every master to count the watcher's subscription", func() bool {
+		for _, n := range subscribers(t, servers, redlock.NoticeChannel(key)) {
+			if n != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestReleaseNoticeWakesAWatcher: a client built WithReleaseNotices tells
+// another client's Notices of each release of a watched key, once per
+// release (at a quorum of masters), and of no key not watched; after
+// Unwatch no master keeps the subscription.
+func TestReleaseNoticeWakesAWatcher(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	r := newNoticeRig(t, servers)
+	holder, waiter, l, notices := r.holder, r.waiter, r.l, r.notices
+
+	if err := notices.Watch(ctx, "wake"); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribers(t, servers, "wake", 1)
+	for round := range 2 {
+		lock, err := holder.Acquire(ctx, "wake", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// On every master, so that its release deletes (and tells) on
+		// every master.
+		waitHeldEverywhere(t, servers, "wake", lock.Value(), nodeTimeout)
+		if _, err := waiter.Acquire(ctx, "wake", time.Minute); !errors.Is(err, redlock.ErrLockHeld) {
+			t.Fatalf("round %d: the waiter's attempt while held: %v, want ErrLockHeld", round, err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if k := l.next(t, "the holder released"); k != "wake" {
+			t.Fatalf("round %d: notice of %q, want wake", round, k)
+		}
+		// Told at a quorum: the key is free on a quorum, and the
+		// waiter's attempt at once wins it.
+		won, err := waiter.Acquire(ctx, "wake", time.Minute)
+		if err != nil {
+			t.Fatalf("round %d: the waiter's attempt once told: %v", round, err)
+		}
+		if err := won.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectCopiesRemoved(t, servers, "wake", nodeTimeout)
+	}
+	// A key nobody watches: released with a notice nobody hears.
+	other, err := holder.Acquire(ctx, "unwatched", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeldEverywhere(t, servers, "unwatched", other.Value(), nodeTimeout)
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	notices.Unwatch(ctx, "wake")
+	waitSubscribers(t, servers, "wake", 0)
+	// Close waits for the holder's PUBLISHes: every master told of every
+	// release whose copy it deleted (two rounds and the unwatched key).
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers {
+		if n := commandCalls(t, s)["publish"]; n != 3 {
+			t.Errorf("master %d: %d PUBLISH, want 3 (one per release)", i, n)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.keys) != 2 {
+		t.Errorf("notices called back %v, want one per release of the watched key (2)", l.keys)
+	}
+}
+
+// TestReleaseWithoutNoticesPublishesNothing: notices are opt-in; a client
+// without WithReleaseNotices sends no PUBLISH.
+func TestReleaseWithoutNoticesPublishesNothing(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	c, err := redlock.New(redistest.Addrs(servers), redlock.WithTries(1), patient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := c.Acquire(ctx, "quiet", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers {
+		if n := commandCalls(t, s)["publish"]; n != 0 {
+			t.Errorf("master %d: %d PUBLISH without WithReleaseNotices", i, n)
+		}
+	}
+}
+
+// noticeErrors records the NoticeEvents a client reports.
+type noticeErrors struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (*noticeErrors) ObserveOp(redlock.OpEvent)                 {}
+func (*noticeErrors) ObserveQuarantine(redlock.QuarantineEvent) {}
+
+func (o *noticeErrors) ObserveNotice(ev redlock.NoticeEvent) {
+	o.mu.Lock()
+	o.errs = append(o.errs, ev.Err)
+	o.mu.Unlock()
+}
+
+// TestRefusedNoticeFailsNothing: a master whose ACL refuses the notice
+// channel (ACLRules alone) still releases; the refused PUBLISH is only
+// reported (NoticeObserver); a watcher there is not subscribed (Watch
+// returns its context's error) and the refusal is reported too.
+func TestRefusedNoticeFailsNothing(t *testing.T) {
+	servers := aclServers(t, 3, redlock.ACLRules)
+	ctx := context.Background()
+	obs := &noticeErrors{}
+	c, err := redlock.New(redistest.Addrs(servers), redlock.WithAuth("locker", "pw"), redlock.WithTries(1), patient,
+		redlock.WithReleaseNotices(), redlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := c.Acquire(ctx, "refused", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("release where PUBLISH is refused: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	if len(obs.errs) != len(servers) {
+		t.Fatalf("reported %v, want one refused PUBLISH per master", obs.errs)
+	}
+	for _, err := range obs.errs {
+		if !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("reported %v, want NOPERM", err)
+		}
+	}
+	obs.errs = nil
+	obs.mu.Unlock()
+
+	waiter, err := redlock.New(redistest.Addrs(servers), redlock.WithAuth("locker", "pw"), redlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	notices := waiter.Notices(func(string) {})
+	t.Cleanup(func() { _ = notices.Close() })
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := notices.Watch(short, "refused"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Watch where SUBSCRIBE is refused: %v, want its context's deadline", err)
+	}
+	waitFor(t, noticeWait, "the refused SUBSCRIBE (NOPERM) to be reported", func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return len(obs.errs) > 0 && strings.Contains(errors.Join(obs.errs...).Error(), "NOPERM")
+	})
+}
+
+// TestNoticeACLRulesSuffice: a user allowed ACLRules and NoticeACLRules
+// publishes and hears release notices.
+func TestNoticeACLRulesSuffice(t *testing.T) {
+	servers := aclServers(t, 3, redlock.ACLRules+" "+redlock.NoticeACLRules)
+	ctx := context.Background()
+	r := newNoticeRig(t, servers, redlock.WithAuth("locker", "pw"))
+	if err := r.notices.Watch(ctx, "acl-notice"); err != nil {
+		t.Fatal(err)
+	}
+	r.releaseAndHear(t, "acl-notice", "released with the notice ACL")
+}
+
+// TestNoticesListenAgainAfterARestart: a master restarted comes back
+// without the watcher's subscription; the watcher connects again and
+// subscribes once more, and is told of the next release.
+func TestNoticesListenAgainAfterARestart(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	r := newNoticeRig(t, servers)
+	notices := r.notices
+	if err := notices.Watch(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribers(t, servers, "again", 1)
+	for _, s := range servers[:2] {
+		if err := s.Restart(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The listener finds its connection broken at once (EOF), and
+	// connects again within its retry delay (at most 5s).
+	waitFor(t, 10*time.Second, "the watcher to subscribe again on the restarted masters", func() bool {
+		n := subscribers(t, servers, redlock.NoticeChannel("again"))
+		return n[0] == 1 && n[1] == 1
+	})
+	r.releaseAndHear(t, "again", "released after the restarts")
+}
+
+// TestWatchWaitsForAQuorum: Watch returns once a quorum of masters
+// confirmed the subscription; with a quorum stopped it returns its
+// context's error, and the subscription is made when they answer again.
+func TestWatchWaitsForAQuorum(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	r := newNoticeRig(t, servers)
+	notices := r.notices
+	// The listening connections are made before the masters stop.
+	if err := notices.Watch(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[1:] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range servers[1:] {
+			_ = s.Cont()
+		}
+	})
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err := notices.Watch(short, "quorum")
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "of 3 masters subscribed") {
+		t.Fatalf("Watch with two of three masters stopped: %v, want its deadline, saying how many subscribed", err)
+	}
+	for _, s := range servers[1:] {
+		if err := s.Cont(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A second Watch of the key waits for the first's subscription.
+	if err := notices.Watch(ctx, "quorum"); err != nil {
+		t.Fatal(err)
+	}
+	r.releaseAndHear(t, "quorum", "released once the masters answered")
+}
