@@ -92,13 +92,13 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 		// the overload ends as soon as they are chosen (they are not
 		// refreshed), and sparing them then took the writer back over.
 		w.strikes = 0
-		if w.demand <= shedTarget*w.load.capacity {
+		if w.demand <= w.load.target() {
 			w.spareShed(now)
 		}
 		return
 	}
 	w.strikes++
-	if !shedNow(w.strikes, len(w.shed) > 0, win.demand, win.budget, w.load.capacity, shedPerSecond) {
+	if !shedNow(w.strikes, len(w.shed) > 0, win.demand, win.budget, w.load.target(), shedPerSecond) {
 		return
 	}
 	w.chooseToShed(win, shedPerSecond)
@@ -108,21 +108,21 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 // chooses grants to shed perSecond of demand. One pressed window may be a
 // blip: grants are shed when it lasts, or at once when demand is over the
 // budget. While grants chosen before wait for their Shed (pending), the
-// backlog drains as they go, and more is chosen only when the capacity
-// measured fell below what the others need over shedTarget: a drop is
+// backlog drains as they go, and more is chosen only when what the others
+// need is over the target (the share of the capacity measured): a drop is
 // measured over a few windows. That capacity leaves out the Shed Events
 // and reconciles in flight, and so sheds more than the API server asks
 // for; shedding at the kept demand itself (2026-12-06) let kept locks
 // lapse in make test beside a CPU hog. Over-shedding is the safe side.
 // The reasoning: docs/design/overload.md#a-drop-of-capacity.
-func shedNow(strikes int, pending bool, demand, budget, capacity, perSecond float64) bool {
+func shedNow(strikes int, pending bool, demand, budget, target, perSecond float64) bool {
 	switch {
 	case perSecond <= 0:
 		return false
 	case strikes < 2 && demand <= budget:
 		return false
 	case pending:
-		return demand > shedTarget*capacity
+		return demand > target
 	}
 	return true
 }

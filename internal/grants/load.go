@@ -49,6 +49,16 @@ const (
 	// lateHorizon: behind, grants are shed when refreshes would land
 	// late within it at the pace the backlog grows (soonLate).
 	lateHorizon = 30 * time.Second
+	// The spread. A saturated window's commits over the capacity
+	// estimate it was judged with is a dip; the dips of the last
+	// dipWindows windows are kept, and from minDips of them the share of
+	// capacity demand is brought down to and admitted up to is their
+	// dipQuantile when that is below shedTarget, and never below
+	// minShare.
+	dipWindows  = 60
+	minDips     = minSample
+	dipQuantile = 0.1
+	minShare    = 0.5
 )
 
 // loadWindow is what the writer measured over one window.
@@ -102,7 +112,38 @@ type loadState struct {
 	// recent is what committed in the last saturatedWindows windows,
 	// saturated or not (oldest first).
 	recent []float64
+	// dips are the saturated windows' commits over the capacity estimate
+	// of their time, of the last dipWindows windows (share).
+	dips []dip
 }
+
+// dip is one saturated window's commits over the capacity estimate, and
+// how many windows ago it was measured.
+type dip struct {
+	ratio float64
+	age   int
+}
+
+// share is the part of capacity demand is brought down to, and admitted
+// up to: shedTarget, or less where the API server took less than the
+// estimate in more than a tenth of the saturated seconds lately, so that
+// demand fits in such a second too. An API server beside CPU hogs took
+// from 55 % to 120 % of the estimate second to second, and kept locks
+// lapsed at shedTarget; one that takes what it is let is within a tenth.
+func (l loadState) share() float64 {
+	if len(l.dips) < minDips {
+		return shedTarget
+	}
+	ratios := make([]float64, len(l.dips))
+	for i, d := range l.dips {
+		ratios[i] = d.ratio
+	}
+	slices.Sort(ratios)
+	return max(minShare, min(shedTarget, ratios[int(dipQuantile*float64(len(ratios)))]))
+}
+
+// target is the demand (writes per second) the share of capacity leaves.
+func (l loadState) target() float64 { return l.share() * l.capacity }
 
 // initialLoad is the state before anything was measured.
 func initialLoad(budget float64) loadState { return loadState{capacity: budget} }
@@ -130,7 +171,7 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	// the API server takes otherwise turned the state (its log line, metric
 	// and condition) over every second or two (5,000 locks at ttl 60s on a
 	// 2-core machine: 40 times in three minutes).
-	still := prev.overloaded && w.demand > shedTarget*next.capacity
+	still := prev.overloaded && w.demand > next.target()
 	next.pressed = behind || tight || late
 	next.overloaded = next.pressed || still
 	var shed float64
@@ -139,7 +180,7 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 		// Behind without tight refreshes only holds grants back: the
 		// lead absorbs a backlog (a grant burst taking the API server
 		// for a while) until refreshes land tight.
-		shed = max(w.demand-shedTarget*next.capacity, shedLeast*w.demand)
+		shed = max(w.demand-next.target(), shedLeast*w.demand)
 	case late:
 		shed = shedLeast * w.demand
 	}
@@ -191,6 +232,10 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 	next.sinceGrowth = prev.sinceGrowth + 1
 	rate := float64(w.written+w.shown) / w.span.Seconds()
 	next.recent = lastRates(prev.recent, rate)
+	next.dips = ageDips(prev.dips)
+	if saturated && prev.measured && prev.capacity > 0 {
+		next.dips = append(next.dips, dip{ratio: rate / prev.capacity})
+	}
 	switch {
 	case saturated:
 		next.rates = lastRates(prev.rates, rate)
@@ -210,6 +255,17 @@ func nextCapacity(prev loadState, w loadWindow, saturated bool) loadState {
 		next.capacity, next.rates, next.sinceGrowth = prev.capacity*recovery, nil, 0
 	}
 	return next
+}
+
+// ageDips is dips a window older, those older than dipWindows gone.
+func ageDips(dips []dip) []dip {
+	out := make([]dip, 0, len(dips)+1)
+	for _, d := range dips {
+		if d.age+1 < dipWindows {
+			out = append(out, dip{ratio: d.ratio, age: d.age + 1})
+		}
+	}
+	return out
 }
 
 // lastRates is rates with rate added, the last saturatedWindows kept.
@@ -233,7 +289,7 @@ func (l loadState) admits(demand, add, budget float64) bool {
 	if demand <= 0 {
 		return add <= budget
 	}
-	return !l.overloaded && demand+add <= shedTarget*l.capacity
+	return !l.overloaded && demand+add <= l.target()
 }
 
 // shedCandidate is a held grant the writer may shed.

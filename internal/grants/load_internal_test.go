@@ -258,21 +258,80 @@ func TestOverloadLastsWithoutPressing(t *testing.T) {
 // capacity measured fell below what the others need over shedTarget.
 func TestShedNow(t *testing.T) {
 	for _, c := range []struct {
-		name                             string
-		strikes                          int
-		pending                          bool
-		demand, budget, capacity, perSec float64
-		want                             bool
+		name                           string
+		strikes                        int
+		pending                        bool
+		demand, budget, target, perSec float64
+		want                           bool
 	}{
-		{name: "nothing to shed", strikes: 3, demand: 40, budget: 150, capacity: 50, perSec: 0},
-		{name: "one pressed window, within the budget", strikes: 1, demand: 60, budget: 150, capacity: 50, perSec: 20},
-		{name: "one pressed window, over the budget", strikes: 1, demand: 200, budget: 150, capacity: 150, perSec: 80, want: true},
-		{name: "two pressed windows", strikes: 2, demand: 60, budget: 150, capacity: 50, perSec: 20, want: true},
-		{name: "Sheds pending, the others within 80 % of the capacity measured", strikes: 5, pending: true, demand: 40, budget: 150, capacity: 50, perSec: 0.1},
-		{name: "Sheds pending, the capacity measured fell", strikes: 5, pending: true, demand: 40, budget: 150, capacity: 42, perSec: 6.4, want: true},
+		{name: "nothing to shed", strikes: 3, demand: 40, budget: 150, target: 40, perSec: 0},
+		{name: "one pressed window, within the budget", strikes: 1, demand: 60, budget: 150, target: 40, perSec: 20},
+		{name: "one pressed window, over the budget", strikes: 1, demand: 200, budget: 150, target: 120, perSec: 80, want: true},
+		{name: "two pressed windows", strikes: 2, demand: 60, budget: 150, target: 40, perSec: 20, want: true},
+		{name: "Sheds pending, the others within the target", strikes: 5, pending: true, demand: 40, budget: 150, target: 40, perSec: 0.1},
+		{name: "Sheds pending, the target fell", strikes: 5, pending: true, demand: 40, budget: 150, target: 33.6, perSec: 6.4, want: true},
 	} {
-		if got := shedNow(c.strikes, c.pending, c.demand, c.budget, c.capacity, c.perSec); got != c.want {
+		if got := shedNow(c.strikes, c.pending, c.demand, c.budget, c.target, c.perSec); got != c.want {
 			t.Errorf("%s: shedNow = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestShareFollowsTheSpread: demand is brought down to, and admitted up
+// to, shedTarget of capacity while the saturated seconds took about the
+// estimate; to the low tenth of what they took over the estimate when
+// that is less (never below minShare); and dips older than dipWindows are
+// forgotten.
+func TestShareFollowsTheSpread(t *testing.T) {
+	dips := func(ratios ...float64) []dip {
+		out := make([]dip, len(ratios))
+		for i, r := range ratios {
+			out[i] = dip{ratio: r}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		dips []dip
+		want float64
+	}{
+		{name: "nothing measured", want: shedTarget},
+		{name: "fewer than minDips", dips: dips(0.5, 0.5, 0.5, 0.5), want: shedTarget},
+		{name: "an API server that takes what it is let: within a tenth", dips: dips(0.93, 1.07, 0.98, 1.02, 0.95, 1.05, 1), want: shedTarget},
+		{name: "one slow second in ten is not the low tenth", dips: dips(1, 1.1, 0.95, 1.05, 0.62, 1.2, 0.9, 1, 1.1, 0.97), want: shedTarget},
+		{name: "two in ten are", dips: dips(1, 1.1, 0.95, 1.05, 0.62, 1.2, 0.75, 1, 1.1, 0.97), want: 0.75},
+		{name: "beside CPU hogs: from 55 % to 120 %", dips: dips(0.55, 1.2, 0.7, 1.1, 0.6, 0.9, 1, 0.65, 1.05, 0.8), want: 0.6},
+		{name: "deeper than minShare", dips: dips(0.2, 0.3, 0.3, 0.4, 1), want: minShare},
+	} {
+		l := loadState{capacity: 100, measured: true, dips: c.dips}
+		if got := l.share(); !near(got, c.want) {
+			t.Errorf("%s: share = %.3f, want %.3f", c.name, got, c.want)
+		}
+		if got := l.target(); !near(got, 100*c.want) {
+			t.Errorf("%s: target = %.3f, want %.3f", c.name, got, 100*c.want)
+		}
+	}
+
+	// A saturated window below the estimate is a dip; one while unmeasured is not.
+	sat := loadWindow{span: time.Second, written: 30, backlogged: time.Second, demand: 45, budget: 150}
+	next, _ := nextLoad(loadState{capacity: 150}, sat)
+	if len(next.dips) != 0 {
+		t.Fatalf("dips after the first measurement: %v, want none (the budget was no estimate)", next.dips)
+	}
+	next, _ = nextLoad(loadState{capacity: 50, measured: true}, sat)
+	if len(next.dips) != 1 || !near(next.dips[0].ratio, 0.6) {
+		t.Fatalf("dips = %v, want one of 0.6 (30 of an estimated 50)", next.dips)
+	}
+	// A dip counts for dipWindows windows, its own included.
+	quiet := loadWindow{span: time.Second, written: 10, demand: 10, budget: 150}
+	for range dipWindows - 1 {
+		next, _ = nextLoad(next, quiet)
+	}
+	if len(next.dips) != 1 {
+		t.Fatalf("dips in the dip's %dth window: %v, want it", dipWindows, next.dips)
+	}
+	next, _ = nextLoad(next, quiet)
+	if len(next.dips) != 0 {
+		t.Fatalf("dips after %d windows: %v, want none", dipWindows, next.dips)
 	}
 }
