@@ -49,6 +49,10 @@ type StatusWriterReport struct {
 	// waited, rather than the budget assumed before any did.
 	CapacityPerSecond float64 `json:"capacityPerSecond"`
 	Measured          bool    `json:"measured"`
+	// TargetPerSecond is the demand the writer keeps and admits grants up
+	// to: 80 % of the capacity, less when the API server's seconds took
+	// less than the estimate more often (docs/design/overload.md).
+	TargetPerSecond float64 `json:"targetPerSecond"`
 	// DemandPerSecond is the writes a second the kept grants need.
 	DemandPerSecond float64 `json:"demandPerSecond"`
 	// Overloaded: the kept grants need more than the capacity, or their

@@ -14,7 +14,7 @@ import (
 // shed), but no other Shed message, and shows StatusWritesBehind
 // otherwise.
 func TestWaitingForRoom(t *testing.T) {
-	shedMsg := grants.ShedWhy + ": the held locks need 130/s, the API server took 50/s (budget 150/s); the youngest grants are shed, and granted again once status writes leave room"
+	shedMsg := grants.ShedWhy + ": the held locks need 130/s, the API server took 50/s and they are kept within 40/s (budget 150/s); the youngest grants are shed, and granted again once status writes leave room"
 	for _, c := range []struct {
 		name       string
 		held       *metav1.Condition

@@ -84,6 +84,7 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 		w.load.overloaded = true
 	}
 	w.metrics.StatusWriteCapacity.Set(w.load.capacity)
+	w.metrics.StatusWriteTarget.Set(w.load.target())
 	w.tellOverload(prev, win, now)
 	if !w.load.pressed {
 		// Not overloaded, or only until demand is back within
@@ -137,12 +138,12 @@ func (w *statusWriter) tellOverload(prev loadState, win loadWindow, now time.Tim
 		w.overloadSince = now
 		w.metrics.StatusWriterOverloaded.Set(1)
 		log.Info("status writes overloaded: new grants wait, the youngest grants are shed",
-			"demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity, "budgetPerSecond", win.budget,
+			"demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity, "targetPerSecond", w.load.target(), "budgetPerSecond", win.budget,
 			"committed", win.written, "tight", win.tight, "backlogged", win.backlogged, "locks", len(w.entries))
 	case !w.load.overloaded && prev.overloaded:
 		kick(w.kickPublish)
 		w.metrics.StatusWriterOverloaded.Set(0)
-		log.Info("status writes keep up again", "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity,
+		log.Info("status writes keep up again", "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity, "targetPerSecond", w.load.target(),
 			"overloadedFor", now.Sub(w.overloadSince), "locks", len(w.entries))
 	}
 }
@@ -162,8 +163,8 @@ func (w *statusWriter) chooseToShed(win loadWindow, perSecond float64) {
 		cands = append(cands, shedCandidate{uid: uid, acquiredAt: e.h.AcquiredAt, perSecond: w.sched.perSecond(e.ttl)})
 	}
 	uids := chooseShed(cands, perSecond)
-	why := fmt.Sprintf(ShedWhy+": the held locks need %.0f/s, the API server took %.0f/s (budget %.0f/s); the youngest grants are shed, and granted again once status writes leave room",
-		win.demand, w.load.capacity, win.budget)
+	why := fmt.Sprintf(ShedWhy+": the held locks need %.0f/s, the API server took %.0f/s and they are kept within %.0f/s (budget %.0f/s); the youngest grants are shed, and granted again once status writes leave room",
+		win.demand, w.load.capacity, w.load.target(), win.budget)
 	for _, uid := range uids {
 		w.shed[uid] = why
 		e := w.entries[uid]
@@ -172,6 +173,6 @@ func (w *statusWriter) chooseToShed(win loadWindow, perSecond float64) {
 		}
 	}
 	if len(uids) > 0 {
-		logf.Log.WithName("status-writer").Info("shedding grants", "grants", len(uids), "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity)
+		logf.Log.WithName("status-writer").Info("shedding grants", "grants", len(uids), "demandPerSecond", win.demand, "capacityPerSecond", w.load.capacity, "targetPerSecond", w.load.target())
 	}
 }

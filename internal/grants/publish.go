@@ -33,6 +33,7 @@ func (w *statusWriter) report(now time.Time) v1alpha1.StatusWriterReport {
 		BudgetPerSecond:   float64(w.budget.Limit()),
 		CapacityPerSecond: w.load.capacity,
 		Measured:          w.load.measured,
+		TargetPerSecond:   w.load.target(),
 		DemandPerSecond:   w.keptDemand(),
 		Overloaded:        w.load.overloaded,
 		Waiting:           w.waiters.len(),

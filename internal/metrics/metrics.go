@@ -32,7 +32,10 @@ type Metrics struct {
 	// StatusWriteCapacity, StatusWriterOverloaded and LocksShed describe
 	// its overload: the writes per second it estimates the API server
 	// takes, whether it is overloaded, and the grants it shed.
-	StatusWriteCapacity    prometheus.Gauge
+	StatusWriteCapacity prometheus.Gauge
+	// StatusWriteTarget is the demand the writer keeps and admits up to:
+	// a share of the capacity that follows its spread.
+	StatusWriteTarget      prometheus.Gauge
 	StatusWriterOverloaded prometheus.Gauge
 	LocksShed              prometheus.Counter
 	// StatusWriterGrants is the grants the writer keeps refreshed (kept)
@@ -138,6 +141,10 @@ func New() *Metrics {
 			Name: "redlock_status_write_capacity_per_second",
 			Help: "Status writes per second the status writer estimates the API server takes (at most the budget): what it committed while refreshes waited.",
 		}),
+		StatusWriteTarget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlock_status_write_target_per_second",
+			Help: "Status writes per second the status writer keeps its demand within and admits grants up to: 80 % of the capacity it estimates, less when the API server's seconds took less than that estimate more often.",
+		}),
 		StatusWriterOverloaded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "redlock_status_writer_overloaded",
 			Help: "1 while the held locks need more status writes than the API server takes, or refreshes land close to the validity they replace: new grants wait and the youngest grants are shed.",
@@ -218,7 +225,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites,
 		m.StatusWriteSlack, m.StatusWriteLapse, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
-		m.StatusWriteCapacity, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriterGrants, m.StatusWriteConcurrency, m.APIWritesWaiting, m.APIWritesWaited, m.StatusWriteLeadFloor,
+		m.StatusWriteCapacity, m.StatusWriteTarget, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriterGrants, m.StatusWriteConcurrency, m.APIWritesWaiting, m.APIWritesWaited, m.StatusWriteLeadFloor,
 		m.GrantsWaiting, m.EventsDropped, m.GrantsLost, m.GrantLostAt, m.Grants, m.PodWait,
 	}
 }

@@ -176,7 +176,7 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "redlock-system"}}))).To(Succeed())
 		data, err := json.Marshal(v1alpha1.StatusWriterReport{
 			Manager: "redlock-operator-5d8f6-x2k4q", Published: metav1.NewTime(time.Now().Add(-4 * time.Second)),
-			BudgetPerSecond: 150, CapacityPerSecond: 150, DemandPerSecond: 0.3, Kept: 6,
+			BudgetPerSecond: 150, CapacityPerSecond: 150, TargetPerSecond: 120, DemandPerSecond: 0.3, Kept: 6,
 		})
 		Expect(err).NotTo(HaveOccurred())
 		report := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "redlock-system", Name: v1alpha1.StatusConfigMap},

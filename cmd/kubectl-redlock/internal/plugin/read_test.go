@@ -96,7 +96,7 @@ var _ = Describe("The read commands", Ordered, func() {
 		By("publishing a report in ConfigMap redlock-operator-status of the operator's namespace, as an overloaded leader does")
 		r := v1alpha1.StatusWriterReport{
 			Manager: "redlock-operator-7f9c", Published: metav1.NewTime(time.Now().Add(-5 * time.Second)),
-			BudgetPerSecond: 150, CapacityPerSecond: 25.04, Measured: true, DemandPerSecond: 23.44,
+			BudgetPerSecond: 150, CapacityPerSecond: 25.04, Measured: true, TargetPerSecond: 15.02, DemandPerSecond: 23.44,
 			Overloaded: true, OverloadedSince: &metav1.Time{Time: time.Now().Add(-2 * time.Minute)},
 			Kept: 117, Shedding: 18, Waiting: 37, Shed: 120,
 		}
@@ -120,8 +120,8 @@ var _ = Describe("The read commands", Ordered, func() {
 		By("reading status as a table: the writer's line after the locks")
 		out := kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS)
 		Expect(out.err).NotTo(HaveOccurred(), "stderr: %s", out.errOut)
-		Expect(out.out).To(MatchRegexp(`(?m)^STATUS-WRITER +STATE +CAPACITY/S +DEMAND/S +BUDGET/S +KEPT +SHEDDING +WAITING +SHED$`))
-		Expect(out.out).To(MatchRegexp(`(?m)^redlock-operator-7f9c +overloaded for 2m0?[0-9]s +25\.0 +23\.4 +150\.0 +117 +18 +37 +120$`))
+		Expect(out.out).To(MatchRegexp(`(?m)^STATUS-WRITER +STATE +CAPACITY/S +TARGET/S +DEMAND/S +BUDGET/S +KEPT +SHEDDING +WAITING +SHED$`))
+		Expect(out.out).To(MatchRegexp(`(?m)^redlock-operator-7f9c +overloaded for 2m0?[0-9]s +25\.0 +15\.0 +23\.4 +150\.0 +117 +18 +37 +120$`))
 
 		By("reading the same as JSON")
 		var list report.LockList
@@ -144,11 +144,11 @@ var _ = Describe("The read commands", Ordered, func() {
 
 		By("reading a report the writer has not renewed for five minutes, before it measured anything")
 		r.Published = metav1.NewTime(time.Now().Add(-5 * time.Minute))
-		r.Overloaded, r.OverloadedSince, r.Measured, r.CapacityPerSecond = false, nil, false, 150
+		r.Overloaded, r.OverloadedSince, r.Measured, r.CapacityPerSecond, r.TargetPerSecond = false, nil, false, 150, 120
 		publish(r)
 		out = kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS)
 		Expect(out.err).NotTo(HaveOccurred(), "stderr: %s", out.errOut)
-		Expect(out.out).To(MatchRegexp(`(?m)^redlock-operator-7f9c +not current \(published 5m0?[0-9]s ago\) +150\.0 \(budget\) +23\.4 `))
+		Expect(out.out).To(MatchRegexp(`(?m)^redlock-operator-7f9c +not current \(published 5m0?[0-9]s ago\) +150\.0 \(budget\) +120\.0 +23\.4 `))
 		decode(kubectlRedlock("status", "-n", ns, "--operator-namespace", opNS, "-o", "json"), &list)
 		Expect(list.StatusWriter.Current).To(BeFalse())
 

@@ -39,7 +39,7 @@ func WriterOf(r v1alpha1.StatusWriterReport, now time.Time, leader string) *Writ
 }
 
 // WriterHeaders are the columns of `status`'s status writer line.
-var WriterHeaders = []string{"STATUS-WRITER", "STATE", "CAPACITY/S", "DEMAND/S", "BUDGET/S", "KEPT", "SHEDDING", "WAITING", "SHED"}
+var WriterHeaders = []string{"STATUS-WRITER", "STATE", "CAPACITY/S", "TARGET/S", "DEMAND/S", "BUDGET/S", "KEPT", "SHEDDING", "WAITING", "SHED"}
 
 // row is the writer's line under WriterHeaders.
 func (x *Writer) row() []string {
@@ -58,7 +58,7 @@ func (x *Writer) row() []string {
 	if !x.Measured {
 		capacity += " (budget)"
 	}
-	return []string{x.Manager, state, capacity, perSecond(x.DemandPerSecond), perSecond(x.BudgetPerSecond),
+	return []string{x.Manager, state, capacity, perSecond(x.TargetPerSecond), perSecond(x.DemandPerSecond), perSecond(x.BudgetPerSecond),
 		strconv.Itoa(x.Kept), strconv.Itoa(x.Shedding), strconv.Itoa(x.Waiting), strconv.FormatInt(x.Shed, 10)}
 }
 
