@@ -118,7 +118,7 @@ func ExampleClient_Notices() {
 	defer waiter.Close()
 
 	released := make(chan string, 1)
-	notices := waiter.Notices(func(key string) { released <- key })
+	notices, _ := waiter.Notices(func(key string) { released <- key })
 	defer notices.Close()
 	// Watch before the attempt: a release after Watch returned is told.
 	if err := notices.Watch(ctx, "migrations"); err != nil {

@@ -21,8 +21,10 @@ import (
 // listens on every master and calls back once a quorum of them told of a
 // release of a watched key: the key is then free on a quorum, and an
 // attempt made at once can win it. Notices are hints. A lost one (a master
-// down, a connection broken) costs the listener only its own retry delay,
-// and exclusion still rests on SET NX alone.
+// down, a connection broken, a release whose quorum overlaps the
+// subscribed masters on fewer than a quorum, a grant that expired rather
+// than being released) costs the listener only its own retry delay, and
+// exclusion still rests on SET NX alone.
 
 // NoticePrefix begins every release notice's channel.
 const NoticePrefix = "redlock:released:"
@@ -36,15 +38,19 @@ const NoticeACLRules = "&" + NoticePrefix + "* +publish +subscribe +unsubscribe"
 // NoticeChannel is the channel a release of key is told on.
 func NoticeChannel(key string) string { return NoticePrefix + key }
 
-// noticeWindow bounds the time over which one release's notices are
-// counted towards a quorum: a release's requests answer within its node
-// timeout (at most MaxNodeTimeout unless set), and notices older than
-// that belong to another release.
-const noticeWindow = time.Second
+// noticeWindow is how long a release's notices are counted: each release
+// has its own id, so the window only forgets releases whose quorum never
+// came.
+const noticeWindow = time.Minute
 
 // noticePing is how long a listening connection may be silent before it
-// is pinged.
+// is pinged; one silent for as long again after the ping is dead (a
+// half-open connection answers nothing, though the ping's write succeeds)
+// and is made anew.
 const noticePing = 30 * time.Second
+
+// noticeTimeout bounds one SUBSCRIBE, UNSUBSCRIBE or PUBLISH.
+const noticeTimeout = time.Second
 
 // noticeRetryMin and noticeRetryMax bound the wait before a listening
 // connection that failed is tried again.
@@ -65,13 +71,16 @@ func WithReleaseNotices() Option {
 }
 
 // publishRelease tells of key's release on n, in the background; id tells
-// this release's notices from another's (releaseID). Callers run within a
-// round (whose count keeps Close waiting).
+// this release's notices from another's (releaseID). It goes through the
+// master's batcher, as lock requests do. Callers run within a round (whose
+// count keeps Close waiting).
 func (c *Client) publishRelease(n *node, key, id string, timeout time.Duration) {
 	c.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		if err := n.rdb.Publish(ctx, NoticeChannel(key), id).Err(); err != nil {
+		cmd := redis.NewIntCmd(ctx, "publish", NoticeChannel(key), id)
+		n.process(ctx, cmd)
+		if err := cmd.Err(); err != nil {
 			c.observeNotice(NoticeEvent{Addr: n.addr, Err: fmt.Errorf("publish release notice of %q: %w", key, err)})
 		}
 	})
@@ -98,32 +107,63 @@ type NoticeObserver interface {
 	ObserveNotice(NoticeEvent)
 }
 
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.closed
+}
+
 func (c *Client) observeNotice(ev NoticeEvent) {
 	if o, ok := c.cfg.observer.(NoticeObserver); ok {
 		o.ObserveNotice(ev)
 	}
 }
 
-// Notices listens on every master of a client for release notices of the
-// keys it watches. It holds one connection to each master, kept open and
-// subscribed again after a break. The callback runs on the listener of the
-// master whose notice completed a quorum, and must not block.
+// Notices listens on every master of a client's list for release notices
+// of the keys it watches. It holds one connection to each master, pinged
+// when silent, made again after a break (go-redis then subscribes it to
+// every watched key once more). The callback may run on several masters'
+// listeners at once, and must not block.
 type Notices struct {
 	c         *Client
 	onRelease func(key string)
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	subs      []*redis.PubSub
+	ears      []*ear
+	closeOnce sync.Once
+	closeErr  error
+
+	// subMu orders Watch's and Unwatch's (UN)SUBSCRIBEs, so that a
+	// master sees them in the order the counts changed.
+	subMu sync.Mutex
 
 	mu      sync.Mutex
 	watched map[string]int // channel → watchers
-	// confirmed is, per master, the channels its connection confirmed
-	// (cleared when the connection breaks); changed is closed, and
-	// replaced, whenever it grows.
-	confirmed []map[string]bool
-	changed   chan struct{}
-	heard     map[heardKey]*heard
+	// changed is closed, and replaced, whenever a master confirms a
+	// subscription.
+	changed chan struct{}
+	heard   map[heardKey]*heard
+	pruned  time.Time // when heard was last rid of releases past noticeWindow
+}
+
+// ear is the listening connection to one master.
+type ear struct {
+	i int // the master's index, for counting
+	n *node
+	// psMu guards ps, which is replaced when the connection is dead.
+	psMu sync.Mutex
+	ps   *redis.PubSub
+	// confirmed is the channels the master confirmed on the current
+	// connection (guarded by Notices.mu).
+	confirmed map[string]bool
+}
+
+func (e *ear) pubsub() *redis.PubSub {
+	e.psMu.Lock()
+	defer e.psMu.Unlock()
+	return e.ps
 }
 
 // heardKey is one release: its key and its id (the payload of its
@@ -138,46 +178,62 @@ type heard struct {
 }
 
 // Notices starts listening for release notices on every master of the
-// client. onRelease(key) is called once per release of a watched key, when
-// a quorum of masters told of it. Close stops it.
-func (c *Client) Notices(onRelease func(key string)) *Notices {
+// client's list (a joint client's previous list aside). onRelease(key) is
+// called once per release of a watched key, when a quorum of masters told
+// of it. Close stops it; it fails with ErrClosed on a closed client.
+func (c *Client) Notices(onRelease func(key string)) (*Notices, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Notices{
 		c: c, onRelease: onRelease, ctx: ctx, cancel: cancel,
 		watched: map[string]int{}, changed: make(chan struct{}), heard: map[heardKey]*heard{},
 	}
 	for i, n := range c.nodes {
-		ps := n.rdb.Subscribe(ctx)
-		w.subs = append(w.subs, ps)
-		w.confirmed = append(w.confirmed, map[string]bool{})
-		w.wg.Go(func() { w.listen(i, n, ps) })
+		if !n.inList(0) {
+			continue
+		}
+		e := &ear{i: i, n: n, ps: n.rdb.Subscribe(ctx), confirmed: map[string]bool{}}
+		w.ears = append(w.ears, e)
+		w.wg.Go(func() { w.listen(e) })
 	}
-	return w
+	return w, nil
 }
 
-// Watch asks for notices of key's releases, on every master, and returns
-// once a quorum of masters confirmed it: any release that frees the key on
-// a quorum from then on is told. It returns ctx's error, with how many
-// masters confirmed, if ctx ends first; the subscription stays (Unwatch
-// ends it), and masters that were down subscribe when they are back.
+// Watch asks for notices of key's releases on every master, and returns
+// once a quorum of masters confirmed it. A release that deletes the key on
+// a quorum of those masters is then told; with every master subscribed
+// (when all answer), every release is. It returns ctx's error, with how
+// many masters confirmed, if ctx ends first, and ErrClosed once Close was
+// called; the subscription stays either way (Unwatch ends it), and masters
+// that were down subscribe when they are back.
 func (w *Notices) Watch(ctx context.Context, key string) error {
+	if w.ctx.Err() != nil {
+		return ErrClosed
+	}
 	ch := NoticeChannel(key)
+	w.subMu.Lock()
 	w.mu.Lock()
 	w.watched[ch]++
-	first := w.watched[ch] == 1
-	w.mu.Unlock()
-	if first {
-		for _, ps := range w.subs {
-			// An error is a broken connection: listen makes it again,
-			// and go-redis subscribes it to every channel then.
-			_ = ps.Subscribe(ctx, ch)
+	var ask []*ear
+	for _, e := range w.ears {
+		if !e.confirmed[ch] {
+			ask = append(ask, e)
 		}
 	}
+	w.mu.Unlock()
+	// SUBSCRIBE again where it is not confirmed: it is idempotent, and a
+	// subscription refused or lost gets another chance.
+	w.each(ask, func(ctx context.Context, ps *redis.PubSub) error { return ps.Subscribe(ctx, ch) })
+	w.subMu.Unlock()
 	for {
 		w.mu.Lock()
 		n, changed := 0, w.changed
-		for _, c := range w.confirmed {
-			if c[ch] {
+		for _, e := range w.ears {
+			if e.confirmed[ch] {
 				n++
 			}
 		}
@@ -187,15 +243,19 @@ func (w *Notices) Watch(ctx context.Context, key string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("watch release notices of %q: %d of %d masters subscribed: %w", key, n, len(w.subs), ctx.Err())
+			return fmt.Errorf("watch release notices of %q: %d of %d masters subscribed: %w", key, n, len(w.ears), ctx.Err())
+		case <-w.ctx.Done():
+			return ErrClosed
 		case <-changed:
 		}
 	}
 }
 
 // Unwatch ends one Watch of key; the last one unsubscribes.
-func (w *Notices) Unwatch(ctx context.Context, key string) {
+func (w *Notices) Unwatch(key string) {
 	ch := NoticeChannel(key)
+	w.subMu.Lock()
+	defer w.subMu.Unlock()
 	w.mu.Lock()
 	if w.watched[ch] == 0 {
 		w.mu.Unlock()
@@ -205,53 +265,97 @@ func (w *Notices) Unwatch(ctx context.Context, key string) {
 	last := w.watched[ch] == 0
 	if last {
 		delete(w.watched, ch)
-		for _, c := range w.confirmed {
-			delete(c, ch)
+		for _, e := range w.ears {
+			delete(e.confirmed, ch)
 		}
 	}
 	w.mu.Unlock()
 	if last {
-		for _, ps := range w.subs {
-			_ = ps.Unsubscribe(ctx, ch) // a broken connection subscribes again without it
-		}
+		w.each(w.ears, func(ctx context.Context, ps *redis.PubSub) error { return ps.Unsubscribe(ctx, ch) })
 	}
+}
+
+// each runs f on the ears' connections at once, each within
+// noticeTimeout of Notices' own context (a caller's deadline that passed
+// would make go-redis take the connection for broken), and once more
+// where it failed: go-redis may have made the connection again inside
+// the first call, without the new channel. An error left means no
+// connection; the next one subscribes to every watched channel.
+func (w *Notices) each(ears []*ear, f func(context.Context, *redis.PubSub) error) {
+	var wg sync.WaitGroup
+	for _, e := range ears {
+		wg.Go(func() {
+			for range 2 {
+				ctx, cancel := context.WithTimeout(w.ctx, noticeTimeout)
+				err := f(ctx, e.pubsub())
+				cancel()
+				if err == nil || w.ctx.Err() != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Close stops listening and closes the connections.
 func (w *Notices) Close() error {
-	w.cancel()
-	var errs []error
-	for _, ps := range w.subs {
-		if err := ps.Close(); err != nil {
-			errs = append(errs, err)
+	w.closeOnce.Do(func() {
+		w.cancel()
+		var errs []error
+		for _, e := range w.ears {
+			if err := e.pubsub().Close(); err != nil {
+				errs = append(errs, err)
+			}
 		}
-	}
-	w.wg.Wait()
-	return errors.Join(errs...)
+		w.wg.Wait()
+		w.closeErr = errors.Join(errs...)
+	})
+	return w.closeErr
 }
 
-// listen receives master i's messages until Close. A connection silent
-// for noticePing is pinged, so that a dead one is found and made again;
-// go-redis then subscribes to every channel once more. A failed
-// connection is tried again after a growing wait.
-func (w *Notices) listen(i int, n *node, ps *redis.PubSub) {
+// listen receives e's messages until Close, or until the client's
+// connections are closed. A connection silent for noticePing is pinged;
+// silent for as long again, it is dead and made anew. A failed connection
+// is tried again after a growing wait.
+func (w *Notices) listen(e *ear) {
 	delay := noticeRetryMin
+	connected, pinged := false, false
 	for {
+		ps := e.pubsub()
 		msg, err := ps.ReceiveTimeout(w.ctx, noticePing)
 		if w.ctx.Err() != nil {
 			return
 		}
-		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
-			err = ps.Ping(w.ctx)
-			if err == nil {
+		if errors.Is(err, redis.ErrClosed) && w.c.isClosed() {
+			w.cancel() // the client's connections are gone: so is Notices
+			return
+		}
+		var ne net.Error
+		if connected && errors.As(err, &ne) && ne.Timeout() {
+			if !pinged {
+				pinged = ps.Ping(w.ctx) == nil
+				if pinged {
+					continue
+				}
+			} else {
+				w.renew(e)
+				pinged, connected = false, false
 				continue
 			}
 		}
-		if err != nil {
-			w.c.observeNotice(NoticeEvent{Addr: n.addr, Err: fmt.Errorf("listen for release notices: %w", err)})
+		var reply redis.Error
+		switch {
+		case err != nil && errors.As(err, &reply):
+			// A refusal (NOPERM for a channel): the connection stands.
+			w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: %w", err)})
+			continue
+		case err != nil:
+			w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: %w", err)})
 			w.mu.Lock()
-			clear(w.confirmed[i])
+			clear(e.confirmed)
 			w.mu.Unlock()
+			connected, pinged = false, false
 			select {
 			case <-w.ctx.Done():
 				return
@@ -260,28 +364,54 @@ func (w *Notices) listen(i int, n *node, ps *redis.PubSub) {
 			delay = min(2*delay, noticeRetryMax)
 			continue
 		}
-		delay = noticeRetryMin
+		delay, connected, pinged = noticeRetryMin, true, false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			w.subscribed(i, m)
+			w.subscribed(e, m)
 		case *redis.Message:
-			w.told(i, strings.TrimPrefix(m.Channel, NoticePrefix), m.Payload, time.Now())
+			if e.n.duplicate() == "" { // one server under two addresses tells once
+				w.told(e.i, strings.TrimPrefix(m.Channel, NoticePrefix), m.Payload, time.Now())
+			}
 		}
 	}
 }
 
-// subscribed records master i's confirmation of a (un)subscription.
-func (w *Notices) subscribed(i int, m *redis.Subscription) {
+// renew replaces e's connection, found dead, with a new one subscribed to
+// every watched channel.
+func (w *Notices) renew(e *ear) {
+	w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: no answer to a ping within %v: connecting again", noticePing)})
+	w.subMu.Lock()
+	defer w.subMu.Unlock()
+	w.mu.Lock()
+	clear(e.confirmed)
+	channels := make([]string, 0, len(w.watched))
+	for ch := range w.watched {
+		channels = append(channels, ch)
+	}
+	w.mu.Unlock()
+	ps := e.n.rdb.Subscribe(w.ctx)
+	e.psMu.Lock()
+	old := e.ps
+	e.ps = ps
+	e.psMu.Unlock()
+	_ = old.Close()
+	if len(channels) > 0 {
+		w.each([]*ear{e}, func(ctx context.Context, ps *redis.PubSub) error { return ps.Subscribe(ctx, channels...) })
+	}
+}
+
+// subscribed records master e's confirmation of a (un)subscription.
+func (w *Notices) subscribed(e *ear, m *redis.Subscription) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if m.Kind != "subscribe" {
-		delete(w.confirmed[i], m.Channel)
+		delete(e.confirmed, m.Channel)
 		return
 	}
 	if w.watched[m.Channel] == 0 {
 		return // unwatched meanwhile
 	}
-	w.confirmed[i][m.Channel] = true
+	e.confirmed[m.Channel] = true
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
@@ -294,10 +424,13 @@ func (w *Notices) told(i int, key, id string, now time.Time) {
 		w.mu.Unlock()
 		return
 	}
-	for k, h := range w.heard {
-		if now.Sub(h.since) > noticeWindow {
-			delete(w.heard, k)
+	if now.Sub(w.pruned) > noticeWindow/10 {
+		for k, h := range w.heard {
+			if now.Sub(h.since) > noticeWindow {
+				delete(w.heard, k)
+			}
 		}
+		w.pruned = now
 	}
 	hk := heardKey{key, id}
 	h := w.heard[hk]
@@ -308,6 +441,9 @@ func (w *Notices) told(i int, key, id string, now time.Time) {
 	h.from[i] = true
 	call := !h.told && len(h.from) >= w.c.quorum
 	h.told = h.told || call
+	if h.told && len(h.from) >= len(w.ears) {
+		delete(w.heard, hk) // every master told: nothing more to absorb
+	}
 	w.mu.Unlock()
 	if call {
 		w.onRelease(key)

@@ -58,7 +58,11 @@ func newNoticeRig(t *testing.T, servers []*redistest.Server, opts ...redlock.Opt
 	r := &noticeRig{l: newListener()}
 	r.holder = newClient(t, redistest.Addrs(servers), append(opts, redlock.WithReleaseNotices())...)
 	r.waiter = newClient(t, redistest.Addrs(servers), opts...)
-	r.notices = r.waiter.Notices(r.l.onRelease)
+	notices, err := r.waiter.Notices(r.l.onRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.notices = notices
 	t.Cleanup(func() { _ = r.notices.Close() })
 	return r
 }
@@ -161,7 +165,7 @@ func TestReleaseNoticeWakesAWatcher(t *testing.T) {
 	if err := other.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	notices.Unwatch(ctx, "wake")
+	notices.Unwatch("wake")
 	waitSubscribers(t, servers, "wake", 0)
 	// Close waits for the holder's PUBLISHes: every master told of every
 	// release whose copy it deleted (two rounds and the unwatched key).
@@ -261,7 +265,10 @@ func TestRefusedNoticeFailsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = waiter.Close() })
-	notices := waiter.Notices(func(string) {})
+	notices, err := waiter.Notices(func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = notices.Close() })
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
@@ -351,4 +358,123 @@ func TestWatchWaitsForAQuorum(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.releaseAndHear(t, "quorum", "released once the masters answered")
+}
+
+// TestNoticesCloseEndsAWatch: a Watch waiting for a quorum returns
+// ErrClosed once Notices is closed, and so does one called after; closing
+// twice is fine.
+func TestNoticesCloseEndsAWatch(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	r := newNoticeRig(t, servers)
+	for _, s := range servers[1:] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range servers[1:] {
+			_ = s.Cont()
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- r.notices.Watch(context.Background(), "closing") }()
+	if err := r.notices.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, redlock.ErrClosed) {
+			t.Fatalf("Watch when closed: %v, want ErrClosed", err)
+		}
+	case <-time.After(noticeWait):
+		t.Fatal("Watch still waits after Close")
+	}
+	if err := r.notices.Watch(context.Background(), "after"); !errors.Is(err, redlock.ErrClosed) {
+		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
+	}
+	if err := r.notices.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestAWatchWhoseDeadlinePassedBreaksNothing: a Watch called with a
+// context already ended returns its error, and the connections it shares
+// with the other watched keys stand: their releases are still told.
+func TestAWatchWhoseDeadlinePassedBreaksNothing(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	obs := &noticeErrors{}
+	r := newNoticeRig(t, servers, redlock.WithObserver(obs))
+	ctx := context.Background()
+	if err := r.notices.Watch(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := r.notices.Watch(ended, "late"); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch with an ended context: %v", err)
+	}
+	r.notices.Unwatch("late")
+	r.releaseAndHear(t, "kept", "released after a Watch with an ended context")
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.errs) > 0 {
+		t.Fatalf("listening connections broke: %v", obs.errs)
+	}
+}
+
+// TestWatchAndUnwatchAtOnce: Watches and Unwatches of one key from many
+// goroutines leave it subscribed on every master exactly when a Watch is
+// left, whatever order their SUBSCRIBEs and UNSUBSCRIBEs took.
+func TestWatchAndUnwatchAtOnce(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	r := newNoticeRig(t, servers)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for range 5 {
+				if err := r.notices.Watch(ctx, "busy"); err != nil {
+					t.Error(err)
+					return
+				}
+				r.notices.Unwatch("busy")
+			}
+		})
+	}
+	wg.Wait()
+	waitSubscribers(t, servers, "busy", 0)
+	if err := r.notices.Watch(ctx, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribers(t, servers, "busy", 1)
+	r.releaseAndHear(t, "busy", "released after the Watches and Unwatches")
+}
+
+// TestNoticesEndWithTheClient: once the client is closed, its Notices
+// stops listening, and a Watch returns ErrClosed.
+func TestNoticesEndWithTheClient(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c, err := redlock.New(redistest.Addrs(servers), patient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices, err := c.Notices(func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notices.Close()
+	if err := notices.Watch(context.Background(), "ends"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Notices(func(string) {}); !errors.Is(err, redlock.ErrClosed) {
+		t.Fatalf("Notices of a closed client: %v, want ErrClosed", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), noticeWait)
+	defer cancel()
+	waitFor(t, noticeWait, "a Watch to fail with ErrClosed once the client closed", func() bool {
+		return errors.Is(notices.Watch(ctx, "after"), redlock.ErrClosed)
+	})
 }
