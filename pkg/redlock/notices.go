@@ -302,12 +302,17 @@ func (w *Notices) each(ears []*ear, f func(context.Context, *redis.PubSub) error
 func (w *Notices) Close() error {
 	w.closeOnce.Do(func() {
 		w.cancel()
+		// Under subMu, so that no renew replaces a connection after it
+		// is closed (renew does nothing once cancelled); not across the
+		// wait, which may be for a listener in renew.
+		w.subMu.Lock()
 		var errs []error
 		for _, e := range w.ears {
 			if err := e.pubsub().Close(); err != nil {
 				errs = append(errs, err)
 			}
 		}
+		w.subMu.Unlock()
 		w.wg.Wait()
 		w.closeErr = errors.Join(errs...)
 	})
@@ -382,6 +387,9 @@ func (w *Notices) renew(e *ear) {
 	w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: no answer to a ping within %v: connecting again", noticePing)})
 	w.subMu.Lock()
 	defer w.subMu.Unlock()
+	if w.ctx.Err() != nil {
+		return // closed: Close closes the connection there is
+	}
 	w.mu.Lock()
 	clear(e.confirmed)
 	channels := make([]string, 0, len(w.watched))
