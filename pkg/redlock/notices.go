@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -134,6 +135,8 @@ type Notices struct {
 	ears      []*ear
 	closeOnce sync.Once
 	closeErr  error
+	// ping is noticePing, but in tests.
+	ping atomic.Int64
 
 	// subMu orders Watch's and Unwatch's (UN)SUBSCRIBEs, so that a
 	// master sees them in the order the counts changed.
@@ -192,6 +195,7 @@ func (c *Client) Notices(onRelease func(key string)) (*Notices, error) {
 		c: c, onRelease: onRelease, ctx: ctx, cancel: cancel,
 		watched: map[string]int{}, changed: make(chan struct{}), heard: map[heardKey]*heard{},
 	}
+	w.ping.Store(int64(noticePing))
 	for i, n := range c.nodes {
 		if !n.inList(0) {
 			continue
@@ -328,7 +332,7 @@ func (w *Notices) listen(e *ear) {
 	connected, pinged := false, false
 	for {
 		ps := e.pubsub()
-		msg, err := ps.ReceiveTimeout(w.ctx, noticePing)
+		msg, err := ps.ReceiveTimeout(w.ctx, time.Duration(w.ping.Load()))
 		if w.ctx.Err() != nil {
 			return
 		}
@@ -384,7 +388,7 @@ func (w *Notices) listen(e *ear) {
 // renew replaces e's connection, found dead, with a new one subscribed to
 // every watched channel.
 func (w *Notices) renew(e *ear) {
-	w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: no answer to a ping within %v: connecting again", noticePing)})
+	w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: no answer to a ping within %v: connecting again", time.Duration(w.ping.Load()))})
 	w.subMu.Lock()
 	defer w.subMu.Unlock()
 	if w.ctx.Err() != nil {

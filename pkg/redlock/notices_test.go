@@ -478,3 +478,45 @@ func TestNoticesEndWithTheClient(t *testing.T) {
 		return errors.Is(notices.Watch(ctx, "after"), redlock.ErrClosed)
 	})
 }
+
+// TestASilentConnectionIsMadeAnew: a master that stops answering (its
+// process stopped: the connection stays up, the ping's write succeeds)
+// is found by the unanswered ping and connected to anew; once it answers
+// again, the watcher is subscribed there and told of releases through it.
+func TestASilentConnectionIsMadeAnew(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	obs := &noticeErrors{}
+	r := newNoticeRig(t, servers, redlock.WithObserver(obs))
+	redlock.SetNoticePing(r.notices, 200*time.Millisecond)
+	ctx := context.Background()
+	// The confirmations end the listeners' first reads, of noticePing
+	// (30s): the next ones are of the shortened ping.
+	if err := r.notices.Watch(ctx, "silent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[0].Cont() })
+	waitFor(t, noticeWait, "the unanswered ping to be reported", func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return len(obs.errs) > 0 && strings.Contains(errors.Join(obs.errs...).Error(), "no answer to a ping")
+	})
+	if err := servers[0].Cont(); err != nil {
+		t.Fatal(err)
+	}
+	// With master 1 stopped, a quorum of confirmations and of notices
+	// needs master 0's new connection.
+	if err := servers[1].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[1].Cont() })
+	// Made again within the retry delay (at most 5s).
+	within, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.notices.Watch(within, "again-silent"); err != nil {
+		t.Fatalf("Watch through the master that answers again: %v", err)
+	}
+	r.releaseAndHear(t, "again-silent", "released through the master that answers again")
+}
