@@ -494,6 +494,8 @@ func TestASilentConnectionIsMadeAnew(t *testing.T) {
 	if err := r.notices.Watch(ctx, "silent"); err != nil {
 		t.Fatal(err)
 	}
+	// Master 0's too, which Watch's quorum need not include.
+	waitSubscribers(t, servers, "silent", 1)
 	if err := servers[0].Stop(); err != nil {
 		t.Fatal(err)
 	}
