@@ -67,6 +67,33 @@ func newNoticeRig(t *testing.T, servers []*redistest.Server, opts ...redlock.Opt
 	return r
 }
 
+// releaseAndClose acquires key with c, releases it and closes c (which
+// waits for the PUBLISHes).
+func releaseAndClose(t *testing.T, c *redlock.Client, key string) {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("release of %q: %v", key, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watching is a rig whose waiter watches key.
+func watching(t *testing.T, servers []*redistest.Server, key string, opts ...redlock.Option) *noticeRig {
+	t.Helper()
+	r := newNoticeRig(t, servers, opts...)
+	if err := r.notices.Watch(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // releaseAndHear acquires key with the holder, releases it, and waits for
 // the waiter to hear of it.
 func (r *noticeRig) releaseAndHear(t *testing.T, key, what string) {
@@ -188,21 +215,11 @@ func TestReleaseNoticeWakesAWatcher(t *testing.T) {
 // without WithReleaseNotices sends no PUBLISH.
 func TestReleaseWithoutNoticesPublishesNothing(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	ctx := context.Background()
 	c, err := redlock.New(redistest.Addrs(servers), redlock.WithTries(1), patient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := c.Acquire(ctx, "quiet", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lock.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	releaseAndClose(t, c, "quiet")
 	for i, s := range servers {
 		if n := commandCalls(t, s)["publish"]; n != 0 {
 			t.Errorf("master %d: %d PUBLISH without WithReleaseNotices", i, n)
@@ -238,16 +255,8 @@ func TestRefusedNoticeFailsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := c.Acquire(ctx, "refused", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lock.Release(ctx); err != nil {
-		t.Fatalf("release where PUBLISH is refused: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	releaseAndClose(t, c, "refused") // PUBLISH refused
+
 	obs.mu.Lock()
 	if len(obs.errs) != len(servers) {
 		t.Fatalf("reported %v, want one refused PUBLISH per master", obs.errs)
@@ -286,11 +295,7 @@ func TestRefusedNoticeFailsNothing(t *testing.T) {
 // publishes and hears release notices.
 func TestNoticeACLRulesSuffice(t *testing.T) {
 	servers := aclServers(t, 3, redlock.ACLRules+" "+redlock.NoticeACLRules)
-	ctx := context.Background()
-	r := newNoticeRig(t, servers, redlock.WithAuth("locker", "pw"))
-	if err := r.notices.Watch(ctx, "acl-notice"); err != nil {
-		t.Fatal(err)
-	}
+	r := watching(t, servers, "acl-notice", redlock.WithAuth("locker", "pw"))
 	r.releaseAndHear(t, "acl-notice", "released with the notice ACL")
 }
 
@@ -299,12 +304,7 @@ func TestNoticeACLRulesSuffice(t *testing.T) {
 // subscribes once more, and is told of the next release.
 func TestNoticesListenAgainAfterARestart(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	ctx := context.Background()
-	r := newNoticeRig(t, servers)
-	notices := r.notices
-	if err := notices.Watch(ctx, "again"); err != nil {
-		t.Fatal(err)
-	}
+	r := watching(t, servers, "again")
 	waitSubscribers(t, servers, "again", 1)
 	for _, s := range servers[:2] {
 		if err := s.Restart(false); err != nil {
