@@ -66,8 +66,8 @@ func watchLapses(ns string, every time.Duration) *lapseWatch {
 // machine's own API server then took less than the kept locks need (a
 // loaded machine), a drop faster than a lead, and what lapses is bounded
 // by the refreshes due within those windows and a lead, not ruled out.
-// It returns the watch's lapses, ended, for the caller's shed checks.
-func watchKept(mgr *testenv.Manager, ns string, d time.Duration, keptDemand float64, ttl time.Duration) (shedLate, keptLapsed []string, lists int) {
+// It returns the locks found lapsed that status shows Shed now.
+func watchKept(mgr *testenv.Manager, ns string, d time.Duration, keptDemand float64, ttl time.Duration) (shedLate []string) {
 	lapses := watchLapses(ns, 250*time.Millisecond)
 	var overloaded atomic.Bool
 	overloadedNow := func() bool {
@@ -80,13 +80,13 @@ func watchKept(mgr *testenv.Manager, ns string, d time.Duration, keptDemand floa
 	Consistently(func() int { overloadedNow(); return len(lapses.found()) }, d, 100*time.Millisecond).Should(BeNumerically("<=", bound),
 		"locks of %s shown held past their validity while the writer keeps up", ns)
 	Consistently(overloadedNow, 2*time.Second, 100*time.Millisecond).Should(BeTrue())
-	shedLate, keptLapsed, lists = lapses.end()
+	shedLate, keptLapsed, lists := lapses.end()
 	if overloaded.Load() {
 		By(fmt.Sprintf("the writer was overloaded while watched (the machine's API server took less than the kept locks need): %d kept locks lapsed, at most %d", len(keptLapsed), bound))
-		return shedLate, nil, lists
+		return shedLate
 	}
 	Expect(keptLapsed).To(BeEmpty(), "locks of %s kept and shown held past their validity (%d lists)", ns, lists)
-	return shedLate, keptLapsed, lists
+	return shedLate
 }
 
 // poll calls a function every so often until ended.
@@ -243,7 +243,7 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 		Expect(held).NotTo(BeEmpty())
 		Expect(float64(len(held))*perLock).To(BeNumerically("<=", capacity), "more locks held than %v writes/s refresh", capacity)
 		By(fmt.Sprintf("watching the %d locks held, %d shed, over two refreshes of each", len(held), int(testutil.ToFloat64(mgr.Metrics.LocksShed))))
-		shedLate, _, _ := watchKept(mgr, ms.NS, 2*ttl, float64(len(held))*perLock, ttl)
+		shedLate := watchKept(mgr, ms.NS, 2*ttl, float64(len(held))*perLock, ttl)
 		Expect(shedLate).To(BeEmpty(), "locks of %s shed only after their validity passed", ms.NS)
 		for _, l := range shedLocks(ms) {
 			Expect(eventReasons(ms.NS, l)).To(ContainElement(distributedlock.EventShed), "events of shed lock %s", l)
@@ -318,7 +318,7 @@ var _ = Describe("The status writer behind an API server of known capacity", Ord
 		}, 3*v1alpha1.StatusWriterReportBeat, time.Second).Should(Succeed(), "the status writer of %s to publish what it keeps", ms.NS)
 
 		By("watching the locks kept after the drop, over two refreshes of each")
-		_, _, _ = watchKept(mgr, ms.NS, 2*ttl, float64(len(heldLocks(ms)))*perLock, ttl)
+		_ = watchKept(mgr, ms.NS, 2*ttl, float64(len(heldLocks(ms)))*perLock, ttl)
 		// A lock held now that was not held before the drop was granted
 		// once the writer had room again (admitted, not kept through it).
 		var keptThrough []string
