@@ -79,7 +79,7 @@ func watchKept(mgr *testenv.Manager, ns string, d time.Duration, keptDemand floa
 	bound := int(math.Ceil(keptDemand * (2*time.Second + grants.StatusLead(ttl)).Seconds()))
 	Consistently(func() int { overloadedNow(); return len(lapses.found()) }, d, 100*time.Millisecond).Should(BeNumerically("<=", bound),
 		"locks of %s shown held past their validity while the writer keeps up", ns)
-	Consistently(overloadedNow, 2*time.Second, 100*time.Millisecond).Should(BeTrue())
+	Consistently(overloadedNow, 2*time.Second, 100*time.Millisecond).Should(BeTrue(), "the writer's overload flag, read over two load windows after the watch of %s", ns)
 	shedLate, keptLapsed, lists := lapses.end()
 	if overloaded.Load() {
 		By(fmt.Sprintf("the writer was overloaded while watched (the machine's API server took less than the kept locks need): %d kept locks lapsed, at most %d", len(keptLapsed), bound))

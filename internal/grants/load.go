@@ -171,7 +171,11 @@ func nextLoad(prev loadState, w loadWindow) (loadState, float64) {
 	// the API server takes otherwise turned the state (its log line, metric
 	// and condition) over every second or two (5,000 locks at ttl 60s on a
 	// 2-core machine: 40 times in three minutes).
-	still := prev.overloaded && w.demand > next.target()
+	// Against shedTarget, not the share: a share lowered by dips after
+	// a shed (nothing pressing) would keep the writer overloaded, and new
+	// grants waiting, with nothing to shed (beside other suites, for more
+	// than 90 s after a drop).
+	still := prev.overloaded && w.demand > shedTarget*next.capacity
 	next.pressed = behind || tight || late
 	next.overloaded = next.pressed || still
 	var shed float64
