@@ -111,6 +111,18 @@ func (r *noticeRig) releaseAndHear(t *testing.T, key, what string) {
 	}
 }
 
+// stopped stops servers (SIGSTOP: connections stay up, nothing answers)
+// and continues them when the test ends.
+func stopped(t *testing.T, servers ...*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Cont() })
+	}
+}
+
 // subscribers is how many connections listen on channel, per master.
 func subscribers(t *testing.T, servers []*redistest.Server, channel string) []int64 {
 	t.Helper()
@@ -332,16 +344,7 @@ func TestWatchWaitsForAQuorum(t *testing.T) {
 	if err := notices.Watch(ctx, "first"); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range servers[1:] {
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, s := range servers[1:] {
-			_ = s.Cont()
-		}
-	})
+	stopped(t, servers[1:]...)
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	err := notices.Watch(short, "quorum")
@@ -366,16 +369,7 @@ func TestWatchWaitsForAQuorum(t *testing.T) {
 func TestNoticesCloseEndsAWatch(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	r := newNoticeRig(t, servers)
-	for _, s := range servers[1:] {
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, s := range servers[1:] {
-			_ = s.Cont()
-		}
-	})
+	stopped(t, servers[1:]...)
 	done := make(chan error, 1)
 	go func() { done <- r.notices.Watch(context.Background(), "closing") }()
 	if err := r.notices.Close(); err != nil {
@@ -496,10 +490,7 @@ func TestASilentConnectionIsMadeAnew(t *testing.T) {
 	}
 	// Master 0's too, which Watch's quorum need not include.
 	waitSubscribers(t, servers, "silent", 1)
-	if err := servers[0].Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = servers[0].Cont() })
+	stopped(t, servers[0])
 	waitFor(t, noticeWait, "the unanswered ping to be reported", func() bool {
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
@@ -510,10 +501,7 @@ func TestASilentConnectionIsMadeAnew(t *testing.T) {
 	}
 	// With master 1 stopped, a quorum of confirmations and of notices
 	// needs master 0's new connection.
-	if err := servers[1].Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = servers[1].Cont() })
+	stopped(t, servers[1])
 	// Made again within the retry delay (at most 5s).
 	within, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
