@@ -18,8 +18,8 @@ go build -o bin/benchlocks ./hack/benchlocks
 # field prints the value column of the row of table $1 whose measure starts with $2.
 field() { grep -F "| $2" "$1" | head -1 | awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}'; }
 
-printf '| locks, ttl | capacity (writes/s) | run | granted / waiting | shed | capacity estimated | lapses of kept locks (locks) | shed late / samples | step: demand / bound / time to stable |\n'
-printf '|---|---|---:|---|---:|---:|---:|---|---|\n'
+printf '| locks, ttl | capacity (writes/s) | run | granted / waiting | shed | capacity estimated | lapses of kept locks (locks) | overloads / locks they may lapse | shed late / samples | step: demand / bound / time to stable |\n'
+printf '|---|---|---:|---|---:|---:|---:|---|---|---|\n'
 for shape in ${BENCH_OVERLOAD_SHAPES:-1000:10s 2000:30s}; do
 	locks=${shape%%:*} ttl=${shape#*:}
 	for cap in ${BENCH_OVERLOAD_CAPACITIES:-40 75 110 150 step}; do
@@ -39,11 +39,12 @@ for shape in ${BENCH_OVERLOAD_SHAPES:-1000:10s 2000:30s}; do
 			t="$out/$name.txt"
 			label=$cap
 			[ "$cap" = step ] && label="150→50"
-			printf '| %s, %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$locks" "$ttl" "$label" "$run" \
+			printf '| %s, %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$locks" "$ttl" "$label" "$run" \
 				"$(field "$t" 'locks granted when granting settled')" \
 				"$(field "$t" 'locks shed (Held=False')" \
 				"$(field "$t" 'manager overloaded at the end')" \
 				"$(field "$t" 'lapses of locks kept') ($(field "$t" '… kept locks that lapsed' | cut -d/ -f1 | tr -d ' ') locks)" \
+				"$(field "$t" 'overloads of the status writer')" \
 				"$(field "$t" 'locks shed whose validity passed')" \
 				"$(field "$t" 'step:')"
 		done

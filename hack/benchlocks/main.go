@@ -102,6 +102,8 @@ func run() error {
 	wall0 := time.Now()
 	writes0 := counterSum(reg, "redlock_status_writes_total")
 
+	ov := watchOverloads(reg, *ttl)
+
 	// Create the locks.
 	createStart := time.Now()
 	cpuC := cpuTimes(procs)
@@ -240,6 +242,7 @@ func run() error {
 		}
 	}
 	watched := time.Since(watchStart)
+	nOverloads, overloadBound := ov.since(watchStart, *ttl)
 	if env.Proxy != nil {
 		proxyEnd = env.Proxy.Stats()
 	}
@@ -319,6 +322,10 @@ func run() error {
 	}
 	fmt.Printf("| lapses of locks kept (status showed a granted lock never shed not Held, or past its validity, in a sample) | %d |\n", lapses)
 	fmt.Printf("| … kept locks that lapsed / the most samples first (lock: samples, reason last shown) | %d / %s |\n", len(keptLapsed), mostLapsed(keptLapsed, lapsedBy, lastReason, 5))
+	// A kept lock may lapse when the API server takes fewer writes than
+	// the kept locks need, faster than a lead (the machine's own API
+	// server beside a hog, or a step): what no control can rule out.
+	fmt.Printf("| overloads of the status writer while watched / kept locks they may lapse (demand × (2 s + lead), summed) | %d / %d |\n", nOverloads, overloadBound)
 	fmt.Printf("| locks shed whose validity passed before Shed showed / their lapses in samples | %d / %d |\n", shedLate, shedLateSamples)
 	fmt.Printf("| after the watch: time until every lapsed lock was held again or shown Shed / still lapsed then | %v / %d |\n", drained.Round(time.Second), stillLapsed)
 	if !stepAt.IsZero() {
