@@ -69,7 +69,13 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 			s.setHeld(metav1.ConditionFalse, heldReason(err), heldMessage(lock, err))
 		}
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
-		s.requeueAfter(retryDelay(ttl, jitter))
+		retry := cmp.Or(r.RetryDelay, retryDelay(ttl, jitter))
+		s.requeueAfter(retry)
+		if errors.Is(err, redlock.ErrLockHeld) {
+			// Tried again at once when the masters tell of the key's
+			// release (another cluster's holder ended); the retry stays.
+			r.wakeups.wait(name, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, waitKey(lock), retry, c)
+		}
 		if s.givingBack && errors.Is(err, redlock.ErrLockHeld) {
 			// Perhaps the copies of the grant this reconcile stops
 			// showing: try again once they are released.
@@ -183,6 +189,7 @@ func (r *Reconciler) startSession(s *scope, h *grants.Grant, lk *redlock.Lock, c
 	lock := s.lock
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	s.held = h
+	r.wakeups.forget(h.Name)
 	r.grants.Hold(h, renewal.Grant{
 		Lock: lk, Client: c,
 		Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), Slot: slotOf(lock), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),

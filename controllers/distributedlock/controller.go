@@ -118,11 +118,20 @@ type Reconciler struct {
 	// status writes waits, plus jitter, for a reconcile the writer does
 	// not ask for (0: grants.GrantRecheck).
 	GrantRecheck time.Duration
+	// RetryDelay is how long a lock whose acquisition failed waits to try
+	// again (0: retryDelay, from its ttl; tests set it long to see
+	// wake-ups alone).
+	RetryDelay time.Duration
 	// StatusReport is the ConfigMap in which the status writer publishes
 	// what it does while this manager leads (kubectl redlock status), as
 	// Manager; none when it has no name.
 	StatusReport types.NamespacedName
 	Manager      string
+	// ReleaseNotices: a lock whose key another holder has is tried for
+	// again as soon as the masters tell of the key's release (the masters'
+	// clients publish them: masters.Registry.ReleaseNotices), besides
+	// after its retry delay.
+	ReleaseNotices bool
 
 	grants     *grants.Set
 	wake       *wakeQueue
@@ -133,6 +142,8 @@ type Reconciler struct {
 	// keys removes ended grants' keys and records the last of each lock
 	// (keys.go).
 	keys *keys
+	// wakeups wakes locks on release notices (wakeups.go; nil: off).
+	wakeups *wakeups
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
@@ -250,6 +261,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.grants.StopWaiting(req.NamespacedName)
 		r.beats.forget(req.NamespacedName)
 		r.keys.forgetName(req.NamespacedName)
+		r.wakeups.forget(req.NamespacedName)
 		r.grants.Forget(req.NamespacedName, "")
 		return ctrl.Result{}, nil
 	}

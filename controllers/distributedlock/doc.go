@@ -16,7 +16,8 @@
 //   - liveness.go, lease.go, terminating.go, allowed.go: holder liveness,
 //     leases and maxHoldDuration, holders being deleted, who may hold;
 //     pods.go, revisions.go: the pods that take part; order.go, setup.go:
-//     the work queue and its watches.
+//     the work queue and its watches; wakeups.go: locks whose key another
+//     holder has, woken by the masters' release notices.
 //
 // The grants this manager holds (their Sessions, the validity status
 // shows of each, its refreshes, admission and shedding) are a

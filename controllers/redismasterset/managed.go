@@ -65,16 +65,17 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 	if err != nil {
 		return managedOutcome{}, err
 	}
-	acl := managed.ACLSecret(ms, managed.ACL(password))
-	if err := r.createOnce(ctx, ms, acl); err != nil {
-		return managedOutcome{}, err
-	}
 	live := &appsv1.StatefulSet{}
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: ms.Namespace, Name: managed.NamesOf(ms).StatefulSet}, live); {
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
 		return managedOutcome{}, fmt.Errorf("read statefulset: %w", err)
+	}
+	image := gateImage(ms, r.GateImage)
+	acl := managed.ACLSecret(ms, managed.ACL(password, managed.ACLNotices(ms, live, password, image)))
+	if err := r.createOnce(ctx, ms, acl); err != nil {
+		return managedOutcome{}, err
 	}
 	var problem error
 	serving, err := r.servingTLS(ctx, ms, live, now)
@@ -88,7 +89,7 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		serving, problem = cur, err
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
-	opts := managed.Options{GateImage: gateImage(ms, r.GateImage), ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace, TLS: serving}
+	opts := managed.Options{GateImage: image, ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace, TLS: serving}
 	ms.Status.GateImage = opts.GateImage // written by the deferred status patch
 	sts := managed.StatefulSet(ms, opts)
 	for _, obj := range []client.Object{cm, svc, pdb, managed.NetworkPolicy(ms, opts)} {

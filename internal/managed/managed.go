@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/certs"
 	"github.com/redlock-operator/redlock-operator/pkg/gate"
@@ -100,11 +102,40 @@ const ACLFileKey = "users.acl"
 
 // ACL returns the members' ACL file: the default user off, and ManagedUser
 // allowed exactly what the Redlock client needs (redlock.ACLRules), with
-// the password stored as its SHA-256.
-func ACL(password string) string {
+// the password stored as its SHA-256; with notices, also the release
+// notices' channels and commands (redlock.NoticeACLRules).
+func ACL(password string, notices bool) string {
 	sum := sha256.Sum256([]byte(password))
+	rules := redlock.ACLRules
+	if notices {
+		rules += " " + redlock.NoticeACLRules
+	}
 	return "user default off\n" +
-		"user " + ManagedUser + " on #" + hex.EncodeToString(sum[:]) + " ~* resetchannels " + redlock.ACLRules + "\n"
+		"user " + ManagedUser + " on #" + hex.EncodeToString(sum[:]) + " ~* resetchannels " + rules + "\n"
+}
+
+// ACLNotices reports whether the members of a set should run the ACL with
+// release notices: a new set's do, and a running set's members keep the
+// ACL they run until they roll for another reason (a new password or gate
+// image), so that upgrading the operator does not roll every set. live is
+// the set's StatefulSet (nil: none yet), gateImage the one it is rendered
+// with now.
+func ACLNotices(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet, password, gateImage string) bool {
+	if live == nil {
+		return true
+	}
+	var secret, image string
+	for _, v := range live.Spec.Template.Spec.Volumes {
+		if v.Name == aclVolume && v.Secret != nil {
+			secret = v.Secret.SecretName
+		}
+	}
+	for _, c := range live.Spec.Template.Spec.InitContainers {
+		if c.Name == gateContainer {
+			image = c.Image
+		}
+	}
+	return secret != ACLSecretName(ms, ACL(password, false)) || image != gateImage
 }
 
 // ACLSecretName names the Secret holding acl: by its content, so that a

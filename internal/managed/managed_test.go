@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 func set(mutate func(*v1alpha1.ManagedMasters)) *v1alpha1.RedisMasterSet {
@@ -130,7 +132,7 @@ func TestRenderStatefulSet(t *testing.T) {
 func TestRenderKeepsThePasswordOffCommandLinesAndEnvironments(t *testing.T) {
 	ms := set(nil)
 	const password = "correct horse battery staple"
-	acl := ACL(password)
+	acl := ACL(password, true)
 	sec := ACLSecret(ms, acl)
 	sts := StatefulSet(ms, Options{GateImage: "op:1", ACLSecret: sec.Name})
 	pod := sts.Spec.Template.Spec
@@ -165,8 +167,37 @@ func TestRenderKeepsThePasswordOffCommandLinesAndEnvironments(t *testing.T) {
 	if strings.Contains(acl, password) || !strings.Contains(acl, "user default off") || !strings.Contains(acl, "user "+ManagedUser+" on #") {
 		t.Errorf("ACL file:\n%s", acl)
 	}
-	if !*sec.Immutable || ACLSecretName(ms, ACL("another")) == sec.Name {
+	if !*sec.Immutable || ACLSecretName(ms, ACL("another", true)) == sec.Name {
 		t.Error("a new password must be a new, immutable ACL Secret (which rolls the members)")
+	}
+}
+
+// A new set's members run the ACL with release notices; a running set's
+// keep the ACL they run until they roll for another reason, so that an
+// operator upgrade rolls no set.
+func TestACLNotices(t *testing.T) {
+	ms := set(nil)
+	const password, image = "pw", "op:2"
+	running := func(notices bool, password, image string) *appsv1.StatefulSet {
+		return StatefulSet(ms, Options{GateImage: image, ACLSecret: ACLSecretName(ms, ACL(password, notices))})
+	}
+	for _, c := range []struct {
+		name string
+		live *appsv1.StatefulSet
+		want bool
+	}{
+		{"a new set", nil, true},
+		{"members running notices", running(true, password, image), true},
+		{"members running the ACL before notices, nothing else changing", running(false, password, image), false},
+		{"members running the ACL before notices, a new gate image rolling them", running(false, password, "op:1"), true},
+		{"members running another password's ACL, rolling for the new one", running(false, "old", image), true},
+	} {
+		if got := ACLNotices(ms, c.live, password, image); got != c.want {
+			t.Errorf("%s: ACL with notices %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !strings.Contains(ACL(password, true), redlock.NoticeACLRules) || strings.Contains(ACL(password, false), "publish") {
+		t.Errorf("ACL files:\n%s\n%s", ACL(password, true), ACL(password, false))
 	}
 }
 

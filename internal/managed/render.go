@@ -119,6 +119,13 @@ func Secret(ms *v1alpha1.RedisMasterSet, password string) *corev1.Secret {
 	}
 }
 
+// aclVolume and gateContainer name the ACL file's volume and the init
+// container that copies the gate in the members' pod template.
+const (
+	aclVolume     = "acl"
+	gateContainer = "install-gate"
+)
+
 // ACLSecret holds the members' ACL file (see ACL), named by its content.
 func ACLSecret(ms *v1alpha1.RedisMasterSet, acl string) *corev1.Secret {
 	return &corev1.Secret{
@@ -225,7 +232,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: n.Config},
 		}}},
-		{Name: "acl", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		{Name: aclVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: o.ACLSecret, DefaultMode: new(int32(0o440)),
 		}}},
 	}
@@ -234,7 +241,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		{Name: "gate-state", MountPath: GateStateDir},
 		{Name: "podinfo", MountPath: PodInfoDir, ReadOnly: true},
 		{Name: "config", MountPath: ConfigDir, ReadOnly: true},
-		{Name: "acl", MountPath: ACLDir, ReadOnly: true},
+		{Name: aclVolume, MountPath: ACLDir, ReadOnly: true},
 		{Name: "data", MountPath: DataDir},
 	}
 	annotations := map[string]string{AnnotationConfig: ConfigHash(ms)}
@@ -315,7 +322,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 						LabelSelector:     &metav1.LabelSelector{MatchLabels: labels},
 					}},
 					InitContainers: []corev1.Container{{
-						Name:            "install-gate",
+						Name:            gateContainer,
 						Image:           o.GateImage,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command:         []string{"/gate", "install", GateBinDir + "/gate"},

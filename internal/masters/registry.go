@@ -55,6 +55,9 @@ type Registry struct {
 	// DefaultNodeTimeout applies to master sets without spec.nodeTimeout;
 	// zero derives it from each lock's ttl (ttl/100 in [20ms, 200ms]).
 	DefaultNodeTimeout time.Duration
+	// ReleaseNotices: every release publishes a notice on the masters
+	// (redlock.WithReleaseNotices), for waiters in any cluster.
+	ReleaseNotices bool
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]*entry
@@ -297,6 +300,9 @@ func (r *Registry) build(name types.NamespacedName, ms *v1alpha1.RedisMasterSet,
 	}
 	if r.Observer != nil {
 		opts = append(opts, redlock.WithObserver(r.Observer(name)))
+	}
+	if r.ReleaseNotices {
+		opts = append(opts, redlock.WithReleaseNotices())
 	}
 	opts = append(opts, r.Options...)
 	c, err := redlock.New(addrs, opts...)

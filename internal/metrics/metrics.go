@@ -11,9 +11,13 @@ import (
 
 // Metrics holds the collectors. Register them once with Register.
 type Metrics struct {
-	OpDuration    *prometheus.HistogramVec
-	Votes         *prometheus.CounterVec
-	Quarantines   *prometheus.CounterVec
+	OpDuration  *prometheus.HistogramVec
+	Votes       *prometheus.CounterVec
+	Quarantines *prometheus.CounterVec
+	// NoticesFailed counts release notices a master did not take, and
+	// Wakeups the locks a release notice woke (controllers/distributedlock).
+	NoticesFailed *prometheus.CounterVec
+	Wakeups       *prometheus.CounterVec
 	RenewFailures *prometheus.CounterVec
 	LocksHeld     prometheus.Gauge
 	FencingToken  *prometheus.GaugeVec
@@ -90,6 +94,14 @@ func New() *Metrics {
 			Name: "redlock_master_quarantines_total",
 			Help: "Masters found restarted within the quarantine window.",
 		}, []string{"namespace", "name", "master"}),
+		NoticesFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_release_notices_failed_total",
+			Help: "Release notices a master refused or did not answer (an ACL without the notice channels, a timeout): waiters on that master's key try again after their retry delay.",
+		}, []string{"namespace", "name", "master", "op"}),
+		Wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_lock_wakeups_total",
+			Help: "Locks whose key another holder has, tried for again at once, by cause: release (a quorum of masters told of the key's release, a grant ended in any cluster) or subscribed (the check once the key's notices are listened to).",
+		}, []string{"cause"}),
 		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_lock_renew_failures_total",
 			Help: "Failed renewals of held locks, by reason.",
@@ -222,7 +234,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 // Collectors are every collector of m.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.OpDuration, m.Votes, m.Quarantines, m.RenewFailures, m.LocksHeld,
+		m.OpDuration, m.Votes, m.Quarantines, m.NoticesFailed, m.Wakeups, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites,
 		m.StatusWriteSlack, m.StatusWriteLapse, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
 		m.StatusWriteCapacity, m.StatusWriteTarget, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriterGrants, m.StatusWriteConcurrency, m.APIWritesWaiting, m.APIWritesWaited, m.StatusWriteLeadFloor,
@@ -255,4 +267,8 @@ func (o observer) ObserveOp(e redlock.OpEvent) {
 
 func (o observer) ObserveQuarantine(e redlock.QuarantineEvent) {
 	o.m.Quarantines.WithLabelValues(o.namespace, o.name, e.Addr).Inc()
+}
+
+func (o observer) ObserveNotice(e redlock.NoticeEvent) {
+	o.m.NoticesFailed.WithLabelValues(o.namespace, o.name, e.Addr, string(e.Op)).Inc()
 }

@@ -62,6 +62,10 @@ type Options struct {
 	// StatusWriteQPS is the budget of held locks' validity refreshes per
 	// second (default grants.DefaultWritesPerSecond).
 	StatusWriteQPS float64
+	// NoReleaseNotices: releases publish no notice and locks whose key
+	// another holder has are tried for again after their retry delay
+	// only (--release-notices=false).
+	NoReleaseNotices bool
 	// FailoverSlack is how long after the leader's last Lease renewal a
 	// standby may take to lead and adopt every held lock; status keeps that
 	// much validity ahead when a lock's ttl is at least twice it (0: none).
@@ -70,6 +74,10 @@ type Options struct {
 	// status writes waits for a reconcile the writer does not ask for
 	// (0: 10s; tests set it long to see the writer's wake-ups alone).
 	GrantRecheck time.Duration
+	// RetryDelay is how long a lock whose acquisition failed waits to try
+	// again (0: derived from its ttl; tests set it long to see the
+	// wake-ups of release notices alone).
+	RetryDelay time.Duration
 	// StatusReportNamespace is where the status writer publishes what it
 	// does (v1alpha1.StatusConfigMap), named as Manager, while this
 	// manager leads: the leader election Lease's namespace, which
@@ -193,6 +201,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Observer: func(n types.NamespacedName) redlock.Observer { return o.Metrics.Observer(n.Namespace, n.Name) },
 		Options:  o.RedlockOptions,
 
+		ReleaseNotices:     !o.NoReleaseNotices,
 		DefaultNodeTimeout: o.DefaultNodeTimeout,
 	}
 	recorder := eventlimit.New(mgr.GetEventRecorder("redlock-operator"), o.EventQPS, int(5*o.EventQPS), o.Metrics.EventsDropped, logf.Log.WithName("events"))
@@ -218,9 +227,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		StatusWriteQPS:          o.StatusWriteQPS,
 		FailoverSlack:           o.FailoverSlack,
 		GrantRecheck:            o.GrantRecheck,
+		RetryDelay:              o.RetryDelay,
 		Manager:                 o.Manager,
 		IgnoreNodes:             o.IgnoreNodes,
 		StatusReport:            statusReport(o.StatusReportNamespace),
+		ReleaseNotices:          !o.NoReleaseNotices,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}

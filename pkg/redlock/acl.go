@@ -9,7 +9,9 @@ package redlock
 // For external masters, an ACL user for the operator is, in redis.conf or
 // an ACL file (with the password's SHA-256 as #<hex>, or >password):
 //
-//	user redlock-operator on >PASSWORD ~* resetchannels -@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth
+//	user redlock-operator on >PASSWORD ~* resetchannels -@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth &redlock:released:* +publish +subscribe +unsubscribe
+//
+// (the last four rules, NoticeACLRules, for release notices)
 //
 // and `user default off` disables the default user. Keys are the
 // DistributedLocks' keys, their "<key>:fence" counters, the semaphores'

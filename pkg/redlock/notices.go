@@ -82,7 +82,7 @@ func (c *Client) publishRelease(n *node, key, id string, timeout time.Duration) 
 		cmd := redis.NewIntCmd(ctx, "publish", NoticeChannel(key), id)
 		n.process(ctx, cmd)
 		if err := cmd.Err(); err != nil {
-			c.observeNotice(NoticeEvent{Addr: n.addr, Err: fmt.Errorf("publish release notice of %q: %w", key, err)})
+			c.observeNotice(NoticeEvent{Addr: n.addr, Op: NoticePublish, Err: fmt.Errorf("publish release notice of %q: %w", key, err)})
 		}
 	})
 }
@@ -99,8 +99,21 @@ func releaseID(key, value string) string {
 // metrics and logs only.
 type NoticeEvent struct {
 	Addr string
-	Err  error
+	// Op is what failed: NoticePublish or NoticeListen.
+	Op  NoticeOp
+	Err error
 }
+
+// NoticeOp is what a NoticeEvent reports failed.
+type NoticeOp string
+
+const (
+	// NoticePublish is a release's PUBLISH, refused or unanswered.
+	NoticePublish NoticeOp = "publish"
+	// NoticeListen is a listening connection broken or found dead, or a
+	// SUBSCRIBE refused.
+	NoticeListen NoticeOp = "listen"
+)
 
 // NoticeObserver is told of NoticeEvents when the client's Observer
 // implements it too.
@@ -357,10 +370,10 @@ func (w *Notices) listen(e *ear) {
 		switch {
 		case err != nil && errors.As(err, &reply):
 			// A refusal (NOPERM for a channel): the connection stands.
-			w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: %w", err)})
+			w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Op: NoticeListen, Err: fmt.Errorf("listen for release notices: %w", err)})
 			continue
 		case err != nil:
-			w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: %w", err)})
+			w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Op: NoticeListen, Err: fmt.Errorf("listen for release notices: %w", err)})
 			w.mu.Lock()
 			clear(e.confirmed)
 			w.mu.Unlock()
@@ -388,7 +401,7 @@ func (w *Notices) listen(e *ear) {
 // renew replaces e's connection, found dead, with a new one subscribed to
 // every watched channel.
 func (w *Notices) renew(e *ear) {
-	w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Err: fmt.Errorf("listen for release notices: no answer to a ping within %v: connecting again", time.Duration(w.ping.Load()))})
+	w.c.observeNotice(NoticeEvent{Addr: e.n.addr, Op: NoticeListen, Err: fmt.Errorf("listen for release notices: no answer to a ping within %v: connecting again", time.Duration(w.ping.Load()))})
 	w.subMu.Lock()
 	defer w.subMu.Unlock()
 	if w.ctx.Err() != nil {

@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -309,6 +311,20 @@ func TestNoticeACLRulesSuffice(t *testing.T) {
 	servers := aclServers(t, 3, redlock.ACLRules+" "+redlock.NoticeACLRules)
 	r := watching(t, servers, "acl-notice", redlock.WithAuth("locker", "pw"))
 	r.releaseAndHear(t, "acl-notice", "released with the notice ACL")
+}
+
+// TestExternalACLDocumented: the ACL user that docs/tasks/external-masters.md
+// and the package doc give is exactly ACLRules and NoticeACLRules, which
+// the tests above prove suffice.
+func TestExternalACLDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "tasks", "external-masters.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "user redlock-operator on >PASSWORD ~* resetchannels " + redlock.ACLRules + " " + redlock.NoticeACLRules + "\n"
+	if !strings.Contains(string(doc), want) {
+		t.Errorf("docs/tasks/external-masters.md does not give the ACL user\n%s", want)
+	}
 }
 
 // TestNoticesListenAgainAfterARestart: a master restarted comes back

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/internal/managed"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 var _ = Describe("managed members' Redis users", func() {
@@ -40,7 +41,8 @@ var _ = Describe("managed members' Redis users", func() {
 		Eventually(func() error { return op.Ping(ctx).Err() }).Should(Succeed(), "user %s to log in to member 4 of master set %s/%s", managed.ManagedUser, ns, set.Name)
 		Expect(op.Set(ctx, "acl-probe", "v", 0).Err()).To(Succeed())
 		Expect(op.Del(ctx, "acl-probe").Err()).To(Succeed())
-		for _, cmd := range [][]any{{"flushall"}, {"keys", "*"}, {"config", "get", "requirepass"}, {"acl", "list"}, {"shutdown"}} {
+		Expect(op.Publish(ctx, redlock.NoticeChannel("acl-probe"), "x").Err()).To(Succeed(), "a release notice")
+		for _, cmd := range [][]any{{"flushall"}, {"keys", "*"}, {"config", "get", "requirepass"}, {"acl", "list"}, {"shutdown"}, {"publish", "another-channel", "x"}} {
 			Expect(op.Do(ctx, cmd...).Err()).To(MatchError(ContainSubstring("NOPERM")), "%v", cmd)
 		}
 	})

@@ -221,6 +221,8 @@ type Scope struct {
 	FailoverSlack time.Duration
 	// GrantRecheck is the manager's operator.Options.GrantRecheck.
 	GrantRecheck time.Duration
+	// RetryDelay is the manager's operator.Options.RetryDelay.
+	RetryDelay time.Duration
 	// Workers is the manager's parallel reconciles per controller (0: 4).
 	Workers int
 	// StatusReportNamespace is where the status writer publishes its
@@ -299,6 +301,7 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		StatusWriteQPS:  s.StatusWriteQPS,
 		FailoverSlack:   s.FailoverSlack,
 		GrantRecheck:    s.GrantRecheck,
+		RetryDelay:      s.RetryDelay,
 		PodCacheConfig:  s.PodCacheCfg,
 		WriteGate:       gate,
 
