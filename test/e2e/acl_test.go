@@ -4,11 +4,13 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/redis/go-redis/v9"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,7 +43,24 @@ var _ = Describe("managed members' Redis users", func() {
 		Eventually(func() error { return op.Ping(ctx).Err() }).Should(Succeed(), "user %s to log in to member 4 of master set %s/%s", managed.ManagedUser, ns, set.Name)
 		Expect(op.Set(ctx, "acl-probe", "v", 0).Err()).To(Succeed())
 		Expect(op.Del(ctx, "acl-probe").Err()).To(Succeed())
-		Expect(op.Publish(ctx, redlock.NoticeChannel("acl-probe"), "x").Err()).To(Succeed(), "a release notice")
+		// Release notices, as the members' ACL file says: a set first run
+		// by this operator has them; one rolled by an older operator (the
+		// upgrade spec's rollback) keeps that ACL until its members roll
+		// again for another reason.
+		sts := &appsv1.StatefulSet{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: managed.NamesOf(set).StatefulSet}, sts)).To(Succeed())
+		aclSecret := &corev1.Secret{}
+		for _, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Secret != nil && strings.HasPrefix(v.Secret.SecretName, set.Name+"-acl-") {
+				Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: v.Secret.SecretName}, aclSecret)).To(Succeed())
+			}
+		}
+		Expect(aclSecret.Data).To(HaveKey(managed.ACLFileKey), "the ACL Secret of master set %s/%s", ns, set.Name)
+		if strings.Contains(string(aclSecret.Data[managed.ACLFileKey]), redlock.NoticeACLRules) {
+			Expect(op.Publish(ctx, redlock.NoticeChannel("acl-probe"), "x").Err()).To(Succeed(), "a release notice, which the ACL file allows")
+		} else {
+			Expect(op.Publish(ctx, redlock.NoticeChannel("acl-probe"), "x").Err()).To(MatchError(ContainSubstring("NOPERM")), "a release notice, which the ACL file does not allow")
+		}
 		for _, cmd := range [][]any{{"flushall"}, {"keys", "*"}, {"config", "get", "requirepass"}, {"acl", "list"}, {"shutdown"}, {"publish", "another-channel", "x"}} {
 			Expect(op.Do(ctx, cmd...).Err()).To(MatchError(ContainSubstring("NOPERM")), "%v", cmd)
 		}
