@@ -12,11 +12,12 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
-// wakeups (nil: off) wakes the locks that lost their key to another holder when the
-// masters tell of that key's release (redlock.Notices): a grant ended in
-// another cluster is tried for at once, not after a retry delay. A wake-up
-// only asks for a reconcile, which runs every gate of this cluster before
-// any attempt; a lost notice costs the retry delay, which stays scheduled.
+// wakeups (nil: off) wakes the locks that lost their key to another
+// holder when the masters tell of that key's release (redlock.Notices): a
+// grant ended in another cluster is tried for at once, not after a retry
+// delay. A wake-up only asks for a reconcile, which runs every gate of
+// this cluster before any attempt; a lost notice costs the retry delay,
+// which stays scheduled.
 type wakeups struct {
 	enqueue func(types.NamespacedName)
 	now     func() time.Time
