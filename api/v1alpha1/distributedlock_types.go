@@ -125,11 +125,13 @@ type DistributedLockSpec struct {
 	// `<key>` on every master. `redlock:quarantine-window` is
 	// reserved too: every master keeps the longest quarantine window there;
 	// so are semaphores' keys: `<key>:slots`, and `<key>:slot:<index>` but
-	// for a semaphore's own locks.
+	// for a semaphore's own locks; and `<key>:line`, the waiting line of
+	// `<key>`.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence')",message="key must not end in ':fence': '<key>:fence' is the fencing counter of the lock '<key>'"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':line')",message="key must not end in ':line': '<key>:line' is the waiting line of the lock '<key>'"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':slots')",message="key must not end in ':slots': '<key>:slots' holds the number of slots of the semaphore '<key>'"
 	Key string `json:"key,omitempty"`
@@ -309,7 +311,7 @@ type SemaphoreSlot struct {
 	// DistributedSemaphore's key.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1000
-	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence') && self != 'redlock:quarantine-window' && !self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="slotOf.semaphoreKey must not end in ':fence', ':slots' or ':slot:<index>', nor be 'redlock:quarantine-window': those keys are reserved"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence') && !self.endsWith(':line') && self != 'redlock:quarantine-window' && !self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="slotOf.semaphoreKey must not end in ':fence', ':line', ':slots' or ':slot:<index>', nor be 'redlock:quarantine-window': those keys are reserved"
 	SemaphoreKey string `json:"semaphoreKey"`
 	// Slots is the semaphore's number of slots.
 	// +kubebuilder:validation:Minimum=1

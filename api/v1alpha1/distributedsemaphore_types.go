@@ -61,11 +61,12 @@ type DistributedSemaphoreSpec struct {
 	// `redlock:<namespace>/<name>` (shown in status.key), like a
 	// DistributedLock's. Immutable. Slot i is the lock `<key>:slot:<i>`
 	// and the number of slots is stored under `<key>:slots` on every
-	// master.
+	// master; `<key>:line` is reserved for its waiting line.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1000
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence')",message="key must not end in ':fence': '<key>:fence' is the fencing counter of the lock '<key>'"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':line')",message="key must not end in ':line': '<key>:line' is the waiting line of the semaphore '<key>'"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="key must not end in ':slots' or ':slot:<index>': those are the keys of a semaphore's number of slots and of its slots"
 	Key string `json:"key,omitempty"`

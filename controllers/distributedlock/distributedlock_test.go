@@ -215,6 +215,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 
 		Expect(k8s.Create(suiteCtx, newLock(ms, "fence-key", "k1:fence", "x", 2*time.Second))).
 			To(MatchError(ContainSubstring("must not end in ':fence'")), "another lock's fencing counter as the key")
+		Expect(k8s.Create(suiteCtx, newLock(ms, "line-key", "k1:line", "x", 2*time.Second))).
+			To(MatchError(ContainSubstring("must not end in ':line'")), "another lock's waiting line as the key")
 		Expect(k8s.Create(suiteCtx, newLock(ms, "window-key", redlock.WindowKey, "x", 2*time.Second))).
 			To(MatchError(ContainSubstring("is reserved")), "the masters' quarantine window as the key")
 

@@ -455,8 +455,8 @@ func ValidateSlot(s Slot) error { return validateSlot(OpAcquire, s) }
 // validateKey checks a lock's (or a semaphore's) key against Redis's
 // limits and the keys the package reserves: WindowKey, fencing counters
 // ("<key>:fence"), semaphores' slots ("<key>:slot:<i>", taken through
-// AcquireSlot and restored WithSlot only) and their numbers of slots
-// ("<key>:slots").
+// AcquireSlot and restored WithSlot only), their numbers of slots
+// ("<key>:slots") and waiting lines ("<key>:line").
 func validateKey(op Op, key string) error {
 	if err := validateStoredKey(op, key); err != nil {
 		return err
@@ -483,6 +483,9 @@ func validateStoredKey(op Op, key string) error {
 	}
 	if strings.HasSuffix(key, fenceSuffix) {
 		return invalidf(op, "key %q ends in %q, reserved for fencing counters: it would be the counter of the lock %q", key, fenceSuffix, strings.TrimSuffix(key, fenceSuffix))
+	}
+	if strings.HasSuffix(key, lineSuffix) {
+		return invalidf(op, "key %q ends in %q, reserved for waiting lines: it would be the line of the lock %q", key, lineSuffix, strings.TrimSuffix(key, lineSuffix))
 	}
 	return nil
 }

@@ -1,0 +1,246 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Waiting lines. A key's line on every master orders the attempts of the
+// clients waiting for it (clusters sharing the masters), first come, first
+// served. It orders attempts only: acquire, extend and release never read
+// it, a ticket's lapse frees nothing, and any error on the line lets the
+// waiter attempt as if there were none.
+//
+// A waiter takes a ticket one above the highest a quorum of masters show
+// (quorums intersect: a waiter registered on a quorum before is seen, and
+// is ahead), and registers it on every master for a while, renewed by each
+// check. Ties break by waiter id, the same on every master. A waiter may
+// attempt when no lower live ticket stands on a majority of the masters
+// that answered; tickets lapse on the masters' own clocks.
+
+// lineSuffix ends every line's key: a lock key may not end in it.
+const lineSuffix = ":line"
+
+// LineKey is the key of key's waiting line.
+func LineKey(key string) string { return key + lineSuffix }
+
+// MaxLine bounds the live tickets of one line: the masters run without
+// eviction, and a full line would otherwise grow without end. A waiter
+// refused a place waits as if there were no line.
+const MaxLine = 32
+
+// LineACLRules are the rules a client needs beyond ACLRules to use
+// waiting lines: the line script's sorted-set commands and PTTL.
+const LineACLRules = "+zadd +zrem +zrange +pttl"
+
+// lineScript keeps the line KEYS[1] of the key KEYS[2]. ARGV: the waiter's
+// id, its ticket (0: none), how long its registration stands in ms (0: it
+// registers nothing), MaxLine, and "check" or "leave". It drops lapsed
+// tickets, and returns {live tickets ahead of the waiter's, the highest
+// other live ticket, 1 registered | 0 not asked | -1 the line is full,
+// KEYS[2]'s PTTL (-2: the key is free here)}. It never touches KEYS[2].
+var lineScript = newScript(`local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id, tk, life, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local ahead, top, n, mine, last = 0, 0, 0, nil, 0
+for i = 1, #all, 2 do
+  local m, s = all[i], tonumber(all[i + 1])
+  local w, e = string.match(m, '^(.*)|(%d+)$')
+  e = tonumber(e)
+  if not e or e <= now then
+    redis.call('ZREM', KEYS[1], m)
+  elseif w == id then
+    mine = m
+  else
+    n = n + 1
+    if s > top then top = s end
+    if e > last then last = e end
+    if tk > 0 and (s < tk or (s == tk and w < id)) then ahead = ahead + 1 end
+  end
+end
+if ARGV[5] == 'leave' then
+  if mine then redis.call('ZREM', KEYS[1], mine) end
+  return {0, top, 0, -2}
+end
+local reg = 0
+if tk > 0 and life > 0 then
+  if mine then redis.call('ZREM', KEYS[1], mine) end
+  if n >= cap then
+    reg = -1
+  else
+    redis.call('ZADD', KEYS[1], tk, id .. '|' .. string.format('%.0f', now + life))
+    reg = 1
+    if now + life > last then last = now + life end
+  end
+end
+if last > now then redis.call('PEXPIRE', KEYS[1], string.format('%.0f', last - now)) end
+return {ahead, top, reg, redis.call('PTTL', KEYS[2])}`)
+
+// lineAnswer is one master's answer to lineScript.
+type lineAnswer struct {
+	ahead, top, reg, pttl int64
+}
+
+// Turn is a waiter's place in a key's line, from one check.
+type Turn struct {
+	// Ticket is the waiter's ticket, to pass to the next check; 0 when it
+	// has none (the line is full, or could not be read).
+	Ticket int64
+	// Go: the waiter may attempt now. No lower live ticket stands on a
+	// majority of the masters that answered, or the line could not be
+	// used (Err): a line never keeps anyone from attempting.
+	Go bool
+	// Registered: a quorum of masters hold the waiter's ticket.
+	Registered bool
+	// Ahead is the most waiters ahead of it on one master.
+	Ahead int
+	// Free: the key is free on a majority of the masters that answered.
+	Free bool
+	// Err is why the line could not be used, or nil.
+	Err error
+}
+
+// errLineUnavailable is the Turn.Err of a line fewer than a quorum of
+// masters answered for.
+var errLineUnavailable = errors.New("waiting line unavailable")
+
+// CheckTurn registers waiter (a stable id of the waiting client, without
+// "|") in key's line for life, taking a ticket when ticket is 0, and tells
+// whether it may attempt: heads waiters at the head of the line may at
+// once (1 for a lock; a semaphore's number of slots). key is the key the
+// waiter would acquire (a slot's, for a slot). It costs one round, two
+// for a new ticket.
+func (c *Client) CheckTurn(ctx context.Context, key, line, waiter string, ticket int64, heads int, life time.Duration) Turn {
+	if err := validateLine(key, line, waiter, heads, life); err != nil {
+		return Turn{Go: true, Err: err}
+	}
+	if ticket == 0 {
+		answers, err := c.lineRound(ctx, key, line, waiter, 0, 0, "check")
+		if err != nil {
+			return Turn{Go: true, Err: err}
+		}
+		for _, a := range answers {
+			ticket = max(ticket, a.top)
+		}
+		ticket++
+	}
+	answers, err := c.lineRound(ctx, key, line, waiter, ticket, life, "check")
+	if err != nil {
+		return Turn{Go: true, Err: err}
+	}
+	t := Turn{Ticket: ticket}
+	var open, registered, full, free int
+	for _, a := range answers {
+		t.Ahead = max(t.Ahead, int(a.ahead))
+		if a.ahead < int64(heads) {
+			open++
+		}
+		switch a.reg {
+		case 1:
+			registered++
+		case -1:
+			full++
+		}
+		if a.pttl == -2 {
+			free++
+		}
+	}
+	t.Registered = registered >= c.quorum
+	t.Free = 2*free > len(answers)
+	t.Go = 2*open > len(answers)
+	if !t.Registered && 2*full > len(answers) {
+		// No place: wait as if there were no line.
+		t.Ticket, t.Go = 0, true
+	}
+	return t
+}
+
+// LeaveLine takes waiter's ticket out of key's line on every master that
+// answers: it was granted, or stopped waiting. A ticket left behind lapses
+// by itself.
+func (c *Client) LeaveLine(ctx context.Context, key, line, waiter string) error {
+	if err := validateLine(key, line, waiter, 1, time.Second); err != nil {
+		return err
+	}
+	_, err := c.lineRound(ctx, key, line, waiter, 0, 0, "leave")
+	return err
+}
+
+// lineRound runs lineScript on every master of the client's list and
+// returns the answers of those that answered and may vote (a master
+// restarted within the quarantine window holds a line it forgot), or
+// errLineUnavailable when fewer than a quorum did.
+func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket int64, life time.Duration, mode string) ([]lineAnswer, error) {
+	args := lineScript.args([]string{line, key}, waiter, ticket, life.Milliseconds(), MaxLine, mode)
+	got := make([]lineAnswer, len(c.nodes))
+	r, err := c.startVotingRound(ctx, c.lineTimeout(), func(ctx context.Context, i int, n *node) (Outcome, error) {
+		if !n.inList(0) {
+			return OutcomeError, errNotInList
+		}
+		res, err := n.eval(ctx, lineScript, args).Int64Slice()
+		if err != nil {
+			return OutcomeError, err
+		}
+		if len(res) != 4 {
+			return OutcomeError, fmt.Errorf("waiting line: unexpected reply %v", res)
+		}
+		got[i] = lineAnswer{ahead: res[0], top: res[1], reg: res[2], pttl: res[3]}
+		return OutcomeGranted, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer r.finish()
+	votes, ctxErr := r.collect(ctx, func([]Tally) bool { return false })
+	if ctxErr != nil {
+		return nil, fmt.Errorf("waiting line of %q: %w", key, ctxErr)
+	}
+	var out []lineAnswer
+	var errs []error
+	for i, v := range votes {
+		if v.Outcome == OutcomeGranted {
+			out = append(out, got[i])
+		} else if v.Err != nil && !errors.Is(v.Err, errNotInList) {
+			errs = append(errs, v.Err)
+		}
+	}
+	if len(out) < c.quorum {
+		return nil, fmt.Errorf("%w: %d of %d masters answered for key %q: %w", errLineUnavailable, len(out), c.quorum, key, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// lineTimeout bounds each master's answer in a line's round: the node
+// timeout, or MaxNodeTimeout without WithNodeTimeout (a line's rounds are
+// for no lock's ttl).
+func (c *Client) lineTimeout() time.Duration {
+	if c.cfg.nodeTimeout > 0 {
+		return c.cfg.nodeTimeout
+	}
+	return MaxNodeTimeout
+}
+
+// errNotInList: a master only a joint client's previous list names holds
+// no part of the lines.
+var errNotInList = errors.New("not in the client's list")
+
+// validateLine checks a line's arguments.
+func validateLine(key, line, waiter string, heads int, life time.Duration) error {
+	switch {
+	case validateStoredKey(OpAcquire, key) != nil:
+		return validateStoredKey(OpAcquire, key)
+	case line == "" || !strings.HasSuffix(line, lineSuffix):
+		return invalidf(OpAcquire, "line key %q does not end in %q", line, lineSuffix)
+	case waiter == "" || strings.Contains(waiter, "|"):
+		return invalidf(OpAcquire, "waiter id %q is empty or holds %q", waiter, "|")
+	case heads < 1:
+		return invalidf(OpAcquire, "%d heads", heads)
+	case life <= 0:
+		return invalidf(OpAcquire, "registration life %v", life)
+	}
+	return nil
+}
