@@ -19,13 +19,23 @@ import (
 // is ahead), and registers it on every master for a while, renewed by each
 // check. Ties break by waiter id, the same on every master. A waiter may
 // attempt when no lower live ticket stands on a majority of the masters
-// that answered; tickets lapse on the masters' own clocks.
+// that answered; tickets lapse on the masters' own clocks. Lines order
+// cooperating clients: a waiter id must be unique among all clients of
+// the masters (a second registration of one id replaces the first), and
+// a client that passes another's ticket jumps the line. A joint client
+// keeps lines on its new list only: during a membership change, clients
+// of the previous list see another line (the order suffers, never
+// exclusion).
 
 // lineSuffix ends every line's key: a lock key may not end in it.
 const lineSuffix = ":line"
 
 // LineKey is the key of key's waiting line.
 func LineKey(key string) string { return key + lineSuffix }
+
+// MaxLineLife bounds how long one registration stands: a waiter that
+// stopped renewing holds no line up for longer.
+const MaxLineLife = time.Minute
 
 // MaxLine bounds the live tickets of one line: the masters run without
 // eviction, and a full line would otherwise grow without end. A waiter
@@ -42,11 +52,18 @@ const LineACLRules = "+zadd +zrem +zrange +pttl"
 // tickets, and returns {live tickets ahead of the waiter's, the highest
 // other live ticket, 1 registered | 0 not asked | -1 the line is full,
 // KEYS[2]'s PTTL (-2: the key is free here)}. It never touches KEYS[2].
-var lineScript = newScript(`local t = redis.call('TIME')
+var lineScript = newScript(`local function before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id, tk, life, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-local ahead, top, n, mine, last = 0, 0, 0, nil, 0
+local ahead, top, n, mine, mineEnd, last = 0, 0, 0, nil, 0, 0
 for i = 1, #all, 2 do
   local m, s = all[i], tonumber(all[i + 1])
   local w, e = string.match(m, '^(.*)|(%d+)$')
@@ -54,12 +71,12 @@ for i = 1, #all, 2 do
   if not e or e <= now then
     redis.call('ZREM', KEYS[1], m)
   elseif w == id then
-    mine = m
+    mine, mineEnd = m, e
   else
     n = n + 1
     if s > top then top = s end
     if e > last then last = e end
-    if tk > 0 and (s < tk or (s == tk and w < id)) then ahead = ahead + 1 end
+    if tk > 0 and (s < tk or (s == tk and before(w, id))) then ahead = ahead + 1 end
   end
 end
 if ARGV[5] == 'leave' then
@@ -69,14 +86,16 @@ end
 local reg = 0
 if tk > 0 and life > 0 then
   if mine then redis.call('ZREM', KEYS[1], mine) end
+  mine = nil
   if n >= cap then
     reg = -1
   else
-    redis.call('ZADD', KEYS[1], tk, id .. '|' .. string.format('%.0f', now + life))
+    redis.call('ZADD', KEYS[1], ARGV[2], id .. '|' .. string.format('%.0f', now + life))
     reg = 1
     if now + life > last then last = now + life end
   end
 end
+if mine and mineEnd > last then last = mineEnd end
 if last > now then redis.call('PEXPIRE', KEYS[1], string.format('%.0f', last - now)) end
 return {ahead, top, reg, redis.call('PTTL', KEYS[2])}`)
 
@@ -104,24 +123,43 @@ type Turn struct {
 	Err error
 }
 
-// errLineUnavailable is the Turn.Err of a line fewer than a quorum of
-// masters answered for.
-var errLineUnavailable = errors.New("waiting line unavailable")
+// ErrLineUnavailable is the Turn.Err of a line fewer than a quorum of
+// masters answered for (down, refusing the line's commands, or holding
+// another type under its key).
+var ErrLineUnavailable = errors.New("waiting line unavailable")
 
-// CheckTurn registers waiter (a stable id of the waiting client, without
-// "|") in key's line for life, taking a ticket when ticket is 0, and tells
-// whether it may attempt: heads waiters at the head of the line may at
-// once (1 for a lock; a semaphore's number of slots). key is the key the
-// waiter would acquire (a slot's, for a slot). It costs one round, two
-// for a new ticket.
-func (c *Client) CheckTurn(ctx context.Context, key, line, waiter string, ticket int64, heads int, life time.Duration) Turn {
-	if err := validateLine(key, line, waiter, heads, life); err != nil {
+// CheckTurn registers waiter (an id of the waiting client, unique among
+// all clients of the masters, without "|") in the line of the lock key
+// for life (whole milliseconds, at most MaxLineLife), taking a ticket when
+// ticket is 0, and tells whether it may attempt: the first waiter of the
+// line may. It costs one round, two for a new ticket. A ctx that ends
+// first gives no turn and ctx's error.
+func (c *Client) CheckTurn(ctx context.Context, key, waiter string, ticket int64, life time.Duration) Turn {
+	if err := validateKey(OpAcquire, key); err != nil {
+		return Turn{Go: true, Err: err}
+	}
+	return c.checkTurn(ctx, key, LineKey(key), waiter, ticket, 1, life)
+}
+
+// CheckSlotTurn is CheckTurn for a waiter on the slot s of a semaphore:
+// the semaphore's line, whose first s.Slots waiters may attempt (waiters,
+// not holders: a head whose slot is held fails its attempt as without a
+// line). Turn.Free is about s's own key.
+func (c *Client) CheckSlotTurn(ctx context.Context, s Slot, waiter string, ticket int64, life time.Duration) Turn {
+	if err := validateSlot(OpAcquire, s); err != nil {
+		return Turn{Go: true, Err: err}
+	}
+	return c.checkTurn(ctx, s.Key(), LineKey(s.Semaphore), waiter, ticket, s.Slots, life)
+}
+
+func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket int64, heads int, life time.Duration) Turn {
+	if err := validateLine(waiter, ticket, life); err != nil {
 		return Turn{Go: true, Err: err}
 	}
 	if ticket == 0 {
 		answers, err := c.lineRound(ctx, key, line, waiter, 0, 0, "check")
 		if err != nil {
-			return Turn{Go: true, Err: err}
+			return Turn{Go: ctx.Err() == nil, Err: err}
 		}
 		for _, a := range answers {
 			ticket = max(ticket, a.top)
@@ -130,7 +168,7 @@ func (c *Client) CheckTurn(ctx context.Context, key, line, waiter string, ticket
 	}
 	answers, err := c.lineRound(ctx, key, line, waiter, ticket, life, "check")
 	if err != nil {
-		return Turn{Go: true, Err: err}
+		return Turn{Go: ctx.Err() == nil, Err: err}
 	}
 	t := Turn{Ticket: ticket}
 	var open, registered, full, free int
@@ -159,14 +197,17 @@ func (c *Client) CheckTurn(ctx context.Context, key, line, waiter string, ticket
 	return t
 }
 
-// LeaveLine takes waiter's ticket out of key's line on every master that
-// answers: it was granted, or stopped waiting. A ticket left behind lapses
-// by itself.
-func (c *Client) LeaveLine(ctx context.Context, key, line, waiter string) error {
-	if err := validateLine(key, line, waiter, 1, time.Second); err != nil {
+// LeaveLine takes waiter's ticket out of the line of key (a lock's or a
+// semaphore's) on every master that answers: it was granted, or stopped
+// waiting. A ticket left behind lapses by itself.
+func (c *Client) LeaveLine(ctx context.Context, key, waiter string) error {
+	if err := validateKey(OpAcquire, key); err != nil {
 		return err
 	}
-	_, err := c.lineRound(ctx, key, line, waiter, 0, 0, "leave")
+	if err := validateLine(waiter, 0, time.Millisecond); err != nil {
+		return err
+	}
+	_, err := c.lineRound(ctx, key, LineKey(key), waiter, 0, 0, "leave")
 	return err
 }
 
@@ -209,7 +250,7 @@ func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket
 		}
 	}
 	if len(out) < c.quorum {
-		return nil, fmt.Errorf("%w: %d of %d masters answered for key %q: %w", errLineUnavailable, len(out), c.quorum, key, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: %d of %d masters answered for key %q: %w", ErrLineUnavailable, len(out), c.quorum, key, errors.Join(errs...))
 	}
 	return out, nil
 }
@@ -228,19 +269,15 @@ func (c *Client) lineTimeout() time.Duration {
 // no part of the lines.
 var errNotInList = errors.New("not in the client's list")
 
-// validateLine checks a line's arguments.
-func validateLine(key, line, waiter string, heads int, life time.Duration) error {
+// validateLine checks a waiter's id, ticket and registration life.
+func validateLine(waiter string, ticket int64, life time.Duration) error {
 	switch {
-	case validateStoredKey(OpAcquire, key) != nil:
-		return validateStoredKey(OpAcquire, key)
-	case line == "" || !strings.HasSuffix(line, lineSuffix):
-		return invalidf(OpAcquire, "line key %q does not end in %q", line, lineSuffix)
-	case waiter == "" || strings.Contains(waiter, "|"):
-		return invalidf(OpAcquire, "waiter id %q is empty or holds %q", waiter, "|")
-	case heads < 1:
-		return invalidf(OpAcquire, "%d heads", heads)
-	case life <= 0:
-		return invalidf(OpAcquire, "registration life %v", life)
+	case waiter == "" || strings.Contains(waiter, "|") || len(waiter) > maxBulkLen/2:
+		return invalidf(OpAcquire, "waiter id %q is empty, too long or holds %q", waiter, "|")
+	case ticket < 0:
+		return invalidf(OpAcquire, "ticket %d", ticket)
+	case life < time.Millisecond || life > MaxLineLife || life%time.Millisecond != 0:
+		return invalidf(OpAcquire, "registration life %v: whole milliseconds from 1ms to %v", life, MaxLineLife)
 	}
 	return nil
 }

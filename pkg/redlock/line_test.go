@@ -18,7 +18,7 @@ const lineLife = 10 * time.Second
 // could not be used.
 func turn(t *testing.T, c *redlock.Client, key, waiter string, ticket int64) redlock.Turn {
 	t.Helper()
-	tr := c.CheckTurn(context.Background(), key, redlock.LineKey(key), waiter, ticket, 1, lineLife)
+	tr := c.CheckTurn(context.Background(), key, waiter, ticket, lineLife)
 	if tr.Err != nil {
 		t.Fatalf("turn of %s: %v", waiter, tr.Err)
 	}
@@ -61,7 +61,7 @@ func TestLineOrdersWaiters(t *testing.T) {
 	if tr := turn(t, b, "line", "waiter-b", second.Ticket); tr.Go || !tr.Free {
 		t.Fatalf("second waiter once the key is free, the first still waiting: %+v", tr)
 	}
-	if err := a.LeaveLine(ctx, "line", redlock.LineKey("line"), "waiter-a"); err != nil {
+	if err := a.LeaveLine(ctx, "line", "waiter-a"); err != nil {
 		t.Fatal(err)
 	}
 	if tr := turn(t, b, "line", "waiter-b", second.Ticket); !tr.Go || tr.Ahead != 0 {
@@ -70,24 +70,25 @@ func TestLineOrdersWaiters(t *testing.T) {
 }
 
 // TestLineTiesAndLapses: waiters that took the same ticket are ordered by
-// id on every master, and a ticket nobody renews lapses on the masters'
-// clocks.
+// their ids' bytes on every master (not by a locale's collation: "B" is
+// before "a"), and a ticket nobody renews lapses on the masters' clocks.
 func TestLineTiesAndLapses(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	c := newClient(t, redistest.Addrs(servers))
 	ctx := context.Background()
-	if tr := turn(t, c, "tie", "z", 7); !tr.Go {
-		t.Fatalf("z alone: %+v", tr)
+	if tr := turn(t, c, "tie", "a", 7); !tr.Go {
+		t.Fatalf("a alone: %+v", tr)
 	}
-	if tr := turn(t, c, "tie", "m", 7); !tr.Go || tr.Ahead != 0 {
-		t.Fatalf("m, with z's ticket and a lower id: %+v, want its turn", tr)
+	if tr := turn(t, c, "tie", "B", 7); !tr.Go || tr.Ahead != 0 {
+		t.Fatalf("B, with a's ticket and a lower id: %+v, want its turn", tr)
 	}
-	if tr := turn(t, c, "tie", "z", 7); tr.Go || tr.Ahead != 1 {
-		t.Fatalf("z behind m: %+v", tr)
+	if tr := turn(t, c, "tie", "a", 7); tr.Go || tr.Ahead != 1 {
+		t.Fatalf("a behind B: %+v", tr)
 	}
 
-	const short = 300 * time.Millisecond
-	if tr := c.CheckTurn(ctx, "lapse", redlock.LineKey("lapse"), "gone", 0, 1, short); !tr.Registered {
+	// Long enough for the second waiter's two rounds on a loaded machine.
+	const short = 3 * time.Second
+	if tr := c.CheckTurn(ctx, "lapse", "gone", 0, short); !tr.Registered {
 		t.Fatalf("gone: %+v", tr)
 	}
 	stays := turn(t, c, "lapse", "stays", 0)
@@ -115,8 +116,8 @@ func TestLineFullAndUnavailable(t *testing.T) {
 	}
 
 	stopped(t, servers[:2]...)
-	tr := c.CheckTurn(context.Background(), "full", redlock.LineKey("full"), "w05", 0, 1, lineLife)
-	if !tr.Go || tr.Err == nil {
+	tr := c.CheckTurn(context.Background(), "full", "w05", 0, lineLife)
+	if !tr.Go || !errors.Is(tr.Err, redlock.ErrLineUnavailable) {
 		t.Fatalf("with two of three masters stopped: %+v, want its turn and the error", tr)
 	}
 }
@@ -125,5 +126,46 @@ func TestLineFullAndUnavailable(t *testing.T) {
 func TestLineKeyReserved(t *testing.T) {
 	if err := redlock.ValidateKey("jobs:line"); err == nil {
 		t.Fatal("a key ending in :line was accepted")
+	}
+}
+
+// TestSlotLine: a semaphore's waiters share its line, whose first N may
+// attempt at once.
+func TestSlotLine(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers))
+	ctx := context.Background()
+	slot := func(i int) redlock.Slot { return redlock.Slot{Semaphore: "sem", Slots: 2, Index: i} }
+	var tickets []int64
+	for i, w := range []string{"first", "second", "third"} {
+		tr := c.CheckSlotTurn(ctx, slot(i%2), w, 0, lineLife)
+		if tr.Err != nil || tr.Go != (i < 2) {
+			t.Fatalf("%s waiter of a semaphore of 2: %+v", w, tr)
+		}
+		tickets = append(tickets, tr.Ticket)
+	}
+	if err := c.LeaveLine(ctx, "sem", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if tr := c.CheckSlotTurn(ctx, slot(0), "third", tickets[2], lineLife); !tr.Go || tr.Ahead != 1 {
+		t.Fatalf("third waiter once the first left: %+v", tr)
+	}
+}
+
+// TestRestoreLineKeyForRelease: a lock whose key ends in ":line" (granted
+// before the suffix was reserved) is restored to be released, not to be
+// renewed.
+func TestRestoreLineKeyForRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers))
+	if _, err := c.Restore("old:line", "v", time.Second, time.Now().Add(time.Minute)); err == nil {
+		t.Error("a lock of a reserved key restored to be renewed")
+	}
+	l, err := c.Restore("old:line", "v", time.Second, time.Time{})
+	if err != nil {
+		t.Fatalf("restore to release: %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("release: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -591,7 +592,9 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 // window, unless validUntil has passed: releasing is always safe.
 // The restored lock's Token is 0 unless given with WithToken: persist the
 // token beside the other fields. A semaphore's slot is restored WithSlot
-// only (persist its Slot too): its key is refused otherwise.
+// only (persist its Slot too): its key is refused otherwise. A key ending
+// in ":line" (a waiting line's, reserved since) is restored for release
+// only.
 func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.Time, opts ...RestoreOption) (*Lock, error) {
 	const op = Op("restore")
 	l := &Lock{c: c, key: key, value: value, ttl: ttl}
@@ -602,7 +605,10 @@ func (c *Client) Restore(key, value string, ttl time.Duration, validUntil time.T
 		o(l)
 	}
 	if l.slot == nil {
-		if err := validateKey(op, key); err != nil {
+		// A lock granted before its key's suffix was reserved for waiting
+		// lines may still be released: releasing is always safe.
+		releasing := !validUntil.After(time.Now())
+		if err := validateKey(op, key); err != nil && (!releasing || !strings.HasSuffix(key, lineSuffix) || validateKey(op, strings.TrimSuffix(key, lineSuffix)) != nil) {
 			return nil, err
 		}
 	} else {
