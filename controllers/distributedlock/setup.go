@@ -49,7 +49,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.wake = &wakeQueue{}
 	r.keys = &keys{grants: r.grants, masters: r.Masters, values: r.Values, clock: r.Clock, wake: r.enqueue}
 	if r.ReleaseNotices {
-		r.wakeups = &wakeups{enqueue: r.enqueue, now: r.Clock.Now, woken: r.Metrics.Wakeups}
+		r.wakeups = newWakeups(r.enqueue, r.Clock.Now, r.Metrics.Wakeups)
 	}
 	r.beats = newHeartbeats(r.Clock)
 	hbs, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.LockHeartbeat{})

@@ -67,6 +67,13 @@ func waitLease(delay time.Duration) time.Duration {
 	return 2*delay + time.Second
 }
 
+func newWakeups(enqueue func(types.NamespacedName), now func() time.Time, woken *prometheus.CounterVec) *wakeups {
+	return &wakeups{
+		enqueue: enqueue, now: now, woken: woken,
+		sets: map[types.NamespacedName]*ears{}, waiting: map[types.NamespacedName]waitingFor{},
+	}
+}
+
 // wait makes lock, whose key on set's masters another holder has, wait for
 // a notice of that key's release, listening with c; it tries again after
 // delay in any case.
@@ -182,9 +189,6 @@ func (w *wakeups) forget(lock types.NamespacedName) {
 
 // prune drops the waits that lapsed, at most once a second.
 func (w *wakeups) prune(now time.Time) {
-	if w.waiting == nil {
-		w.waiting, w.sets = map[types.NamespacedName]waitingFor{}, map[types.NamespacedName]*ears{}
-	}
 	if now.Sub(w.pruned) < time.Second {
 		return
 	}

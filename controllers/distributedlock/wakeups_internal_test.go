@@ -61,15 +61,9 @@ func subscribed(t *testing.T, servers []*redistest.Server, key string) int {
 // listeners is how many listeners each master has on key's notices.
 func listeners(t *testing.T, servers []*redistest.Server, key string) []int64 {
 	t.Helper()
-	var out []int64
-	for _, s := range servers {
-		c := s.Client()
-		m, err := c.PubSubNumSub(context.Background(), redlock.NoticeChannel(key)).Result()
-		_ = c.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m[redlock.NoticeChannel(key)])
+	out, err := redistest.Subscribers(context.Background(), servers, redlock.NoticeChannel(key))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -94,7 +88,7 @@ func TestWakeups(t *testing.T) {
 	got := &woken{}
 	counter := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "woken"}, []string{"cause"})
 	byCause := func(cause string) float64 { return testutil.ToFloat64(counter.WithLabelValues(cause)) }
-	w := &wakeups{enqueue: got.add, woken: counter, now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
+	w := newWakeups(got.add, func() time.Time { mu.Lock(); defer mu.Unlock(); return now }, counter)
 	set := types.NamespacedName{Namespace: "ns", Name: "masters"}
 	lock, other := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
 	ctx := context.Background()

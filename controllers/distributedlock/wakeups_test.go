@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -52,12 +53,10 @@ var _ = Describe("Release notices across two API servers", Ordered, func() {
 			cur := &v1alpha1.DistributedLock{}
 			g.Expect(other.Client.Get(suiteCtx, client.ObjectKeyFromObject(waiter), cur)).To(Succeed())
 			g.Expect(heldReason(cur)).To(Equal(v1alpha1.ReasonHeldElsewhere), "Held reason")
-			for _, s := range a.Servers {
-				c := s.Client()
-				n, err := c.PubSubNumSub(suiteCtx, redlock.NoticeChannel(key)).Result()
-				_ = c.Close()
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(n[redlock.NoticeChannel(key)]).To(BeNumerically(">=", 1), "subscribers on %s", s.Addr())
+			n, err := redistest.Subscribers(suiteCtx, a.Servers, redlock.NoticeChannel(key))
+			g.Expect(err).NotTo(HaveOccurred())
+			for i, s := range a.Servers {
+				g.Expect(n[i]).To(BeNumerically(">=", 1), "subscribers on %s", s.Addr())
 			}
 		}).Should(Succeed(), "lock %s/waiter to wait for key %s, listening on every master", waiter.Namespace, key)
 		// Once subscribed, the waiter is woken to try once more: a release

@@ -85,13 +85,8 @@ func (r *Reconciler) servingTLS(ctx context.Context, ms *v1alpha1.RedisMasterSet
 // liveServing is the certificate the StatefulSet's members mount now (nil
 // when none): what they keep serving while a new one cannot be used.
 func liveServing(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet) *managed.Serving {
-	if live == nil {
-		return nil
-	}
-	for _, v := range live.Spec.Template.Spec.Volumes {
-		if v.Name == "tls" && v.Secret != nil && strings.HasPrefix(v.Secret.SecretName, managed.ServingSecretPrefix(ms)) {
-			return &managed.Serving{Secret: v.Secret.SecretName, Hash: live.Spec.Template.Annotations[managed.AnnotationTLS]}
-		}
+	if name := managed.MountedSecret(live, managed.TLSVolume); name != "" && strings.HasPrefix(name, managed.ServingSecretPrefix(ms)) {
+		return &managed.Serving{Secret: name, Hash: live.Spec.Template.Annotations[managed.AnnotationTLS]}
 	}
 	return nil
 }

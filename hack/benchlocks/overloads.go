@@ -2,7 +2,6 @@ package main
 
 import (
 	"math"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,9 +21,8 @@ type onset struct {
 }
 
 // overloads records the onsets of the status writer's overloads, read from
-// its gauge every 100 ms until stopped.
+// its gauge every 100 ms until stopped; onsets is read once done closed.
 type overloads struct {
-	mu     sync.Mutex
 	onsets []onset
 	stop   chan struct{}
 	done   chan struct{}
@@ -51,9 +49,7 @@ func watchOverloads(reg *prometheus.Registry, ttl time.Duration) *overloads {
 			if now && !was {
 				lead := max(grants.StatusLead(ttl), min(ttl/4, time.Duration(gaugeValue(reg, "redlock_status_write_lead_floor_seconds")*float64(time.Second))))
 				demand := gaugeValue(reg, "redlock_status_write_demand_per_second")
-				o.mu.Lock()
 				o.onsets = append(o.onsets, onset{at: time.Now(), risk: int(math.Ceil(demand * (measureWindow + lead).Seconds()))})
-				o.mu.Unlock()
 			}
 			was = now
 		}
@@ -67,8 +63,6 @@ func watchOverloads(reg *prometheus.Registry, ttl time.Duration) *overloads {
 func (o *overloads) since(from time.Time, ttl time.Duration) (n, bound int) {
 	close(o.stop)
 	<-o.done
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	for _, s := range o.onsets {
 		if s.at.Add(measureWindow + ttl/4).Before(from) {
 			continue

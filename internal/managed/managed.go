@@ -114,6 +114,20 @@ func ACL(password string, notices bool) string {
 		"user " + ManagedUser + " on #" + hex.EncodeToString(sum[:]) + " ~* resetchannels " + rules + "\n"
 }
 
+// MountedSecret is the Secret the volume of the StatefulSet's pod template
+// mounts ("" for none, or no StatefulSet).
+func MountedSecret(sts *appsv1.StatefulSet, volume string) string {
+	if sts == nil {
+		return ""
+	}
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Name == volume && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
+}
+
 // ACLNotices reports whether the members of a set should run the ACL with
 // release notices: a new set's do, and a running set's members keep the
 // ACL they run until they roll for another reason (a new password or gate
@@ -124,12 +138,7 @@ func ACLNotices(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet, password,
 	if live == nil {
 		return true
 	}
-	var secret, image string
-	for _, v := range live.Spec.Template.Spec.Volumes {
-		if v.Name == aclVolume && v.Secret != nil {
-			secret = v.Secret.SecretName
-		}
-	}
+	secret, image := MountedSecret(live, aclVolume), ""
 	for _, c := range live.Spec.Template.Spec.InitContainers {
 		if c.Name == gateContainer {
 			image = c.Image

@@ -119,10 +119,12 @@ func Secret(ms *v1alpha1.RedisMasterSet, password string) *corev1.Secret {
 	}
 }
 
-// aclVolume and gateContainer name the ACL file's volume and the init
-// container that copies the gate in the members' pod template.
+// aclVolume, TLSVolume and gateContainer name the ACL file's and the
+// serving certificate's volumes and the init container that copies the
+// gate in the members' pod template.
 const (
 	aclVolume     = "acl"
+	TLSVolume     = "tls"
 	gateContainer = "install-gate"
 )
 
@@ -246,12 +248,12 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 	}
 	annotations := map[string]string{AnnotationConfig: ConfigHash(ms)}
 	if o.TLS != nil {
-		volumes = append(volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		volumes = append(volumes, corev1.Volume{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName:  o.TLS.Secret,
 			Items:       []corev1.KeyToPath{{Key: certs.CertKey, Path: certs.CertKey}, {Key: certs.KeyKey, Path: certs.KeyKey}},
 			DefaultMode: new(int32(0o440)),
 		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "tls", MountPath: TLSDir, ReadOnly: true})
+		mounts = append(mounts, corev1.VolumeMount{Name: TLSVolume, MountPath: TLSDir, ReadOnly: true})
 		annotations[AnnotationTLS] = o.TLS.Hash
 	}
 	var claims []corev1.PersistentVolumeClaim

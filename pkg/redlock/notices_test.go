@@ -128,15 +128,9 @@ func stopped(t *testing.T, servers ...*redistest.Server) {
 // subscribers is how many connections listen on channel, per master.
 func subscribers(t *testing.T, servers []*redistest.Server, channel string) []int64 {
 	t.Helper()
-	out := make([]int64, len(servers))
-	for i, s := range servers {
-		c := s.Client()
-		n, err := c.PubSubNumSub(context.Background(), channel).Result()
-		_ = c.Close()
-		if err != nil {
-			t.Fatalf("PUBSUB NUMSUB on %s: %v", s.Addr(), err)
-		}
-		out[i] = n[channel]
+	out, err := redistest.Subscribers(context.Background(), servers, channel)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -385,6 +385,22 @@ func (s *Server) wipe() error {
 	return nil
 }
 
+// Subscribers returns how many connections listen on channel on each
+// server (PUBSUB NUMSUB).
+func Subscribers(ctx context.Context, servers []*Server, channel string) ([]int64, error) {
+	out := make([]int64, len(servers))
+	for i, s := range servers {
+		c := s.Client()
+		n, err := c.PubSubNumSub(ctx, channel).Result()
+		_ = c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("PUBSUB NUMSUB on %s: %w", s.Addr(), err)
+		}
+		out[i] = n[channel]
+	}
+	return out, nil
+}
+
 // Client returns a new go-redis client for this server, authenticated with
 // the server's password (and, with TLS, trusting its CA and presenting its
 // client certificate). The caller closes it.
