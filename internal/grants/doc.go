@@ -17,10 +17,12 @@
 // by a JSON patch whose tests require the object, the grant (ID, token,
 // holder) and the validity it replaces: a stale view cannot move them.
 // While it holds grants, the writer sizes the manager's gate for its
-// other writes (Config.Gate, internal/writegate) from its limit in flight.
+// other writes (Config.Gate, internal/writegate) from its limit in flight,
+// and whether due refreshes wait for room in it.
 // Files: set.go (the API), grant.go, sessions.go, writer.go (the writer:
 // what it tracks, its run and handover), schedule.go (when each refresh
-// is due, and where it waits), send.go (the send loop and each refresh's
+// is due, and where it waits), calendar.go (refreshes of grants made
+// together spread before their due time), send.go (the send loop and each refresh's
 // write and outcome), keep.go (the order refreshes go in when behind), inflight.go
 // (writes in flight, and the gate), load.go (the rules of capacity and shedding),
 // judge.go (the load loop that applies them), shed.go (grants

@@ -141,11 +141,27 @@ func (w *statusWriter) sizeInflight(tight bool) {
 // flight while grants are held, and opens it while none is: no refresh
 // needs the API server then. Callers hold w.mu.
 func (w *statusWriter) followGate() {
+	w.gateBehind = w.behindInFlight()
 	if len(w.entries) == 0 {
-		w.gate.Follow(0)
+		w.gate.Follow(0, false)
 		return
 	}
-	w.gate.Follow(w.inflight)
+	w.gate.Follow(w.inflight, w.gateBehind)
+}
+
+// behindInFlight reports whether a due refresh waits for room in flight:
+// the manager's other writes then wait (followGate), and so do the grants
+// chosen to shed (canSend). Callers hold w.mu.
+func (w *statusWriter) behindInFlight() bool {
+	return w.ready.Len() > 0 && w.sending >= w.parallel()
+}
+
+// gateFollows sizes the gate again when due refreshes began or ceased to
+// wait for room in flight. Callers hold w.mu.
+func (w *statusWriter) gateFollows() {
+	if w.behindInFlight() != w.gateBehind {
+		w.followGate()
+	}
 }
 
 // setLeadFloor makes floor the schedule's lead floor, and the demand
@@ -227,4 +243,4 @@ func (w *statusWriter) parallel() int { return w.inflight }
 // openGate is the Gate of a writer given none: nothing is held back.
 type openGate struct{}
 
-func (openGate) Follow(int) {}
+func (openGate) Follow(int, bool) {}

@@ -208,8 +208,30 @@ func (w *statusWriter) reschedule(e *refresh, due time.Time) {
 func (w *statusWriter) schedule(e *refresh, due time.Time) {
 	if !due.IsZero() {
 		e.lead = e.h.shown.Sub(due)
+		due = w.spread(e, due)
 	}
 	w.wait(e, due, due.Add(-RenewLead(e.ttl)), time.Time{})
+}
+
+// spread is when e's refresh, due at due, is scheduled: in the latest slot
+// of the calendar before due that has room for it within the target, at
+// most maxAdvance earlier and not before now (calendar.go). Callers hold
+// w.mu.
+func (w *statusWriter) spread(e *refresh, due time.Time) time.Time {
+	w.uncount(e) // not counted against itself
+	earliest := due.Add(-maxAdvance(e.ttl, e.lead))
+	if now := time.Now(); earliest.Before(now) {
+		earliest = now
+	}
+	return w.cal.spread(due, earliest, w.load.target()*slotWidth.Seconds())
+}
+
+// uncount stops counting e in the calendar. Callers hold w.mu.
+func (w *statusWriter) uncount(e *refresh) {
+	if e.counted {
+		w.cal.remove(e.slot)
+		e.counted = false
+	}
 }
 
 // backOff puts e in the waiting heap to be sent at due and not before,
@@ -247,6 +269,7 @@ func (w *statusWriter) place(e *refresh, p place) {
 	switch e.where {
 	case waiting:
 		heap.Remove(&w.waiting, e.index)
+		w.uncount(e)
 	case ready:
 		heap.Remove(&w.ready, e.index)
 		heap.Remove(&w.readyKeep, e.keepIndex)
@@ -262,6 +285,8 @@ func (w *statusWriter) place(e *refresh, p place) {
 	switch p {
 	case waiting:
 		heap.Push(&w.waiting, e)
+		e.slot, e.counted = slotOf(e.due), true
+		w.cal.add(e.slot)
 	case ready:
 		heap.Push(&w.ready, e)
 		heap.Push(&w.readyKeep, e)
@@ -300,6 +325,7 @@ func (w *statusWriter) donePoking(e *refresh) {
 // any was in flight (loadWindow.busy). Callers hold w.mu.
 func (w *statusWriter) sendingChanged(d int) {
 	w.sending += d
+	w.gateFollows()
 	switch {
 	case w.sending > 0 && w.busySince.IsZero():
 		w.busySince = time.Now()
@@ -314,6 +340,7 @@ func (w *statusWriter) sendingChanged(d int) {
 func (w *statusWriter) backlogChanged() {
 	n := w.ready.Len() + w.poking
 	w.metrics.StatusWriteBacklog.Set(float64(n))
+	w.gateFollows()
 	switch {
 	case n > 0 && w.backlogSince.IsZero():
 		w.backlogSince = time.Now()

@@ -71,7 +71,12 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 // canSend reports whether a refresh, and a grant chosen to shed, may be
 // sent now. Callers hold w.mu.
 func (w *statusWriter) canSend() (refresh, shed bool) {
-	return w.ready.Len() > 0 && w.sending < w.parallel(), w.toShed.Len()+w.toShedLate.Len() > 0 && w.shedSending < shedParallel(w.parallel())
+	refresh = w.ready.Len() > 0 && w.sending < w.parallel()
+	// A grant chosen to shed waits while a due refresh waits for room in
+	// flight: at an API server that serves in turn, each write in flight
+	// takes its share of what it serves.
+	shed = w.toShed.Len()+w.toShedLate.Len() > 0 && w.shedSending < shedParallel(w.parallel()) && !w.behindInFlight()
+	return refresh, shed
 }
 
 // pick takes what send sends next: a refresh, or a grant chosen to shed

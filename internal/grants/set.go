@@ -45,9 +45,9 @@ type Config struct {
 // Gate is the manager's gate for writes other than the refreshes
 // (writegate.Gate).
 type Gate interface {
-	// Follow sizes the gate from the limit of refreshes in flight; 0
-	// opens it.
-	Follow(refreshes int)
+	// Follow sizes the gate from the limit of refreshes in flight, and
+	// whether due refreshes wait for room in it (behind); 0 opens it.
+	Follow(refreshes int, behind bool)
 }
 
 // Callbacks are how a Set reaches the controller, in the manner of

@@ -16,7 +16,8 @@ import (
 // nearest shown validity first of those whose validity has not passed
 // (those past it last: passShed), at most a quarter as many at once as
 // refreshes in flight and at least two (shedParallel), each counted until the grant is
-// forgotten; and after the refreshes while those are behind (keep.go).
+// forgotten; after the refreshes while those are behind (keep.go), and
+// none while a due refresh waits for room in flight (canSend).
 // The reasoning: docs/design/overload.md#a-drop-of-capacity.
 
 // shedParallel is how many grants chosen to shed may wait at once for the

@@ -170,6 +170,46 @@ func TestALateShedIsShownWhileRefreshesAreReady(t *testing.T) {
 	}
 }
 
+// TestShedsWaitWhileRefreshesWaitForRoom: with every place in flight
+// taken and a due refresh waiting for one, a grant chosen to shed is not
+// sent either, and the gate lets one other write be; once the refresh has
+// room (a write answered), it goes first, and the grant chosen to shed
+// after it.
+func TestShedsWaitWhileRefreshesWaitForRoom(t *testing.T) {
+	gate := &followed{}
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
+	w.gate = gate
+	now := time.Now()
+	for name, shown := range map[string]time.Duration{"due": 2 * time.Second, "chosen": 3 * time.Second} {
+		w.track(&Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, AcquiredAt: now},
+			now.Add(shown), 10*time.Second)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight = 8
+	w.sendingChanged(w.parallel()) // every place taken
+	w.shed["chosen"] = "chosen"
+	w.place(w.entries["chosen"], parked) // doomed
+	w.place(w.entries["due"], ready)
+	if e, _ := w.pick(now); e != nil {
+		t.Fatalf("with every place in flight taken, %s was sent", e.h.UID)
+	}
+	if !gate.behind() {
+		t.Error("a due refresh waits for room in flight: the gate was not told")
+	}
+	w.sendingChanged(-1) // a write answered
+	if e, _ := w.pick(now); e == nil || e.h.UID != "due" {
+		t.Fatalf("room in flight: sent %v, want the due refresh", e)
+	}
+	if gate.behind() {
+		t.Error("nothing due waits: the gate still holds other writes to one")
+	}
+	w.sendingChanged(-1)
+	if e, _ := w.pick(now); e == nil || e.h.UID != "chosen" {
+		t.Fatalf("nothing due: sent %v, want the grant chosen to shed", e)
+	}
+}
+
 // TestAGrantChosenToShedWaitsForNoRenewal: a late refresh that asked for
 // its grant's renewal stops being counted as waiting for it once the
 // grant is chosen to shed (it is not refreshed again): counted, it kept

@@ -77,10 +77,16 @@ type statusWriter struct {
 	sending int                  // refreshes send has in flight
 	// inflight is how many refreshes may be in flight (inflight.go).
 	inflight int
-	rtt      rttWindow
-	leasts   []time.Duration // the least round trip of each of the last baseWindows windows (inflight.go)
-	waiting  refreshHeap     // by due time
-	ready    refreshHeap     // due: by shown validity
+	// gateBehind is whether the gate was last sized while due refreshes
+	// waited for room in flight (followGate).
+	gateBehind bool
+	rtt        rttWindow
+	leasts     []time.Duration // the least round trip of each of the last baseWindows windows (inflight.go)
+	waiting    refreshHeap     // by due time
+	// cal counts the waiting refreshes by the slot of their due time
+	// (calendar.go).
+	cal   calendar
+	ready refreshHeap // due: by shown validity
 	// readyKeep is the same refreshes, oldest grant first (keep.go).
 	readyKeep refreshHeap
 	// toShed is the grants chosen to shed, by shown validity; toShedLate
@@ -141,6 +147,9 @@ type refresh struct {
 	// a refresh lands tight against the lead it was sent with, not one the
 	// lead floor raised after.
 	lead time.Duration
+	// slot is the calendar slot it is counted in, while counted.
+	slot    int64
+	counted bool
 }
 
 type place int
@@ -178,6 +187,7 @@ func newStatusWriter(c client.Client, rec events.EventRecorder, m *metrics.Metri
 		waiters:      waitQueue{byName: map[types.NamespacedName]waiter{}},
 		promised:     map[types.NamespacedName]promise{},
 		entries:      map[types.UID]*refresh{},
+		cal:          calendar{},
 		ttls:         map[time.Duration]int{},
 		shed:         map[types.UID]string{},
 		shedAsked:    map[types.UID]chan struct{}{},
@@ -338,7 +348,7 @@ func (w *statusWriter) run(ctx context.Context) {
 	w.mu.Lock()
 	w.followGate()
 	w.mu.Unlock()
-	defer w.gate.Follow(0) // after the handover: a standby holds nothing back
+	defer w.gate.Follow(0, false) // after the handover: a standby holds nothing back
 	var wg sync.WaitGroup
 	wg.Go(func() { w.readReports(ctx) })
 	wg.Go(func() { w.scheduleLoop(ctx) })

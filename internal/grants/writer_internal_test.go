@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -406,6 +407,13 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 			if e.index < 0 || e.index >= hp.Len() || hp.items[e.index] != e {
 				t.Fatalf("step %d: %s is not where its place says", step, e.h.UID)
 			}
+		}
+		bySlot := calendar{}
+		for _, e := range w.waiting.items {
+			bySlot.add(slotOf(e.due))
+		}
+		if !maps.Equal(bySlot, w.cal) {
+			t.Fatalf("step %d: the calendar counts %v, the waiting refreshes are due in %v", step, w.cal, bySlot)
 		}
 	}
 	for step := range 5000 {
@@ -1085,12 +1093,21 @@ func idleSession(t *testing.T, ttl time.Duration, validUntil time.Time) *renewal
 type followed struct {
 	mu     sync.Mutex
 	limits []int
+	// lastBehind is whether the writer last told it refreshes wait.
+	lastBehind bool
 }
 
-func (f *followed) Follow(n int) {
+func (f *followed) Follow(n int, behind bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lastBehind = behind
 	f.limits = append(f.limits, n)
+}
+
+func (f *followed) behind() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastBehind
 }
 
 func (f *followed) last() int {

@@ -7,8 +7,9 @@
 // burst of other writes (finalizers of a thousand new locks, a shed's
 // Events) waits for all of them, and lands after the validity it
 // replaces. The Gate lets at most a quarter of the status writer's limit
-// of refreshes in flight (at least one) of the other writes be at the API
-// server at once; the rest wait here, first come first served in three
+// of refreshes in flight (at least one; one while due refreshes wait for
+// room in flight) of the other writes be at the API server at once; the
+// rest wait here, first come first served in three
 // lanes served in turn: writes marked WithFirst (grants the writer
 // admitted), the controllers' other writes, then Events (at most
 // maxEventsWaiting; more are refused here, and the recorder gives them
@@ -102,11 +103,18 @@ func New(o Observer) *Gate {
 // Follow sizes the gate from the status writer's limit of refreshes in
 // flight: a quarter of it, at least one. Zero opens the gate (no writer
 // leads in this manager, or it holds no grant).
-func (g *Gate) Follow(refreshes int) {
+//
+// While behind (the writer's due refreshes wait for room in flight), one
+// other write at a time is let be: the API server serves writes in turn,
+// and each in flight takes its share of what it serves.
+func (g *Gate) Follow(refreshes int, behind bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.limit = 0
-	if refreshes > 0 {
+	switch {
+	case refreshes > 0 && behind:
+		g.limit = 1
+	case refreshes > 0:
 		g.limit = max(1, refreshes/4)
 	}
 	g.admit()

@@ -101,7 +101,7 @@ func newGate(t *testing.T, refreshes int, o Observer) (*server, *Gate, *http.Cli
 	s := newServer(t)
 	g := New(o)
 	g.hold = time.Hour
-	g.Follow(refreshes)
+	g.Follow(refreshes, false)
 	return s, g, httpClient(t, g.Wrap(&rest.Config{Host: s.URL}))
 }
 
@@ -249,11 +249,35 @@ func TestFollowZeroOpensTheGate(t *testing.T) {
 	second := send(context.Background(), c, http.MethodPatch, s.URL+"/b")
 	q.await(t, 1)
 	expectNoArrival(t, s, c, "/probe")
-	g.Follow(0) // the writer stopped leading
+	g.Follow(0, false) // the writer stopped leading
 	expectArrival(t, s, "PATCH /b")
 	third := send(context.Background(), c, http.MethodPatch, s.URL+"/c")
 	expectArrival(t, s, "PATCH /c")
 	s.release("/a", "/b", "/c")
+	expectDone(t, first, second, third)
+}
+
+// TestBehindLetsOneWriteBe: a gate following 8 refreshes lets two other
+// writes be at the API server; while the writer is behind, one: the
+// second waits until the first is answered, and a third until the writer
+// catches up.
+func TestBehindLetsOneWriteBe(t *testing.T) {
+	q := newQueued()
+	s, g, c := newGate(t, 8, Observer{Waiting: q.observe})
+	g.Follow(8, true)
+	first := send(context.Background(), c, http.MethodPatch, s.URL+"/a")
+	expectArrival(t, s, "PATCH /a")
+	second := send(context.Background(), c, http.MethodPatch, s.URL+"/b")
+	q.await(t, 1)
+	expectNoArrival(t, s, c, "/probe")
+	s.release("/a")
+	expectArrival(t, s, "PATCH /b")
+	third := send(context.Background(), c, http.MethodPatch, s.URL+"/c")
+	q.await(t, 1)
+	expectNoArrival(t, s, c, "/probe2")
+	g.Follow(8, false) // caught up: two at once
+	expectArrival(t, s, "PATCH /c")
+	s.release("/b", "/c")
 	expectDone(t, first, second, third)
 }
 
@@ -367,7 +391,7 @@ func TestAServerBehindAPathKeepsItsExemptions(t *testing.T) {
 	q := newQueued()
 	g := New(Observer{Waiting: q.observe})
 	g.hold = time.Hour
-	g.Follow(1)
+	g.Follow(1, false)
 	const at = "/k8s/clusters/c-1"
 	c := httpClient(t, g.Wrap(&rest.Config{Host: s.URL + at}))
 	ctx := context.Background()
