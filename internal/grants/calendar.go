@@ -9,7 +9,8 @@ import "time"
 // API server takes lands the last of them late whatever the average. So a
 // refresh is scheduled no later than its due time, in the latest slot
 // before it that holds fewer refreshes than the target carries in a slot,
-// at most maxAdvance earlier: a refresh sent earlier only shows more
+// at most maxAdvance earlier (below one refresh a slot, one a slot): a
+// refresh sent earlier only shows more
 // validity left, and costs a fraction of a write once, after which its
 // period keeps the new phase. The reasoning:
 // docs/design/overload.md#grants-made-together.
@@ -48,8 +49,8 @@ func (c calendar) spread(due, earliest time.Time, perSlot float64) time.Time {
 }
 
 // maxAdvance is how much earlier than due the calendar may schedule a
-// refresh of a grant with ttl and lead: a quarter of its period, and at
-// most 10 s (a longer lead absorbs a longer burst by itself).
+// refresh of a grant with ttl and lead: a quarter of the ttl less the
+// lead, and at most 10 s (a longer lead absorbs a longer burst by itself).
 func maxAdvance(ttl, lead time.Duration) time.Duration {
 	return min((ttl-lead)/4, 10*time.Second)
 }

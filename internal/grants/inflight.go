@@ -149,11 +149,13 @@ func (w *statusWriter) followGate() {
 	w.gate.Follow(w.inflight, w.gateBehind)
 }
 
-// behindInFlight reports whether a due refresh waits for room in flight:
-// the manager's other writes then wait (followGate), and so do the grants
-// chosen to shed (canSend). Callers hold w.mu.
+// behindInFlight reports whether more refreshes are due than there is
+// room for in flight: the manager's other writes then go one at a time
+// (followGate), and grants chosen to shed one at a time (canSend). Not
+// "a due refresh waits": that turned false with every refresh answered,
+// and the room it made went to the others first. Callers hold w.mu.
 func (w *statusWriter) behindInFlight() bool {
-	return w.ready.Len() > 0 && w.sending >= w.parallel()
+	return w.ready.Len() > w.parallel()-w.sending
 }
 
 // gateFollows sizes the gate again when due refreshes began or ceased to

@@ -72,10 +72,15 @@ func (w *statusWriter) send(ctx context.Context, wg *sync.WaitGroup) {
 // sent now. Callers hold w.mu.
 func (w *statusWriter) canSend() (refresh, shed bool) {
 	refresh = w.ready.Len() > 0 && w.sending < w.parallel()
-	// A grant chosen to shed waits while a due refresh waits for room in
-	// flight: at an API server that serves in turn, each write in flight
-	// takes its share of what it serves.
-	shed = w.toShed.Len()+w.toShedLate.Len() > 0 && w.shedSending < shedParallel(w.parallel()) && !w.behindInFlight()
+	// While more refreshes are due than there is room for in flight,
+	// grants chosen to shed go one at a time: at an API server that serves
+	// in turn, each write in flight takes its share of what it serves, and
+	// one keeps them shown Shed at last while refreshes stay behind.
+	room := shedParallel(w.parallel())
+	if w.behindInFlight() {
+		room = 1
+	}
+	shed = w.toShed.Len()+w.toShedLate.Len() > 0 && w.shedSending < room
 	return refresh, shed
 }
 

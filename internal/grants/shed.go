@@ -17,7 +17,8 @@ import (
 // (those past it last: passShed), at most a quarter as many at once as
 // refreshes in flight and at least two (shedParallel), each counted until the grant is
 // forgotten; after the refreshes while those are behind (keep.go), and
-// none while a due refresh waits for room in flight (canSend).
+// one at a time while more refreshes are due than there is room for in
+// flight (canSend).
 // The reasoning: docs/design/overload.md#a-drop-of-capacity.
 
 // shedParallel is how many grants chosen to shed may wait at once for the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,42 +172,78 @@ func TestALateShedIsShownWhileRefreshesAreReady(t *testing.T) {
 }
 
 // TestShedsWaitWhileRefreshesWaitForRoom: with every place in flight
-// taken and a due refresh waiting for one, a grant chosen to shed is not
-// sent either, and the gate lets one other write be; once the refresh has
-// room (a write answered), it goes first, and the grant chosen to shed
-// after it.
+// taken and more refreshes due than there is room for, the gate is told,
+// and stays told as refreshes are answered (each place freed goes to a
+// refresh), and grants chosen to shed go one at a time; once the room
+// suffices, the gate is told so and the sheds share the places again.
 func TestShedsWaitWhileRefreshesWaitForRoom(t *testing.T) {
 	gate := &followed{}
 	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 150, 0)
 	w.gate = gate
 	now := time.Now()
-	for name, shown := range map[string]time.Duration{"due": 2 * time.Second, "chosen": 3 * time.Second} {
+	track := func(name string, shown time.Duration) {
 		w.track(&Grant{UID: types.UID(name), Name: types.NamespacedName{Namespace: "ns", Name: name}, ID: "g" + name, AcquiredAt: now},
 			now.Add(shown), 10*time.Second)
+	}
+	for i := range 12 {
+		track(fmt.Sprint("due", i), 2*time.Second+time.Duration(i)*time.Millisecond)
+	}
+	for i := range 3 {
+		track(fmt.Sprint("chosen", i), 3*time.Second+time.Duration(i)*time.Millisecond)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.inflight = 8
-	w.sendingChanged(w.parallel()) // every place taken
-	w.shed["chosen"] = "chosen"
-	w.place(w.entries["chosen"], parked) // doomed
-	w.place(w.entries["due"], ready)
-	if e, _ := w.pick(now); e != nil {
-		t.Fatalf("with every place in flight taken, %s was sent", e.h.UID)
+	for i := range 3 {
+		uid := types.UID(fmt.Sprint("chosen", i))
+		w.shed[uid] = "chosen"
+		w.place(w.entries[uid], parked) // doomed
+	}
+	for i := range 12 {
+		w.place(w.entries[types.UID(fmt.Sprint("due", i))], ready)
+	}
+	var sent []string
+	pick := func() string {
+		e, _ := w.pick(now)
+		if e == nil {
+			return ""
+		}
+		name := string(e.h.UID)
+		sent = append(sent, name)
+		return name
+	}
+	for range 8 {
+		if name := pick(); !strings.HasPrefix(name, "due") {
+			t.Fatalf("with room in flight, sent %q after %v, want a due refresh", name, sent)
+		}
 	}
 	if !gate.behind() {
-		t.Error("a due refresh waits for room in flight: the gate was not told")
+		t.Fatal("12 refreshes due, room for 8: the gate was not told")
 	}
-	w.sendingChanged(-1) // a write answered
-	if e, _ := w.pick(now); e == nil || e.h.UID != "due" {
-		t.Fatalf("room in flight: sent %v, want the due refresh", e)
+	if name := pick(); !strings.HasPrefix(name, "chosen") {
+		t.Fatalf("no room, no shed in flight: sent %q, want one grant chosen to shed", name)
 	}
+	if name := pick(); name != "" {
+		t.Fatalf("no room, one shed in flight: sent %q, want nothing", name)
+	}
+	for i := range 3 { // three answered: 4, 3 then 2 due for 1 place each time
+		w.sendingChanged(-1)
+		if !gate.behind() {
+			t.Fatalf("answer %d: more due than room, but the gate was told otherwise", i)
+		}
+		if name := pick(); !strings.HasPrefix(name, "due") {
+			t.Fatalf("answer %d: sent %q, want a due refresh", i, name)
+		}
+	}
+	w.sendingChanged(-2) // room for the last due one and one more
 	if gate.behind() {
-		t.Error("nothing due waits: the gate still holds other writes to one")
+		t.Error("room for every due refresh: the gate still holds other writes to one")
 	}
-	w.sendingChanged(-1)
-	if e, _ := w.pick(now); e == nil || e.h.UID != "chosen" {
-		t.Fatalf("nothing due: sent %v, want the grant chosen to shed", e)
+	if name := pick(); name != "due11" {
+		t.Fatalf("room: sent %q, want the last due refresh", name)
+	}
+	if name := pick(); !strings.HasPrefix(name, "chosen") {
+		t.Fatalf("nothing due: sent %q, want a grant chosen to shed", name)
 	}
 }
 

@@ -143,7 +143,8 @@ type refresh struct {
 	// keepIndex is its index in the ready refreshes' keep order (readyKeep).
 	keepIndex int
 	adopted   bool // its first refresh since this manager adopted it is not written yet
-	// lead is the lead its due time was scheduled with (zero: none yet):
+	// lead is the lead of the due time it was scheduled for, before the
+	// calendar moved it earlier (zero: none yet):
 	// a refresh lands tight against the lead it was sent with, not one the
 	// lead floor raised after.
 	lead time.Duration

@@ -398,6 +398,10 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 				hp = &w.waiting
 			case ready:
 				hp = &w.ready
+			case doomed:
+				hp = &w.toShed
+			case doomedLate:
+				hp = &w.toShedLate
 			default:
 				if e.index != -1 {
 					t.Fatalf("step %d: %s is %v with index %d", step, e.h.UID, e.where, e.index)
@@ -419,7 +423,7 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 	for step := range 5000 {
 		e := all[rnd.IntN(len(all))]
 		tracked := w.entries[e.h.UID] == e
-		switch op := rnd.IntN(7); {
+		switch op := rnd.IntN(11); {
 		case op == 0: // track, with a later validity now and then
 			if !tracked {
 				w.entries[e.h.UID] = e
@@ -441,6 +445,16 @@ func TestRefreshQueueKeepsItsHeaps(t *testing.T) {
 			w.remove(e)
 		case op == 6: // the writer wakes: asks for renewals, readies due refreshes
 			w.wakeUp(base.Add(time.Duration(rnd.IntN(100)) * time.Second))
+		case op == 7 && tracked && e.where != inFlight: // chosen to shed
+			w.shed[e.h.UID] = "chosen"
+			w.place(e, e.where)
+		case op == 8 && tracked && w.chosen(e) && e.where != inFlight: // spared
+			delete(w.shed, e.h.UID)
+			w.schedule(e, w.sched.due(e.h.shown, e.ttl))
+		case op == 9 && tracked && e.where == inFlight: // failed: backed off
+			w.backOff(e, base.Add(time.Duration(rnd.IntN(100))*time.Second))
+		case op == 10 && tracked && e.where == ready: // late: waits for the renewal it asked for
+			w.awaitRenewal(e, base.Add(time.Duration(rnd.IntN(100))*time.Second))
 		}
 		check(step)
 	}

@@ -7,8 +7,8 @@
 // burst of other writes (finalizers of a thousand new locks, a shed's
 // Events) waits for all of them, and lands after the validity it
 // replaces. The Gate lets at most a quarter of the status writer's limit
-// of refreshes in flight (at least one; one while due refreshes wait for
-// room in flight) of the other writes be at the API server at once; the
+// of refreshes in flight (at least one; one while more refreshes are due
+// than there is room for in flight) of the other writes be at the API server at once; the
 // rest wait here, first come first served in three
 // lanes served in turn: writes marked WithFirst (grants the writer
 // admitted), the controllers' other writes, then Events (at most
@@ -67,6 +67,9 @@ type Gate struct {
 	// first (WithFirst), the controllers' writes, then Events; each
 	// first come first served.
 	lanes [3]list.List
+	// overdueLimit bounds inflight and overdue together: twice the limit
+	// the refreshes call for, behind or not.
+	overdueLimit int
 	// overdue counts the writes that held a place for hold: they no
 	// longer count in inflight, but at most limit of them are let be.
 	overdue int
@@ -110,12 +113,16 @@ func New(o Observer) *Gate {
 func (g *Gate) Follow(refreshes int, behind bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.limit = 0
-	switch {
-	case refreshes > 0 && behind:
-		g.limit = 1
-	case refreshes > 0:
+	g.limit, g.overdueLimit = 0, 0
+	if refreshes > 0 {
 		g.limit = max(1, refreshes/4)
+		// Writes overdue (a slow webhook, a dead connection) are let
+		// be as many as usual: two of them would otherwise close the
+		// gate while behind.
+		g.overdueLimit = 2 * g.limit
+		if behind {
+			g.limit = 1
+		}
 	}
 	g.admit()
 }
@@ -334,7 +341,7 @@ func (g *Gate) finish(w *write) {
 // room reports whether one more write may go to the API server. Callers
 // hold g.mu.
 func (g *Gate) room() bool {
-	return g.limit == 0 || (g.inflight < g.limit && g.inflight+g.overdue < 2*g.limit)
+	return g.limit == 0 || (g.inflight < g.limit && g.inflight+g.overdue < g.overdueLimit)
 }
 
 // waiting is how many writes wait. Callers hold g.mu.

@@ -367,6 +367,27 @@ func TestASlowWriteGivesItsPlaceUp(t *testing.T) {
 	}
 }
 
+// TestOverdueWritesDoNotCloseTheGateWhileBehind: following 8 refreshes
+// (a limit of two), two overdue writes leave room while the writer is
+// behind and the limit is one: overdue writes are let be as many as
+// usual, and a third write goes.
+func TestOverdueWritesDoNotCloseTheGateWhileBehind(t *testing.T) {
+	q := newQueued()
+	s, g, c := newGate(t, 8, Observer{Waiting: q.observe})
+	g.Follow(8, true)
+	g.hold = 50 * time.Millisecond
+	ctx := context.Background()
+	slow := send(ctx, c, http.MethodPatch, s.URL+"/slow")
+	expectArrival(t, s, "PATCH /slow")
+	next := send(ctx, c, http.MethodPatch, s.URL+"/next")
+	expectArrival(t, s, "PATCH /next") // once /slow is overdue
+	waitOverdue(t, g, 2)
+	third := send(ctx, c, http.MethodPatch, s.URL+"/third")
+	expectArrival(t, s, "PATCH /third")
+	s.release("/slow", "/next", "/third")
+	expectDone(t, slow, next, third)
+}
+
 // waitOverdue waits until n writes are counted overdue: each is, once it
 // held its place for the gate's hold.
 func waitOverdue(t *testing.T, g *Gate, n int) {
