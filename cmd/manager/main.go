@@ -117,6 +117,8 @@ func bindFlags(fs *flag.FlagSet, namespace string) *flagValues {
 		"Budget of status writes per second that refresh held locks' validity (about 1.15/ttl per held lock; more for ttls that keep the failover slack), sent on a client of their own besides --kube-api-qps, so that they never queue behind grants. 0: three quarters of --kube-api-qps.")
 	fs.BoolVar(&f.cfg.releaseNotices, "release-notices", true,
 		"Publish a notice on the masters when a grant is released, and try at once for a lock whose key another holder (in any cluster) released. The masters' ACL must allow the notice channels (redlock.NoticeACLRules); a lost or refused notice costs the retry delay. false: retry delays only.")
+	fs.BoolVar(&f.cfg.waitingLines, "waiting-lines", true,
+		"Keep locks whose key another holder has in the key's waiting line on the masters, so that locks in every cluster sharing them attempt first come, first served. The masters' ACL must allow the line's commands (redlock.LineACLRules); a line that cannot be used orders nothing, and locks attempt as without it. false: no lines.")
 	fs.DurationVar(&f.cfg.failoverSlack, "failover-slack", 0,
 		"Validity that held locks' status keeps ahead so that a standby taking over from a crashed leader adopts every lock before its status lapses; kept for locks whose ttl is at least twice it. 0: derived from the leader election flags (lease duration + 4.4 retry periods + 2s to adopt; 14.4s with the defaults), or none without leader election.")
 	fs.IntVar(&f.burst, "kube-api-burst", 400, "Client-side burst of API requests.")
@@ -269,6 +271,7 @@ type config struct {
 	workers                int
 	statusWriteQPS         float64
 	releaseNotices         bool
+	waitingLines           bool
 	eventQPS               float64
 	failoverSlack          time.Duration
 	nodeTimeout            time.Duration
@@ -333,6 +336,7 @@ func run(ctx context.Context, restCfg *rest.Config, cfg config) error {
 
 		StatusWriteQPS:   cfg.statusWriteQPS,
 		NoReleaseNotices: !cfg.releaseNotices,
+		NoWaitingLines:   !cfg.waitingLines,
 		EventQPS:         cfg.eventQPS,
 		FailoverSlack:    cfg.failoverSlack,
 		// Beside the leader Lease, where kubectl redlock looks.

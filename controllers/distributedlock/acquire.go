@@ -50,6 +50,20 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// this reconcile's patch, and what it left released after that.
 		r.endGrant(s, nil, c, endLapsed, "", "", nil)
 	}
+	retry := cmp.Or(r.RetryDelay, retryDelay(ttl, jitter))
+	set := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	s.attempted = true
+	if ok, recheck := r.lines.mayAttempt(ctx, name, lock, c, retry); !ok {
+		// Waiters ahead in the key's line (lines.go), in this cluster or
+		// another: this lock attempts in its turn, woken by the key's
+		// release as a lock that lost the key is, and looks again when
+		// the bound may have come.
+		r.grants.StopWaiting(name)
+		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonHeldElsewhere, lineWaitMessage)
+		s.requeueAfter(min(retry, cmp.Or(recheck, retry)))
+		r.wakeups.wait(name, set, waitKey(lock), retry, c)
+		return
+	}
 	grantID := lockvalue.NewGrantID()
 	value := r.Values.Value(string(lock.UID), grantID)
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -69,12 +83,13 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 			s.setHeld(metav1.ConditionFalse, heldReason(err), heldMessage(lock, err))
 		}
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
-		retry := cmp.Or(r.RetryDelay, retryDelay(ttl, jitter))
 		s.requeueAfter(retry)
 		if errors.Is(err, redlock.ErrLockHeld) {
 			// Tried again at once when the masters tell of the key's
 			// release (another cluster's holder ended); the retry stays.
-			r.wakeups.wait(name, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, waitKey(lock), retry, c)
+			// Its arrival in the key's line is now.
+			r.wakeups.wait(name, set, waitKey(lock), retry, c)
+			r.lines.join(ctx, name, lock, c, retry)
 		}
 		if s.givingBack && errors.Is(err, redlock.ErrLockHeld) {
 			// Perhaps the copies of the grant this reconcile stops
@@ -190,6 +205,7 @@ func (r *Reconciler) startSession(s *scope, h *grants.Grant, lk *redlock.Lock, c
 	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 	s.held = h
 	r.wakeups.forget(h.Name)
+	r.lines.leave(h.Name)
 	r.grants.Hold(h, renewal.Grant{
 		Lock: lk, Client: c,
 		Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), Slot: slotOf(lock), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),

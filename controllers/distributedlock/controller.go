@@ -132,6 +132,10 @@ type Reconciler struct {
 	// clients publish them: masters.Registry.ReleaseNotices), besides
 	// after its retry delay.
 	ReleaseNotices bool
+	// WaitingLines: locks wait in their keys' lines on the masters, so
+	// that locks in every cluster sharing them attempt first come, first
+	// served (lines.go).
+	WaitingLines bool
 
 	grants     *grants.Set
 	wake       *wakeQueue
@@ -144,6 +148,8 @@ type Reconciler struct {
 	keys *keys
 	// wakeups wakes locks on release notices (wakeups.go; nil: off).
 	wakeups *wakeups
+	// lines keeps waiting locks in their keys' lines (lines.go; nil: off).
+	lines *lines
 }
 
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;update
@@ -186,6 +192,10 @@ type scope struct {
 	// releases its keys once that committed (afterCommit): an acquisition
 	// that meets them meanwhile tries again right after.
 	givingBack bool
+	// attempted is set when this reconcile came to an attempt (acquire,
+	// past this cluster's gates): a lock that did not leaves its key's
+	// waiting line (lines.go).
+	attempted bool
 	// shedding is set when this reconcile shows the grant shed (shedGrant).
 	shedding bool
 	// refused says why the locks of this lock's key refuse its namespace
@@ -262,12 +272,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.beats.forget(req.NamespacedName)
 		r.keys.forgetName(req.NamespacedName)
 		r.wakeups.forget(req.NamespacedName)
+		r.lines.leave(req.NamespacedName)
 		r.grants.Forget(req.NamespacedName, "")
 		return ctrl.Result{}, nil
 	}
 	r.releaseOthers(ctx, req.NamespacedName, lock.UID)
 	s := &scope{lock: lock, orig: *lock.Status.DeepCopy(), now: r.Clock.Now(), held: r.grants.Get(lock.UID)}
 	defer func() {
+		if !s.attempted {
+			r.lines.leave(req.NamespacedName) // held back, not requested, or held
+		}
 		if err := r.patchStatus(ctx, s); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}

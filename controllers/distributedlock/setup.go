@@ -51,6 +51,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.ReleaseNotices {
 		r.wakeups = newWakeups(r.enqueue, r.Clock.Now, r.Metrics.Wakeups)
 	}
+	if r.WaitingLines {
+		r.lines = newLines(r.Clock.Now, r.Metrics.LineChecks)
+	}
 	r.beats = newHeartbeats(r.Clock)
 	hbs, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.LockHeartbeat{})
 	if err != nil {

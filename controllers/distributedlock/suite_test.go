@@ -122,3 +122,33 @@ func BeStrictlyIncreasing() OmegaMatcher {
 		return bad
 	}, BeEmpty())
 }
+
+// clusters are two clusters sharing masters: a manager on the suite's API
+// server (cluster A) and a second API server (cluster B), whose managers
+// specs start as they need.
+type clusters struct {
+	mgrA  *testenv.Manager
+	other *testenv.Env
+}
+
+// twoClusters starts them before an Ordered container's specs, and stops
+// them after.
+func twoClusters() *clusters {
+	c := &clusters{}
+	BeforeAll(func() {
+		c.mgrA = env.StartManager()
+		DeferCleanup(c.mgrA.Stop)
+		c.other = testenv.Start()
+		DeferCleanup(c.other.Stop)
+	})
+	return c
+}
+
+// shared starts three masters named by a set in each cluster.
+func (c *clusters) shared(maxTTL time.Duration) (a, b *testenv.MasterSet) {
+	a = env.NewServingMasters(env.NewNamespace(), "shared", 3, maxTTL)
+	b = &testenv.MasterSet{Servers: a.Servers, Name: "shared", NS: c.other.NewNamespace()}
+	c.other.CreateMasterSet(b, maxTTL)
+	c.other.WaitServing(b, 0)
+	return a, b
+}

@@ -20,26 +20,14 @@ import (
 // release, and, when no notice comes, after its retry delay as before.
 var _ = Describe("Release notices across two API servers", Ordered, func() {
 	const ttl, maxTTL = 4 * time.Second, 4 * time.Second
-	var (
-		other *testenv.Env
-		mgrA  *testenv.Manager
-	)
-	BeforeAll(func() {
-		mgrA = env.StartManager()
-		DeferCleanup(mgrA.Stop)
-		other = testenv.Start()
-		DeferCleanup(other.Stop)
-	})
+	two := twoClusters()
 
 	// shared starts three masters named by a set in each cluster, holds
 	// key from cluster A and makes cluster B's lock wait for it, listening
 	// for its release on every master.
 	var mgrB *testenv.Manager
 	shared := func(key string) (holder, waiter *v1alpha1.DistributedLock, a *testenv.MasterSet) {
-		a = env.NewServingMasters(env.NewNamespace(), "shared", 3, maxTTL)
-		b := &testenv.MasterSet{Servers: a.Servers, Name: "shared", NS: other.NewNamespace()}
-		other.CreateMasterSet(b, maxTTL)
-		other.WaitServing(b, 0)
+		a, b := two.shared(maxTTL)
 
 		By("holding the key from cluster A")
 		holder = newLock(a, "holder", key, "a", ttl)
@@ -48,10 +36,10 @@ var _ = Describe("Release notices across two API servers", Ordered, func() {
 
 		By("waiting on it from cluster B, subscribed to its release notices on every master")
 		waiter = newLock(b, "waiter", key, "b", ttl)
-		Expect(other.Client.Create(suiteCtx, waiter)).To(Succeed())
+		Expect(two.other.Client.Create(suiteCtx, waiter)).To(Succeed())
 		Eventually(func(g Gomega) {
 			cur := &v1alpha1.DistributedLock{}
-			g.Expect(other.Client.Get(suiteCtx, client.ObjectKeyFromObject(waiter), cur)).To(Succeed())
+			g.Expect(two.other.Client.Get(suiteCtx, client.ObjectKeyFromObject(waiter), cur)).To(Succeed())
 			g.Expect(heldReason(cur)).To(Equal(v1alpha1.ReasonHeldElsewhere), "Held reason")
 			n, err := redistest.Subscribers(suiteCtx, a.Servers, redlock.NoticeChannel(key))
 			g.Expect(err).NotTo(HaveOccurred())
@@ -72,7 +60,7 @@ var _ = Describe("Release notices across two API servers", Ordered, func() {
 		var cur *v1alpha1.DistributedLock
 		Eventually(func(g Gomega) {
 			cur = &v1alpha1.DistributedLock{}
-			g.Expect(other.Client.Get(suiteCtx, client.ObjectKeyFromObject(waiter), cur)).To(Succeed())
+			g.Expect(two.other.Client.Get(suiteCtx, client.ObjectKeyFromObject(waiter), cur)).To(Succeed())
 			expectHeldBy(g, cur, "b")
 		}, timeout, 20*time.Millisecond).Should(Succeed(), "lock %s/waiter to be granted in cluster B", waiter.Namespace)
 		return cur.Status.AcquiredAt.Sub(released)
@@ -81,7 +69,7 @@ var _ = Describe("Release notices across two API servers", Ordered, func() {
 	It("grants the waiter in cluster B on the notice of cluster A's release, with no retry due", func() {
 		// Cluster B's locks try again after ten minutes only: a grant
 		// within the spec is the notice's.
-		mgrB = other.StartScopedManager(testenv.Scope{RetryDelay: 10 * time.Minute}, nil)
+		mgrB = two.other.StartScopedManager(testenv.Scope{RetryDelay: 10 * time.Minute}, nil)
 		DeferCleanup(mgrB.Stop)
 		holder, waiter, _ := shared("wake-across")
 		woken := testutil.ToFloat64(mgrB.Metrics.Wakeups.WithLabelValues("release"))
@@ -96,13 +84,13 @@ var _ = Describe("Release notices across two API servers", Ordered, func() {
 	})
 
 	It("grants the waiter after its retry delay when no notice comes", func() {
-		mgrB = other.StartManager()
+		mgrB = two.other.StartManager()
 		DeferCleanup(mgrB.Stop)
 		holder, waiter, a := shared("wake-lost")
 		By("refusing PUBLISH on every master, as an ACL without the notice channels does")
 		refused := func() (n float64) {
 			for _, s := range a.Servers {
-				n += testutil.ToFloat64(mgrA.Metrics.NoticesFailed.WithLabelValues(a.NS, a.Name, s.Addr(), string(redlock.NoticePublish)))
+				n += testutil.ToFloat64(two.mgrA.Metrics.NoticesFailed.WithLabelValues(a.NS, a.Name, s.Addr(), string(redlock.NoticePublish)))
 			}
 			return n
 		}

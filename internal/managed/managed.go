@@ -103,12 +103,13 @@ const ACLFileKey = "users.acl"
 // ACL returns the members' ACL file: the default user off, and ManagedUser
 // allowed exactly what the Redlock client needs (redlock.ACLRules), with
 // the password stored as its SHA-256; with notices, also the release
-// notices' channels and commands (redlock.NoticeACLRules).
+// notices' channels and commands (redlock.NoticeACLRules) and the waiting
+// lines' commands (redlock.LineACLRules), which came in one release.
 func ACL(password string, notices bool) string {
 	sum := sha256.Sum256([]byte(password))
 	rules := redlock.ACLRules
 	if notices {
-		rules += " " + redlock.NoticeACLRules
+		rules += " " + redlock.NoticeACLRules + " " + redlock.LineACLRules
 	}
 	return "user default off\n" +
 		"user " + ManagedUser + " on #" + hex.EncodeToString(sum[:]) + " ~* resetchannels " + rules + "\n"
@@ -129,7 +130,7 @@ func MountedSecret(sts *appsv1.StatefulSet, volume string) string {
 }
 
 // ACLNotices reports whether the members of a set should run the ACL with
-// release notices: a new set's do, and a running set's members keep the
+// release notices and waiting lines: a new set's do, and a running set's members keep the
 // ACL they run until they roll for another reason (a new password or gate
 // image), so that upgrading the operator does not roll every set. live is
 // the set's StatefulSet (nil: none yet), gateImage the one it is rendered

@@ -196,7 +196,7 @@ func TestACLNotices(t *testing.T) {
 			t.Errorf("%s: ACL with notices %v, want %v", c.name, got, c.want)
 		}
 	}
-	if !strings.Contains(ACL(password, true), redlock.NoticeACLRules) || strings.Contains(ACL(password, false), "publish") {
+	if !strings.Contains(ACL(password, true), redlock.NoticeACLRules+" "+redlock.LineACLRules) || strings.Contains(ACL(password, false), "publish") || strings.Contains(ACL(password, false), "zadd") {
 		t.Errorf("ACL files:\n%s\n%s", ACL(password, true), ACL(password, false))
 	}
 }

@@ -18,6 +18,9 @@ type Metrics struct {
 	// Wakeups the locks a release notice woke (controllers/distributedlock).
 	NoticesFailed *prometheus.CounterVec
 	Wakeups       *prometheus.CounterVec
+	// LineChecks the checks of a lock's waiting line before an attempt
+	// (controllers/distributedlock), by result.
+	LineChecks    *prometheus.CounterVec
 	RenewFailures *prometheus.CounterVec
 	LocksHeld     prometheus.Gauge
 	FencingToken  *prometheus.GaugeVec
@@ -102,6 +105,10 @@ func New() *Metrics {
 			Name: "redlock_lock_wakeups_total",
 			Help: "Locks whose key another holder has, tried for again at once, by cause: release (a quorum of masters told of the key's release, a grant ended in any cluster) or subscribed (the check once the key's notices are listened to).",
 		}, []string{"cause"}),
+		LineChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_lock_line_checks_total",
+			Help: "Checks of a lock's waiting line on the masters before an attempt, by result: clear (nobody waits), turn (its turn came), wait (waiters ahead, in any cluster), bound (waiters ahead, but the key free for 6s), unavailable (the line could not be used: attempted as without one).",
+		}, []string{"result"}),
 		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlock_lock_renew_failures_total",
 			Help: "Failed renewals of held locks, by reason.",
@@ -234,7 +241,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 // Collectors are every collector of m.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.OpDuration, m.Votes, m.Quarantines, m.NoticesFailed, m.Wakeups, m.RenewFailures, m.LocksHeld,
+		m.OpDuration, m.Votes, m.Quarantines, m.NoticesFailed, m.Wakeups, m.LineChecks, m.RenewFailures, m.LocksHeld,
 		m.FencingToken, m.RenewLateness, m.StatusWrites,
 		m.StatusWriteSlack, m.StatusWriteLapse, m.StatusWritesLate, m.StatusWriteBacklog, m.StatusWriteDemand, m.StatusWriteBudget,
 		m.StatusWriteCapacity, m.StatusWriteTarget, m.StatusWriterOverloaded, m.LocksShed, m.StatusWriterGrants, m.StatusWriteConcurrency, m.APIWritesWaiting, m.APIWritesWaited, m.StatusWriteLeadFloor,

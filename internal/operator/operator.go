@@ -66,6 +66,10 @@ type Options struct {
 	// another holder has are tried for again after their retry delay
 	// only (--release-notices=false).
 	NoReleaseNotices bool
+	// NoWaitingLines: locks wait in no line on the masters, and across
+	// clusters the next holder is whichever attempt lands first
+	// (--waiting-lines=false).
+	NoWaitingLines bool
 	// FailoverSlack is how long after the leader's last Lease renewal a
 	// standby may take to lead and adopt every held lock; status keeps that
 	// much validity ahead when a lock's ttl is at least twice it (0: none).
@@ -232,6 +236,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		IgnoreNodes:             o.IgnoreNodes,
 		StatusReport:            statusReport(o.StatusReportNamespace),
 		ReleaseNotices:          !o.NoReleaseNotices,
+		WaitingLines:            !o.NoWaitingLines,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedLock controller: %w", err)
 	}

@@ -9,12 +9,14 @@ package redlock
 // For external masters, an ACL user for the operator is, in redis.conf or
 // an ACL file (with the password's SHA-256 as #<hex>, or >password):
 //
-//	user redlock-operator on >PASSWORD ~* resetchannels -@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth &redlock:released:* +publish +subscribe +unsubscribe
+//	user redlock-operator on >PASSWORD ~* resetchannels -@all +set +get +del +pexpire +time +eval +evalsha +info +ping +hello +auth &redlock:released:* +publish +subscribe +unsubscribe +zadd +zrem +zrange +pttl
 //
-// (the last four rules, NoticeACLRules, for release notices)
+// (NoticeACLRules, from &redlock:released:*, for release notices, and
+// LineACLRules, the last four, for waiting lines)
 //
 // and `user default off` disables the default user. Keys are the
-// DistributedLocks' keys, their "<key>:fence" counters, the semaphores'
+// DistributedLocks' keys, their "<key>:fence" counters and "<key>:line"
+// waiting lines, the semaphores'
 // "<key>:slot:<i>" and "<key>:slots" keys, and WindowKey
 // (redlock:quarantine-window): narrow ~* to the locks' prefix when every
 // lock uses one, keeping WindowKey (~redlock:* covers it and the default

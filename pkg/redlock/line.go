@@ -48,7 +48,8 @@ const LineACLRules = "+zadd +zrem +zrange +pttl"
 
 // lineScript keeps the line KEYS[1] of the key KEYS[2]. ARGV: the waiter's
 // id, its ticket (0: none), how long its registration stands in ms (0: it
-// registers nothing), MaxLine, and "check" or "leave". It drops lapsed
+// registers nothing), MaxLine, and "check" or "leave" (the waiter's entry
+// only if it holds that ticket, whatever it holds with 0). It drops lapsed
 // tickets, and returns {live tickets ahead of the waiter's, the highest
 // other live ticket, 1 registered | 0 not asked | -1 the line is full,
 // KEYS[2]'s PTTL (-2: the key is free here)}. It never touches KEYS[2].
@@ -63,7 +64,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id, tk, life, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-local ahead, top, n, mine, mineEnd, last = 0, 0, 0, nil, 0, 0
+local ahead, top, n, mine, mineEnd, mineTk, last = 0, 0, 0, nil, 0, 0, 0
 for i = 1, #all, 2 do
   local m, s = all[i], tonumber(all[i + 1])
   local w, e = string.match(m, '^(.*)|(%d+)$')
@@ -71,7 +72,7 @@ for i = 1, #all, 2 do
   if not e or e <= now then
     redis.call('ZREM', KEYS[1], m)
   elseif w == id then
-    mine, mineEnd = m, e
+    mine, mineEnd, mineTk = m, e, s
   else
     n = n + 1
     if s > top then top = s end
@@ -80,7 +81,7 @@ for i = 1, #all, 2 do
   end
 end
 if ARGV[5] == 'leave' then
-  if mine then redis.call('ZREM', KEYS[1], mine) end
+  if mine and (tk == 0 or mineTk == tk) then redis.call('ZREM', KEYS[1], mine) end
   return {0, top, 0, -2}
 end
 local reg = 0
@@ -170,26 +171,17 @@ func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket
 	if err != nil {
 		return Turn{Go: ctx.Err() == nil, Err: err}
 	}
-	t := Turn{Ticket: ticket}
-	var open, registered, full, free int
+	t := turnOf(answers, heads, ticket)
+	var registered, full int
 	for _, a := range answers {
-		t.Ahead = max(t.Ahead, int(a.ahead))
-		if a.ahead < int64(heads) {
-			open++
-		}
 		switch a.reg {
 		case 1:
 			registered++
 		case -1:
 			full++
 		}
-		if a.pttl == -2 {
-			free++
-		}
 	}
 	t.Registered = registered >= c.quorum
-	t.Free = 2*free > len(answers)
-	t.Go = 2*open > len(answers)
 	if !t.Registered && 2*full > len(answers) {
 		// No place: wait as if there were no line.
 		t.Ticket, t.Go = 0, true
@@ -197,17 +189,75 @@ func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket
 	return t
 }
 
+// turnOf is the turn the masters' answers give a waiter with ticket (or
+// none) when heads waiters may attempt at once.
+func turnOf(answers []lineAnswer, heads int, ticket int64) Turn {
+	t := Turn{Ticket: ticket}
+	var open, free int
+	for _, a := range answers {
+		t.Ahead = max(t.Ahead, int(a.ahead))
+		if a.ahead < int64(heads) {
+			open++
+		}
+		if a.pttl == -2 {
+			free++
+		}
+	}
+	t.Free = 2*free > len(answers)
+	t.Go = 2*open > len(answers)
+	return t
+}
+
+// PeekTurn tells, in one round and registering nothing, whether a client
+// with no ticket may attempt the lock key at once: Go when no live ticket
+// stands on a majority of the masters that answered, or the line could
+// not be used (Err). A client that then finds the key held takes a ticket
+// with CheckTurn; one that peeks and attempts costs the uncontended path
+// one round, not a registration's two and a leave.
+func (c *Client) PeekTurn(ctx context.Context, key string) Turn {
+	if err := validateKey(OpAcquire, key); err != nil {
+		return Turn{Go: true, Err: err}
+	}
+	return c.peekTurn(ctx, key, LineKey(key), 1)
+}
+
+// PeekSlotTurn is PeekTurn for the slot s of a semaphore: Go when fewer
+// than s.Slots live tickets stand in the semaphore's line on a majority.
+func (c *Client) PeekSlotTurn(ctx context.Context, s Slot) Turn {
+	if err := validateSlot(OpAcquire, s); err != nil {
+		return Turn{Go: true, Err: err}
+	}
+	return c.peekTurn(ctx, s.Key(), LineKey(s.Semaphore), s.Slots)
+}
+
+// peekTicket is above every ticket a line holds: every live ticket is
+// ahead of it. peekWaiter is no waiter's id (ids hold no "|").
+const (
+	peekTicket = 1 << 53
+	peekWaiter = "|peek"
+)
+
+func (c *Client) peekTurn(ctx context.Context, key, line string, heads int) Turn {
+	answers, err := c.lineRound(ctx, key, line, peekWaiter, peekTicket, 0, "check")
+	if err != nil {
+		return Turn{Go: ctx.Err() == nil, Err: err}
+	}
+	return turnOf(answers, heads, 0)
+}
+
 // LeaveLine takes waiter's ticket out of the line of key (a lock's or a
 // semaphore's) on every master that answers: it was granted, or stopped
-// waiting. A ticket left behind lapses by itself.
-func (c *Client) LeaveLine(ctx context.Context, key, waiter string) error {
+// waiting. Only the entry with ticket is taken out (0: whatever ticket it
+// holds), so that a late leave spares a newer registration. A ticket left
+// behind lapses by itself.
+func (c *Client) LeaveLine(ctx context.Context, key, waiter string, ticket int64) error {
 	if err := validateKey(OpAcquire, key); err != nil {
 		return err
 	}
-	if err := validateLine(waiter, 0, time.Millisecond); err != nil {
+	if err := validateLine(waiter, ticket, time.Millisecond); err != nil {
 		return err
 	}
-	_, err := c.lineRound(ctx, key, LineKey(key), waiter, 0, 0, "leave")
+	_, err := c.lineRound(ctx, key, LineKey(key), waiter, ticket, 0, "leave")
 	return err
 }
 

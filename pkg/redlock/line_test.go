@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ func TestLineOrdersWaiters(t *testing.T) {
 	if tr := turn(t, b, "line", "waiter-b", second.Ticket); tr.Go || !tr.Free {
 		t.Fatalf("second waiter once the key is free, the first still waiting: %+v", tr)
 	}
-	if err := a.LeaveLine(ctx, "line", "waiter-a"); err != nil {
+	if err := a.LeaveLine(ctx, "line", "waiter-a", 0); err != nil {
 		t.Fatal(err)
 	}
 	if tr := turn(t, b, "line", "waiter-b", second.Ticket); !tr.Go || tr.Ahead != 0 {
@@ -144,11 +145,103 @@ func TestSlotLine(t *testing.T) {
 		}
 		tickets = append(tickets, tr.Ticket)
 	}
-	if err := c.LeaveLine(ctx, "sem", "first"); err != nil {
+	if err := c.LeaveLine(ctx, "sem", "first", 0); err != nil {
 		t.Fatal(err)
 	}
 	if tr := c.CheckSlotTurn(ctx, slot(0), "third", tickets[2], lineLife); !tr.Go || tr.Ahead != 1 {
 		t.Fatalf("third waiter once the first left: %+v", tr)
+	}
+}
+
+// TestPeekTurn: a peek registers nothing and says whether a client with
+// no ticket may attempt: at once with an empty line (the next ticket is
+// still the first), not with a waiter in it; in a semaphore's line of 2,
+// until two wait.
+func TestPeekTurn(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers))
+	ctx := context.Background()
+	if tr := c.PeekTurn(ctx, "peek"); !tr.Go || tr.Ahead != 0 || tr.Ticket != 0 || tr.Registered || !tr.Free || tr.Err != nil {
+		t.Fatalf("peek at an empty line of a free key: %+v", tr)
+	}
+	first := turn(t, c, "peek", "first", 0)
+	if first.Ticket != 1 {
+		t.Fatalf("the first ticket after a peek is %d, want 1: the peek registered", first.Ticket)
+	}
+	if tr := c.PeekTurn(ctx, "peek"); tr.Go || tr.Ahead != 1 || tr.Err != nil {
+		t.Fatalf("peek with one waiter: %+v, want no turn, one ahead", tr)
+	}
+	slot := redlock.Slot{Semaphore: "psem", Slots: 2, Index: 0}
+	for i, w := range []string{"a", "b"} {
+		if tr := c.PeekSlotTurn(ctx, slot); !tr.Go || tr.Ahead != i {
+			t.Fatalf("peek at a semaphore of 2 with %d waiting: %+v", i, tr)
+		}
+		if tr := c.CheckSlotTurn(ctx, slot, w, 0, lineLife); tr.Err != nil {
+			t.Fatal(tr.Err)
+		}
+	}
+	if tr := c.PeekSlotTurn(ctx, slot); tr.Go || tr.Ahead != 2 {
+		t.Fatalf("peek at a semaphore of 2 with 2 waiting: %+v", tr)
+	}
+	if tr := c.PeekTurn(ctx, "bad:line"); !tr.Go || tr.Err == nil {
+		t.Fatalf("peek at a reserved key: %+v, want a turn and the key's error", tr)
+	}
+}
+
+// TestLineACLRulesSuffice: a user allowed ACLRules and LineACLRules
+// peeks, takes a ticket, checks its turn and leaves; one allowed ACLRules
+// alone is refused the line (NOPERM), and is let attempt as without one.
+func TestLineACLRulesSuffice(t *testing.T) {
+	ctx := context.Background()
+	servers := aclServers(t, 3, redlock.ACLRules+" "+redlock.LineACLRules)
+	c := newClient(t, redistest.Addrs(servers), redlock.WithAuth("locker", "pw"))
+	if tr := c.PeekTurn(ctx, "acl-line"); tr.Err != nil || !tr.Go {
+		t.Fatalf("peek with the line rules: %+v", tr)
+	}
+	tr := c.CheckTurn(ctx, "acl-line", "w", 0, lineLife)
+	if tr.Err != nil || !tr.Registered || !tr.Go {
+		t.Fatalf("check with the line rules: %+v", tr)
+	}
+	if tr := c.CheckTurn(ctx, "acl-line", "w", tr.Ticket, lineLife); tr.Err != nil || !tr.Registered {
+		t.Fatalf("check again with the line rules: %+v", tr)
+	}
+	if err := c.LeaveLine(ctx, "acl-line", "w", tr.Ticket); err != nil {
+		t.Fatalf("leave with the line rules: %v", err)
+	}
+
+	bare := aclServers(t, 3, redlock.ACLRules)
+	b := newClient(t, redistest.Addrs(bare), redlock.WithAuth("locker", "pw"))
+	// A script's refused command: "NOPERM", or "can't run this command"
+	// (Redis 7.0).
+	tr = b.CheckTurn(ctx, "acl-line", "w", 0, lineLife)
+	refused := tr.Err != nil && (strings.Contains(tr.Err.Error(), "NOPERM") || strings.Contains(tr.Err.Error(), "can't run this command"))
+	if !tr.Go || !errors.Is(tr.Err, redlock.ErrLineUnavailable) || !refused {
+		t.Fatalf("check without the line rules: %+v, want a turn and ErrLineUnavailable (the command refused)", tr)
+	}
+}
+
+// TestLeaveSparesANewerTicket: a leave for a ticket the waiter no longer
+// holds (a late one, after it registered anew) takes nothing out; one
+// for its ticket does.
+func TestLeaveSparesANewerTicket(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c := newClient(t, redistest.Addrs(servers))
+	ctx := context.Background()
+	turn(t, c, "spare", "other", 0)
+	if tr := turn(t, c, "spare", "w", 7); tr.Ahead != 1 {
+		t.Fatalf("w with ticket 7: %+v", tr)
+	}
+	if err := c.LeaveLine(ctx, "spare", "w", 3); err != nil {
+		t.Fatal(err)
+	}
+	if tr := c.PeekTurn(ctx, "spare"); tr.Ahead != 2 {
+		t.Fatalf("after a leave for a ticket w does not hold: %d waiting, want 2", tr.Ahead)
+	}
+	if err := c.LeaveLine(ctx, "spare", "w", 7); err != nil {
+		t.Fatal(err)
+	}
+	if tr := c.PeekTurn(ctx, "spare"); tr.Ahead != 1 {
+		t.Fatalf("after w left with its ticket: %d waiting, want 1", tr.Ahead)
 	}
 }
 

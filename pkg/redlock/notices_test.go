@@ -308,14 +308,15 @@ func TestNoticeACLRulesSuffice(t *testing.T) {
 }
 
 // TestExternalACLDocumented: the ACL user that docs/tasks/external-masters.md
-// and the package doc give is exactly ACLRules and NoticeACLRules, which
-// the tests above prove suffice.
+// and the package doc give is exactly ACLRules, NoticeACLRules and
+// LineACLRules, which the tests above and TestLineACLRulesSuffice prove
+// suffice.
 func TestExternalACLDocumented(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "tasks", "external-masters.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "user redlock-operator on >PASSWORD ~* resetchannels " + redlock.ACLRules + " " + redlock.NoticeACLRules + "\n"
+	want := "user redlock-operator on >PASSWORD ~* resetchannels " + redlock.ACLRules + " " + redlock.NoticeACLRules + " " + redlock.LineACLRules + "\n"
 	if !strings.Contains(string(doc), want) {
 		t.Errorf("docs/tasks/external-masters.md does not give the ACL user\n%s", want)
 	}

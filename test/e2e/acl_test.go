@@ -61,6 +61,14 @@ var _ = Describe("managed members' Redis users", func() {
 		} else {
 			Expect(op.Publish(ctx, redlock.NoticeChannel("acl-probe"), "x").Err()).To(MatchError(ContainSubstring("NOPERM")), "a release notice, which the ACL file does not allow")
 		}
+		// The waiting lines' commands, likewise.
+		line := redlock.LineKey("acl-probe")
+		if strings.Contains(string(aclSecret.Data[managed.ACLFileKey]), redlock.LineACLRules) {
+			Expect(op.ZAdd(ctx, line, redis.Z{Score: 1, Member: "probe|1"}).Err()).To(Succeed(), "a waiting line's ZADD, which the ACL file allows")
+			Expect(op.Del(ctx, line).Err()).To(Succeed())
+		} else {
+			Expect(op.ZAdd(ctx, line, redis.Z{Score: 1, Member: "probe|1"}).Err()).To(MatchError(ContainSubstring("NOPERM")), "a waiting line's ZADD, which the ACL file does not allow")
+		}
 		for _, cmd := range [][]any{{"flushall"}, {"keys", "*"}, {"config", "get", "requirepass"}, {"acl", "list"}, {"shutdown"}, {"publish", "another-channel", "x"}} {
 			Expect(op.Do(ctx, cmd...).Err()).To(MatchError(ContainSubstring("NOPERM")), "%v", cmd)
 		}

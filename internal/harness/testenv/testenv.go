@@ -223,6 +223,9 @@ type Scope struct {
 	GrantRecheck time.Duration
 	// RetryDelay is the manager's operator.Options.RetryDelay.
 	RetryDelay time.Duration
+	// NoReleaseNotices and NoWaitingLines are the manager's
+	// --release-notices=false and --waiting-lines=false.
+	NoReleaseNotices, NoWaitingLines bool
 	// Workers is the manager's parallel reconciles per controller (0: 4).
 	Workers int
 	// StatusReportNamespace is where the status writer publishes its
@@ -303,7 +306,10 @@ func (e *Env) StartScopedManager(s Scope, wh *Webhook) *Manager {
 		GrantRecheck:    s.GrantRecheck,
 		RetryDelay:      s.RetryDelay,
 		PodCacheConfig:  s.PodCacheCfg,
-		WriteGate:       gate,
+
+		NoReleaseNotices: s.NoReleaseNotices,
+		NoWaitingLines:   s.NoWaitingLines,
+		WriteGate:        gate,
 
 		StatusReportNamespace: s.StatusReportNamespace,
 		Manager:               "testenv",

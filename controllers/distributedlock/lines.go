@@ -1,0 +1,221 @@
+package distributedlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// lines (nil: off) keeps this manager's waiting locks in the waiting lines
+// of their keys on the masters (redlock.CheckTurn), so that locks in every
+// cluster sharing the masters attempt first come, first served. Before an
+// attempt a lock peeks at its key's line, and attempts at once when nobody
+// waits; a lock that finds its key held joins the line then (its arrival),
+// and from then on attempts only in its turn. A line orders attempts only:
+// exclusion is SET NX on a quorum, a ticket never frees or shortens a key,
+// and any error on the line lets the lock attempt as before (and its
+// master set's locks attempt without the line for lineRetry). A lock that
+// does not attempt in a reconcile (held back by this cluster's rules, no
+// longer requested, gone) leaves its line, and never holds another
+// cluster's waiters up. A semaphore's slot locks wait in no line: each
+// waits for one slot, and the semaphore's line has N heads for waiters
+// that take any slot. The reasoning: docs/design/waiting-lines.md.
+type lines struct {
+	now func() time.Time
+	// checks counts the checks before attempts, by result.
+	checks *prometheus.CounterVec
+
+	mu     sync.Mutex
+	places map[types.NamespacedName]linePlace
+	// unusable is when a client's line last could not be used (a refused
+	// command, masters not answering): its locks attempt without the line
+	// for lineRetry, each attempt costing no failing round.
+	unusable map[*redlock.Client]time.Time
+}
+
+// linePlace is one lock's place in its key's line.
+type linePlace struct {
+	uid    types.UID
+	ticket int64 // 0: none taken
+	ahead  int   // waiters ahead at the last check
+	// freeSince is when the key was seen free at a check with as many
+	// waiters ahead as now (zero: held at the last check).
+	freeSince time.Time
+	client    *redlock.Client
+	key       string
+}
+
+// lineBound is how long a lock with waiters ahead waits while its key is
+// free on a majority of the masters, with no waiter ahead leaving, before
+// it attempts anyway: the longest retry delay (5 s) and a second, by which
+// a live waiter ahead would have attempted. Registrations that raced, a
+// master that restarted and forgot the line, or a waiter that stopped
+// without leaving never leave nobody attempting.
+const lineBound = 6 * time.Second
+
+// lineRetry is how long a master set's locks attempt without their line
+// after it could not be used.
+const lineRetry = time.Minute
+
+// lineLeaveTimeout bounds a LeaveLine, made in the background.
+const lineLeaveTimeout = 2 * time.Second
+
+// lineWaitMessage is the Held message (reason HeldElsewhere) of a lock
+// waiting for its turn: one text, so that checks write no status.
+const lineWaitMessage = "waiting in the key's line on the masters: a lock that came first (in this cluster or another sharing the masters) attempts first; this one attempts in its turn, or once the key has been free for 6s"
+
+// Results of a check before an attempt (redlock_lock_line_checks_total).
+const (
+	lineClear       = "clear"       // nobody waits: attempt
+	lineTurn        = "turn"        // its turn came: attempt
+	lineWait        = "wait"        // waiters ahead: wait
+	lineBounded     = "bound"       // waiters ahead, the key free for lineBound: attempt
+	lineUnavailable = "unavailable" // the line could not be used, or is full: attempt
+)
+
+func newLines(now func() time.Time, checks *prometheus.CounterVec) *lines {
+	return &lines{now: now, checks: checks, places: map[types.NamespacedName]linePlace{}, unusable: map[*redlock.Client]time.Time{}}
+}
+
+// lineLife is how long one registration of a lock that retries after
+// retry stands: its wait for a notice (waitLease), and at least 30 s, so
+// that a reconcile delayed on a loaded manager keeps its place; a waiter
+// that stops without leaving holds a free key up for lineBound only.
+func lineLife(retry time.Duration) time.Duration {
+	return min(redlock.MaxLineLife, max(waitLease(retry), 30*time.Second).Truncate(time.Millisecond))
+}
+
+// mayAttempt reports whether lock, whose name is name, may attempt on c
+// now, checking its key's line (and keeping its place there): yes when
+// nobody waits, when its turn came, when the line cannot be used, or when
+// the key has been free for lineBound with waiters still ahead. When not,
+// recheck is when to look again for the bound (0: at the retry delay).
+func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock *v1alpha1.DistributedLock, c *redlock.Client, retry time.Duration) (ok bool, recheck time.Duration) {
+	if l == nil || slotOf(lock) != nil {
+		return true, 0
+	}
+	now := l.now()
+	l.mu.Lock()
+	p, found := l.places[name]
+	at, bad := l.unusable[c]
+	l.mu.Unlock()
+	if bad && now.Sub(at) < lineRetry {
+		return true, 0
+	}
+	if !found || p.uid != lock.UID {
+		p, found = linePlace{uid: lock.UID}, false
+	}
+	key := lock.RedisKey()
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if p.ticket == 0 {
+		t := c.PeekTurn(lctx, key)
+		if t.Err != nil {
+			return l.unavailable(c, now), 0
+		}
+		if t.Go {
+			l.checks.WithLabelValues(lineClear).Inc()
+			return true, 0
+		}
+	}
+	t := c.CheckTurn(lctx, key, string(lock.UID), p.ticket, lineLife(retry))
+	if t.Err != nil || t.Ticket == 0 {
+		// Its place, if any, stands: the next check keeps it.
+		return l.unavailable(c, now), 0
+	}
+	progress := found && t.Ahead < p.ahead
+	p.ticket, p.ahead, p.client, p.key = t.Ticket, t.Ahead, c, key
+	result := lineWait
+	switch {
+	case t.Go:
+		result, p.freeSince = lineTurn, time.Time{}
+	case !t.Free:
+		p.freeSince = time.Time{}
+	case p.freeSince.IsZero() || progress:
+		// The bound counts from here: a waiter ahead that left, or
+		// attempted, shows the line moving.
+		p.freeSince, recheck = now, lineBound
+	case now.Sub(p.freeSince) >= lineBound:
+		result = lineBounded
+	default:
+		recheck = lineBound - now.Sub(p.freeSince)
+	}
+	l.mu.Lock()
+	l.places[name] = p
+	l.mu.Unlock()
+	l.checks.WithLabelValues(result).Inc()
+	return result != lineWait, recheck
+}
+
+// unavailable counts a check whose line could not be used (or was full),
+// and lets c's locks attempt without their line for lineRetry when it
+// could not; it reports that the lock may attempt.
+func (l *lines) unavailable(c *redlock.Client, now time.Time) bool {
+	l.checks.WithLabelValues(lineUnavailable).Inc()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unusable[c] = now
+	for cl, at := range l.unusable {
+		if now.Sub(at) >= lineRetry {
+			delete(l.unusable, cl)
+		}
+	}
+	return true
+}
+
+// join takes lock a place in its key's line once an attempt found the key
+// held, unless it holds one or its line is not in use: its arrival.
+func (l *lines) join(ctx context.Context, name types.NamespacedName, lock *v1alpha1.DistributedLock, c *redlock.Client, retry time.Duration) {
+	if l == nil || slotOf(lock) != nil {
+		return
+	}
+	now := l.now()
+	l.mu.Lock()
+	p, ok := l.places[name]
+	at, bad := l.unusable[c]
+	l.mu.Unlock()
+	if (ok && p.uid == lock.UID && p.ticket != 0) || (bad && now.Sub(at) < lineRetry) {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	t := c.CheckTurn(lctx, lock.RedisKey(), string(lock.UID), 0, lineLife(retry))
+	if t.Err != nil || t.Ticket == 0 {
+		l.unavailable(c, now)
+		return // no place: attempts as without one
+	}
+	l.mu.Lock()
+	l.places[name] = linePlace{uid: lock.UID, ticket: t.Ticket, ahead: t.Ahead, client: c, key: lock.RedisKey()}
+	l.mu.Unlock()
+}
+
+// leave takes name's lock out of its line, in the background: it was
+// granted, stopped attempting, or is gone. Only its ticket is taken out,
+// so that a leave landing after a newer registration spares it; a ticket
+// a leave misses lapses on the masters' clocks.
+func (l *lines) leave(name types.NamespacedName) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	p, ok := l.places[name]
+	delete(l.places, name)
+	l.mu.Unlock()
+	if !ok || p.ticket == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), lineLeaveTimeout)
+		defer cancel()
+		if err := p.client.LeaveLine(ctx, p.key, string(p.uid), p.ticket); err != nil {
+			logf.Log.WithName("lines").V(1).Info("waiting line not left: the ticket lapses", "lock", name, "error", err.Error())
+		}
+	}()
+}

@@ -1,0 +1,96 @@
+package distributedlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
+)
+
+// TestLinesTurnAndBound plays one lock's checks against three real
+// masters, on a clock of its own: behind two waiters of another cluster,
+// with the key free, it waits; a waiter ahead leaving starts the bound
+// again; the bound lets it attempt; a line that cannot be used lets it
+// attempt at once, keeps its ticket, and spares its master set's locks
+// failing rounds for a while; a semaphore's slot lock waits in no line.
+func TestLinesTurnAndBound(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "checks"}, []string{"result"})
+	l := newLines(func() time.Time { return now }, checks)
+	lock := &v1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "z", UID: "uid-z"}, Spec: v1alpha1.DistributedLockSpec{Key: "turns"}}
+	name := types.NamespacedName{Namespace: "ns", Name: "z"}
+	for _, w := range []string{"x", "y"} {
+		if tr := c.CheckTurn(ctx, "turns", w, 0, time.Minute); tr.Err != nil {
+			t.Fatal(tr.Err)
+		}
+	}
+	expect := func(step string, wantOK bool, wantRecheck time.Duration) {
+		t.Helper()
+		ok, recheck := l.mayAttempt(ctx, name, lock, c, 2*time.Second)
+		if ok != wantOK || recheck != wantRecheck {
+			t.Fatalf("%s: may attempt %v, look again in %v; want %v, %v", step, ok, recheck, wantOK, wantRecheck)
+		}
+	}
+	expect("two waiting ahead, the key free", false, lineBound)
+	if p := l.places[name]; p.ticket != 3 || p.ahead != 2 {
+		t.Fatalf("its place: %+v, want ticket 3 behind 2", p)
+	}
+	now = now.Add(5 * time.Second)
+	if err := c.LeaveLine(ctx, "turns", "x", 0); err != nil {
+		t.Fatal(err)
+	}
+	expect("one ahead left: the bound starts again", false, lineBound)
+	now = now.Add(5 * time.Second)
+	expect("5 s free since", false, time.Second)
+	now = now.Add(time.Second)
+	expect("6 s free since", true, 0)
+	if n := testutil.ToFloat64(checks.WithLabelValues(lineBounded)); n != 1 {
+		t.Errorf("checks at the bound: %v, want 1", n)
+	}
+
+	for _, s := range servers[1:] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect("two masters not answering", true, 0)
+	if p := l.places[name]; p.ticket != 3 {
+		t.Errorf("its ticket after the line could not be used: %d, want 3 kept", p.ticket)
+	}
+	expect("within a minute of that", true, 0)
+	if n := testutil.ToFloat64(checks.WithLabelValues(lineUnavailable)); n != 1 {
+		t.Errorf("checks of a line that could not be used: %v, want 1 (the second made no round)", n)
+	}
+	for _, s := range servers[1:] {
+		if err := s.Cont(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(lineRetry)
+	expect("a minute later, the line in use again, y still ahead and the key free all along: the bound", true, 0)
+
+	slot := lock.DeepCopy()
+	slot.Name, slot.UID = "slot", "uid-slot"
+	slot.Spec.SlotOf = &v1alpha1.SemaphoreSlot{SemaphoreKey: "sem", Slots: 2, Index: 0}
+	if ok, _ := l.mayAttempt(ctx, types.NamespacedName{Namespace: "ns", Name: "slot"}, slot, c, 2*time.Second); !ok {
+		t.Error("a semaphore's slot lock waited in a line")
+	}
+	if _, ok := l.places[types.NamespacedName{Namespace: "ns", Name: "slot"}]; ok {
+		t.Error("a semaphore's slot lock took a place in a line")
+	}
+}
