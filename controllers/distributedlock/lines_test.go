@@ -53,6 +53,14 @@ var _ = Describe("Waiting lines across two API servers", Ordered, func() {
 		ExpectWithOffset(1, two.other.Client.Get(suiteCtx, client.ObjectKeyFromObject(l), cur)).To(Succeed())
 		return cur
 	}
+	// unrequestB asks cluster B's lock l for no holder.
+	unrequestB := func(l *v1alpha1.DistributedLock) {
+		Eventually(func() error {
+			cur := fetchB(l)
+			cur.Spec.HolderIdentity = ""
+			return two.other.Client.Update(suiteCtx, cur)
+		}).Should(Succeed(), "lock %s/%s of cluster B to be updated to request no holder", l.Namespace, l.Name)
+	}
 	// queue makes key held in cluster A, and cluster B's lock, then
 	// cluster A's later one, wait for it in its line, in that order.
 	queue := func(key string) (holder, waiterB, later *v1alpha1.DistributedLock, a *testenv.MasterSet) {
@@ -108,11 +116,7 @@ var _ = Describe("Waiting lines across two API servers", Ordered, func() {
 		}).Should(Succeed(), "lock %s/waiter of cluster B, granted, to leave the line", waiterB.Namespace)
 
 		By("releasing it in cluster B: cluster A's later lock is next")
-		Eventually(func() error {
-			cur := fetchB(waiterB)
-			cur.Spec.HolderIdentity = ""
-			return two.other.Client.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		unrequestB(waiterB)
 		gotA := eventuallyHeldBy(later, "a2")
 		Expect(gotA.Status.AcquiredAt.After(gotB.Status.AcquiredAt.Time)).To(BeTrue(), "cluster A's later lock granted at %v, cluster B's at %v", gotA.Status.AcquiredAt, gotB.Status.AcquiredAt)
 	})
@@ -127,11 +131,7 @@ var _ = Describe("Waiting lines across two API servers", Ordered, func() {
 
 		By("cluster B's lock no longer requested: it leaves the line")
 		uidB := string(fetchB(waiterB).UID)
-		Eventually(func() error {
-			cur := fetchB(waiterB)
-			cur.Spec.HolderIdentity = ""
-			return two.other.Client.Update(suiteCtx, cur)
-		}).Should(Succeed())
+		unrequestB(waiterB)
 		Eventually(func(g Gomega) {
 			g.Expect(inLine(g, a.Servers, "line-leave")).NotTo(ContainElement(uidB))
 		}).Should(Succeed(), "lock %s/waiter of cluster B to leave the line", waiterB.Namespace)
