@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
@@ -51,7 +50,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		r.endGrant(s, nil, c, endLapsed, "", "", nil)
 	}
 	retry := cmp.Or(r.RetryDelay, retryDelay(ttl, jitter))
-	set := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	set := masterSetOf(lock)
 	s.attempted = true
 	if ok, recheck := r.lines.mayAttempt(ctx, name, lock, c, retry); !ok {
 		// Waiters ahead in the key's line (lines.go), in this cluster or
@@ -202,7 +201,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 // startSession starts renewing a grant made or adopted by this reconcile.
 func (r *Reconciler) startSession(s *scope, h *grants.Grant, lk *redlock.Lock, c *redlock.Client) {
 	lock := s.lock
-	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	ms := masterSetOf(lock)
 	s.held = h
 	r.wakeups.forget(h.Name)
 	r.lines.leave(h.Name)

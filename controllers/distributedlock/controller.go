@@ -444,7 +444,7 @@ func heldCondition(st v1alpha1.DistributedLockStatus) *metav1.Condition {
 func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.Client, bool, error) {
 	lock := s.lock
 	ms := &v1alpha1.RedisMasterSet{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, ms)
+	err := r.Get(ctx, masterSetOf(lock), ms)
 	switch {
 	case apierrors.IsNotFound(err):
 		s.setReady(metav1.ConditionFalse, v1alpha1.ReasonMasterSetNotFound,
@@ -754,12 +754,12 @@ func othersCopiesUntil(shown time.Time, ttl time.Duration) time.Time {
 // clientFor returns the client of the lock's master set, or nil.
 func (r *Reconciler) clientFor(ctx context.Context, lock *v1alpha1.DistributedLock) *redlock.Client {
 	ms := &v1alpha1.RedisMasterSet{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}, ms); err != nil {
-		return r.Masters.Lookup(types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet})
+	if err := r.Get(ctx, masterSetOf(lock), ms); err != nil {
+		return r.Masters.Lookup(masterSetOf(lock))
 	}
 	c, err := r.Masters.Client(ctx, ms)
 	if err != nil {
-		return r.Masters.Lookup(types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet})
+		return r.Masters.Lookup(masterSetOf(lock))
 	}
 	return c
 }

@@ -148,7 +148,7 @@ func (k *keys) left(lock *v1alpha1.DistributedLock, held *grants.Grant) (time.Ti
 // (shown, or its Session's, h) has passed, or left to expire.
 func (k *keys) settle(ctx context.Context, lock *v1alpha1.DistributedLock, h *grants.Grant, g grants.Ref, c *redlock.Client, shown time.Time, cause endCause) error {
 	name := client.ObjectKeyFromObject(lock)
-	ms := types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
+	ms := masterSetOf(lock)
 	switch decideEnd(cause).keys {
 	case keysNow:
 		if c == nil && h == nil {

@@ -102,15 +102,9 @@ func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock 
 		return true, 0
 	}
 	now := l.now()
-	l.mu.Lock()
-	p, found := l.places[name]
-	at, bad := l.unusable[c]
-	l.mu.Unlock()
-	if bad && now.Sub(at) < lineRetry {
+	p, usable := l.placeOf(name, lock, c, now)
+	if !usable {
 		return true, 0
-	}
-	if !found || p.uid != lock.UID {
-		p, found = linePlace{uid: lock.UID}, false
 	}
 	key := lock.RedisKey()
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -130,7 +124,7 @@ func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock 
 		// Its place, if any, stands: the next check keeps it.
 		return l.unavailable(c, now), 0
 	}
-	progress := found && t.Ahead < p.ahead
+	progress := t.Ahead < p.ahead // a new place has none ahead yet
 	p.ticket, p.ahead, p.client, p.key = t.Ticket, t.Ahead, c, key
 	result := lineWait
 	switch {
@@ -152,6 +146,20 @@ func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock 
 	l.mu.Unlock()
 	l.checks.WithLabelValues(result).Inc()
 	return result != lineWait, recheck
+}
+
+// placeOf is lock's place in its line (a new one, with no ticket, when it
+// has none or name held another lock's), and whether c's line is in use
+// at now (unavailable).
+func (l *lines) placeOf(name types.NamespacedName, lock *v1alpha1.DistributedLock, c *redlock.Client, now time.Time) (linePlace, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.places[name]
+	if !ok || p.uid != lock.UID {
+		p = linePlace{uid: lock.UID}
+	}
+	at, bad := l.unusable[c]
+	return p, !bad || now.Sub(at) >= lineRetry
 }
 
 // unavailable counts a check whose line could not be used (or was full),
@@ -177,11 +185,7 @@ func (l *lines) join(ctx context.Context, name types.NamespacedName, lock *v1alp
 		return
 	}
 	now := l.now()
-	l.mu.Lock()
-	p, ok := l.places[name]
-	at, bad := l.unusable[c]
-	l.mu.Unlock()
-	if (ok && p.uid == lock.UID && p.ticket != 0) || (bad && now.Sub(at) < lineRetry) {
+	if p, usable := l.placeOf(name, lock, c, now); p.ticket != 0 || !usable {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)

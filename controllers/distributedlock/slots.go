@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
@@ -35,6 +37,11 @@ func acquire(ctx context.Context, c *redlock.Client, lock *v1alpha1.DistributedL
 		return c.AcquireSlot(ctx, *slot, ttl, opts...)
 	}
 	return c.Acquire(ctx, lock.RedisKey(), ttl, opts...)
+}
+
+// masterSetOf is the name of lock's RedisMasterSet.
+func masterSetOf(lock *v1alpha1.DistributedLock) types.NamespacedName {
+	return types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 }
 
 // waitKey is the key whose release notices wake lock: its key, or its
