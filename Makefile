@@ -190,6 +190,10 @@ soak-controller: redis envtest ## Randomized history of two managers on two API 
 bench-handover: redis envtest ## Pod-to-pod handover latency (100 handovers) next to a client-go leaderelection Lease; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchhandover $(BENCH_HANDOVER_FLAGS)
 
+.PHONY: bench-cross-cluster
+bench-cross-cluster: redis envtest ## One key's handovers between two clusters (two envtest API servers, a manager process each) sharing 5 masters: within and across p50/p99, inversions against ticket order, before and with release notices and waiting lines, with one master paused too; prints a table (about 10 minutes).
+	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchcrosscluster $(BENCH_CROSS_CLUSTER_FLAGS)
+
 .PHONY: bench-semaphore
 bench-semaphore: redis envtest ## A DistributedSemaphore of 3 slots serving 30 pods next to a DistributedLock serving 30 (envtest; the program plays the kubelet): grants/s and handover p50/p99; prints a table.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST))" $(GO) run ./hack/benchsemaphore $(BENCH_SEMAPHORE_FLAGS)

@@ -23,7 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -94,9 +93,9 @@ func run() error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	bin := filepath.Join(dir, "manager")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/manager").CombinedOutput(); err != nil { //nolint:gosec // a temporary path of ours
-		return fmt.Errorf("build manager: %w: %s", err, out)
+	bin, err := benchenv.BuildManager(dir)
+	if err != nil {
+		return err
 	}
 	env, err := benchenv.Start(ctx, benchenv.Options{
 		MaxLockTTL: *ttl, Workers: *workers, Namespace: "bench", ManagerQPS: float32(*mgrQPS),

@@ -28,9 +28,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -38,6 +36,7 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/harness/benchenv"
+	"github.com/redlock-operator/redlock-operator/internal/harness/podsim"
 )
 
 var (
@@ -49,7 +48,12 @@ var (
 	ttl            = flag.Duration("ttl", 10*time.Second, "lock TTL")
 )
 
-const ns = "bench"
+const ns, node = "bench", "node-1"
+
+// pod names a pod of the benchmark's namespace.
+func pod(name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+}
 
 func main() {
 	flag.Parse()
@@ -69,8 +73,8 @@ func run() error {
 	}
 	defer env.Close()
 
-	ungated := newGateWatch()
-	if err := ungated.start(ctx, env.Client); err != nil {
+	ungated := podsim.NewGateWatch()
+	if err := ungated.Watch(ctx, env.Client, ns); err != nil {
 		return err
 	}
 	fmt.Printf("pod handovers (%d)...\n", *handovers)
@@ -119,86 +123,6 @@ func run() error {
 	return nil
 }
 
-// gateWatch records when a watch first shows each pod without its
-// scheduling gate.
-type gateWatch struct {
-	mu   sync.Mutex
-	seen map[string]time.Time
-	wake chan struct{}
-}
-
-func newGateWatch() *gateWatch {
-	return &gateWatch{seen: map[string]time.Time{}, wake: make(chan struct{}, 1)}
-}
-
-func (w *gateWatch) start(ctx context.Context, wc client.WithWatch) error {
-	var list corev1.PodList
-	if err := wc.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return err
-	}
-	watcher, err := wc.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
-	if err != nil {
-		return err
-	}
-	go func() {
-		defer watcher.Stop()
-		for ev := range watcher.ResultChan() {
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok || gated(pod) {
-				continue
-			}
-			now := time.Now()
-			w.mu.Lock()
-			if _, ok := w.seen[pod.Name]; !ok {
-				w.seen[pod.Name] = now
-			}
-			w.mu.Unlock()
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return nil
-}
-
-// wait returns when the watch first showed pod name ungated.
-func (w *gateWatch) wait(ctx context.Context, name string, timeout time.Duration) (time.Time, error) {
-	deadline := time.After(timeout)
-	for {
-		w.mu.Lock()
-		t, ok := w.seen[name]
-		w.mu.Unlock()
-		if ok {
-			return t, nil
-		}
-		select {
-		case <-w.wake:
-		case <-deadline:
-			return time.Time{}, fmt.Errorf("pod %s not ungated within %v", name, timeout)
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		}
-	}
-}
-
-func gated(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
-}
-
-func gatedPod(name, lock string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{v1alpha1.LockLabel: lock}},
-		Spec: corev1.PodSpec{
-			SchedulingGates: []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}},
-			Containers:      []corev1.Container{{Name: "work", Image: "busybox"}},
-		},
-	}
-}
-
 func createLock(ctx context.Context, k8s client.Client, name string) error {
 	return k8s.Create(ctx, &v1alpha1.DistributedLock{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -206,64 +130,36 @@ func createLock(ctx context.Context, k8s client.Client, name string) error {
 	})
 }
 
-// runs plays the scheduler and the kubelet for an ungated pod: it binds it
-// and reports its container running.
-func runs(ctx context.Context, k8s client.Client, name string) error {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	if err := k8s.SubResource("binding").Create(ctx, pod, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
-	}); err != nil {
-		return fmt.Errorf("bind %s: %w", name, err)
-	}
-	return setStatus(ctx, k8s, name, corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}})
-}
-
-func setStatus(ctx context.Context, k8s client.Client, name string, phase corev1.PodPhase, state corev1.ContainerState) error {
-	for {
-		pod := &corev1.Pod{}
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
-			return err
-		}
-		pod.Status.Phase = phase
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work", Image: "busybox", State: state}}
-		err := k8s.Status().Update(ctx, pod)
-		if err == nil || !apierrors.IsConflict(err) {
-			return err
-		}
-	}
-}
-
 // podHandovers queues handovers+1 pods on one lock and hands it down the
 // line: holder i is marked Succeeded (even i) or deleted (odd i) at t0,
 // and the handover ends when the watch shows pod i+1 ungated.
-func podHandovers(ctx context.Context, k8s client.Client, ungated *gateWatch) (succeeded, deleted []time.Duration, err error) {
+func podHandovers(ctx context.Context, k8s client.Client, ungated *podsim.GateWatch) (succeeded, deleted []time.Duration, err error) {
 	if err := createLock(ctx, k8s, "line"); err != nil {
 		return nil, nil, err
 	}
 	name := func(i int) string { return fmt.Sprintf("line-%04d", i) }
 	for i := range *handovers + 1 {
-		if err := k8s.Create(ctx, gatedPod(name(i), "line")); err != nil {
+		if err := k8s.Create(ctx, podsim.Gated(ns, name(i), map[string]string{v1alpha1.LockLabel: "line"})); err != nil {
 			return nil, nil, err
 		}
 	}
-	if _, err := ungated.wait(ctx, name(0), time.Minute); err != nil {
+	if _, _, err := ungated.Wait(ctx, time.Minute, name(0)); err != nil {
 		return nil, nil, err
 	}
 	for i := range *handovers {
-		if err := runs(ctx, k8s, name(i)); err != nil {
+		if err := podsim.Run(ctx, k8s, pod(name(i)), node); err != nil {
 			return nil, nil, err
 		}
 		t0 := time.Now()
 		if i%2 == 0 {
-			err = setStatus(ctx, k8s, name(i), corev1.PodSucceeded, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}})
+			err = podsim.Finish(ctx, k8s, pod(name(i)), 0)
 		} else {
-			err = k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i)}}, client.GracePeriodSeconds(0))
+			err = k8s.Delete(ctx, pod(name(i)), client.GracePeriodSeconds(0))
 		}
 		if err != nil {
 			return nil, nil, err
 		}
-		t1, err := ungated.wait(ctx, name(i+1), time.Minute)
+		_, t1, err := ungated.Wait(ctx, time.Minute, name(i+1))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -278,7 +174,7 @@ func podHandovers(ctx context.Context, k8s client.Client, ungated *gateWatch) (s
 
 // freeGrants creates a pod for a free lock, times until it is ungated,
 // then lets it finish and waits until the lock is free again.
-func freeGrants(ctx context.Context, k8s client.Client, ungated *gateWatch) ([]time.Duration, error) {
+func freeGrants(ctx context.Context, k8s client.Client, ungated *podsim.GateWatch) ([]time.Duration, error) {
 	if err := createLock(ctx, k8s, "free"); err != nil {
 		return nil, err
 	}
@@ -286,18 +182,18 @@ func freeGrants(ctx context.Context, k8s client.Client, ungated *gateWatch) ([]t
 	for i := range *grants {
 		name := fmt.Sprintf("free-%04d", i)
 		t0 := time.Now()
-		if err := k8s.Create(ctx, gatedPod(name, "free")); err != nil {
+		if err := k8s.Create(ctx, podsim.Gated(ns, name, map[string]string{v1alpha1.LockLabel: "free"})); err != nil {
 			return nil, err
 		}
-		t1, err := ungated.wait(ctx, name, time.Minute)
+		_, t1, err := ungated.Wait(ctx, time.Minute, name)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, t1.Sub(t0))
-		if err := runs(ctx, k8s, name); err != nil {
+		if err := podsim.Run(ctx, k8s, pod(name), node); err != nil {
 			return nil, err
 		}
-		if err := setStatus(ctx, k8s, name, corev1.PodSucceeded, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}); err != nil {
+		if err := podsim.Finish(ctx, k8s, pod(name), 0); err != nil {
 			return nil, err
 		}
 		if err := benchenv.WaitFor(ctx, time.Minute, func() (bool, error) {
@@ -412,14 +308,7 @@ func leasePair(ctx context.Context, cs kubernetes.Interface, lease string, count
 	return out, nil
 }
 
-func pct(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[int(float64(len(s)-1)*p)]
-}
+func pct(d []time.Duration, p float64) time.Duration { return benchenv.Percentile(d, p) }
 
 func round(d time.Duration) time.Duration {
 	if d > time.Second {

@@ -53,9 +53,8 @@ func run(ctx context.Context, bin string, n int, settle time.Duration) error {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	if bin == "" {
-		bin = filepath.Join(dir, "manager")
-		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/manager").CombinedOutput(); err != nil { //nolint:gosec // a temporary path of ours
-			return fmt.Errorf("build manager: %w: %s", err, out)
+		if bin, err = benchenv.BuildManager(dir); err != nil {
+			return err
 		}
 	}
 	_, file, _, _ := runtime.Caller(0)

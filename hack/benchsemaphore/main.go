@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -213,7 +212,7 @@ func queue(ctx context.Context, k8s client.WithWatch, name, label string) result
 			return r
 		}
 		pod, ok := ev.Object.(*corev1.Pod)
-		if !ok || ev.Type == watch.Deleted || gated(pod) {
+		if !ok || ev.Type == watch.Deleted || podsim.IsGated(pod) {
 			continue
 		}
 		now := time.Now()
@@ -251,18 +250,7 @@ func queue(ctx context.Context, k8s client.WithWatch, name, label string) result
 	return r
 }
 
-func gated(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
-}
-
-func pct(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
+func pct(d []time.Duration, p float64) time.Duration { return benchenv.Percentile(d, p) }
 
 func ratio(a, b time.Duration) float64 {
 	if b == 0 {

@@ -158,7 +158,8 @@ func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket
 		return Turn{Go: true, Err: err}
 	}
 	if ticket == 0 {
-		answers, err := c.lineRound(ctx, key, line, waiter, 0, 0, "check")
+		// A ticket above every one a quorum shows: a quorum's answers do.
+		answers, err := c.lineRound(ctx, key, line, waiter, 0, 0, "check", func(a []lineAnswer, _ int) bool { return len(a) >= c.quorum })
 		if err != nil {
 			return Turn{Go: ctx.Err() == nil, Err: err}
 		}
@@ -167,33 +168,20 @@ func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket
 		}
 		ticket++
 	}
-	answers, err := c.lineRound(ctx, key, line, waiter, ticket, life, "check")
+	answers, err := c.lineRound(ctx, key, line, waiter, ticket, life, "check", func(a []lineAnswer, pending int) bool {
+		return turnSettled(a, pending, heads, ticket, c.quorum)
+	})
 	if err != nil {
 		return Turn{Go: ctx.Err() == nil, Err: err}
 	}
-	t := turnOf(answers, heads, ticket)
-	var registered, full int
-	for _, a := range answers {
-		switch a.reg {
-		case 1:
-			registered++
-		case -1:
-			full++
-		}
-	}
-	t.Registered = registered >= c.quorum
-	if !t.Registered && 2*full > len(answers) {
-		// No place: wait as if there were no line.
-		t.Ticket, t.Go = 0, true
-	}
-	return t
+	return turnOf(answers, heads, ticket, c.quorum)
 }
 
 // turnOf is the turn the masters' answers give a waiter with ticket (or
 // none) when heads waiters may attempt at once.
-func turnOf(answers []lineAnswer, heads int, ticket int64) Turn {
+func turnOf(answers []lineAnswer, heads int, ticket int64, quorum int) Turn {
 	t := Turn{Ticket: ticket}
-	var open, free int
+	var open, free, registered, full int
 	for _, a := range answers {
 		t.Ahead = max(t.Ahead, int(a.ahead))
 		if a.ahead < int64(heads) {
@@ -202,10 +190,62 @@ func turnOf(answers []lineAnswer, heads int, ticket int64) Turn {
 		if a.pttl == -2 {
 			free++
 		}
+		switch a.reg {
+		case 1:
+			registered++
+		case -1:
+			full++
+		}
 	}
 	t.Free = 2*free > len(answers)
 	t.Go = 2*open > len(answers)
+	if ticket == 0 {
+		return t
+	}
+	t.Registered = registered >= quorum
+	if !t.Registered && 2*full > len(answers) {
+		// No place: wait as if there were no line.
+		t.Ticket, t.Go = 0, true
+	}
 	return t
+}
+
+// turnSettled reports whether the answers of a quorum decide the turn
+// whatever the pending masters answer, or if they do not answer: every
+// count the turn compares with a majority or a quorum comes out the same
+// with each pending answer for it and with each against it. A paused
+// master then costs a check nothing.
+func turnSettled(answers []lineAnswer, pending, heads int, ticket int64, quorum int) bool {
+	if len(answers) < quorum {
+		return false
+	}
+	var open, free, registered, full int
+	for _, a := range answers {
+		if a.ahead < int64(heads) {
+			open++
+		}
+		if a.pttl == -2 {
+			free++
+		}
+		switch a.reg {
+		case 1:
+			registered++
+		case -1:
+			full++
+		}
+	}
+	n := len(answers) + pending
+	majority := func(k int) bool { return (2*k > n) == (2*(k+pending) > n) }
+	if !majority(open) || !majority(free) {
+		return false
+	}
+	if ticket == 0 {
+		return true
+	}
+	if registered >= quorum {
+		return true
+	}
+	return registered+pending < quorum && majority(full)
 }
 
 // PeekTurn tells, in one round and registering nothing, whether a client
@@ -238,11 +278,13 @@ const (
 )
 
 func (c *Client) peekTurn(ctx context.Context, key, line string, heads int) Turn {
-	answers, err := c.lineRound(ctx, key, line, peekWaiter, peekTicket, 0, "check")
+	answers, err := c.lineRound(ctx, key, line, peekWaiter, peekTicket, 0, "check", func(a []lineAnswer, pending int) bool {
+		return turnSettled(a, pending, heads, 0, c.quorum)
+	})
 	if err != nil {
 		return Turn{Go: ctx.Err() == nil, Err: err}
 	}
-	return turnOf(answers, heads, 0)
+	return turnOf(answers, heads, 0, c.quorum)
 }
 
 // LeaveLine takes waiter's ticket out of the line of key (a lock's or a
@@ -257,15 +299,17 @@ func (c *Client) LeaveLine(ctx context.Context, key, waiter string, ticket int64
 	if err := validateLine(waiter, ticket, time.Millisecond); err != nil {
 		return err
 	}
-	_, err := c.lineRound(ctx, key, LineKey(key), waiter, ticket, 0, "leave")
+	_, err := c.lineRound(ctx, key, LineKey(key), waiter, ticket, 0, "leave", nil)
 	return err
 }
 
 // lineRound runs lineScript on every master of the client's list and
 // returns the answers of those that answered and may vote (a master
 // restarted within the quarantine window holds a line it forgot), or
-// errLineUnavailable when fewer than a quorum did.
-func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket int64, life time.Duration, mode string) ([]lineAnswer, error) {
+// errLineUnavailable when fewer than a quorum did. It returns once every
+// master answered, or once settled (nil: never) holds for the answers so
+// far and how many masters have yet to answer.
+func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket int64, life time.Duration, mode string, settled func(answers []lineAnswer, pending int) bool) ([]lineAnswer, error) {
 	args := lineScript.args([]string{line, key}, waiter, ticket, life.Milliseconds(), MaxLine, mode)
 	got := make([]lineAnswer, len(c.nodes))
 	r, err := c.startVotingRound(ctx, c.lineTimeout(), func(ctx context.Context, i int, n *node) (Outcome, error) {
@@ -286,7 +330,24 @@ func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket
 		return nil, err
 	}
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, func([]Tally) bool { return false })
+	votes, ctxErr := r.collect(ctx, func(_ []Tally, answered []bool) bool {
+		if settled == nil {
+			return false
+		}
+		var so []lineAnswer
+		pending := 0
+		for i, n := range c.nodes {
+			switch {
+			case !answered[i]:
+				if n.inList(0) {
+					pending++
+				}
+			case r.votes[i].Outcome == OutcomeGranted:
+				so = append(so, got[i])
+			}
+		}
+		return settled(so, pending)
+	})
 	if ctxErr != nil {
 		return nil, fmt.Errorf("waiting line of %q: %w", key, ctxErr)
 	}

@@ -562,7 +562,7 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 	r.inflight = c.releases.add(l.key, r.done)
 	close(registered)
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, func(lists []Tally) bool {
+	votes, ctxErr := r.collect(ctx, func(lists []Tally, _ []bool) bool {
 		return c.unreachable(lists) || c.everyList(lists, func(t Tally, _, quorum int) bool { return t.Granted+t.Held+t.Absent >= quorum })
 	})
 	t := Count(votes)

@@ -143,7 +143,7 @@ func (c *Client) quorumRound(ctx context.Context, timeout time.Duration, send se
 	if err != nil {
 		return nil, verdict{}, err
 	}
-	votes, ctxErr := r.collect(ctx, c.decidedForQuorum)
+	votes, ctxErr := r.collect(ctx, func(lists []Tally, _ []bool) bool { return c.decidedForQuorum(lists) })
 	return r, verdict{votes: votes, tally: Count(votes), lists: c.tallies(votes), ctxErr: ctxErr, decidedAt: time.Now()}, nil
 }
 
@@ -165,15 +165,16 @@ func (v verdict) result(c *Client, validUntil time.Time) error {
 }
 
 // collect waits until decided, given the tally of each of the client's
-// lists, reports a known outcome, every master has answered, or ctx ends. It
+// lists and which masters answered, reports a known outcome, every master
+// has answered, or ctx ends. It
 // returns a snapshot of the votes with OutcomePending for masters that had
 // not answered, and ctx's error if ctx ended first.
-func (r *round) collect(ctx context.Context, decided func(lists []Tally) bool) ([]Vote, error) {
+func (r *round) collect(ctx context.Context, decided func(lists []Tally, answered []bool) bool) ([]Vote, error) {
 	answered := make([]bool, len(r.votes))
 	ts := make([]Tally, len(r.c.lists))
 	var ctxErr error
 	for got := 0; got < len(r.votes); got++ {
-		if decided(ts) {
+		if decided(ts, answered) {
 			break
 		}
 		select {

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -263,5 +265,62 @@ func TestExtendRefusesTTLBeyondQuarantineWindow(t *testing.T) {
 	}
 	if !l.Valid() {
 		t.Fatal("a refused extension changed the lock's validity")
+	}
+}
+
+// TestTurnSettled: a line's round that stops at a settled quorum of
+// answers gives the turn every completion would (each pending master
+// answering anything, or not at all), and a paused master of five does
+// not keep a clear line's check waiting.
+func TestTurnSettled(t *testing.T) {
+	kinds := []lineAnswer{}
+	for _, ahead := range []int64{0, 1, 2} {
+		for _, pttl := range []int64{-2, 500} {
+			for _, reg := range []int64{1, 0, -1} {
+				kinds = append(kinds, lineAnswer{ahead: ahead, pttl: pttl, reg: reg})
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(42, 42))
+	settled := 0
+	for range 20000 {
+		masters := 1 + 2*rng.IntN(4) // 1, 3, 5, 7
+		quorum := masters/2 + 1
+		heads := 1 + rng.IntN(2)
+		ticket := int64(rng.IntN(2)) * 7
+		answered := quorum + rng.IntN(masters-quorum+1)
+		var answers []lineAnswer
+		for range answered {
+			answers = append(answers, kinds[rng.IntN(len(kinds))])
+		}
+		pending := masters - answered
+		if !turnSettled(answers, pending, heads, ticket, quorum) {
+			continue
+		}
+		settled++
+		want := turnOf(answers, heads, ticket, quorum)
+		for range 20 {
+			final := slices.Clone(answers)
+			for range pending {
+				if k := rng.IntN(len(kinds) + 1); k < len(kinds) {
+					final = append(final, kinds[k])
+				}
+			}
+			got := turnOf(final, heads, ticket, quorum)
+			if got.Go != want.Go || got.Free != want.Free || got.Registered != want.Registered {
+				t.Fatalf("settled on %v (%d pending, heads %d, ticket %d): turn %+v, but with %v it is %+v", answers, pending, heads, ticket, want, final, got)
+			}
+		}
+	}
+	if settled < 1000 {
+		t.Fatalf("only %d of 20000 rounds settled early", settled)
+	}
+	clear := lineAnswer{ahead: 0, pttl: -2, reg: 1}
+	four := []lineAnswer{clear, clear, clear, clear}
+	if !turnSettled(four, 1, 1, 0, 3) || !turnSettled(four, 1, 1, 9, 3) {
+		t.Fatal("a clear line's peek and check wait for a fifth master")
+	}
+	if turnSettled(four[:2], 3, 1, 0, 3) {
+		t.Fatal("settled on fewer than a quorum of answers")
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,6 +55,9 @@ const MasterSet = "masters"
 type Options struct {
 	// Masters is how many redis-server masters to run (default 5).
 	Masters int
+	// Servers, when set, are the masters instead: another Env's, shared
+	// as by two clusters. This Env neither starts nor stops them.
+	Servers []*redistest.Server
 	// MaxLockTTL is the master set's maxLockTTL.
 	MaxLockTTL time.Duration
 	// Workers is the parallel reconciles of the lock controller.
@@ -86,7 +91,9 @@ type Options struct {
 
 // withDefaults fills in what o leaves out.
 func (o Options) withDefaults() Options {
-	if o.Masters == 0 {
+	if o.Servers != nil {
+		o.Masters = 0
+	} else if o.Masters == 0 {
 		o.Masters = 5
 	}
 	if o.QPS == 0 {
@@ -209,6 +216,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	} else {
 		e.closers = append(e.closers, func() { _ = os.RemoveAll(dir) })
 	}
+	e.Servers = o.Servers
 	for i := range o.Masters {
 		s, err := redistest.Start(filepath.Join(dir, strconv.Itoa(i)), redistest.Options{})
 		if err != nil {
@@ -327,6 +335,16 @@ func (e *Env) startProcesses(env *envtest.Environment, dir string, o Options) er
 		})
 	}
 	return nil
+}
+
+// BuildManager builds the manager binary (./cmd/manager: run from the
+// repository's root) into dir and returns its path.
+func BuildManager(dir string) (string, error) {
+	bin := filepath.Join(dir, "manager")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/manager").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build manager: %w: %s", err, out)
+	}
+	return bin, nil
 }
 
 // FreeAddr returns a loopback address no listener has at the moment.
@@ -500,6 +518,17 @@ func Quiet() {
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// Percentile is the nearest-rank p-th percentile of d (0 < p ≤ 1), or 0
+// for no samples.
+func Percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[max(0, int(math.Ceil(p*float64(len(s))))-1)]
+}
 
 // WaitFor polls cond every 200ms until it holds, fails, or timeout passes.
 func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
