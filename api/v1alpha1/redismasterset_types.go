@@ -26,6 +26,11 @@ const (
 	// ends. A further edit of the list waits for it (reason
 	// ChangeQueued).
 	ConditionMembershipChanging = "MembershipChanging"
+	// ConditionSurvivesZoneLoss (managed sets) is True when no zone holds
+	// a quorum of the members, so that losing any one zone leaves a
+	// quorum; False (reason QuorumInOneZone) when one does; Unknown
+	// (ZonesUnknown) when members' zones are not known.
+	ConditionSurvivesZoneLoss = "SurvivesZoneLoss"
 )
 
 // Reasons used in RedisMasterSet conditions.
@@ -66,6 +71,14 @@ const (
 	// ReasonMembershipStable: no change under way; locks are granted on
 	// status.addresses.
 	ReasonMembershipStable = "MembershipStable"
+	// ReasonNoZoneHoldsQuorum: no zone holds a quorum of the members.
+	ReasonNoZoneHoldsQuorum = "NoZoneHoldsQuorum"
+	// ReasonQuorumInOneZone: one zone holds a quorum of the members:
+	// losing it stops every lock of the set.
+	ReasonQuorumInOneZone = "QuorumInOneZone"
+	// ReasonZonesUnknown: some members' zones are not known (pods not
+	// scheduled, nodes without the zone label, or Nodes not read).
+	ReasonZonesUnknown = "ZonesUnknown"
 )
 
 // Member states.
@@ -96,10 +109,12 @@ const (
 	PersistenceAOFAlways   = "AOFAlways"
 )
 
-// Spread policies of managed masters across nodes.
+// Spread policies of managed masters across nodes (spread), and across
+// zones (zoneSpread, which also has SpreadNone).
 const (
 	SpreadPreferred = "Preferred"
 	SpreadStrict    = "Strict"
+	SpreadNone      = "None"
 )
 
 // ManagedMasters describes masters the operator runs as a StatefulSet of
@@ -107,6 +122,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.persistence) || (has(self.persistence) && self.persistence == oldSelf.persistence)",message="persistence is immutable: its volumes are fixed when the set is created"
 // +kubebuilder:validation:XValidation:rule="has(self.storage) == has(oldSelf.storage) && (!has(self.storage) || self.storage == oldSelf.storage)",message="storage is immutable: its volumes are fixed when the set is created"
+// +kubebuilder:validation:XValidation:rule="!has(self.zoneSpread) || self.zoneSpread != 'Strict' || !has(self.replicas) || self.replicas >= 3",message="zoneSpread Strict needs at least 3 replicas: one member is a quorum, and its zone always holds it"
 type ManagedMasters struct {
 	// Replicas is the number of masters: odd, 1 to 15. It may grow, not
 	// shrink: the new members join through a membership change with joint
@@ -158,6 +174,19 @@ type ManagedMasters struct {
 	// +kubebuilder:default=Preferred
 	// +kubebuilder:validation:Enum=Preferred;Strict
 	Spread string `json:"spread,omitempty"`
+
+	// ZoneSpread of the members across zones (their nodes' label
+	// topology.kubernetes.io/zone). Preferred (default): spread where the
+	// scheduler can. Strict: no zone holds a quorum (replicas/2+1
+	// members); a member that would make one stays Pending, and so do
+	// members on nodes without the label. Strict needs at least 3
+	// replicas, and 3 zones to run them all. None: no zone rule. A set
+	// first run by an earlier version takes Preferred when its members
+	// next roll for another reason (a new password or gate image).
+	// +optional
+	// +kubebuilder:default=Preferred
+	// +kubebuilder:validation:Enum=None;Preferred;Strict
+	ZoneSpread string `json:"zoneSpread,omitempty"`
 
 	// HostNetwork runs the members in the host's network namespace, member
 	// i on port+i: for clusters without a pod network. Pod Security levels
@@ -396,6 +425,13 @@ type MemberStatus struct {
 	// Message explains a Down state.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Zone of the node a managed member's pod runs on (its label
+	// topology.kubernetes.io/zone). Empty when not known: an external
+	// member, a pod not scheduled, a node without the label, or an
+	// operator that does not read Nodes (--watch-nodes=false, the default
+	// with --watch-namespaces).
+	// +optional
+	Zone string `json:"zone,omitempty"`
 }
 
 // MasterTLSStatus describes the certificate a managed set's members serve.

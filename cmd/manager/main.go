@@ -420,7 +420,7 @@ func watchFlags(fs *flag.FlagSet, cfg *config) (parsed func()) {
 	fs.Var(&cfg.watchNamespaces, "watch-namespaces",
 		"Namespaces whose locks, master sets and pods the operator serves, comma-separated (repeatable); empty: the whole cluster. With it the operator lists and watches only those namespaces, so namespaced Roles in each are enough.")
 	fs.BoolVar(&cfg.watchNodes, "watch-nodes", true,
-		"Read Nodes (cluster-scoped) for the HolderReachable condition of locks held by pods. Default: true, false with --watch-namespaces.")
+		"Read Nodes (cluster-scoped) for the HolderReachable condition of locks held by pods and the zones of managed Redis members. Default: true, false with --watch-namespaces.")
 	return func() {
 		cfg.webhook.WatchNamespaces = cfg.watchNamespaces
 		if !isSet(fs, "watch-nodes") {

@@ -15,6 +15,7 @@
 //	  Available, Degraded
 //	quarantineWindow(Until), OwnQuarantineWindow status.go (setWindow)
 //	MembershipChanging condition                 membership.go
+//	members[].zone, SurvivesZoneLoss condition   zones.go
 //	gateImage, tls, member records of new sets   managed.go, tls.go
 //	observedGeneration                           controller.go
 package redismasterset
@@ -98,6 +99,9 @@ type Reconciler struct {
 	GateImage string
 	// OperatorNamespace is where the operator runs (members' NetworkPolicy).
 	OperatorNamespace string
+	// ReadNodes: the cache serves Nodes (--watch-nodes), and managed
+	// members' zones are read from them.
+	ReadNodes bool
 
 	// applied remembers the last apply of each owned object (see apply).
 	applied sync.Map
@@ -192,7 +196,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 }
 
 // probe probes the set's masters through its client and writes what it
-// found into status; it returns how soon to probe again.
+// found into status, with a managed set's member zones; it returns how
+// soon to probe again.
 func (r *Reconciler) probe(ctx context.Context, ms *v1alpha1.RedisMasterSet, now time.Time) (time.Duration, error) {
 	c, err := r.Masters.Refresh(ctx, ms)
 	if err != nil {
@@ -209,6 +214,13 @@ func (r *Reconciler) probe(ctx context.Context, ms *v1alpha1.RedisMasterSet, now
 		r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, EventWindowShared, "Probe", "%s", meta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionOwnWindow).Message)
 	}
 	r.probed.Store(client.ObjectKeyFromObject(ms), true)
+	if ms.Spec.Managed != nil {
+		zones, err := r.memberZones(ctx, ms)
+		if err != nil {
+			return 0, err
+		}
+		setZones(ms, zones, r.ReadNodes)
+	}
 	return next, nil
 }
 

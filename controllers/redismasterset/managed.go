@@ -73,7 +73,8 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		return managedOutcome{}, fmt.Errorf("read statefulset: %w", err)
 	}
 	image := gateImage(ms, r.GateImage)
-	acl := managed.ACLSecret(ms, managed.ACL(password, managed.ACLNotices(ms, live, password, image)))
+	newDefaults := managed.NewDefaults(ms, live, password, image)
+	acl := managed.ACLSecret(ms, managed.ACL(password, newDefaults))
 	if err := r.createOnce(ctx, ms, acl); err != nil {
 		return managedOutcome{}, err
 	}
@@ -89,7 +90,7 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 		serving, problem = cur, err
 	}
 	cm, svc, pdb := managed.ConfigMap(ms), managed.Service(ms), managed.PodDisruptionBudget(ms)
-	opts := managed.Options{GateImage: image, ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace, TLS: serving}
+	opts := managed.Options{GateImage: image, ACLSecret: acl.Name, OperatorNamespace: r.OperatorNamespace, TLS: serving, NewDefaults: newDefaults}
 	ms.Status.GateImage = opts.GateImage // written by the deferred status patch
 	sts := managed.StatefulSet(ms, opts)
 	for _, obj := range []client.Object{cm, svc, pdb, managed.NetworkPolicy(ms, opts)} {

@@ -30,6 +30,16 @@ func memberPod(ms *v1alpha1.RedisMasterSet, ordinal string) *corev1.Pod {
 	}
 }
 
+// createManaged creates a managed set of maxLockTTL 20s.
+func createManaged(ns, name string, m v1alpha1.ManagedMasters) *v1alpha1.RedisMasterSet {
+	ms := &v1alpha1.RedisMasterSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.RedisMasterSetSpec{MaxLockTTL: metav1.Duration{Duration: 20 * time.Second}, Managed: &m},
+	}
+	ExpectWithOffset(1, k8s.Create(suiteCtx, ms)).To(Succeed())
+	return ms
+}
+
 func admission(pod *corev1.Pod) func() time.Time {
 	return func() time.Time {
 		cur := &corev1.Pod{}
@@ -53,14 +63,7 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 	BeforeAll(func() {
 		mgr = startManager()
 		ns = newNamespace()
-		ms = &v1alpha1.RedisMasterSet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "locks"},
-			Spec: v1alpha1.RedisMasterSetSpec{
-				MaxLockTTL: metav1.Duration{Duration: 20 * time.Second},
-				Managed:    &v1alpha1.ManagedMasters{Replicas: 3, Persistence: v1alpha1.PersistenceAOFEverySec},
-			},
-		}
-		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
+		ms = createManaged(ns, "locks", v1alpha1.ManagedMasters{Replicas: 3, Persistence: v1alpha1.PersistenceAOFEverySec})
 	})
 	AfterAll(func() { mgr.Stop() })
 

@@ -29,13 +29,14 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 		return ms
 	}
 
-	It("defaults replicas 5, persistence None, spread Preferred, port 6379", func() {
+	It("defaults replicas 5, persistence None, spread and zoneSpread Preferred, port 6379", func() {
 		ms := managed("defaults", nil)
 		Expect(k8s.Create(suiteCtx, ms)).To(Succeed())
 		m := ms.Spec.Managed
 		Expect(m.Replicas).To(Equal(int32(5)))
 		Expect(m.Persistence).To(Equal(v1alpha1.PersistenceNone))
 		Expect(m.Spread).To(Equal(v1alpha1.SpreadPreferred))
+		Expect(m.ZoneSpread).To(Equal(v1alpha1.SpreadPreferred))
 		Expect(m.Port).To(Equal(int32(6379)))
 		Expect(m.Image).NotTo(BeEmpty())
 	})
@@ -52,9 +53,20 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 				ms.Spec.Managed.RestartDelay = &metav1.Duration{Duration: 10 * time.Second}
 			},
 			"bad persistence": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Persistence = "RDB" },
+			"Strict zones with one member": func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.Managed.Replicas, ms.Spec.Managed.ZoneSpread = 1, v1alpha1.SpreadStrict
+			},
+			"bad zone spread": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.ZoneSpread = "Always" },
 		} {
 			Expect(k8s.Create(suiteCtx, managed("bad", mutate))).NotTo(Succeed(), name)
 		}
+		err := k8s.Create(suiteCtx, managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+			ms.Spec.Managed.Replicas, ms.Spec.Managed.ZoneSpread = 1, v1alpha1.SpreadStrict
+		}))
+		Expect(err).To(MatchError(ContainSubstring("zoneSpread Strict needs at least 3 replicas")))
+		Expect(k8s.Create(suiteCtx, managed("strict-zones", func(ms *v1alpha1.RedisMasterSet) {
+			ms.Spec.Managed.Replicas, ms.Spec.Managed.ZoneSpread = 3, v1alpha1.SpreadStrict
+		}))).To(Succeed())
 		// A short restart delay is fine when every write is fsynced.
 		Expect(k8s.Create(suiteCtx, managed("fsynced", func(ms *v1alpha1.RedisMasterSet) {
 			ms.Spec.Managed.Persistence = v1alpha1.PersistenceAOFAlways

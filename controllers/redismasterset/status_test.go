@@ -148,3 +148,34 @@ func TestSetWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestZoneCondition: losing one zone leaves a quorum exactly when no zone
+// holds one; members of unknown zones leave it Unknown when they could
+// make one.
+func TestZoneCondition(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		zones     []string
+		readNodes bool
+		status    metav1.ConditionStatus
+		reason    string
+	}{
+		{"five in three zones", []string{"a", "b", "c", "a", "b"}, true, metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
+		{"three of five in one", []string{"a", "b", "a", "a", "b"}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"all in one", []string{"a", "a", "a"}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"one member", []string{"a"}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"two in two zones, one unknown", []string{"a", "b", ""}, true, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
+		{"a quorum known in one, one unknown", []string{"a", "a", ""}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"one unknown that cannot make a quorum", []string{"a", "b", "c", "d", ""}, true, metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
+		{"none known", []string{"", "", ""}, true, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
+		{"nodes not read", []string{"", "", ""}, false, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
+	} {
+		status, reason, msg := zoneCondition(c.zones, c.readNodes)
+		if status != c.status || reason != c.reason || msg == "" {
+			t.Errorf("%s: %s/%s (%q), want %s/%s", c.name, status, reason, msg, c.status, c.reason)
+		}
+	}
+	if _, _, msg := zoneCondition([]string{"a", "b", "a", "a", "b"}, true); msg != "members 0, 2 and 3 of 5 run in zone a, a quorum (3): losing that zone stops every lock of the set" {
+		t.Errorf("message %q", msg)
+	}
+}

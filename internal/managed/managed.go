@@ -129,13 +129,14 @@ func MountedSecret(sts *appsv1.StatefulSet, volume string) string {
 	return ""
 }
 
-// ACLNotices reports whether the members of a set should run the ACL with
-// release notices and waiting lines: a new set's do, and a running set's members keep the
-// ACL they run until they roll for another reason (a new password or gate
-// image), so that upgrading the operator does not roll every set. live is
-// the set's StatefulSet (nil: none yet), gateImage the one it is rendered
-// with now.
-func ACLNotices(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet, password, gateImage string) bool {
+// NewDefaults reports whether the members of a set should run what this
+// version adds by default: the ACL with release notices and waiting lines,
+// and the zone rule Preferred. A new set's do; a running set's members
+// keep what they run until they roll for another reason (a new password or
+// gate image), so that upgrading the operator does not roll every set.
+// live is the set's StatefulSet (nil: none yet), gateImage the one it is
+// rendered with now.
+func NewDefaults(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet, password, gateImage string) bool {
 	if live == nil {
 		return true
 	}

@@ -175,7 +175,7 @@ func TestRenderKeepsThePasswordOffCommandLinesAndEnvironments(t *testing.T) {
 // A new set's members run the ACL with release notices; a running set's
 // keep the ACL they run until they roll for another reason, so that an
 // operator upgrade rolls no set.
-func TestACLNotices(t *testing.T) {
+func TestNewDefaults(t *testing.T) {
 	ms := set(nil)
 	const password, image = "pw", "op:2"
 	running := func(notices bool, password, image string) *appsv1.StatefulSet {
@@ -192,7 +192,7 @@ func TestACLNotices(t *testing.T) {
 		{"members running the ACL before notices, a new gate image rolling them", running(false, password, "op:1"), true},
 		{"members running another password's ACL, rolling for the new one", running(false, "old", image), true},
 	} {
-		if got := ACLNotices(ms, c.live, password, image); got != c.want {
+		if got := NewDefaults(ms, c.live, password, image); got != c.want {
 			t.Errorf("%s: ACL with notices %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -416,5 +416,47 @@ func TestAdmissionDelay(t *testing.T) {
 		if got := AdmissionDelay(tc.at, now); got != tc.want {
 			t.Errorf("AdmissionDelay(now%+v) = %s, want %s", tc.at.Sub(now), got, tc.want)
 		}
+	}
+}
+
+// TestSpreadConstraints: members spread over nodes and zones; Strict zones
+// let no zone hold a quorum (minDomains counts missing zones as empty);
+// Preferred zones only for members on this version's defaults, so that an
+// upgrade rolls no set.
+func TestSpreadConstraints(t *testing.T) {
+	zoneRule := func(m func(*v1alpha1.ManagedMasters), newDefaults bool) *corev1.TopologySpreadConstraint {
+		ms := set(m)
+		var zone *corev1.TopologySpreadConstraint
+		cs := StatefulSet(ms, Options{NewDefaults: newDefaults}).Spec.Template.Spec.TopologySpreadConstraints
+		for i := range cs {
+			switch cs[i].TopologyKey {
+			case corev1.LabelTopologyZone:
+				zone = &cs[i]
+			case corev1.LabelHostname:
+			default:
+				t.Fatalf("constraint on %s", cs[i].TopologyKey)
+			}
+		}
+		if cs[0].TopologyKey != corev1.LabelHostname {
+			t.Fatalf("no node spread first: %+v", cs)
+		}
+		return zone
+	}
+	for _, c := range []struct {
+		replicas, maxSkew int32
+	}{{3, 1}, {5, 2}, {7, 3}, {15, 7}} {
+		z := zoneRule(func(m *v1alpha1.ManagedMasters) { m.Replicas, m.ZoneSpread = c.replicas, v1alpha1.SpreadStrict }, false)
+		if z == nil || z.MaxSkew != c.maxSkew || z.MinDomains == nil || *z.MinDomains != c.replicas || z.WhenUnsatisfiable != corev1.DoNotSchedule {
+			t.Errorf("Strict, %d replicas: %+v, want maxSkew %d (a quorum less one), minDomains %d", c.replicas, z, c.maxSkew, c.replicas)
+		}
+	}
+	if z := zoneRule(func(m *v1alpha1.ManagedMasters) { m.ZoneSpread = v1alpha1.SpreadPreferred }, true); z == nil || z.MaxSkew != 1 || z.WhenUnsatisfiable != corev1.ScheduleAnyway || z.MinDomains != nil {
+		t.Errorf("Preferred: %+v", z)
+	}
+	if z := zoneRule(func(m *v1alpha1.ManagedMasters) { m.ZoneSpread = v1alpha1.SpreadPreferred }, false); z != nil {
+		t.Errorf("Preferred on members running an earlier version's defaults: %+v, want none (no roll on upgrade)", z)
+	}
+	if z := zoneRule(func(m *v1alpha1.ManagedMasters) { m.ZoneSpread = v1alpha1.SpreadNone }, true); z != nil {
+		t.Errorf("None: %+v", z)
 	}
 }

@@ -32,6 +32,9 @@ type Options struct {
 	OperatorNamespace string
 	// TLS is the certificate the members serve (sets with spec.tls).
 	TLS *Serving
+	// NewDefaults: the members run this version's defaults (NewDefaults),
+	// here the zone rule Preferred.
+	NewDefaults bool
 }
 
 // Serving names the Secret (tls.crt, tls.key) the members of a TLS set
@@ -275,10 +278,6 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 		}}
 	}
 
-	whenUnsatisfiable := corev1.ScheduleAnyway
-	if m.Spread == v1alpha1.SpreadStrict {
-		whenUnsatisfiable = corev1.DoNotSchedule
-	}
 	dnsPolicy := corev1.DNSClusterFirst
 	if m.HostNetwork {
 		dnsPolicy = corev1.DNSClusterFirstWithHostNet
@@ -317,12 +316,7 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 					Tolerations:                   m.Tolerations,
 					ImagePullSecrets:              m.ImagePullSecrets,
 					Affinity:                      m.Affinity,
-					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
-						MaxSkew:           1,
-						TopologyKey:       corev1.LabelHostname,
-						WhenUnsatisfiable: whenUnsatisfiable,
-						LabelSelector:     &metav1.LabelSelector{MatchLabels: labels},
-					}},
+					TopologySpreadConstraints:     spreadConstraints(m, labels, o.NewDefaults),
 					InitContainers: []corev1.Container{{
 						Name:            gateContainer,
 						Image:           o.GateImage,
@@ -356,4 +350,31 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 			VolumeClaimTemplates: claims,
 		},
 	}
+}
+
+// spreadConstraints spread the members across nodes (spread) and zones
+// (zoneSpread). A Strict zone rule lets no zone hold a quorum: at most a
+// quorum less one member per zone (maxSkew quorum−1 with minDomains =
+// replicas, so that with fewer zones than members the scheduler counts
+// the emptiest as holding none), and no member on a node without the zone
+// label. Preferred is rendered for members that run this version's
+// defaults (newDefaults).
+func spreadConstraints(m *v1alpha1.ManagedMasters, labels map[string]string, newDefaults bool) []corev1.TopologySpreadConstraint {
+	members := &metav1.LabelSelector{MatchLabels: labels}
+	nodes := corev1.ScheduleAnyway
+	if m.Spread == v1alpha1.SpreadStrict {
+		nodes = corev1.DoNotSchedule
+	}
+	out := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: nodes, LabelSelector: members}}
+	switch {
+	case m.ZoneSpread == v1alpha1.SpreadStrict:
+		replicas := m.Replicas
+		out = append(out, corev1.TopologySpreadConstraint{
+			MaxSkew: replicas / 2, MinDomains: &replicas, TopologyKey: corev1.LabelTopologyZone,
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: members,
+		})
+	case m.ZoneSpread != v1alpha1.SpreadNone && newDefaults:
+		out = append(out, corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: members})
+	}
+	return out
 }

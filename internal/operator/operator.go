@@ -112,9 +112,10 @@ type Options struct {
 	// WatchNamespaces are the namespaces whose locks, master sets and pods
 	// the operator serves (the same list as CacheOptions'); empty: all.
 	WatchNamespaces []string
-	// IgnoreNodes leaves out the HolderReachable condition, the only reason
-	// the operator reads Nodes (cluster-scoped): a namespaced install may
-	// not be allowed to.
+	// IgnoreNodes leaves out what the operator reads Nodes (cluster-scoped)
+	// for: locks' HolderReachable condition, and managed members' zones
+	// (their SurvivesZoneLoss condition is Unknown). A namespaced install
+	// may not be allowed to read Nodes.
 	IgnoreNodes bool
 	// NoAgentAccess leaves the agents' Roles and RoleBindings
 	// (controllers/agentaccess) to someone else.
@@ -250,6 +251,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		ProbeInterval:     o.ProbeInterval,
 		GateImage:         o.GateImage,
 		OperatorNamespace: o.Namespace,
+		ReadNodes:         !o.IgnoreNodes,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
 	}
