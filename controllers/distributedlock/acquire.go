@@ -204,7 +204,7 @@ func (r *Reconciler) startSession(s *scope, h *grants.Grant, lk *redlock.Lock, c
 	ms := masterSetOf(lock)
 	s.held = h
 	r.wakeups.forget(h.Name)
-	r.lines.leave(h.Name)
+	r.lines.granted(h.Name)
 	r.grants.Hold(h, renewal.Grant{
 		Lock: lk, Client: c,
 		Key: lk.Key(), Value: lk.Value(), Token: lk.Token(), Slot: slotOf(lock), TTL: lock.Spec.TTL.Duration, Every: renewInterval(lock.Spec),

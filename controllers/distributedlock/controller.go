@@ -272,7 +272,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.beats.forget(req.NamespacedName)
 		r.keys.forgetName(req.NamespacedName)
 		r.wakeups.forget(req.NamespacedName)
-		r.lines.leave(req.NamespacedName)
+		r.lines.withdraw(req.NamespacedName)
 		r.grants.Forget(req.NamespacedName, "")
 		return ctrl.Result{}, nil
 	}
@@ -280,7 +280,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	s := &scope{lock: lock, orig: *lock.Status.DeepCopy(), now: r.Clock.Now(), held: r.grants.Get(lock.UID)}
 	defer func() {
 		if !s.attempted {
-			r.lines.leave(req.NamespacedName) // held back, not requested, or held
+			r.lines.withdraw(req.NamespacedName) // held back, not requested, or held
 		}
 		if err := r.patchStatus(ctx, s); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})

@@ -200,11 +200,18 @@ func (l *lines) join(ctx context.Context, name types.NamespacedName, lock *v1alp
 	l.mu.Unlock()
 }
 
-// leave takes name's lock out of its line, in the background: it was
-// granted, stopped attempting, or is gone. Only its ticket is taken out,
-// so that a leave landing after a newer registration spares it; a ticket
-// a leave misses lapses on the masters' clocks.
-func (l *lines) leave(name types.NamespacedName) {
+// granted takes name's lock out of its line: it holds the key.
+func (l *lines) granted(name types.NamespacedName) { l.leave(name, false) }
+
+// withdraw takes name's lock out of its line without the key: it stopped
+// attempting, or is gone. The masters tell the waiters behind it (a
+// release notice), so that the next checks its turn at once.
+func (l *lines) withdraw(name types.NamespacedName) { l.leave(name, true) }
+
+// leave takes name's lock out of its line, in the background. Only its
+// ticket is taken out, so that a leave landing after a newer registration
+// spares it; a ticket a leave misses lapses on the masters' clocks.
+func (l *lines) leave(name types.NamespacedName, withdrawn bool) {
 	if l == nil {
 		return
 	}
@@ -218,7 +225,11 @@ func (l *lines) leave(name types.NamespacedName) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), lineLeaveTimeout)
 		defer cancel()
-		if err := p.client.LeaveLine(ctx, p.key, string(p.uid), p.ticket); err != nil {
+		out := p.client.LeaveLine
+		if withdrawn {
+			out = p.client.WithdrawFromLine
+		}
+		if err := out(ctx, p.key, string(p.uid), p.ticket); err != nil {
 			logf.Log.WithName("lines").V(1).Info("waiting line not left: the ticket lapses", "lock", name, "error", err.Error())
 		}
 	}()

@@ -2,6 +2,7 @@ package distributedlock
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,96 @@ func TestLinesTurnAndBound(t *testing.T) {
 	}
 	if _, ok := l.places[types.NamespacedName{Namespace: "ns", Name: "slot"}]; ok {
 		t.Error("a semaphore's slot lock took a place in a line")
+	}
+}
+
+// TestWithdrawTellsTheWaitersBehind: a lock that leaves its line without
+// the key tells the key's waiters (a release notice at a quorum), one
+// granted leaves quietly; both take their own entry out.
+func TestWithdrawTellsTheWaitersBehind(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithReleaseNotices())
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = listener.Close() })
+	told := make(chan string, 4)
+	notices, err := listener.Notices(func(key string) { told <- key })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = notices.Close() })
+	ctx := context.Background()
+	if err := notices.Watch(ctx, "withdrawn"); err != nil {
+		t.Fatal(err)
+	}
+	l := newLines(time.Now, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "checks"}, []string{"result"}))
+	place := func(name string) types.NamespacedName {
+		tr := c.CheckTurn(ctx, "withdrawn", "uid-"+name, 0, time.Minute)
+		if tr.Err != nil || !tr.Registered {
+			t.Fatalf("%s's ticket: %+v", name, tr)
+		}
+		n := types.NamespacedName{Namespace: "ns", Name: name}
+		l.places[n] = linePlace{uid: types.UID("uid-" + name), ticket: tr.Ticket, client: c, key: "withdrawn"}
+		return n
+	}
+	inLine := func(uid string) bool {
+		for _, s := range servers {
+			rc := s.Client()
+			members, err := rc.ZRange(ctx, redlock.LineKey("withdrawn"), 0, -1).Result()
+			_ = rc.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range members {
+				if len(m) > len(uid) && m[:len(uid)+1] == uid+"|" {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	waitOut := func(uid string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for inLine(uid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still in the line after 10s", uid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	granted, withdrawn := place("granted"), place("withdrawn")
+	l.granted(granted)
+	waitOut("uid-granted")
+	l.withdraw(withdrawn)
+	select {
+	case k := <-told:
+		if k != "withdrawn" {
+			t.Fatalf("told of %q", k)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the withdrawal told no waiter within 10s")
+	}
+	waitOut("uid-withdrawn")
+	// Close waits for the client's PUBLISHes: one per master, the
+	// withdrawal's.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers {
+		rc := s.Client()
+		stats, err := rc.Info(ctx, "commandstats").Result()
+		_ = rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(stats, "cmdstat_publish:calls=1,"); n != 1 {
+			t.Errorf("master %d: PUBLISH calls not 1:\n%s", i, stats)
+		}
 	}
 }

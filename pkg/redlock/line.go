@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -81,7 +82,10 @@ for i = 1, #all, 2 do
   end
 end
 if ARGV[5] == 'leave' then
-  if mine and (tk == 0 or mineTk == tk) then redis.call('ZREM', KEYS[1], mine) end
+  if mine and (tk == 0 or mineTk == tk) then
+    redis.call('ZREM', KEYS[1], mine)
+    return {0, top, 1, -2}
+  end
   return {0, top, 0, -2}
 end
 local reg = 0
@@ -288,29 +292,49 @@ func (c *Client) peekTurn(ctx context.Context, key, line string, heads int) Turn
 }
 
 // LeaveLine takes waiter's ticket out of the line of key (a lock's or a
-// semaphore's) on every master that answers: it was granted, or stopped
-// waiting. Only the entry with ticket is taken out (0: whatever ticket it
-// holds), so that a late leave spares a newer registration. A ticket left
-// behind lapses by itself.
+// semaphore's) on every master that answers: it was granted. Only the
+// entry with ticket is taken out (0: whatever ticket it holds), so that a
+// late leave spares a newer registration. A ticket left behind lapses by
+// itself.
 func (c *Client) LeaveLine(ctx context.Context, key, waiter string, ticket int64) error {
+	return c.leaveLine(ctx, key, waiter, ticket, "leave")
+}
+
+// WithdrawFromLine is LeaveLine for a waiter that stops waiting without
+// the key. With WithReleaseNotices, every master it left tells the key's
+// channel (NoticeChannel) in the background, so that the waiters behind
+// it check their turn at once rather than after their retry delay.
+func (c *Client) WithdrawFromLine(ctx context.Context, key, waiter string, ticket int64) error {
+	return c.leaveLine(ctx, key, waiter, ticket, "withdraw")
+}
+
+func (c *Client) leaveLine(ctx context.Context, key, waiter string, ticket int64, mode string) error {
 	if err := validateKey(OpAcquire, key); err != nil {
 		return err
 	}
 	if err := validateLine(waiter, ticket, time.Millisecond); err != nil {
 		return err
 	}
-	_, err := c.lineRound(ctx, key, LineKey(key), waiter, ticket, 0, "leave", nil)
+	_, err := c.lineRound(ctx, key, LineKey(key), waiter, ticket, 0, mode, nil)
 	return err
 }
 
 // lineRound runs lineScript on every master of the client's list and
 // returns the answers of those that answered and may vote (a master
 // restarted within the quarantine window holds a line it forgot), or
-// errLineUnavailable when fewer than a quorum did. It returns once every
+// errLineUnavailable when fewer than a quorum did. mode is "check",
+// "leave", or "withdraw" (a leave that tells the key's channel where it
+// took a ticket out). It returns once every
 // master answered, or once settled (nil: never) holds for the answers so
 // far and how many masters have yet to answer.
 func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket int64, life time.Duration, mode string, settled func(answers []lineAnswer, pending int) bool) ([]lineAnswer, error) {
-	args := lineScript.args([]string{line, key}, waiter, ticket, life.Milliseconds(), MaxLine, mode)
+	scriptMode := mode
+	if mode == "withdraw" {
+		scriptMode = "leave"
+	}
+	args := lineScript.args([]string{line, key}, waiter, ticket, life.Milliseconds(), MaxLine, scriptMode)
+	// A withdrawal's notices carry one payload on every master.
+	withdrawal := releaseID(key, "\x00withdraw\x00"+waiter+"|"+strconv.FormatInt(ticket, 10))
 	got := make([]lineAnswer, len(c.nodes))
 	r, err := c.startVotingRound(ctx, c.lineTimeout(), func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if !n.inList(0) {
@@ -324,6 +348,9 @@ func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket
 			return OutcomeError, fmt.Errorf("waiting line: unexpected reply %v", res)
 		}
 		got[i] = lineAnswer{ahead: res[0], top: res[1], reg: res[2], pttl: res[3]}
+		if mode == "withdraw" && res[2] == 1 && c.cfg.releaseNotices {
+			c.publishRelease(n, key, withdrawal, c.lineTimeout())
+		}
 		return OutcomeGranted, nil
 	})
 	if err != nil {

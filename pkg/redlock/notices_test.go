@@ -521,3 +521,61 @@ func TestASilentConnectionIsMadeAnew(t *testing.T) {
 	}
 	r.releaseAndHear(t, "again-silent", "released through the master that answers again")
 }
+
+// TestWithdrawalTellsTheWaitersBehind: a waiter that leaves the line
+// without the key (WithdrawFromLine) tells the key's channel on every
+// master it left, once per withdrawal, so that the next checks its turn
+// at once; a leave after a grant (LeaveLine), a withdrawal of a ticket no
+// longer in the line, and a client without notices tell nobody.
+func TestWithdrawalTellsTheWaitersBehind(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	r := newNoticeRig(t, servers)
+	if err := r.notices.Watch(ctx, "behind"); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribers(t, servers, "behind", 1)
+	head := turn(t, r.holder, "behind", "head", 0)
+	next := turn(t, r.waiter, "behind", "next", 0)
+	if !head.Go || next.Go {
+		t.Fatalf("head %+v, next %+v: want the head's turn only", head, next)
+	}
+	if err := r.holder.WithdrawFromLine(ctx, "behind", "head", head.Ticket); err != nil {
+		t.Fatal(err)
+	}
+	if k := r.l.next(t, "the head withdrew"); k != "behind" {
+		t.Fatalf("notice of %q, want behind", k)
+	}
+	if tr := turn(t, r.waiter, "behind", "next", next.Ticket); !tr.Go {
+		t.Fatalf("the next waiter after the head withdrew: %+v, want its turn", tr)
+	}
+	// Quiet leaves: granted, a ticket already out, and without notices.
+	if err := r.holder.LeaveLine(ctx, "behind", "next", next.Ticket); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.holder.WithdrawFromLine(ctx, "behind", "head", head.Ticket); err != nil {
+		t.Fatal(err)
+	}
+	quiet := newClient(t, redistest.Addrs(servers))
+	again := turn(t, quiet, "behind", "again", 0)
+	if err := quiet.WithdrawFromLine(ctx, "behind", "again", again.Ticket); err != nil {
+		t.Fatal(err)
+	}
+	// Close waits for the holder's PUBLISHes.
+	if err := r.holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := quiet.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers {
+		if n := commandCalls(t, s)["publish"]; n != 1 {
+			t.Errorf("master %d: %d PUBLISH, want 1 (the one withdrawal)", i, n)
+		}
+	}
+	r.l.mu.Lock()
+	defer r.l.mu.Unlock()
+	if len(r.l.keys) != 1 {
+		t.Errorf("notices called back %v, want once", r.l.keys)
+	}
+}
