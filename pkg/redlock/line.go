@@ -53,7 +53,9 @@ const LineACLRules = "+zadd +zrem +zrange +pttl"
 // only if it holds that ticket, whatever it holds with 0). It drops lapsed
 // tickets, and returns {live tickets ahead of the waiter's, the highest
 // other live ticket, 1 registered | 0 not asked | -1 the line is full,
-// KEYS[2]'s PTTL (-2: the key is free here)}. It never touches KEYS[2].
+// KEYS[2]'s PTTL (-2: the key is free here), the waiter's own live ticket
+// before the call (0: none)}; a leave's third value is 1 when it took the
+// entry out. It never touches KEYS[2].
 var lineScript = newScript(`local function before(a, b)
   for i = 1, math.min(#a, #b) do
     local x, y = string.byte(a, i), string.byte(b, i)
@@ -81,12 +83,13 @@ for i = 1, #all, 2 do
     if tk > 0 and (s < tk or (s == tk and before(w, id))) then ahead = ahead + 1 end
   end
 end
+local own = mineTk
 if ARGV[5] == 'leave' then
   if mine and (tk == 0 or mineTk == tk) then
     redis.call('ZREM', KEYS[1], mine)
-    return {0, top, 1, -2}
+    return {0, top, 1, -2, mineTk}
   end
-  return {0, top, 0, -2}
+  return {0, top, 0, -2, mineTk}
 end
 local reg = 0
 if tk > 0 and life > 0 then
@@ -102,11 +105,13 @@ if tk > 0 and life > 0 then
 end
 if mine and mineEnd > last then last = mineEnd end
 if last > now then redis.call('PEXPIRE', KEYS[1], string.format('%.0f', last - now)) end
-return {ahead, top, reg, redis.call('PTTL', KEYS[2])}`)
+return {ahead, top, reg, redis.call('PTTL', KEYS[2]), own}`)
 
 // lineAnswer is one master's answer to lineScript.
 type lineAnswer struct {
 	ahead, top, reg, pttl int64
+	// own is the waiter's live ticket on the master (0: none).
+	own int64
 }
 
 // Turn is a waiter's place in a key's line, from one check.
@@ -137,7 +142,8 @@ var ErrLineUnavailable = errors.New("waiting line unavailable")
 // all clients of the masters, without "|") in the line of the lock key
 // for life (whole milliseconds, at most MaxLineLife), taking a ticket when
 // ticket is 0, and tells whether it may attempt: the first waiter of the
-// line may. It costs one round, two for a new ticket. A ctx that ends
+// line may. With ticket 0, a waiter whose ticket still stands on a quorum
+// (its client restarted) takes that ticket again, and keeps its place. It costs one round, two for a new ticket. A ctx that ends
 // first gives no turn and ctx's error.
 func (c *Client) CheckTurn(ctx context.Context, key, waiter string, ticket int64, life time.Duration) Turn {
 	if err := validateKey(OpAcquire, key); err != nil {
@@ -167,10 +173,7 @@ func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket
 		if err != nil {
 			return Turn{Go: ctx.Err() == nil, Err: err}
 		}
-		for _, a := range answers {
-			ticket = max(ticket, a.top)
-		}
-		ticket++
+		ticket = ticketFrom(answers, c.quorum)
 	}
 	answers, err := c.lineRound(ctx, key, line, waiter, ticket, life, "check", func(a []lineAnswer, pending int) bool {
 		return turnSettled(a, pending, heads, ticket, c.quorum)
@@ -179,6 +182,27 @@ func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket
 		return Turn{Go: ctx.Err() == nil, Err: err}
 	}
 	return turnOf(answers, heads, ticket, c.quorum)
+}
+
+// ticketFrom is the ticket a waiter with none takes from a quorum's
+// answers: the live ticket a quorum shows it still holds (a client that
+// restarted, or a waiter whose manager changed, resumes its place), or
+// one above every ticket they show.
+func ticketFrom(answers []lineAnswer, quorum int) int64 {
+	var top int64
+	own := map[int64]int{}
+	for _, a := range answers {
+		top = max(top, a.top)
+		if a.own > 0 {
+			own[a.own]++
+		}
+	}
+	for t, n := range own {
+		if n >= quorum {
+			return t
+		}
+	}
+	return top + 1
 }
 
 // turnOf is the turn the masters' answers give a waiter with ticket (or
@@ -344,10 +368,10 @@ func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket
 		if err != nil {
 			return OutcomeError, err
 		}
-		if len(res) != 4 {
+		if len(res) != 5 {
 			return OutcomeError, fmt.Errorf("waiting line: unexpected reply %v", res)
 		}
-		got[i] = lineAnswer{ahead: res[0], top: res[1], reg: res[2], pttl: res[3]}
+		got[i] = lineAnswer{ahead: res[0], top: res[1], reg: res[2], pttl: res[3], own: res[4]}
 		if mode == "withdraw" && res[2] == 1 && c.cfg.releaseNotices {
 			c.publishRelease(n, key, withdrawal, c.lineTimeout())
 		}

@@ -262,3 +262,32 @@ func TestRestoreLineKeyForRelease(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 }
+
+// TestLineResumesATicket: a waiter that asks for a ticket again while its
+// registration stands (its client restarted, or another manager took
+// over) resumes its place ahead of those who came later; one whose entry
+// is gone takes a new ticket behind them.
+func TestLineResumesATicket(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	first := newClient(t, redistest.Addrs(servers))
+	ctx := context.Background()
+	a := turn(t, first, "resume", "a", 0)
+	b := turn(t, first, "resume", "b", 0)
+	if a.Ticket != 1 || b.Ticket != 2 || !a.Go || b.Go {
+		t.Fatalf("a %+v, b %+v", a, b)
+	}
+	restarted := newClient(t, redistest.Addrs(servers))
+	again := turn(t, restarted, "resume", "a", 0)
+	if again.Ticket != a.Ticket || !again.Go || !again.Registered {
+		t.Fatalf("a again after a restart: %+v, want its ticket %d and its turn", again, a.Ticket)
+	}
+	if tr := turn(t, restarted, "resume", "b", b.Ticket); tr.Go || tr.Ahead != 1 {
+		t.Fatalf("b behind the resumed a: %+v", tr)
+	}
+	if err := restarted.WithdrawFromLine(ctx, "resume", "a", 0); err != nil {
+		t.Fatal(err)
+	}
+	if tr := turn(t, restarted, "resume", "a", 0); tr.Ticket != 3 || tr.Go || tr.Ahead != 1 {
+		t.Fatalf("a after it left: %+v, want a new ticket 3 behind b", tr)
+	}
+}
