@@ -26,10 +26,11 @@ const (
 	// ends. A further edit of the list waits for it (reason
 	// ChangeQueued).
 	ConditionMembershipChanging = "MembershipChanging"
-	// ConditionSurvivesZoneLoss (managed sets) is True when no zone holds
-	// a quorum of the members, so that losing any one zone leaves a
-	// quorum; False (reason QuorumInOneZone) when one does; Unknown
-	// (ZonesUnknown) when members' zones are not known.
+	// ConditionSurvivesZoneLoss (managed sets) is True when losing any one
+	// zone leaves a quorum of the members running (a member not running
+	// counts as lost); False (reason QuorumInOneZone) when losing one
+	// would not; Unknown (ZonesUnknown) when members' zones are not known
+	// and could decide it.
 	ConditionSurvivesZoneLoss = "SurvivesZoneLoss"
 )
 
@@ -73,8 +74,8 @@ const (
 	ReasonMembershipStable = "MembershipStable"
 	// ReasonNoZoneHoldsQuorum: no zone holds a quorum of the members.
 	ReasonNoZoneHoldsQuorum = "NoZoneHoldsQuorum"
-	// ReasonQuorumInOneZone: one zone holds a quorum of the members:
-	// losing it stops every lock of the set.
+	// ReasonQuorumInOneZone: losing one zone would leave fewer than a
+	// quorum of the members running, and stop every lock of the set.
 	ReasonQuorumInOneZone = "QuorumInOneZone"
 	// ReasonZonesUnknown: some members' zones are not known (pods not
 	// scheduled, nodes without the zone label, or Nodes not read).

@@ -215,11 +215,11 @@ func (r *Reconciler) probe(ctx context.Context, ms *v1alpha1.RedisMasterSet, now
 	}
 	r.probed.Store(client.ObjectKeyFromObject(ms), true)
 	if ms.Spec.Managed != nil {
-		zones, err := r.memberZones(ctx, ms)
+		placements, err := r.memberPlacements(ctx, ms)
 		if err != nil {
 			return 0, err
 		}
-		setZones(ms, zones, r.ReadNodes)
+		setZones(ms, placements, r.ReadNodes)
 	}
 	return next, nil
 }

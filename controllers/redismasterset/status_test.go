@@ -149,33 +149,53 @@ func TestSetWindow(t *testing.T) {
 	}
 }
 
-// TestZoneCondition: losing one zone leaves a quorum exactly when no zone
-// holds one; members of unknown zones leave it Unknown when they could
-// make one.
+// TestZoneCondition: losing any one zone must leave a quorum of the
+// list running; a member that runs nowhere counts as lost, one whose zone
+// is not known may be in any zone.
 func TestZoneCondition(t *testing.T) {
+	const nowhere = "-"
+	place := func(zones ...string) []placement {
+		out := make([]placement, len(zones))
+		for i, z := range zones {
+			if z != nowhere {
+				out[i] = placement{running: true, zone: z}
+			}
+		}
+		return out
+	}
+	all := func(n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
 	for _, c := range []struct {
-		name      string
-		zones     []string
-		readNodes bool
-		status    metav1.ConditionStatus
-		reason    string
+		name   string
+		p      []placement
+		list   []int
+		status metav1.ConditionStatus
+		reason string
 	}{
-		{"five in three zones", []string{"a", "b", "c", "a", "b"}, true, metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
-		{"three of five in one", []string{"a", "b", "a", "a", "b"}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
-		{"all in one", []string{"a", "a", "a"}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
-		{"one member", []string{"a"}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
-		{"two in two zones, one unknown", []string{"a", "b", ""}, true, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
-		{"a quorum known in one, one unknown", []string{"a", "a", ""}, true, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
-		{"one unknown that cannot make a quorum", []string{"a", "b", "c", "d", ""}, true, metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
-		{"none known", []string{"", "", ""}, true, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
-		{"nodes not read", []string{"", "", ""}, false, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
+		{"five in three zones", place("a", "b", "c", "a", "b"), all(5), metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
+		{"three of five in one", place("a", "b", "a", "a", "b"), all(5), metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"four in two zones, the fifth nowhere (Strict with two zones)", place("a", "a", "b", "b", nowhere), all(5), metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"all in one", place("a", "a", "a"), all(3), metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"one member", place("a"), all(1), metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"two zones and one member nowhere", place("a", "b", nowhere), all(3), metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"two zones and one unknown", place("a", "b", ""), all(3), metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
+		{"one unknown that cannot matter", place("a", "b", "c", "d", ""), all(5), metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
+		{"none known", place("", "", ""), all(3), metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
+		{"none running", place(nowhere, nowhere, nowhere), all(3), metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
+		{"the previous list of three, after growing to five", place("a", "b", "c", "a", "b"), []int{0, 1, 2}, metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
+		{"a previous list with two in one zone", place("a", "c", "c", "a", "b"), []int{0, 1, 2}, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
 	} {
-		status, reason, msg := zoneCondition(c.zones, c.readNodes)
+		status, reason, msg := zoneCondition(c.p, c.list)
 		if status != c.status || reason != c.reason || msg == "" {
 			t.Errorf("%s: %s/%s (%q), want %s/%s", c.name, status, reason, msg, c.status, c.reason)
 		}
 	}
-	if _, _, msg := zoneCondition([]string{"a", "b", "a", "a", "b"}, true); msg != "members 0, 2 and 3 of 5 run in zone a, a quorum (3): losing that zone stops every lock of the set" {
+	if _, _, msg := zoneCondition(place("a", "b", "a", "a", nowhere), all(5)); msg != "losing zone a (members 0, 2 and 3) leaves 1 of 5 members running, fewer than a quorum (3); not running: member 4" {
 		t.Errorf("message %q", msg)
 	}
 }

@@ -16,14 +16,18 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/managed"
 )
 
-// memberZones returns the zone of each managed member, by ordinal, from
-// its pod's node: "" where not known (no pod, not scheduled, a node
-// without the label, or Nodes not read).
-func (r *Reconciler) memberZones(ctx context.Context, ms *v1alpha1.RedisMasterSet) ([]string, error) {
-	zones := make([]string, ms.Spec.Managed.Replicas)
-	if !r.ReadNodes {
-		return zones, nil
-	}
+// placement is where a managed member runs: nowhere (no pod, not
+// scheduled, or terminating), in a zone, or on a node whose zone is not
+// known (zone "").
+type placement struct {
+	running bool
+	zone    string
+}
+
+// memberPlacements returns where each managed member runs, by ordinal.
+// Without Nodes to read, every running member's zone is unknown.
+func (r *Reconciler) memberPlacements(ctx context.Context, ms *v1alpha1.RedisMasterSet) ([]placement, error) {
+	out := make([]placement, ms.Spec.Managed.Replicas)
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace), client.MatchingLabels(managed.Labels(ms))); err != nil {
 		return nil, fmt.Errorf("list member pods: %w", err)
@@ -31,7 +35,11 @@ func (r *Reconciler) memberZones(ctx context.Context, ms *v1alpha1.RedisMasterSe
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		ord, ok := ordinal(pod, managed.NamesOf(ms).StatefulSet)
-		if !ok || ord >= len(zones) || pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
+		if !ok || ord >= len(out) || pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		out[ord].running = true
+		if !r.ReadNodes {
 			continue
 		}
 		node := &corev1.Node{}
@@ -41,66 +49,108 @@ func (r *Reconciler) memberZones(ctx context.Context, ms *v1alpha1.RedisMasterSe
 		case err != nil:
 			return nil, fmt.Errorf("read node %s of member %d: %w", pod.Spec.NodeName, ord, err)
 		}
-		zones[ord] = node.Labels[corev1.LabelTopologyZone]
+		out[ord].zone = node.Labels[corev1.LabelTopologyZone]
 	}
-	return zones, nil
+	return out, nil
 }
 
-// setZones writes each member's zone and the SurvivesZoneLoss condition.
-func setZones(ms *v1alpha1.RedisMasterSet, zones []string, readNodes bool) {
+// setZones writes each member's zone and the SurvivesZoneLoss condition,
+// computed for every list of masters grants need: the set's, and during a
+// membership change the previous one too.
+func setZones(ms *v1alpha1.RedisMasterSet, placements []placement, readNodes bool) {
 	for i := range ms.Status.Members {
-		if i < len(zones) {
-			ms.Status.Members[i].Zone = zones[i]
+		if i < len(placements) {
+			ms.Status.Members[i].Zone = placements[i].zone
 		}
 	}
-	status, reason, msg := zoneCondition(zones, readNodes)
+	if !readNodes {
+		setSetCondition(ms, v1alpha1.ConditionSurvivesZoneLoss, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown,
+			"the operator does not read Nodes (--watch-nodes=false), so the members' zones are not known")
+		return
+	}
+	ordinals := map[string]int{}
+	for i, a := range managed.Addresses(ms) {
+		ordinals[a] = i
+	}
+	listOf := func(addrs []string) []int {
+		var out []int
+		for _, a := range addrs {
+			if i, ok := ordinals[a]; ok {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	current := listOf(ms.Status.Addresses)
+	if len(ms.Status.Addresses) == 0 {
+		current = listOf(managed.Addresses(ms))
+	}
+	status, reason, msg := zoneCondition(placements, current)
+	if ch := ms.Status.MembershipChange; ch != nil && status != metav1.ConditionFalse {
+		if s, r, m := zoneCondition(placements, listOf(ch.Previous)); s != metav1.ConditionTrue {
+			status, reason, msg = s, r, "of the previous list, which grants need until the membership change ends: "+m
+		}
+	}
 	setSetCondition(ms, v1alpha1.ConditionSurvivesZoneLoss, status, reason, msg)
 }
 
 // zoneCondition tells whether losing any one zone leaves a quorum of the
-// members, given each member's zone ("" unknown).
-func zoneCondition(zones []string, readNodes bool) (metav1.ConditionStatus, string, string) {
-	if !readNodes {
-		return metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown,
-			"the operator does not read Nodes (--watch-nodes=false), so the members' zones are not known"
-	}
-	quorum := len(zones)/2 + 1
+// list's members (ordinals) running. A member that runs nowhere counts as
+// lost; one whose zone is not known may be in any zone.
+func zoneCondition(placements []placement, list []int) (metav1.ConditionStatus, string, string) {
+	quorum := len(list)/2 + 1
 	in := map[string][]int{}
-	unknown := 0
-	for i, z := range zones {
-		if z == "" {
-			unknown++
-			continue
+	var nowhere, unknown []int
+	known := 0
+	for _, i := range list {
+		switch p := placements[i]; {
+		case !p.running:
+			nowhere = append(nowhere, i)
+		case p.zone == "":
+			unknown = append(unknown, i)
+		default:
+			in[p.zone] = append(in[p.zone], i)
+			known++
 		}
-		in[z] = append(in[z], i)
 	}
-	most, mostZone := 0, ""
+	if known+len(unknown) == 0 {
+		return metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown, fmt.Sprintf("none of the %d members runs yet", len(list))
+	}
+	// Losing zone z leaves at least the members known elsewhere, and at
+	// most those and the members of unknown zones.
+	worst, worstZone := known+len(unknown), ""
 	for _, z := range slices.Sorted(maps.Keys(in)) {
-		if len(in[z]) > most {
-			most, mostZone = len(in[z]), z
+		if left := known - len(in[z]); left < worst {
+			worst, worstZone = left, z
 		}
+	}
+	if len(unknown) > 0 && known < worst {
+		worst, worstZone = known, "" // the unknown members may share a zone of their own
 	}
 	switch {
-	case most >= quorum:
-		return metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone,
-			fmt.Sprintf("members %s of %d run in zone %s, a quorum (%d): losing that zone stops every lock of the set", ordinals(in[mostZone]), len(zones), mostZone, quorum)
-	case most+unknown >= quorum:
+	case worstZone != "" && worst+len(unknown) < quorum:
+		msg := fmt.Sprintf("losing zone %s (%s) leaves %d of %d members running, fewer than a quorum (%d)", worstZone, ordinalList(in[worstZone]), worst+len(unknown), len(list), quorum)
+		if len(nowhere) > 0 {
+			msg += fmt.Sprintf("; not running: %s", ordinalList(nowhere))
+		}
+		return metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone, msg
+	case worst < quorum:
 		return metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown,
-			fmt.Sprintf("%d of %d members' zones are not known (not scheduled, or on nodes without the label %s)", unknown, len(zones), corev1.LabelTopologyZone)
+			fmt.Sprintf("the zones of %s are not known (nodes without the label %s, or gone); with them a zone may hold what the set cannot lose", ordinalList(unknown), corev1.LabelTopologyZone)
 	default:
 		return metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum,
-			fmt.Sprintf("%d members in %d zones, at most %d in one; a lock needs %d", len(zones), len(in), most, quorum)
+			fmt.Sprintf("losing any one zone leaves at least %d of %d members running; a lock needs %d", worst, len(list), quorum)
 	}
 }
 
-// ordinals prints member ordinals as "0, 1 and 2".
-func ordinals(ords []int) string {
+// ordinalList names members: "member 0", "members 0, 1 and 2".
+func ordinalList(ords []int) string {
 	s := make([]string, len(ords))
 	for i, o := range ords {
 		s[i] = fmt.Sprint(o)
 	}
 	if len(s) < 2 {
-		return strings.Join(s, "")
+		return "member " + strings.Join(s, "")
 	}
-	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+	return "members " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }

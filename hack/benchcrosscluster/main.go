@@ -209,6 +209,14 @@ func (p *pair) measure(ctx context.Context, name string, lines bool, n int) resu
 			return r
 		}
 	}
+	// Done, the key's pods and locks go: the managers neither renew nor
+	// check its line in the next measurement.
+	defer func() {
+		for _, c := range p.clusters {
+			_ = c.env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LockLabel: c.lock.Name}, client.GracePeriodSeconds(0))
+			_ = c.env.Client.Delete(ctx, c.lock)
+		}
+	}()
 	if err := st.fresh(ctx); err != nil {
 		r.errs = append(r.errs, err)
 		return r

@@ -446,7 +446,8 @@ func TestSpreadConstraints(t *testing.T) {
 		replicas, maxSkew int32
 	}{{3, 1}, {5, 2}, {7, 3}, {15, 7}} {
 		z := zoneRule(func(m *v1alpha1.ManagedMasters) { m.Replicas, m.ZoneSpread = c.replicas, v1alpha1.SpreadStrict }, false)
-		if z == nil || z.MaxSkew != c.maxSkew || z.MinDomains == nil || *z.MinDomains != c.replicas || z.WhenUnsatisfiable != corev1.DoNotSchedule {
+		if z == nil || z.MaxSkew != c.maxSkew || z.MinDomains == nil || *z.MinDomains != c.replicas || z.WhenUnsatisfiable != corev1.DoNotSchedule ||
+			z.NodeAffinityPolicy == nil || *z.NodeAffinityPolicy != corev1.NodeInclusionPolicyIgnore {
 			t.Errorf("Strict, %d replicas: %+v, want maxSkew %d (a quorum less one), minDomains %d", c.replicas, z, c.maxSkew, c.replicas)
 		}
 	}

@@ -368,10 +368,14 @@ func spreadConstraints(m *v1alpha1.ManagedMasters, labels map[string]string, new
 	out := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: nodes, LabelSelector: members}}
 	switch {
 	case m.ZoneSpread == v1alpha1.SpreadStrict:
-		replicas := m.Replicas
+		// Every member counts, wherever it runs: with Honor, a new
+		// nodeSelector or affinity would hide the members still on the
+		// old nodes from the rule while they roll.
+		replicas, ignore := m.Replicas, corev1.NodeInclusionPolicyIgnore
 		out = append(out, corev1.TopologySpreadConstraint{
 			MaxSkew: replicas / 2, MinDomains: &replicas, TopologyKey: corev1.LabelTopologyZone,
 			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: members,
+			NodeAffinityPolicy: &ignore, NodeTaintsPolicy: &ignore,
 		})
 	case m.ZoneSpread != v1alpha1.SpreadNone && newDefaults:
 		out = append(out, corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: members})

@@ -238,11 +238,12 @@ func turnOf(answers []lineAnswer, heads int, ticket int64, quorum int) Turn {
 	return t
 }
 
-// turnSettled reports whether the answers of a quorum decide the turn
-// whatever the pending masters answer, or if they do not answer: every
-// count the turn compares with a majority or a quorum comes out the same
-// with each pending answer for it and with each against it. A paused
-// master then costs a check nothing.
+// turnSettled reports whether the answers of a quorum give the waiter its
+// turn whatever the pending masters answer, or if they do not answer:
+// every count the turn compares with a majority or a quorum comes out the
+// same with each pending answer for it and with each against it. A paused
+// master then costs a waiter whose turn it is nothing; a waiter that
+// waits hears every master (until the node timeout).
 func turnSettled(answers []lineAnswer, pending, heads int, ticket int64, quorum int) bool {
 	if len(answers) < quorum {
 		return false
@@ -267,13 +268,13 @@ func turnSettled(answers []lineAnswer, pending, heads int, ticket int64, quorum 
 	if !majority(open) || !majority(free) {
 		return false
 	}
-	if ticket == 0 {
-		return true
+	if ticket > 0 && registered < quorum && (registered+pending >= quorum || !majority(full)) {
+		return false
 	}
-	if registered >= quorum {
-		return true
-	}
-	return registered+pending < quorum && majority(full)
+	// Only a turn: a waiter that waits reads Ahead, which only the
+	// pending answers can raise (a smaller count from the first answers
+	// would pass for the line moving).
+	return turnOf(answers, heads, ticket, quorum).Go
 }
 
 // PeekTurn tells, in one round and registering nothing, whether a client

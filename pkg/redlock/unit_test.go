@@ -299,6 +299,9 @@ func TestTurnSettled(t *testing.T) {
 		}
 		settled++
 		want := turnOf(answers, heads, ticket, quorum)
+		if !want.Go {
+			t.Fatalf("settled on %v (%d pending) without a turn: a waiter's Ahead would come from the first answers", answers, pending)
+		}
 		for range 20 {
 			final := slices.Clone(answers)
 			for range pending {
@@ -307,7 +310,7 @@ func TestTurnSettled(t *testing.T) {
 				}
 			}
 			got := turnOf(final, heads, ticket, quorum)
-			if got.Go != want.Go || got.Free != want.Free || got.Registered != want.Registered {
+			if got.Go != want.Go || got.Free != want.Free || got.Registered != want.Registered || got.Ticket != want.Ticket {
 				t.Fatalf("settled on %v (%d pending, heads %d, ticket %d): turn %+v, but with %v it is %+v", answers, pending, heads, ticket, want, final, got)
 			}
 		}

@@ -93,7 +93,7 @@ var _ = Describe("managed members across zones", func() {
 		Eventually(func(g Gomega) {
 			c, zones := condition(g, strict)
 			g.Expect(zones).To(ConsistOf(zone, "", ""))
-			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonZonesUnknown))
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse), "losing %s leaves none of the three", zone)
 		}, time.Minute, time.Second).Should(Succeed(), "master set %s/zones-strict to show its one scheduled member in %s", ns, zone)
 
 		By("a Preferred set of three: all scheduled in the one zone, a quorum in it")

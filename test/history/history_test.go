@@ -222,10 +222,13 @@ type observed struct {
 
 // recorder turns watched status versions into grants.
 type recorder struct {
-	mu       sync.Mutex
-	grants   map[string]*observed // cluster/uid/grantID
-	events   int
-	versions []version // every version seen, for the report of a violation
+	mu     sync.Mutex
+	grants map[string]*observed // cluster/uid/grantID
+	events int
+	// lineWaits counts, per key, the status versions that showed a lock
+	// waiting for its turn in the key's line on the masters.
+	lineWaits map[string]int
+	versions  []version // every version seen, for the report of a violation
 }
 
 // version is one status version as a watch saw it.
@@ -235,8 +238,17 @@ type version struct {
 	text string
 }
 
+func newRecorder() *recorder {
+	return &recorder{grants: map[string]*observed{}, lineWaits: map[string]int{}}
+}
+
 func (r *recorder) record(cl string, l *v1alpha1.DistributedLock) {
 	st := l.Status
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHeld); c != nil && strings.Contains(c.Message, "waiting in the key's line") {
+		r.mu.Lock()
+		r.lineWaits[l.RedisKey()]++
+		r.mu.Unlock()
+	}
 	if st.GrantID == "" {
 		return
 	}
@@ -539,7 +551,7 @@ var _ = Describe("The operator under chaos", func() {
 			create(l, "x")
 		}
 
-		rec := &recorder{grants: map[string]*observed{}}
+		rec := newRecorder()
 		stop := make(chan struct{})
 		var watchers sync.WaitGroup
 		for _, c := range clusters {
@@ -786,7 +798,7 @@ var _ = Describe("The operator under chaos", func() {
 
 		By("checking the history")
 		grants, runs := rec.all(), kl.runs()
-		report(seed, *durationFlag, actions, grants, runs, rec.events)
+		report(seed, *durationFlag, actions, grants, runs, rec.events, rec.lineWaits)
 		err := history.Check(grants)
 		if o := (*history.Overlap)(nil); errors.As(err, &o) {
 			rec.explain(o, clusters)
@@ -810,7 +822,7 @@ var _ = Describe("The operator under chaos", func() {
 })
 
 // report prints the run's table.
-func report(seed uint64, d time.Duration, actions map[string]int, grants []history.Grant, runs []history.Run, events int) {
+func report(seed uint64, d time.Duration, actions map[string]int, grants []history.Grant, runs []history.Run, events int, lineWaits map[string]int) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nhistory run: seed %d, chaos %v, %d status versions watched\n\n", seed, d, events)
 	fmt.Fprintf(&b, "| fault or change | count |\n|---|---:|\n")
@@ -831,9 +843,9 @@ func report(seed uint64, d time.Duration, actions map[string]int, grants []histo
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	fmt.Fprintf(&b, "\n| key | grants |\n|---|---:|\n")
+	fmt.Fprintf(&b, "\n| key | grants | status versions waiting in its line |\n|---|---:|---:|\n")
 	for _, k := range keys {
-		fmt.Fprintf(&b, "| %s | %d |\n", k, perKey[k])
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", k, perKey[k], lineWaits[k])
 	}
 	perSem := map[string]int{}
 	for _, r := range runs {

@@ -138,7 +138,7 @@ var _ = Describe("Two managers on one API server, the leader paused for longer t
 			createHeldLock(env, ns, ms, i, lockTTL)
 		}
 		tracker := &validityTracker{
-			recorder: &recorder{grants: map[string]*observed{}},
+			recorder: newRecorder(),
 			last:     map[string]time.Time{}, hidden: map[string]bool{}, current: map[string]string{},
 		}
 		stop := make(chan struct{})
