@@ -131,20 +131,11 @@ func TestWithdrawTellsTheWaitersBehind(t *testing.T) {
 		return n
 	}
 	inLine := func(uid string) bool {
-		for _, s := range servers {
-			rc := s.Client()
-			members, err := rc.ZRange(ctx, redlock.LineKey("withdrawn"), 0, -1).Result()
-			_ = rc.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range members {
-				if len(m) > len(uid) && m[:len(uid)+1] == uid+"|" {
-					return true
-				}
-			}
+		seen, err := redistest.LineWaiters(ctx, servers, redlock.LineKey("withdrawn"), time.Minute)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return false
+		return seen[uid] > 0
 	}
 	waitOut := func(uid string) {
 		t.Helper()

@@ -2,7 +2,6 @@ package distributedlock_test
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -30,16 +29,8 @@ var _ = Describe("Waiting lines across two API servers", Ordered, func() {
 	// inLine is the waiters (lock UIDs) key's line holds on a majority of
 	// servers, lapsed or not.
 	inLine := func(g Gomega, servers []*redistest.Server, key string) []string {
-		seen := map[string]int{}
-		for _, s := range servers {
-			c := s.Client()
-			members, err := c.ZRange(suiteCtx, redlock.LineKey(key), 0, -1).Result()
-			_ = c.Close()
-			g.Expect(err).NotTo(HaveOccurred(), "the line of %s on %s", key, s.Addr())
-			for _, m := range members {
-				seen[m[:strings.LastIndex(m, "|")]]++
-			}
-		}
+		seen, err := redistest.LineWaiters(suiteCtx, servers, redlock.LineKey(key), time.Minute)
+		g.Expect(err).NotTo(HaveOccurred(), "the line of %s", key)
 		var out []string
 		for w, n := range seen {
 			if 2*n > len(servers) {

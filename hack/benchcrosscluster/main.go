@@ -332,13 +332,22 @@ func (st *keyRun) contest(ctx context.Context) (time.Duration, bool, error) {
 // in the other, with its lock's attempt for it having found the key held
 // (and, with lines, its ticket on a majority of the masters).
 func (st *keyRun) queue(ctx context.Context, c *cluster) (*corev1.Pod, error) {
+	pod, err := st.create(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	st.waiting[c] = pod
+	return pod, st.waits(ctx, c, pod)
+}
+
+// create creates the next gated pod for cluster c's lock.
+func (st *keyRun) create(ctx context.Context, c *cluster) (*corev1.Pod, error) {
 	st.seq++
 	pod := podsim.Gated(ns, fmt.Sprintf("%s-%s-%03d", c.name, st.key, st.seq), map[string]string{v1alpha1.LockLabel: c.lock.Name})
 	if err := c.env.Client.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("create pod %s in cluster %s: %w", pod.Name, c.name, err)
 	}
-	st.waiting[c] = pod
-	return pod, st.waits(ctx, c, pod)
+	return pod, nil
 }
 
 // waits returns once pod waits for cluster c's lock, as queue says.
@@ -368,18 +377,8 @@ func (st *keyRun) waits(ctx context.Context, c *cluster, pod *corev1.Pod) error 
 // (a paused one counts as not showing it).
 func (st *keyRun) inLine(ctx context.Context, waiter string) bool {
 	servers := st.p.servers()
-	n := 0
-	for _, s := range servers {
-		c := s.Client()
-		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		members, err := c.ZRange(cctx, redlock.LineKey(st.key), 0, -1).Result()
-		cancel()
-		_ = c.Close()
-		if err == nil && slices.ContainsFunc(members, func(m string) bool { return len(m) > len(waiter) && m[:len(waiter)+1] == waiter+"|" }) {
-			n++
-		}
-	}
-	return 2*n > len(servers)
+	seen, _ := redistest.LineWaiters(ctx, servers, redlock.LineKey(st.key), 200*time.Millisecond)
+	return 2*seen[waiter] > len(servers)
 }
 
 // finishHolder marks the holder pod Succeeded and returns when.
@@ -427,9 +426,8 @@ func (st *keyRun) fresh(ctx context.Context) error {
 	clear(st.waiting)
 	a := st.p.clusters[0]
 	st.holderC = a
-	st.seq++
-	pod := podsim.Gated(ns, fmt.Sprintf("%s-%s-%03d", a.name, st.key, st.seq), map[string]string{v1alpha1.LockLabel: a.lock.Name})
-	if err := a.env.Client.Create(ctx, pod); err != nil {
+	pod, err := st.create(ctx, a)
+	if err != nil {
 		return err
 	}
 	if _, _, err := st.p.gates.Wait(ctx, roundTimeout, pod.Name); err != nil {

@@ -205,33 +205,46 @@ func ticketFrom(answers []lineAnswer, quorum int) int64 {
 	return top + 1
 }
 
-// turnOf is the turn the masters' answers give a waiter with ticket (or
-// none) when heads waiters may attempt at once.
-func turnOf(answers []lineAnswer, heads int, ticket int64, quorum int) Turn {
-	t := Turn{Ticket: ticket}
-	var open, free, registered, full int
+// lineCounts counts the masters' answers a turn is made of.
+type lineCounts struct {
+	// open: fewer than heads ahead; free: the key free; registered, full:
+	// the registration taken, refused for a full line; ahead: the most
+	// waiters ahead on one master.
+	open, free, registered, full, ahead int
+}
+
+func countLine(answers []lineAnswer, heads int) lineCounts {
+	var c lineCounts
 	for _, a := range answers {
-		t.Ahead = max(t.Ahead, int(a.ahead))
+		c.ahead = max(c.ahead, int(a.ahead))
 		if a.ahead < int64(heads) {
-			open++
+			c.open++
 		}
 		if a.pttl == -2 {
-			free++
+			c.free++
 		}
 		switch a.reg {
 		case 1:
-			registered++
+			c.registered++
 		case -1:
-			full++
+			c.full++
 		}
 	}
-	t.Free = 2*free > len(answers)
-	t.Go = 2*open > len(answers)
+	return c
+}
+
+// turnOf is the turn the masters' answers give a waiter with ticket (or
+// none) when heads waiters may attempt at once.
+func turnOf(answers []lineAnswer, heads int, ticket int64, quorum int) Turn {
+	n := countLine(answers, heads)
+	t := Turn{Ticket: ticket, Ahead: n.ahead}
+	t.Free = 2*n.free > len(answers)
+	t.Go = 2*n.open > len(answers)
 	if ticket == 0 {
 		return t
 	}
-	t.Registered = registered >= quorum
-	if !t.Registered && 2*full > len(answers) {
+	t.Registered = n.registered >= quorum
+	if !t.Registered && 2*n.full > len(answers) {
 		// No place: wait as if there were no line.
 		t.Ticket, t.Go = 0, true
 	}
@@ -248,27 +261,12 @@ func turnSettled(answers []lineAnswer, pending, heads int, ticket int64, quorum 
 	if len(answers) < quorum {
 		return false
 	}
-	var open, free, registered, full int
-	for _, a := range answers {
-		if a.ahead < int64(heads) {
-			open++
-		}
-		if a.pttl == -2 {
-			free++
-		}
-		switch a.reg {
-		case 1:
-			registered++
-		case -1:
-			full++
-		}
-	}
-	n := len(answers) + pending
+	c, n := countLine(answers, heads), len(answers)+pending
 	majority := func(k int) bool { return (2*k > n) == (2*(k+pending) > n) }
-	if !majority(open) || !majority(free) {
+	if !majority(c.open) || !majority(c.free) {
 		return false
 	}
-	if ticket > 0 && registered < quorum && (registered+pending >= quorum || !majority(full)) {
+	if ticket > 0 && c.registered < quorum && (c.registered+pending >= quorum || !majority(c.full)) {
 		return false
 	}
 	// Only a turn: a waiter that waits reads Ahead, which only the

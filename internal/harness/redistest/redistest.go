@@ -497,3 +497,29 @@ func (p *Proxy) Resume() {
 		_ = p.p.Toxics.RemoveToxic(context.Background(), "stall-"+stream)
 	}
 }
+
+// LineWaiters counts, for each waiter of a waiting line (pkg/redlock's
+// sorted set line, members "<waiter>|<expiry>"), how many of servers list
+// it, lapsed or not. A server that does not answer within timeout counts
+// for none; the errors come back joined.
+func LineWaiters(ctx context.Context, servers []*Server, line string, timeout time.Duration) (map[string]int, error) {
+	seen := map[string]int{}
+	var errs []error
+	for _, s := range servers {
+		c := s.Client()
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		members, err := c.ZRange(cctx, line, 0, -1).Result()
+		cancel()
+		_ = c.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("line %s on %s: %w", line, s.Addr(), err))
+			continue
+		}
+		for _, m := range members {
+			if i := strings.LastIndex(m, "|"); i >= 0 {
+				seen[m[:i]]++
+			}
+		}
+	}
+	return seen, errors.Join(errs...)
+}
