@@ -313,7 +313,7 @@ e2e-release: ## Write the release make e2e installs into E2E_RELEASE: make relea
 .PHONY: e2e
 e2e: e2e-release ## End-to-end suite on a fresh local cluster (root), the operator installed from the host's release (make e2e-release): its image imported from the OCI layout, its chart from the .tgz; managed masters, crashes.
 	@mkdir -p $(dir $(E2E_REPORT)) && rm -f $(E2E_REPORT)
-	RELEASE_DIR=$(E2E_RELEASE) hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v \
+	RELEASE_DIR=$(E2E_RELEASE) KUBEBUILDER_ASSETS="$$($(ENVTEST))" hack/local-cluster/cluster.sh run $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v \
 		-ginkgo.json-report=$(E2E_REPORT) $(E2E_ARGS) || { $(GO) run ./hack/failures $(E2E_REPORT); exit 1; }
 
 .PHONY: cluster-down

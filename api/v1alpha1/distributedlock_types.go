@@ -124,6 +124,8 @@ type DistributedLockSpec struct {
 	// not end in `:fence`: `<key>:fence` holds the fencing counter of the lock
 	// `<key>` on every master. `redlock:quarantine-window` is
 	// reserved too: every master keeps the longest quarantine window there;
+	// and `redlock:member-roll`, where clusters running one set's members
+	// take turns to replace one;
 	// so are semaphores' keys: `<key>:slots`, and `<key>:slot:<index>` but
 	// for a semaphore's own locks; and `<key>:line`, the waiting line of
 	// `<key>`.
@@ -133,6 +135,7 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence')",message="key must not end in ':fence': '<key>:fence' is the fencing counter of the lock '<key>'"
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':line')",message="key must not end in ':line': '<key>:line' is the waiting line of the lock '<key>'"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
+	// +kubebuilder:validation:XValidation:rule="self != 'redlock:member-roll'",message="key 'redlock:member-roll' is reserved: clusters running members of one set take turns there to replace one"
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':slots')",message="key must not end in ':slots': '<key>:slots' holds the number of slots of the semaphore '<key>'"
 	Key string `json:"key,omitempty"`
 

@@ -68,6 +68,7 @@ type DistributedSemaphoreSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence')",message="key must not end in ':fence': '<key>:fence' is the fencing counter of the lock '<key>'"
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':line')",message="key must not end in ':line': '<key>:line' is the waiting line of the semaphore '<key>'"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
+	// +kubebuilder:validation:XValidation:rule="self != 'redlock:member-roll'",message="key 'redlock:member-roll' is reserved: clusters running members of one set take turns there to replace one"
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="key must not end in ':slots' or ':slot:<index>': those are the keys of a semaphore's number of slots and of its slots"
 	Key string `json:"key,omitempty"`
 

@@ -124,17 +124,35 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.persistence) || (has(self.persistence) && self.persistence == oldSelf.persistence)",message="persistence is immutable: its volumes are fixed when the set is created"
 // +kubebuilder:validation:XValidation:rule="has(self.storage) == has(oldSelf.storage) && (!has(self.storage) || self.storage == oldSelf.storage)",message="storage is immutable: its volumes are fixed when the set is created"
 // +kubebuilder:validation:XValidation:rule="!has(self.zoneSpread) || self.zoneSpread != 'Strict' || !has(self.replicas) || self.replicas >= 3",message="zoneSpread Strict needs at least 3 replicas: one member is a quorum, and its zone always holds it"
+// +kubebuilder:validation:XValidation:rule="!has(self.exposedAddresses) || size(self.exposedAddresses) == (has(self.replicas) ? self.replicas : 5)",message="exposedAddresses names every member: one address per replica"
 type ManagedMasters struct {
-	// Replicas is the number of masters: odd, 1 to 15. It may grow, not
-	// shrink: the new members join through a membership change with joint
-	// quorums (status.membershipChange), so that locks stay held.
+	// Replicas is the number of masters this cluster runs, 1 to 15. With
+	// no external members it must be odd; with external members (run by
+	// other clusters' operators, or by hand) the set's total must be. It
+	// may grow, not shrink: the new members join through a membership
+	// change with joint quorums (status.membershipChange), so that locks
+	// stay held.
 	// +optional
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=15
-	// +kubebuilder:validation:XValidation:rule="self % 2 == 1",message="replicas must be odd"
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="replicas may grow, not shrink: to run fewer masters, create a new RedisMasterSet and move the locks"
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// ExposedAddresses are the members' addresses as sets in other
+	// clusters name them ("host:port"), member i at index i: one per
+	// replica, so grow both together. The serving certificates the
+	// operator issues name their hosts, and a certificate of
+	// tls.serverSecretRef must. Reaching the members there is the
+	// cluster's to arrange: a LoadBalancer Service per member, or
+	// hostNetwork, whose members then listen on every address of their
+	// node instead of loopback only (docs/tasks/cross-cluster.md).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=15
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`
+	ExposedAddresses []string `json:"exposedAddresses,omitempty"`
 
 	// Image of redis-server (Redis 7).
 	// +optional
@@ -322,7 +340,7 @@ type MasterTLS struct {
 	// (tls-auth-clients yes).
 	// +optional
 	ClientSecretRef *LocalSecretRef `json:"clientSecretRef,omitempty"`
-	// ServerName (external sets) is the name verified in every master's
+	// ServerName (sets without managed members) is the name verified in every master's
 	// certificate; empty verifies each address's own host name or IP.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -338,27 +356,33 @@ type MasterTLS struct {
 	CertificateDuration *metav1.Duration `json:"certificateDuration,omitempty"`
 }
 
-// RedisMasterSetSpec is the desired state of a RedisMasterSet. Exactly one
-// mode is set: external (masters run elsewhere, monitored) or managed
-// (masters run by the operator).
+// RedisMasterSetSpec is the desired state of a RedisMasterSet: external
+// masters (run elsewhere, monitored), managed ones (run by the operator),
+// or both — a set whose members different clusters' operators run, each
+// naming the others' as external. The list of masters is the managed
+// members, then the external addresses.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.external) != has(self.managed)",message="set exactly one of external and managed"
+// +kubebuilder:validation:XValidation:rule="has(self.external) || has(self.managed)",message="set external, managed, or both"
+// +kubebuilder:validation:XValidation:rule="!has(self.managed) || ((has(self.managed.replicas) ? self.managed.replicas : 5) + (has(self.external) ? size(self.external.addresses) : 0)) % 2 == 1",message="a set with managed members must have an odd number of masters: managed.replicas plus the external addresses"
 // +kubebuilder:validation:XValidation:rule="!has(self.managed) || !has(self.managed.restartDelay) || self.managed.persistence == 'AOFAlways' || duration(self.managed.restartDelay) > duration(self.maxLockTTL)",message="managed.restartDelay must exceed maxLockTTL unless persistence is AOFAlways"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.managed) || has(self.managed)",message="a managed set cannot become external"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.external) || has(self.external)",message="an external set cannot become managed"
+// +kubebuilder:validation:XValidation:rule="!has(self.external) || !has(self.managed) || !has(self.managed.exposedAddresses) || self.external.addresses.all(a, !(a in self.managed.exposedAddresses))",message="an external address is one of this set's own managed members (managed.exposedAddresses): it would vote twice"
+// +kubebuilder:validation:XValidation:rule="has(self.managed) == has(oldSelf.managed)",message="managed members cannot be added to or removed from a set: create a new RedisMasterSet and move the locks"
 // +kubebuilder:validation:XValidation:rule="!has(self.nodeTimeout) || duration(self.nodeTimeout).getMilliseconds() * 10 <= duration(self.maxLockTTL).getMilliseconds()",message="nodeTimeout must be at most a tenth of maxLockTTL"
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.serverSecretRef) || has(self.managed)",message="tls.serverSecretRef applies to managed sets only"
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.certificateDuration) || (has(self.managed) && !has(self.tls.serverSecretRef))",message="tls.certificateDuration applies to the certificates the operator issues: managed sets without tls.serverSecretRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caSecretRef) || !has(self.managed) || has(self.tls.serverSecretRef)",message="tls.caSecretRef applies to external sets and to managed sets with tls.serverSecretRef: the operator trusts its own CA for the certificates it issues"
-// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.serverName) || has(self.external)",message="tls.serverName applies to external sets only"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.serverName) || !has(self.managed)",message="tls.serverName applies to sets without managed members"
+// +kubebuilder:validation:XValidation:rule="!has(self.managed) || !has(self.external) || has(self.authSecretRef)",message="a set with both managed and external members needs authSecretRef: the password every cluster's members share (a generated one is this cluster's alone)"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.managed) || !has(self.external) || has(self.tls.serverSecretRef)",message="a set with both managed and external members needs tls.serverSecretRef over TLS: a certificate from a CA the clusters share (the CA the operator issues is its own cluster's alone)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.managed) || has(self.tls) == has(oldSelf.tls)",message="tls cannot be turned on or off on a managed set (members with and without it cannot vote together): create a new RedisMasterSet and move the locks"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.managed) || !has(self.tls) || !has(oldSelf.tls) || (has(self.tls.serverSecretRef) == has(oldSelf.tls.serverSecretRef) && (!has(self.tls.serverSecretRef) || self.tls.serverSecretRef == oldSelf.tls.serverSecretRef))",message="tls.serverSecretRef of a managed set is immutable (members serving certificates of two CAs cannot all be trusted during the roll): renew the certificate in the same Secret"
 type RedisMasterSetSpec struct {
-	// External lists masters run outside the operator.
+	// External lists masters this cluster's operator does not run: run by
+	// hand, or another cluster's managed members (their exposedAddresses).
 	// +optional
 	External *ExternalMasters `json:"external,omitempty"`
 
-	// Managed masters run by the operator as a StatefulSet.
+	// Managed masters run by this cluster's operator as a StatefulSet.
 	// +optional
 	Managed *ManagedMasters `json:"managed,omitempty"`
 
@@ -435,6 +459,16 @@ type MemberStatus struct {
 	Zone string `json:"zone,omitempty"`
 }
 
+// Member is the status of the master at addr (nil: none recorded).
+func (s *RedisMasterSetStatus) Member(addr string) *MemberStatus {
+	for i := range s.Members {
+		if s.Members[i].Address == addr {
+			return &s.Members[i]
+		}
+	}
+	return nil
+}
+
 // MasterTLSStatus describes the certificate a managed set's members serve.
 type MasterTLSStatus struct {
 	// SecretName is the Secret the members serve: serverSecretRef, or the
@@ -473,7 +507,9 @@ type RedisMasterSetStatus struct {
 	// spec.tls).
 	// +optional
 	TLS *MasterTLSStatus `json:"tls,omitempty"`
-	// Members holds each master's state, in spec order.
+	// Members holds each master's state: the list grants are made on
+	// (during a membership change, both lists), and members recorded
+	// before their first pod.
 	// +optional
 	// +listType=atomic
 	Members []MemberStatus `json:"members,omitempty"`
@@ -548,9 +584,9 @@ type RedisMasterSet struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// Spec is the desired state of the set: its masters, either external
-	// (run elsewhere, monitored) or managed (run by the operator), and the
-	// longest TTL a lock on them may use.
+	// Spec is the desired state of the set: its masters — external (run
+	// elsewhere, monitored), managed (run by the operator), or both — and
+	// the longest TTL a lock on them may use.
 	Spec RedisMasterSetSpec `json:"spec"`
 	// Status is the observed state of the masters, written by the operator.
 	Status RedisMasterSetStatus `json:"status,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/controllers/redismasterset"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
@@ -219,6 +220,8 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			To(MatchError(ContainSubstring("must not end in ':line'")), "another lock's waiting line as the key")
 		Expect(k8s.Create(suiteCtx, newLock(ms, "window-key", redlock.WindowKey, "x", 2*time.Second))).
 			To(MatchError(ContainSubstring("is reserved")), "the masters' quarantine window as the key")
+		Expect(k8s.Create(suiteCtx, newLock(ms, "roll-key", redismasterset.RollKey, "x", 2*time.Second))).
+			To(MatchError(ContainSubstring("is reserved")), "the clusters' turn to replace a member as the key")
 
 		By("refusing semaphores' keys to plain locks, and a slot whose key is not its semaphore's")
 		Expect(k8s.Create(suiteCtx, newLock(ms, "slots-key", "s1:slots", "x", 2*time.Second))).

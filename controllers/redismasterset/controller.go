@@ -110,6 +110,9 @@ type Reconciler struct {
 	// rolling update replaced last (the next waits until the cache shows
 	// it going).
 	probed, replaced sync.Map
+	// rollTurns holds, per set with external members, this cluster's turn
+	// to replace a voting member (rollturn.go).
+	rollTurns sync.Map // types.NamespacedName → *redlock.Lock
 	// served holds, per set, when this process last saw each member
 	// serving, on its own clock (see ownServing).
 	served sync.Map // types.NamespacedName → servedBy
@@ -130,6 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			r.Masters.Forget(req.NamespacedName)
 			r.probed.Delete(req.NamespacedName)
 			r.replaced.Delete(req.NamespacedName)
+			r.endRollTurn(ctx, req.NamespacedName)
 			r.served.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,7 +99,7 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 			return managedOutcome{}, err
 		}
 	}
-	if recordNewMembers(ms, live != nil) {
+	if recordNewMembers(ms, live) {
 		return managedOutcome{recorded: true}, nil
 	}
 	if live != nil {
@@ -123,16 +124,49 @@ func (r *Reconciler) reconcileManaged(ctx context.Context, ms *v1alpha1.RedisMas
 // that grew (they vote only once the membership change lets them). A set
 // whose StatefulSet exists without records knows nothing of its members:
 // their pods wait a full restart delay.
-func recordNewMembers(ms *v1alpha1.RedisMasterSet, running bool) bool {
+func recordNewMembers(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet) bool {
 	addrs := managed.Addresses(ms)
-	have := len(ms.Status.Members)
-	if running && have == 0 || have >= len(addrs) {
+	switch {
+	case live == nil && len(ms.Status.Members) == 0:
+		// A new set: every member.
+	case live == nil || len(ms.Status.Members) == 0:
 		return false
+	default:
+		// The ordinals the StatefulSet did not have yet: a member whose
+		// address changed (a new port) may have served.
+		had := 0
+		if live.Spec.Replicas != nil {
+			had = int(*live.Spec.Replicas)
+		}
+		addrs = addrs[min(had, len(addrs)):]
 	}
-	for _, a := range addrs[have:] {
-		ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
+	recorded := false
+	for _, a := range addrs {
+		if ms.Status.Member(a) == nil {
+			ms.Status.Members = append(ms.Status.Members, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberStarting, NeverServed: true})
+			recorded = true
+		}
 	}
-	return true
+	return recorded
+}
+
+// othersOf counts the members of the set's list that this cluster does not
+// run, and those of them the last probe found voting.
+func othersOf(ms *v1alpha1.RedisMasterSet) managed.Others {
+	own := map[string]bool{}
+	for _, a := range managed.Addresses(ms) {
+		own[a] = true
+	}
+	var o managed.Others
+	for _, m := range ms.Status.Members {
+		if !own[m.Address] && slices.Contains(ms.Status.Addresses, m.Address) {
+			o.Total++
+			if m.State == v1alpha1.MemberServing {
+				o.Serving++
+			}
+		}
+	}
+	return o
 }
 
 // EventReplaced is the event of a member pod deleted for a rolling update.
@@ -156,48 +190,25 @@ func (r *Reconciler) rollMembers(ctx context.Context, ms *v1alpha1.RedisMasterSe
 	if _, probed := r.probed.Load(key); !probed || live.Status.ObservedGeneration != live.Generation {
 		return true, nil
 	}
-	var list corev1.PodList
-	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingLabels(managed.Labels(ms))); err != nil {
-		return false, fmt.Errorf("list member pods: %w", err)
+	pods, byName, behind, err := r.memberPods(ctx, ms, live, key)
+	if err != nil || behind {
+		return true, err
 	}
-	replicas := int(ms.Spec.Managed.Replicas)
-	last, _ := r.replaced.Load(key)
-	var pods []managed.MemberPod
-	byName := map[string]*corev1.Pod{}
-	for i := range list.Items {
-		pod := &list.Items[i]
-		ord, ok := ordinal(pod, live.Name)
-		if !ok || ord >= replicas || !metav1.IsControlledBy(pod, live) {
-			continue
-		}
-		if pod.UID == last && pod.DeletionTimestamp.IsZero() {
-			return true, nil // the cache has not caught up with the last replacement
-		}
-		byName[pod.Name] = pod
-		var state string
-		if ord < len(ms.Status.Members) {
-			state = ms.Status.Members[ord].State
-		}
-		pods = append(pods, managed.MemberPod{
-			Name: pod.Name, Ordinal: ord,
-			Serving: state == v1alpha1.MemberServing, Down: state == v1alpha1.MemberDown,
-			Outdated:    pod.Labels[appsv1.ControllerRevisionHashLabelKey] != live.Status.UpdateRevision,
-			Ready:       podReady(pod),
-			Terminating: !pod.DeletionTimestamp.IsZero(),
-		})
-	}
-	next := managed.NextToReplace(pods, replicas)
-	if next.Name == "" {
-		if next.Wait == managed.UpToDate {
-			return false, nil
-		}
+	others := othersOf(ms)
+	next := managed.NextToReplace(pods, int(ms.Spec.Managed.Replicas), others)
+	goes, err := r.inTurn(ctx, ms, key, next, others)
+	switch {
+	case next.Name == "" && next.Wait == managed.UpToDate:
+		return false, nil
+	case next.Name == "":
 		log.FromContext(ctx).V(1).Info("rolling update waits", "reason", next.Wait)
-		return true, nil
+		return true, err
+	case err != nil || !goes:
+		return true, err
 	}
 	pod := byName[next.Name]
 	// Only the pod as seen: not one recreated or changed since.
 	pre := &metav1.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
-	var err error
 	if next.Voting {
 		err = r.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{DeleteOptions: &metav1.DeleteOptions{Preconditions: pre}})
 	} else {
@@ -212,6 +223,44 @@ func (r *Reconciler) rollMembers(ctx context.Context, ms *v1alpha1.RedisMasterSe
 	r.replaced.Store(key, pod.UID)
 	r.Recorder.Eventf(ms, pod, corev1.EventTypeNormal, EventReplaced, "Roll", "replacing pod %s for the set's new template; the next member goes once it votes again", pod.Name)
 	return true, nil
+}
+
+// memberPods is what a rolling update knows of the set's member pods
+// (those of live, by ordinal), and the pods by name; behind: the cache has
+// not caught up with the pod replaced last.
+func (r *Reconciler) memberPods(ctx context.Context, ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet, key types.NamespacedName) ([]managed.MemberPod, map[string]*corev1.Pod, bool, error) {
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingLabels(managed.Labels(ms))); err != nil {
+		return nil, nil, false, fmt.Errorf("list member pods: %w", err)
+	}
+	replicas := int(ms.Spec.Managed.Replicas)
+	addrs := managed.Addresses(ms)
+	last, _ := r.replaced.Load(key)
+	var pods []managed.MemberPod
+	byName := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		pod := &list.Items[i]
+		ord, ok := ordinal(pod, live.Name)
+		if !ok || ord >= replicas || !metav1.IsControlledBy(pod, live) {
+			continue
+		}
+		if pod.UID == last && pod.DeletionTimestamp.IsZero() {
+			return nil, nil, true, nil
+		}
+		byName[pod.Name] = pod
+		var state string
+		if m := ms.Status.Member(addrs[ord]); m != nil {
+			state = m.State
+		}
+		pods = append(pods, managed.MemberPod{
+			Name: pod.Name, Ordinal: ord,
+			Serving: state == v1alpha1.MemberServing, Down: state == v1alpha1.MemberDown,
+			Outdated:    pod.Labels[appsv1.ControllerRevisionHashLabelKey] != live.Status.UpdateRevision,
+			Ready:       podReady(pod),
+			Terminating: !pod.DeletionTimestamp.IsZero(),
+		})
+	}
+	return pods, byName, false, nil
 }
 
 // podReady reports whether a pod's Ready condition is True.
@@ -269,10 +318,7 @@ func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet,
 		if _, admitted := pod.Annotations[managed.ServeAfter]; admitted {
 			continue
 		}
-		var member *v1alpha1.MemberStatus
-		if ord < len(members) {
-			member = &members[ord]
-		}
+		member := (&v1alpha1.RedisMasterSetStatus{Members: members}).Member(managed.Addresses(ms)[ord])
 		at := managed.AdmitAt(member, r.ownServing(ms, member), delay, lag, now)
 		patch := client.MergeFrom(pod.DeepCopy())
 		if pod.Annotations == nil {

@@ -45,7 +45,7 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 		for name, mutate := range map[string]func(*v1alpha1.RedisMasterSet){
 			"even replicas": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Replicas = 4 },
 			"zero replicas": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed.Replicas = -1 },
-			"both modes": func(ms *v1alpha1.RedisMasterSet) {
+			"an even total": func(ms *v1alpha1.RedisMasterSet) {
 				ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"a:1"}}
 			},
 			"no mode": func(ms *v1alpha1.RedisMasterSet) { ms.Spec.Managed = nil },
@@ -72,6 +72,76 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 			ms.Spec.Managed.Persistence = v1alpha1.PersistenceAOFAlways
 			ms.Spec.Managed.RestartDelay = &metav1.Duration{Duration: time.Second}
 		}))).To(Succeed())
+	})
+
+	It("accepts managed and external members in one set when their total is odd", func() {
+		auth := &v1alpha1.SecretKeyRef{Name: "shared-auth"}
+		mixed := func(name string, replicas int32, external ...string) *v1alpha1.RedisMasterSet {
+			return managed(name, func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.Managed.Replicas = replicas
+				ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: external}
+				ms.Spec.AuthSecretRef = auth
+			})
+		}
+		By("a 2/2/1 layout seen from the first cluster, and a 4/1 one")
+		Expect(k8s.Create(suiteCtx, mixed("two-here", 2, "w0.example:6379", "w1.example:6379", "n0.example:6379"))).To(Succeed())
+		Expect(k8s.Create(suiteCtx, mixed("four-here", 4, "n0.example:6379"))).To(Succeed())
+
+		By("refusing what no quorum can rely on, or that names a member twice")
+		for want, ms := range map[string]*v1alpha1.RedisMasterSet{
+			"must have an odd number of masters: managed.replicas plus the external addresses": mixed("bad", 2, "w0.example:6379", "w1.example:6379"),
+			"exposedAddresses names every member: one address per replica": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.Managed.Replicas, ms.Spec.Managed.ExposedAddresses = 3, []string{"e0.example:6379"}
+			}),
+			"an external address is one of this set's own managed members": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.Managed.Replicas, ms.Spec.Managed.ExposedAddresses = 2, []string{"e0.example:6379", "e1.example:6379"}
+				ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"e1.example:6379"}}
+				ms.Spec.AuthSecretRef = auth
+			}),
+			"needs tls.serverSecretRef over TLS: a certificate from a CA the clusters share": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.Managed.Replicas = 2
+				ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"w0.example:6379"}}
+				ms.Spec.AuthSecretRef = auth
+				ms.Spec.TLS = &v1alpha1.MasterTLS{}
+			}),
+			"needs authSecretRef: the password every cluster's members share": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+				ms.Spec.Managed.Replicas = 2
+				ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"w0.example:6379"}}
+			}),
+		} {
+			err := k8s.Create(suiteCtx, ms)
+			Expect(err).To(HaveOccurred(), want)
+			Expect(err.Error()).To(ContainSubstring(want))
+		}
+		Expect(k8s.Create(suiteCtx, managed("mixed-tls", func(ms *v1alpha1.RedisMasterSet) {
+			ms.Spec.Managed.Replicas = 2
+			ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"w0.example:6379"}}
+			ms.Spec.AuthSecretRef = auth
+			ms.Spec.TLS = &v1alpha1.MasterTLS{ServerSecretRef: &v1alpha1.LocalSecretRef{Name: "shared-ca-cert"}}
+		}))).To(Succeed())
+
+		By("editing the external part and growing the managed one; never adding or removing the managed part")
+		cur := fetchSet(ns, "two-here")
+		cur.Spec.External.Addresses = []string{"w0.example:6379", "w2.example:6379", "n0.example:6379"}
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed(), "another cluster's member renamed")
+		cur = fetchSet(ns, "two-here")
+		cur.Spec.Managed.Replicas = 4
+		cur.Spec.External.Addresses = []string{"n0.example:6379"}
+		Expect(k8s.Update(suiteCtx, cur)).To(Succeed(), "two members moved into this cluster")
+		cur = fetchSet(ns, "two-here")
+		cur.Spec.Managed = nil
+		cur.Spec.External.Addresses = []string{"a:1", "b:1", "c:1"}
+		Expect(k8s.Update(suiteCtx, cur)).To(MatchError(ContainSubstring("managed members cannot be added to or removed from a set")))
+		ext := &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext-only"},
+			Spec: v1alpha1.RedisMasterSetSpec{
+				MaxLockTTL: metav1.Duration{Duration: 30 * time.Second},
+				External:   &v1alpha1.ExternalMasters{Addresses: []string{"a:1", "b:1", "c:1"}},
+			},
+		}
+		Expect(k8s.Create(suiteCtx, ext)).To(Succeed())
+		ext.Spec.Managed = &v1alpha1.ManagedMasters{Replicas: 2}
+		Expect(k8s.Update(suiteCtx, ext)).To(MatchError(ContainSubstring("managed members cannot be added to or removed from a set")))
 	})
 
 	It("keeps persistence and storage immutable, and replicas from shrinking", func() {
@@ -117,7 +187,7 @@ var _ = Describe("Managed RedisMasterSet validation", func() {
 			"tls.caSecretRef applies to external sets and to managed sets with tls.serverSecretRef": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
 				ms.Spec.TLS = &v1alpha1.MasterTLS{CASecretRef: &v1alpha1.CABundleRef{Name: "ca"}}
 			}),
-			"tls.serverName applies to external sets only": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
+			"tls.serverName applies to sets without managed members": managed("bad", func(ms *v1alpha1.RedisMasterSet) {
 				ms.Spec.TLS = &v1alpha1.MasterTLS{ServerName: "redis.example"}
 			}),
 		} {

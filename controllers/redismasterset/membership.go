@@ -142,6 +142,9 @@ func list(addrs []string) string { return "[" + strings.Join(addrs, " ") + "]" }
 func membersOf(st *v1alpha1.RedisMasterSetStatus) []string {
 	var out []string
 	for _, m := range st.Members {
+		if m.NeverServed && m.RunID == "" {
+			continue // recorded before its first pod (recordNewMembers): no grant was ever made on it
+		}
 		out = append(out, m.Address)
 	}
 	return out

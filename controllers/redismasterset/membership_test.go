@@ -33,6 +33,7 @@ func TestNextMembership(t *testing.T) {
 		{"the same masters in another order need no change", v1alpha1.RedisMasterSetStatus{Addresses: a}, []string{"c:1", "a:1", "b:1"}, 0, false, stepReorder, 0},
 		{"a set an older operator ran on other members changes from them", v1alpha1.RedisMasterSetStatus{Members: []v1alpha1.MemberStatus{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}}, b, 0, false, stepAdoptChanged, 0},
 		{"a set an older operator ran on the spec's members adopts them", v1alpha1.RedisMasterSetStatus{Members: []v1alpha1.MemberStatus{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}}, a, 0, false, stepAdopt, 0},
+		{"a new set with managed and external members adopts the spec's list: its recorded members never served", v1alpha1.RedisMasterSetStatus{Members: []v1alpha1.MemberStatus{{Address: "a:1", NeverServed: true}, {Address: "b:1", NeverServed: true}}}, a, 0, false, stepAdopt, 0},
 	}
 	for _, tc := range tests {
 		step, wait := nextMembership(&tc.st, tc.desired, tc.jointFor, tc.jointOK)

@@ -2,9 +2,11 @@ package redismasterset
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -153,11 +155,18 @@ func TestSetWindow(t *testing.T) {
 // list running; a member that runs nowhere counts as lost, one whose zone
 // is not known may be in any zone.
 func TestZoneCondition(t *testing.T) {
+	// "-": running nowhere; "x": an external member serving; "X": one down.
 	const nowhere = "-"
 	place := func(zones ...string) []placement {
 		out := make([]placement, len(zones))
 		for i, z := range zones {
-			if z != nowhere {
+			switch z {
+			case nowhere:
+			case "x":
+				out[i] = placement{running: true, outside: true}
+			case "X":
+				out[i] = placement{outside: true}
+			default:
 				out[i] = placement{running: true, zone: z}
 			}
 		}
@@ -189,6 +198,10 @@ func TestZoneCondition(t *testing.T) {
 		{"none running", place(nowhere, nowhere, nowhere), all(3), metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
 		{"the previous list of three, after growing to five", place("a", "b", "c", "a", "b"), []int{0, 1, 2}, metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
 		{"a previous list with two in one zone", place("a", "c", "c", "a", "b"), []int{0, 1, 2}, metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"two here in one zone, three elsewhere serving", place("a", "a", "x", "x", "x"), all(5), metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
+		{"two here in one zone, three elsewhere, one down", place("a", "a", "x", "x", "X"), all(5), metav1.ConditionFalse, v1alpha1.ReasonQuorumInOneZone},
+		{"two here in two zones, three elsewhere, one down", place("a", "b", "x", "x", "X"), all(5), metav1.ConditionTrue, v1alpha1.ReasonNoZoneHoldsQuorum},
+		{"two here, zones unknown, one elsewhere", place("", "", "x"), all(3), metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown},
 	} {
 		status, reason, msg := zoneCondition(c.p, c.list)
 		if status != c.status || reason != c.reason || msg == "" {
@@ -197,5 +210,60 @@ func TestZoneCondition(t *testing.T) {
 	}
 	if _, _, msg := zoneCondition(place("a", "b", "a", "a", nowhere), all(5)); msg != "losing zone a (members 0, 2 and 3) leaves 1 of 5 members running, fewer than a quorum (3); not running: member 4" {
 		t.Errorf("message %q", msg)
+	}
+}
+
+func TestRecordNewMembers(t *testing.T) {
+	set := func(replicas int32, port int32, external ...string) *v1alpha1.RedisMasterSet {
+		ms := &v1alpha1.RedisMasterSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m"},
+			Spec:       v1alpha1.RedisMasterSetSpec{Managed: &v1alpha1.ManagedMasters{Replicas: replicas, Port: port, HostNetwork: true}},
+		}
+		if len(external) > 0 {
+			ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: external}
+		}
+		return ms
+	}
+	served := func(addrs ...string) []v1alpha1.MemberStatus {
+		var out []v1alpha1.MemberStatus
+		for _, a := range addrs {
+			out = append(out, v1alpha1.MemberStatus{Address: a, State: v1alpha1.MemberServing, RunID: "r-" + a})
+		}
+		return out
+	}
+	sts := func(replicas int32) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &replicas}}
+	}
+	neverServed := func(ms *v1alpha1.RedisMasterSet) []string {
+		var out []string
+		for _, m := range ms.Status.Members {
+			if m.NeverServed {
+				out = append(out, m.Address)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		ms       *v1alpha1.RedisMasterSet
+		members  []v1alpha1.MemberStatus
+		live     *appsv1.StatefulSet
+		recorded []string
+	}{
+		{"a new set: every member", set(3, 7000), nil, nil, []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}},
+		{"a new set with external members: its own only", set(2, 7000, "w:1", "n:1"), nil, nil, []string{"127.0.0.1:7000", "127.0.0.1:7001"}},
+		{"a set that grew: the new ordinals", set(5, 7000), served("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"), sts(3), []string{"127.0.0.1:7003", "127.0.0.1:7004"}},
+		{"a set with external members that grew", set(4, 7000, "w:1"), served("127.0.0.1:7000", "w:1", "127.0.0.1:7001"), sts(2), []string{"127.0.0.1:7002", "127.0.0.1:7003"}},
+		{"a new port: its members may have served, none is new", set(3, 8000), served("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"), sts(3), nil},
+		{"a StatefulSet without records: nothing is known", set(3, 7000), nil, sts(3), nil},
+		{"records without a StatefulSet: nothing is new", set(3, 7000), served("127.0.0.1:7000"), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.ms.Status.Members = tc.members
+			got := recordNewMembers(tc.ms, tc.live)
+			if rec := neverServed(tc.ms); got != (len(tc.recorded) > 0) || !slices.Equal(rec, tc.recorded) {
+				t.Fatalf("recorded %v (%v), want %v", rec, got, tc.recorded)
+			}
+		})
 	}
 }

@@ -157,8 +157,12 @@ func checkServing(ms *v1alpha1.RedisMasterSet, s *corev1.Secret, roots *x509.Cer
 	if err != nil {
 		return certs.Pair{}, nil, err
 	}
+	hosts := managed.ExposedHosts(ms)
 	for _, addr := range managed.Addresses(ms) {
 		host, _, _ := net.SplitHostPort(addr)
+		hosts = append(hosts, host)
+	}
+	for _, host := range hosts {
 		if err := leaf.VerifyHostname(host); err != nil {
 			return certs.Pair{}, nil, fmt.Errorf("%w: %w", certs.ErrUntrusted, err)
 		}

@@ -14,20 +14,31 @@ import (
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/managed"
+	"github.com/redlock-operator/redlock-operator/internal/masters"
 )
 
-// placement is where a managed member runs: nowhere (no pod, not
-// scheduled, or terminating), in a zone, or on a node whose zone is not
-// known (zone "").
+// placement is where a member runs: nowhere (no pod, not scheduled, or
+// terminating; an external member probed Down or not yet), in a zone, on a
+// node whose zone is not known (zone ""), or outside this cluster (an
+// external member, which no zone's loss here takes).
 type placement struct {
 	running bool
 	zone    string
+	outside bool
 }
 
-// memberPlacements returns where each managed member runs, by ordinal.
-// Without Nodes to read, every running member's zone is unknown.
+// memberPlacements returns where each member of the spec's list runs
+// (masters.Addresses: the managed members by ordinal, then the external
+// ones). Without Nodes to read, every running managed member's zone is
+// unknown.
 func (r *Reconciler) memberPlacements(ctx context.Context, ms *v1alpha1.RedisMasterSet) ([]placement, error) {
 	out := make([]placement, ms.Spec.Managed.Replicas)
+	if ext := ms.Spec.External; ext != nil {
+		for _, a := range ext.Addresses {
+			m := ms.Status.Member(a)
+			out = append(out, placement{running: m != nil && m.State != v1alpha1.MemberDown, outside: true})
+		}
+	}
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace), client.MatchingLabels(managed.Labels(ms))); err != nil {
 		return nil, fmt.Errorf("list member pods: %w", err)
@@ -35,7 +46,7 @@ func (r *Reconciler) memberPlacements(ctx context.Context, ms *v1alpha1.RedisMas
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		ord, ok := ordinal(pod, managed.NamesOf(ms).StatefulSet)
-		if !ok || ord >= len(out) || pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
+		if !ok || ord >= int(ms.Spec.Managed.Replicas) || pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		out[ord].running = true
@@ -58,19 +69,20 @@ func (r *Reconciler) memberPlacements(ctx context.Context, ms *v1alpha1.RedisMas
 // computed for every list of masters grants need: the set's, and during a
 // membership change the previous one too.
 func setZones(ms *v1alpha1.RedisMasterSet, placements []placement, readNodes bool) {
-	for i := range ms.Status.Members {
-		if i < len(placements) {
-			ms.Status.Members[i].Zone = placements[i].zone
+	spec, _ := masters.Addresses(ms)
+	ordinals := map[string]int{}
+	for i, a := range spec {
+		ordinals[a] = i
+	}
+	for i, m := range ms.Status.Members {
+		if j, ok := ordinals[m.Address]; ok && j < len(placements) {
+			ms.Status.Members[i].Zone = placements[j].zone
 		}
 	}
 	if !readNodes {
 		setSetCondition(ms, v1alpha1.ConditionSurvivesZoneLoss, metav1.ConditionUnknown, v1alpha1.ReasonZonesUnknown,
 			"the operator does not read Nodes (--watch-nodes=false), so the members' zones are not known")
 		return
-	}
-	ordinals := map[string]int{}
-	for i, a := range managed.Addresses(ms) {
-		ordinals[a] = i
 	}
 	listOf := func(addrs []string) []int {
 		var out []int
@@ -83,7 +95,7 @@ func setZones(ms *v1alpha1.RedisMasterSet, placements []placement, readNodes boo
 	}
 	current := listOf(ms.Status.Addresses)
 	if len(ms.Status.Addresses) == 0 {
-		current = listOf(managed.Addresses(ms))
+		current = listOf(spec)
 	}
 	status, reason, msg := zoneCondition(placements, current)
 	if ch := ms.Status.MembershipChange; ch != nil && status != metav1.ConditionFalse {
@@ -106,6 +118,8 @@ func zoneCondition(placements []placement, list []int) (metav1.ConditionStatus, 
 		switch p := placements[i]; {
 		case !p.running:
 			nowhere = append(nowhere, i)
+		case p.outside:
+			known++
 		case p.zone == "":
 			unknown = append(unknown, i)
 		default:

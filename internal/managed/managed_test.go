@@ -1,6 +1,7 @@
 package managed
 
 import (
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -370,6 +371,7 @@ func TestNextToReplace(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		pods   []MemberPod
+		others Others
 		want   string
 		voting bool
 	}{
@@ -389,9 +391,19 @@ func TestNextToReplace(t *testing.T) {
 		{name: "the last Down but Ready outdated member once the rest serve", pods: []MemberPod{pod(0, "ord"), pod(1, "rs"), pod(2, "rs")}, want: "m-0"},
 		{name: "an outdated member Ready but not serving (probe lag) waits", pods: []MemberPod{pod(0, "ors"), pod(1, "or"), pod(2, "rs")}},
 		{name: "an up-to-date member down blocks healthy members", pods: []MemberPod{pod(0, "ors"), pod(1, "ors"), pod(2, "d")}},
+
+		{name: "2 here and 3 elsewhere, all serving: one goes", pods: []MemberPod{pod(0, "ors"), pod(1, "ors")}, others: Others{Total: 3, Serving: 3}, want: "m-1", voting: true},
+		{name: "2 here and 3 elsewhere, one of those down: one goes (3 of 5 left)", pods: []MemberPod{pod(0, "ors"), pod(1, "ors")}, others: Others{Total: 3, Serving: 2}, want: "m-1", voting: true},
+		{name: "2 here and 3 elsewhere, two of those down: none goes (2 of 5 would be left)", pods: []MemberPod{pod(0, "ors"), pod(1, "ors")}, others: Others{Total: 3, Serving: 1}},
+		{name: "2 here and 3 elsewhere, serving: a Down but Ready outdated member waits while the other here is replaced", pods: []MemberPod{pod(0, "ord"), pod(1, "")}, others: Others{Total: 3, Serving: 3}},
+		{name: "2 here and 3 elsewhere, one serving: the Down but Ready outdated member goes (no quorum to keep)", pods: []MemberPod{pod(0, "ord"), pod(1, "")}, others: Others{Total: 3, Serving: 1}, want: "m-0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := NextToReplace(tc.pods, max(3, len(tc.pods)))
+			replicas := max(3, len(tc.pods))
+			if tc.others.Total > 0 {
+				replicas = len(tc.pods)
+			}
+			got := NextToReplace(tc.pods, replicas, tc.others)
 			if got.Name != tc.want || got.Voting != tc.voting {
 				t.Fatalf("NextToReplace = %+v, want %q (voting %v)", got, tc.want, tc.voting)
 			}
@@ -459,5 +471,28 @@ func TestSpreadConstraints(t *testing.T) {
 	}
 	if z := zoneRule(func(m *v1alpha1.ManagedMasters) { m.ZoneSpread = v1alpha1.SpreadNone }, true); z != nil {
 		t.Errorf("None: %+v", z)
+	}
+}
+
+func TestExposedAddresses(t *testing.T) {
+	ms := set(func(m *v1alpha1.ManagedMasters) {
+		m.HostNetwork, m.Port, m.Replicas = true, 7000, 2
+		m.ExposedAddresses = []string{"10.0.0.5:7000", "redis-1.east.example:7001"}
+	})
+	if conf := Config(ms); !strings.Contains(conf, "bind * -::*\n") {
+		t.Errorf("host-network members exposed to other clusters bind loopback only:\n%s", conf)
+	}
+	if Addresses(ms)[1] != "127.0.0.1:7001" {
+		t.Errorf("the set's own address of member 1 is %q: other clusters' addresses are theirs", Addresses(ms)[1])
+	}
+	req := ServingRequest(ms, time.Now())
+	if !slices.Contains(req.DNSNames, "redis-1.east.example") || !slices.ContainsFunc(req.IPs, func(ip net.IP) bool { return ip.String() == "10.0.0.5" }) {
+		t.Errorf("serving certificate names %v %v: want the exposed hosts too", req.DNSNames, req.IPs)
+	}
+	if !slices.Contains(req.DNSNames, "localhost") {
+		t.Errorf("serving certificate names %v: the set's own names are gone", req.DNSNames)
+	}
+	if ConfigHash(ms) == ConfigHash(set(func(m *v1alpha1.ManagedMasters) { m.HostNetwork, m.Port, m.Replicas = true, 7000, 2 })) {
+		t.Error("exposing host-network members does not roll them")
 	}
 }

@@ -36,6 +36,12 @@ type Replacement struct {
 // UpToDate is NextToReplace's Wait when no member pod is outdated.
 const UpToDate = "every member pod is up to date"
 
+// Others are the members of a set that this cluster does not run (its
+// external addresses): how many, and how many the last probe found voting.
+type Others struct {
+	Total, Serving int
+}
+
 // NextToReplace picks the member pod a rolling update replaces next (its
 // StatefulSet, updated OnDelete, recreates it from the new template), so
 // that at most one voting member is out at a time:
@@ -47,14 +53,16 @@ const UpToDate = "every member pod is up to date"
 //     serve for any lock to be held, or when every member but the Down
 //     outdated ones is Ready and serving;
 //   - otherwise an outdated member goes only when every member pod is Ready
-//     and every member serves, the highest ordinal first.
+//     and every member serves, the highest ordinal first — and, in a set
+//     with members other clusters run (others), only when the set keeps a
+//     quorum serving without it.
 //
 // The StatefulSet controller's own rolling update would instead delete every
 // outdated pod that is not Ready at once (Kubernetes 1.35+, Parallel pod
 // management) — and a member that just started votes a little before its pod
 // reports Ready, so a template change then could take down several voting
 // members together.
-func NextToReplace(pods []MemberPod, replicas int) Replacement {
+func NextToReplace(pods []MemberPod, replicas int, others Others) Replacement {
 	if len(pods) < replicas {
 		return Replacement{Wait: "a member pod is missing (being created)"}
 	}
@@ -65,16 +73,21 @@ func NextToReplace(pods []MemberPod, replicas int) Replacement {
 			return Replacement{Wait: "member pod " + p.Name + " is terminating"}
 		}
 	}
-	if name := nonVoterToReplace(byOrdinal, replicas/2+1); name != "" {
+	quorum := (replicas+others.Total)/2 + 1
+	if name := nonVoterToReplace(byOrdinal, quorum, others.Serving); name != "" {
 		return Replacement{Name: name}
 	}
-	return voterToReplace(byOrdinal)
+	next := voterToReplace(byOrdinal)
+	if next.Name != "" && others.Total > 0 && len(byOrdinal)-1+others.Serving < quorum {
+		return Replacement{Wait: "replacing a member would leave fewer than a quorum of the set serving (members run elsewhere are down)"}
+	}
+	return next
 }
 
 // nonVoterToReplace is the outdated Down member that may go first, if any
 // (see NextToReplace).
-func nonVoterToReplace(byOrdinal []MemberPod, quorum int) string {
-	serving, othersHealthy := 0, true
+func nonVoterToReplace(byOrdinal []MemberPod, quorum, servingElsewhere int) string {
+	serving, othersHealthy := servingElsewhere, true
 	for _, p := range byOrdinal {
 		if p.Serving {
 			serving++

@@ -68,13 +68,33 @@ func CheckCertificateDuration(ms *v1alpha1.RedisMasterSet) error {
 // probe, host-network members).
 func ServingRequest(ms *v1alpha1.RedisMasterSet, now time.Time) certs.Request {
 	svc := NamesOf(ms).Service + "." + ms.Namespace + ".svc"
-	return certs.Request{
+	req := certs.Request{
 		CommonName: svc,
 		DNSNames:   []string{"*." + svc, "*." + svc + ".cluster.local", svc, "localhost"},
 		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		Now:        now,
 		Validity:   CertificateDuration(ms),
 	}
+	for _, h := range ExposedHosts(ms) {
+		if ip := net.ParseIP(h); ip != nil {
+			req.IPs = append(req.IPs, ip)
+		} else {
+			req.DNSNames = append(req.DNSNames, h)
+		}
+	}
+	return req
+}
+
+// ExposedHosts are the hosts of the members' exposed addresses: the names
+// other clusters verify their certificates by.
+func ExposedHosts(ms *v1alpha1.RedisMasterSet) []string {
+	var out []string
+	for _, a := range ms.Spec.Managed.ExposedAddresses {
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // CASecret holds the CA the operator issues a set's certificates with.

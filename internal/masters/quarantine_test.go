@@ -29,6 +29,11 @@ func TestQuarantine(t *testing.T) {
 		MaxLockTTL: metav1.Duration{Duration: ttl},
 		External:   &v1alpha1.ExternalMasters{Addresses: []string{"a:1", "b:1", "c:1"}},
 	}}
+	mixed := func(ms *v1alpha1.RedisMasterSet) *v1alpha1.RedisMasterSet {
+		ms.Spec.Managed.Replicas = 2
+		ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"c:1"}}
+		return ms
+	}
 	for _, tc := range []struct {
 		name string
 		ms   *v1alpha1.RedisMasterSet
@@ -54,6 +59,9 @@ func TestQuarantine(t *testing.T) {
 		{"AOFAlways with a restart delay above maxLockTTL + drift is quarantined for the delay", managedSet(v1alpha1.PersistenceAOFAlways, drifted+time.Millisecond), drifted + time.Millisecond},
 		{"AOFAlways with the default restart delay is quarantined for it", managedSet(v1alpha1.PersistenceAOFAlways, 0), sitOut},
 		{"AOFAlways with a long restart delay is quarantined for the delay", managedSet(v1alpha1.PersistenceAOFAlways, time.Minute), time.Minute},
+
+		{"AOFAlways with external members is quarantined for the sit-out: they may lose their keys", mixed(managedSet(v1alpha1.PersistenceAOFAlways, time.Second)), sitOut},
+		{"None with external members and a long restart delay is quarantined for the delay", mixed(managedSet(v1alpha1.PersistenceNone, time.Minute)), time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Quarantine(tc.ms); got != tc.want {

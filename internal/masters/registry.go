@@ -354,17 +354,20 @@ func ChangeDuration(ms *v1alpha1.RedisMasterSet) time.Duration {
 	return max(Quarantine(ms), managed.SitOut(ms.Spec.MaxLockTTL.Duration))
 }
 
-// Addresses returns the masters' addresses the spec names: the external
-// list, or the managed members' (see managed.Addresses).
+// Addresses returns the masters' addresses the spec names: the managed
+// members' (see managed.Addresses), then the external list.
 func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
-	switch {
-	case ms.Spec.External != nil && len(ms.Spec.External.Addresses) > 0:
-		return ms.Spec.External.Addresses, nil
-	case ms.Spec.Managed != nil:
-		return managed.Addresses(ms), nil
-	default:
+	var out []string
+	if ms.Spec.Managed != nil {
+		out = managed.Addresses(ms)
+	}
+	if ms.Spec.External != nil {
+		out = append(out, ms.Spec.External.Addresses...)
+	}
+	if len(out) == 0 {
 		return nil, errors.New("no master addresses")
 	}
+	return out, nil
 }
 
 // Quarantine is the client-side quarantine window of a set's restarted
@@ -375,7 +378,9 @@ func Addresses(ms *v1alpha1.RedisMasterSet) ([]string, error) {
 // AOFAlways set keeps every acknowledged write across restarts: it is not
 // quarantined when its restart delay does not cover the longest TTL (the
 // API allows that only for AOFAlways), and is quarantined for its restart
-// delay otherwise.
+// delay otherwise. A set with external members as well quarantines every
+// restarted master for at least SitOut: what runs the external ones is
+// not known here.
 func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
 	ttl := ms.Spec.MaxLockTTL.Duration
 	window := managed.SitOut(ttl)
@@ -384,7 +389,7 @@ func Quarantine(ms *v1alpha1.RedisMasterSet) time.Duration {
 		return window
 	}
 	delay := managed.RestartDelay(ms)
-	if m.Persistence != v1alpha1.PersistenceAOFAlways {
+	if m.Persistence != v1alpha1.PersistenceAOFAlways || ms.Spec.External != nil {
 		return max(delay, window)
 	}
 	if delay <= ttl+redlock.Drift(ttl) {

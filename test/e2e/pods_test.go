@@ -41,6 +41,24 @@ func runOf(p *corev1.Pod) lockRun {
 	return lockRun{name: p.Name, start: term.StartedAt.Time, finish: term.FinishedAt.Time, token: token}
 }
 
+// lockJob is a Job of one pod, labelled for lock (the webhook adds the
+// gate), that prints its fencing token (demo.PrintedToken reads it) and
+// runs script.
+func lockJob(name, lock, script string) *batchv1.Job {
+	spec := demo.Workload(script)
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: new(int32(0)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LockLabel: lock}},
+				Spec:       spec,
+			},
+		},
+	}
+}
+
 // waitJobsSucceeded waits until each of the Jobs named succeeded once.
 func waitJobsSucceeded(names ...string) {
 	Eventually(func(g Gomega) {
@@ -136,18 +154,7 @@ var _ = Describe("pods gated on locks", Ordered, func() {
 		// not the first in line (same-second creation times go by name),
 		// and the holder must keep its grant while its gate is lifted.
 		for i := 3; i >= 1; i-- {
-			spec := demo.Workload("sleep 2")
-			spec.RestartPolicy = corev1.RestartPolicyNever
-			Expect(k8s.Create(ctx, &batchv1.Job{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("step-%d", i)},
-				Spec: batchv1.JobSpec{
-					BackoffLimit: new(int32(0)),
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LockLabel: "steps"}}, // the webhook adds the gate
-						Spec:       spec,
-					},
-				},
-			})).To(Succeed())
+			Expect(k8s.Create(ctx, lockJob(fmt.Sprintf("step-%d", i), "steps", "sleep 2"))).To(Succeed())
 		}
 
 		By("waiting for the three Jobs to complete")

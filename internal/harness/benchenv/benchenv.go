@@ -1,8 +1,10 @@
 // Package benchenv starts what the benchmark programs under hack/ measure:
 // a real kube-apiserver and etcd (envtest), redis-server masters in an
 // external RedisMasterSet, and the operator's manager in this process, with
-// the caches and controllers the manager binary runs. It is not for tests,
-// which use internal/harness/testenv and Ginkgo.
+// the caches and controllers the manager binary runs, or manager processes
+// of the binary. Tests use internal/harness/testenv and Ginkgo, but for the
+// e2e suite's second control plane: an API server with its own manager
+// process beside the local cluster.
 package benchenv
 
 import (
@@ -87,6 +89,14 @@ type Options struct {
 	// these limits (apiproxy); Env.Proxy changes them. The benchmark's
 	// own client goes to the API server directly.
 	API *apiproxy.Limits
+	// Root is the repository's root, where the CRDs are read from
+	// (default: the working directory).
+	Root string
+	// MasterSet, when set, is the spec of the RedisMasterSet Start
+	// creates (default: external, naming the masters, no password), and
+	// Objects are created in Namespace before it (e.g. its auth Secret).
+	MasterSet *v1alpha1.RedisMasterSetSpec
+	Objects   []client.Object
 }
 
 // withDefaults fills in what o leaves out.
@@ -183,7 +193,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{"config/crd/bases"}, ErrorIfCRDPathMissing: true, Scheme: scheme}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(o.Root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true, Scheme: scheme}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("envtest: %w", err)
@@ -239,13 +249,20 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := e.Client.Create(ctx, &v1alpha1.RedisMasterSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: MasterSet},
-		Spec: v1alpha1.RedisMasterSetSpec{
-			External:   &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(e.Servers)},
-			MaxLockTTL: metav1.Duration{Duration: o.MaxLockTTL},
-		},
-	}); err != nil {
+	for _, obj := range o.Objects {
+		obj.SetNamespace(o.Namespace)
+		if err := e.Client.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	spec := v1alpha1.RedisMasterSetSpec{
+		External:   &v1alpha1.ExternalMasters{Addresses: redistest.Addrs(e.Servers)},
+		MaxLockTTL: metav1.Duration{Duration: o.MaxLockTTL},
+	}
+	if o.MasterSet != nil {
+		spec = *o.MasterSet
+	}
+	if err := e.Client.Create(ctx, &v1alpha1.RedisMasterSet{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: MasterSet}, Spec: spec}); err != nil {
 		return nil, err
 	}
 	fmt.Printf("waiting for the fresh masters' quarantine (maxLockTTL %v + drift + 1s)...\n", o.MaxLockTTL)

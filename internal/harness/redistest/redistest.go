@@ -105,6 +105,25 @@ func Binary() (string, error) {
 // Start starts a server in dir (created if missing) on a free loopback port
 // and waits until it answers PING.
 func Start(dir string, opts Options) (*Server, error) {
+	var lastErr error
+	for range 5 { // a free port can be taken between probe and bind
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		s, err := StartAt(dir, port, opts)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// StartAt starts a server in dir on the given loopback port: where a
+// managed set's host-network member i listens (port+i), for a test that
+// plays the kubelet.
+func StartAt(dir string, port int, opts Options) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -112,18 +131,35 @@ func Start(dir string, opts Options) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	var lastErr error
-	for range 5 { // a free port can be taken between probe and bind
-		port, err := FreePort()
+	s := &Server{bin: bin, dir: dir, port: port, opts: opts}
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// FreePorts returns the first of n consecutive TCP ports free on 127.0.0.1
+// a moment ago.
+func FreePorts(n int) (int, error) {
+	for range 20 {
+		first, err := FreePort()
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		s := &Server{bin: bin, dir: dir, port: port, opts: opts}
-		if lastErr = s.start(); lastErr == nil {
-			return s, nil
+		free := true
+		for p := first + 1; p < first+n && free; p++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				free = false
+				continue
+			}
+			_ = l.Close()
+		}
+		if free {
+			return first, nil
 		}
 	}
-	return nil, lastErr
+	return 0, fmt.Errorf("redistest: no %d consecutive free ports", n)
 }
 
 // StartN starts n servers with the same options, each in its own temporary
