@@ -314,7 +314,7 @@ type SemaphoreSlot struct {
 	// DistributedSemaphore's key.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1000
-	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence') && !self.endsWith(':line') && self != 'redlock:quarantine-window' && !self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="slotOf.semaphoreKey must not end in ':fence', ':line', ':slots' or ':slot:<index>', nor be 'redlock:quarantine-window': those keys are reserved"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence') && !self.endsWith(':line') && self != 'redlock:quarantine-window' && self != 'redlock:member-roll' && !self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="slotOf.semaphoreKey must not end in ':fence', ':line', ':slots' or ':slot:<index>', nor be 'redlock:quarantine-window' or 'redlock:member-roll': those keys are reserved"
 	SemaphoreKey string `json:"semaphoreKey"`
 	// Slots is the semaphore's number of slots.
 	// +kubebuilder:validation:Minimum=1

@@ -130,10 +130,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	ms := &v1alpha1.RedisMasterSet{}
 	if err := r.Get(ctx, req.NamespacedName, ms); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.endRollTurn(ctx, req.NamespacedName) // before its client closes
 			r.Masters.Forget(req.NamespacedName)
 			r.probed.Delete(req.NamespacedName)
 			r.replaced.Delete(req.NamespacedName)
-			r.endRollTurn(ctx, req.NamespacedName)
 			r.served.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
@@ -179,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{RequeueAfter: time.Millisecond}, err
 		}
 		if out.rolling {
-			next = min(next, rollInterval)
+			next = min(next, rollEvery(ms))
 		}
 		if out.problem != nil {
 			defer r.reportProblem(ms, out.problem) // after the probe's conditions

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -150,25 +149,6 @@ func recordNewMembers(ms *v1alpha1.RedisMasterSet, live *appsv1.StatefulSet) boo
 	return recorded
 }
 
-// othersOf counts the members of the set's list that this cluster does not
-// run, and those of them the last probe found voting.
-func othersOf(ms *v1alpha1.RedisMasterSet) managed.Others {
-	own := map[string]bool{}
-	for _, a := range managed.Addresses(ms) {
-		own[a] = true
-	}
-	var o managed.Others
-	for _, m := range ms.Status.Members {
-		if !own[m.Address] && slices.Contains(ms.Status.Addresses, m.Address) {
-			o.Total++
-			if m.State == v1alpha1.MemberServing {
-				o.Serving++
-			}
-		}
-	}
-	return o
-}
-
 // EventReplaced is the event of a member pod deleted for a rolling update.
 const EventReplaced = "MemberReplaced"
 
@@ -194,17 +174,27 @@ func (r *Reconciler) rollMembers(ctx context.Context, ms *v1alpha1.RedisMasterSe
 	if err != nil || behind {
 		return true, err
 	}
+	replicas := int(ms.Spec.Managed.Replicas)
 	others := othersOf(ms)
-	next := managed.NextToReplace(pods, int(ms.Spec.Managed.Replicas), others)
-	goes, err := r.inTurn(ctx, ms, key, next, others)
+	next := managed.NextToReplace(pods, replicas, others)
+	if next.Voting && others.Total > 0 {
+		// On what the masters answer now: status may be a probe old.
+		fresh, err := r.freshOthers(ctx, ms)
+		if err != nil {
+			log.FromContext(ctx).Info("rolling update waits: the masters could not be probed", "error", err.Error())
+			return true, nil
+		}
+		next = managed.NextToReplace(pods, replicas, fresh)
+	}
+	goes := r.inTurn(ctx, ms, key, next, pods, others)
 	switch {
 	case next.Name == "" && next.Wait == managed.UpToDate:
 		return false, nil
 	case next.Name == "":
 		log.FromContext(ctx).V(1).Info("rolling update waits", "reason", next.Wait)
-		return true, err
-	case err != nil || !goes:
-		return true, err
+		return true, nil
+	case !goes:
+		return true, nil
 	}
 	pod := byName[next.Name]
 	// Only the pod as seen: not one recreated or changed since.

@@ -267,3 +267,28 @@ func TestRecordNewMembers(t *testing.T) {
 		})
 	}
 }
+
+// During a membership change the previous list is judged with its masters
+// the spec no longer names: y and z, probed Down, count as lost.
+func TestSetZonesCountsThePreviousList(t *testing.T) {
+	ms := &v1alpha1.RedisMasterSet{
+		Spec: v1alpha1.RedisMasterSetSpec{
+			Managed:  &v1alpha1.ManagedMasters{Replicas: 2, HostNetwork: true, Port: 7000},
+			External: &v1alpha1.ExternalMasters{Addresses: []string{"x:1"}},
+		},
+		Status: v1alpha1.RedisMasterSetStatus{
+			Addresses:        []string{"127.0.0.1:7000", "127.0.0.1:7001", "x:1"},
+			MembershipChange: &v1alpha1.MembershipChange{Previous: []string{"127.0.0.1:7000", "127.0.0.1:7001", "x:1", "y:1", "z:1"}},
+			Members: []v1alpha1.MemberStatus{
+				{Address: "127.0.0.1:7000", State: v1alpha1.MemberServing}, {Address: "127.0.0.1:7001", State: v1alpha1.MemberServing},
+				{Address: "x:1", State: v1alpha1.MemberServing}, {Address: "y:1", State: v1alpha1.MemberDown}, {Address: "z:1", State: v1alpha1.MemberDown},
+			},
+		},
+	}
+	placements := []placement{{running: true, zone: "a"}, {running: true, zone: "b"}, {running: true, outside: true}}
+	setZones(ms, placements, true)
+	c := findCondition(ms, v1alpha1.ConditionSurvivesZoneLoss)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonQuorumInOneZone {
+		t.Fatalf("SurvivesZoneLoss %+v: losing zone a leaves 2 of the previous list's 5 running; want False", c)
+	}
+}

@@ -87,9 +87,17 @@ func setZones(ms *v1alpha1.RedisMasterSet, placements []placement, readNodes boo
 	listOf := func(addrs []string) []int {
 		var out []int
 		for _, a := range addrs {
-			if i, ok := ordinals[a]; ok {
-				out = append(out, i)
+			i, ok := ordinals[a]
+			if !ok {
+				// A master of another list (the previous one, or one the
+				// spec no longer names): counted, in a zone not known
+				// unless probed Down.
+				m := ms.Status.Member(a)
+				placements = append(placements, placement{running: m != nil && m.State != v1alpha1.MemberDown})
+				i = len(placements) - 1
+				ordinals[a] = i
 			}
+			out = append(out, i)
 		}
 		return out
 	}

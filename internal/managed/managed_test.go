@@ -496,3 +496,21 @@ func TestExposedAddresses(t *testing.T) {
 		t.Error("exposing host-network members does not roll them")
 	}
 }
+
+// A set with external members quarantines restarted masters for at least
+// SitOut, AOFAlways too: its members are Ready (voting) only after that.
+func TestReadyAfterTheQuarantineOfMixedSets(t *testing.T) {
+	ms := set(func(m *v1alpha1.ManagedMasters) {
+		m.Replicas, m.Persistence, m.RestartDelay = 2, v1alpha1.PersistenceAOFAlways, &metav1.Duration{Duration: time.Second}
+	})
+	ready := func(ms *v1alpha1.RedisMasterSet) string {
+		return strings.Join(StatefulSet(ms, Options{}).Spec.Template.Spec.Containers[0].ReadinessProbe.Exec.Command, " ")
+	}
+	if strings.Contains(ready(ms), "voting-after") {
+		t.Fatalf("an AOFAlways set alone waits to vote: %s", ready(ms))
+	}
+	ms.Spec.External = &v1alpha1.ExternalMasters{Addresses: []string{"w:1"}}
+	if want := "--voting-after=" + (SitOut(ms.Spec.MaxLockTTL.Duration) + votingMargin).String(); !strings.Contains(ready(ms), want) {
+		t.Fatalf("readiness of a set with external members %q: want %s", ready(ms), want)
+	}
+}

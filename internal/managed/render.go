@@ -210,8 +210,14 @@ func StatefulSet(ms *v1alpha1.RedisMasterSet, o Options) *appsv1.StatefulSet {
 	// restart delay after they first reach it (its uptime is read in whole
 	// seconds), so a rolling update moves on only when the replaced member
 	// counts again — one member out at a time.
-	ready := append(append([]string(nil), probe...), "--state-dir="+GateStateDir, "--voting-after="+(delay+votingMargin).String())
-	if m.Persistence == v1alpha1.PersistenceAOFAlways && delay <= ms.Spec.MaxLockTTL.Duration {
+	// A set with external members quarantines every restarted master for
+	// at least SitOut (masters.Quarantine), AOFAlways too.
+	quarantine := delay
+	if ms.Spec.External != nil {
+		quarantine = max(delay, SitOut(ms.Spec.MaxLockTTL.Duration))
+	}
+	ready := append(append([]string(nil), probe...), "--state-dir="+GateStateDir, "--voting-after="+(quarantine+votingMargin).String())
+	if m.Persistence == v1alpha1.PersistenceAOFAlways && delay <= ms.Spec.MaxLockTTL.Duration && ms.Spec.External == nil {
 		ready = probe // no client quarantine (see masters.Quarantine)
 	}
 	args := append(gateArgs, "--", "redis-server", ConfigDir+"/redis.conf")
