@@ -83,6 +83,16 @@ func TestNextLoad(t *testing.T) {
 			want: loadState{capacity: 100, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
 		},
 		{
+			name: "behind with demand at the capacity itself, a ttl-10s lead: the backlog's wander reaches a tenth of the refreshes within the horizon: shed",
+			prev: initialLoad(budget), w: paced(win(34, 0, 0, 900*time.Millisecond, 34.05), 34, 1200*time.Millisecond),
+			want: loadState{capacity: 34, measured: true, overloaded: true, cooldown: cooldownWindows}, wantShed: 34.05 - shedTarget*34, admitsAdd: 0.1, admits: false,
+		},
+		{
+			name: "behind with demand at the capacity itself, a ttl-60s lead: nothing shed",
+			prev: initialLoad(budget), w: paced(win(34, 0, 0, 900*time.Millisecond, 34.05), 34, 6*time.Second),
+			want: loadState{capacity: 34, measured: true, overloaded: true}, admitsAdd: 0.1, admits: false,
+		},
+		{
 			name: "keeping up with a short lead: nothing shed",
 			prev: initialLoad(budget), w: paced(win(100, 0, 0, 100*time.Millisecond, 100), 100, 100*time.Millisecond),
 			want: loadState{capacity: budget}, admitsAdd: 1, admits: true,
