@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,7 +74,9 @@ func waitJobsSucceeded(names ...string) {
 // expectOneAfterAnother checks that runs never overlapped and that each
 // later one had a larger token.
 func expectOneAfterAnother(runs []lockRun) {
-	slices.SortFunc(runs, func(a, b lockRun) int { return a.start.Compare(b.start) })
+	// Whole-second times can tie: a run that started and ended within the
+	// second another started goes first.
+	slices.SortFunc(runs, func(a, b lockRun) int { return cmp.Or(a.start.Compare(b.start), a.finish.Compare(b.finish)) })
 	for i := 1; i < len(runs); i++ {
 		prev, r := runs[i-1], runs[i]
 		Expect(r.start).NotTo(BeTemporally("<", prev.finish), "%s started before %s finished", r.name, prev.name)
