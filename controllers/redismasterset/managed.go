@@ -286,7 +286,8 @@ func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet,
 	}
 	delay := managed.RestartDelay(ms)
 	lag := managed.ProbeLag(r.ProbeInterval, r.Masters.ProbeTimeout(ms))
-	members := ms.Status.Members
+	addrs := managed.Addresses(ms)
+	status := &ms.Status
 	for i := range pods.Items {
 		if _, admitted := pods.Items[i].Annotations[managed.ServeAfter]; !admitted {
 			// Admission depends on the members' history: read it fresh, not
@@ -295,7 +296,7 @@ func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet,
 			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ms), fresh); err != nil {
 				return fmt.Errorf("read master set: %w", err)
 			}
-			members = fresh.Status.Members
+			status = &fresh.Status
 			break
 		}
 	}
@@ -308,7 +309,7 @@ func (r *Reconciler) admitPods(ctx context.Context, ms *v1alpha1.RedisMasterSet,
 		if _, admitted := pod.Annotations[managed.ServeAfter]; admitted {
 			continue
 		}
-		member := (&v1alpha1.RedisMasterSetStatus{Members: members}).Member(managed.Addresses(ms)[ord])
+		member := status.Member(addrs[ord])
 		at := managed.AdmitAt(member, r.ownServing(ms, member), delay, lag, now)
 		patch := client.MergeFrom(pod.DeepCopy())
 		if pod.Annotations == nil {

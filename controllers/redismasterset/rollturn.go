@@ -122,24 +122,24 @@ func (r *Reconciler) freshOthers(ctx context.Context, ms *v1alpha1.RedisMasterSe
 		return managed.Others{}, err
 	}
 	now := r.Clock.Now()
-	var o managed.Others
-	for _, res := range results {
-		if !isOther(ms, res.Addr) {
-			continue
-		}
-		o.Total++
-		if memberState(res, now).State == v1alpha1.MemberServing {
-			o.Serving++
-		}
+	members := make([]v1alpha1.MemberStatus, len(results))
+	for i, res := range results {
+		members[i] = memberState(res, now)
 	}
-	return o, nil
+	return countOthers(ms, members), nil
 }
 
 // othersOf counts, from status, the members of the set's list that this
 // cluster does not run, and those of them the last probe found voting.
 func othersOf(ms *v1alpha1.RedisMasterSet) managed.Others {
+	return countOthers(ms, ms.Status.Members)
+}
+
+// countOthers counts the external members of the list grants are made on
+// among members, and those of them serving.
+func countOthers(ms *v1alpha1.RedisMasterSet, members []v1alpha1.MemberStatus) managed.Others {
 	var o managed.Others
-	for _, m := range ms.Status.Members {
+	for _, m := range members {
 		if isOther(ms, m.Address) {
 			o.Total++
 			if m.State == v1alpha1.MemberServing {

@@ -35,8 +35,7 @@ func (r *Reconciler) memberPlacements(ctx context.Context, ms *v1alpha1.RedisMas
 	out := make([]placement, ms.Spec.Managed.Replicas)
 	if ext := ms.Spec.External; ext != nil {
 		for _, a := range ext.Addresses {
-			m := ms.Status.Member(a)
-			out = append(out, placement{running: m != nil && m.State != v1alpha1.MemberDown, outside: true})
+			out = append(out, placement{running: probedUp(ms, a), outside: true})
 		}
 	}
 	var pods corev1.PodList
@@ -63,6 +62,14 @@ func (r *Reconciler) memberPlacements(ctx context.Context, ms *v1alpha1.RedisMas
 		out[ord].zone = node.Labels[corev1.LabelTopologyZone]
 	}
 	return out, nil
+}
+
+// probedUp reports whether the probe recorded the master at addr and did
+// not find it Down: how the zones count a master no pod of this cluster
+// runs.
+func probedUp(ms *v1alpha1.RedisMasterSet, addr string) bool {
+	m := ms.Status.Member(addr)
+	return m != nil && m.State != v1alpha1.MemberDown
 }
 
 // setZones writes each member's zone and the SurvivesZoneLoss condition,
@@ -92,8 +99,7 @@ func setZones(ms *v1alpha1.RedisMasterSet, placements []placement, readNodes boo
 				// A master of another list (the previous one, or one the
 				// spec no longer names): counted, in a zone not known
 				// unless probed Down.
-				m := ms.Status.Member(a)
-				placements = append(placements, placement{running: m != nil && m.State != v1alpha1.MemberDown})
+				placements = append(placements, placement{running: probedUp(ms, a)})
 				i = len(placements) - 1
 				ordinals[a] = i
 			}
