@@ -229,6 +229,21 @@ func (w *statusWriter) countTTL(from, to time.Duration) {
 	}
 }
 
+// apiQueue reports whether the round trips of the window still open met a
+// queue at the API server: their mean exceeded the base round trip (or
+// the window's least, when no base was measured) by more than
+// apiQueueShare of the shortest lead held. Callers hold w.mu.
+func (w *statusWriter) apiQueue() bool {
+	if len(w.rtt.rtts) == 0 {
+		return false
+	}
+	base := w.baseRTT()
+	if least := w.rtt.least(); base <= 0 || least < base {
+		base = least
+	}
+	return float64(w.rtt.mean()-base) > apiQueueShare*float64(w.shortLead(w.sched))
+}
+
 // baseRTT is the base round trip: the least of the last baseWindows
 // windows' least (zero: none measured). Callers hold w.mu.
 func (w *statusWriter) baseRTT() time.Duration {

@@ -48,6 +48,8 @@ func (w *statusWriter) judgeLoad(now time.Time, span time.Duration) {
 	win := w.win
 	w.win = loadWindow{}
 	adopting := w.adopting > 0 && now.Sub(w.adoptSince) < adoptionGrace
+	// Read before sizeInflight closes the round trips' window.
+	win.apiQueue = w.apiQueue()
 	// An adoption's burst lands tight by itself: it raises no lead floor.
 	w.sizeInflight(win.landsTight() && !adopting)
 	if !w.backlogSince.IsZero() {

@@ -177,6 +177,16 @@ func TestNextLoad(t *testing.T) {
 			want: measured(63), admitsAdd: 5, admits: true,
 		},
 		{
+			name: "... but the writes met a queue at the API server: capacity stays put",
+			prev: loadState{capacity: 60, measured: true, sinceGrowth: 8}, w: func() loadWindow { w := waited(win(45, 0, 0, 0, 45), 9*time.Second); w.apiQueue = true; return w }(),
+			want: measured(60), admitsAdd: 5, admits: false,
+		},
+		{
+			name: "... a queue for ten refresh periods: it grows all the same",
+			prev: loadState{capacity: 60, measured: true, sinceGrowth: 89}, w: func() loadWindow { w := waited(win(45, 0, 0, 0, 45), 9*time.Second); w.apiQueue = true; return w }(),
+			want: measured(63), admitsAdd: 5, admits: true,
+		},
+		{
 			name: "... but nothing waits: capacity stays put",
 			prev: measured(60), w: win(45, 0, 0, 0, 45),
 			want: measured(60), admitsAdd: 3, admits: true,

@@ -1188,3 +1188,60 @@ func TestAStoppedWriterOpensTheGate(t *testing.T) {
 		t.Fatalf("gate follows %d once the writer stopped, want 0 (open)", got)
 	}
 }
+
+// TestAPIQueue: the writes of a window met a queue at the API server when
+// their mean round trip exceeds the base by more than an eighth of the
+// shortest lead held (1 s at ttl 10s), not before, and not in a window
+// with nothing answered.
+func TestAPIQueue(t *testing.T) {
+	w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 100, 0)
+	w.countTTL(0, 10*time.Second)
+	w.leasts = []time.Duration{10 * time.Millisecond}
+	for _, tc := range []struct {
+		rtt  time.Duration
+		want bool
+	}{
+		{0, false},
+		{100 * time.Millisecond, false},
+		{200 * time.Millisecond, true},
+	} {
+		w.rtt = rttWindow{}
+		if tc.rtt > 0 {
+			w.rtt.rtts = slices.Repeat([]time.Duration{tc.rtt}, 10)
+		}
+		w.mu.Lock()
+		got := w.apiQueue()
+		w.mu.Unlock()
+		if got != tc.want {
+			t.Errorf("apiQueue with round trips of %v over a base of 10ms, lead 1s = %v, want %v", tc.rtt, got, tc.want)
+		}
+	}
+}
+
+// TestRecoveryWaitsOutAQueueAtTheAPIServer: a refresh period after the
+// last growth, with grants waiting for room, the capacity estimate grows
+// by a twentieth in a window whose writes met no queue at the API server,
+// and stays put in one whose round trips ran 200ms over the base of a
+// ttl-10s lead (1 s).
+func TestRecoveryWaitsOutAQueueAtTheAPIServer(t *testing.T) {
+	for _, tc := range []struct {
+		rtt  time.Duration
+		want float64
+	}{
+		{20 * time.Millisecond, 42},
+		{210 * time.Millisecond, 40},
+	} {
+		w := newStatusWriter(nil, nil, metrics.New(), newSessions(), 100, 0)
+		w.countTTL(0, 10*time.Second)
+		w.leasts = []time.Duration{10 * time.Millisecond}
+		w.waiters.put(waiter{name: types.NamespacedName{Namespace: "ns", Name: "waits"}, ttl: 10 * time.Second, since: time.Now()})
+		w.load = loadState{capacity: 40, measured: true, sinceGrowth: 9}
+		for range 10 {
+			w.observeRTT(tc.rtt)
+		}
+		w.judgeLoad(time.Now(), time.Second)
+		if got := w.load.capacity; !near(got, tc.want) {
+			t.Errorf("capacity after a window of %v round trips = %.2f, want %.2f", tc.rtt, got, tc.want)
+		}
+	}
+}
