@@ -30,6 +30,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/semantic"
 	"github.com/redlock-operator/redlock-operator/internal/waitlimit"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 // expectationTTL is how long an assignment this manager made counts
@@ -48,6 +49,14 @@ const StatusInterval = time.Second
 // the semaphore does not own has a slot's name.
 const EventSlotNameTaken = "SlotNameTaken"
 
+// MasterClients gives the Redlock client of a master set.
+type MasterClients interface {
+	Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error)
+}
+
+// freeSlotsTimeout bounds the look at which slots are free on the masters.
+const freeSlotsTimeout = 2 * time.Second
+
 // Reconciler runs DistributedSemaphores: it keeps one DistributedLock per
 // slot and labels waiting pods for idle and ending slots.
 type Reconciler struct {
@@ -56,6 +65,10 @@ type Reconciler struct {
 	// Pods caches the pods labelled redlock.dev/semaphore.
 	Pods  cache.Cache
 	Clock clock.PassiveClock
+	// Masters (nil: none) tells which slots are free on the masters, so
+	// that a waiting pod is given a slot no other holder of the key (in
+	// another cluster sharing the masters) holds.
+	Masters MasterClients
 
 	mu sync.Mutex
 	// expected: semaphore → slot lock name → the assignment made.
@@ -74,6 +87,7 @@ type expectation struct {
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/status,verbs=patch
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedsemaphores/finalizers,verbs=update
 // +kubebuilder:rbac:groups=coordination.redlock.dev,resources=distributedlocks,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.redlock.dev,resources=redismastersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -283,7 +297,36 @@ func (r *Reconciler) gather(ctx context.Context, sem *v1alpha1.DistributedSemaph
 		in.pods = append(in.pods, &pods.Items[i])
 	}
 	in.expected = r.expectations(client.ObjectKeyFromObject(sem), in.pods)
+	if choosesSlots(in) {
+		in.free = r.freeOnMasters(ctx, sem)
+	}
 	return in, nil
+}
+
+// freeOnMasters asks the semaphore's masters which slots of spec.slots are
+// free (redlock.Client.FreeSlots), or nil when it cannot: no clients, the
+// master set not found or not usable, the masters not answering. Slots
+// are then given by what this cluster shows, as they are without it.
+func (r *Reconciler) freeOnMasters(ctx context.Context, sem *v1alpha1.DistributedSemaphore) []bool {
+	if r.Masters == nil {
+		return nil
+	}
+	ms := &v1alpha1.RedisMasterSet{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: sem.Namespace, Name: sem.Spec.MasterSet}, ms); err != nil {
+		return nil
+	}
+	c, err := r.Masters.Client(ctx, ms)
+	if err != nil {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, freeSlotsTimeout)
+	defer cancel()
+	free, err := c.FreeSlots(fctx, sem.RedisKey(), int(sem.Spec.Slots))
+	if err != nil {
+		logf.FromContext(ctx).V(1).Info("free slots not known", "error", err.Error())
+		return nil
+	}
+	return free
 }
 
 // apply carries out p: creates, updates and removes slots' locks and

@@ -26,6 +26,9 @@ type inputs struct {
 	// expected maps a slot's lock name to the pod this manager labelled
 	// for it, while the cache may not show that label yet.
 	expected map[string]types.UID
+	// free tells, by index, which slots of spec.slots were free on the
+	// masters (nil: not known).
+	free []bool
 }
 
 // assignment labels pod for the slot's lock.
@@ -119,6 +122,33 @@ func busy(sem *v1alpha1.DistributedSemaphore, l *v1alpha1.DistributedLock, pod *
 func (s slot) lastRefused() bool {
 	c := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionHeld)
 	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict || c.Reason == v1alpha1.ReasonKeyKindConflict)
+}
+
+// choosesSlots reports whether a pod waits and a slot of spec.slots is
+// idle: only then does the masters' view (inputs.free) change what decide
+// gives, and only then is it asked for (a round to the masters, up to
+// their node timeout when they do not answer).
+func choosesSlots(in inputs) bool {
+	if len(waiting(in.sem, in.pods)) == 0 {
+		return false
+	}
+	slots, _ := ownedSlots(in)
+	return slices.ContainsFunc(slots, func(s slot) bool {
+		return s.lock.Spec.SlotOf != nil && s.lock.Spec.SlotOf.Slots == in.sem.Spec.Slots && s.idle(in.expected)
+	})
+}
+
+// heldElsewhere reports whether slot index, idle or ending, is held by
+// another holder of the key (another cluster's, sharing the masters): an
+// idle slot whose key the masters hold, when free (by index) was read;
+// else one that the masters last refused (lastRefused). An ending slot's
+// key is held on the masters by its own grant: only a refusal tells.
+func (s slot) heldElsewhere(expected map[string]types.UID, free []bool, index int32) bool {
+	idle := s.idle(expected)
+	if free != nil {
+		return idle && !free[index]
+	}
+	return (idle || s.ending(expected)) && s.lastRefused()
 }
 
 // ownedSlots sorts the locks labelled for the semaphore into its slots,
@@ -297,7 +327,7 @@ func decide(in inputs) plan {
 		case !ok && slices.Contains(taken, in.sem.SlotLockName(n, i)):
 		case !ok:
 			p.create = append(p.create, slotLock(in.sem, n, i))
-		case (s.idle(in.expected) || s.ending(in.expected)) && s.lastRefused():
+		case s.heldElsewhere(in.expected, in.free, i):
 			heldElsewhere = append(heldElsewhere, s.lock.Name)
 		case s.idle(in.expected):
 			idle = append(idle, s.lock.Name)
@@ -306,9 +336,10 @@ func decide(in inputs) plan {
 		}
 	}
 	// A pod given a slot keeps it: idle slots go first, then those whose
-	// holder ended (their lock ends its grant first), and slots last
-	// refused by the masters (held in another cluster sharing the key)
-	// last, so that a pod does not wait on one while another is free.
+	// holder ended (their lock ends its grant first), and slots held
+	// elsewhere (in another cluster sharing the key: by the masters' view
+	// when it was read, else last refused by them) last, so that a pod
+	// does not wait on one while another is free.
 	free := slices.Concat(idle, ending, heldElsewhere)
 	free = free[:max(0, len(free)-strays(in.sem, slots, in.pods))]
 	for i, pod := range waiting(in.sem, in.pods) {

@@ -113,6 +113,21 @@ func TestDecide(t *testing.T) {
 			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, ""), pod("c", 2, "")}},
 		assign: map[string]string{"a": "db-3-1", "b": "db-3-2", "c": "db-3-0"},
 	}, {
+		name: "the masters' view: an idle slot whose key another cluster holds goes after the free ones, though never refused here",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s3, 3, 0, ""), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
+			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, ""), pod("c", 2, "")}, free: []bool{false, true, true}},
+		assign: map[string]string{"a": "db-3-1", "b": "db-3-2", "c": "db-3-0"},
+	}, {
+		name: "the masters' view: a slot last refused here and free on the masters now goes first",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{elsewhere, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
+			pods: []*corev1.Pod{pod("a", 0, "")}, free: []bool{true, false, false}},
+		assign: map[string]string{"a": "db-3-0"},
+	}, {
+		name: "the masters' view: a slot whose holder ended is held by its own grant there, and goes before those held elsewhere",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{slotOf(s3, 3, 0, ""), slotOf(s3, 3, 1, "h"), slotOf(s3, 3, 2, "")},
+			pods: []*corev1.Pod{ended("h", slotOf(s3, 3, 1, "")), pod("a", 1, ""), pod("b", 2, "")}, free: []bool{false, false, false}},
+		assign: map[string]string{"a": "db-3-1", "b": "db-3-0"},
+	}, {
 		name: "a slot last refused for a plain lock of the key goes after the free ones",
 		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{lockKind, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
 			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, "")}},
@@ -547,5 +562,28 @@ func TestSlotChanged(t *testing.T) {
 	cleared.Status.LastHolderPod = nil
 	if !slotChanged(old, cleared) {
 		t.Error("status.lastHolderPod cleared did not wake the semaphore")
+	}
+}
+
+// TestChoosesSlots: the masters are asked which slots are free only when
+// a pod waits and a slot of the current number is idle.
+func TestChoosesSlots(t *testing.T) {
+	s2 := sem(2)
+	for _, tc := range []struct {
+		name string
+		in   inputs
+		want bool
+	}{
+		{"nobody waits", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), slotOf(s2, 2, 1, "")}}, false},
+		{"a pod waits, a slot idle", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h"), slotOf(s2, 2, 1, "")},
+			pods: []*corev1.Pod{granted(pod("h", 0, ""), slotOf(s2, 2, 0, "")), pod("a", 1, "")}}, true},
+		{"a pod waits, every slot held", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h"), slotOf(s2, 2, 1, "i")},
+			pods: []*corev1.Pod{granted(pod("h", 0, ""), slotOf(s2, 2, 0, "")), granted(pod("i", 0, ""), slotOf(s2, 2, 1, "")), pod("a", 1, "")}}, false},
+		{"a pod waits, only a slot of the previous number idle", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(sem(3), 3, 2, "")},
+			pods: []*corev1.Pod{pod("a", 1, "")}}, false},
+	} {
+		if got := choosesSlots(tc.in); got != tc.want {
+			t.Errorf("%s: choosesSlots = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -21,6 +21,13 @@
 // that may still run keeps one slot from being given out: the locks look
 // for the former holders of their own key only.
 //
+// Slots are given in this order: idle ones free on the masters, ending
+// ones, then those held elsewhere (by another cluster sharing the
+// masters: an idle slot whose key the masters hold, by one FreeSlots
+// round read when pods wait; without that answer, a slot whose lock the
+// masters last refused), so that a pod does not wait for a slot another
+// cluster holds while another is free.
+//
 // A slot is ending when status.holder's pod, as cached, ended
 // (podlock.Ended) and nothing else keeps the slot busy. The next pod is
 // given it then, before the lock has ended the grant, and waits in the

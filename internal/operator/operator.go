@@ -260,6 +260,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		Recorder: recorder,
 		Pods:     semPods,
 		Clock:    o.Clock,
+		Masters:  registry,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedSemaphore controller: %w", err)
 	}

@@ -111,7 +111,9 @@
 // masters, like the value, and a slot's copy whose number is gone is not
 // extended (semaphores, like fencing counters, need maxmemory-policy
 // noeviction). Slots' keys and "<key>:slots" are refused as plain lock
-// keys. When the number shrinks (from 5 to 3), a holder of a slot that no
+// keys. [Client.FreeSlots] tells, in one round and deciding nothing,
+// which slots are free on the masters, for a caller that assigns slots
+// itself. When the number shrinks (from 5 to 3), a holder of a slot that no
 // longer exists (4) that wakes from a pause meets no later holder of its
 // slot: a fenced resource bounds its writers only if it also refuses slots
 // at or beyond the current number.

@@ -343,3 +343,92 @@ func (l *Lock) Slot() (Slot, bool) {
 func WithSlot(s Slot) RestoreOption {
 	return func(l *Lock) { l.slot = &s }
 }
+
+// heldSlotsScript answers, for the semaphore key ARGV[1] of ARGV[2]
+// slots, 1 for each slot whose key holds a value on the master and 0 for
+// each free one. It reads the slots' keys without declaring them, as
+// slotReleaseScript does, and calls GET only.
+var heldSlotsScript = newScript(`local out = {}
+for i = 0, tonumber(ARGV[2]) - 1 do
+  if redis.call("GET", ARGV[1] .. ":slot:" .. i) then out[i + 1] = 1 else out[i + 1] = 0 end
+end
+return out`)
+
+// FreeSlots tells, in one round and deciding nothing, which slots of the
+// semaphore key of slots slots are free: slot i is free when its key
+// holds no value on a majority of the masters that answered (a quorum at
+// least; ErrQuorumUnavailable otherwise). A slot seen free may be taken
+// a moment later, and one seen held may be released: only an acquisition
+// takes a slot. It lets a caller that assigns slots itself (AcquireSlot:
+// the operator's semaphores) give a waiter a slot that no other holder
+// (another cluster sharing the masters) holds. The round ends once a
+// quorum agrees on every slot, or when every master answered or timed
+// out (the node timeout).
+func (c *Client) FreeSlots(ctx context.Context, key string, slots int) ([]bool, error) {
+	if err := validateSlot(OpAcquire, Slot{Semaphore: key, Slots: slots}); err != nil {
+		return nil, err
+	}
+	args := heldSlotsScript.args(nil, key, slots)
+	got := make([][]int64, len(c.nodes))
+	r, err := c.startVotingRound(ctx, c.lineTimeout(), func(ctx context.Context, i int, n *node) (Outcome, error) {
+		if !n.inList(0) {
+			return OutcomeError, errNotInList
+		}
+		res, err := n.eval(ctx, heldSlotsScript, args).Int64Slice()
+		if err != nil {
+			return OutcomeError, err
+		}
+		if len(res) != slots {
+			return OutcomeError, fmt.Errorf("free slots: unexpected reply %v", res)
+		}
+		got[i] = res
+		return OutcomeGranted, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer r.finish()
+	// held counts, per slot, the answers that hold it.
+	held := func(answered []bool) (counts []int, n int) {
+		counts = make([]int, slots)
+		for i := range c.nodes {
+			if !answered[i] || r.votes[i].Outcome != OutcomeGranted {
+				continue
+			}
+			n++
+			for s, h := range got[i] {
+				counts[s] += int(h)
+			}
+		}
+		return counts, n
+	}
+	votes, ctxErr := r.collect(ctx, func(_ []Tally, answered []bool) bool {
+		counts, n := held(answered)
+		for _, h := range counts {
+			if h < c.quorum && n-h < c.quorum {
+				return false // no quorum agrees on this slot yet
+			}
+		}
+		return n >= c.quorum
+	})
+	if ctxErr != nil {
+		return nil, fmt.Errorf("free slots of %q: %w", key, ctxErr)
+	}
+	answered := make([]bool, len(votes))
+	var errs []error
+	for i, v := range votes {
+		answered[i] = v.Outcome == OutcomeGranted
+		if v.Outcome != OutcomeGranted && v.Err != nil && !errors.Is(v.Err, errNotInList) {
+			errs = append(errs, v.Err)
+		}
+	}
+	counts, n := held(answered)
+	if n < c.quorum {
+		return nil, fmt.Errorf("%w: %d of %d masters answered for the slots of %q: %w", ErrQuorumUnavailable, n, c.quorum, key, errors.Join(errs...))
+	}
+	free := make([]bool, slots)
+	for s, h := range counts {
+		free[s] = 2*(n-h) > n
+	}
+	return free, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,4 +443,44 @@ func expireTime(t *testing.T, s *redistest.Server, key string) int64 {
 		t.Fatalf("PEXPIRETIME %s on %s: %d, %v", key, s.Addr(), ms, err)
 	}
 	return ms
+}
+
+// TestFreeSlots: a slot is free when its key holds no value on a majority
+// of the masters that answered: a slot granted is held, a straggler's
+// copy on one master of five is no holder, and fewer than a quorum
+// answering is ErrQuorumUnavailable. It registers nothing.
+func TestFreeSlots(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.Options{})
+	ctx := context.Background()
+	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
+	if _, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "fs", Slots: 3, Index: 1}, time.Minute); err != nil {
+		t.Fatalf("acquire slot 1: %v", err)
+	}
+	set(t, servers[0], redlock.SlotKey("fs", 2), "straggler", time.Minute)
+	free, err := c.FreeSlots(ctx, "fs", 3)
+	if err != nil {
+		t.Fatalf("free slots: %v", err)
+	}
+	if want := []bool{true, false, true}; !slices.Equal(free, want) {
+		t.Fatalf("free slots %v, want %v (slot 1 granted, slot 2 a straggler on one master)", free, want)
+	}
+	for _, s := range servers {
+		rc := s.Client()
+		n, err := rc.Exists(ctx, redlock.LineKey("fs")).Result()
+		_ = rc.Close()
+		if err != nil || n != 0 {
+			t.Fatalf("%s: the line of fs exists (%d, %v) after a look at the slots: want nothing registered", s.Addr(), n, err)
+		}
+	}
+	for _, s := range servers[:3] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.FreeSlots(ctx, "fs", 3); !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		t.Fatalf("free slots with 2 of 5 masters up: %v, want ErrQuorumUnavailable", err)
+	}
+	if _, err := c.FreeSlots(ctx, "fs", 0); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("free slots of a semaphore of 0 slots: %v, want ErrInvalidArgument", err)
+	}
 }
