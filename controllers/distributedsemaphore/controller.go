@@ -54,8 +54,15 @@ type MasterClients interface {
 	Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error)
 }
 
-// freeSlotsTimeout bounds the look at which slots are free on the masters.
-const freeSlotsTimeout = 2 * time.Second
+// freeSlotsTimeout bounds the look at which slots are free on the masters
+// (building the client included); after one that failed, the master set's
+// semaphores give slots without it for freeSlotsRetry, so that masters
+// that do not answer stall the controller's worker once, not at every
+// reconcile of every semaphore on them.
+const (
+	freeSlotsTimeout = 2 * time.Second
+	freeSlotsRetry   = 30 * time.Second
+)
 
 // Reconciler runs DistributedSemaphores: it keeps one DistributedLock per
 // slot and labels waiting pods for idle and ending slots.
@@ -75,6 +82,9 @@ type Reconciler struct {
 	expected map[types.NamespacedName]map[string]expectation
 	// written: semaphore → when this manager last wrote its status.
 	written map[types.NamespacedName]time.Time
+	// unviewed: master set → when its masters last failed to say which
+	// slots are free.
+	unviewed map[types.NamespacedName]time.Time
 }
 
 // expectation is an assignment this manager made.
@@ -305,28 +315,50 @@ func (r *Reconciler) gather(ctx context.Context, sem *v1alpha1.DistributedSemaph
 
 // freeOnMasters asks the semaphore's masters which slots of spec.slots are
 // free (redlock.Client.FreeSlots), or nil when it cannot: no clients, the
-// master set not found or not usable, the masters not answering. Slots
-// are then given by what this cluster shows, as they are without it.
+// master set not found or not usable, the masters not answering (then
+// not again for freeSlotsRetry). Slots are then given by what this
+// cluster shows, as they are without it.
 func (r *Reconciler) freeOnMasters(ctx context.Context, sem *v1alpha1.DistributedSemaphore) []bool {
 	if r.Masters == nil {
 		return nil
 	}
-	ms := &v1alpha1.RedisMasterSet{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: sem.Namespace, Name: sem.Spec.MasterSet}, ms); err != nil {
-		return nil
-	}
-	c, err := r.Masters.Client(ctx, ms)
-	if err != nil {
+	name := types.NamespacedName{Namespace: sem.Namespace, Name: sem.Spec.MasterSet}
+	now := r.Clock.Now()
+	r.mu.Lock()
+	failed, ok := r.unviewed[name]
+	r.mu.Unlock()
+	if ok && now.Sub(failed) < freeSlotsRetry {
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, freeSlotsTimeout)
 	defer cancel()
-	free, err := c.FreeSlots(fctx, sem.RedisKey(), int(sem.Spec.Slots))
+	free, err := r.askFree(fctx, name, sem)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err != nil {
-		logf.FromContext(ctx).V(1).Info("free slots not known", "error", err.Error())
+		if r.unviewed == nil {
+			r.unviewed = map[types.NamespacedName]time.Time{}
+		}
+		r.unviewed[name] = now
+		logf.FromContext(ctx).V(1).Info("free slots not known", "masterSet", name.Name, "error", err.Error())
 		return nil
 	}
+	delete(r.unviewed, name)
 	return free
+}
+
+// askFree reads the master set name and asks its masters which slots of
+// sem are free.
+func (r *Reconciler) askFree(ctx context.Context, name types.NamespacedName, sem *v1alpha1.DistributedSemaphore) ([]bool, error) {
+	ms := &v1alpha1.RedisMasterSet{}
+	if err := r.Get(ctx, name, ms); err != nil {
+		return nil, fmt.Errorf("read master set: %w", err)
+	}
+	c, err := r.Masters.Client(ctx, ms)
+	if err != nil {
+		return nil, fmt.Errorf("client of master set: %w", err)
+	}
+	return c.FreeSlots(ctx, sem.RedisKey(), int(sem.Spec.Slots))
 }
 
 // apply carries out p: creates, updates and removes slots' locks and

@@ -124,29 +124,46 @@ func (s slot) lastRefused() bool {
 	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict || c.Reason == v1alpha1.ReasonKeyKindConflict)
 }
 
-// choosesSlots reports whether a pod waits and a slot of spec.slots is
-// idle: only then does the masters' view (inputs.free) change what decide
-// gives, and only then is it asked for (a round to the masters, up to
-// their node timeout when they do not answer).
+// choosesSlots reports whether decide would give a pod a slot and an idle
+// slot is among those it may give: only then does the masters' view
+// (inputs.free) change what decide gives, and only then is it asked for
+// (a round to the masters, up to their node timeout when they do not
+// answer). Not while slots of another number drain, the key's rule
+// refuses the namespace, or the pods still running on a gone slot take
+// every slot left.
 func choosesSlots(in inputs) bool {
 	if len(waiting(in.sem, in.pods)) == 0 {
 		return false
 	}
 	slots, _ := ownedSlots(in)
-	return slices.ContainsFunc(slots, func(s slot) bool {
-		return s.lock.Spec.SlotOf != nil && s.lock.Spec.SlotOf.Slots == in.sem.Spec.Slots && s.idle(in.expected)
-	})
+	if refused(slots) != "" {
+		return false
+	}
+	idle, open := 0, 0
+	for _, s := range slots {
+		if s.lock.Spec.SlotOf.Slots != in.sem.Spec.Slots {
+			return false // draining
+		}
+		switch {
+		case s.idle(in.expected):
+			idle++
+			open++
+		case s.ending(in.expected):
+			open++
+		}
+	}
+	return idle > 0 && open > strays(in.sem, slots, in.pods)
 }
 
 // heldElsewhere reports whether slot index, idle or ending, is held by
 // another holder of the key (another cluster's, sharing the masters): an
 // idle slot whose key the masters hold, when free (by index) was read;
-// else one that the masters last refused (lastRefused). An ending slot's
-// key is held on the masters by its own grant: only a refusal tells.
+// else, and for an ending slot (whose key the masters hold for its own
+// grant), one the masters last refused (lastRefused).
 func (s slot) heldElsewhere(expected map[string]types.UID, free []bool, index int32) bool {
 	idle := s.idle(expected)
-	if free != nil {
-		return idle && !free[index]
+	if idle && free != nil {
+		return !free[index]
 	}
 	return (idle || s.ending(expected)) && s.lastRefused()
 }

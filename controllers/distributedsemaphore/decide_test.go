@@ -128,6 +128,15 @@ func TestDecide(t *testing.T) {
 			pods: []*corev1.Pod{ended("h", slotOf(s3, 3, 1, "")), pod("a", 1, ""), pod("b", 2, "")}, free: []bool{false, false, false}},
 		assign: map[string]string{"a": "db-3-1", "b": "db-3-0"},
 	}, {
+		name: "the masters' view: a slot whose holder ended, last refused, still goes after the free ones",
+		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{func() *v1alpha1.DistributedLock {
+			l := slotOf(s3, 3, 0, "h")
+			l.Status.Conditions = elsewhere.Status.Conditions
+			return l
+		}(), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "i")},
+			pods: []*corev1.Pod{ended("h", slotOf(s3, 3, 0, "")), granted(pod("i", 0, ""), slotOf(s3, 3, 2, "")), pod("a", 1, ""), pod("b", 2, "")}, free: []bool{false, true, false}},
+		assign: map[string]string{"a": "db-3-1", "b": "db-3-0"},
+	}, {
 		name: "a slot last refused for a plain lock of the key goes after the free ones",
 		in: inputs{sem: s3, locks: []*v1alpha1.DistributedLock{lockKind, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")},
 			pods: []*corev1.Pod{pod("a", 0, ""), pod("b", 1, "")}},
@@ -581,9 +590,22 @@ func TestChoosesSlots(t *testing.T) {
 			pods: []*corev1.Pod{granted(pod("h", 0, ""), slotOf(s2, 2, 0, "")), granted(pod("i", 0, ""), slotOf(s2, 2, 1, "")), pod("a", 1, "")}}, false},
 		{"a pod waits, only a slot of the previous number idle", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(sem(3), 3, 2, "")},
 			pods: []*corev1.Pod{pod("a", 1, "")}}, false},
+		{"a pod waits, a slot idle, but slots of the previous number drain", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), slotOf(sem(3), 3, 2, "h")},
+			pods: []*corev1.Pod{pod("a", 1, "")}}, false},
+		{"a pod waits, a slot idle, but the key's rule refuses the namespace", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{refusedSlot(slotOf(s2, 2, 0, "")), slotOf(s2, 2, 1, "")},
+			pods: []*corev1.Pod{pod("a", 1, "")}}, false},
 	} {
 		if got := choosesSlots(tc.in); got != tc.want {
 			t.Errorf("%s: choosesSlots = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// refusedSlot is l as the lock controller shows it when the key's rule
+// refuses its namespace.
+func refusedSlot(l *v1alpha1.DistributedLock) *v1alpha1.DistributedLock {
+	meta.SetStatusCondition(&l.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNamespaceNotAllowed, Message: "refused",
+	})
+	return l
 }
