@@ -447,8 +447,9 @@ func expireTime(t *testing.T, s *redistest.Server, key string) int64 {
 
 // TestFreeSlots: a slot is free when its key holds no value on a majority
 // of the masters that answered: a slot granted is held, a straggler's
-// copy on one master of five is no holder, and fewer than a quorum
-// answering is ErrQuorumUnavailable. It registers nothing.
+// copy on one master of five is no holder, a paused master does not hold
+// the round up once a quorum agrees on every slot, and fewer than a
+// quorum answering is ErrQuorumUnavailable. It registers nothing.
 func TestFreeSlots(t *testing.T) {
 	servers := redistest.StartN(t, 5, redistest.Options{})
 	ctx := context.Background()
@@ -471,6 +472,28 @@ func TestFreeSlots(t *testing.T) {
 		if err != nil || n != 0 {
 			t.Fatalf("%s: the line of fs exists (%d, %v) after a look at the slots: want nothing registered", s.Addr(), n, err)
 		}
+	}
+	for _, s := range servers {
+		waitFor(t, nodeTimeout, s.Addr()+" to hold slot 1 of fs (a straggler's write lands within the node timeout)", func() bool {
+			return value(t, s, redlock.SlotKey("fs", 1)) != ""
+		})
+	}
+	// A paused master: a quorum of the others agrees on every slot, and
+	// the round ends without waiting for it.
+	if err := servers[4].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	free, err = c.FreeSlots(ctx, "fs", 3)
+	took := time.Since(start)
+	if err := servers[4].Cont(); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || !slices.Equal(free, []bool{true, false, true}) {
+		t.Fatalf("free slots with a master paused: %v, %v; want [true false true]", free, err)
+	}
+	if took >= nodeTimeout {
+		t.Fatalf("free slots with a master paused took %v: the round waited for it (node timeout %v) though a quorum agreed", took, nodeTimeout)
 	}
 	for _, s := range servers[:3] {
 		if err := s.Kill(); err != nil {
