@@ -124,35 +124,19 @@ func (s slot) lastRefused() bool {
 	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict || c.Reason == v1alpha1.ReasonKeyKindConflict)
 }
 
-// choosesSlots reports whether decide would give a pod a slot and an idle
-// slot is among those it may give: only then does the masters' view
-// (inputs.free) change what decide gives, and only then is it asked for
-// (a round to the masters, up to their node timeout when they do not
-// answer). Not while slots of another number drain, the key's rule
-// refuses the namespace, or the pods still running on a gone slot take
-// every slot left.
+// choosesSlots reports whether decide gives a pod a slot while a slot is
+// idle: only then does the masters' view (inputs.free) change what decide
+// gives, and only then is it asked for (a round to the masters, up to
+// their node timeout when they do not answer). decide itself says when it
+// gives nothing: no pod waits, slots of another number drain, the key's
+// rule refuses the namespace, or the pods still running on a gone slot
+// take every slot left.
 func choosesSlots(in inputs) bool {
-	if len(waiting(in.sem, in.pods)) == 0 {
+	if len(decide(in).assign) == 0 {
 		return false
 	}
 	slots, _ := ownedSlots(in)
-	if refused(slots) != "" {
-		return false
-	}
-	idle, open := 0, 0
-	for _, s := range slots {
-		if s.lock.Spec.SlotOf.Slots != in.sem.Spec.Slots {
-			return false // draining
-		}
-		switch {
-		case s.idle(in.expected):
-			idle++
-			open++
-		case s.ending(in.expected):
-			open++
-		}
-	}
-	return idle > 0 && open > strays(in.sem, slots, in.pods)
+	return slices.ContainsFunc(slots, func(s slot) bool { return s.idle(in.expected) })
 }
 
 // heldElsewhere reports whether slot index, idle or ending, is held by

@@ -358,33 +358,57 @@ func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket
 	args := lineScript.args([]string{line, key}, waiter, ticket, life.Milliseconds(), MaxLine, scriptMode)
 	// A withdrawal's notices carry one payload on every master.
 	withdrawal := releaseID(key, "\x00withdraw\x00"+waiter+"|"+strconv.FormatInt(ticket, 10))
-	got := make([]lineAnswer, len(c.nodes))
+	out, errs, err := listRound(ctx, c, func(ctx context.Context, n *node) (lineAnswer, error) {
+		res, err := n.eval(ctx, lineScript, args).Int64Slice()
+		if err != nil {
+			return lineAnswer{}, err
+		}
+		if len(res) != 5 {
+			return lineAnswer{}, fmt.Errorf("waiting line: unexpected reply %v", res)
+		}
+		if mode == "withdraw" && res[2] == 1 && c.cfg.releaseNotices {
+			c.publishRelease(n, key, withdrawal, c.lineTimeout())
+		}
+		return lineAnswer{ahead: res[0], top: res[1], reg: res[2], pttl: res[3], own: res[4]}, nil
+	}, settled)
+	if err != nil {
+		return nil, fmt.Errorf("waiting line of %q: %w", key, err)
+	}
+	if len(out) < c.quorum {
+		return nil, fmt.Errorf("%w: %d of %d masters answered for key %q: %w", ErrLineUnavailable, len(out), c.quorum, key, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// listRound sends to every master of the list grants are made on (the
+// masters only a joint client's previous list names hold no part of the
+// lines or of the slots' view), each bounded by the line timeout, and
+// returns the answers of those that answered, with the errors of those
+// that did not: once every master answered, or once settled (nil: never)
+// holds for the answers so far and how many masters have yet to answer.
+// Its error is the start's (a closed client) or ctx's.
+func listRound[T any](ctx context.Context, c *Client, send func(context.Context, *node) (T, error), settled func(answers []T, pending int) bool) ([]T, []error, error) {
+	got := make([]T, len(c.nodes))
 	r, err := c.startVotingRound(ctx, c.lineTimeout(), func(ctx context.Context, i int, n *node) (Outcome, error) {
 		if !n.inList(0) {
 			return OutcomeError, errNotInList
 		}
-		res, err := n.eval(ctx, lineScript, args).Int64Slice()
+		a, err := send(ctx, n)
 		if err != nil {
 			return OutcomeError, err
 		}
-		if len(res) != 5 {
-			return OutcomeError, fmt.Errorf("waiting line: unexpected reply %v", res)
-		}
-		got[i] = lineAnswer{ahead: res[0], top: res[1], reg: res[2], pttl: res[3], own: res[4]}
-		if mode == "withdraw" && res[2] == 1 && c.cfg.releaseNotices {
-			c.publishRelease(n, key, withdrawal, c.lineTimeout())
-		}
+		got[i] = a
 		return OutcomeGranted, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer r.finish()
-	votes, ctxErr := r.collect(ctx, func(_ []Tally, answered []bool) bool {
+	votes, err := r.collect(ctx, func(_ []Tally, answered []bool) bool {
 		if settled == nil {
 			return false
 		}
-		var so []lineAnswer
+		var so []T
 		pending := 0
 		for i, n := range c.nodes {
 			switch {
@@ -398,10 +422,10 @@ func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket
 		}
 		return settled(so, pending)
 	})
-	if ctxErr != nil {
-		return nil, fmt.Errorf("waiting line of %q: %w", key, ctxErr)
+	if err != nil {
+		return nil, nil, err
 	}
-	var out []lineAnswer
+	var out []T
 	var errs []error
 	for i, v := range votes {
 		if v.Outcome == OutcomeGranted {
@@ -410,10 +434,7 @@ func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket
 			errs = append(errs, v.Err)
 		}
 	}
-	if len(out) < c.quorum {
-		return nil, fmt.Errorf("%w: %d of %d masters answered for key %q: %w", ErrLineUnavailable, len(out), c.quorum, key, errors.Join(errs...))
-	}
-	return out, nil
+	return out, errs, nil
 }
 
 // lineTimeout bounds each master's answer in a line's round: the node

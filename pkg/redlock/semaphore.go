@@ -369,65 +369,40 @@ func (c *Client) FreeSlots(ctx context.Context, key string, slots int) ([]bool, 
 		return nil, err
 	}
 	args := heldSlotsScript.args(nil, key, slots)
-	got := make([][]int64, len(c.nodes))
-	r, err := c.startVotingRound(ctx, c.lineTimeout(), func(ctx context.Context, i int, n *node) (Outcome, error) {
-		if !n.inList(0) {
-			return OutcomeError, errNotInList
-		}
-		res, err := n.eval(ctx, heldSlotsScript, args).Int64Slice()
-		if err != nil {
-			return OutcomeError, err
-		}
-		if len(res) != slots {
-			return OutcomeError, fmt.Errorf("free slots: unexpected reply %v", res)
-		}
-		got[i] = res
-		return OutcomeGranted, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer r.finish()
 	// held counts, per slot, the answers that hold it.
-	held := func(answered []bool) (counts []int, n int) {
-		counts = make([]int, slots)
-		for i := range c.nodes {
-			if !answered[i] || r.votes[i].Outcome != OutcomeGranted {
-				continue
-			}
-			n++
-			for s, h := range got[i] {
+	held := func(answers [][]int64) []int {
+		counts := make([]int, slots)
+		for _, a := range answers {
+			for s, h := range a {
 				counts[s] += int(h)
 			}
 		}
-		return counts, n
+		return counts
 	}
-	votes, ctxErr := r.collect(ctx, func(_ []Tally, answered []bool) bool {
-		counts, n := held(answered)
-		for _, h := range counts {
+	answers, errs, err := listRound(ctx, c, func(ctx context.Context, n *node) ([]int64, error) {
+		res, err := n.eval(ctx, heldSlotsScript, args).Int64Slice()
+		if err == nil && len(res) != slots {
+			err = fmt.Errorf("free slots: unexpected reply %v", res)
+		}
+		return res, err
+	}, func(answers [][]int64, _ int) bool {
+		n := len(answers)
+		for _, h := range held(answers) {
 			if h < c.quorum && n-h < c.quorum {
 				return false // no quorum agrees on this slot yet
 			}
 		}
 		return n >= c.quorum
 	})
-	if ctxErr != nil {
-		return nil, fmt.Errorf("free slots of %q: %w", key, ctxErr)
+	if err != nil {
+		return nil, fmt.Errorf("free slots of %q: %w", key, err)
 	}
-	answered := make([]bool, len(votes))
-	var errs []error
-	for i, v := range votes {
-		answered[i] = v.Outcome == OutcomeGranted
-		if v.Outcome != OutcomeGranted && v.Err != nil && !errors.Is(v.Err, errNotInList) {
-			errs = append(errs, v.Err)
-		}
-	}
-	counts, n := held(answered)
+	n := len(answers)
 	if n < c.quorum {
 		return nil, fmt.Errorf("%w: %d of %d masters answered for the slots of %q: %w", ErrQuorumUnavailable, n, c.quorum, key, errors.Join(errs...))
 	}
 	free := make([]bool, slots)
-	for s, h := range counts {
+	for s, h := range held(answers) {
 		free[s] = 2*(n-h) > n
 	}
 	return free, nil
