@@ -39,10 +39,6 @@ var _ = AfterSuite(func() { env.Stop() })
 
 func startManager() *testenv.Manager { return env.StartManager() }
 
-func newMasters(ns, name string, n int) *testenv.MasterSet {
-	return env.NewMasters(ns, name, n, maxLockTTL)
-}
-
 func newNamespace() string { return env.NewNamespace() }
 
 func eventReasons(ns, name string) []string { return env.EventReasons(ns, name) }
