@@ -126,8 +126,8 @@ type DistributedLockSpec struct {
 	// reserved too: every master keeps the longest quarantine window there;
 	// and `redlock:member-roll`, where clusters running one set's members
 	// take turns to replace one;
-	// so are semaphores' keys: `<key>:slots`, and `<key>:slot:<index>` but
-	// for a semaphore's own locks; and `<key>:line`, the waiting line of
+	// so are semaphores' slots, `<key>:slot:<index>`, but for a
+	// semaphore's own locks; and `<key>:line`, the waiting line of
 	// `<key>`.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
@@ -136,7 +136,6 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':line')",message="key must not end in ':line': '<key>:line' is the waiting line of the lock '<key>'"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:member-roll'",message="key 'redlock:member-roll' is reserved: clusters running members of one set take turns there to replace one"
-	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':slots')",message="key must not end in ':slots': '<key>:slots' holds the number of slots of the semaphore '<key>'"
 	Key string `json:"key,omitempty"`
 
 	// TTL is the validity of each acquisition and renewal, from 1s to 24h in
@@ -314,7 +313,7 @@ type SemaphoreSlot struct {
 	// DistributedSemaphore's key.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1000
-	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence') && !self.endsWith(':line') && self != 'redlock:quarantine-window' && self != 'redlock:member-roll' && !self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="slotOf.semaphoreKey must not end in ':fence', ':line', ':slots' or ':slot:<index>', nor be 'redlock:quarantine-window' or 'redlock:member-roll': those keys are reserved"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':fence') && !self.endsWith(':line') && self != 'redlock:quarantine-window' && self != 'redlock:member-roll' && !self.matches(':slot:[0-9]+$')",message="slotOf.semaphoreKey must not end in ':fence', ':line' or ':slot:<index>', nor be 'redlock:quarantine-window' or 'redlock:member-roll': those keys are reserved"
 	SemaphoreKey string `json:"semaphoreKey"`
 	// Slots is the semaphore's number of slots.
 	// +kubebuilder:validation:Minimum=1

@@ -59,9 +59,9 @@ type DistributedSemaphoreSpec struct {
 	// DistributedLock with the same key has a holder, and the lock is
 	// refused while the semaphore has holders. Defaults to
 	// `redlock:<namespace>/<name>` (shown in status.key), like a
-	// DistributedLock's. Immutable. Slot i is the lock `<key>:slot:<i>`
-	// and the number of slots is stored under `<key>:slots` on every
-	// master; `<key>:line` is reserved for its waiting line.
+	// DistributedLock's. Immutable. Slot i is the lock `<key>:slot:<i>`,
+	// and while a slot is held the key itself stores the number of slots
+	// on every master; `<key>:line` is reserved for its waiting line.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1000
@@ -69,7 +69,7 @@ type DistributedSemaphoreSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':line')",message="key must not end in ':line': '<key>:line' is the waiting line of the semaphore '<key>'"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:quarantine-window'",message="key 'redlock:quarantine-window' is reserved: every master keeps the quarantine window there"
 	// +kubebuilder:validation:XValidation:rule="self != 'redlock:member-roll'",message="key 'redlock:member-roll' is reserved: clusters running members of one set take turns there to replace one"
-	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':slots') && !self.matches(':slot:[0-9]+$')",message="key must not end in ':slots' or ':slot:<index>': those are the keys of a semaphore's number of slots and of its slots"
+	// +kubebuilder:validation:XValidation:rule="!self.matches(':slot:[0-9]+$')",message="key must not end in ':slot:<index>': those are the keys of a semaphore's slots"
 	Key string `json:"key,omitempty"`
 
 	// Slots is how many pods may hold the semaphore at once, from 1 to

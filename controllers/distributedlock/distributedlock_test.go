@@ -224,8 +224,6 @@ var _ = Describe("DistributedLock", Ordered, func() {
 			To(MatchError(ContainSubstring("is reserved")), "the clusters' turn to replace a member as the key")
 
 		By("refusing semaphores' keys to plain locks, and a slot whose key is not its semaphore's")
-		Expect(k8s.Create(suiteCtx, newLock(ms, "slots-key", "s1:slots", "x", 2*time.Second))).
-			To(MatchError(ContainSubstring("must not end in ':slots'")), "a semaphore's number of slots as the key")
 		Expect(k8s.Create(suiteCtx, newLock(ms, "slot-key", "s1:slot:0", "", 2*time.Second))).
 			To(MatchError(ContainSubstring("is a slot of a semaphore")), "a semaphore's slot as a plain lock's key")
 		slot := func(name, key string, so v1alpha1.SemaphoreSlot) *v1alpha1.DistributedLock {

@@ -708,8 +708,7 @@ func (a *acquisitions) values(except string) []string {
 var quoted = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
 
 // monitorAcquisitions watches the first master for acquisitions of key
-// (the SET script names the key's fence counter and its semaphore's
-// number of slots, then the value),
+// (the fenced SET script names the key's fence counter, then the value),
 // over a plain connection in MONITOR mode.
 func monitorAcquisitions(ms *testenv.MasterSet, key string) *acquisitions {
 	a := &acquisitions{}
@@ -729,10 +728,10 @@ func monitorAcquisitions(ms *testenv.MasterSet, key string) *acquisitions {
 				return // closed at the end of the spec
 			}
 			args := quoted.FindAllStringSubmatch(line, -1)
-			for i := 0; i+2 < len(args); i++ {
-				if args[i][1] == redlock.FenceKey(key) && args[i+1][1] == redlock.SlotsKey(key) && len(args[i+2][1]) == 43 && !strings.ContainsAny(args[i+2][1], " ") {
+			for i := 0; i+1 < len(args); i++ {
+				if args[i][1] == redlock.FenceKey(key) && len(args[i+1][1]) == 43 && !strings.ContainsAny(args[i+1][1], " ") {
 					a.mu.Lock()
-					a.vals = append(a.vals, args[i+2][1])
+					a.vals = append(a.vals, args[i+1][1])
 					a.mu.Unlock()
 				}
 			}

@@ -17,7 +17,7 @@ package redlock
 // and `user default off` disables the default user. Keys are the
 // DistributedLocks' keys, their "<key>:fence" counters and "<key>:line"
 // waiting lines, the semaphores'
-// "<key>:slot:<i>" and "<key>:slots" keys, and WindowKey
+// "<key>:slot:<i>" keys, and WindowKey
 // (redlock:quarantine-window): narrow ~* to the locks' prefix when every
 // lock uses one, keeping WindowKey (~redlock:* covers it and the default
 // keys). A master that refuses WindowKey still votes, but restarted masters

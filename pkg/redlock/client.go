@@ -455,17 +455,14 @@ func ValidateSlot(s Slot) error { return validateSlot(OpAcquire, s) }
 // validateKey checks a lock's (or a semaphore's) key against Redis's
 // limits and the keys the package reserves: WindowKey, fencing counters
 // ("<key>:fence"), semaphores' slots ("<key>:slot:<i>", taken through
-// AcquireSlot and restored WithSlot only), their numbers of slots
-// ("<key>:slots") and waiting lines ("<key>:line").
+// AcquireSlot and restored WithSlot only) and waiting lines
+// ("<key>:line").
 func validateKey(op Op, key string) error {
 	if err := validateStoredKey(op, key); err != nil {
 		return err
 	}
 	if sem, i, ok := parseSlotKey(key); ok {
 		return invalidf(op, "key %q is slot %d of the semaphore %q: take it with AcquireSlot or AcquireSemaphore, restore it WithSlot", key, i, sem)
-	}
-	if strings.HasSuffix(key, slotsSuffix) {
-		return invalidf(op, "key %q ends in %q, reserved for the number of slots of the semaphore %q", key, slotsSuffix, strings.TrimSuffix(key, slotsSuffix))
 	}
 	return nil
 }
@@ -490,10 +487,14 @@ func validateStoredKey(op Op, key string) error {
 	return nil
 }
 
-// validateValue checks a lock value against Redis's limits.
+// validateValue checks a lock value against Redis's limits and the
+// semaphores' declarations.
 func validateValue(op Op, value string) error {
 	if value == "" {
 		return invalidf(op, "empty value")
+	}
+	if isDeclaration(value) {
+		return invalidf(op, "value %q starts with %q, reserved for the semaphores' declarations", value, declarationPrefix)
 	}
 	if len(value) > maxBulkLen {
 		return invalidf(op, "value of %d bytes exceeds Redis's limit of %d", len(value), maxBulkLen)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1" //nolint:gosec // Redis names cached scripts by their SHA-1 (EVALSHA); no security rests on it
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -54,29 +55,27 @@ var (
 if v == ARGV[1] then return redis.call("DEL", KEYS[1]) end
 if v == false then return -1 end
 return 0`)
-	// extendScript (KEYS: the key, SlotsKey of it; ARGV: value, ttl)
-	// answers 0, "another value", for a copy beside a semaphore's number
-	// of slots of the same key: both kinds on one master come only from
-	// clients that do not check kinds (older versions), and then neither
-	// is held for sure.
 	extendScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
-  if redis.call("GET", KEYS[2]) then return 0 end
   redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
   return 1
 end
 if v == false then return -1 end
 return 0`)
 
-	// lockSetScript is SET key value NX PX ttl for a plain lock. KEYS: the
-	// key, its fencing counter, SlotsKey of it; ARGV: value, ttl, "1" to
-	// take a fencing token (see takeTokenLua). It refuses ({-3}) while the
-	// master stores a number of slots for the key: a semaphore of the key
-	// has holders there, and a key is one kind. Otherwise it answers {0}
-	// when the key holds a value, {1} when granted and {1, token} when
-	// granted with a token (see setNXLua).
-	lockSetScript = newScript(fenceCounterLua + takeTokenLua + setNXLua + `if redis.call("GET", KEYS[3]) then return {-3} end
-return setNX(ARGV[3] == "1", function() end)`)
+	// lockSetScript is SET key value NX PX ttl for a plain lock taking a
+	// fencing token. KEYS: the key, its fencing counter; ARGV: value, ttl.
+	// It refuses ({-3}) while the key holds a semaphore's [Declaration]: a
+	// semaphore of the key has holders there, and a key is one kind.
+	// Otherwise it answers {0} when the key holds a value and {1, token}
+	// when granted (see setNXLua). An acquisition without a token is a
+	// plain SET (see newSetCall).
+	lockSetScript = newScript(fenceCounterLua + takeTokenLua + setNXLua + isDeclarationLua + `local v = redis.call("GET", KEYS[1])
+if v then
+  if isDeclaration(v) then return {-3} end
+  return {0}
+end
+return setNX(true, function() end)`)
 
 	// raiseFenceScript sets the counter KEYS[1] to max(counter, ARGV[1]).
 	raiseFenceScript = newScript(`local t = tonumber(ARGV[1])
@@ -106,29 +105,38 @@ func FenceKey(key string) string { return key + fenceSuffix }
 // (the lock "k:fence" would be the counter of the lock "k").
 const fenceSuffix = ":fence"
 
-// setCall is the SET NX of an acquisition or a restore: lockSetScript, or
-// slotSetScript for a semaphore's slot, with its arguments (shared among
-// the masters' requests, like script.args).
+// setCall is the SET NX of an acquisition or a restore: a plain SET for a
+// plain lock without a token, lockSetScript with one, slotSetScript for a
+// semaphore's slot, with its arguments (shared among the masters'
+// requests, like script.args).
 type setCall struct {
-	s    *script
+	s    *script // nil: args is a SET ... NX GET
 	args []any
 	// refusal is the error of a refusing reply's code (below 0).
 	refusal func(code int64, reply []any) error
+	// key is the plain lock's key, named by its kind conflicts.
+	key string
 }
 
 // newSetCall returns the SET NX of value under key, a semaphore's slot
 // when slot is non-nil, taking a fencing token when fenced.
 func newSetCall(key string, slot *Slot, value string, ttlMillis int64, fenced bool) setCall {
-	f := "0"
-	if fenced {
-		f = "1"
-	}
 	if slot != nil {
+		f := "0"
+		if fenced {
+			f = "1"
+		}
 		return slotSetCall(*slot, value, ttlMillis, f)
+	}
+	if !fenced {
+		// A semaphore of the key keeps its declaration under the key, so a
+		// plain SET NX finds the key taken; GET tells which kind took it.
+		return setCall{args: []any{"set", key, value, "px", ttlMillis, "nx", "get"}, key: key}
 	}
 	return setCall{
 		s:    lockSetScript,
-		args: lockSetScript.args([]string{key, FenceKey(key), SlotsKey(key)}, value, ttlMillis, f),
+		args: lockSetScript.args([]string{key, FenceKey(key)}, value, ttlMillis),
+		key:  key,
 		refusal: func(code int64, _ []any) error {
 			if code != -3 {
 				return nil
@@ -142,6 +150,20 @@ func newSetCall(key string, slot *Slot, value string, ttlMillis int64, fenced bo
 // was asked for, OutcomeHeld when the key holds another value, and
 // OutcomeHeld with the refusal's error when the master refused it.
 func (n *node) setNX(ctx context.Context, c setCall) (Outcome, int64, error) {
+	if c.s == nil {
+		cmd := redis.NewStringCmd(ctx, c.args...)
+		n.process(ctx, cmd)
+		held, err := cmd.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return OutcomeGranted, 0, nil
+		case err != nil:
+			return OutcomeError, 0, err
+		case isDeclaration(held):
+			return OutcomeHeld, 0, &KindConflictError{Key: c.key, Held: KindSemaphore}
+		}
+		return OutcomeHeld, 0, nil
+	}
 	reply, err := n.eval(ctx, c.s, c.args).Slice()
 	if err != nil {
 		return OutcomeError, 0, err
@@ -216,7 +238,7 @@ func extendCall(key, value string, ttlMillis int64, slot *Slot) scriptCall {
 	if slot != nil {
 		return slotExtendCall(*slot, value, ttlMillis)
 	}
-	return scriptCall{extendScript, extendScript.args([]string{key, SlotsKey(key)}, value, ttlMillis)}
+	return scriptCall{extendScript, extendScript.args([]string{key}, value, ttlMillis)}
 }
 
 func scriptOutcome(r int64, err error) (Outcome, error) {

@@ -99,7 +99,7 @@
 // of N slots, and each slot is a lock of its own ([SlotKey]: key +
 // ":slot:" + i), with its own fencing counter: a fenced resource compares
 // (slot, token), keeping the last token it accepted per slot. N is stored
-// on the masters ([SlotsKey]): every grant of a slot writes it, with a TTL
+// on the masters under the key itself ([Declaration]): every grant of a slot writes it, with a TTL
 // at least that of every slot copy on the master, and a master that stores
 // another number refuses the slot, so acquisitions that declare another N
 // fail with [ErrSlotsConflict] while any slot is held, rather than being
@@ -110,8 +110,8 @@
 // its copies. Extensions put the number back with the slot on restarted
 // masters, like the value, and a slot's copy whose number is gone is not
 // extended (semaphores, like fencing counters, need maxmemory-policy
-// noeviction). Slots' keys and "<key>:slots" are refused as plain lock
-// keys. [Client.FreeSlots] tells, in one round and deciding nothing,
+// noeviction). A plain lock of the key finds it taken
+// ([ErrKindConflict]), and slots' keys are refused as plain lock keys. [Client.FreeSlots] tells, in one round and deciding nothing,
 // which slots are free on the masters, for a caller that assigns slots
 // itself. When the number shrinks (from 5 to 3), a holder of a slot that no
 // longer exists (4) that wakes from a pause meets no later holder of its

@@ -15,7 +15,7 @@ const (
 	// KindLock: a plain lock holds the key itself.
 	KindLock Kind = "lock"
 	// KindSemaphore: a semaphore's slots hold the key's [SlotKey]s, and
-	// [SlotsKey] stores their number.
+	// the key stores their number ([Declaration]).
 	KindSemaphore Kind = "semaphore"
 )
 
@@ -39,7 +39,7 @@ type KindConflictError struct {
 // Error describes the conflict.
 func (e *KindConflictError) Error() string {
 	if e.Held == KindSemaphore {
-		return fmt.Sprintf("key %q is a semaphore's on this master (%q stores its number of slots): a plain lock of it is refused while the semaphore has holders", e.Key, SlotsKey(e.Key))
+		return fmt.Sprintf("key %q is a semaphore's on this master (it stores the semaphore's number of slots): a plain lock of it is refused while the semaphore has holders", e.Key)
 	}
 	return fmt.Sprintf("key %q is a plain lock's on this master: a semaphore of it is refused while the lock has a holder", e.Key)
 }

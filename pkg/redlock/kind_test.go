@@ -68,7 +68,10 @@ func TestKeyIsOneKind(t *testing.T) {
 				}
 			}
 			for _, s := range servers {
-				for _, k := range []string{redlock.SlotsKey("kind-a"), redlock.SlotKey("kind-a", 0), redlock.FenceKey(redlock.SlotKey("kind-a", 0))} {
+				if v := value(t, s, "kind-a"); v != l.Value() {
+					t.Fatalf("%s stores %q under kind-a after the semaphore was refused, want the lock's value", s.Addr(), v)
+				}
+				for _, k := range []string{redlock.SlotKey("kind-a", 0), redlock.FenceKey(redlock.SlotKey("kind-a", 0))} {
 					if v := value(t, s, k); v != "" {
 						t.Fatalf("%s stores %q under %s after the semaphore was refused", s.Addr(), v, k)
 					}
@@ -94,16 +97,17 @@ func TestKeyIsOneKind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitHeldEverywhere(t, servers, redlock.SlotsKey("kind-b"), "2", nodeTimeout)
+			waitHeldEverywhere(t, servers, "kind-b", redlock.Declaration(2), nodeTimeout)
 			_, err = c.Acquire(ctx, "kind-b", time.Minute)
 			expectKindConflict(t, err, "a lock of the held semaphore's key", "kind-b", redlock.KindSemaphore, quorum)
 			_, err = c.Acquire(ctx, "kind-b", time.Minute, redlock.WithFencing())
 			expectKindConflict(t, err, "a fenced lock of the held semaphore's key", "kind-b", redlock.KindSemaphore, quorum)
 			for _, s := range servers {
-				for _, k := range []string{"kind-b", redlock.FenceKey("kind-b")} {
-					if v := value(t, s, k); v != "" {
-						t.Fatalf("%s stores %q under %s after the lock was refused", s.Addr(), v, k)
-					}
+				if v := value(t, s, "kind-b"); v != redlock.Declaration(2) {
+					t.Fatalf("%s stores %q under kind-b after the lock was refused, want the semaphore's declaration", s.Addr(), v)
+				}
+				if v := value(t, s, redlock.FenceKey("kind-b")); v != "" {
+					t.Fatalf("%s stores %q under %s after the lock was refused", s.Addr(), v, redlock.FenceKey("kind-b"))
 				}
 			}
 			if err := a.Release(ctx); err != nil {
@@ -155,26 +159,16 @@ func TestKindsRaceForOneKey(t *testing.T) {
 	}
 }
 
-// TestKindLeftByAnotherClientEndsExtension: a copy beside the other kind
-// on a master (written by a client that does not check kinds, such as an
-// older version) is not extended: when a quorum has both kinds, the lock
-// or the slot is lost rather than held beside the other kind.
+// TestKindLeftByAnotherClientEndsExtension: a slot's copy whose
+// semaphore's key holds a plain lock's value on a master (written by a
+// client that does not check kinds, such as an older version) is not
+// extended: when a quorum has both kinds, the slot is lost rather than
+// held beside the other kind. (A plain lock and a declaration share the
+// key: they cannot sit side by side.)
 func TestKindLeftByAnotherClientEndsExtension(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	ctx := context.Background()
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
-
-	l, err := c.Acquire(ctx, "kind-e", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitHeldEverywhere(t, servers, l.Key(), l.Value(), nodeTimeout)
-	for _, s := range servers[:2] {
-		set(t, s, redlock.SlotsKey("kind-e"), "1", time.Minute)
-	}
-	if err := l.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
-		t.Fatalf("extend a lock beside a semaphore's number on two masters of three: %v, want ErrNotHeld", err)
-	}
 
 	sl, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "kind-f", Slots: 1, Index: 0}, time.Minute)
 	if err != nil {
@@ -204,7 +198,7 @@ func TestPutBackRefusesTheOtherKind(t *testing.T) {
 		other map[string]string // the other kind's keys on the lost copy's master
 	}{
 		{"a lock beside a semaphore's slot", nil, "kind-p",
-			map[string]string{redlock.SlotsKey("kind-p"): "1", redlock.SlotKey("kind-p", 0): "another"}},
+			map[string]string{"kind-p": redlock.Declaration(1), redlock.SlotKey("kind-p", 0): "another"}},
 		{"a slot beside a plain lock", &redlock.Slot{Semaphore: "kind-q", Slots: 1, Index: 0}, redlock.SlotKey("kind-q", 0),
 			map[string]string{"kind-q": "another"}},
 	} {
@@ -233,7 +227,7 @@ func TestPutBackRefusesTheOtherKind(t *testing.T) {
 				t.Fatalf("extend with two copies of three: %v", err)
 			}
 			_ = c.Close() // waits for the put back
-			if v := value(t, lost, l.Key()); v != "" {
+			if v := value(t, lost, l.Key()); v == l.Value() {
 				t.Fatalf("the copy was put back beside the other kind: %s stores %q", l.Key(), v)
 			}
 			for k := range tc.other {

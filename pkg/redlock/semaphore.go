@@ -24,8 +24,9 @@ type Slot struct {
 	// Semaphore is the semaphore's key, shared by every holder.
 	Semaphore string
 	// Slots is how many holders the semaphore admits at once, from 1 to
-	// MaxSlots. It is stored on the masters ([SlotsKey]): holders that
-	// declare another number are refused while a slot is held.
+	// MaxSlots. It is stored on the masters under the semaphore's key
+	// ([Declaration]): holders that declare another number are refused
+	// while a slot is held.
 	Slots int
 	// Index is this slot, from 0 to Slots-1.
 	Index int
@@ -38,15 +39,37 @@ func (s Slot) Key() string { return SlotKey(s.Semaphore, s.Index) }
 // i. Its fencing counter is [FenceKey] of it.
 func SlotKey(key string, i int) string { return key + slotInfix + strconv.Itoa(i) }
 
-// SlotsKey returns the key under which every master stores the number of
-// slots declared for the semaphore key: key + ":slots". Every grant of a
-// slot writes it, with a TTL at least that of any slot copy on the master;
-// a grant finding another number there is refused ([ErrSlotsConflict]), and
-// so is a plain lock of key ([ErrKindConflict]); the release of the
+// Declaration returns what every master stores under a semaphore's key
+// while it holds a slot of it: the semaphore's number of slots, marked so
+// that no lock value reads as one. Every grant of a slot writes it, with a
+// TTL at least that of any slot copy on the master; a grant finding
+// another number there is refused ([ErrSlotsConflict]); a plain lock of
+// the key finds the key taken ([ErrKindConflict]); the release of the
 // master's last slot copy removes it.
-func SlotsKey(key string) string { return key + slotsSuffix }
+func Declaration(slots int) string { return declarationPrefix + strconv.Itoa(slots) }
 
-const slotsSuffix = ":slots"
+// declarationPrefix starts every [Declaration]; lock values may not
+// (validateValue).
+const declarationPrefix = "redlock:semaphore:slots="
+
+// isDeclaration reports whether v, stored under a key, is a semaphore's
+// [Declaration] rather than a plain lock's value.
+func isDeclaration(v string) bool { return strings.HasPrefix(v, declarationPrefix) }
+
+// declaredSlots reads a [Declaration]: the number of slots, 0 when v is
+// one but its number is not a number of slots, and false when v is not one
+// (a plain lock's value).
+func declaredSlots(v string) (int, bool) {
+	digits, ok := strings.CutPrefix(v, declarationPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 1 || n > MaxSlots {
+		return 0, true
+	}
+	return n, true
+}
 
 // slotInfix separates a semaphore's key from a slot's index.
 const slotInfix = ":slot:"
@@ -66,7 +89,7 @@ func parseSlotKey(key string) (sem string, index int, ok bool) {
 }
 
 // ErrSlotsConflict reports that masters store another number of slots for
-// the semaphore ([SlotsKey]) than the acquisition declared: holders that
+// the semaphore ([Declaration]) than the acquisition declared: holders that
 // declare another number hold slots of it. It is read from the votes that
 // arrived before the decision, like [ErrLockHeld].
 var ErrSlotsConflict = errors.New("semaphore declared with another number of slots")
@@ -76,9 +99,8 @@ var ErrSlotsConflict = errors.New("semaphore declared with another number of slo
 type SlotsConflictError struct {
 	// Semaphore is the semaphore's key.
 	Semaphore string
-	// Declared is the number of slots the master stores; 0 when what it
-	// stores under SlotsKey is not a number of slots (never shown: it may
-	// be another client's lock value).
+	// Declared is the number of slots the master stores; 0 when its
+	// declaration does not hold a number of slots.
 	Declared int
 	// Slots is what the refused acquisition declared.
 	Slots int
@@ -87,7 +109,7 @@ type SlotsConflictError struct {
 // Error describes the conflict.
 func (e *SlotsConflictError) Error() string {
 	if e.Declared == 0 {
-		return fmt.Sprintf("semaphore %q: the master holds a value under %q that is not a number of slots", e.Semaphore, SlotsKey(e.Semaphore))
+		return fmt.Sprintf("semaphore %q: the master's declaration under the key holds no number of slots", e.Semaphore)
 	}
 	return fmt.Sprintf("semaphore %q is declared with %d slots on this master, not %d", e.Semaphore, e.Declared, e.Slots)
 }
@@ -138,20 +160,29 @@ const takeTokenLua = `local function take(c)
 end
 `
 
+// isDeclarationLua defines isDeclaration(v): whether a value under a key
+// is a semaphore's [Declaration] rather than a plain lock's value.
+var isDeclarationLua = fmt.Sprintf(`local function isDeclaration(v)
+  return string.sub(v, 1, %d) == %q
+end
+`, len(declarationPrefix), declarationPrefix)
+
 var (
 	// slotSetScript is SET slot value NX PX ttl for a semaphore's slot.
-	// KEYS: the slot, its fencing counter, the declaration (SlotsKey), the
-	// semaphore's key; ARGV: value, ttl, slots, "1" to take a fencing
-	// token. It refuses ({-3}) while a plain lock holds the semaphore's
-	// key (a key is one kind), and ({-2, declared}) when the declaration
-	// holds another number, and otherwise answers {0} when the slot holds
-	// a value, {1} when granted and {1, token} when granted with a token.
-	// A grant writes the declaration, never shortening its TTL: it
-	// outlives every slot copy on the master, so a holder of any slot
-	// keeps other numbers, and plain locks of the key, out.
-	slotSetScript = newScript(fenceCounterLua + takeTokenLua + setNXLua + `if redis.call("GET", KEYS[4]) then return {-3} end
-local d = redis.call("GET", KEYS[3])
-if d and d ~= ARGV[3] then return {-2, d} end
+	// KEYS: the slot, its fencing counter, the semaphore's key; ARGV:
+	// value, ttl, the declaration, "1" to take a fencing token. It refuses
+	// ({-3}) while a plain lock holds the semaphore's key (a key is one
+	// kind), and ({-2, declared}) when the key declares another number,
+	// and otherwise answers {0} when the slot holds a value, {1} when
+	// granted and {1, token} when granted with a token. A grant writes
+	// the declaration, never shortening its TTL: it outlives every slot
+	// copy on the master, so a holder of any slot keeps other numbers,
+	// and plain locks of the key, out.
+	slotSetScript = newScript(fenceCounterLua + takeTokenLua + setNXLua + isDeclarationLua + `local d = redis.call("GET", KEYS[3])
+if d and d ~= ARGV[3] then
+  if not isDeclaration(d) then return {-3} end
+  return {-2, d}
+end
 return setNX(ARGV[4] == "1", function()
   if d then
     redis.call("PEXPIRE", KEYS[3], ARGV[2], "GT")
@@ -161,19 +192,18 @@ return setNX(ARGV[4] == "1", function()
 end)`)
 
 	// slotExtendScript is extendScript for a semaphore's slot (KEYS: the
-	// slot, the declaration, the semaphore's key; ARGV: value, ttl,
-	// slots): it extends the slot and the declaration together, so that
-	// the declaration outlives the slot's copy (both only ever lengthened
-	// by the same TTLs, the declaration's starting at least as long). A
-	// copy whose declaration is gone or another number (a master that
-	// evicted it: semaphores, like fencing counters, need
-	// maxmemory-policy noeviction), or beside a plain lock of the
-	// semaphore's key (see extendScript), is not extended and answers 0,
-	// "another value": when in doubt, not held. Like every script here,
-	// it calls no command beyond ACLRules.
+	// slot, the semaphore's key; ARGV: value, ttl, the declaration): it
+	// extends the slot and the declaration together, so that the
+	// declaration outlives the slot's copy (both only ever lengthened by
+	// the same TTLs, the declaration's starting at least as long). A copy
+	// whose declaration is gone or another (a master that evicted it:
+	// semaphores, like fencing counters, need maxmemory-policy
+	// noeviction) is not extended and answers 0, "another value": when in
+	// doubt, not held. Like every script here, it calls no command beyond
+	// ACLRules.
 	slotExtendScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
-  if redis.call("GET", KEYS[2]) ~= ARGV[3] or redis.call("GET", KEYS[3]) then return 0 end
+  if redis.call("GET", KEYS[2]) ~= ARGV[3] then return 0 end
   redis.call("PEXPIRE", KEYS[1], ARGV[2], "GT")
   redis.call("PEXPIRE", KEYS[2], ARGV[2], "GT")
   return 1
@@ -182,24 +212,24 @@ if v == false then return -1 end
 return 0`)
 
 	// slotReleaseScript is releaseScript for a semaphore's slot (KEYS: the
-	// slot, the declaration; ARGV: value, slots, the semaphore's key):
+	// slot, the semaphore's key; ARGV: value, slots, the declaration):
 	// once the slot is deleted and no slot of the declared number is left
-	// on the master, it deletes the declaration too, so that a new number
-	// may be declared at once rather than after its TTL. The slots' keys
-	// are built here, only when the value matched, so that a release (and
-	// a failed attempt's clean-up, sent to every master) costs no more for
-	// a thousand slots than for one; the masters are independent servers,
-	// never a Redis Cluster, so keys a script does not declare are theirs
-	// to read.
+	// on the master, it deletes the declaration too, so that the key is
+	// free at once (for a new number, or a plain lock) rather than after
+	// its TTL. The slots' keys are built here, only when the value
+	// matched, so that a release (and a failed attempt's clean-up, sent to
+	// every master) costs no more for a thousand slots than for one; the
+	// masters are independent servers, never a Redis Cluster, so keys a
+	// script does not declare are theirs to read.
 	slotReleaseScript = newScript(`local v = redis.call("GET", KEYS[1])
 if v ~= ARGV[1] then
   if v == false then return -1 end
   return 0
 end
 redis.call("DEL", KEYS[1])
-if redis.call("GET", KEYS[2]) ~= ARGV[2] then return 1 end
+if redis.call("GET", KEYS[2]) ~= ARGV[3] then return 1 end
 for i = 0, tonumber(ARGV[2]) - 1 do
-  if redis.call("GET", ARGV[3] .. ":slot:" .. i) then return 1 end
+  if redis.call("GET", KEYS[2] .. ":slot:" .. i) then return 1 end
 end
 redis.call("DEL", KEYS[2])
 return 1`)
@@ -211,17 +241,14 @@ return 1`)
 func slotSetCall(s Slot, value string, ttlMillis int64, fenced string) setCall {
 	return setCall{
 		s:    slotSetScript,
-		args: slotSetScript.args([]string{s.Key(), FenceKey(s.Key()), SlotsKey(s.Semaphore), s.Semaphore}, value, ttlMillis, strconv.Itoa(s.Slots), fenced),
+		args: slotSetScript.args([]string{s.Key(), FenceKey(s.Key()), s.Semaphore}, value, ttlMillis, Declaration(s.Slots), fenced),
 		refusal: func(code int64, reply []any) error {
 			switch {
 			case code == -3:
 				return &KindConflictError{Key: s.Semaphore, Held: KindLock}
 			case code == -2 && len(reply) == 2:
 				str, _ := reply[1].(string)
-				declared, err := strconv.Atoi(str)
-				if err != nil || declared < 1 || declared > MaxSlots {
-					declared = 0
-				}
+				declared, _ := declaredSlots(str)
 				return &SlotsConflictError{Semaphore: s.Semaphore, Declared: declared, Slots: s.Slots}
 			}
 			return nil
@@ -230,11 +257,11 @@ func slotSetCall(s Slot, value string, ttlMillis int64, fenced string) setCall {
 }
 
 func slotExtendCall(s Slot, value string, ttlMillis int64) scriptCall {
-	return scriptCall{slotExtendScript, slotExtendScript.args([]string{s.Key(), SlotsKey(s.Semaphore), s.Semaphore}, value, ttlMillis, strconv.Itoa(s.Slots))}
+	return scriptCall{slotExtendScript, slotExtendScript.args([]string{s.Key(), s.Semaphore}, value, ttlMillis, Declaration(s.Slots))}
 }
 
 func slotReleaseCall(s Slot, value string) scriptCall {
-	return scriptCall{slotReleaseScript, slotReleaseScript.args([]string{s.Key(), SlotsKey(s.Semaphore)}, value, strconv.Itoa(s.Slots), s.Semaphore)}
+	return scriptCall{slotReleaseScript, slotReleaseScript.args([]string{s.Key(), s.Semaphore}, value, strconv.Itoa(s.Slots), Declaration(s.Slots))}
 }
 
 // validateSlot checks a slot's names and numbers; nothing is sent.
@@ -269,9 +296,9 @@ func refusedFor[E error](c *Client, votes []Vote) bool {
 // AcquireSlot acquires slot s.Index of the semaphore s.Semaphore of s.Slots
 // slots: a lock (the returned Lock's Key is s.Key()) that is also refused
 // with ErrSlotsConflict while masters store another number of slots for
-// the semaphore (SlotsKey), and with ErrKindConflict while a plain lock
-// holds the semaphore's key, and that keeps its own number stored there
-// while it is held. Use it when the caller assigns slots itself (the
+// the semaphore ([Declaration]), and with ErrKindConflict while a plain
+// lock holds the semaphore's key, and that keeps its own number stored
+// there while it is held. Use it when the caller assigns slots itself (the
 // operator gives each slot a DistributedLock); AcquireSemaphore takes any
 // free one. Options, retries and errors are Acquire's; WithFencing takes a
 // token strictly increasing per slot: a fenced resource compares (slot,

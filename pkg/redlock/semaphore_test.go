@@ -56,7 +56,7 @@ func TestSemaphoreAdmitsSlotsHolders(t *testing.T) {
 	}
 	for _, s := range servers {
 		waitFor(t, nodeTimeout, s.Addr()+" to store 3 slots for sem-a (a straggler's write lands within the node timeout)", func() bool {
-			return value(t, s, redlock.SlotsKey("sem-a")) == "3"
+			return value(t, s, "sem-a") == redlock.Declaration(3)
 		})
 	}
 	freed := held[1]
@@ -126,7 +126,7 @@ func TestSemaphoreRefusesAnotherNumberOfSlots(t *testing.T) {
 	// reaches it or they expire.
 	var still []string
 	for _, s := range servers {
-		if got := value(t, s, redlock.SlotsKey("sem-b")); got != "" {
+		if got := value(t, s, "sem-b"); got != "" {
 			still = append(still, s.Addr()+" stores "+got)
 		}
 	}
@@ -164,7 +164,7 @@ func TestSemaphoreDeclarationOutlivesItsSlots(t *testing.T) {
 			// Absolute expiry instants (ms), not TTLs read one after the
 			// other.
 			p := max(expireTime(t, s, long.Key()), expireTime(t, s, short.Key()))
-			if d := expireTime(t, s, redlock.SlotsKey("sem-c")); p > d {
+			if d := expireTime(t, s, "sem-c"); p > d {
 				t.Fatalf("%s, %s: a slot lives until %d, its number only until %d", when, s.Addr(), p, d)
 			}
 		}
@@ -176,7 +176,7 @@ func TestSemaphoreDeclarationOutlivesItsSlots(t *testing.T) {
 	check("after extending the longer slot")
 	// Walk away from both: the declaration expires with the last copy.
 	waitFor(t, 20*time.Second, "the abandoned slots and their declaration to expire", func() bool {
-		return value(t, servers[0], long.Key()) == "" && value(t, servers[0], redlock.SlotsKey("sem-c")) == ""
+		return value(t, servers[0], long.Key()) == "" && value(t, servers[0], "sem-c") == ""
 	})
 	if _, err := c.AcquireSemaphore(ctx, "sem-c", 5, time.Second); err != nil {
 		t.Fatalf("another number once the abandoned slots expired: %v", err)
@@ -203,7 +203,7 @@ func TestSemaphoreSlotSurvivesRestartedMasters(t *testing.T) {
 			t.Fatalf("extend after restarting master %d: %v", i, err)
 		}
 		waitFor(t, 5*time.Second, fmt.Sprintf("restarted master %d to get the slot and its declaration back", i), func() bool {
-			return value(t, servers[i], slot.Key()) == l.Value() && value(t, servers[i], redlock.SlotsKey("sem-d")) == "2" &&
+			return value(t, servers[i], slot.Key()) == l.Value() && value(t, servers[i], "sem-d") == redlock.Declaration(2) &&
 				value(t, servers[i], redlock.FenceKey(slot.Key())) == strconv.FormatInt(l.Token(), 10)
 		})
 	}
@@ -221,7 +221,7 @@ func TestSemaphoreSlotSurvivesRestartedMasters(t *testing.T) {
 	}
 	for _, s := range servers {
 		waitFor(t, nodeTimeout, s.Addr()+" to drop the declaration after the restored slot's release (a straggler's release lands within the node timeout)", func() bool {
-			return value(t, s, redlock.SlotsKey("sem-d")) == ""
+			return value(t, s, "sem-d") == ""
 		})
 	}
 }
@@ -234,7 +234,7 @@ func TestSemaphoreStaleNumberOnAMinority(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	ctx := context.Background()
 	c := newClient(t, redistest.Addrs(servers), redlock.WithTries(1), patient)
-	set(t, servers[2], redlock.SlotsKey("sem-m"), "5", time.Minute)
+	set(t, servers[2], "sem-m", redlock.Declaration(5), time.Minute)
 	held, err := c.AcquireSlot(ctx, redlock.Slot{Semaphore: "sem-m", Slots: 3, Index: 0}, time.Minute)
 	if err != nil {
 		t.Fatalf("slot 0 with 5 stored on one master of three: %v", err)
@@ -278,12 +278,12 @@ func TestSemaphoreSlotWithoutItsNumberIsNotExtended(t *testing.T) {
 	// after they are removed below.
 	for _, s := range servers {
 		waitFor(t, nodeTimeout, s.Addr()+" to store the number of slots of sem-e (a straggler's write lands within the node timeout)", func() bool {
-			return pttl(t, s, redlock.SlotsKey("sem-e")) > 0
+			return pttl(t, s, "sem-e") > 0
 		})
 	}
 	for _, s := range servers[:2] {
 		cl := s.Client()
-		if err := cl.Del(ctx, redlock.SlotsKey("sem-e")).Err(); err != nil {
+		if err := cl.Del(ctx, "sem-e").Err(); err != nil {
 			t.Fatal(err)
 		}
 		_ = cl.Close()
@@ -323,7 +323,10 @@ func TestSemaphoreBadInput(t *testing.T) {
 			}
 		}
 	}
-	for _, key := range []string{redlock.SlotKey("s", 0), redlock.SlotsKey("s")} {
+	if _, err := c.Acquire(ctx, "s", time.Second, redlock.WithValue(redlock.Declaration(2))); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("plain Acquire with a semaphore's declaration as its value: %v, want ErrInvalidArgument", err)
+	}
+	for _, key := range []string{redlock.SlotKey("s", 0)} {
 		if _, err := c.Acquire(ctx, key, time.Second); !errors.Is(err, redlock.ErrInvalidArgument) {
 			t.Errorf("plain Acquire of a semaphore's key %q: %v, want ErrInvalidArgument", key, err)
 		}
