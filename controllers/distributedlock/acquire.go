@@ -52,7 +52,8 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 	retry := cmp.Or(r.RetryDelay, retryDelay(ttl, jitter))
 	set := masterSetOf(lock)
 	s.attempted = true
-	if ok, recheck := r.lines.mayAttempt(ctx, name, lock, c, retry); !ok {
+	waiter := lineWaiter(lock, s.requested)
+	if ok, recheck := r.lines.mayAttempt(ctx, name, lock, waiter, c, retry); !ok {
 		// Waiters ahead in the key's line (lines.go), in this cluster or
 		// another: this lock attempts in its turn, woken by the key's
 		// release as a lock that lost the key is, and looks again when
@@ -88,7 +89,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 			// release (another cluster's holder ended); the retry stays.
 			// Its arrival in the key's line is now.
 			r.wakeups.wait(name, set, waitKey(lock), retry, c)
-			r.lines.join(ctx, name, lock, c, retry)
+			r.lines.join(ctx, name, lock, waiter, c, retry)
 		}
 		if s.givingBack && errors.Is(err, redlock.ErrLockHeld) {
 			// Perhaps the copies of the grant this reconcile stops

@@ -18,8 +18,9 @@
 //     pods.go, revisions.go: the pods that take part; order.go, setup.go:
 //     the work queue and its watches; wakeups.go: locks whose key another
 //     holder has, woken by the masters' release notices; lines.go: each
-//     waiting lock's place in its key's waiting line on the masters
-//     (first come, first served across clusters).
+//     waiting lock's place in its key's waiting line on the masters, a
+//     slot's lock's in its semaphore's (first come, first served across
+//     clusters).
 //
 // The grants this manager holds (their Sessions, the validity status
 // shows of each, its refreshes, admission and shedding) are a

@@ -24,9 +24,11 @@ import (
 // master set's locks attempt without the line for lineRetry). A lock that
 // does not attempt in a reconcile (held back by this cluster's rules, no
 // longer requested, gone) leaves its line, and never holds another
-// cluster's waiters up. A semaphore's slot locks wait in no line: each
-// waits for one slot, and the semaphore's line has N heads for waiters
-// that take any slot. The reasoning: docs/design/waiting-lines.md.
+// cluster's waiters up. A semaphore's slot lock waits in the semaphore's
+// line, whose first N waiters may attempt (redlock.CheckSlotTurn), for
+// the pod it attempts for: the waiter is that pod, so that the slots of
+// every cluster sharing the key serve waiting pods first come, first
+// served, N at a time. The reasoning: docs/design/waiting-lines.md.
 type lines struct {
 	now func() time.Time
 	// checks counts the checks before attempts, by result.
@@ -42,14 +44,18 @@ type lines struct {
 
 // linePlace is one lock's place in its key's line.
 type linePlace struct {
-	uid    types.UID
+	uid types.UID
+	// waiter is its id in the line: the lock's UID, or the pod a slot's
+	// lock attempts for (lineWaiter).
+	waiter string
 	ticket int64 // 0: none taken
 	ahead  int   // waiters ahead at the last check
 	// freeSince is when the key was seen free at a check with as many
 	// waiters ahead as now (zero: held at the last check).
 	freeSince time.Time
 	client    *redlock.Client
-	key       string
+	// key is the line's lock key: the lock's, or its semaphore's.
+	key string
 }
 
 // lineBound is how long a lock with waiters ahead waits while its key is
@@ -92,25 +98,59 @@ func lineLife(retry time.Duration) time.Duration {
 	return min(redlock.MaxLineLife, max(waitLease(retry), 30*time.Second).Truncate(time.Millisecond))
 }
 
+// lineWaiter is lock's id in its line when it attempts for holder: the
+// lock's UID, or for a semaphore's slot the pod it attempts for (none: the
+// lock's), whose place follows it to whichever slot it is given.
+func lineWaiter(lock *v1alpha1.DistributedLock, holder *v1alpha1.LockHolder) string {
+	if slotOf(lock) != nil && holder != nil && holder.Pod != nil {
+		return string(holder.Pod.UID)
+	}
+	return string(lock.UID)
+}
+
+// lineKey is the lock key whose line lock waits in: its own, or its
+// semaphore's.
+func lineKey(lock *v1alpha1.DistributedLock) string {
+	if slot := slotOf(lock); slot != nil {
+		return slot.Semaphore
+	}
+	return lock.RedisKey()
+}
+
+// peek and check are redlock's PeekTurn and CheckTurn for lock's line.
+func peek(ctx context.Context, c *redlock.Client, lock *v1alpha1.DistributedLock) redlock.Turn {
+	if slot := slotOf(lock); slot != nil {
+		return c.PeekSlotTurn(ctx, *slot)
+	}
+	return c.PeekTurn(ctx, lock.RedisKey())
+}
+
+func check(ctx context.Context, c *redlock.Client, lock *v1alpha1.DistributedLock, waiter string, ticket int64, life time.Duration) redlock.Turn {
+	if slot := slotOf(lock); slot != nil {
+		return c.CheckSlotTurn(ctx, *slot, waiter, ticket, life)
+	}
+	return c.CheckTurn(ctx, lock.RedisKey(), waiter, ticket, life)
+}
+
 // mayAttempt reports whether lock, whose name is name, may attempt on c
-// now, checking its key's line (and keeping its place there): yes when
-// nobody waits, when its turn came, when the line cannot be used, or when
-// the key has been free for lineBound with waiters still ahead. When not,
+// now as waiter (lineWaiter), checking its line (and keeping its place
+// there): yes when nobody waits (for a slot, fewer than the semaphore's
+// number), when its turn came, when the line cannot be used, or when the
+// key has been free for lineBound with waiters still ahead. When not,
 // recheck is when to look again for the bound (0: at the retry delay).
-func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock *v1alpha1.DistributedLock, c *redlock.Client, retry time.Duration) (ok bool, recheck time.Duration) {
-	if l == nil || slotOf(lock) != nil {
+func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock *v1alpha1.DistributedLock, waiter string, c *redlock.Client, retry time.Duration) (ok bool, recheck time.Duration) {
+	if l == nil {
 		return true, 0
 	}
 	now := l.now()
-	p, usable := l.placeOf(name, lock, c, now)
+	p, usable := l.placeOf(name, lock, waiter, c, now)
 	if !usable {
 		return true, 0
 	}
-	key := lock.RedisKey()
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	if p.ticket == 0 {
-		t := c.PeekTurn(lctx, key)
+		t := peek(lctx, c, lock)
 		if t.Err != nil {
 			return l.unavailable(c, now), 0
 		}
@@ -119,13 +159,13 @@ func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock 
 			return true, 0
 		}
 	}
-	t := c.CheckTurn(lctx, key, string(lock.UID), p.ticket, lineLife(retry))
+	t := check(lctx, c, lock, waiter, p.ticket, lineLife(retry))
 	if t.Err != nil || t.Ticket == 0 {
 		// Its place, if any, stands: the next check keeps it.
 		return l.unavailable(c, now), 0
 	}
 	progress := t.Ahead < p.ahead // a new place has none ahead yet
-	p.ticket, p.ahead, p.client, p.key = t.Ticket, t.Ahead, c, key
+	p.ticket, p.ahead, p.client, p.key = t.Ticket, t.Ahead, c, lineKey(lock)
 	result := lineWait
 	switch {
 	case t.Go:
@@ -148,15 +188,21 @@ func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock 
 	return result != lineWait, recheck
 }
 
-// placeOf is lock's place in its line (a new one, with no ticket, when it
-// has none or name held another lock's), and whether c's line is in use
-// at now (unavailable).
-func (l *lines) placeOf(name types.NamespacedName, lock *v1alpha1.DistributedLock, c *redlock.Client, now time.Time) (linePlace, bool) {
+// placeOf is lock's place in its line as waiter (a new one, with no
+// ticket, when it has none, or name's place was another lock's or
+// waiter's: a slot's lock that attempts for another pod withdraws the
+// last one's), and whether c's line is in use at now (unavailable).
+func (l *lines) placeOf(name types.NamespacedName, lock *v1alpha1.DistributedLock, waiter string, c *redlock.Client, now time.Time) (linePlace, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p, ok := l.places[name]
-	if !ok || p.uid != lock.UID {
-		p = linePlace{uid: lock.UID}
+	if ok && (p.uid != lock.UID || p.waiter != waiter) {
+		delete(l.places, name)
+		p.leave(name, true)
+		ok = false
+	}
+	if !ok {
+		p = linePlace{uid: lock.UID, waiter: waiter}
 	}
 	at, bad := l.unusable[c]
 	return p, !bad || now.Sub(at) >= lineRetry
@@ -178,25 +224,26 @@ func (l *lines) unavailable(c *redlock.Client, now time.Time) bool {
 	return true
 }
 
-// join takes lock a place in its key's line once an attempt found the key
-// held, unless it holds one or its line is not in use: its arrival.
-func (l *lines) join(ctx context.Context, name types.NamespacedName, lock *v1alpha1.DistributedLock, c *redlock.Client, retry time.Duration) {
-	if l == nil || slotOf(lock) != nil {
+// join takes lock a place in its line as waiter once an attempt found
+// the key held, unless it holds one or its line is not in use: its
+// arrival.
+func (l *lines) join(ctx context.Context, name types.NamespacedName, lock *v1alpha1.DistributedLock, waiter string, c *redlock.Client, retry time.Duration) {
+	if l == nil {
 		return
 	}
 	now := l.now()
-	if p, usable := l.placeOf(name, lock, c, now); p.ticket != 0 || !usable {
+	if p, usable := l.placeOf(name, lock, waiter, c, now); p.ticket != 0 || !usable {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	t := c.CheckTurn(lctx, lock.RedisKey(), string(lock.UID), 0, lineLife(retry))
+	t := check(lctx, c, lock, waiter, 0, lineLife(retry))
 	if t.Err != nil || t.Ticket == 0 {
 		l.unavailable(c, now)
 		return // no place: attempts as without one
 	}
 	l.mu.Lock()
-	l.places[name] = linePlace{uid: lock.UID, ticket: t.Ticket, ahead: t.Ahead, client: c, key: lock.RedisKey()}
+	l.places[name] = linePlace{uid: lock.UID, waiter: waiter, ticket: t.Ticket, ahead: t.Ahead, client: c, key: lineKey(lock)}
 	l.mu.Unlock()
 }
 
@@ -219,7 +266,14 @@ func (l *lines) leave(name types.NamespacedName, withdrawn bool) {
 	p, ok := l.places[name]
 	delete(l.places, name)
 	l.mu.Unlock()
-	if !ok || p.ticket == 0 {
+	if ok {
+		p.leave(name, withdrawn)
+	}
+}
+
+// leave takes the place's ticket out of its line, in the background.
+func (p linePlace) leave(name types.NamespacedName, withdrawn bool) {
+	if p.ticket == 0 {
 		return
 	}
 	go func() {
@@ -229,7 +283,7 @@ func (l *lines) leave(name types.NamespacedName, withdrawn bool) {
 		if withdrawn {
 			out = p.client.WithdrawFromLine
 		}
-		if err := out(ctx, p.key, string(p.uid), p.ticket); err != nil {
+		if err := out(ctx, p.key, p.waiter, p.ticket); err != nil {
 			logf.Log.WithName("lines").V(1).Info("waiting line not left: the ticket lapses", "lock", name, "error", err.Error())
 		}
 	}()

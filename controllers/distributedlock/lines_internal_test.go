@@ -10,25 +10,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
-// TestLinesTurnAndBound plays one lock's checks against three real
-// masters, on a clock of its own: behind two waiters of another cluster,
-// with the key free, it waits; a waiter ahead leaving starts the bound
-// again; the bound lets it attempt; a line that cannot be used lets it
-// attempt at once, keeps its ticket, and spares its master set's locks
-// failing rounds for a while; a semaphore's slot lock waits in no line.
-func TestLinesTurnAndBound(t *testing.T) {
+// lineMasters starts three real masters and a client of them.
+func lineMasters(t *testing.T) ([]*redistest.Server, *redlock.Client) {
+	t.Helper()
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	return servers, c
+}
+
+// TestLinesTurnAndBound plays one lock's checks against three real
+// masters, on a clock of its own: behind two waiters of another cluster,
+// with the key free, it waits; a waiter ahead leaving starts the bound
+// again; the bound lets it attempt; a line that cannot be used lets it
+// attempt at once, keeps its ticket, and spares its master set's locks
+// failing rounds for a while.
+func TestLinesTurnAndBound(t *testing.T) {
+	servers, c := lineMasters(t)
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "checks"}, []string{"result"})
@@ -42,7 +50,7 @@ func TestLinesTurnAndBound(t *testing.T) {
 	}
 	expect := func(step string, wantOK bool, wantRecheck time.Duration) {
 		t.Helper()
-		ok, recheck := l.mayAttempt(ctx, name, lock, c, 2*time.Second)
+		ok, recheck := l.mayAttempt(ctx, name, lock, string(lock.UID), c, 2*time.Second)
 		if ok != wantOK || recheck != wantRecheck {
 			t.Fatalf("%s: may attempt %v, look again in %v; want %v, %v", step, ok, recheck, wantOK, wantRecheck)
 		}
@@ -85,14 +93,75 @@ func TestLinesTurnAndBound(t *testing.T) {
 	now = now.Add(lineRetry)
 	expect("a minute later, the line in use again, y still ahead and the key free all along: the bound", true, 0)
 
-	slot := lock.DeepCopy()
-	slot.Name, slot.UID = "slot", "uid-slot"
-	slot.Spec.SlotOf = &v1alpha1.SemaphoreSlot{SemaphoreKey: "sem", Slots: 2, Index: 0}
-	if ok, _ := l.mayAttempt(ctx, types.NamespacedName{Namespace: "ns", Name: "slot"}, slot, c, 2*time.Second); !ok {
-		t.Error("a semaphore's slot lock waited in a line")
+}
+
+// TestSlotLocksWaitInTheSemaphoreLine: a semaphore's slot lock waits in
+// the semaphore's line for the pod it attempts for, whose first N waiters
+// may attempt: with one waiter of another cluster it attempts at once
+// (two slots), behind two it waits, and attempts once one of them left;
+// attempting for another pod, it withdraws the first pod's ticket.
+func TestSlotLocksWaitInTheSemaphoreLine(t *testing.T) {
+	servers, c := lineMasters(t)
+	ctx := context.Background()
+	l := newLines(time.Now, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "checks"}, []string{"result"}))
+	slot := redlock.Slot{Semaphore: "sem", Slots: 2, Index: 0}
+	lock := &v1alpha1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sem-2-0", UID: "uid-slot"},
+		Spec:       v1alpha1.DistributedLockSpec{SlotOf: &v1alpha1.SemaphoreSlot{SemaphoreKey: slot.Semaphore, Slots: 2, Index: 0}},
 	}
-	if _, ok := l.places[types.NamespacedName{Namespace: "ns", Name: "slot"}]; ok {
-		t.Error("a semaphore's slot lock took a place in a line")
+	name := client.ObjectKeyFromObject(lock)
+	holder := func(pod string) *v1alpha1.LockHolder {
+		return &v1alpha1.LockHolder{Identity: pod, Pod: &v1alpha1.PodReference{Name: pod, UID: types.UID("uid-" + pod)}}
+	}
+	if w := lineWaiter(lock, holder("a")); w != "uid-a" {
+		t.Fatalf("the slot lock's waiter for pod a: %q, want the pod's UID", w)
+	}
+	if w := lineWaiter(lock, nil); w != "uid-slot" {
+		t.Fatalf("the slot lock's waiter for no pod: %q, want its own UID", w)
+	}
+	register := func(waiter string) {
+		t.Helper()
+		if tr := c.CheckSlotTurn(ctx, slot, waiter, 0, time.Minute); tr.Err != nil || !tr.Registered {
+			t.Fatalf("%s's ticket: %+v", waiter, tr)
+		}
+	}
+	waiters := func() map[string]int {
+		t.Helper()
+		seen, err := redistest.LineWaiters(ctx, servers, redlock.LineKey(slot.Semaphore), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seen
+	}
+
+	register("other-1")
+	if ok, _ := l.mayAttempt(ctx, name, lock, "uid-a", c, 2*time.Second); !ok {
+		t.Fatal("one waiter of another cluster in a line of two heads: the slot lock waited")
+	}
+	register("other-2")
+	l.join(ctx, name, lock, "uid-a", c, 2*time.Second)
+	if p := l.places[name]; p.ticket == 0 || p.key != slot.Semaphore || p.waiter != "uid-a" {
+		t.Fatalf("its place after the key was found held: %+v, want a ticket in the semaphore's line for pod a", p)
+	}
+	if ok, _ := l.mayAttempt(ctx, name, lock, "uid-a", c, 2*time.Second); ok {
+		t.Fatal("behind two waiters in a line of two heads: the slot lock attempted")
+	}
+	if err := c.LeaveLine(ctx, slot.Semaphore, "other-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := l.mayAttempt(ctx, name, lock, "uid-a", c, 2*time.Second); !ok {
+		t.Fatal("behind one waiter in a line of two heads: the slot lock waited")
+	}
+	l.join(ctx, name, lock, "uid-b", c, 2*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for waiters()["uid-a"] > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("pod a's ticket stayed in the line after its slot lock attempted for pod b")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := waiters(); got["uid-b"] == 0 || got["other-2"] == 0 {
+		t.Fatalf("the semaphore's line: %v, want pod b and other-2", got)
 	}
 }
 
@@ -127,7 +196,7 @@ func TestWithdrawTellsTheWaitersBehind(t *testing.T) {
 			t.Fatalf("%s's ticket: %+v", name, tr)
 		}
 		n := types.NamespacedName{Namespace: "ns", Name: name}
-		l.places[n] = linePlace{uid: types.UID("uid-" + name), ticket: tr.Ticket, client: c, key: "withdrawn"}
+		l.places[n] = linePlace{uid: types.UID("uid-" + name), waiter: "uid-" + name, ticket: tr.Ticket, client: c, key: "withdrawn"}
 		return n
 	}
 	inLine := func(uid string) bool {
