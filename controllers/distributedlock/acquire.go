@@ -59,9 +59,9 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// release as a lock that lost the key is, and looks again when
 		// the bound may have come.
 		r.grants.StopWaiting(name)
-		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonHeldElsewhere, lineWaitMessage)
+		s.setHeld(metav1.ConditionFalse, v1alpha1.ReasonHeldElsewhere, waitMessage(lock))
 		s.requeueAfter(min(retry, cmp.Or(recheck, retry)))
-		r.wakeups.wait(name, set, waitKey(lock), retry, c)
+		r.wakeups.wait(name, set, lineKey(lock), retry, c)
 		return
 	}
 	grantID := lockvalue.NewGrantID()
@@ -84,12 +84,18 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		}
 		setQuorum(&lock.Status, c.Quorum(), votesOf(err))
 		s.requeueAfter(retry)
-		if errors.Is(err, redlock.ErrLockHeld) {
+		switch {
+		case errors.Is(err, redlock.ErrLockHeld):
 			// Tried again at once when the masters tell of the key's
 			// release (another cluster's holder ended); the retry stays.
 			// Its arrival in the key's line is now.
-			r.wakeups.wait(name, set, waitKey(lock), retry, c)
+			r.wakeups.wait(name, set, lineKey(lock), retry, c)
 			r.lines.join(ctx, name, lock, waiter, c, retry)
+		case errors.Is(err, redlock.ErrKindConflict):
+			// The other kind holds the key: a lock and a semaphore of one
+			// key share its line, and this one's turn would only hold up
+			// the other kind's waiters.
+			r.lines.withdraw(name)
 		}
 		if s.givingBack && errors.Is(err, redlock.ErrLockHeld) {
 			// Perhaps the copies of the grant this reconcile stops

@@ -56,6 +56,9 @@ type linePlace struct {
 	client    *redlock.Client
 	// key is the line's lock key: the lock's, or its semaphore's.
 	key string
+	// semaphore: the line is a semaphore's, whose N heads are waiters:
+	// one leaving with a slot makes room for the next.
+	semaphore bool
 }
 
 // lineBound is how long a lock with waiters ahead waits while its key is
@@ -74,8 +77,20 @@ const lineRetry = time.Minute
 const lineLeaveTimeout = 2 * time.Second
 
 // lineWaitMessage is the Held message (reason HeldElsewhere) of a lock
-// waiting for its turn: one text, so that checks write no status.
-const lineWaitMessage = "waiting in the key's line on the masters: a lock that came first (in this cluster or another sharing the masters) attempts first; this one attempts in its turn, or once the key has been free for 6s"
+// waiting for its turn, and slotLineWaitMessage a semaphore's slot
+// lock's: one text each, so that checks write no status.
+const (
+	lineWaitMessage     = "waiting in the key's line on the masters: a lock that came first (in this cluster or another sharing the masters) attempts first; this one attempts in its turn, or once the key has been free for 6s"
+	slotLineWaitMessage = "waiting in the semaphore's line on the masters: the first pods to come (in this cluster or another sharing the masters), as many as the semaphore has slots, attempt; this one attempts in its turn, or once its slot has been free for 6s"
+)
+
+// waitMessage is lock's Held message while it waits for its turn.
+func waitMessage(lock *v1alpha1.DistributedLock) string {
+	if slotOf(lock) != nil {
+		return slotLineWaitMessage
+	}
+	return lineWaitMessage
+}
 
 // Results of a check before an attempt (redlock_lock_line_checks_total).
 const (
@@ -108,8 +123,9 @@ func lineWaiter(lock *v1alpha1.DistributedLock, holder *v1alpha1.LockHolder) str
 	return string(lock.UID)
 }
 
-// lineKey is the lock key whose line lock waits in: its own, or its
-// semaphore's.
+// lineKey is the lock key whose line lock waits in, and whose release
+// notices wake it: its own, or its semaphore's (whose channel tells of
+// every slot's release and every withdrawal from the semaphore's line).
 func lineKey(lock *v1alpha1.DistributedLock) string {
 	if slot := slotOf(lock); slot != nil {
 		return slot.Semaphore
@@ -152,7 +168,7 @@ func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock 
 	if p.ticket == 0 {
 		t := peek(lctx, c, lock)
 		if t.Err != nil {
-			return l.unavailable(c, now), 0
+			return l.unavailable(c, now, true), 0
 		}
 		if t.Go {
 			l.checks.WithLabelValues(lineClear).Inc()
@@ -162,10 +178,10 @@ func (l *lines) mayAttempt(ctx context.Context, name types.NamespacedName, lock 
 	t := check(lctx, c, lock, waiter, p.ticket, lineLife(retry))
 	if t.Err != nil || t.Ticket == 0 {
 		// Its place, if any, stands: the next check keeps it.
-		return l.unavailable(c, now), 0
+		return l.unavailable(c, now, t.Err != nil), 0
 	}
 	progress := t.Ahead < p.ahead // a new place has none ahead yet
-	p.ticket, p.ahead, p.client, p.key = t.Ticket, t.Ahead, c, lineKey(lock)
+	p.ticket, p.ahead, p.client, p.key, p.semaphore = t.Ticket, t.Ahead, c, lineKey(lock), slotOf(lock) != nil
 	result := lineWait
 	switch {
 	case t.Go:
@@ -208,11 +224,15 @@ func (l *lines) placeOf(name types.NamespacedName, lock *v1alpha1.DistributedLoc
 	return p, !bad || now.Sub(at) >= lineRetry
 }
 
-// unavailable counts a check whose line could not be used (or was full),
-// and lets c's locks attempt without their line for lineRetry when it
-// could not; it reports that the lock may attempt.
-func (l *lines) unavailable(c *redlock.Client, now time.Time) bool {
+// unavailable counts a check whose line could not be used (failed) or
+// was full, and when it failed lets c's locks attempt without their line
+// for lineRetry (a full line is one key's: the others still serve); it
+// reports that the lock may attempt.
+func (l *lines) unavailable(c *redlock.Client, now time.Time, failed bool) bool {
 	l.checks.WithLabelValues(lineUnavailable).Inc()
+	if !failed {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.unusable[c] = now
@@ -239,11 +259,11 @@ func (l *lines) join(ctx context.Context, name types.NamespacedName, lock *v1alp
 	defer cancel()
 	t := check(lctx, c, lock, waiter, 0, lineLife(retry))
 	if t.Err != nil || t.Ticket == 0 {
-		l.unavailable(c, now)
+		l.unavailable(c, now, t.Err != nil)
 		return // no place: attempts as without one
 	}
 	l.mu.Lock()
-	l.places[name] = linePlace{uid: lock.UID, waiter: waiter, ticket: t.Ticket, ahead: t.Ahead, client: c, key: lineKey(lock)}
+	l.places[name] = linePlace{uid: lock.UID, waiter: waiter, ticket: t.Ticket, ahead: t.Ahead, client: c, key: lineKey(lock), semaphore: slotOf(lock) != nil}
 	l.mu.Unlock()
 }
 
@@ -271,7 +291,10 @@ func (l *lines) leave(name types.NamespacedName, withdrawn bool) {
 	}
 }
 
-// leave takes the place's ticket out of its line, in the background.
+// leave takes the place's ticket out of its line, in the background. A
+// waiter that withdraws tells the waiters behind it (a release notice),
+// and so does one that leaves a semaphore's line with its slot: the next
+// waiter is a head now.
 func (p linePlace) leave(name types.NamespacedName, withdrawn bool) {
 	if p.ticket == 0 {
 		return
@@ -280,7 +303,7 @@ func (p linePlace) leave(name types.NamespacedName, withdrawn bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), lineLeaveTimeout)
 		defer cancel()
 		out := p.client.LeaveLine
-		if withdrawn {
+		if withdrawn || p.semaphore {
 			out = p.client.WithdrawFromLine
 		}
 		if err := out(ctx, p.key, p.waiter, p.ticket); err != nil {

@@ -44,15 +44,6 @@ func masterSetOf(lock *v1alpha1.DistributedLock) types.NamespacedName {
 	return types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.MasterSet}
 }
 
-// waitKey is the key whose release notices wake lock: its key, or its
-// slot's.
-func waitKey(lock *v1alpha1.DistributedLock) string {
-	if slot := slotOf(lock); slot != nil {
-		return slot.Key()
-	}
-	return lock.RedisKey()
-}
-
 // restoreOptions are the options that restore a grant of token (0: none
 // known) of a lock that is slot (nil: a plain lock).
 func restoreOptions(slot *redlock.Slot, token int64) []redlock.RestoreOption {

@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,15 +19,16 @@ import (
 
 // lineWait is what a slot's lock waiting for its turn in the semaphore's
 // line says (Held False, HeldElsewhere).
-const lineWait = "waiting in the key's line on the masters"
+const lineWait = "waiting in the semaphore's line on the masters"
 
 var _ = Describe("A semaphore's pods and another cluster's in one line", func() {
 	var (
+		mgr   *testenv.Manager
 		ms    *testenv.MasterSet
 		other *redlock.Client
 	)
 	BeforeEach(func() {
-		mgr := env.StartManager()
+		mgr = env.StartManager()
 		DeferCleanup(mgr.Stop)
 		ms = env.NewServingMasters(env.NewNamespace(), "masters", 3, 10*time.Second)
 		// The lines' rounds wait for a quorum's answers: a loaded
@@ -83,14 +85,30 @@ var _ = Describe("A semaphore's pods and another cluster's in one line", func() 
 		return sem, slot, turn, pod
 	}
 
-	It("serves the other cluster's pod that came first, then this one", func() {
+	It("serves the other cluster's pod that came first, then this one, woken by the release", func() {
+		// Made first: the other cluster's waiter must take the slot within
+		// the line's bound (6s) of its release.
+		teller, err := redlock.New(redistest.Addrs(ms.Servers), redlock.WithNodeTimeout(time.Second), redlock.WithReleaseNotices())
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(teller.Close)
 		sem, slot, turn, pod := waitingInLine("after")
-		By("the other cluster's waiter taking the slot in its turn, and giving it back")
-		theirs, err := other.AcquireSlot(suiteCtx, slot, time.Minute, redlock.WithFencing())
+		By("the other cluster's waiter taking the slot in its turn")
+		theirs, err := teller.AcquireSlot(suiteCtx, slot, time.Minute, redlock.WithFencing())
 		Expect(err).NotTo(HaveOccurred(), "the waiter first in line is granted the slot its turn came for")
-		Expect(other.LeaveLine(suiteCtx, slot.Semaphore, "other-cluster-pod", turn.Ticket)).To(Succeed())
-		Expect(theirs.Release(suiteCtx)).To(Succeed())
+		Expect(teller.LeaveLine(suiteCtx, slot.Semaphore, "other-cluster-pod", turn.Ticket)).To(Succeed())
 
+		By("giving the slot back, told on the semaphore's channel that this manager listens to")
+		Eventually(func(g Gomega) {
+			n, err := redistest.Subscribers(suiteCtx, ms.Servers, redlock.NoticeChannel(slot.Semaphore))
+			g.Expect(err).NotTo(HaveOccurred())
+			for i, s := range ms.Servers {
+				g.Expect(n[i]).To(BeNumerically(">=", 1), "subscribers on %s", s.Addr())
+			}
+		}).Should(Succeed(), "the manager to listen for the releases of semaphore %s's slots on every master", sem.Name)
+		woken := testutil.ToFloat64(mgr.Metrics.Wakeups.WithLabelValues("release"))
+		Expect(theirs.Release(suiteCtx)).To(Succeed())
+		Eventually(func() float64 { return testutil.ToFloat64(mgr.Metrics.Wakeups.WithLabelValues("release")) }).
+			Should(BeNumerically(">", woken), "the slot lock of pod %s woken by the notice of the other cluster's release", pod.Name)
 		Eventually(func(g Gomega) {
 			_, token := tokenOf(pod)
 			g.Expect(token).To(BeNumerically(">", theirs.Token()), "the pod's fencing token, above the other cluster's")

@@ -16,7 +16,7 @@ package redlock
 //
 // and `user default off` disables the default user. Keys are the
 // DistributedLocks' keys, their "<key>:fence" counters and "<key>:line"
-// waiting lines, the semaphores'
+// waiting lines, the semaphores' keys (their declarations) and
 // "<key>:slot:<i>" keys, and WindowKey
 // (redlock:quarantine-window): narrow ~* to the locks' prefix when every
 // lock uses one, keeping WindowKey (~redlock:* covers it and the default

@@ -130,8 +130,8 @@
 // extended: when in doubt, not held.
 //
 // With [WithReleaseNotices], Release publishes on each master whose copy it
-// deleted a notice on [NoticeChannel](key), after that master's answer and
-// apart from it; a waiter's [Client.Notices] calls back once a quorum of
+// deleted a notice on [NoticeChannel](key) (a semaphore's slot: of the
+// semaphore's key), after that master's answer and apart from it; a waiter's [Client.Notices] calls back once a quorum of
 // masters told of one release of a watched key, so that a waiter in
 // another process tries at once rather than after its retry delay.
 // Notices are hints: a lost one costs the waiter its retry delay, and

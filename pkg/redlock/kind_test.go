@@ -227,8 +227,8 @@ func TestPutBackRefusesTheOtherKind(t *testing.T) {
 				t.Fatalf("extend with two copies of three: %v", err)
 			}
 			_ = c.Close() // waits for the put back
-			if v := value(t, lost, l.Key()); v == l.Value() {
-				t.Fatalf("the copy was put back beside the other kind: %s stores %q", l.Key(), v)
+			if v := value(t, lost, l.Key()); v != tc.other[l.Key()] {
+				t.Fatalf("the copy was put back beside the other kind: %s stores %q, want %q", l.Key(), v, tc.other[l.Key()])
 			}
 			for k := range tc.other {
 				if err := cl.Del(ctx, k).Err(); err != nil {

@@ -38,9 +38,11 @@ func LineKey(key string) string { return key + lineSuffix }
 // stopped renewing holds no line up for longer.
 const MaxLineLife = time.Minute
 
-// MaxLine bounds the live tickets of one line: the masters run without
-// eviction, and a full line would otherwise grow without end. A waiter
-// refused a place waits as if there were no line.
+// MaxLine bounds the live tickets of one lock's line: the masters run
+// without eviction, and a full line would otherwise grow without end. A
+// semaphore's line holds its heads beyond it (MaxLine + slots - 1), so
+// that it orders waiters however many slots it has. A waiter refused a
+// place waits as if there were no line.
 const MaxLine = 32
 
 // LineACLRules are the rules a client needs beyond ACLRules to use
@@ -169,13 +171,13 @@ func (c *Client) checkTurn(ctx context.Context, key, line, waiter string, ticket
 	}
 	if ticket == 0 {
 		// A ticket above every one a quorum shows: a quorum's answers do.
-		answers, err := c.lineRound(ctx, key, line, waiter, 0, 0, "check", func(a []lineAnswer, _ int) bool { return len(a) >= c.quorum })
+		answers, err := c.lineRound(ctx, key, line, waiter, 0, 0, heads, "check", func(a []lineAnswer, _ int) bool { return len(a) >= c.quorum })
 		if err != nil {
 			return Turn{Go: ctx.Err() == nil, Err: err}
 		}
 		ticket = ticketFrom(answers, c.quorum)
 	}
-	answers, err := c.lineRound(ctx, key, line, waiter, ticket, life, "check", func(a []lineAnswer, pending int) bool {
+	answers, err := c.lineRound(ctx, key, line, waiter, ticket, life, heads, "check", func(a []lineAnswer, pending int) bool {
 		return turnSettled(a, pending, heads, ticket, c.quorum)
 	})
 	if err != nil {
@@ -305,7 +307,7 @@ const (
 )
 
 func (c *Client) peekTurn(ctx context.Context, key, line string, heads int) Turn {
-	answers, err := c.lineRound(ctx, key, line, peekWaiter, peekTicket, 0, "check", func(a []lineAnswer, pending int) bool {
+	answers, err := c.lineRound(ctx, key, line, peekWaiter, peekTicket, 0, heads, "check", func(a []lineAnswer, pending int) bool {
 		return turnSettled(a, pending, heads, 0, c.quorum)
 	})
 	if err != nil {
@@ -338,24 +340,25 @@ func (c *Client) leaveLine(ctx context.Context, key, waiter string, ticket int64
 	if err := validateLine(waiter, ticket, time.Millisecond); err != nil {
 		return err
 	}
-	_, err := c.lineRound(ctx, key, LineKey(key), waiter, ticket, 0, mode, nil)
+	_, err := c.lineRound(ctx, key, LineKey(key), waiter, ticket, 0, 1, mode, nil)
 	return err
 }
 
 // lineRound runs lineScript on every master of the client's list and
 // returns the answers of those that answered and may vote (a master
 // restarted within the quarantine window holds a line it forgot), or
-// errLineUnavailable when fewer than a quorum did. mode is "check",
-// "leave", or "withdraw" (a leave that tells the key's channel where it
-// took a ticket out). It returns once every
+// errLineUnavailable when fewer than a quorum did. heads is how many
+// waiters may attempt at once (a lock's 1, a semaphore's slots), which
+// sizes the line. mode is "check", "leave", or "withdraw" (a leave that
+// tells the key's channel where it took a ticket out). It returns once every
 // master answered, or once settled (nil: never) holds for the answers so
 // far and how many masters have yet to answer.
-func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket int64, life time.Duration, mode string, settled func(answers []lineAnswer, pending int) bool) ([]lineAnswer, error) {
+func (c *Client) lineRound(ctx context.Context, key, line, waiter string, ticket int64, life time.Duration, heads int, mode string, settled func(answers []lineAnswer, pending int) bool) ([]lineAnswer, error) {
 	scriptMode := mode
 	if mode == "withdraw" {
 		scriptMode = "leave"
 	}
-	args := lineScript.args([]string{line, key}, waiter, ticket, life.Milliseconds(), MaxLine, scriptMode)
+	args := lineScript.args([]string{line, key}, waiter, ticket, life.Milliseconds(), MaxLine+heads-1, scriptMode)
 	// A withdrawal's notices carry one payload on every master.
 	withdrawal := releaseID(key, "\x00withdraw\x00"+waiter+"|"+strconv.FormatInt(ticket, 10))
 	out, errs, err := listRound(ctx, c, func(ctx context.Context, n *node) (lineAnswer, error) {

@@ -101,9 +101,10 @@ func TestLineTiesAndLapses(t *testing.T) {
 	})
 }
 
-// TestLineFullAndUnavailable: a waiter refused a place in a full line, and
-// one whose line fewer than a quorum of masters answer for, may attempt as
-// if there were no line.
+// TestLineFullAndUnavailable: a waiter refused a place in a full line
+// (MaxLine, and for a semaphore MaxLine + slots - 1), and one whose line
+// fewer than a quorum of masters answer for, may attempt as if there were
+// no line.
 func TestLineFullAndUnavailable(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	c := newClient(t, redistest.Addrs(servers), redlock.WithNodeTimeout(200*time.Millisecond))
@@ -114,6 +115,16 @@ func TestLineFullAndUnavailable(t *testing.T) {
 	}
 	if tr := turn(t, c, "full", "late", 0); tr.Registered || !tr.Go || tr.Ticket != 0 {
 		t.Fatalf("a waiter past MaxLine: %+v, want no ticket and its turn", tr)
+	}
+	// A semaphore's line of 3 slots holds its heads beyond MaxLine.
+	slot := redlock.Slot{Semaphore: "full-sem", Slots: 3}
+	for i := range redlock.MaxLine + 2 {
+		if tr := c.CheckSlotTurn(context.Background(), slot, fmt.Sprintf("w%02d", i), 0, lineLife); !tr.Registered {
+			t.Fatalf("semaphore waiter %d: %+v", i, tr)
+		}
+	}
+	if tr := c.CheckSlotTurn(context.Background(), slot, "late", 0, lineLife); tr.Registered || !tr.Go || tr.Ticket != 0 {
+		t.Fatalf("a waiter past MaxLine + 2 in a semaphore's line of 3 slots: %+v, want no ticket and its turn", tr)
 	}
 
 	stopped(t, servers[:2]...)

@@ -110,10 +110,21 @@ func (l *Lock) restore(r *round, ttlMillis int64, timeout time.Duration) {
 // putBack returns what restore sends to a master: the acquisition's SET
 // key value NX PX ttl without a token, refused like it while the master
 // stores the other kind for the key, or for a semaphore's slot another
-// number of slots (see lockSetScript, slotSetScript).
+// number of slots (see newSetCall, slotSetScript).
 func (l *Lock) putBack(ttlMillis int64) func(context.Context, *node) {
 	set := newSetCall(l.key, l.slot, l.value, ttlMillis, false)
 	return func(ctx context.Context, n *node) { _, _, _ = n.setNX(ctx, set) }
+}
+
+// noticeKey is the key whose channel tells of the lock's release: its
+// own, or a semaphore's slot's semaphore's, where the withdrawals from the
+// semaphore's line are told too, so that a waiter for any of its slots
+// hears of each.
+func (l *Lock) noticeKey() string {
+	if l.slot != nil {
+		return l.slot.Semaphore
+	}
+	return l.key
 }
 
 // Key returns the lock's Redis key.
@@ -549,7 +560,7 @@ func (l *Lock) release(ctx context.Context) (*OpEvent, error) {
 		}
 		out, err := n.run(ctx, rel)
 		if out == OutcomeGranted && c.cfg.releaseNotices {
-			c.publishRelease(n, l.key, releaseID(l.key, l.value), c.nodeTimeout(l.ttl))
+			c.publishRelease(n, l.noticeKey(), releaseID(l.key, l.value), c.nodeTimeout(l.ttl))
 		}
 		return out, err
 	}, func(r *round) {

@@ -219,6 +219,41 @@ func TestReleaseNoticeWakesAWatcher(t *testing.T) {
 	}
 }
 
+// TestSlotReleaseTellsTheSemaphore: the release of a semaphore's slot is
+// told on the semaphore key's channel, which a waiter for any slot
+// watches, and not on the slot's own.
+func TestSlotReleaseTellsTheSemaphore(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := context.Background()
+	r := newNoticeRig(t, servers)
+	if err := r.notices.Watch(ctx, "sem-wake"); err != nil {
+		t.Fatal(err)
+	}
+	slot := redlock.Slot{Semaphore: "sem-wake", Slots: 2, Index: 1}
+	if err := r.notices.Watch(ctx, slot.Key()); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := r.holder.AcquireSlot(ctx, slot, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeldEverywhere(t, servers, slot.Key(), lock.Value(), nodeTimeout)
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := r.l.next(t, "the slot's holder released"); k != "sem-wake" {
+		t.Fatalf("notice of %q, want the semaphore's key sem-wake", k)
+	}
+	if err := r.holder.Close(); err != nil { // waits for its PUBLISHes
+		t.Fatal(err)
+	}
+	r.l.mu.Lock()
+	defer r.l.mu.Unlock()
+	if len(r.l.keys) != 1 {
+		t.Errorf("notices called back %v, want one, of the semaphore's key", r.l.keys)
+	}
+}
+
 // TestReleaseWithoutNoticesPublishesNothing: notices are opt-in; a client
 // without WithReleaseNotices sends no PUBLISH.
 func TestReleaseWithoutNoticesPublishesNothing(t *testing.T) {
