@@ -49,10 +49,6 @@ const StatusInterval = time.Second
 // the semaphore does not own has a slot's name.
 const EventSlotNameTaken = "SlotNameTaken"
 
-// EventSlotMoved is the reason of the event on a pod moved from a slot
-// another cluster holds to one free on the masters.
-const EventSlotMoved = "SlotMoved"
-
 // MasterClients gives the Redlock client of a master set.
 type MasterClients interface {
 	Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error)
@@ -67,13 +63,6 @@ const (
 	freeSlotsTimeout = 2 * time.Second
 	freeSlotsRetry   = 30 * time.Second
 )
-
-// moveRecheck is how soon a semaphore whose pods wait for slots other
-// clusters hold looks again for a slot free on the masters: its slots'
-// locks' longest retry delay, min(ttl/4, 5s).
-func moveRecheck(sem *v1alpha1.DistributedSemaphore) time.Duration {
-	return min(sem.Spec.TTL.Duration/4, 5*time.Second)
-}
 
 // Reconciler runs DistributedSemaphores: it keeps one DistributedLock per
 // slot and labels waiting pods for idle and ending slots.
@@ -146,12 +135,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		} else if err := r.patchStatus(ctx, sem, st); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if p.stuck > len(p.move) {
-		// Pods wait for slots other clusters hold, and no free one was
-		// seen: look at the masters again after the slots' locks' longest
-		// retry delay (nothing here changes when a slot frees there).
-		res.RequeueAfter = earlier(res.RequeueAfter, moveRecheck(sem))
 	}
 	if r.pending(req.NamespacedName) {
 		// An assignment the cache does not show yet: look again once it
@@ -425,37 +408,12 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 			errs = append(errs, fmt.Errorf("remove slot %s: %w", l.Name, err))
 		}
 	}
-	for _, a := range p.move {
-		if err := r.move(ctx, sem, a); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	for _, a := range p.assign {
 		if err := r.assign(ctx, sem, a); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errs
-}
-
-// move labels a pod that waits for a slot another cluster holds for a
-// slot free on the masters, on the version of the pod read: a pod granted
-// since (its token written) is left where it is, and the admission policy
-// lets the operator change the label only while the pod waits behind the
-// scheduling gate and was never granted.
-func (r *Reconciler) move(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) error {
-	was := a.pod.Labels[v1alpha1.LockLabel]
-	written, err := r.labelAsRead(ctx, a.pod, v1alpha1.LockLabel, a.lock)
-	if err != nil {
-		return fmt.Errorf("move pod %s from slot %s to %s: %w", a.pod.Name, was, a.lock, err)
-	}
-	if written {
-		r.expect(client.ObjectKeyFromObject(sem), a.lock, a.pod.UID)
-		r.Recorder.Eventf(a.pod, sem, corev1.EventTypeNormal, EventSlotMoved, "MoveSlot",
-			"waited for slot %s, which another holder of key %s has (in another cluster sharing the masters): moved to slot %s, free on the masters", was, sem.RedisKey(), a.lock)
-		logf.FromContext(ctx).V(1).Info("slot moved", "pod", a.pod.Name, "from", was, "lock", a.lock)
-	}
-	return nil
 }
 
 // assign labels a waiting pod for a free slot's lock, on the version of

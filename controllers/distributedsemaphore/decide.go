@@ -47,12 +47,6 @@ type plan struct {
 	remove []*v1alpha1.DistributedLock
 	// assign labels the first waiting pods for the idle and ending slots.
 	assign []assignment
-	// move labels pods that wait for a slot another holder of the key
-	// has (in another cluster) for an idle slot free on the masters.
-	move []assignment
-	// stuck counts the pods that wait for a slot another holder of the
-	// key has and may move (movable), whether or not a slot is free.
-	stuck int
 	// taken names the slots whose names a lock the semaphore does not own
 	// has.
 	taken []string
@@ -130,42 +124,19 @@ func (s slot) lastRefused() bool {
 	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict || c.Reason == v1alpha1.ReasonKeyKindConflict)
 }
 
-// choosesSlots reports whether decide gives a pod a slot, or may move
-// one, while a slot is idle: only then does the masters' view
-// (inputs.free) change what decide gives, and only then is it asked for
-// (a round to the masters, up to their node timeout when they do not
-// answer). decide itself says when it gives nothing: no pod waits, slots
-// of another number drain, the key's rule refuses the namespace, or the
-// pods still running on a gone slot take every slot left.
+// choosesSlots reports whether decide gives a pod a slot while a slot is
+// idle: only then does the masters' view (inputs.free) change what decide
+// gives, and only then is it asked for (a round to the masters, up to
+// their node timeout when they do not answer). decide itself says when it
+// gives nothing: no pod waits, slots of another number drain, the key's
+// rule refuses the namespace, or the pods still running on a gone slot
+// take every slot left.
 func choosesSlots(in inputs) bool {
-	if p := decide(in); len(p.assign) == 0 && p.stuck == 0 {
+	if len(decide(in).assign) == 0 {
 		return false
 	}
 	slots, _ := ownedSlots(in)
 	return slices.ContainsFunc(slots, func(s slot) bool { return s.idle(in.expected) })
-}
-
-// movable returns the pod that waits for the slot while another holder of
-// its key (another cluster's) has it, or nil: the slot's lock holds
-// nothing here and was last refused by the masters for that holder
-// (HeldElsewhere), and its one pod waits for it, never granted (no
-// fencing token) and still behind the scheduling gate, so nothing of it
-// runs and it may wait for another slot instead.
-func (s slot) movable(expected map[string]types.UID) *corev1.Pod {
-	held := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionHeld)
-	if s.lock.Status.Holder != nil || held == nil || held.Reason != v1alpha1.ReasonHeldElsewhere ||
-		len(s.pods) != 1 || s.lastUnseen || !s.lock.DeletionTimestamp.IsZero() {
-		return nil
-	}
-	p := s.pods[0]
-	if p.Labels[v1alpha1.LockLabel] != s.lock.Name || p.Annotations[v1alpha1.FencingTokenAnnotation] != "" ||
-		podlock.GateOf(p) != podlock.GateScheduling || podlock.Finished(p) || !p.DeletionTimestamp.IsZero() {
-		return nil
-	}
-	if uid, ok := expected[s.lock.Name]; ok && uid != p.UID {
-		return nil
-	}
-	return p
 }
 
 // heldElsewhere reports whether slot index, idle or ending, is held by
@@ -365,15 +336,11 @@ func decide(in inputs) plan {
 			ending = append(ending, s.lock.Name)
 		}
 	}
-	// A pod that waits for a slot another cluster holds moves to an idle
-	// slot the masters show free, before any pod is given one: it came
-	// first.
-	p.move, p.stuck, idle = moves(in, current, idle)
-	// Otherwise a pod given a slot keeps it: idle slots go first, then
-	// those whose holder ended (their lock ends its grant first), and
-	// slots held elsewhere (in another cluster sharing the key: by the
-	// masters' view when it was read, else last refused by them) last, so
-	// that a pod does not wait on one while another is free.
+	// A pod given a slot keeps it: idle slots go first, then those whose
+	// holder ended (their lock ends its grant first), and slots held
+	// elsewhere (in another cluster sharing the key: by the masters' view
+	// when it was read, else last refused by them) last, so that a pod
+	// does not wait on one while another is free.
 	free := slices.Concat(idle, ending, heldElsewhere)
 	free = free[:max(0, len(free)-strays(in.sem, slots, in.pods))]
 	for i, pod := range waiting(in.sem, in.pods) {
@@ -383,36 +350,6 @@ func decide(in inputs) plan {
 		p.assign = append(p.assign, assignment{pod: pod, lock: free[i]})
 	}
 	return p
-}
-
-// moves moves the pods that wait for a slot of current another holder of
-// the key has (movable) to the idle slots (free on the masters when
-// in.free is known), in queue order, while any is left; it returns the
-// moves, how many pods may move, and the idle slots left.
-func moves(in inputs, current map[int32]slot, idle []string) ([]assignment, int, []string) {
-	var stuck []*corev1.Pod
-	from := map[types.UID]int32{}
-	for i, s := range current {
-		if pod := s.movable(in.expected); pod != nil {
-			stuck = append(stuck, pod)
-			from[pod.UID] = i
-		}
-	}
-	if in.free == nil {
-		return nil, len(stuck), idle
-	}
-	podlock.Order(stuck)
-	var out []assignment
-	for _, pod := range stuck {
-		if len(idle) == 0 {
-			break
-		}
-		if !in.free[from[pod.UID]] {
-			out = append(out, assignment{pod: pod, lock: idle[0]})
-			idle = idle[1:]
-		}
-	}
-	return out, len(stuck), idle
 }
 
 // slotLock is the DistributedLock of slot index of the semaphore's slots
