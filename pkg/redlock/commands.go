@@ -110,12 +110,10 @@ const fenceSuffix = ":fence"
 // semaphore's slot, with its arguments (shared among the masters'
 // requests, like script.args).
 type setCall struct {
-	s    *script // nil: args is a SET ... NX GET
+	s    *script // nil: args is a SET ... NX GET, refused (-3) when it finds a declaration
 	args []any
 	// refusal is the error of a refusing reply's code (below 0).
 	refusal func(code int64, reply []any) error
-	// key is the plain lock's key, named by its kind conflicts.
-	key string
 }
 
 // newSetCall returns the SET NX of value under key, a semaphore's slot
@@ -128,22 +126,18 @@ func newSetCall(key string, slot *Slot, value string, ttlMillis int64, fenced bo
 		}
 		return slotSetCall(*slot, value, ttlMillis, f)
 	}
+	refusal := func(code int64, _ []any) error {
+		if code != -3 {
+			return nil
+		}
+		return &KindConflictError{Key: key, Held: KindSemaphore}
+	}
 	if !fenced {
 		// A semaphore of the key keeps its declaration under the key, so a
 		// plain SET NX finds the key taken; GET tells which kind took it.
-		return setCall{args: []any{"set", key, value, "px", ttlMillis, "nx", "get"}, key: key}
+		return setCall{args: []any{"set", key, value, "px", ttlMillis, "nx", "get"}, refusal: refusal}
 	}
-	return setCall{
-		s:    lockSetScript,
-		args: lockSetScript.args([]string{key, FenceKey(key)}, value, ttlMillis),
-		key:  key,
-		refusal: func(code int64, _ []any) error {
-			if code != -3 {
-				return nil
-			}
-			return &KindConflictError{Key: key, Held: KindSemaphore}
-		},
-	}
+	return setCall{s: lockSetScript, args: lockSetScript.args([]string{key, FenceKey(key)}, value, ttlMillis), refusal: refusal}
 }
 
 // setNX runs c: OutcomeGranted with the master's fencing token when one
@@ -160,7 +154,7 @@ func (n *node) setNX(ctx context.Context, c setCall) (Outcome, int64, error) {
 		case err != nil:
 			return OutcomeError, 0, err
 		case isDeclaration(held):
-			return OutcomeHeld, 0, &KindConflictError{Key: c.key, Held: KindSemaphore}
+			return OutcomeHeld, 0, c.refusal(-3, nil)
 		}
 		return OutcomeHeld, 0, nil
 	}

@@ -99,8 +99,9 @@
 // of N slots, and each slot is a lock of its own ([SlotKey]: key +
 // ":slot:" + i), with its own fencing counter: a fenced resource compares
 // (slot, token), keeping the last token it accepted per slot. N is stored
-// on the masters under the key itself ([Declaration]): every grant of a slot writes it, with a TTL
-// at least that of every slot copy on the master, and a master that stores
+// on the masters under the key itself ([Declaration]): every grant of a
+// slot writes it, with a TTL at least that of every slot copy on the
+// master, and a master that stores
 // another number refuses the slot, so acquisitions that declare another N
 // fail with [ErrSlotsConflict] while any slot is held, rather than being
 // served at the larger N (a majority that grants a slot under one number
@@ -111,8 +112,9 @@
 // masters, like the value, and a slot's copy whose number is gone is not
 // extended (semaphores, like fencing counters, need maxmemory-policy
 // noeviction). A plain lock of the key finds it taken
-// ([ErrKindConflict]), and slots' keys are refused as plain lock keys. [Client.FreeSlots] tells, in one round and deciding nothing,
-// which slots are free on the masters, for a caller that assigns slots
+// ([ErrKindConflict]), and slots' keys are refused as plain lock keys.
+// [Client.FreeSlots] tells, in one round and deciding nothing, which
+// slots are free on the masters, for a caller that assigns slots
 // itself. When the number shrinks (from 5 to 3), a holder of a slot that no
 // longer exists (4) that wakes from a pause meets no later holder of its
 // slot: a fenced resource bounds its writers only if it also refuses slots
@@ -131,8 +133,9 @@
 //
 // With [WithReleaseNotices], Release publishes on each master whose copy it
 // deleted a notice on [NoticeChannel](key) (a semaphore's slot: of the
-// semaphore's key), after that master's answer and apart from it; a waiter's [Client.Notices] calls back once a quorum of
-// masters told of one release of a watched key, so that a waiter in
+// semaphore's key), after that master's answer and apart from it; a
+// waiter's [Client.Notices] calls back once a quorum of masters told of
+// one release of a watched key, so that a waiter in
 // another process tries at once rather than after its retry delay.
 // Notices are hints: a lost one costs the waiter its retry delay, and
 // exclusion rests on SET NX alone.

@@ -62,9 +62,9 @@ const (
 
 // WithReleaseNotices makes Release publish a notice on NoticeChannel(key)
 // on every master whose copy it deleted (see Notices); a semaphore's
-// slot's on the semaphore key's channel, which tells of every slot. The PUBLISH goes
-// after that master's answer, in the background: it adds no wait to
-// Release, and its failure fails nothing.
+// slot's on the semaphore key's channel, which tells of every slot. The
+// PUBLISH goes after that master's answer, in the background: it adds no
+// wait to Release, and its failure fails nothing.
 func WithReleaseNotices() Option {
 	return func(c *config) error {
 		c.releaseNotices = true

@@ -56,19 +56,14 @@ const declarationPrefix = "redlock:semaphore:slots="
 // [Declaration] rather than a plain lock's value.
 func isDeclaration(v string) bool { return strings.HasPrefix(v, declarationPrefix) }
 
-// declaredSlots reads a [Declaration]: the number of slots, 0 when v is
-// one but its number is not a number of slots, and false when v is not one
-// (a plain lock's value).
-func declaredSlots(v string) (int, bool) {
-	digits, ok := strings.CutPrefix(v, declarationPrefix)
-	if !ok {
-		return 0, false
+// declaredSlots reads a [Declaration]'s number of slots: 0 when v holds
+// none.
+func declaredSlots(v string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(v, declarationPrefix))
+	if err != nil || n < 1 || n > MaxSlots || !isDeclaration(v) {
+		return 0
 	}
-	n, err := strconv.Atoi(digits)
-	if err != nil || n < 1 || n > MaxSlots {
-		return 0, true
-	}
-	return n, true
+	return n
 }
 
 // slotInfix separates a semaphore's key from a slot's index.
@@ -248,8 +243,7 @@ func slotSetCall(s Slot, value string, ttlMillis int64, fenced string) setCall {
 				return &KindConflictError{Key: s.Semaphore, Held: KindLock}
 			case code == -2 && len(reply) == 2:
 				str, _ := reply[1].(string)
-				declared, _ := declaredSlots(str)
-				return &SlotsConflictError{Semaphore: s.Semaphore, Declared: declared, Slots: s.Slots}
+				return &SlotsConflictError{Semaphore: s.Semaphore, Declared: declaredSlots(str), Slots: s.Slots}
 			}
 			return nil
 		},
