@@ -104,7 +104,7 @@ func TestRenderStatefulSet(t *testing.T) {
 	if allowed := time.Duration(sp.PeriodSeconds*sp.FailureThreshold) * time.Second; allowed < RestartDelay(ms)+time.Minute {
 		t.Errorf("startup probe allows %v, less than the restart delay %v", allowed, RestartDelay(ms))
 	}
-	if rp := strings.Join(c.ReadinessProbe.Exec.Command, " "); !strings.Contains(rp, "--voting-after="+(RestartDelay(ms)+2*time.Second).String()) {
+	if rp := strings.Join(c.ReadinessProbe.Exec.Command, " "); !strings.Contains(rp, "--voting-after="+(RestartDelay(ms)+votingMargin).String()) {
 		t.Errorf("readiness %q does not wait for the member to vote again", rp)
 	}
 	if lp := strings.Join(c.LivenessProbe.Exec.Command, " "); strings.Contains(lp, "voting-after") {

@@ -18,8 +18,9 @@ import (
 )
 
 // votingMargin covers the whole-second uptime clients read when they
-// quarantine a restarted member.
-const votingMargin = 2 * time.Second
+// quarantine a restarted member: they count it a second short, and it may
+// already be almost two seconds short (two truncated clocks, one cached).
+const votingMargin = 3 * time.Second
 
 // Options are the operator-wide inputs of rendering.
 type Options struct {

@@ -52,6 +52,12 @@ type node struct {
 	mu               sync.Mutex
 	runID            string
 	quarantinedUntil time.Time
+	// since is when the server at this address may have begun to lose
+	// keys (its estimated start, or when another server was seen there):
+	// a longer window learned later quarantines it from then (learn).
+	since time.Time
+	// uptime is the uptime the server reported on the newest connection.
+	uptime time.Duration
 	// carried is the longest quarantine window another client registered
 	// on the server at this address (see registerWindow), kept over the
 	// server's restarts until carriedUntil (this client's clock).
@@ -354,24 +360,42 @@ func (n *node) apply(runID string, uptime time.Duration) {
 	n.mu.Lock()
 	window := n.windowLocked(now)
 	changed := n.runID != "" && n.runID != runID
-	n.runID = runID
-	var event *QuarantineEvent
-	if changed || uptime < window {
-		until := now.Add(window - uptime)
-		if changed {
-			until = now.Add(window)
-		}
-		if changed || !now.Before(n.quarantinedUntil) {
-			event = &QuarantineEvent{Addr: n.addr, RunID: runID, Uptime: uptime, Until: until}
-		}
-		if until.After(n.quarantinedUntil) {
-			n.quarantinedUntil = until
-		}
+	n.runID, n.uptime = runID, uptime
+	// uptime_in_seconds is the difference of two whole-second clocks: it
+	// may overstate the time up by almost a second.
+	since := now.Add(-max(uptime-time.Second, 0))
+	if changed || since.After(n.since) {
+		n.since = since
 	}
+	if changed {
+		n.since = now
+	}
+	event := n.quarantineLocked(now, window, changed)
 	n.mu.Unlock()
 	if event != nil {
 		n.cfg.observer.ObserveQuarantine(*event)
 	}
+}
+
+// quarantineLocked keeps the master out until window has passed since
+// n.since, and returns the event to report when that newly quarantines it
+// or another server answers (changed). n.mu must be held.
+func (n *node) quarantineLocked(now time.Time, window time.Duration, changed bool) *QuarantineEvent {
+	until := n.since.Add(window)
+	if !changed && !until.After(now) {
+		return nil
+	}
+	var event *QuarantineEvent
+	if changed || !now.Before(n.quarantinedUntil) {
+		event = &QuarantineEvent{Addr: n.addr, RunID: n.runID, Uptime: n.uptime}
+	}
+	if until.After(n.quarantinedUntil) {
+		n.quarantinedUntil = until
+	}
+	if event != nil {
+		event.Until = n.quarantinedUntil
+	}
+	return event
 }
 
 func (n *node) currentRunID() string {

@@ -53,7 +53,8 @@
 //
 // Masters that restarted recently may have lost their keys. With
 // [WithQuarantine], every new connection reads the master's run_id and
-// uptime_in_seconds; a master up for less than the quarantine window does not
+// uptime_in_seconds; a master up for less than the quarantine window (its
+// uptime counted a second short, as the server counts whole seconds) does not
 // vote until the window has passed on the client's clock, and a run_id that
 // differs from the one the client saw at that address before (a restart, a
 // failover to a long-running replica, a re-pointed name) keeps it out for the
@@ -66,7 +67,8 @@
 // may have granted it. So every new connection and every [Client.Probe]
 // registers the client's window on the master ([WindowKey]), and reads back
 // the longest any client registered there; the client quarantines the
-// master by that, carries it over the master's restart (which, without
+// master by that (one learned after the connection counts from the master's
+// start, or from when another server was seen at the address), carries it over the master's restart (which, without
 // persistence, forgets the key) and registers it on the new run. A
 // registration lapses twice its window after the last one (a set deleted
 // or given a shorter maxLockTTL stops holding the others back), and windows

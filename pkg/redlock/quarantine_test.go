@@ -110,11 +110,13 @@ func (p *switchProxy) close() {
 	clear(p.conns)
 }
 
-// waitUp waits until every server has been up for at least d: longer than
-// a quarantine window, they vote on a first connection.
+// waitUp waits until every server reports an uptime of at least d plus
+// the second a client takes off it: longer than a quarantine window d, they
+// vote on a first connection.
 func waitUp(t *testing.T, servers []*redistest.Server, d time.Duration) {
 	t.Helper()
-	waitFor(t, 3*d, fmt.Sprintf("every server to be up for longer than %v", d), func() bool {
+	d += time.Second
+	waitFor(t, 3*d, fmt.Sprintf("every server to report an uptime of %v", d), func() bool {
 		for _, s := range servers {
 			if uptime(t, s) < d {
 				return false

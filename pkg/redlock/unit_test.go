@@ -152,7 +152,8 @@ func TestErrorMessageAndMatching(t *testing.T) {
 }
 
 // TestQuarantineClock checks the window arithmetic against an injected clock:
-// a master up for 2s under a 10s window is quarantined for 8s more.
+// a master up for 2s under a 10s window is quarantined for 9s more (its
+// uptime is counted in whole seconds of two clocks: one may be missing).
 func TestQuarantineClock(t *testing.T) {
 	now := time.Unix(5000, 0)
 	var events []QuarantineEvent
@@ -161,8 +162,8 @@ func TestQuarantineClock(t *testing.T) {
 	cfg.quarantine, cfg.now, cfg.observer = 10*time.Second, func() time.Time { return now }, obs
 	n := &node{addr: "x:1", cfg: &cfg}
 	n.apply("run1", 2*time.Second)
-	if q, until := n.quarantined(); !q || !until.Equal(now.Add(8*time.Second)) {
-		t.Fatalf("quarantined = %v until %v, want true until +8s", q, until)
+	if q, until := n.quarantined(); !q || !until.Equal(now.Add(9*time.Second)) {
+		t.Fatalf("quarantined = %v until %v, want true until +9s", q, until)
 	}
 	if len(events) != 1 || events[0].RunID != "run1" {
 		t.Fatalf("events = %+v, want one for run1", events)
@@ -171,7 +172,7 @@ func TestQuarantineClock(t *testing.T) {
 	if len(events) != 1 {
 		t.Fatalf("a second connection to the same incarnation re-reported the quarantine")
 	}
-	now = now.Add(8 * time.Second)
+	now = now.Add(9 * time.Second)
 	if q, _ := n.quarantined(); q {
 		t.Fatalf("still quarantined after the window")
 	}
@@ -197,14 +198,21 @@ func TestQuarantineClock(t *testing.T) {
 	if q, _ := fresh.quarantined(); q {
 		t.Fatalf("first connection to a long-running master quarantined")
 	}
+	// A master that reports exactly the window may have been up for
+	// almost a second less.
+	edge := &node{addr: "z:1", cfg: &cfg}
+	edge.apply("edge", 10*time.Second)
+	if q, until := edge.quarantined(); !q || !until.Equal(now.Add(time.Second)) {
+		t.Fatalf("a master reporting an uptime of the window: quarantined = %v until %v, want until +1s", q, until)
+	}
 	// A longer window another client registered on the master governs
 	// while it stands, and is carried over the master's restart although
 	// the new run forgot it.
 	now = now.Add(time.Hour)
 	n.learn(time.Minute, 2*time.Minute, now)
 	n.apply("run3", 15*time.Second)
-	if q, until := n.quarantined(); !q || !until.Equal(now.Add(45*time.Second)) {
-		t.Fatalf("a master up 15s with a 1m window registered on it: quarantined = %v until %v, want until +45s", q, until)
+	if q, until := n.quarantined(); !q || !until.Equal(now.Add(46*time.Second)) {
+		t.Fatalf("a master up 15s with a 1m window registered on it: quarantined = %v until %v, want until +46s", q, until)
 	}
 	now = now.Add(time.Minute)
 	n.apply("run4", 0)
@@ -221,6 +229,37 @@ func TestQuarantineClock(t *testing.T) {
 	n.learn(MaxWindow+time.Hour, time.Hour, now)
 	if w := n.windowLocked(now); w != 10*time.Second {
 		t.Fatalf("a window over MaxWindow was learned: %v", w)
+	}
+}
+
+// TestLongerWindowLearnedLater: a master judged by the client's own window
+// (up long enough for it) is kept out when a longer window another client
+// registered is learned later, until that window has passed since the
+// master started; one up for longer than that still votes.
+func TestLongerWindowLearnedLater(t *testing.T) {
+	now := time.Unix(5000, 0)
+	var events []QuarantineEvent
+	obs := &recordingObserver{onQuarantine: func(e QuarantineEvent) { events = append(events, e) }}
+	cfg := defaultConfig()
+	cfg.quarantine, cfg.now, cfg.observer = 10*time.Second, func() time.Time { return now }, obs
+	young, old := &node{addr: "x:1", cfg: &cfg}, &node{addr: "y:1", cfg: &cfg}
+	young.apply("young", 13*time.Second) // up 12 to 13s: votes under 10s
+	old.apply("old", time.Hour)
+	if q, _ := young.quarantined(); q || len(events) != 0 {
+		t.Fatalf("a master up 12s under a 10s window: quarantined %v, events %+v", q, events)
+	}
+	now = now.Add(time.Second)
+	young.learn(20*time.Second, time.Minute, now)
+	old.learn(20*time.Second, time.Minute, now)
+	// Started at most 12s before the first connection, 13s before now.
+	if q, until := young.quarantined(); !q || !until.Equal(now.Add(7*time.Second)) {
+		t.Fatalf("after a 20s window was learned: quarantined = %v until %v, want until +7s", q, until)
+	}
+	if len(events) != 1 || events[0].Addr != "x:1" {
+		t.Fatalf("events %+v, want one for the young master", events)
+	}
+	if q, _ := old.quarantined(); q {
+		t.Fatalf("a master up for an hour was quarantined by a 20s window")
 	}
 }
 

@@ -105,17 +105,27 @@ func (n *node) registerWindow(ctx context.Context, s redis.Scripter) error {
 }
 
 // learn records the longest window standing on the master and how long it
-// stands (both from registerWindow).
+// stands (both from registerWindow). A longer window than the one the
+// master was judged by keeps it out until that window has passed since it
+// may have begun to lose keys, as if known at the connection.
 func (n *node) learn(w, stands time.Duration, now time.Time) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.windowErr = nil
 	if w <= n.cfg.quarantine || w > MaxWindow {
+		n.mu.Unlock()
 		return
 	}
 	until := now.Add(stands)
+	var event *QuarantineEvent
 	if cur := n.windowLocked(now); w > cur || (w == cur && until.After(n.carriedUntil)) {
 		n.carried, n.carriedUntil = w, until
+		if w > cur && !n.since.IsZero() {
+			event = n.quarantineLocked(now, w, false)
+		}
+	}
+	n.mu.Unlock()
+	if event != nil {
+		n.cfg.observer.ObserveQuarantine(*event)
 	}
 }
 
