@@ -157,9 +157,7 @@ func TestErrorMessageAndMatching(t *testing.T) {
 func TestQuarantineClock(t *testing.T) {
 	now := time.Unix(5000, 0)
 	var events []QuarantineEvent
-	obs := &recordingObserver{onQuarantine: func(e QuarantineEvent) { events = append(events, e) }}
-	cfg := defaultConfig()
-	cfg.quarantine, cfg.now, cfg.observer = 10*time.Second, func() time.Time { return now }, obs
+	cfg := clockedConfig(10*time.Second, &now, &events)
 	n := &node{addr: "x:1", cfg: &cfg}
 	n.apply("run1", 2*time.Second)
 	if q, until := n.quarantined(); !q || !until.Equal(now.Add(9*time.Second)) {
@@ -239,9 +237,7 @@ func TestQuarantineClock(t *testing.T) {
 func TestLongerWindowLearnedLater(t *testing.T) {
 	now := time.Unix(5000, 0)
 	var events []QuarantineEvent
-	obs := &recordingObserver{onQuarantine: func(e QuarantineEvent) { events = append(events, e) }}
-	cfg := defaultConfig()
-	cfg.quarantine, cfg.now, cfg.observer = 10*time.Second, func() time.Time { return now }, obs
+	cfg := clockedConfig(10*time.Second, &now, &events)
 	young, old := &node{addr: "x:1", cfg: &cfg}, &node{addr: "y:1", cfg: &cfg}
 	young.apply("young", 13*time.Second) // up 12 to 13s: votes under 10s
 	old.apply("old", time.Hour)
@@ -261,6 +257,15 @@ func TestLongerWindowLearnedLater(t *testing.T) {
 	if q, _ := old.quarantined(); q {
 		t.Fatalf("a master up for an hour was quarantined by a 20s window")
 	}
+}
+
+// clockedConfig is a config with the given quarantine window, reading the
+// time from *now and recording quarantine events in *events.
+func clockedConfig(window time.Duration, now *time.Time, events *[]QuarantineEvent) config {
+	cfg := defaultConfig()
+	cfg.quarantine, cfg.now = window, func() time.Time { return *now }
+	cfg.observer = &recordingObserver{onQuarantine: func(e QuarantineEvent) { *events = append(*events, e) }}
+	return cfg
 }
 
 type recordingObserver struct {
