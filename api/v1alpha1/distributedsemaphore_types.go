@@ -13,6 +13,13 @@ import (
 // grants it.
 const SemaphoreLabel = "redlock.dev/semaphore"
 
+// MovingPodAnnotation on a semaphore's slot lock names (by UID) the pod the
+// semaphore is moving from that slot to another: the lock grants it
+// nothing. The semaphore writes it on the version of the lock it read
+// before it relabels the pod, so that a grant to the pod that version did
+// not show cannot commit. Only the semaphore's controller writes it.
+const MovingPodAnnotation = "redlock.dev/moving-pod"
+
 // MaxSemaphoreSlots is the largest number of slots of a semaphore
 // (pkg/redlock's MaxSlots).
 const MaxSemaphoreSlots = 1000

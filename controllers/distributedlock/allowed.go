@@ -166,9 +166,25 @@ func (r *Reconciler) checkNamespace(ctx context.Context, s *scope) error {
 }
 
 // allows reports whether pod may queue for the lock: its namespace is not
-// refused and spec.allowedHolders allows the pod (podlock.Rules.Allowed).
+// refused, spec.allowedHolders allows the pod, and its semaphore is not
+// moving it to another slot (MovingPodAnnotation) (podlock.Rules.Allowed).
 func (s *scope) allows(p *corev1.Pod) bool {
-	return s.refused == "" && podlock.NotAllowed(s.lock.Spec.AllowedHolders, "", p) == ""
+	return s.refused == "" && podlock.NotAllowed(s.lock.Spec.AllowedHolders, "", p) == "" && !moving(s.lock, p)
+}
+
+// moving reports whether the semaphore of the slot lock is moving pod to
+// another slot: the lock grants it nothing.
+func moving(lock *v1alpha1.DistributedLock, pod *corev1.Pod) bool {
+	return fenced(lock) == string(pod.UID)
+}
+
+// fenced is the UID of the pod the semaphore of the slot lock fenced it
+// against (MovingPodAnnotation), or "".
+func fenced(lock *v1alpha1.DistributedLock) string {
+	if lock.Spec.SlotOf == nil {
+		return ""
+	}
+	return lock.Annotations[v1alpha1.MovingPodAnnotation]
 }
 
 // namespaceRuleChanged passes the creation and deletion of an object that

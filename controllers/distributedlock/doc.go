@@ -43,7 +43,9 @@
 // Rules: keys go before the validity shown only on proof that the holder
 // stopped; every validity write is conditional on the one it replaces and
 // never moves it back; a former holder pod keeps others waiting while it
-// may run; a pod is granted only after a fresh read shows it may run; every
+// may run; a pod is granted only after a fresh read shows it may run and
+// still asks for the lock; a slot's lock grants nothing to the pod its
+// semaphore fenced it against (MovingPodAnnotation); every
 // grant goes through the masters registry's client, never the set's spec.
 // The reasoning: docs/design/lock-controller.md and
 // docs/design/grant-life.md.

@@ -163,15 +163,8 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); gerr != nil {
 			return gerr
 		}
-		if fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig) {
-			return fmt.Errorf("status changed under this reconcile (another writer): %w", err)
-		}
-		if hidesGrant(s.orig, lock.Status) && !sameValidity(fresh.Status, s.orig) && !ownValidity(s, fresh.Status) {
-			// This reconcile stops showing a grant that another writer has
-			// shown renewed since it read status (the status writer, or
-			// the leader that took over from this manager): its decision
-			// rests on a stale view. The next reconcile decides again.
-			return fmt.Errorf("the grant was renewed under this reconcile, which would hide it: %w", err)
+		if why := noRetry(s, lock, fresh); why != "" {
+			return fmt.Errorf("%s: %w", why, err)
 		}
 		keepLaterValidity(&lock.Status, fresh.Status)
 		lock.ResourceVersion = fresh.ResourceVersion
@@ -182,6 +175,27 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	r.grants.Wrote(client.ObjectKeyFromObject(lock), lock.UID)
 	r.Metrics.StatusWrites.WithLabelValues(kind).Inc()
 	return nil
+}
+
+// noRetry says why this reconcile's status patch, refused for a conflict,
+// must not be retried on fresh, the lock as it is now ("": it may be).
+func noRetry(s *scope, lock, fresh *v1alpha1.DistributedLock) string {
+	switch {
+	case fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig):
+		return "status changed under this reconcile (another writer)"
+	case s.pending != nil && (fresh.Generation != lock.Generation || fenced(fresh) != fenced(lock)):
+		// The new grant was decided on a spec, or a semaphore's fence
+		// (MovingPodAnnotation), that changed since: it must not commit
+		// over them.
+		return "the lock changed under this reconcile's grant"
+	case hidesGrant(s.orig, lock.Status) && !sameValidity(fresh.Status, s.orig) && !ownValidity(s, fresh.Status):
+		// This reconcile stops showing a grant that another writer has
+		// shown renewed since it read status (the status writer, or the
+		// leader that took over from this manager): its decision rests on
+		// a stale view. The next reconcile decides again.
+		return "the grant was renewed under this reconcile, which would hide it"
+	}
+	return ""
 }
 
 // ownValidity reports whether the validity st shows is one this manager's

@@ -154,8 +154,9 @@ func (r *Reconciler) cacheCurrent(ctx context.Context, s *scope) bool {
 // may still show it running after it finished (a manager that wakes from a
 // pause, a lagging watch), and a finished pod would be granted a token no
 // container reads. A pod that finished, whose containers stopped, that is
-// being deleted or is gone is not granted; the lock looks again once the
-// cache has caught up.
+// being deleted or is gone is not granted, nor one no longer labelled for
+// the lock and never granted its key (moved by its semaphore); the lock
+// looks again once the cache has caught up.
 func (r *Reconciler) requestedPodMayHold(ctx context.Context, s *scope) bool {
 	if s.requested == nil || s.requested.Pod == nil {
 		return true
@@ -165,10 +166,10 @@ func (r *Reconciler) requestedPodMayHold(ctx context.Context, s *scope) bool {
 	switch {
 	case err != nil:
 		logf.FromContext(ctx).Error(err, "read the requested pod before granting it", "pod", ref.Name)
-	case podlock.MayHold(pod):
+	case podlock.MayHold(pod) && (pod.Labels[v1alpha1.LockLabel] == s.lock.Name || podlock.HeldBefore(pod, s.lock.RedisKey())):
 		return true
 	default:
-		logf.FromContext(ctx).V(1).Info("the requested pod has stopped or is gone; the cache lags", "pod", ref.Name)
+		logf.FromContext(ctx).V(1).Info("the requested pod has stopped, is gone or was relabelled; the cache lags", "pod", ref.Name)
 	}
 	s.requeueAfter(staleCacheRecheck)
 	return false

@@ -185,9 +185,10 @@ func listLocks(ctx context.Context, c client.Reader, msg string, o client.Object
 }
 
 // specOrLifecycleChanged passes creations, deletions and updates that change
-// the spec, the deletion timestamp, the finalizers or the grant status shows
-// (another manager's write) — not validity refreshes, which would otherwise
-// reconcile every held lock after each of them.
+// the spec, the deletion timestamp, the finalizers, a semaphore's fence
+// (MovingPodAnnotation) or the grant status shows (another manager's
+// write) — not validity refreshes, which would otherwise reconcile every
+// held lock after each of them.
 func specOrLifecycleChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -197,7 +198,7 @@ func specOrLifecycleChanged() predicate.Predicate {
 			return o.GetGeneration() != n.GetGeneration() ||
 				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 				len(o.GetFinalizers()) != len(n.GetFinalizers()) ||
-				!okOld || !okNew || !sameGrant(ol.Status, nl.Status)
+				!okOld || !okNew || !sameGrant(ol.Status, nl.Status) || fenced(ol) != fenced(nl)
 		},
 	}
 }

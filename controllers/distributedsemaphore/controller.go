@@ -3,6 +3,7 @@ package distributedsemaphore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,6 +50,10 @@ const StatusInterval = time.Second
 // the semaphore does not own has a slot's name.
 const EventSlotNameTaken = "SlotNameTaken"
 
+// EventSlotMoved is the reason of the event on a pod moved from a slot
+// another cluster holds to one free on the masters.
+const EventSlotMoved = "SlotMoved"
+
 // MasterClients gives the Redlock client of a master set.
 type MasterClients interface {
 	Client(ctx context.Context, ms *v1alpha1.RedisMasterSet) (*redlock.Client, error)
@@ -64,14 +69,24 @@ const (
 	freeSlotsRetry   = 30 * time.Second
 )
 
+// moveRecheck is how soon a semaphore whose pods wait for slots other
+// clusters hold looks again for a slot free on the masters: its slots'
+// locks' longest retry delay, min(ttl/4, 5s).
+func moveRecheck(sem *v1alpha1.DistributedSemaphore) time.Duration {
+	return min(sem.Spec.TTL.Duration/4, 5*time.Second)
+}
+
 // Reconciler runs DistributedSemaphores: it keeps one DistributedLock per
 // slot and labels waiting pods for idle and ending slots.
 type Reconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	// Pods caches the pods labelled redlock.dev/semaphore.
-	Pods  cache.Cache
-	Clock clock.PassiveClock
+	Pods cache.Cache
+	// APIReader reads from the API server, past the caches (nil: a slot's
+	// fence is never cleared).
+	APIReader client.Reader
+	Clock     clock.PassiveClock
 	// Masters (nil: none) tells which slots are free on the masters, so
 	// that a waiting pod is given a slot no other holder of the key (in
 	// another cluster sharing the masters) holds.
@@ -135,6 +150,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		} else if err := r.patchStatus(ctx, sem, st); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	switch {
+	case p.moved < len(p.move):
+		// A move did not land (a write conflicted): look again soon, as
+		// nothing may wake the semaphore.
+		res.RequeueAfter = earlier(res.RequeueAfter, time.Second)
+	case p.stuck > len(p.move):
+		// Pods wait for slots other clusters hold, and no free one was
+		// seen: look at the masters again after the slots' locks' longest
+		// retry delay (nothing here changes when a slot frees there).
+		res.RequeueAfter = earlier(res.RequeueAfter, moveRecheck(sem))
 	}
 	if r.pending(req.NamespacedName) {
 		// An assignment the cache does not show yet: look again once it
@@ -361,10 +387,9 @@ func (r *Reconciler) askFree(ctx context.Context, name types.NamespacedName, sem
 	return c.FreeSlots(ctx, sem.RedisKey(), int(sem.Spec.Slots))
 }
 
-// apply carries out p: creates, updates and removes slots' locks and
-// labels pods for idle and ending slots. A slot's name found taken by a
+// createSlots creates p's slots' locks; a slot's name found taken by a
 // lock the semaphore does not own is added to p.taken.
-func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemaphore, p *plan) []error {
+func (r *Reconciler) createSlots(ctx context.Context, sem *v1alpha1.DistributedSemaphore, p *plan) []error {
 	var errs []error
 	for _, l := range p.create {
 		err := r.Create(ctx, l)
@@ -395,6 +420,14 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 			errs = append(errs, fmt.Errorf("create slot %s: %w", l.Name, err))
 		}
 	}
+	return errs
+}
+
+// apply carries out p: creates, updates and removes slots' locks, takes
+// back the pods a move left behind, and labels pods for idle and ending
+// slots (moving some first).
+func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemaphore, p *plan) []error {
+	errs := r.createSlots(ctx, sem, p)
 	for _, l := range p.update {
 		if err := r.Update(ctx, l); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("update slot %s: %w", l.Name, err))
@@ -408,6 +441,25 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 			errs = append(errs, fmt.Errorf("remove slot %s: %w", l.Name, err))
 		}
 	}
+	for _, pod := range p.leftBehind {
+		written, err := r.labelAsRead(ctx, pod, v1alpha1.LockLabel, "")
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("take pod %s back from slot %s: %w", pod.Name, pod.Labels[v1alpha1.LockLabel], err))
+		case written:
+			r.Recorder.Eventf(pod, sem, corev1.EventTypeNormal, EventSlotTakenBack, "Queue",
+				"its move from slot %s, which another cluster holds, did not land: waits for a slot again", pod.Labels[v1alpha1.LockLabel])
+		}
+	}
+	for _, a := range p.move {
+		landed, err := r.move(ctx, sem, a)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if landed {
+			p.moved++
+		}
+	}
 	for _, a := range p.assign {
 		if err := r.assign(ctx, sem, a); err != nil {
 			errs = append(errs, err)
@@ -416,10 +468,100 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 	return errs
 }
 
+// move labels a pod that waits for a slot another cluster holds for a
+// slot free on the masters, and reports whether it did. First it fences
+// the slot lock the pod waited for (MovingPodAnnotation, on the version of
+// the lock read, which showed the pod not granted): a grant to the pod
+// that lock made meanwhile fails to commit (its status write is
+// conditional on the version it read, see distributedlock's noRetry), and
+// the lock grants the pod nothing from then on. Then it relabels the pod
+// on the version read: a pod granted since (its token written) is left
+// where it is, and the admission policy lets the operator change the
+// label only while the pod waits behind the scheduling gate and was never
+// granted. The fence stays: a relabel that failed, or whose fate is not
+// known, is settled by taking the pod back (plan.leftBehind), never by
+// unfencing.
+func (r *Reconciler) move(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) (bool, error) {
+	was := a.from.Name
+	if ok, err := r.clearFence(ctx, a.to); err != nil || !ok {
+		return false, wrapIf(err, "clear slot %s to move pod %s to it", a.lock, a.pod.Name)
+	}
+	fenced, err := r.setMoving(ctx, a.from, string(a.pod.UID))
+	if err != nil || !fenced {
+		return false, wrapIf(err, "fence slot %s to move pod %s", was, a.pod.Name)
+	}
+	written, err := r.labelAsRead(ctx, a.pod, v1alpha1.LockLabel, a.lock)
+	if err != nil || !written {
+		return false, wrapIf(err, "move pod %s from slot %s to %s", a.pod.Name, was, a.lock)
+	}
+	r.expect(client.ObjectKeyFromObject(sem), a.lock, a.pod.UID)
+	r.Recorder.Eventf(a.pod, sem, corev1.EventTypeNormal, EventSlotMoved, "MoveSlot",
+		"waited for slot %s, which another holder of key %s has (in another cluster sharing the masters): moved to slot %s, free on the masters", was, sem.RedisKey(), a.lock)
+	logf.FromContext(ctx).V(1).Info("slot moved", "pod", a.pod.Name, "from", was, "lock", a.lock)
+	return true, nil
+}
+
+// clearFence removes the fence of a slot's lock about to be given a pod
+// (a move's), on the version read, and reports whether the lock is
+// unfenced. A fresh list must show the fenced pod not labelled for the
+// lock (the caches of pods and locks keep no order between them): a pod
+// left behind is taken back first.
+func (r *Reconciler) clearFence(ctx context.Context, l *v1alpha1.DistributedLock) (bool, error) {
+	if l == nil {
+		return true, nil
+	}
+	uid := l.Annotations[v1alpha1.MovingPodAnnotation]
+	if uid == "" {
+		return true, nil
+	}
+	if r.APIReader == nil {
+		return false, nil
+	}
+	var list corev1.PodList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(l.Namespace), client.MatchingLabels{v1alpha1.LockLabel: l.Name}); err != nil {
+		return false, fmt.Errorf("list the pods of slot %s: %w", l.Name, err)
+	}
+	if slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return string(p.UID) == uid }) {
+		return false, nil
+	}
+	return r.setMoving(ctx, l, "")
+}
+
+// wrapIf wraps err with the formatted context, or returns nil.
+func wrapIf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
+
+// setMoving sets the slot lock l's MovingPodAnnotation to uid ("" removes
+// it) on the version of l read, and reports whether l carries it now.
+func (r *Reconciler) setMoving(ctx context.Context, l *v1alpha1.DistributedLock, uid string) (bool, error) {
+	if l.Annotations[v1alpha1.MovingPodAnnotation] == uid {
+		return true, nil
+	}
+	return r.patchAsRead(ctx, l, func(o client.Object) {
+		an := o.GetAnnotations()
+		if an == nil {
+			an = map[string]string{}
+		}
+		if uid == "" {
+			delete(an, v1alpha1.MovingPodAnnotation)
+		} else {
+			an[v1alpha1.MovingPodAnnotation] = uid
+		}
+		o.SetAnnotations(an)
+	})
+}
+
 // assign labels a waiting pod for a free slot's lock, on the version of
 // the pod this reconcile read: a pod changed since (labelled by an earlier
 // reconcile whose write the cache does not show yet) is left for the next.
 func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) error {
+	if ok, err := r.clearFence(ctx, a.to); err != nil || !ok {
+		return wrapIf(err, "clear slot %s to give it pod %s", a.lock, a.pod.Name)
+	}
 	written, err := r.labelAsRead(ctx, a.pod, v1alpha1.LockLabel, a.lock)
 	if err != nil {
 		return fmt.Errorf("label pod %s for slot %s: %w", a.pod.Name, a.lock, err)
@@ -436,21 +578,30 @@ func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaph
 // object changed since, or gone, is left to the next reconcile, which
 // sees it.
 func (r *Reconciler) labelAsRead(ctx context.Context, obj client.Object, key, value string) (bool, error) {
-	labelled, ok := obj.DeepCopyObject().(client.Object)
+	return r.patchAsRead(ctx, obj, func(o client.Object) {
+		labels := o.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		if value == "" {
+			delete(labels, key)
+		} else {
+			labels[key] = value
+		}
+		o.SetLabels(labels)
+	})
+}
+
+// patchAsRead patches a copy of obj with edit, conditional on the
+// version read, and reports whether it wrote: an object changed since, or
+// gone, is left to the next reconcile, which sees it.
+func (r *Reconciler) patchAsRead(ctx context.Context, obj client.Object, edit func(client.Object)) (bool, error) {
+	patched, ok := obj.DeepCopyObject().(client.Object)
 	if !ok {
 		return false, fmt.Errorf("copy of %T is not an object", obj)
 	}
-	labels := labelled.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	if value == "" {
-		delete(labels, key)
-	} else {
-		labels[key] = value
-	}
-	labelled.SetLabels(labels)
-	err := r.Patch(ctx, labelled, client.MergeFromWithOptions(obj, client.MergeFromWithOptimisticLock{}))
+	edit(patched)
+	err := r.Patch(ctx, patched, client.MergeFromWithOptions(obj, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case err == nil:
 		return true, nil

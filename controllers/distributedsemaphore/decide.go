@@ -1,6 +1,7 @@
 package distributedsemaphore
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,10 +32,12 @@ type inputs struct {
 	free []bool
 }
 
-// assignment labels pod for the slot's lock.
+// assignment labels pod for the slot's lock to (named lock), from the
+// slot lock it waited for when it moves.
 type assignment struct {
-	pod  *corev1.Pod
-	lock string
+	pod      *corev1.Pod
+	lock     string
+	to, from *v1alpha1.DistributedLock
 }
 
 // plan is what a reconcile does.
@@ -47,6 +50,19 @@ type plan struct {
 	remove []*v1alpha1.DistributedLock
 	// assign labels the first waiting pods for the idle and ending slots.
 	assign []assignment
+	// move labels pods that wait for a slot another holder of the key
+	// has (in another cluster) for an idle slot free on the masters.
+	move []assignment
+	// moved counts the moves that landed (apply).
+	moved int
+	// stuck counts the pods that wait for a slot another holder of the
+	// key has and may move (movable) while a slot is idle here.
+	stuck int
+	// leftBehind are the pods a move left labelled for a slot whose lock
+	// is fenced against them (the relabel did not land): taken back into
+	// the queue, on the version read, never by unfencing (a relabel whose
+	// fate is unknown may still land).
+	leftBehind []*corev1.Pod
 	// taken names the slots whose names a lock the semaphore does not own
 	// has.
 	taken []string
@@ -124,19 +140,66 @@ func (s slot) lastRefused() bool {
 	return c != nil && (c.Reason == v1alpha1.ReasonHeldElsewhere || c.Reason == v1alpha1.ReasonSlotsConflict || c.Reason == v1alpha1.ReasonKeyKindConflict)
 }
 
-// choosesSlots reports whether decide gives a pod a slot while a slot is
-// idle: only then does the masters' view (inputs.free) change what decide
-// gives, and only then is it asked for (a round to the masters, up to
-// their node timeout when they do not answer). decide itself says when it
-// gives nothing: no pod waits, slots of another number drain, the key's
-// rule refuses the namespace, or the pods still running on a gone slot
-// take every slot left.
+// choosesSlots reports whether decide gives a pod a slot, or may move
+// one, while a slot is idle: only then does the masters' view
+// (inputs.free) change what decide gives, and only then is it asked for
+// (a round to the masters, up to their node timeout when they do not
+// answer). decide itself says when it gives nothing: no pod waits, slots
+// of another number drain, the key's rule refuses the namespace, or the
+// pods still running on a gone slot take every slot left.
 func choosesSlots(in inputs) bool {
-	if len(decide(in).assign) == 0 {
+	if p := decide(in); len(p.assign) == 0 && p.stuck == 0 {
 		return false
 	}
 	slots, _ := ownedSlots(in)
 	return slices.ContainsFunc(slots, func(s slot) bool { return s.idle(in.expected) })
+}
+
+// movable returns the pod that waits for the slot while another holder of
+// its key (another cluster's) has it, or nil: the slot's lock holds
+// nothing here and was last refused by the masters for that holder
+// (HeldElsewhere), and its one pod waits for it, never granted (no
+// fencing token) and still behind the scheduling gate, so nothing of it
+// runs and it may wait for another slot instead. A pod its lock is fenced
+// against (a move under way, or one that left it behind: taken back
+// first) is not moved.
+func (s slot) movable(expected map[string]types.UID) *corev1.Pod {
+	held := meta.FindStatusCondition(s.lock.Status.Conditions, v1alpha1.ConditionHeld)
+	if s.lock.Status.Holder != nil || held == nil || held.Reason != v1alpha1.ReasonHeldElsewhere ||
+		len(s.pods) != 1 || s.lastUnseen || !s.lock.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	p := s.pods[0]
+	if p.Labels[v1alpha1.LockLabel] != s.lock.Name || p.Annotations[v1alpha1.FencingTokenAnnotation] != "" ||
+		podlock.GateOf(p) != podlock.GateScheduling || podlock.Finished(p) || !p.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if uid, ok := expected[s.lock.Name]; ok && uid != p.UID || s.lock.Annotations[v1alpha1.MovingPodAnnotation] == string(p.UID) {
+		return nil
+	}
+	return p
+}
+
+// leftBehind returns the pod the slot lock's MovingPodAnnotation names when
+// the cache shows it still labelled for the lock and no move of this
+// manager's to another slot is on its way (its relabel did not land), or
+// nil.
+func (s slot) leftBehind(expected map[string]types.UID) *corev1.Pod {
+	uid := types.UID(s.lock.Annotations[v1alpha1.MovingPodAnnotation])
+	if uid == "" {
+		return nil
+	}
+	for lock, e := range expected {
+		if e == uid && lock != s.lock.Name {
+			return nil
+		}
+	}
+	for _, p := range s.pods {
+		if p.UID == uid && p.Labels[v1alpha1.LockLabel] == s.lock.Name {
+			return p
+		}
+	}
+	return nil
 }
 
 // heldElsewhere reports whether slot index, idle or ending, is held by
@@ -303,6 +366,9 @@ func decide(in inputs) plan {
 		// Every slot follows the semaphore's spec, those of a previous
 		// number too while they drain.
 		so := s.lock.Spec.SlotOf
+		if pod := s.leftBehind(in.expected); pod != nil {
+			p.leftBehind = append(p.leftBehind, pod)
+		}
 		if want := slotLock(in.sem, so.Slots, so.Index); !semantic.Equal(mutableSpec(s.lock.Spec), mutableSpec(want.Spec)) {
 			u := s.lock.DeepCopy()
 			u.Spec = withMutable(u.Spec, want.Spec)
@@ -336,20 +402,67 @@ func decide(in inputs) plan {
 			ending = append(ending, s.lock.Name)
 		}
 	}
-	// A pod given a slot keeps it: idle slots go first, then those whose
-	// holder ended (their lock ends its grant first), and slots held
-	// elsewhere (in another cluster sharing the key: by the masters' view
-	// when it was read, else last refused by them) last, so that a pod
-	// does not wait on one while another is free.
+	// A pod that waits for a slot another cluster holds moves to an idle
+	// slot the masters show free, before any pod is given one: it came
+	// first.
+	p.move, p.stuck, idle = moves(in, current, idle)
+	// Otherwise a pod given a slot keeps it: idle slots go first, then
+	// those whose holder ended (their lock ends its grant first), and
+	// slots held elsewhere (in another cluster sharing the key: by the
+	// masters' view when it was read, else last refused by them) last, so
+	// that a pod does not wait on one while another is free.
 	free := slices.Concat(idle, ending, heldElsewhere)
 	free = free[:max(0, len(free)-strays(in.sem, slots, in.pods))]
 	for i, pod := range waiting(in.sem, in.pods) {
 		if i >= len(free) {
 			break
 		}
-		p.assign = append(p.assign, assignment{pod: pod, lock: free[i]})
+		p.assign = append(p.assign, assignment{pod: pod, lock: free[i], to: lockNamed(current, free[i])})
 	}
 	return p
+}
+
+// lockNamed is the lock of the slot of current named name.
+func lockNamed(current map[int32]slot, name string) *v1alpha1.DistributedLock {
+	for _, s := range current {
+		if s.lock.Name == name {
+			return s.lock
+		}
+	}
+	return nil
+}
+
+// moves moves the pods that wait for a slot of current another holder of
+// the key has (movable) to the idle slots (free on the masters when
+// in.free is known), in queue order, while any is left; it returns the
+// moves, how many pods may move, and the idle slots left.
+func moves(in inputs, current map[int32]slot, idle []string) ([]assignment, int, []string) {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(current)), func(s slot) bool { return s.idle(in.expected) }) {
+		return nil, 0, idle // no slot idle here to move to: nothing to look for
+	}
+	var stuck []*corev1.Pod
+	from := map[types.UID]slot{}
+	for _, s := range current {
+		if pod := s.movable(in.expected); pod != nil {
+			stuck = append(stuck, pod)
+			from[pod.UID] = s
+		}
+	}
+	if in.free == nil {
+		return nil, len(stuck), idle
+	}
+	podlock.Order(stuck)
+	var out []assignment
+	for _, pod := range stuck {
+		if len(idle) == 0 {
+			break
+		}
+		if s := from[pod.UID]; !in.free[s.lock.Spec.SlotOf.Index] {
+			out = append(out, assignment{pod: pod, lock: idle[0], to: lockNamed(current, idle[0]), from: s.lock})
+			idle = idle[1:]
+		}
+	}
+	return out, len(stuck), idle
 }
 
 // slotLock is the DistributedLock of slot index of the semaphore's slots

@@ -1,6 +1,7 @@
 package distributedsemaphore
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -586,6 +587,8 @@ func TestChoosesSlots(t *testing.T) {
 		{"nobody waits", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, ""), slotOf(s2, 2, 1, "")}}, false},
 		{"a pod waits, a slot idle", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h"), slotOf(s2, 2, 1, "")},
 			pods: []*corev1.Pod{granted(pod("h", 0, ""), slotOf(s2, 2, 0, "")), pod("a", 1, "")}}, true},
+		{"a pod waits for a slot held elsewhere, a slot idle", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{heldElsewhereSlot(slotOf(s2, 2, 0, "")), slotOf(s2, 2, 1, "")},
+			pods: []*corev1.Pod{pod("w", 1, "db-2-0")}}, true},
 		{"a pod waits, every slot held", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(s2, 2, 0, "h"), slotOf(s2, 2, 1, "i")},
 			pods: []*corev1.Pod{granted(pod("h", 0, ""), slotOf(s2, 2, 0, "")), granted(pod("i", 0, ""), slotOf(s2, 2, 1, "")), pod("a", 1, "")}}, false},
 		{"a pod waits, only a slot of the previous number idle", inputs{sem: s2, locks: []*v1alpha1.DistributedLock{slotOf(sem(3), 3, 2, "")},
@@ -601,6 +604,15 @@ func TestChoosesSlots(t *testing.T) {
 	}
 }
 
+// heldElsewhereSlot is l as the lock controller shows it when the masters
+// refused it for another holder of its key.
+func heldElsewhereSlot(l *v1alpha1.DistributedLock) *v1alpha1.DistributedLock {
+	meta.SetStatusCondition(&l.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonHeldElsewhere, Message: "another cluster",
+	})
+	return l
+}
+
 // refusedSlot is l as the lock controller shows it when the key's rule
 // refuses its namespace.
 func refusedSlot(l *v1alpha1.DistributedLock) *v1alpha1.DistributedLock {
@@ -608,4 +620,127 @@ func refusedSlot(l *v1alpha1.DistributedLock) *v1alpha1.DistributedLock {
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNamespaceNotAllowed, Message: "refused",
 	})
 	return l
+}
+
+// TestDecideMoves: a pod that waits for a slot another cluster holds
+// moves to an idle slot the masters show free, first in queue order and
+// before any new pod is given one; not without the masters' view, not
+// once its own slot is free there, not once granted, and not for a
+// refusal a move cannot help.
+func TestDecideMoves(t *testing.T) {
+	s3 := sem(3)
+	refusedFor := func(index int32, reason string) *v1alpha1.DistributedLock {
+		l := slotOf(s3, 3, index, "")
+		meta.SetStatusCondition(&l.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse, Reason: reason, Message: "refused",
+		})
+		return l
+	}
+	locks := func(ls ...*v1alpha1.DistributedLock) []*v1alpha1.DistributedLock { return ls }
+	elsewhere0, elsewhere1 := refusedFor(0, v1alpha1.ReasonHeldElsewhere), refusedFor(1, v1alpha1.ReasonHeldElsewhere)
+	fenced := func(l *v1alpha1.DistributedLock, pod string) *v1alpha1.DistributedLock {
+		l = l.DeepCopy()
+		l.Annotations = map[string]string{v1alpha1.MovingPodAnnotation: pod}
+		return l
+	}
+	tokened := pod("w", 0, "db-3-0")
+	tokened.Annotations = map[string]string{v1alpha1.FencingTokenAnnotation: "7"}
+	for _, tc := range []struct {
+		name       string
+		in         inputs
+		move       map[string]string
+		assign     map[string]string
+		stuck      int
+		leftBehind []string
+	}{{
+		name: "to the slot free on the masters, before a new pod",
+		in: inputs{sem: s3, locks: locks(elsewhere0, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0"), pod("a", 1, "")}, free: []bool{false, true, false}},
+		move: map[string]string{"w": "db-3-1"}, assign: map[string]string{"a": "db-3-2"}, stuck: 1,
+	}, {
+		name: "the first in queue order moves when one slot is free",
+		in: inputs{sem: s3, locks: locks(elsewhere0, elsewhere1, slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 5, "db-3-0"), pod("v", 1, "db-3-1")}, free: []bool{false, false, true}},
+		move: map[string]string{"v": "db-3-2"}, assign: map[string]string{}, stuck: 2,
+	}, {
+		name: "not without the masters' view",
+		in: inputs{sem: s3, locks: locks(elsewhere0, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 1,
+	}, {
+		name: "not once its own slot is free on the masters",
+		in: inputs{sem: s3, locks: locks(elsewhere0, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}, free: []bool{true, true, true}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 1,
+	}, {
+		name: "not while no idle slot is free on the masters",
+		in: inputs{sem: s3, locks: locks(elsewhere0, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}, free: []bool{false, false, false}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 1,
+	}, {
+		name: "nothing to look for without a slot idle here",
+		in: inputs{sem: s3, locks: locks(elsewhere0, slotOf(s3, 3, 1, "b"), slotOf(s3, 3, 2, "c")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0"), pod("b", 1, "db-3-1"), pod("c", 2, "db-3-2")}, free: []bool{false, true, true}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 0,
+	}, {
+		name: "a pod a move left behind is taken back, not moved again",
+		in: inputs{sem: s3, locks: locks(fenced(elsewhere0, "w"), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}, free: []bool{false, true, true}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 0, leftBehind: []string{"w"},
+	}, {
+		name: "a fence naming a pod that moved stays",
+		in: inputs{sem: s3, locks: locks(fenced(slotOf(s3, 3, 0, ""), "w"), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-1")}, free: []bool{true, true, true}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 0,
+	}, {
+		name: "a fence whose move the cache does not show yet stays",
+		in: inputs{sem: s3, locks: locks(fenced(elsewhere0, "w"), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}, free: []bool{false, true, true}, expected: map[string]types.UID{"db-3-1": "w"}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 0,
+	}, {
+		name: "not a pod granted a token",
+		in: inputs{sem: s3, locks: locks(elsewhere0, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{tokened}, free: []bool{false, true, true}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 0,
+	}, {
+		name: "not for another number of slots declared (every slot is refused alike)",
+		in: inputs{sem: s3, locks: locks(refusedFor(0, v1alpha1.ReasonSlotsConflict), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
+			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}, free: []bool{false, true, true}},
+		move: map[string]string{}, assign: map[string]string{}, stuck: 0,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := decide(tc.in)
+			for what, pair := range map[string][2]map[string]string{"move": {assigned(p.move), tc.move}, "assign": {assigned(p.assign), tc.assign}} {
+				got, want := pair[0], pair[1]
+				if len(got) != len(want) {
+					t.Fatalf("%s: got %v, want %v", what, got, want)
+				}
+				for k, v := range want {
+					if got[k] != v {
+						t.Fatalf("%s: got %v, want %v", what, got, want)
+					}
+				}
+			}
+			if p.stuck != tc.stuck {
+				t.Errorf("stuck: %d, want %d", p.stuck, tc.stuck)
+			}
+			var left []string
+			for _, pod := range p.leftBehind {
+				left = append(left, pod.Name)
+			}
+			if !slices.Equal(left, tc.leftBehind) {
+				t.Errorf("left behind: %v, want %v", left, tc.leftBehind)
+			}
+			for _, a := range slices.Concat(p.move, p.assign) {
+				if a.to == nil || a.to.Name != a.lock {
+					t.Errorf("%s given slot %s with its lock %v", a.pod.Name, a.lock, a.to)
+				}
+			}
+			for _, a := range p.move {
+				if a.from == nil || a.from.Name != a.pod.Labels[v1alpha1.LockLabel] {
+					t.Errorf("move of %s from %v, want from its slot", a.pod.Name, a.from)
+				}
+			}
+		})
+	}
 }

@@ -28,6 +28,18 @@
 // masters last refused), so that a pod does not wait for a slot another
 // cluster holds while another is free.
 //
+// A pod given a slot that another cluster holds (its lock refused
+// HeldElsewhere, holding nothing here), never granted and still behind
+// the scheduling gate, is moved to an idle slot the masters show free,
+// before any later pod is given one; the semaphore looks again every
+// min(ttl/4, 5s) while such pods wait and a slot is idle (moveRecheck).
+// It fences the slot's lock against the pod first (MovingPodAnnotation,
+// on the version of the lock read): a grant that version did not show
+// cannot commit, and the lock grants the pod nothing. The fence stays: a
+// pod whose relabel did not land is taken back into the queue
+// (plan.leftBehind), and a slot's fence is cleared only when the idle slot
+// is given a pod again (clearFence), its fenced pod labelled elsewhere.
+//
 // A slot is ending when status.holder's pod, as cached, ended
 // (podlock.Ended) and nothing else keeps the slot busy. The next pod is
 // given it then, before the lock has ended the grant, and waits in the
@@ -68,18 +80,20 @@
 //	observedGeneration                      the pods it read
 //
 // Slots' locks are written by this controller only in their spec and
-// metadata (create, update of the fields above, delete); the pods only in
+// metadata (create, update of the fields above, MovingPodAnnotation on
+// the version read, delete); the pods only in
 // the pod condition redlock.dev/HolderNotAllowed of pods that wait for a
 // slot (not yet labelled for one: once they are, the pod gate owns it) and
-// the label redlock.dev/lock, set once, on the version of the pod read
-// (optimistic concurrency), and counted as set until the cache shows it
-// or no longer lists the pod (expectations), so that a lagging cache never
-// gives one slot two pods. The label is removed again, the same way, only
-// from a pod never granted (no fencing token) that still waits behind the
-// scheduling gate and names a slot of another number whose lock does not
-// exist: that name comes back only if spec.slots does. The admission
-// policy lets only the operator write the label on a semaphore's pod,
-// and the removal only on such a pod. A pod leaves that list only when deleted: the
+// the label redlock.dev/lock, on the version of the pod read (optimistic
+// concurrency), and counted as set until the cache shows it or no longer
+// lists the pod (expectations), so that a lagging cache never gives one
+// slot two pods. The label changes again, the same way, only on a pod
+// never granted (no fencing token) that still waits behind the
+// scheduling gate: removed when it names a slot of another number whose
+// lock does not exist (that name comes back only if spec.slots does), or
+// moved from a slot another cluster holds to one free on the masters. The
+// admission policy lets only the operator write the label on a
+// semaphore's pod, and change it only on such a pod. A pod leaves that list only when deleted: the
 // admission policy keeps its label redlock.dev/semaphore while it takes
 // part. The status is patched on the version of the semaphore read, and
 // recomputed when another writer changed it. A change of who holds and

@@ -31,16 +31,7 @@ var _ = Describe("A semaphore's pods and another cluster's in one line", func() 
 		mgr = env.StartManager()
 		DeferCleanup(mgr.Stop)
 		ms = env.NewServingMasters(env.NewNamespace(), "masters", 3, 10*time.Second)
-		// The lines' rounds wait for a quorum's answers: a loaded
-		// machine's masters may take longer than the suite's node timeout.
-		set := &v1alpha1.RedisMasterSet{}
-		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: ms.NS, Name: ms.Name}, set)).To(Succeed())
-		set.Spec.NodeTimeout = &metav1.Duration{Duration: time.Second}
-		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
-		var err error
-		other, err = redlock.New(redistest.Addrs(ms.Servers), redlock.WithNodeTimeout(time.Second))
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(other.Close)
+		other = anotherCluster(ms)
 	})
 
 	// waitingInLine creates a semaphore of one slot whose key another
@@ -88,9 +79,7 @@ var _ = Describe("A semaphore's pods and another cluster's in one line", func() 
 	It("serves the other cluster's pod that came first, then this one, woken by the release", func() {
 		// Made first: the other cluster's waiter must take the slot within
 		// the line's bound (6s) of its release.
-		teller, err := redlock.New(redistest.Addrs(ms.Servers), redlock.WithNodeTimeout(time.Second), redlock.WithReleaseNotices())
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(teller.Close)
+		teller := anotherCluster(ms, redlock.WithReleaseNotices())
 		sem, slot, turn, pod := waitingInLine("after")
 		By("the other cluster's waiter taking the slot in its turn")
 		theirs, err := teller.AcquireSlot(suiteCtx, slot, time.Minute, redlock.WithFencing())

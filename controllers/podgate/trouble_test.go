@@ -21,8 +21,10 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/controllers/distributedlock"
 	"github.com/redlock-operator/redlock-operator/controllers/podgate"
+	"github.com/redlock-operator/redlock-operator/internal/harness/redistest"
 	"github.com/redlock-operator/redlock-operator/internal/harness/testenv"
 	"github.com/redlock-operator/redlock-operator/internal/podagent"
+	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
 // createLock creates a pod-serving lock with a 1.5s ttl on set.
@@ -301,6 +303,48 @@ var _ = Describe("Pods and locks in trouble", Ordered, func() {
 		By("granting the next pod once the old holder's container stopped")
 		kubeletStops(a, corev1.PodSucceeded)
 		Eventually(func() corev1.ConditionStatus { return gateCondition(getPod(b)) }, 30*time.Second).Should(Equal(corev1.ConditionTrue), "pod %s/%s to be granted lock unlabel once %s stopped", ns, b.Name, a.Name)
+	})
+
+	It("grants a slot's pod nothing while its semaphore moves it (the lock fenced against it), and grants it once unfenced", func() {
+		key := "moving-sem"
+		lock := &v1alpha1.DistributedLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "moving-0"},
+			Spec: v1alpha1.DistributedLockSpec{MasterSet: ms.Name, Key: key + ":slot:0", TTL: metav1.Duration{Duration: 2 * time.Second},
+				SlotOf: &v1alpha1.SemaphoreSlot{SemaphoreKey: key, Slots: 1, Index: 0}},
+		}
+		By("holding the slot on the masters, as another cluster's holder would")
+		other, err := redlock.New(redistest.Addrs(ms.Servers), redlock.WithNodeTimeout(time.Second))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(other.Close)
+		held, err := other.AcquireSlot(suiteCtx, redlock.Slot{Semaphore: key, Slots: 1, Index: 0}, time.Minute)
+		Expect(err).NotTo(HaveOccurred(), "another cluster's holder takes slot 0 of %s", key)
+		DeferCleanup(func() { _ = held.Release(context.Background()) })
+		Expect(k8s.Create(suiteCtx, lock)).To(Succeed())
+		p := gatedPod(ns, "moving-a", lock.Name, false)
+		Expect(k8s.Create(suiteCtx, p)).To(Succeed())
+		Eventually(func() string { return heldOf(fetchLock(ns, lock.Name)) }).Should(Equal("False/"+v1alpha1.ReasonHeldElsewhere), "slot lock %s/%s to wait for the slot the other cluster holds", ns, lock.Name)
+
+		By("fencing the lock against the pod, as its semaphore does before it relabels the pod")
+		Eventually(func() error {
+			cur := fetchLock(ns, lock.Name)
+			cur.Annotations = map[string]string{v1alpha1.MovingPodAnnotation: string(getPod(p).UID)}
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed(), "slot lock %s/%s to be fenced", ns, lock.Name)
+
+		By("releasing the slot in the other cluster: the lock, woken or retrying every min(ttl/4, 5s) = 0.5s, grants the fenced pod nothing")
+		Expect(held.Release(suiteCtx)).To(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(fetchLock(ns, lock.Name).Status.Holder).To(BeNil(), "holder of %s", lock.Name)
+			g.Expect(gated(getPod(p))).To(BeTrue(), "pod %s still gated", p.Name)
+		}).WithTimeout(3*time.Second).Should(Succeed(), "slot lock %s/%s to grant its fenced pod %s nothing", ns, lock.Name, p.Name)
+
+		By("unfencing: the lock grants the pod")
+		Eventually(func() error {
+			cur := fetchLock(ns, lock.Name)
+			delete(cur.Annotations, v1alpha1.MovingPodAnnotation)
+			return k8s.Update(suiteCtx, cur)
+		}).Should(Succeed(), "slot lock %s/%s to be unfenced", ns, lock.Name)
+		Eventually(func(g Gomega) { expectHolds(g, ns, lock.Name, p) }).Should(Succeed(), "slot lock %s/%s to grant pod %s once unfenced", ns, lock.Name, p.Name)
 	})
 
 	It("refuses pods with both gates or a label that cannot name a lock, and keeps them gated", func() {
@@ -583,7 +627,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		Expect(relabel(granted, "other-lock")).To(Succeed())
 	})
 
-	It("admits a pod gated for a semaphore, lets only the operator label it for a slot once or take it back from the slot while it waits, and fixes that label", func() {
+	It("admits a pod gated for a semaphore, lets only the operator label it for a slot, move it or take it back from the slot while it waits ungranted, and fixes that label", func() {
 		semPod := gatedPod(ns, "sem-waiting", "", false)
 		semPod.Labels = map[string]string{v1alpha1.SemaphoreLabel: "some-semaphore"}
 		By("waiting until the API server enforces the policy (probed with a dry run of an unlabelled gated pod)")
@@ -601,13 +645,14 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		Expect(k8s.Create(suiteCtx, preslotted, client.DryRunAll)).To(MatchError(ContainSubstring("create it with the label redlock.dev/semaphore only")),
 			"pod %s/%s created labelled for a slot", ns, preslotted.Name)
 
-		By("allowing the operator, and nobody else, the label naming a slot's lock once, and no change after it")
+		By("allowing the operator, and nobody else, the label naming a slot's lock, and a move to another slot while the pod waits ungranted")
 		operator := env.ClientAs(testenv.OperatorUser, testenv.Admin)
 		user := env.PodEditor(ns, "alice")
 		cannotChange := MatchError(ContainSubstring("redlock.dev/lock cannot change"))
 		Expect(updateLabelAs(user, semPod, v1alpha1.LockLabel, "some-semaphore-2-0")).To(cannotChange, "alice labelling pod %s for a slot", semPod.Name)
 		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "some-semaphore-2-0")).To(Succeed(), "labelling pod %s for a slot", semPod.Name)
-		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "some-semaphore-2-1")).To(cannotChange, "moving pod %s to another slot", semPod.Name)
+		Expect(updateLabelAs(user, semPod, v1alpha1.LockLabel, "some-semaphore-2-1")).To(cannotChange, "alice moving pod %s to another slot", semPod.Name)
+		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "some-semaphore-2-1")).To(Succeed(), "the operator moving the waiting pod %s to another slot", semPod.Name)
 
 		By("letting the operator, and nobody else, take the waiting pod back from its slot, and label it for another")
 		Expect(updateLabelAs(user, semPod, v1alpha1.LockLabel, "")).To(cannotChange, "alice removing the slot label of pod %s", semPod.Name)
@@ -619,6 +664,7 @@ var _ = Describe("The lock-gate admission policy", Ordered, func() {
 		granted.Annotations = map[string]string{v1alpha1.FencingTokenAnnotation: "3"}
 		Expect(k8s.Update(suiteCtx, granted)).To(Succeed(), "annotating pod %s with its token", semPod.Name)
 		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "")).To(cannotChange, "the operator taking the granted pod %s back", semPod.Name)
+		Expect(updateLabelAs(operator, semPod, v1alpha1.LockLabel, "some-semaphore-3-0")).To(cannotChange, "the operator moving the granted pod %s to another slot", semPod.Name)
 
 		By("refusing a change or removal of its semaphore label while it waits")
 		Expect(updateLabel(semPod, v1alpha1.SemaphoreLabel, "other-semaphore")).To(MatchError(ContainSubstring("redlock.dev/semaphore cannot change")), "moving pod %s to another semaphore", semPod.Name)

@@ -256,11 +256,12 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (cleanup func(),
 		return nil, fmt.Errorf("set up RedisMasterSet controller: %w", err)
 	}
 	if err := (&distributedsemaphore.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: recorder,
-		Pods:     semPods,
-		Clock:    o.Clock,
-		Masters:  registry,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  recorder,
+		Pods:      semPods,
+		Clock:     o.Clock,
+		Masters:   registry,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up DistributedSemaphore controller: %w", err)
 	}
