@@ -280,9 +280,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	s := &scope{lock: lock, orig: *lock.Status.DeepCopy(), now: r.Clock.Now(), held: r.grants.Get(lock.UID)}
 	defer func() {
 		if !s.attempted {
-			// Held back, not requested, or held; a pod its semaphore
-			// moves keeps its ticket.
-			r.lines.withdrawUnlessMoved(req.NamespacedName, lock.Annotations[v1alpha1.MovingPodAnnotation])
+			r.lines.withdraw(req.NamespacedName) // held back, not requested, or held
 		}
 		if err := r.patchStatus(ctx, s); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})

@@ -36,19 +36,10 @@ type lines struct {
 
 	mu     sync.Mutex
 	places map[types.NamespacedName]linePlace
-	// handed are the places of pods their semaphore moved to another slot,
-	// by waiter, for that slot's lock to take up (placeOf).
-	handed map[string]handedPlace
 	// unusable is when a client's line last could not be used (a refused
 	// command, masters not answering): its locks attempt without the line
 	// for lineRetry, each attempt costing no failing round.
 	unusable map[*redlock.Client]time.Time
-}
-
-// handedPlace is a place handed on, and when.
-type handedPlace struct {
-	place linePlace
-	at    time.Time
 }
 
 // linePlace is one lock's place in its key's line.
@@ -111,7 +102,7 @@ const (
 )
 
 func newLines(now func() time.Time, checks *prometheus.CounterVec) *lines {
-	return &lines{now: now, checks: checks, places: map[types.NamespacedName]linePlace{}, handed: map[string]handedPlace{}, unusable: map[*redlock.Client]time.Time{}}
+	return &lines{now: now, checks: checks, places: map[types.NamespacedName]linePlace{}, unusable: map[*redlock.Client]time.Time{}}
 }
 
 // lineLife is how long one registration of a lock that retries after
@@ -226,12 +217,6 @@ func (l *lines) placeOf(name types.NamespacedName, lock *v1alpha1.DistributedLoc
 		p.leave(name, true)
 		ok = false
 	}
-	if h, moved := l.handed[waiter]; !ok && moved && h.place.key == lineKey(lock) {
-		// A pod moved here from another slot: its ticket is taken up.
-		delete(l.handed, waiter)
-		p, ok = h.place, true
-		p.uid, p.client, p.freeSince = lock.UID, c, time.Time{}
-	}
 	if !ok {
 		p = linePlace{uid: lock.UID, waiter: waiter}
 	}
@@ -289,31 +274,6 @@ func (l *lines) granted(name types.NamespacedName) { l.leave(name, false) }
 // attempting, or is gone. The masters tell the waiters behind it (a
 // release notice), so that the next checks its turn at once.
 func (l *lines) withdraw(name types.NamespacedName) { l.leave(name, true) }
-
-// withdrawUnlessMoved hands name's place on, without leaving the line,
-// when its waiter is the pod its semaphore moves to another slot (waiter):
-// that slot's lock takes the ticket up (placeOf). Any other place is
-// withdrawn. A place nobody takes up within MaxLineLife is forgotten (its
-// ticket has lapsed on the masters).
-func (l *lines) withdrawUnlessMoved(name types.NamespacedName, waiter string) {
-	if l == nil {
-		return
-	}
-	now := l.now()
-	l.mu.Lock()
-	p, ok := l.places[name]
-	if ok && waiter != "" && p.waiter == waiter && p.ticket != 0 {
-		delete(l.places, name)
-		l.handed[waiter] = handedPlace{place: p, at: now}
-	}
-	for w, h := range l.handed {
-		if now.Sub(h.at) > redlock.MaxLineLife {
-			delete(l.handed, w)
-		}
-	}
-	l.mu.Unlock()
-	l.withdraw(name)
-}
 
 // leave takes name's lock out of its line, in the background. Only its
 // ticket is taken out, so that a leave landing after a newer registration

@@ -2,7 +2,6 @@ package distributedlock
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,62 +162,6 @@ func TestSlotLocksWaitInTheSemaphoreLine(t *testing.T) {
 	}
 	if got := waiters(); got["uid-b"] == 0 || got["other-2"] == 0 {
 		t.Fatalf("the semaphore's line: %v, want pod b and other-2", got)
-	}
-}
-
-// TestMovedPodKeepsItsTicket: the slot lock a pod its semaphore moves
-// leaves hands the pod's place to the slot lock it moves to, which takes
-// up the ticket (the pod stays ahead of a waiter that came later) and
-// leaves the line with it once granted; a place nobody takes up is
-// forgotten after MaxLineLife.
-func TestMovedPodKeepsItsTicket(t *testing.T) {
-	servers, c := lineMasters(t)
-	ctx := context.Background()
-	now := time.Now()
-	l := newLines(func() time.Time { return now }, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "checks"}, []string{"result"}))
-	slotLock := func(i int32) *v1alpha1.DistributedLock {
-		return &v1alpha1.DistributedLock{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sem-2-" + strconv.Itoa(int(i)), UID: types.UID("uid-slot-" + strconv.Itoa(int(i)))},
-			Spec:       v1alpha1.DistributedLockSpec{SlotOf: &v1alpha1.SemaphoreSlot{SemaphoreKey: "moved", Slots: 2, Index: i}},
-		}
-	}
-	left, to := slotLock(0), slotLock(1)
-	l.join(ctx, client.ObjectKeyFromObject(left), left, "uid-p", c, 2*time.Second)
-	ticket := l.places[client.ObjectKeyFromObject(left)].ticket
-	if ticket == 0 {
-		t.Fatal("pod p has no ticket in the semaphore's line")
-	}
-	if tr := c.CheckSlotTurn(ctx, redlock.Slot{Semaphore: "moved", Slots: 2}, "later", 0, time.Minute); tr.Err != nil || !tr.Registered {
-		t.Fatalf("a later waiter's ticket: %+v", tr)
-	}
-	l.withdrawUnlessMoved(client.ObjectKeyFromObject(left), "uid-p")
-	if ok, _ := l.mayAttempt(ctx, client.ObjectKeyFromObject(to), to, "uid-p", c, 2*time.Second); !ok {
-		t.Fatal("the moved pod, first in a line of two heads, waited")
-	}
-	if p := l.places[client.ObjectKeyFromObject(to)]; p.ticket != ticket {
-		t.Fatalf("the moved pod's place at its new slot: %+v, want ticket %d", p, ticket)
-	}
-	l.granted(client.ObjectKeyFromObject(to))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		seen, err := redistest.LineWaiters(ctx, servers, redlock.LineKey("moved"), time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen["uid-p"] == 0 && seen["later"] > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the line after the moved pod was granted: %v, want only the later waiter", seen)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	l.join(ctx, client.ObjectKeyFromObject(left), left, "uid-q", c, 2*time.Second)
-	l.withdrawUnlessMoved(client.ObjectKeyFromObject(left), "uid-q")
-	now = now.Add(redlock.MaxLineLife + time.Second)
-	l.withdrawUnlessMoved(client.ObjectKeyFromObject(to), "")
-	if _, ok := l.handed["uid-q"]; ok {
-		t.Error("a place nobody took up was kept past MaxLineLife")
 	}
 }
 

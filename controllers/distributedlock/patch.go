@@ -13,6 +13,7 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
+	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/writegate"
 )
 
@@ -163,7 +164,11 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); gerr != nil {
 			return gerr
 		}
-		if why := noRetry(s, lock, fresh); why != "" {
+		asks, rerr := r.podStillAsks(ctx, s)
+		if rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		if why := noRetry(s, lock, fresh, asks); why != "" {
 			return fmt.Errorf("%s: %w", why, err)
 		}
 		keepLaterValidity(&lock.Status, fresh.Status)
@@ -177,17 +182,35 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// podStillAsks reports, for a new grant to a pod, whether a fresh read
+// shows the pod still asking for the lock (labelled for it, or carrying
+// its key's token): a semaphore may have moved it since the grant was
+// decided. True when there is no such grant.
+func (r *Reconciler) podStillAsks(ctx context.Context, s *scope) (bool, error) {
+	h := s.pending
+	if h == nil || h.Pod == nil || r.Pods == nil {
+		return true, nil
+	}
+	pod, err := r.api().podByRef(ctx, s.lock.Namespace, h.Pod)
+	if err != nil {
+		return false, fmt.Errorf("read the pod of the new grant: %w", err)
+	}
+	return pod != nil && (pod.Labels[v1alpha1.LockLabel] == s.lock.Name || podlock.HeldBefore(pod, s.lock.RedisKey())), nil
+}
+
 // noRetry says why this reconcile's status patch, refused for a conflict,
-// must not be retried on fresh, the lock as it is now ("": it may be).
-func noRetry(s *scope, lock, fresh *v1alpha1.DistributedLock) string {
+// must not be retried on fresh, the lock as it is now ("": it may be);
+// asks is podStillAsks.
+func noRetry(s *scope, lock, fresh *v1alpha1.DistributedLock, asks bool) string {
 	switch {
 	case fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig):
 		return "status changed under this reconcile (another writer)"
-	case s.pending != nil && (fresh.Generation != lock.Generation || fenced(fresh) != fenced(lock)):
-		// The new grant was decided on a spec, or a semaphore's fence
-		// (MovingPodAnnotation), that changed since: it must not commit
-		// over them.
-		return "the lock changed under this reconcile's grant"
+	case s.pending != nil && (fresh.Generation != lock.Generation || fenced(fresh) != fenced(lock) || !asks):
+		// The new grant was decided on a spec, a semaphore's fence
+		// (MovingPodAnnotation) or a pod's request that changed since
+		// (a fence set and cleared again leaves its pod moved): it must
+		// not commit over them.
+		return "the lock or its pod changed under this reconcile's grant"
 	case hidesGrant(s.orig, lock.Status) && !sameValidity(fresh.Status, s.orig) && !ownValidity(s, fresh.Status):
 		// This reconcile stops showing a grant that another writer has
 		// shown renewed since it read status (the status writer, or the

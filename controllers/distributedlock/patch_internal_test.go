@@ -11,7 +11,9 @@ import (
 
 // TestNoRetry: a status patch refused for a conflict is retried on the
 // fresh lock only when what the reconcile decided on still stands; a new
-// grant never commits over a semaphore's fence or a spec changed since.
+// grant never commits over a semaphore's fence, a spec changed since, or
+// a pod that no longer asks for the lock (a fence set and cleared again
+// shows the lock as before, but its pod moved).
 func TestNoRetry(t *testing.T) {
 	slot := func(fence string, generation int64) *v1alpha1.DistributedLock {
 		l := &v1alpha1.DistributedLock{
@@ -31,16 +33,18 @@ func TestNoRetry(t *testing.T) {
 		name   string
 		s      *scope
 		fresh  *v1alpha1.DistributedLock
+		asks   bool
 		refuse bool
 	}{
-		{"a new grant, only the status writer's version moved", granting, slot("", 1), false},
-		{"a new grant, the semaphore fenced the lock since", granting, slot("pod-a", 1), true},
-		{"a new grant, the spec changed since", granting, slot("", 2), true},
-		{"no new grant, fenced since", plain, slot("pod-a", 1), false},
-		{"another writer showed another grant", granting, other, true},
+		{"a new grant, only another write's version moved", granting, slot("", 1), true, false},
+		{"a new grant, its pod moved by a fence set and cleared since", granting, slot("", 1), false, true},
+		{"a new grant, the semaphore fenced the lock since", granting, slot("pod-a", 1), true, true},
+		{"a new grant, the spec changed since", granting, slot("", 2), true, true},
+		{"no new grant, fenced since", plain, slot("pod-a", 1), true, false},
+		{"another writer showed another grant", granting, other, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if why := noRetry(tc.s, slot("", 1), tc.fresh); (why != "") != tc.refuse {
+			if why := noRetry(tc.s, slot("", 1), tc.fresh, tc.asks); (why != "") != tc.refuse {
 				t.Errorf("noRetry = %q, want a refusal: %v", why, tc.refuse)
 			}
 		})

@@ -152,9 +152,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	switch {
-	case p.moved < len(p.move):
-		// A move did not land (a write conflicted): look again soon, as
-		// nothing may wake the semaphore.
+	case p.unsettled > 0:
+		// A move, or a slot's fence, did not land (a write conflicted):
+		// look again soon, as nothing may wake the semaphore.
 		res.RequeueAfter = earlier(res.RequeueAfter, time.Second)
 	case p.stuck > len(p.move):
 		// Pods wait for slots other clusters hold, and no free one was
@@ -442,13 +442,8 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 		}
 	}
 	for _, pod := range p.leftBehind {
-		written, err := r.labelAsRead(ctx, pod, v1alpha1.LockLabel, "")
-		switch {
-		case err != nil:
+		if err := r.takeBackLeft(ctx, sem, pod); err != nil {
 			errs = append(errs, fmt.Errorf("take pod %s back from slot %s: %w", pod.Name, pod.Labels[v1alpha1.LockLabel], err))
-		case written:
-			r.Recorder.Eventf(pod, sem, corev1.EventTypeNormal, EventSlotTakenBack, "Queue",
-				"its move from slot %s, which another cluster holds, did not land: waits for a slot again", pod.Labels[v1alpha1.LockLabel])
 		}
 	}
 	for _, a := range p.move {
@@ -456,13 +451,17 @@ func (r *Reconciler) apply(ctx context.Context, sem *v1alpha1.DistributedSemapho
 		if err != nil {
 			errs = append(errs, err)
 		}
-		if landed {
-			p.moved++
+		if !landed {
+			p.unsettled++
 		}
 	}
 	for _, a := range p.assign {
-		if err := r.assign(ctx, sem, a); err != nil {
+		cleared, err := r.assign(ctx, sem, a)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if !cleared {
+			p.unsettled++
 		}
 	}
 	return errs
@@ -501,11 +500,38 @@ func (r *Reconciler) move(ctx context.Context, sem *v1alpha1.DistributedSemaphor
 	return true, nil
 }
 
+// takeBackLeft takes back into the queue a pod a move left labelled for a
+// slot whose lock is fenced against it, on the version of the pod read,
+// once a fresh read of the lock shows the fence still standing: the
+// caches of pods and locks keep no order between them, and a pod given
+// its slot again after the fence was cleared must not lose it while that
+// lock grants it.
+func (r *Reconciler) takeBackLeft(ctx context.Context, sem *v1alpha1.DistributedSemaphore, pod *corev1.Pod) error {
+	slot := pod.Labels[v1alpha1.LockLabel]
+	if r.APIReader == nil {
+		return nil
+	}
+	lock := &v1alpha1.DistributedLock{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: slot}, lock); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if lock.Annotations[v1alpha1.MovingPodAnnotation] != string(pod.UID) {
+		return nil
+	}
+	written, err := r.labelAsRead(ctx, pod, v1alpha1.LockLabel, "")
+	if written {
+		r.Recorder.Eventf(pod, sem, corev1.EventTypeNormal, EventSlotTakenBack, "Queue",
+			"its move from slot %s, which another cluster holds, did not land: waits for a slot again", slot)
+	}
+	return err
+}
+
 // clearFence removes the fence of a slot's lock about to be given a pod
 // (a move's), on the version read, and reports whether the lock is
 // unfenced. A fresh list must show the fenced pod not labelled for the
-// lock (the caches of pods and locks keep no order between them): a pod
-// left behind is taken back first.
+// lock, or unable to hold it (finished, being deleted: the lock never
+// grants it); the caches of pods and locks keep no order between them. A
+// pod left behind is taken back first.
 func (r *Reconciler) clearFence(ctx context.Context, l *v1alpha1.DistributedLock) (bool, error) {
 	if l == nil {
 		return true, nil
@@ -521,8 +547,8 @@ func (r *Reconciler) clearFence(ctx context.Context, l *v1alpha1.DistributedLock
 	if err := r.APIReader.List(ctx, &list, client.InNamespace(l.Namespace), client.MatchingLabels{v1alpha1.LockLabel: l.Name}); err != nil {
 		return false, fmt.Errorf("list the pods of slot %s: %w", l.Name, err)
 	}
-	if slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return string(p.UID) == uid }) {
-		return false, nil
+	if slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return string(p.UID) == uid && podlock.MayHold(&p) }) {
+		return false, nil // taken back first (plan.leftBehind)
 	}
 	return r.setMoving(ctx, l, "")
 }
@@ -558,19 +584,21 @@ func (r *Reconciler) setMoving(ctx context.Context, l *v1alpha1.DistributedLock,
 // assign labels a waiting pod for a free slot's lock, on the version of
 // the pod this reconcile read: a pod changed since (labelled by an earlier
 // reconcile whose write the cache does not show yet) is left for the next.
-func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) error {
+// A slot fenced by a move is cleared first (clearFence); it reports false
+// when that did not land.
+func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaphore, a assignment) (bool, error) {
 	if ok, err := r.clearFence(ctx, a.to); err != nil || !ok {
-		return wrapIf(err, "clear slot %s to give it pod %s", a.lock, a.pod.Name)
+		return false, wrapIf(err, "clear slot %s to give it pod %s", a.lock, a.pod.Name)
 	}
 	written, err := r.labelAsRead(ctx, a.pod, v1alpha1.LockLabel, a.lock)
 	if err != nil {
-		return fmt.Errorf("label pod %s for slot %s: %w", a.pod.Name, a.lock, err)
+		return true, fmt.Errorf("label pod %s for slot %s: %w", a.pod.Name, a.lock, err)
 	}
 	if written {
 		r.expect(client.ObjectKeyFromObject(sem), a.lock, a.pod.UID)
 		logf.FromContext(ctx).V(1).Info("slot assigned", "pod", a.pod.Name, "lock", a.lock)
 	}
-	return nil
+	return true, nil
 }
 
 // labelAsRead sets the label key of obj to value ("" removes it) with a

@@ -53,8 +53,9 @@ type plan struct {
 	// move labels pods that wait for a slot another holder of the key
 	// has (in another cluster) for an idle slot free on the masters.
 	move []assignment
-	// moved counts the moves that landed (apply).
-	moved int
+	// unsettled counts the moves, and the slots' fences to clear, that
+	// did not land (apply).
+	unsettled int
 	// stuck counts the pods that wait for a slot another holder of the
 	// key has and may move (movable) while a slot is idle here.
 	stuck int
@@ -81,6 +82,9 @@ type slot struct {
 	// list. The lock controller clears it once a fresh read shows that
 	// pod ended or gone; until then the pod may still run.
 	lastUnseen bool
+	// fenced is the pod labelled for the slot that its lock's
+	// MovingPodAnnotation names (busy or not), or nil.
+	fenced *corev1.Pod
 	// holderEnded: status.holder names a pod the cache lists as ended
 	// (podlock.Ended: its containers will not run again), whose grant
 	// the lock has not ended yet.
@@ -181,25 +185,21 @@ func (s slot) movable(expected map[string]types.UID) *corev1.Pod {
 }
 
 // leftBehind returns the pod the slot lock's MovingPodAnnotation names when
-// the cache shows it still labelled for the lock and no move of this
-// manager's to another slot is on its way (its relabel did not land), or
-// nil.
+// the cache shows it still labelled for the lock, able to hold it
+// (podlock.MayHold: a pod that cannot is no obstacle to clearing the
+// fence), and no move of this manager's to another slot is on its way
+// (its relabel did not land), or nil.
 func (s slot) leftBehind(expected map[string]types.UID) *corev1.Pod {
-	uid := types.UID(s.lock.Annotations[v1alpha1.MovingPodAnnotation])
-	if uid == "" {
+	p := s.fenced
+	if p == nil || !podlock.MayHold(p) {
 		return nil
 	}
 	for lock, e := range expected {
-		if e == uid && lock != s.lock.Name {
+		if e == p.UID && lock != s.lock.Name {
 			return nil
 		}
 	}
-	for _, p := range s.pods {
-		if p.UID == uid && p.Labels[v1alpha1.LockLabel] == s.lock.Name {
-			return p
-		}
-	}
-	return nil
+	return p
 }
 
 // heldElsewhere reports whether slot index, idle or ending, is held by
@@ -232,6 +232,11 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 		for _, p := range x.of(l) {
 			if busy(in.sem, l, p) {
 				s.pods = append(s.pods, p)
+			}
+		}
+		for _, p := range x.byLock[l.Name] {
+			if uid := l.Annotations[v1alpha1.MovingPodAnnotation]; uid != "" && string(p.UID) == uid {
+				s.fenced = p
 			}
 		}
 		if last := l.Status.LastHolderPod; last != nil {

@@ -643,6 +643,8 @@ func TestDecideMoves(t *testing.T) {
 		l.Annotations = map[string]string{v1alpha1.MovingPodAnnotation: pod}
 		return l
 	}
+	failed := pod("w", 0, "db-3-0")
+	failed.Status.Phase = corev1.PodFailed
 	tokened := pod("w", 0, "db-3-0")
 	tokened.Annotations = map[string]string{v1alpha1.FencingTokenAnnotation: "7"}
 	for _, tc := range []struct {
@@ -688,15 +690,20 @@ func TestDecideMoves(t *testing.T) {
 			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}, free: []bool{false, true, true}},
 		move: map[string]string{}, assign: map[string]string{}, stuck: 0, leftBehind: []string{"w"},
 	}, {
-		name: "a fence naming a pod that moved stays",
+		name: "a slot fenced against a pod that moved is given again (its fence cleared then)",
 		in: inputs{sem: s3, locks: locks(fenced(slotOf(s3, 3, 0, ""), "w"), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
-			pods: []*corev1.Pod{pod("w", 0, "db-3-1")}, free: []bool{true, true, true}},
-		move: map[string]string{}, assign: map[string]string{}, stuck: 0,
+			pods: []*corev1.Pod{pod("w", 0, "db-3-1"), pod("a", 1, "")}, free: []bool{true, true, true}},
+		move: map[string]string{}, assign: map[string]string{"a": "db-3-0"}, stuck: 0,
 	}, {
 		name: "a fence whose move the cache does not show yet stays",
 		in: inputs{sem: s3, locks: locks(fenced(elsewhere0, "w"), slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),
 			pods: []*corev1.Pod{pod("w", 0, "db-3-0")}, free: []bool{false, true, true}, expected: map[string]types.UID{"db-3-1": "w"}},
 		move: map[string]string{}, assign: map[string]string{}, stuck: 0,
+	}, {
+		name: "a pod left behind that failed is no obstacle: its slot is given again",
+		in: inputs{sem: s3, locks: locks(fenced(slotOf(s3, 3, 0, ""), "w"), slotOf(s3, 3, 1, "b"), slotOf(s3, 3, 2, "c")),
+			pods: []*corev1.Pod{failed, pod("b", 1, "db-3-1"), pod("c", 2, "db-3-2"), pod("a", 3, "")}, free: []bool{true, false, false}},
+		move: map[string]string{}, assign: map[string]string{"a": "db-3-0"}, stuck: 0,
 	}, {
 		name: "not a pod granted a token",
 		in: inputs{sem: s3, locks: locks(elsewhere0, slotOf(s3, 3, 1, ""), slotOf(s3, 3, 2, "")),

@@ -38,7 +38,8 @@
 // cannot commit, and the lock grants the pod nothing. The fence stays: a
 // pod whose relabel did not land is taken back into the queue
 // (plan.leftBehind), and a slot's fence is cleared only when the idle slot
-// is given a pod again (clearFence), its fenced pod labelled elsewhere.
+// is given a pod again (clearFence), its fenced pod no longer labelled for it
+// (or unable to hold it).
 //
 // A slot is ending when status.holder's pod, as cached, ended
 // (podlock.Ended) and nothing else keeps the slot busy. The next pod is

@@ -162,9 +162,11 @@ var _ = Describe("Managed RedisMasterSet", Ordered, func() {
 		Consistently(initImage, 3*time.Second).Should(Equal("redlock-operator:test"), "StatefulSet %s/locks to keep gate image redlock-operator:test across the upgrade", ns)
 
 		By("asking for the new gate in the spec")
-		set := fetchSet(ns, "locks")
-		set.Spec.Managed.GateImage = "redlock-operator:next"
-		Expect(k8s.Update(suiteCtx, set)).To(Succeed())
+		Eventually(func() error { // retried: the controller writes status meanwhile
+			set := fetchSet(ns, "locks")
+			set.Spec.Managed.GateImage = "redlock-operator:next"
+			return k8s.Update(suiteCtx, set)
+		}).Should(Succeed(), "master set %s/locks to take gate image redlock-operator:next", ns)
 		Eventually(initImage).Should(Equal("redlock-operator:next"), "StatefulSet %s/locks to roll to gate image redlock-operator:next", ns)
 		Eventually(func() string { return fetchSet(ns, "locks").Status.GateImage }).Should(Equal("redlock-operator:next"), "master set %s/locks to show gate image redlock-operator:next", ns)
 	})
