@@ -550,6 +550,16 @@ func (l *DistributedLock) RedisKey() string {
 	return "redlock:" + l.Namespace + "/" + l.Name
 }
 
+// MovingPod is the UID of the pod the semaphore of this slot lock fenced
+// it against (MovingPodAnnotation: it is moving that pod to another slot),
+// or "" (always for a plain lock).
+func (l *DistributedLock) MovingPod() string {
+	if l.Spec.SlotOf == nil {
+		return ""
+	}
+	return l.Annotations[MovingPodAnnotation]
+}
+
 // StaticRequest is the static holder the lock asks for: spec.holderIdentity,
 // or "" when there is none or status.endedRequest shows that request ended
 // (its lease expired, or it held past maxHoldDuration; the lock then serves

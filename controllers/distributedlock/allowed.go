@@ -175,16 +175,7 @@ func (s *scope) allows(p *corev1.Pod) bool {
 // moving reports whether the semaphore of the slot lock is moving pod to
 // another slot: the lock grants it nothing.
 func moving(lock *v1alpha1.DistributedLock, pod *corev1.Pod) bool {
-	return fenced(lock) == string(pod.UID)
-}
-
-// fenced is the UID of the pod the semaphore of the slot lock fenced it
-// against (MovingPodAnnotation), or "".
-func fenced(lock *v1alpha1.DistributedLock) string {
-	if lock.Spec.SlotOf == nil {
-		return ""
-	}
-	return lock.Annotations[v1alpha1.MovingPodAnnotation]
+	return lock.MovingPod() == string(pod.UID)
 }
 
 // namespaceRuleChanged passes the creation and deletion of an object that

@@ -13,7 +13,6 @@ import (
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
 	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
-	"github.com/redlock-operator/redlock-operator/internal/podlock"
 	"github.com/redlock-operator/redlock-operator/internal/writegate"
 )
 
@@ -195,7 +194,7 @@ func (r *Reconciler) podStillAsks(ctx context.Context, s *scope) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read the pod of the new grant: %w", err)
 	}
-	return pod != nil && (pod.Labels[v1alpha1.LockLabel] == s.lock.Name || podlock.HeldBefore(pod, s.lock.RedisKey())), nil
+	return pod != nil && asksFor(pod, s.lock), nil
 }
 
 // noRetry says why this reconcile's status patch, refused for a conflict,
@@ -205,7 +204,7 @@ func noRetry(s *scope, lock, fresh *v1alpha1.DistributedLock, asks bool) string 
 	switch {
 	case fresh.UID != lock.UID || !sameGrant(fresh.Status, s.orig):
 		return "status changed under this reconcile (another writer)"
-	case s.pending != nil && (fresh.Generation != lock.Generation || fenced(fresh) != fenced(lock) || !asks):
+	case s.pending != nil && (fresh.Generation != lock.Generation || fresh.MovingPod() != lock.MovingPod() || !asks):
 		// The new grant was decided on a spec, a semaphore's fence
 		// (MovingPodAnnotation) or a pod's request that changed since
 		// (a fence set and cleared again leaves its pod moved): it must

@@ -166,13 +166,19 @@ func (r *Reconciler) requestedPodMayHold(ctx context.Context, s *scope) bool {
 	switch {
 	case err != nil:
 		logf.FromContext(ctx).Error(err, "read the requested pod before granting it", "pod", ref.Name)
-	case podlock.MayHold(pod) && (pod.Labels[v1alpha1.LockLabel] == s.lock.Name || podlock.HeldBefore(pod, s.lock.RedisKey())):
+	case podlock.MayHold(pod) && asksFor(pod, s.lock):
 		return true
 	default:
 		logf.FromContext(ctx).V(1).Info("the requested pod has stopped, is gone or was relabelled; the cache lags", "pod", ref.Name)
 	}
 	s.requeueAfter(staleCacheRecheck)
 	return false
+}
+
+// asksFor reports whether pod asks for lock: labelled for it, or carrying
+// its key's token (a holder relabelled after its grant).
+func asksFor(pod *corev1.Pod, lock *v1alpha1.DistributedLock) bool {
+	return pod.Labels[v1alpha1.LockLabel] == lock.Name || podlock.HeldBefore(pod, lock.RedisKey())
 }
 
 // previousHolderMarked reports whether a pod other than the requested one

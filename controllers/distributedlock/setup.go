@@ -198,7 +198,7 @@ func specOrLifecycleChanged() predicate.Predicate {
 			return o.GetGeneration() != n.GetGeneration() ||
 				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 				len(o.GetFinalizers()) != len(n.GetFinalizers()) ||
-				!okOld || !okNew || !sameGrant(ol.Status, nl.Status) || fenced(ol) != fenced(nl)
+				!okOld || !okNew || !sameGrant(ol.Status, nl.Status) || ol.MovingPod() != nl.MovingPod()
 		},
 	}
 }

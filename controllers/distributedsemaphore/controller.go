@@ -515,7 +515,7 @@ func (r *Reconciler) takeBackLeft(ctx context.Context, sem *v1alpha1.Distributed
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: slot}, lock); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if lock.Annotations[v1alpha1.MovingPodAnnotation] != string(pod.UID) {
+	if lock.MovingPod() != string(pod.UID) {
 		return nil
 	}
 	written, err := r.labelAsRead(ctx, pod, v1alpha1.LockLabel, "")
@@ -536,7 +536,7 @@ func (r *Reconciler) clearFence(ctx context.Context, l *v1alpha1.DistributedLock
 	if l == nil {
 		return true, nil
 	}
-	uid := l.Annotations[v1alpha1.MovingPodAnnotation]
+	uid := l.MovingPod()
 	if uid == "" {
 		return true, nil
 	}
@@ -564,20 +564,11 @@ func wrapIf(err error, format string, args ...any) error {
 // setMoving sets the slot lock l's MovingPodAnnotation to uid ("" removes
 // it) on the version of l read, and reports whether l carries it now.
 func (r *Reconciler) setMoving(ctx context.Context, l *v1alpha1.DistributedLock, uid string) (bool, error) {
-	if l.Annotations[v1alpha1.MovingPodAnnotation] == uid {
+	if l.MovingPod() == uid {
 		return true, nil
 	}
 	return r.patchAsRead(ctx, l, func(o client.Object) {
-		an := o.GetAnnotations()
-		if an == nil {
-			an = map[string]string{}
-		}
-		if uid == "" {
-			delete(an, v1alpha1.MovingPodAnnotation)
-		} else {
-			an[v1alpha1.MovingPodAnnotation] = uid
-		}
-		o.SetAnnotations(an)
+		o.SetAnnotations(withEntry(o.GetAnnotations(), v1alpha1.MovingPodAnnotation, uid))
 	})
 }
 
@@ -607,17 +598,21 @@ func (r *Reconciler) assign(ctx context.Context, sem *v1alpha1.DistributedSemaph
 // sees it.
 func (r *Reconciler) labelAsRead(ctx context.Context, obj client.Object, key, value string) (bool, error) {
 	return r.patchAsRead(ctx, obj, func(o client.Object) {
-		labels := o.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		if value == "" {
-			delete(labels, key)
-		} else {
-			labels[key] = value
-		}
-		o.SetLabels(labels)
+		o.SetLabels(withEntry(o.GetLabels(), key, value))
 	})
+}
+
+// withEntry sets key to value in m ("" removes it), making m when nil.
+func withEntry(m map[string]string, key, value string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	if value == "" {
+		delete(m, key)
+	} else {
+		m[key] = value
+	}
+	return m
 }
 
 // patchAsRead patches a copy of obj with edit, conditional on the

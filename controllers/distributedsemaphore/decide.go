@@ -178,7 +178,7 @@ func (s slot) movable(expected map[string]types.UID) *corev1.Pod {
 		podlock.GateOf(p) != podlock.GateScheduling || podlock.Finished(p) || !p.DeletionTimestamp.IsZero() {
 		return nil
 	}
-	if uid, ok := expected[s.lock.Name]; ok && uid != p.UID || s.lock.Annotations[v1alpha1.MovingPodAnnotation] == string(p.UID) {
+	if uid, ok := expected[s.lock.Name]; ok && uid != p.UID || s.lock.MovingPod() == string(p.UID) {
 		return nil
 	}
 	return p
@@ -235,7 +235,7 @@ func ownedSlots(in inputs) (slots []slot, taken []string) {
 			}
 		}
 		for _, p := range x.byLock[l.Name] {
-			if uid := l.Annotations[v1alpha1.MovingPodAnnotation]; uid != "" && string(p.UID) == uid {
+			if uid := l.MovingPod(); uid != "" && string(p.UID) == uid {
 				s.fenced = p
 			}
 		}

@@ -363,12 +363,11 @@ func (n *node) apply(runID string, uptime time.Duration) {
 	n.runID, n.uptime = runID, uptime
 	// uptime_in_seconds is the difference of two whole-second clocks: it
 	// may overstate the time up by almost a second.
-	since := now.Add(-max(uptime-time.Second, 0))
-	if changed || since.After(n.since) {
-		n.since = since
-	}
-	if changed {
+	switch since := now.Add(-max(uptime-time.Second, 0)); {
+	case changed:
 		n.since = now
+	case since.After(n.since):
+		n.since = since
 	}
 	event := n.quarantineLocked(now, window, changed)
 	n.mu.Unlock()
