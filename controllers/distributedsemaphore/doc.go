@@ -59,6 +59,9 @@
 //     heartbeatTimeout, allowedHolders follow the semaphore), remove, and
 //     which pod goes to which idle slot (none while a slot's lock is
 //     refused its namespace: NamespaceNotAllowed);
+//   - moves.go: a pod's move from a slot another cluster holds (the fence
+//     on the lock it leaves, the take-back of a pod a move left behind,
+//     the clearing of a fence);
 //   - strand.go: pods labelled for a slot's lock that no longer exists
 //     (a deposed leader labelled them from its view before a resize),
 //     taken back into the queue;
