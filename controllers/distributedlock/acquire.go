@@ -43,7 +43,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		r.grants.StopWaiting(name) // no grant: its room goes back
 		return
 	}
-	if lock.Status.Holder != nil && s.grant() == nil && !s.now.Before(releasableAt(lock)) && s.ended == "" {
+	if lock.Status.Holder != nil && s.grant() == nil && !s.now.Before(releasableAt(lock)) {
 		// Status still shows a grant whose validity passed (decideHolder)
 		// and that no Session here renews: it is replaced or hidden by
 		// this reconcile's patch, and what it left released after that.

@@ -184,10 +184,12 @@ type scope struct {
 	// client is the master set's client, once resolved.
 	client *redlock.Client
 	// ended is the grant this reconcile ended (endGrant; "" when none):
-	// it is not shown again, its keys go only after the patch that stops
-	// showing it has committed (afterCommit), and no other grant is ended
-	// in the same patch.
+	// it is not shown again, and its keys go only after the patch that
+	// stops showing it has committed (afterCommit).
 	ended string
+	// endDecided is set once this reconcile ended a grant: no other end,
+	// of that grant or another, is decided in the same patch.
+	endDecided bool
 	// givingBack is set when this reconcile stops showing a grant and
 	// releases its keys once that committed (afterCommit): an acquisition
 	// that meets them meanwhile tries again right after.
@@ -568,7 +570,7 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 	if action != actAcquire && action != actAdopt {
 		r.grants.StopWaiting(client.ObjectKeyFromObject(s.lock)) // it asks for no grant now
 	}
-	if s.ended != "" && (action == actRelease || action == actHandover) {
+	if s.endDecided && (action == actRelease || action == actHandover) {
 		return nil // ended already by this reconcile (its holder's word)
 	}
 	switch action {
@@ -772,11 +774,17 @@ func (r *Reconciler) clientFor(ctx context.Context, lock *v1alpha1.DistributedLo
 func (r *Reconciler) showHolder(s *scope) {
 	lock := s.lock
 	st := &lock.Status
-	if h := s.grant(); h != nil && h.ID != s.ended {
+	h := s.grant()
+	if h != nil && h.ID != s.ended {
 		state := h.Session.State()
 		switch {
+		case h.Ended() && h != s.pending:
+			// Its Session reported its end since syncSession looked: the
+			// reconcile it asked for ends the grant as lost.
+			return
 		case !s.now.Before(state.ValidUntil):
-			// Lost, and its Session reports it: hide it below.
+			// Its validity passed while its Session still runs (about to
+			// report the loss): it lapsed, below.
 		case s.pending != h && st.Holder != nil && st.GrantID == h.ID:
 			// The status writer refreshes its validity; the condition
 			// follows the spec's generation.
@@ -792,19 +800,26 @@ func (r *Reconciler) showHolder(s *scope) {
 		return
 	}
 	if st.ValidUntil == nil || !s.now.Before(st.ValidUntil.Time) {
-		if s.grant() == nil {
-			if at := releasableAt(lock); s.now.Before(at) {
-				// Its validity passed; readers see that. It is hidden
-				// and released together once the drift allowance passed.
-				s.requeueAfter(at.Sub(s.now))
-				return
-			}
-			if s.ended == "" {
-				r.endGrant(s, nil, s.client, endLapsed, "", "", nil)
-			}
+		if at := releasableAt(lock); h == nil && s.now.Before(at) {
+			// Its validity passed; readers see that. It is hidden and
+			// released together once the drift allowance passed (the
+			// validity may come from another manager's clock).
+			s.requeueAfter(at.Sub(s.now))
+			return
+		}
+		// Ended here, its Session (if any) stopped once the patch
+		// committed: the loss is counted once, not again when the
+		// Session reports it.
+		if !r.endGrant(s, h, s.client, endLapsed, "", "", nil) && h != nil && h.ID != s.ended {
+			return // another grant ended in this reconcile: this one next time
 		}
 		s.clear(v1alpha1.ReasonValidityExpired, "the grant's validity passed without renewal")
-		s.afterCommit = append(s.afterCommit, func(context.Context) { r.countLost(lock, v1alpha1.ReasonValidityExpired) })
+		s.afterCommit = append(s.afterCommit, func(context.Context) {
+			r.countLost(lock, v1alpha1.ReasonValidityExpired)
+			if h != nil {
+				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: its validity passed without renewal", h.Token, h.Holder)
+			}
+		})
 		return
 	}
 	s.requeueAfter(st.ValidUntil.Sub(s.now))

@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -37,32 +35,21 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		// The cache may show the deletion but not this manager's own last
 		// commit (a grant made just before it): what status shows decides
 		// between giving the Session back now and hiding its grant first.
-		fresh := &v1alpha1.DistributedLock{}
-		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); {
-		case apierrors.IsNotFound(err):
-			// Gone, so nothing shows the grant any more.
-			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endObjectGone)
-			return nil
+		// A grant hidden or replaced by a write whose commit this manager
+		// did not see is settled as syncSession settles it, before the
+		// keys left are waited for.
+		fresh, _, err := r.settleUnseen(ctx, s, h)
+		switch {
 		case err != nil:
-			return fmt.Errorf("read lock: %w", err)
-		case fresh.UID != lock.UID:
-			return nil // re-created: releaseOthers gives the Session back
+			return err
+		case fresh == nil || fresh.UID != lock.UID:
+			return nil // gone, or re-created: nothing shows the grant any more
 		}
 		// Nothing of the cached view is kept: the deletion computes no
 		// Ready or key of its own.
 		*s.lock = *fresh.DeepCopy()
 		s.orig = *fresh.Status.DeepCopy()
 		lock = s.lock
-		if st := lock.Status; st.Holder == nil || !h.ShowsIn(st) {
-			// Hidden (or replaced) by a write whose commit this manager
-			// did not see: its end is settled as syncSession settles it,
-			// before the keys left are waited for.
-			cause := endHiddenElsewhere
-			if grants.GrantIDOf(st) != h.ID {
-				cause = endSuperseded
-			}
-			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, lastShown(st), cause)
-		}
 	}
 	c := r.clientFor(ctx, lock)
 	if lock.Status.Holder != nil {

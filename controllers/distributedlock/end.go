@@ -163,8 +163,15 @@ func decideEnd(c endCause) endRule {
 // with reason and msg when decideEnd says so now, and once that committed
 // its keys go as decideEnd says (settle). h is this manager's Session of
 // the grant (nil: none); c the master set's client (nil: its last good
-// one). done, when set, runs after that with the release's error.
-func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, cause endCause, reason, msg string, done func(ctx context.Context, err error)) {
+// one). done, when set, runs after that with the release's error. A
+// reconcile ends one grant once: the first end decided stands (a holder's
+// word, then a spec turned invalid, would have released the keys and then
+// left them, with two events), and a later one reports false.
+func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, cause endCause, reason, msg string, done func(ctx context.Context, err error)) bool {
+	if s.endDecided {
+		return false
+	}
+	s.endDecided = true
 	lock := s.lock
 	grantID := grants.GrantIDOf(lock.Status)
 	if h != nil {
@@ -190,6 +197,7 @@ func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, caus
 			done(ctx, err)
 		}
 	})
+	return true
 }
 
 // releasedEvent records the outcome err of the release of grant (how

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
+	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
@@ -93,5 +95,72 @@ func TestKeysLeftWithoutRecord(t *testing.T) {
 	showGrant(&lock.Status, grantView{holder: "next", grantID: "g2", token: 2, acquiredAt: now, renewedAt: now, validUntil: now.Add(time.Second)}, 1)
 	if lock.Status.LastValidUntil != nil {
 		t.Errorf("a new grant kept lastValidUntil %v", lock.Status.LastValidUntil)
+	}
+}
+
+// TestAReconcileEndsOneGrantOnce: the first end decided in a reconcile
+// stands. A holder's word (keys at once) and then a spec turned invalid
+// (keys kept) in one reconcile used to settle the grant twice, the second
+// overwriting the first's record and Held reason, with two events.
+func TestAReconcileEndsOneGrantOnce(t *testing.T) {
+	now := time.Now()
+	lock := &v1alpha1.DistributedLock{}
+	lock.Status.Holder = &v1alpha1.LockHolder{Identity: "a"}
+	lock.Status.GrantID = "g1"
+	lock.Status.ValidUntil = v1alpha1.NewPreciseTime(now.Add(10 * time.Second))
+	s := &scope{lock: lock, orig: *lock.Status.DeepCopy(), now: now}
+	r := &Reconciler{}
+	if !r.endGrant(s, nil, nil, endReleased, v1alpha1.ReasonReleased, "released by its holder", nil) {
+		t.Fatal("the first end of the reconcile was refused")
+	}
+	if r.endGrant(s, nil, nil, endSpecInvalid, v1alpha1.ReasonTTLTooLong, "ttl exceeds maxLockTTL", nil) {
+		t.Error("a second end was decided in the same reconcile")
+	}
+	if len(s.afterCommit) != 1 {
+		t.Errorf("%d settlements after the commit, want 1", len(s.afterCommit))
+	}
+	if got := heldConditionReason(lock.Status); got != v1alpha1.ReasonReleased {
+		t.Errorf("Held reason %q, want the first end's %q", got, v1alpha1.ReasonReleased)
+	}
+	if !s.givingBack || s.ended != "g1" {
+		t.Errorf("givingBack %v, ended %q: want the first end's (keys at once, grant g1)", s.givingBack, s.ended)
+	}
+}
+
+// TestUnseenEnd: how a grant the cached status does not show ended, by
+// what the API server shows. A holder shown with the grant's ID (the cache
+// was behind, or someone edited its token) is no end: the keys of a grant
+// status shows must stay.
+func TestUnseenEnd(t *testing.T) {
+	h := &grants.Grant{ID: "g1", Holder: "a", Token: 7}
+	lock := &v1alpha1.DistributedLock{}
+	lock.UID = "u1"
+	with := func(uid, grantID, holder string, token int64) *v1alpha1.DistributedLock {
+		l := &v1alpha1.DistributedLock{}
+		l.UID = types.UID(uid)
+		l.Status.GrantID, l.Status.FencingToken = grantID, token
+		if holder != "" {
+			l.Status.Holder = &v1alpha1.LockHolder{Identity: holder}
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name  string
+		fresh *v1alpha1.DistributedLock
+		cause endCause
+		ended bool
+	}{
+		{"gone", nil, endObjectGone, true},
+		{"re-created", with("u2", "g1", "a", 7), endObjectGone, true},
+		{"another grant shown", with("u1", "g2", "b", 8), endSuperseded, true},
+		{"another grant, hidden since", with("u1", "g2", "", 8), endSuperseded, true},
+		{"hidden by a write not seen", with("u1", "g1", "", 7), endHiddenElsewhere, true},
+		{"shown (the cache was behind)", with("u1", "g1", "a", 7), 0, false},
+		{"shown with an edited token", with("u1", "g1", "a", 9), 0, false},
+	} {
+		cause, ended := unseenEnd(lock, tc.fresh, h)
+		if ended != tc.ended || (ended && cause != tc.cause) {
+			t.Errorf("%s: ended %v (%s), want %v (%s)", tc.name, ended, cause, tc.ended, tc.cause)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -38,52 +39,93 @@ func (r *Reconciler) syncSession(ctx context.Context, s *scope) error {
 	}
 	if !h.ShowsIn(lock.Status) || lock.Status.Holder == nil {
 		// The cache may not show our own commit yet: ask the API server.
-		fresh := &v1alpha1.DistributedLock{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
-			return fmt.Errorf("read lock: %w", err)
+		fresh, ended, err := r.settleUnseen(ctx, s, h)
+		if err != nil {
+			return err
 		}
-		if fresh.UID == lock.UID && grants.GrantIDOf(fresh.Status) == h.ID && fresh.Status.Holder == nil && !h.Ended() {
-			// Status stopped showing this grant while its Session runs:
-			// a release whose write timed out yet committed, or a grant
-			// hidden when its validity passed (a renewal landing just
-			// after). Either way it ends here: readers were told.
-			s.continueFrom(fresh)
-			// Hidden by a patch whose commit this manager did not see: the
-			// reconcile that wrote it can no longer say what proof it had,
-			// so the keys are left until the validity this manager's
-			// Session gave them has passed (decideEnd).
-			_ = r.keys.settle(ctx, lock, h, refOf(lock, h.ID), nil, lastShown(fresh.Status), endHiddenElsewhere)
-			switch reason := heldConditionReason(fresh.Status); {
-			case givenUp(reason):
-				if reason == v1alpha1.ReasonHolderTerminating {
-					r.keys.stopping(lock, h)
-				}
-				s.shedding = true // as the reconcile that gave it up would have gone on
-			case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
-				r.countLost(lock, reason)
-				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.Token, h.Holder, reason)
-			}
-			return nil
-		}
-		if fresh.UID != lock.UID {
-			// Re-created under this name since: the grant's object is gone.
-			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endObjectGone)
-			return nil
-		}
-		if !h.ShowsIn(fresh.Status) {
-			_ = r.keys.settle(ctx, lock, h, h.Ref, nil, time.Time{}, endSuperseded)
-			r.countLost(lock, v1alpha1.ReasonSuperseded)
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
-				"gave up grant %d: status shows another grant (fencing token %d)", h.Token, fresh.Status.FencingToken)
+		if fresh == nil || fresh.UID != lock.UID {
+			// Gone, or re-created: the cache is behind, and this
+			// reconcile acts on nothing.
+			s.stale = true
 			return nil
 		}
 		s.continueFrom(fresh)
+		if ended {
+			return nil
+		}
 	}
 	if !h.Ended() {
 		return r.giveUpIfDue(ctx, s, h)
 	}
 	r.endSession(ctx, s, h)
 	return nil
+}
+
+// unseenEnd says how h's grant, which the cached status does not show,
+// ended by fresh, the lock as the API server shows it (nil: gone): with
+// its object (gone, or re-created under its name), superseded by another
+// grant status shows, or hidden by a write this manager did not see
+// commit; false when fresh still shows a holder of it (the cache was
+// behind, or someone edited its token or holder: its Session goes on,
+// for the keys of a grant status shows must stay).
+func unseenEnd(lock, fresh *v1alpha1.DistributedLock, h *grants.Grant) (endCause, bool) {
+	switch {
+	case fresh == nil || fresh.UID != lock.UID:
+		return endObjectGone, true
+	case grants.GrantIDOf(fresh.Status) != h.ID:
+		return endSuperseded, true
+	case fresh.Status.Holder == nil:
+		return endHiddenElsewhere, true
+	}
+	return 0, false
+}
+
+// settleUnseen reads lock afresh for h's grant, which the cached status
+// does not show, and settles its end when the API server does not show it
+// either (unseenEnd). It returns the fresh object (nil: gone) and whether
+// the grant ended.
+func (r *Reconciler) settleUnseen(ctx context.Context, s *scope, h *grants.Grant) (*v1alpha1.DistributedLock, bool, error) {
+	lock := s.lock
+	fresh := &v1alpha1.DistributedLock{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); {
+	case apierrors.IsNotFound(err):
+		fresh = nil
+	case err != nil:
+		return nil, false, fmt.Errorf("read lock: %w", err)
+	}
+	cause, ended := unseenEnd(lock, fresh, h)
+	if !ended {
+		return fresh, false, nil
+	}
+	// Hidden by a patch whose commit this manager did not see (a release
+	// whose write timed out yet committed, a grant hidden when its
+	// validity passed): the reconcile that wrote it can no longer say
+	// what proof it had, so the keys are left until the validity this
+	// manager's Session gave them has passed (decideEnd).
+	var shown time.Time
+	ref := h.Ref
+	if cause == endHiddenElsewhere {
+		shown, ref = lastShown(fresh.Status), refOf(fresh, h.ID) // the drift of the ttl now
+	}
+	_ = r.keys.settle(ctx, lock, h, ref, nil, shown, cause)
+	if cause == endObjectGone {
+		return fresh, true, nil
+	}
+	switch reason := heldConditionReason(fresh.Status); {
+	case cause == endSuperseded:
+		r.countLost(lock, v1alpha1.ReasonSuperseded)
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
+			"gave up grant %d: status shows another grant (fencing token %d)", h.Token, fresh.Status.FencingToken)
+	case givenUp(reason):
+		if reason == v1alpha1.ReasonHolderTerminating {
+			r.keys.stopping(lock, h)
+		}
+		s.shedding = true // as the reconcile that gave it up would have gone on
+	case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
+		r.countLost(lock, reason)
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.Token, h.Holder, reason)
+	}
+	return fresh, true, nil
 }
 
 // giveUpIfDue stops showing h's grant, which its Session still renews,
@@ -141,8 +183,7 @@ func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *grants.Grant)
 // (podlock.Choose, markPassable).
 func (r *Reconciler) shedGrant(s *scope, h *grants.Grant, cause endCause, reason, why string) {
 	lock := s.lock
-	s.shedding = true
-	r.endGrant(s, h, nil, cause, reason, why, func(ctx context.Context, _ error) {
+	if !r.endGrant(s, h, nil, cause, reason, why, func(ctx context.Context, _ error) {
 		switch cause {
 		case endShed:
 			r.Metrics.LocksShed.Inc()
@@ -154,7 +195,10 @@ func (r *Reconciler) shedGrant(s *scope, h *grants.Grant, cause endCause, reason
 			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, reason, "Release", "grant %d to %s given up: %s", h.Token, h.Holder, why)
 		}
 		logf.FromContext(ctx).Info("gave up a grant", "lock", h.Name, "token", h.Token, "reason", reason)
-	})
+	}) {
+		return
+	}
+	s.shedding = true
 }
 
 // givenUp reports whether reason is that of a grant given up with its keys

@@ -32,9 +32,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		if h := s.pending; h != nil {
 			switch r.writeOutcome(ctx, lock, h, err) {
 			case writeRefused:
-				r.dropPending(ctx, s, h, err)
+				r.endPending(ctx, s, h, endNotCommitted, err)
 			case writeUnknown:
-				r.leavePending(ctx, s, h, err)
+				r.endPending(ctx, s, h, endCommitUnknown, err)
 			case writeCommitted:
 				r.Metrics.Grants.WithLabelValues(lock.Namespace, lock.Name).Inc()
 			}
@@ -107,25 +107,20 @@ func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
 	return writeUnknown
 }
 
-// leavePending stops renewing a grant whose status write may still be
-// applied, and leaves its keys to expire: they outlive any validity a late
-// commit shows (it shows this Session's), and the next reconcile adopts the
-// grant if status shows it. Releasing it could leave status showing a
-// grant whose keys are gone, for another lock of the key to be granted
-// meanwhile.
-func (r *Reconciler) leavePending(ctx context.Context, s *scope, h *grants.Grant, cause error) {
-	_ = r.keys.settle(ctx, s.lock, h, h.Ref, nil, time.Time{}, endCommitUnknown)
+// endPending ends a grant this reconcile made whose status write did not
+// commit (endNotCommitted: released, its value being unique to it) or
+// may still (endCommitUnknown: its Session stops and its keys are left to
+// expire; they outlive any validity a late commit shows, and the next
+// reconcile adopts the grant if status shows it, where a release could
+// leave status showing a grant whose keys are gone).
+func (r *Reconciler) endPending(ctx context.Context, s *scope, h *grants.Grant, cause endCause, err error) {
+	_ = r.keys.settle(context.WithoutCancel(ctx), s.lock, h, h.Ref, nil, time.Time{}, cause)
+	what := "was given back: status could not be written"
+	if cause == endCommitUnknown {
+		what = "is left to expire: whether its status write committed is not known"
+	}
 	r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
-		"grant %d to %s is left to expire: whether its status write committed is not known: %s", h.Token, h.Holder, conditions.Message(cause.Error()))
-}
-
-// dropPending gives back a grant this reconcile made whose status write
-// did not commit: it is released, its value being unique to it.
-func (r *Reconciler) dropPending(ctx context.Context, s *scope, h *grants.Grant, cause error) {
-	lock := s.lock
-	_ = r.keys.settle(context.WithoutCancel(ctx), lock, h, h.Ref, nil, time.Time{}, endNotCommitted)
-	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
-		"grant %d to %s was given back: status could not be written: %s", h.Token, h.Holder, conditions.Message(cause.Error()))
+		"grant %d to %s %s: %s", h.Token, h.Holder, what, conditions.Message(err.Error()))
 }
 
 // patch sends the status patch with optimistic concurrency; see
