@@ -23,19 +23,25 @@ import (
 // without the masters' answers these specs would show nothing) and
 // returns a client of them playing another cluster's manager.
 func anotherCluster(ms *testenv.MasterSet, opts ...redlock.Option) *redlock.Client {
-	// Retried: the controller writes the set's status meanwhile.
-	Eventually(func() error {
-		set := &v1alpha1.RedisMasterSet{}
-		if err := k8s.Get(suiteCtx, client.ObjectKey{Namespace: ms.NS, Name: ms.Name}, set); err != nil {
-			return err
-		}
-		set.Spec.NodeTimeout = &metav1.Duration{Duration: time.Second}
-		return k8s.Update(suiteCtx, set)
-	}).Should(Succeed(), "master set %s/%s to take a node timeout of 1s", ms.NS, ms.Name)
+	patientMasters(k8s, ms)
 	other, err := redlock.New(redistest.Addrs(ms.Servers), append(opts, redlock.WithNodeTimeout(time.Second))...)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(other.Close)
 	return other
+}
+
+// patientMasters gives the master set ms of the API server c a node
+// timeout of 1s.
+func patientMasters(c client.Client, ms *testenv.MasterSet) {
+	// Retried: the controller writes the set's status meanwhile.
+	Eventually(func() error {
+		set := &v1alpha1.RedisMasterSet{}
+		if err := c.Get(suiteCtx, client.ObjectKey{Namespace: ms.NS, Name: ms.Name}, set); err != nil {
+			return err
+		}
+		set.Spec.NodeTimeout = &metav1.Duration{Duration: time.Second}
+		return c.Update(suiteCtx, set)
+	}).Should(Succeed(), "master set %s/%s to take a node timeout of 1s", ms.NS, ms.Name)
 }
 
 // holdElsewhere takes slot index of sem's key on the masters, as another

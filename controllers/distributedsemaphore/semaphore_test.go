@@ -71,6 +71,18 @@ func ungated(pods []*corev1.Pod) []string {
 // and returns a function that reports the most that could run at once,
 // and every moment more than limit could.
 func watchRunning(ns, sem string, limit int) func() (int, []string) {
+	return watchRunningIn(limit, sem, inCluster{k8s, ns})
+}
+
+// inCluster is a namespace of one cluster's API server.
+type inCluster struct {
+	c  client.Client
+	ns string
+}
+
+// watchRunningIn is watchRunning over the pods of sem in every namespace
+// of ins (clusters sharing the semaphore's key), counted together.
+func watchRunningIn(limit int, sem string, ins ...inCluster) func() (int, []string) {
 	var mu sync.Mutex
 	most, violations := 0, []string{}
 	done := make(chan struct{})
@@ -79,14 +91,21 @@ func watchRunning(ns, sem string, limit int) func() (int, []string) {
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
-			var list corev1.PodList
-			if err := k8s.List(suiteCtx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.SemaphoreLabel: sem}); err == nil {
-				var running []string
+			var running []string
+			listed := true
+			for _, in := range ins {
+				var list corev1.PodList
+				if err := in.c.List(suiteCtx, &list, client.InNamespace(in.ns), client.MatchingLabels{v1alpha1.SemaphoreLabel: sem}); err != nil {
+					listed = false
+					break
+				}
 				for i := range list.Items {
 					if demo.MayRun(&list.Items[i]) {
 						running = append(running, list.Items[i].Name)
 					}
 				}
+			}
+			if listed {
 				mu.Lock()
 				most = max(most, len(running))
 				if len(running) > limit {
