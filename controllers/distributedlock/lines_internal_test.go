@@ -167,7 +167,7 @@ func TestSlotLocksWaitInTheSemaphoreLine(t *testing.T) {
 
 // TestWithdrawTellsTheWaitersBehind: a lock that leaves its line without
 // the key tells the key's waiters (a release notice at a quorum), one
-// granted leaves quietly; both take their own entry out.
+// granted leaves quietly; both take their own entry out (of a majority).
 func TestWithdrawTellsTheWaitersBehind(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	c, err := redlock.New(redistest.Addrs(servers), redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithReleaseNotices())
@@ -199,12 +199,15 @@ func TestWithdrawTellsTheWaitersBehind(t *testing.T) {
 		l.places[n] = linePlace{uid: types.UID("uid-" + name), waiter: "uid-" + name, ticket: tr.Ticket, client: c, key: "withdrawn"}
 		return n
 	}
+	// inLine: uid's ticket is on a majority of the masters. A leave is
+	// best effort, each master within its node timeout (one may miss it
+	// on a loaded machine), and a ticket on a minority holds nobody up.
 	inLine := func(uid string) bool {
 		seen, err := redistest.LineWaiters(ctx, servers, redlock.LineKey("withdrawn"), time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return seen[uid] > 0
+		return 2*seen[uid] > len(servers)
 	}
 	waitOut := func(uid string) {
 		t.Helper()
@@ -229,11 +232,13 @@ func TestWithdrawTellsTheWaitersBehind(t *testing.T) {
 		t.Fatal("the withdrawal told no waiter within 10s")
 	}
 	waitOut("uid-withdrawn")
-	// Close waits for the client's PUBLISHes: one per master, the
-	// withdrawal's.
+	// Close waits for the client's PUBLISHes: the withdrawal's, one on
+	// each master it left (a majority at least: the notice was told), and
+	// none of the granted lock's leave.
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+	published := 0
 	for i, s := range servers {
 		rc := s.Client()
 		stats, err := rc.Info(ctx, "commandstats").Result()
@@ -241,8 +246,14 @@ func TestWithdrawTellsTheWaitersBehind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := strings.Count(stats, "cmdstat_publish:calls=1,"); n != 1 {
+		switch {
+		case strings.Contains(stats, "cmdstat_publish:calls=1,"):
+			published++
+		case strings.Contains(stats, "cmdstat_publish:"):
 			t.Errorf("master %d: PUBLISH calls not 1:\n%s", i, stats)
 		}
+	}
+	if 2*published <= len(servers) {
+		t.Errorf("the withdrawal published on %d of %d masters, want a majority", published, len(servers))
 	}
 }
