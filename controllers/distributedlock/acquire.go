@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/lockvalue"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
@@ -47,7 +46,7 @@ func (r *Reconciler) acquire(ctx context.Context, s *scope, c *redlock.Client) {
 		// Status still shows a grant whose validity passed (decideHolder)
 		// and that no Session here renews: it is replaced or hidden by
 		// this reconcile's patch, and what it left released after that.
-		r.endGrant(s, nil, c, endLapsed, "", "", nil)
+		r.endGrant(s, nil, c, endLapsed, "", lapsedMessage)
 	}
 	retry := cmp.Or(r.RetryDelay, retryDelay(ttl, jitter))
 	set := masterSetOf(lock)
@@ -176,8 +175,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, c *redlock.Client) {
 		if errors.Is(err, redlock.ErrExpired) {
 			reason = v1alpha1.ReasonValidityExpired
 		}
-		r.endGrant(s, nil, c, endAdoptionFailed, reason, "the grant could not be adopted: "+err.Error(), func(context.Context, error) { r.countLost(lock, reason) })
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s was lost at its adoption: %s", st.FencingToken, st.Holder.Identity, conditions.Message(err.Error()))
+		r.endGrant(s, nil, c, endAdoptionFailed, reason, "the grant could not be adopted: "+err.Error())
 		r.acquire(ctx, s, c)
 		return
 	}

@@ -470,7 +470,7 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 		// A grant the spec no longer allows (maxLockTTL shrunk under it)
 		// is given back: the masters' quarantine no longer covers it.
 		if h := s.grant(); h != nil {
-			r.release(s, nil, endSpecInvalid, reason, invalid)
+			r.endGrant(s, h, nil, endSpecInvalid, reason, invalid)
 		}
 		s.setReady(metav1.ConditionFalse, reason, invalid)
 		return nil, false, nil
@@ -600,7 +600,7 @@ func (r *Reconciler) endRequest(ctx context.Context, s *scope, c *redlock.Client
 	if err != nil {
 		return err
 	}
-	r.release(s, c, cause, endReason(cause, reason), endMessage(cause, msg))
+	r.endGrant(s, s.grant(), c, cause, reason, endMessage(cause, msg))
 	return nil
 }
 
@@ -704,27 +704,6 @@ func (r *Reconciler) api() apiReads { return apiReads{r.APIReader} }
 // enqueue asks for a reconcile of lock without blocking the caller.
 func (r *Reconciler) enqueue(name types.NamespacedName) { r.wake.add(name) }
 
-// release ends the current grant for cause (endGrant), and tells of it
-// once its keys' fate is settled. c is used when this manager has no
-// Session for it. Until the patch commits, the Session keeps renewing: if
-// the write fails, nothing has changed.
-func (r *Reconciler) release(s *scope, c *redlock.Client, cause endCause, reason, msg string) {
-	lock := s.lock
-	holder := shownHolder(lock.Status, s.now)
-	h := s.grant()
-	if h != nil {
-		holder = h.Holder
-	}
-	r.endGrant(s, h, c, cause, reason, msg, func(_ context.Context, err error) {
-		if decideEnd(cause).keys == keysNow {
-			r.releasedEvent(lock, holder+"'s grant", "released by "+holder, err)
-			return
-		}
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release",
-			"grant of %s ended (%s): its keys are kept until the validity status showed has passed", holder, cause)
-	})
-}
-
 // releasableAt is when lock's shown grant, which no Session here renews,
 // has lapsed long enough to be released (zero: no validity is shown): its
 // validity may come from another manager's clock, so the clock drift
@@ -810,16 +789,10 @@ func (r *Reconciler) showHolder(s *scope) {
 		// Ended here, its Session (if any) stopped once the patch
 		// committed: the loss is counted once, not again when the
 		// Session reports it.
-		if !r.endGrant(s, h, s.client, endLapsed, "", "", nil) && h != nil && h.ID != s.ended {
+		if !r.endGrant(s, h, s.client, endLapsed, "", lapsedMessage) && h != nil && h.ID != s.ended {
 			return // another grant ended in this reconcile: this one next time
 		}
-		s.clear(v1alpha1.ReasonValidityExpired, "the grant's validity passed without renewal")
-		s.afterCommit = append(s.afterCommit, func(context.Context) {
-			r.countLost(lock, v1alpha1.ReasonValidityExpired)
-			if h != nil {
-				r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: its validity passed without renewal", h.Token, h.Holder)
-			}
-		})
+		s.clear(v1alpha1.ReasonValidityExpired, lapsedMessage)
 		return
 	}
 	s.requeueAfter(st.ValidUntil.Sub(s.now))

@@ -60,7 +60,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		if err != nil {
 			return err
 		}
-		r.release(s, c, cause, endReason(cause, v1alpha1.ReasonReleased), endMessage(cause, "released on deletion"))
+		r.endGrant(s, s.grant(), c, cause, v1alpha1.ReasonReleased, endMessage(cause, "released on deletion"))
 		s.requeueAfter(time.Millisecond) // then remove the finalizer
 		return nil
 	}

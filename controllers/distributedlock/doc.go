@@ -10,8 +10,10 @@
 //     one deferred, conditional status patch;
 //   - decide.go, status.go: what to do with the holder, and status, as
 //     pure functions of what was gathered;
-//   - end.go: every way a grant ends, in one rule (decideEnd: when status
-//     stops showing it, when its keys may go), carried out by endGrant;
+//   - end.go: every way a grant ends, a row each in one table (endRules:
+//     when status stops showing it, when its keys may go, its Held reason,
+//     its event, whether it counts as lost or shed), carried out by
+//     endGrant and told by tellEnd;
 //     keys.go: the keys of ended grants, and what each lock waits for;
 //   - liveness.go, lease.go, terminating.go, allowed.go: holder liveness,
 //     leases and maxHoldDuration, holders being deleted, who may hold;

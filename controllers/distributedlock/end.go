@@ -1,6 +1,7 @@
 package distributedlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,7 +22,7 @@ import (
 )
 
 // How a grant ends (docs/design/grant-life.md). Every way has a row in
-// decideEnd; endGrant carries the answer out.
+// endRules; endGrant carries it out.
 
 // endCause is a way a grant ends.
 type endCause int
@@ -83,17 +84,11 @@ const (
 	numEndCauses // not a cause: the number of causes
 )
 
-var endCauseNames = [...]string{
-	"released", "agent word", "pod ended", "request changed", "spec invalid", "deleted", "slot removed",
-	"shed", "lease expired", "unresponsive", "max hold", "terminating", "lost", "lapsed",
-	"adoption failed", "hidden elsewhere", "superseded", "not committed", "commit unknown", "object gone",
-}
-
 func (c endCause) String() string {
-	if c < 0 || int(c) >= len(endCauseNames) {
+	if c < 0 || c >= numEndCauses || endRules[c].name == "" {
 		return "unknown"
 	}
-	return endCauseNames[c]
+	return endRules[c].name
 }
 
 // hideWhen is when status stops showing an ended grant.
@@ -125,57 +120,132 @@ const (
 	keysExpire
 )
 
-// endRule is decideEnd's answer.
+// endRule is how a grant ends for a cause. The zero rule is the safe
+// one: hidden now, the keys kept until the validity shown has passed.
 type endRule struct {
+	name string
 	hide hideWhen
 	keys keysWhen
+	// held is the Held reason status shows ("": the caller's).
+	held string
+	// event is the reason of the event that tells of the end once its
+	// keys' fate is known ("": none). A Released event of keys released
+	// now reports an incomplete release instead when it failed.
+	event, action string
+	// atDecision sends the event when the end is decided rather than
+	// once status stopped showing it: a loss in Redis is told while
+	// status cannot be written too.
+	atDecision bool
+	// lost counts the grant lost by its Held reason (countLost); shed
+	// counts it shed too.
+	lost, shed bool
 }
 
-// decideEnd says, for every way a grant ends, when status stops showing
-// it and when its keys may go. An unknown cause gets the safe answer.
+// endRules has a row per cause. The keys go before the validity shown
+// only on proof that the holder stopped (its release, the agent's word,
+// its pod's end), or when no reader acts on the grant: another grant
+// holds the key on a quorum (superseded), or it was never shown. A grant
+// given up or lost leaves them until the holder can no longer act on it.
+var endRules = [numEndCauses]endRule{
+	endReleased:        {name: "released", keys: keysNow, event: EventReleased, action: "Release"},
+	endAgentWord:       {name: "agent word", hide: notShown, keys: keysNow, event: EventReleased, action: "Release"},
+	endPodEnded:        {name: "pod ended", keys: keysNow, event: EventReleased, action: "Release"},
+	endRequestChanged:  {name: "request changed", held: v1alpha1.ReasonRequestChanged, event: EventReleased, action: "Release"},
+	endSpecInvalid:     {name: "spec invalid", event: EventReleased, action: "Release"},
+	endDeleted:         {name: "deleted", held: v1alpha1.ReasonDeleting, event: EventReleased, action: "Release"},
+	endSlotRemoved:     {name: "slot removed", held: v1alpha1.ReasonDeleting, event: EventReleased, action: "Release"},
+	endShed:            {name: "shed", held: v1alpha1.ReasonShed, event: EventShed, action: "Release", lost: true, shed: true},
+	endLeaseExpired:    {name: "lease expired", held: v1alpha1.ReasonLeaseExpired, event: EventLeaseExpired, action: "Release", lost: true},
+	endUnresponsive:    {name: "unresponsive", held: v1alpha1.ReasonHolderUnresponsive, event: EventHolderUnresponsive, action: "Release", lost: true},
+	endMaxHold:         {name: "max hold", held: v1alpha1.ReasonMaxHoldExceeded, event: EventMaxHoldExceeded, action: "Release", lost: true},
+	endTerminating:     {name: "terminating", held: v1alpha1.ReasonHolderTerminating},
+	endLost:            {name: "lost", event: EventLost, action: "Renew", atDecision: true, lost: true},
+	endLapsed:          {name: "lapsed", hide: hideAtValidity, held: v1alpha1.ReasonValidityExpired, event: EventLost, action: "Renew", lost: true},
+	endAdoptionFailed:  {name: "adoption failed", event: EventLost, action: "Renew", atDecision: true, lost: true},
+	endHiddenElsewhere: {name: "hidden elsewhere", hide: notShown, event: EventLost, action: "Renew", lost: true},
+	endSuperseded:      {name: "superseded", hide: notShown, keys: keysNow, held: v1alpha1.ReasonSuperseded, event: EventSuperseded, action: "Renew", lost: true},
+	endNotCommitted:    {name: "not committed", hide: notShown, keys: keysNow, event: EventNotCommitted, action: "Acquire"},
+	endCommitUnknown:   {name: "commit unknown", hide: notShown, keys: keysExpire, event: EventNotCommitted, action: "Acquire"},
+	endObjectGone:      {name: "object gone", hide: notShown},
+}
+
+// decideEnd is the rule of cause; an unknown cause gets the safe one.
 func decideEnd(c endCause) endRule {
-	switch c {
-	case endReleased, endPodEnded:
-		// Proof that the holder stopped.
-		return endRule{hideNow, keysNow}
-	case endAgentWord:
-		// Proof, for a grant hidden at its pod's deletion.
-		return endRule{notShown, keysNow}
-	case endSuperseded, endNotCommitted:
-		// No reader acts on it: another grant holds the key on a quorum,
-		// or it was never shown.
-		return endRule{notShown, keysNow}
-	case endHiddenElsewhere, endObjectGone:
-		return endRule{notShown, keysAfterShown}
-	case endCommitUnknown:
-		return endRule{notShown, keysExpire}
-	case endLapsed:
-		return endRule{hideAtValidity, keysAfterShown}
-	default:
-		// Someone else's edit, a deletion, a shed, a lease or bound run
-		// out, a silent or terminating holder, a loss: the holder may act
-		// until the validity it saw.
-		return endRule{hideNow, keysAfterShown}
+	if c < 0 || c >= numEndCauses {
+		return endRule{}
+	}
+	return endRules[c]
+}
+
+// tellEnd tells of the end of grant (grantName) for cause, with the Held
+// reason and message status shows of it, once its keys' fate is settled
+// (err: their release's error): it counts it, and sends its event unless
+// that went when the end was decided (atDecision).
+func (r *Reconciler) tellEnd(ctx context.Context, lock *v1alpha1.DistributedLock, grant string, cause endCause, reason, msg string, err error) {
+	t := decideEnd(cause)
+	reason = cmp.Or(t.held, reason)
+	if t.lost {
+		logf.FromContext(ctx).Info("a grant ended without its holder's release", "lock", client.ObjectKeyFromObject(lock), "grant", grant, "cause", cause.String(), "reason", reason)
+		r.countLost(lock, reason)
+	}
+	if t.shed {
+		r.Metrics.LocksShed.Inc()
+		r.grants.ShedShown()
+	}
+	if !t.atDecision {
+		r.endEvent(lock, grant, cause, msg, err)
 	}
 }
 
+// endEvent records the event of the end of grant for cause (endRules).
+func (r *Reconciler) endEvent(lock *v1alpha1.DistributedLock, grant string, cause endCause, msg string, err error) {
+	t := decideEnd(cause)
+	switch {
+	case t.event == "":
+	case t.event == EventReleased && t.keys == keysNow && err != nil && !errors.Is(err, redlock.ErrNotHeld):
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, t.action,
+			"release of %s did not reach a quorum; copies expire with the TTL: %s", grant, conditions.Message(err.Error()))
+	case t.event == EventReleased:
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, t.event, t.action, "%s: %s", grant, conditions.Message(msg))
+	default:
+		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, t.event, t.action, "%s: %s", grant, conditions.Message(msg))
+	}
+}
+
+// lapsedMessage is the Held message of a grant whose validity passed.
+const lapsedMessage = "the grant's validity passed without renewal"
+
+// grantName names a grant in events: "grant N to H", or "grant N" when
+// its holder is not known.
+func grantName(token int64, holder string) string {
+	if holder == "" {
+		return fmt.Sprintf("grant %d", token)
+	}
+	return fmt.Sprintf("grant %d to %s", token, holder)
+}
+
 // endGrant ends the grant status shows for cause: status stops showing it
-// with reason and msg when decideEnd says so now, and once that committed
-// its keys go as decideEnd says (settle). h is this manager's Session of
-// the grant (nil: none); c the master set's client (nil: its last good
-// one). done, when set, runs after that with the release's error. A
+// with its Held reason (endRules, or reason) and msg when decideEnd says
+// so now, and once that committed its keys go as decideEnd says (settle),
+// and the end is told (tellEnd). h is this manager's Session of the grant
+// (nil: none); c the master set's client (nil: its last good one). A
 // reconcile ends one grant once: the first end decided stands (a holder's
 // word, then a spec turned invalid, would have released the keys and then
 // left them, with two events), and a later one reports false.
-func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, cause endCause, reason, msg string, done func(ctx context.Context, err error)) bool {
+func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, cause endCause, reason, msg string) bool {
 	if s.endDecided {
 		return false
 	}
 	s.endDecided = true
 	lock := s.lock
+	reason = cmp.Or(decideEnd(cause).held, reason)
 	grantID := grants.GrantIDOf(lock.Status)
+	name := grantName(s.orig.FencingToken, "")
+	if s.orig.Holder != nil {
+		name = grantName(s.orig.FencingToken, s.orig.Holder.Identity)
+	}
 	if h != nil {
-		grantID = h.ID
+		grantID, name = h.ID, grantName(h.Token, h.Holder)
 	}
 	g := refOf(lock, grantID)
 	var shown time.Time
@@ -187,29 +257,18 @@ func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, caus
 	}
 	s.ended = grantID
 	s.givingBack = s.givingBack || decideEnd(cause).keys == keysNow
+	if decideEnd(cause).atDecision {
+		r.endEvent(lock, name, cause, msg, nil)
+	}
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
 		if lv := lock.Status.LastValidUntil; lv != nil && grants.GrantIDOf(lock.Status) == g.GrantID && lv.After(shown) {
 			shown = lv.Time // as committed, a conflict's fresh validity included
 		}
 		err := r.keys.settle(ctx, lock, h, g, c, shown, cause)
 		logf.FromContext(ctx).V(1).Info("ended a grant", "lock", client.ObjectKeyFromObject(lock), "grantID", g.GrantID, "cause", cause.String(), "error", errString(err))
-		if done != nil {
-			done(ctx, err)
-		}
+		r.tellEnd(ctx, lock, name, cause, reason, msg, err)
 	})
 	return true
-}
-
-// releasedEvent records the outcome err of the release of grant (how
-// the incomplete release names it): done when it completed.
-func (r *Reconciler) releasedEvent(lock *v1alpha1.DistributedLock, grant, done string, err error) {
-	switch {
-	case err == nil || errors.Is(err, redlock.ErrNotHeld):
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeNormal, EventReleased, "Release", "%s", done)
-	default:
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventReleaseIncomplete, "Release",
-			"release of %s did not reach a quorum; copies expire with the TTL: %s", grant, conditions.Message(err.Error()))
-	}
 }
 
 // requestEnd says how the current grant ends now that its holder is no
@@ -319,18 +378,6 @@ func leasedGrant(lock *v1alpha1.DistributedLock, h *grants.Grant) bool {
 	}
 	st := lock.Status
 	return st.Holder != nil && st.Holder.Pod == nil && lock.Spec.HolderLease != nil
-}
-
-// endReason is the Held reason of a grant that ends for cause, reason
-// when the cause has none of its own.
-func endReason(cause endCause, reason string) string {
-	switch cause {
-	case endRequestChanged:
-		return v1alpha1.ReasonRequestChanged
-	case endDeleted, endSlotRemoved:
-		return v1alpha1.ReasonDeleting
-	}
-	return reason
 }
 
 // endMessage is the Held message of a grant that ends for cause.

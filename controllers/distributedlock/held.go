@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/renewal"
 )
@@ -111,19 +109,18 @@ func (r *Reconciler) settleUnseen(ctx context.Context, s *scope, h *grants.Grant
 	if cause == endObjectGone {
 		return fresh, true, nil
 	}
-	switch reason := heldConditionReason(fresh.Status); {
+	grant := grantName(h.Token, h.Holder)
+	switch held := heldCondition(fresh.Status); {
 	case cause == endSuperseded:
-		r.countLost(lock, v1alpha1.ReasonSuperseded)
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventSuperseded, "Renew",
-			"gave up grant %d: status shows another grant (fencing token %d)", h.Token, fresh.Status.FencingToken)
-	case givenUp(reason):
-		if reason == v1alpha1.ReasonHolderTerminating {
+		r.tellEnd(ctx, lock, grant, cause, "", fmt.Sprintf("status shows another grant (fencing token %d)", fresh.Status.FencingToken), nil)
+	case held == nil:
+	case givenUp(held.Reason):
+		if held.Reason == v1alpha1.ReasonHolderTerminating {
 			r.keys.stopping(lock, h)
 		}
 		s.shedding = true // as the reconcile that gave it up would have gone on
-	case reason == v1alpha1.ReasonValidityExpired || reason == v1alpha1.ReasonLost:
-		r.countLost(lock, reason)
-		r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: status showed it %s", h.Token, h.Holder, reason)
+	case held.Reason == v1alpha1.ReasonValidityExpired || held.Reason == v1alpha1.ReasonLost:
+		r.tellEnd(ctx, lock, grant, cause, held.Reason, held.Message, nil)
 	}
 	return fresh, true, nil
 }
@@ -142,11 +139,11 @@ func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *grants.Grant)
 		s.lock.Status.EndedRequest = &v1alpha1.EndedRequest{
 			Identity: h.Holder, Generation: s.lock.Generation, Reason: v1alpha1.ReasonReleased, At: v1alpha1.NewPreciseTime(s.now),
 		}
-		r.release(s, nil, endReleased, v1alpha1.ReasonReleased, "released by its holder")
+		r.endGrant(s, h, nil, endReleased, v1alpha1.ReasonReleased, "released by its holder")
 		return nil
 	}
 	if why, shed := r.grants.Shedding(h); shed {
-		r.shedGrant(s, h, endShed, v1alpha1.ReasonShed, why)
+		r.shedGrant(s, h, endShed, why)
 		return nil
 	}
 	terminating, err := r.holderTerminating(ctx, s, h)
@@ -169,7 +166,7 @@ func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *grants.Grant)
 	if err := r.setMark(ctx, pod, h.ID); err != nil {
 		return err
 	}
-	r.shedGrant(s, h, endUnresponsive, v1alpha1.ReasonHolderUnresponsive, why)
+	r.shedGrant(s, h, endUnresponsive, why)
 	return nil
 }
 
@@ -181,24 +178,10 @@ func (r *Reconciler) giveUpIfDue(ctx context.Context, s *scope, h *grants.Grant)
 // validity shown has passed. A shed grant is granted again when status
 // writes leave room; an unresponsive holder waits behind the others
 // (podlock.Choose, markPassable).
-func (r *Reconciler) shedGrant(s *scope, h *grants.Grant, cause endCause, reason, why string) {
-	lock := s.lock
-	if !r.endGrant(s, h, nil, cause, reason, why, func(ctx context.Context, _ error) {
-		switch cause {
-		case endShed:
-			r.Metrics.LocksShed.Inc()
-			r.grants.ShedShown()
-			r.countLost(lock, reason)
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventShed, "Release", "grant %d to %s shed: %s", h.Token, h.Holder, why)
-		case endUnresponsive, endLeaseExpired, endMaxHold:
-			r.countLost(lock, reason)
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, reason, "Release", "grant %d to %s given up: %s", h.Token, h.Holder, why)
-		}
-		logf.FromContext(ctx).Info("gave up a grant", "lock", h.Name, "token", h.Token, "reason", reason)
-	}) {
-		return
+func (r *Reconciler) shedGrant(s *scope, h *grants.Grant, cause endCause, why string) {
+	if r.endGrant(s, h, nil, cause, "", why) {
+		s.shedding = true
 	}
-	s.shedding = true
 }
 
 // givenUp reports whether reason is that of a grant given up with its keys
@@ -232,12 +215,11 @@ func (r *Reconciler) endSession(ctx context.Context, s *scope, h *grants.Grant) 
 	if errors.As(err, &lost) {
 		reason = lost.Reason
 	}
-	r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, EventLost, "Renew", "grant %d to %s lost: %s", h.Token, h.Holder, conditions.Message(errString(err)))
 	// Masters that still hold the lost grant's value (a minority its last
 	// renewals reached, each refreshed for a whole ttl) would keep the key
 	// from the next grant, this holder's included: once the validity
 	// shown has passed, the value is removed wherever it is left.
-	r.endGrant(s, h, nil, endLost, reason, "the grant was lost: "+errString(err), func(context.Context, error) { r.countLost(lock, reason) })
+	r.endGrant(s, h, nil, endLost, reason, "the grant was lost: "+errString(err))
 }
 
 // countLost counts a grant of lock that ended without its holder giving

@@ -149,7 +149,7 @@ func (r *Reconciler) endOnItsOwn(ctx context.Context, s *scope, h *grants.Grant)
 	if reason == v1alpha1.ReasonMaxHoldExceeded {
 		cause = endMaxHold
 	}
-	r.shedGrant(s, h, cause, reason, why)
+	r.shedGrant(s, h, cause, why)
 	return true, nil
 }
 

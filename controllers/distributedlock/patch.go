@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/redlock-operator/redlock-operator/api/v1alpha1"
-	"github.com/redlock-operator/redlock-operator/internal/conditions"
 	"github.com/redlock-operator/redlock-operator/internal/grants"
 	"github.com/redlock-operator/redlock-operator/internal/writegate"
 )
@@ -114,13 +113,13 @@ func commitOutcome(err error, showsGrant func() (bool, error)) writeResult {
 // reconcile adopts the grant if status shows it, where a release could
 // leave status showing a grant whose keys are gone).
 func (r *Reconciler) endPending(ctx context.Context, s *scope, h *grants.Grant, cause endCause, err error) {
-	_ = r.keys.settle(context.WithoutCancel(ctx), s.lock, h, h.Ref, nil, time.Time{}, cause)
-	what := "was given back: status could not be written"
+	ctx = context.WithoutCancel(ctx)
+	_ = r.keys.settle(ctx, s.lock, h, h.Ref, nil, time.Time{}, cause)
+	what := "given back: status could not be written"
 	if cause == endCommitUnknown {
-		what = "is left to expire: whether its status write committed is not known"
+		what = "left to expire: whether its status write committed is not known"
 	}
-	r.Recorder.Eventf(s.lock, nil, corev1.EventTypeWarning, EventNotCommitted, "Acquire",
-		"grant %d to %s %s: %s", h.Token, h.Holder, what, conditions.Message(err.Error()))
+	r.tellEnd(ctx, s.lock, grantName(h.Token, h.Holder), cause, "", what+": "+err.Error(), nil)
 }
 
 // patch sends the status patch with optimistic concurrency; see

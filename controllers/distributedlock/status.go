@@ -73,14 +73,6 @@ func clearGrant(st *v1alpha1.DistributedLockStatus, generation int64, now time.T
 	setCondition(st, generation, v1alpha1.ConditionHeld, metav1.ConditionFalse, reason, msg)
 }
 
-// shownHolder returns the holder status shows as holding at now, or "".
-func shownHolder(st v1alpha1.DistributedLockStatus, now time.Time) string {
-	if st.Holder == nil || st.ValidUntil == nil || !now.Before(st.ValidUntil.Time) {
-		return ""
-	}
-	return st.Holder.Identity
-}
-
 func setCondition(st *v1alpha1.DistributedLockStatus, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: conditions.Message(msg), ObservedGeneration: generation,

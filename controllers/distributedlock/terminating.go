@@ -78,7 +78,7 @@ func wordCounts(pod *corev1.Pod) bool { return podagent.RunsApp(pod) && podagent
 // (step 1 above): given up like a shed grant, and remembered until its
 // keys are released.
 func (r *Reconciler) hideForDeletion(s *scope, h *grants.Grant) {
-	r.shedGrant(s, h, endTerminating, v1alpha1.ReasonHolderTerminating,
+	r.shedGrant(s, h, endTerminating,
 		"its pod is being deleted: the grant is released once its agent says the app stopped, or its containers have stopped")
 	lock := s.lock
 	s.afterCommit = append(s.afterCommit, func(context.Context) { r.keys.stopping(lock, h) })
@@ -191,6 +191,5 @@ func (r *Reconciler) settleStopped(ctx context.Context, s *scope, pods []*corev1
 	err := r.keys.settle(ctx, lock, nil, refOf(lock, st.GrantID), s.client, time.Time{}, cause)
 	r.keys.setStop(lock.UID, client.ObjectKeyFromObject(lock), stopRecord{grantID: st.GrantID, settled: true})
 	logf.FromContext(ctx).V(1).Info("released a grant whose pod is being deleted", "grantID", st.GrantID, "how", how, "error", errString(err))
-	grant := fmt.Sprintf("grant %d", st.FencingToken)
-	r.releasedEvent(lock, grant, grant+" released: "+how, err)
+	r.tellEnd(ctx, lock, grantName(st.FencingToken, ""), cause, "", "released: "+how, err)
 }

@@ -112,7 +112,7 @@ var _ = Describe("The kubectl-plugin page", Ordered, func() {
 				Message: "1 of 3 masters answered, 2 needed: redis-1.masters:6379: i/o timeout; redis-2.masters:6379: connection refused"})
 			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid, Message: "the spec is valid and the master set serves"})
 		})
-		event(warmup, "DistributedLock", corev1.EventTypeWarning, "Lost", "Renew", "grant 1796020759066881 to warmup-0 lost: quorum unavailable", 90*time.Second)
+		event(warmup, "DistributedLock", corev1.EventTypeWarning, "Lost", "Renew", "grant 1796020759066881 to warmup-0: the grant was lost: quorum unavailable", 90*time.Second)
 
 		By("creating locks on one Redis key, payments-ledger, in shop (held by ledger-sync) and billing (held elsewhere)")
 		ledger := newLock(shop, "ledger", func(s *v1alpha1.DistributedLockSpec) { s.Key, s.HolderIdentity = "payments-ledger", "ledger-sync" })
