@@ -470,7 +470,7 @@ func (r *Reconciler) resolveMasterSet(ctx context.Context, s *scope) (*redlock.C
 		// A grant the spec no longer allows (maxLockTTL shrunk under it)
 		// is given back: the masters' quarantine no longer covers it.
 		if h := s.grant(); h != nil {
-			r.endGrant(s, h, nil, endSpecInvalid, reason, invalid)
+			r.endGrant(s, h, nil, endSpecInvalid, reason, endMessage(endSpecInvalid, invalid))
 		}
 		s.setReady(metav1.ConditionFalse, reason, invalid)
 		return nil, false, nil
@@ -596,6 +596,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope, action holderAction, in 
 // requested, as requestEnd says (reason and msg when the end has none of
 // its own).
 func (r *Reconciler) endRequest(ctx context.Context, s *scope, c *redlock.Client, reason, msg string) error {
+	if s.lock.Status.Holder == nil && s.grant() == nil {
+		return nil // no grant shown nor renewed here: nothing ends
+	}
 	cause, err := r.requestEnd(ctx, s)
 	if err != nil {
 		return err

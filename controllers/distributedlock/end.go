@@ -277,6 +277,7 @@ func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, caus
 // holder without a lease releases by changing its request; one with a
 // lease by its word, and a change of its request by anyone else keeps the
 // keys until the validity shown has passed.
+// endRequest calls it only for a grant status shows or this manager renews.
 func (r *Reconciler) requestEnd(ctx context.Context, s *scope) (endCause, error) {
 	lock := s.lock
 	holder := lock.Status.Holder
@@ -285,8 +286,6 @@ func (r *Reconciler) requestEnd(ctx context.Context, s *scope) (endCause, error)
 		holder = &v1alpha1.LockHolder{Identity: h.Holder, Pod: h.Pod}
 	}
 	switch {
-	case holder == nil:
-		return endLapsed, nil
 	case holder.Pod != nil:
 		if r.Pods == nil {
 			return endRequestChanged, nil

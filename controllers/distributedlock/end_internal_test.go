@@ -12,36 +12,39 @@ import (
 	"github.com/redlock-operator/redlock-operator/pkg/redlock"
 )
 
-// TestDecideEnd lists every way a grant ends with its two answers: when
-// status stops showing it, and when its keys may go. The keys go before
+// TestDecideEnd lists every way a grant ends: when status stops showing
+// it, when its keys may go, its event, and whether it counts as lost (the
+// alert reads that count). The keys go before
 // the validity shown only on proof that the holder stopped (its release,
 // the agent's word, its pod's end), or when no reader can act on the
 // grant. A cause without a row fails the test.
 func TestDecideEnd(t *testing.T) {
 	rows := map[endCause]struct {
-		hide hideWhen
-		keys keysWhen
+		hide  hideWhen
+		keys  keysWhen
+		event string
+		lost  bool
 	}{
-		endReleased:        {hideNow, keysNow},
-		endAgentWord:       {notShown, keysNow},
-		endPodEnded:        {hideNow, keysNow},
-		endRequestChanged:  {hideNow, keysAfterShown},
-		endSpecInvalid:     {hideNow, keysAfterShown},
-		endDeleted:         {hideNow, keysAfterShown},
-		endSlotRemoved:     {hideNow, keysAfterShown},
-		endShed:            {hideNow, keysAfterShown},
-		endLeaseExpired:    {hideNow, keysAfterShown},
-		endUnresponsive:    {hideNow, keysAfterShown},
-		endMaxHold:         {hideNow, keysAfterShown},
-		endTerminating:     {hideNow, keysAfterShown},
-		endLost:            {hideNow, keysAfterShown},
-		endLapsed:          {hideAtValidity, keysAfterShown},
-		endAdoptionFailed:  {hideNow, keysAfterShown},
-		endHiddenElsewhere: {notShown, keysAfterShown},
-		endSuperseded:      {notShown, keysNow},
-		endNotCommitted:    {notShown, keysNow},
-		endCommitUnknown:   {notShown, keysExpire},
-		endObjectGone:      {notShown, keysAfterShown},
+		endReleased:        {hideNow, keysNow, EventReleased, false},
+		endAgentWord:       {notShown, keysNow, EventReleased, false},
+		endPodEnded:        {hideNow, keysNow, EventReleased, false},
+		endRequestChanged:  {hideNow, keysAfterShown, EventReleased, false},
+		endSpecInvalid:     {hideNow, keysAfterShown, EventReleased, false},
+		endDeleted:         {hideNow, keysAfterShown, EventReleased, false},
+		endSlotRemoved:     {hideNow, keysAfterShown, EventReleased, false},
+		endShed:            {hideNow, keysAfterShown, EventShed, true},
+		endLeaseExpired:    {hideNow, keysAfterShown, EventLeaseExpired, true},
+		endUnresponsive:    {hideNow, keysAfterShown, EventHolderUnresponsive, true},
+		endMaxHold:         {hideNow, keysAfterShown, EventMaxHoldExceeded, true},
+		endTerminating:     {hideNow, keysAfterShown, "", false},
+		endLost:            {hideNow, keysAfterShown, EventLost, true},
+		endLapsed:          {hideAtValidity, keysAfterShown, EventLost, true},
+		endAdoptionFailed:  {hideNow, keysAfterShown, EventLost, true},
+		endHiddenElsewhere: {notShown, keysAfterShown, EventLost, true},
+		endSuperseded:      {notShown, keysNow, EventSuperseded, true},
+		endNotCommitted:    {notShown, keysNow, EventNotCommitted, false},
+		endCommitUnknown:   {notShown, keysExpire, EventNotCommitted, false},
+		endObjectGone:      {notShown, keysAfterShown, "", false},
 	}
 	for c := endCause(0); c < numEndCauses; c++ {
 		want, ok := rows[c]
@@ -49,8 +52,8 @@ func TestDecideEnd(t *testing.T) {
 			t.Errorf("end cause %q has no row in this table", c)
 			continue
 		}
-		if got := decideEnd(c); got.hide != want.hide || got.keys != want.keys {
-			t.Errorf("decideEnd(%q) hides %v with keys %v, want %+v", c, got.hide, got.keys, want)
+		if got := decideEnd(c); got.hide != want.hide || got.keys != want.keys || got.event != want.event || got.lost != want.lost {
+			t.Errorf("decideEnd(%q) hides %v, keys %v, event %q, lost %v; want %+v", c, got.hide, got.keys, got.event, got.lost, want)
 		}
 		if c.String() == "unknown" {
 			t.Errorf("end cause %d has no name", c)
