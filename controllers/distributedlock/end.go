@@ -238,7 +238,8 @@ func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, caus
 	}
 	s.endDecided = true
 	lock := s.lock
-	reason = cmp.Or(decideEnd(cause).held, reason)
+	rule := decideEnd(cause)
+	reason = cmp.Or(rule.held, reason)
 	grantID := grants.GrantIDOf(lock.Status)
 	name := grantName(s.orig.FencingToken, "")
 	if s.orig.Holder != nil {
@@ -252,12 +253,12 @@ func (r *Reconciler) endGrant(s *scope, h *grants.Grant, c *redlock.Client, caus
 	if vu := s.orig.ValidUntil; vu != nil {
 		shown = vu.Time
 	}
-	if decideEnd(cause).hide == hideNow {
+	if rule.hide == hideNow {
 		s.clear(reason, msg)
 	}
 	s.ended = grantID
-	s.givingBack = s.givingBack || decideEnd(cause).keys == keysNow
-	if decideEnd(cause).atDecision {
+	s.givingBack = s.givingBack || rule.keys == keysNow
+	if rule.atDecision {
 		r.endEvent(lock, name, cause, msg, nil)
 	}
 	s.afterCommit = append(s.afterCommit, func(ctx context.Context) {
